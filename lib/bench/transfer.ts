@@ -1,0 +1,333 @@
+/**
+ * The transfer benchmark: what pinned memory buys over pageable memory, and what the staged
+ * path recovers for ordinary Node buffers. Timing loops run in C++ (see native/bench.cc):
+ * CUDA events around asynchronous copies of pinned and device memory, a steady clock around
+ * synchronous copies of pageable memory. Method: DESIGN.md, "Transfer benchmark".
+ */
+import * as os from 'os';
+import { native } from '../native';
+import { status, devices, DeviceInfo, formatCudaVersion } from '../discovery';
+import { DeviceBuffer, PinnedBuffer, registerHost, RegisteredBuffer } from '../memory';
+import { copy, copyAsync, configureStaging, StagingSettings } from '../copy';
+import { CudaUnavailableError } from '../errors';
+import { summarize, rateSummary, SampleSummary } from './stats';
+import { GateMetric, GateSource } from './gates';
+import { checkDevice } from '../validate';
+
+/** How host memory is provided. */
+export type TransferMode = 'pageable' | 'pinned' | 'pinned-wc' | 'registered' | 'mapped' | 'staged';
+/** Which way data moves. `bidir` runs h2d and d2h at once; `d2d` ignores the mode. */
+export type Direction = 'h2d' | 'd2h' | 'bidir' | 'd2d';
+
+export const ALL_MODES: TransferMode[] = ['pageable', 'staged', 'pinned', 'pinned-wc', 'registered', 'mapped'];
+export const ALL_DIRECTIONS: Direction[] = ['h2d', 'd2h', 'bidir', 'd2d'];
+
+/** Options of {@link runTransferBenchmark}. */
+export interface TransferBenchmarkOptions {
+  /** Byte sizes; default powers of two from 4 KiB to 1 GiB. */
+  sizes?: number[];
+  modes?: TransferMode[];
+  directions?: Direction[];
+  /** Timed copies per size (at least 10; default 15). */
+  iterations?: number;
+  /** Untimed copies first (default 3). */
+  warmup?: number;
+  device?: number;
+  /** Also time plain cudaMemcpy on cudaMallocHost memory, the reference for pinned (default true). */
+  baseline?: boolean;
+  /** Measure the event loop's worst timer delay during a large asynchronous pageable copy (default true). */
+  eventLoopProbe?: boolean;
+  /** Staged path settings for this run. */
+  staging?: Partial<Omit<StagingSettings, 'autoThreshold'>>;
+  /** Called after each measurement. */
+  onProgress?: (done: number, total: number, label: string) => void;
+}
+
+/** One measurement: a mode, a direction and a size. */
+export interface TransferResult {
+  mode: TransferMode | 'baseline' | 'device';
+  direction: Direction;
+  bytes: number;
+  /** How it was timed. */
+  timing: 'cuda-events' | 'steady-clock';
+  /** Seconds per copy (for bidir: per pair of concurrent copies). */
+  seconds: SampleSummary;
+  /** Decimal GB/s: bytes / time; for bidir, both directions together. */
+  gbps: SampleSummary;
+  /** d2d: bytes read plus bytes written per second (2 × gbps). */
+  trafficGbps?: SampleSummary;
+  /** bidir: each direction's bytes over the shared time. */
+  perDirectionGbps?: number;
+  /** Pageable modes: the first copy over never-touched host pages, GB/s. */
+  coldFirstTouchGbps?: number;
+  /** registered: seconds cudaHostRegister took for this size. */
+  registrationSeconds?: number;
+  /** The data arrived intact (checked byte for byte after the timed copies). */
+  verified: boolean;
+  /** Raw seconds per sample. */
+  samples: number[];
+}
+
+/** Where the figures came from. */
+export interface TransferEnvironment {
+  date: string;
+  gpu: Pick<DeviceInfo, 'name' | 'uuid' | 'pciBusId' | 'totalMemory' | 'computeCapability' | 'asyncEngineCount' | 'pcie'>;
+  driverVersion: string;
+  runtimeVersion: string;
+  host: { hostname: string; cpu: string; cpus: number; memoryBytes: number; platform: string; kernel: string };
+  node: string;
+  staging: StagingSettings;
+}
+
+/** The whole benchmark report. Its JSON form is documented in README.md. */
+export interface TransferReport {
+  schema: 'cuda-memory/transfer-benchmark@1';
+  environment: TransferEnvironment;
+  options: { sizes: number[]; modes: TransferMode[]; directions: Direction[]; iterations: number; warmup: number; device: number };
+  results: TransferResult[];
+  /** Worst delay of a 1 ms timer while a large pageable copyAsync ran. */
+  eventLoop?: { copyBytes: number; copySeconds: number; timerFires: number; worstDelayMs: number };
+  /** The size headline figures and gates use. */
+  headlineBytes: number;
+}
+
+const DEFAULT_SIZES = Array.from({ length: 19 }, (_, i) => 4096 * 2 ** i); // 4 KiB .. 1 GiB
+
+// A pattern that differs in every 4-byte word, so a misplaced chunk of any size is caught.
+function fillPattern(buf: Uint8Array, seed: number): void {
+  const words = new Uint32Array(buf.buffer, buf.byteOffset, Math.floor(buf.byteLength / 4));
+  let x = (seed * 2654435761) >>> 0 || 1;
+  for (let i = 0; i < words.length; i++) {
+    x ^= x << 13;
+    x ^= x >>> 17;
+    x ^= x << 5;
+    words[i] = (x + i) >>> 0;
+  }
+  for (let i = words.length * 4; i < buf.byteLength; i++) buf[i] = (i * 31 + seed) & 0xff;
+}
+
+function equal(a: Uint8Array, b: Uint8Array, n: number): boolean {
+  return Buffer.from(a.buffer, a.byteOffset, n).equals(Buffer.from(b.buffer, b.byteOffset, n));
+}
+
+/** Picks the headline size: the largest measured, at least 256 MiB where there is one. */
+export function headlineSize(sizes: number[]): number {
+  return Math.max(...sizes);
+}
+
+/** Makes a report answer gate lookups. */
+export function gateSource(report: Pick<TransferReport, 'results' | 'headlineBytes'>): GateSource {
+  return {
+    lookup(metric: GateMetric) {
+      const size = metric.size ?? report.headlineBytes;
+      const r = report.results.find((x) => x.direction === metric.direction && x.bytes === size && (x.mode === metric.mode || (metric.direction === 'd2d' && metric.mode === 'traffic' && x.mode === 'device')));
+      if (!r) return undefined;
+      const gbps = metric.direction === 'd2d' && metric.mode === 'traffic' ? r.trafficGbps!.median : r.gbps.median;
+      return { gbps, size };
+    },
+  };
+}
+
+interface Host {
+  view: Uint8Array;
+  target: PinnedBuffer | RegisteredBuffer | Uint8Array;
+  dispose(): void;
+  registrationSeconds?: number;
+}
+
+function makeHost(mode: TransferMode, n: number, device: number): Host {
+  switch (mode) {
+    case 'pageable':
+    case 'staged': {
+      const view = new Uint8Array(Buffer.allocUnsafeSlow(n).buffer, 0, n);
+      view.fill(1); // touch every page before timing
+      return { view, target: view, dispose() {} };
+    }
+    case 'pinned':
+    case 'pinned-wc':
+    case 'mapped': {
+      const p = PinnedBuffer.alloc(n, { device, writeCombined: mode === 'pinned-wc', mapped: mode === 'mapped', portable: true });
+      return { view: p.bytes, target: p, dispose: () => p.free() };
+    }
+    case 'registered': {
+      const view = new Uint8Array(Buffer.allocUnsafeSlow(n).buffer, 0, n);
+      view.fill(1);
+      const t0 = process.hrtime.bigint();
+      const r = registerHost(view, { device, portable: true });
+      const registrationSeconds = Number(process.hrtime.bigint() - t0) / 1e9;
+      return { view, target: r, registrationSeconds, dispose: () => r.unregister() };
+    }
+  }
+}
+
+function timingOf(mode: TransferMode): 'events' | 'clock' {
+  return mode === 'pageable' || mode === 'staged' ? 'clock' : 'events';
+}
+
+function strategyOf(mode: TransferMode): string {
+  return mode === 'staged' ? 'staged' : 'driver';
+}
+
+function result(base: Omit<TransferResult, 'seconds' | 'gbps' | 'samples'>, samples: Float64Array, movedBytes: number): TransferResult {
+  return { ...base, seconds: summarize(samples), gbps: rateSummary(samples, movedBytes), samples: Array.from(samples) };
+}
+
+/**
+ * Runs the transfer benchmark on one device. Throws CudaUnavailableError without CUDA.
+ * Allocates, per size, the host and device buffers of one mode at a time and frees them after.
+ */
+export async function runTransferBenchmark(options: TransferBenchmarkOptions = {}): Promise<TransferReport> {
+  const st = status();
+  if (!st.available) throw new CudaUnavailableError(st.reason as never, st.message);
+  const device = checkDevice(options.device, st.deviceCount);
+  const sizes = options.sizes ?? DEFAULT_SIZES;
+  const modes = options.modes ?? ALL_MODES;
+  const directions = options.directions ?? ALL_DIRECTIONS;
+  const iterations = options.iterations ?? 15;
+  const warmup = options.warmup ?? 3;
+  if (!Number.isInteger(iterations) || iterations < 10) throw new RangeError(`Expected iterations of at least 10 but received ${iterations}`);
+  if (!Number.isInteger(warmup) || warmup < 0) throw new RangeError(`Expected a non-negative integer warmup but received ${warmup}`);
+  for (const m of modes) if (!ALL_MODES.includes(m)) throw new RangeError(`Unknown mode ${JSON.stringify(m)}; expected one of ${ALL_MODES.join(', ')}`);
+  for (const d of directions) if (!ALL_DIRECTIONS.includes(d)) throw new RangeError(`Unknown direction ${JSON.stringify(d)}; expected one of ${ALL_DIRECTIONS.join(', ')}`);
+  const staging = configureStaging(options.staging);
+  const gpu = devices()[device];
+  const hostDirs = directions.filter((d) => d !== 'd2d');
+  const baseline = (options.baseline ?? true) && modes.includes('pinned');
+  const total = sizes.length * (modes.length * hostDirs.length + (directions.includes('d2d') ? 1 : 0) + (baseline ? hostDirs.filter((d) => d !== 'bidir').length : 0));
+  let done = 0;
+  const progress = (label: string) => options.onProgress?.(++done, total, label);
+  const results: TransferResult[] = [];
+  const maxSize = Math.max(...sizes);
+  const pattern = new Uint8Array(maxSize);
+  fillPattern(pattern, 7);
+
+  for (const n of sizes) {
+    const src = pattern.subarray(0, n);
+    const dev = DeviceBuffer.alloc(n, { device });
+    const dev2 = DeviceBuffer.alloc(n, { device });
+    const check = PinnedBuffer.alloc(n, { device });
+    try {
+      for (const mode of modes) {
+        if (hostDirs.length === 0) break;
+        const host = makeHost(mode, n, device);
+        const host2 = hostDirs.includes('bidir') ? makeHost(mode, n, device) : null;
+        try {
+          for (const direction of hostDirs) {
+            const timing = timingOf(mode);
+            const base = { mode, direction, bytes: n, timing: timing === 'events' ? ('cuda-events' as const) : ('steady-clock' as const), verified: false };
+            let r: TransferResult;
+            if (direction === 'h2d') {
+              host.view.set(src);
+              const samples = native.timeCopy(dev._h, targetOf(host), n, warmup, iterations, timing, strategyOf(mode));
+              check.bytes.fill(0);
+              copy(check, dev);
+              r = result({ ...base, verified: equal(check.bytes, src, n) }, samples, n);
+            } else if (direction === 'd2h') {
+              copy(dev, src);
+              host.view.fill(0);
+              const samples = native.timeCopy(targetOf(host), dev._h, n, warmup, iterations, timing, strategyOf(mode));
+              r = result({ ...base, verified: equal(host.view, src, n) }, samples, n);
+            } else {
+              // bidir: h2d from `host` into dev while d2h from dev2 into host2.
+              host.view.set(src);
+              copy(dev2, src);
+              host2!.view.fill(0);
+              const samples = native.timeBidirectional(dev._h, targetOf(host), targetOf(host2!), dev2._h, n, warmup, iterations, timing);
+              check.bytes.fill(0);
+              copy(check, dev);
+              r = result({ ...base, verified: equal(check.bytes, src, n) && equal(host2!.view, src, n) }, samples, 2 * n);
+              r.perDirectionGbps = n / r.seconds.median / 1e9;
+            }
+            if (mode === 'registered') r.registrationSeconds = host.registrationSeconds;
+            if ((mode === 'pageable' || mode === 'staged') && direction !== 'bidir') r.coldFirstTouchGbps = coldCopy(mode, direction, n, dev);
+            results.push(r);
+            progress(`${direction} ${mode} ${n}`);
+          }
+        } finally {
+          host.dispose();
+          host2?.dispose();
+        }
+      }
+      if (baseline) {
+        for (const direction of hostDirs.filter((d) => d !== 'bidir') as ('h2d' | 'd2h')[]) {
+          const samples = native.timeRawPinned(n, warmup, iterations, direction, device);
+          results.push(result({ mode: 'baseline', direction, bytes: n, timing: 'steady-clock', verified: true }, samples, n));
+          progress(`${direction} baseline ${n}`);
+        }
+      }
+      if (directions.includes('d2d')) {
+        copy(dev, src);
+        const samples = native.timeCopy(dev2._h, dev._h, n, warmup, iterations, 'events', 'driver');
+        check.bytes.fill(0);
+        copy(check, dev2);
+        const r = result({ mode: 'device', direction: 'd2d', bytes: n, timing: 'cuda-events', verified: equal(check.bytes, src, n) }, samples, n);
+        r.trafficGbps = rateSummary(samples, 2 * n);
+        results.push(r);
+        progress(`d2d ${n}`);
+      }
+    } finally {
+      dev.free();
+      dev2.free();
+      check.free();
+    }
+  }
+
+  const report: TransferReport = {
+    schema: 'cuda-memory/transfer-benchmark@1',
+    environment: {
+      date: new Date().toISOString(),
+      gpu: { name: gpu.name, uuid: gpu.uuid, pciBusId: gpu.pciBusId, totalMemory: gpu.totalMemory, computeCapability: gpu.computeCapability, asyncEngineCount: gpu.asyncEngineCount, pcie: gpu.pcie },
+      driverVersion: formatCudaVersion(st.driverVersion),
+      runtimeVersion: formatCudaVersion(st.runtimeVersion),
+      host: { hostname: os.hostname(), cpu: os.cpus()[0]?.model ?? 'unknown', cpus: os.cpus().length, memoryBytes: os.totalmem(), platform: `${os.platform()} ${os.arch()}`, kernel: os.release() },
+      node: process.version,
+      staging,
+    },
+    options: { sizes, modes, directions, iterations, warmup, device },
+    results,
+    headlineBytes: headlineSize(sizes),
+  };
+  if (options.eventLoopProbe ?? true) report.eventLoop = await probeEventLoop(Math.min(maxSize, 1 << 30), device, pattern);
+  return report;
+}
+
+function targetOf(h: Host): number | Uint8Array {
+  return h.target instanceof Uint8Array ? h.target : h.target._h;
+}
+
+// One copy over host pages that were never touched: what a first transfer of a fresh buffer costs.
+function coldCopy(mode: TransferMode, direction: 'h2d' | 'd2h', n: number, dev: DeviceBuffer): number {
+  const fresh = new Uint8Array(Buffer.allocUnsafeSlow(n).buffer, 0, n);
+  const strategy = mode === 'staged' ? 'staged' : 'driver';
+  const t0 = process.hrtime.bigint();
+  if (direction === 'h2d') copy(dev, fresh, { strategy });
+  else copy(fresh, dev, { strategy });
+  return n / (Number(process.hrtime.bigint() - t0) / 1e9) / 1e9;
+}
+
+// Runs a 1 ms interval while a large pageable copyAsync is in flight; the worst gap between
+// ticks, less the 1 ms asked for, is how long the event loop was held up.
+async function probeEventLoop(n: number, device: number, pattern: Uint8Array): Promise<TransferReport['eventLoop']> {
+  const dev = DeviceBuffer.alloc(n, { device });
+  const host = new Uint8Array(Buffer.allocUnsafeSlow(n).buffer, 0, n);
+  host.set(pattern.subarray(0, n));
+  try {
+    let last = process.hrtime.bigint();
+    let worst = 0;
+    let fires = 0;
+    const timer = setInterval(() => {
+      const now = process.hrtime.bigint();
+      worst = Math.max(worst, Number(now - last) / 1e6 - 1);
+      last = now;
+      fires++;
+    }, 1);
+    const t0 = process.hrtime.bigint();
+    await copyAsync(dev, host);
+    await copyAsync(host, dev);
+    const seconds = Number(process.hrtime.bigint() - t0) / 1e9;
+    clearInterval(timer);
+    return { copyBytes: 2 * n, copySeconds: seconds, timerFires: fires, worstDelayMs: Math.max(0, worst) };
+  } finally {
+    dev.free();
+  }
+}

@@ -1,0 +1,129 @@
+/** copy(), copyAsync() and memset() between any two kinds of memory, in every direction. */
+import { native } from './native';
+import { Memory, resolveMemory } from './memory';
+import { Stream } from './stream';
+import { checkOptions, checkSize } from './validate';
+import { invalidArgument } from './errors';
+
+/**
+ * How a pageable (ordinary Node) buffer is moved to or from the device:
+ * - `auto`: `staged` from 1 MiB up, `driver` below;
+ * - `driver`: plain cudaMemcpy, the driver's own bounce buffer;
+ * - `staged`: the library's pipeline through a ring of pinned chunks, copied by several threads;
+ * - `register`: page-lock the buffer for the copy (cudaHostRegister), then unlock it.
+ * Pinned and device memory always go straight through cudaMemcpy.
+ */
+export type CopyStrategy = 'auto' | 'driver' | 'staged' | 'register';
+
+/** Options of {@link copy} and {@link copyAsync}. */
+export interface CopyOptions {
+  /** Bytes to copy; default: the source's length after srcOffset. */
+  byteLength?: number;
+  /** Byte offset into the destination (on top of a view's own byteOffset). */
+  dstOffset?: number;
+  /** Byte offset into the source. */
+  srcOffset?: number;
+  strategy?: CopyStrategy;
+  /** Stream to order the copy in; copyAsync() settles after it and all earlier work there. */
+  stream?: Stream;
+}
+
+const STRATEGIES = new Set(['auto', 'driver', 'staged', 'register']);
+
+function prepare(dst: unknown, src: unknown, options: unknown) {
+  const d = resolveMemory('dst', dst);
+  const s = resolveMemory('src', src);
+  const o = checkOptions<CopyOptions>('options', options);
+  const dstOffset = o.dstOffset === undefined ? 0 : checkSize('options.dstOffset', o.dstOffset);
+  const srcOffset = o.srcOffset === undefined ? 0 : checkSize('options.srcOffset', o.srcOffset);
+  if (srcOffset > s.length)
+    throw new RangeError(`Expected options.srcOffset of at most ${s.length} (the source's length) but received ${srcOffset}`);
+  if (dstOffset > d.length)
+    throw new RangeError(`Expected options.dstOffset of at most ${d.length} (the destination's length) but received ${dstOffset}`);
+  const n = o.byteLength === undefined ? s.length - srcOffset : checkSize('options.byteLength', o.byteLength);
+  if (srcOffset + n > s.length)
+    throw new RangeError(`srcOffset + byteLength (${srcOffset} + ${n}) runs past the end of src (${s.length} bytes)`);
+  if (dstOffset + n > d.length)
+    throw new RangeError(`dstOffset + byteLength (${dstOffset} + ${n}) runs past the end of dst (${d.length} bytes)`);
+  if (d.device && s.device && d.buffer === s.buffer && n > 0 && dstOffset < srcOffset + n && srcOffset < dstOffset + n)
+    throw new RangeError(
+      `the device-to-device ranges overlap: [${srcOffset}, ${srcOffset + n}) and [${dstOffset}, ${dstOffset + n}) of the same buffer; cudaMemcpy does not support overlapping copies`,
+    );
+  if (o.strategy !== undefined && !STRATEGIES.has(o.strategy as string))
+    throw invalidArgument('options.strategy', "one of 'auto', 'driver', 'staged', 'register'", o.strategy, RangeError);
+  if (o.stream !== undefined && !(o.stream instanceof Stream)) throw invalidArgument('options.stream', 'a Stream', o.stream);
+  return { d, s, dstOffset, srcOffset, n, strategy: o.strategy ?? 'auto', stream: o.stream?.handle() };
+}
+
+/**
+ * Copies bytes between any two of DeviceBuffer, PinnedBuffer, RegisteredBuffer, ArrayBuffer,
+ * SharedArrayBuffer and ArrayBuffer views, in any direction. Returns when the data has arrived.
+ */
+export function copy(dst: Memory, src: Memory, options?: CopyOptions): void {
+  const p = prepare(dst, src, options);
+  native.copy(p.d.target, p.dstOffset, p.s.target, p.srcOffset, p.n, p.strategy, p.stream);
+}
+
+/**
+ * Like {@link copy}, off the JavaScript thread: the event loop keeps running. Both sides stay
+ * referenced (and a free() of either waits) until the promise settles; a rejection's stack
+ * includes the caller's.
+ */
+export function copyAsync(dst: Memory, src: Memory, options?: CopyOptions): Promise<void> {
+  let p: ReturnType<typeof prepare>;
+  try {
+    p = prepare(dst, src, options);
+  } catch (e) {
+    return Promise.reject(e);
+  }
+  const site = new Error('copyAsync called here');
+  return native.copyAsync(p.d.target, p.dstOffset, p.s.target, p.srcOffset, p.n, p.strategy, p.stream).catch((e: Error) => {
+    e.stack = `${e.stack ?? e.message}\n    --- copyAsync called from ---\n${(site.stack ?? '').split('\n').slice(1).join('\n')}`;
+    throw e;
+  });
+}
+
+/** Options of {@link memset}. */
+export interface MemsetOptions {
+  offset?: number;
+  /** Default: from offset to the end. */
+  byteLength?: number;
+}
+
+/** Sets bytes of any memory to `value` (0–255); cudaMemset for device memory. */
+export function memset(target: Memory, value: number, options?: MemsetOptions): void {
+  const t = resolveMemory('target', target);
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < 0 || value > 255)
+    throw invalidArgument('value', 'an integer from 0 to 255', value, typeof value === 'number' ? RangeError : TypeError);
+  const o = checkOptions<MemsetOptions>('options', options);
+  const offset = o.offset === undefined ? 0 : checkSize('options.offset', o.offset);
+  if (offset > t.length) throw new RangeError(`Expected options.offset of at most ${t.length} but received ${offset}`);
+  const n = o.byteLength === undefined ? t.length - offset : checkSize('options.byteLength', o.byteLength);
+  if (offset + n > t.length) throw new RangeError(`offset + byteLength (${offset} + ${n}) runs past the end of target (${t.length} bytes)`);
+  native.memset(t.target, offset, n, value);
+}
+
+/** Settings of the staged path. */
+export interface StagingSettings {
+  /** Size of each pinned chunk in the ring. */
+  chunkBytes: number;
+  /** Chunks in the ring. */
+  slots: number;
+  /** Host threads copying between the Node buffer and the ring. */
+  threads: number;
+  /** Pageable copies from this size up take the staged path under strategy 'auto'. */
+  autoThreshold: number;
+}
+
+/** Reads or changes the staged path's settings (for this thread's instance of the addon). */
+export function configureStaging(settings?: Partial<Omit<StagingSettings, 'autoThreshold'>>): StagingSettings {
+  if (settings !== undefined) {
+    const o = checkOptions<StagingSettings>('settings', settings);
+    const out: Record<string, number> = {};
+    if (o.chunkBytes !== undefined) out.chunkBytes = checkSize('settings.chunkBytes', o.chunkBytes, 65536);
+    if (o.slots !== undefined) out.slots = checkSize('settings.slots', o.slots, 2);
+    if (o.threads !== undefined) out.threads = checkSize('settings.threads', o.threads, 1);
+    return native.configureStaging(out);
+  }
+  return native.configureStaging();
+}

@@ -1,0 +1,74 @@
+/** What CUDA can be used here. */
+import { UnavailableReason } from './errors';
+import { native } from './native';
+import { checkDevice } from './validate';
+
+/** The state of CUDA for this process. Never throws. */
+export interface CudaStatus {
+  /** True when at least one device can be used. */
+  available: boolean;
+  /** Why not, when `available` is false. */
+  reason: UnavailableReason | null;
+  /** A sentence for people. */
+  message: string;
+  deviceCount: number;
+  /** CUDA versions as `major * 1000 + minor * 10` (13000 = 13.0); 0 when unknown. */
+  driverVersion: number;
+  runtimeVersion: number;
+  /** Whether the addon was compiled against a CUDA toolkit. */
+  builtWithCuda: boolean;
+}
+
+/** PCIe link of a device, read from NVML when present. */
+export interface PcieLink {
+  currentGeneration: number;
+  maxGeneration: number;
+  currentWidth: number;
+  maxWidth: number;
+}
+
+/** A CUDA device. */
+export interface DeviceInfo {
+  index: number;
+  name: string;
+  uuid: string;
+  /** Bytes. */
+  totalMemory: number;
+  /** "9.0" */
+  computeCapability: string;
+  computeCapabilityMajor: number;
+  computeCapabilityMinor: number;
+  pciBusId: string;
+  multiProcessorCount: number;
+  /** Copy engines that can run at once with kernels (2 means copies both ways overlap). */
+  asyncEngineCount: number;
+  canMapHostMemory: boolean;
+  integrated: boolean;
+  /** Null when NVML is not available. */
+  pcie: PcieLink | null;
+}
+
+/** Reports whether CUDA is usable and, if not, why. Never throws. */
+export function status(): CudaStatus {
+  try {
+    return native.status() as CudaStatus;
+  } catch (e) {
+    return { available: false, reason: 'ADDON_NOT_LOADED', message: String((e as Error).message), deviceCount: 0, driverVersion: 0, runtimeVersion: 0, builtWithCuda: false };
+  }
+}
+
+/** Lists the CUDA devices. Throws CudaUnavailableError without CUDA. */
+export function devices(): DeviceInfo[] {
+  return native.devices() as DeviceInfo[];
+}
+
+/** Free and total memory of a device, in bytes (`cudaMemGetInfo`). */
+export function memGetInfo(device = 0): { free: number; total: number } {
+  const d = checkDevice(device, status().deviceCount || undefined);
+  return native.memGetInfo(d);
+}
+
+/** Formats a CUDA version number (13000) as "13.0". */
+export function formatCudaVersion(v: number): string {
+  return v ? `${Math.floor(v / 1000)}.${Math.floor((v % 1000) / 10)}` : 'none';
+}

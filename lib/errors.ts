@@ -1,0 +1,127 @@
+/**
+ * Error classes of cuda-memory. The native addon constructs these same classes, so every error
+ * that crosses from C++ carries one of these types and a machine-readable `code`.
+ */
+
+/** Why CUDA cannot be used, as reported by {@link status}. */
+export type UnavailableReason =
+  | 'NOT_BUILT_WITH_CUDA'
+  | 'NO_DRIVER'
+  | 'INSUFFICIENT_DRIVER'
+  | 'NO_DEVICE'
+  | 'ADDON_NOT_LOADED';
+
+/** A CUDA call failed, or a buffer was used after it was freed. */
+export class CudaError extends Error {
+  /** CUDA's error name (`cudaErrorMemoryAllocation`) or a library code (`ERR_BUFFER_FREED`). */
+  code: string;
+  /** The numeric `cudaError_t`, where a CUDA call failed. */
+  cudaCode: number;
+  /** The call that failed, e.g. `cudaMemcpy`. */
+  call: string;
+  constructor(message: string, details: { code: string; cudaCode?: number; call?: string }) {
+    super(message);
+    this.name = 'CudaError';
+    this.code = details.code;
+    this.cudaCode = details.cudaCode ?? 0;
+    this.call = details.call ?? '';
+  }
+}
+
+/** Everything an out-of-memory error reports; fields absent for a plain `cudaMalloc` are 0. */
+export interface OutOfMemoryDetails {
+  message?: string;
+  requestedBytes: number;
+  /** The request rounded to the allocator's 256-byte blocks. */
+  roundedBytes?: number;
+  device: number;
+  /** The allocator's limit and how it was chosen (allocators only). */
+  limitBytes?: number;
+  limitSource?: string;
+  bytesInUse?: number;
+  poolBytes?: number;
+  largestFreeBlock?: number;
+  fragmentation?: number;
+  /** Free and total memory on the device at the time of the failure. */
+  deviceFree: number;
+  deviceTotal: number;
+  simulated?: boolean;
+  call?: string;
+}
+
+function mib(bytes: number): string {
+  return `${(bytes / 2 ** 20).toFixed(2)} MiB`;
+}
+
+/** An allocation did not fit: on the device (`cudaMalloc`) or under an allocator's limit. */
+export class OutOfMemoryError extends CudaError {
+  requestedBytes: number;
+  roundedBytes: number;
+  device: number;
+  limitBytes: number;
+  limitSource: string;
+  bytesInUse: number;
+  poolBytes: number;
+  largestFreeBlock: number;
+  fragmentation: number;
+  deviceFree: number;
+  deviceTotal: number;
+  constructor(details: OutOfMemoryDetails) {
+    const message =
+      details.message ??
+      `CUDA out of memory on device ${details.device}: tried to allocate ` +
+        `${mib(details.requestedBytes)} (${details.requestedBytes} bytes); the device has ` +
+        `${mib(details.deviceFree)} free of ${mib(details.deviceTotal)}.`;
+    super(message, { code: 'cudaErrorMemoryAllocation', cudaCode: 2, call: details.call ?? 'cudaMalloc' });
+    this.name = 'OutOfMemoryError';
+    this.requestedBytes = details.requestedBytes;
+    this.roundedBytes = details.roundedBytes ?? details.requestedBytes;
+    this.device = details.device;
+    this.limitBytes = details.limitBytes ?? 0;
+    this.limitSource = details.limitSource ?? '';
+    this.bytesInUse = details.bytesInUse ?? 0;
+    this.poolBytes = details.poolBytes ?? 0;
+    this.largestFreeBlock = details.largestFreeBlock ?? 0;
+    this.fragmentation = details.fragmentation ?? 0;
+    this.deviceFree = details.deviceFree;
+    this.deviceTotal = details.deviceTotal;
+  }
+}
+
+/** CUDA cannot be used here; `reason` says why (see {@link status}). */
+export class CudaUnavailableError extends Error {
+  code = 'ERR_CUDA_UNAVAILABLE';
+  reason: UnavailableReason;
+  constructor(reason: UnavailableReason, message: string) {
+    super(`CUDA is not available (${reason}): ${message}`);
+    this.name = 'CudaUnavailableError';
+    this.reason = reason;
+  }
+}
+
+/**
+ * Builds the TypeError/RangeError for a bad argument, naming it, what was expected and what was
+ * given (in the manner of sharp's invalidParameterError).
+ */
+export function invalidArgument(
+  name: string,
+  expected: string,
+  actual: unknown,
+  Kind: typeof TypeError | typeof RangeError = TypeError,
+): Error {
+  return new Kind(`Expected ${expected} for ${name} but received ${describe(actual)}`);
+}
+
+/** A short, safe description of any value for error messages. */
+export function describe(value: unknown): string {
+  if (value === null) return 'null';
+  if (value === undefined) return 'undefined';
+  if (typeof value === 'string') return `the string ${JSON.stringify(value.length > 40 ? value.slice(0, 40) + '…' : value)}`;
+  if (typeof value === 'number' || typeof value === 'boolean' || typeof value === 'bigint')
+    return `${typeof value} ${String(value)}${typeof value === 'bigint' ? 'n' : ''}`;
+  if (typeof value === 'function') return 'a function';
+  if (typeof value === 'symbol') return 'a symbol';
+  if (Array.isArray(value)) return `an array of length ${value.length}`;
+  const name = (value as object).constructor?.name;
+  return name ? `an instance of ${name}` : 'an object';
+}

@@ -1,0 +1,34 @@
+/**
+ * cuda-memory: CUDA device memory, pinned host memory and the copies between them and Node
+ * buffers; a transfer benchmark; pool allocators with TensorFlow's memory policies.
+ *
+ * `require('cuda-memory')` never throws: without CUDA, {@link status} says why and every GPU
+ * call throws {@link CudaUnavailableError}.
+ * @packageDocumentation
+ */
+export { CudaError, OutOfMemoryError, CudaUnavailableError } from './errors';
+export type { UnavailableReason, OutOfMemoryDetails } from './errors';
+export { status, devices, memGetInfo, formatCudaVersion } from './discovery';
+export type { CudaStatus, DeviceInfo, PcieLink } from './discovery';
+export { DeviceBuffer, PinnedBuffer, RegisteredBuffer, registerHost } from './memory';
+export type { Memory, DeviceAllocOptions, PinnedAllocOptions, RegisterOptions } from './memory';
+export { copy, copyAsync, memset, configureStaging } from './copy';
+export type { CopyOptions, CopyStrategy, MemsetOptions, StagingSettings } from './copy';
+export { Stream, Event } from './stream';
+export { createAllocator, Allocator, allocatorOptionsFromEnv, createPinnedPool, PinnedPool, PooledPinnedBuffer } from './allocator';
+export type { AllocatorOptions, AllocatorStats, RegionInfo, SimulatedDevice, EnvAllocatorOptions, PinnedPoolOptions, PinnedPoolStats } from './allocator';
+export { parseSize, parseSizeList, formatBytes, formatRate } from './units';
+export { runTransferBenchmark } from './bench/transfer';
+export type { TransferBenchmarkOptions, TransferReport, TransferResult, TransferMode, Direction } from './bench/transfer';
+export { runDoctor } from './bench/doctor';
+export type { DoctorOptions, DoctorReport, DoctorCheck } from './bench/doctor';
+export { parseGate, evaluateGates } from './bench/gates';
+export type { Gate, GateResult } from './bench/gates';
+export { summarize } from './bench/stats';
+export type { SampleSummary } from './bench/stats';
+
+import { native } from './native';
+/** Buffers and handles this thread's addon instance still holds (for leak checks). */
+export function liveHandleCount(): number {
+  return native.liveCount();
+}

@@ -1,0 +1,304 @@
+/**
+ * Device memory, pinned host memory and page-locked Node buffers. Every buffer has an explicit,
+ * idempotent free() and [Symbol.dispose]; garbage collection frees only what was forgotten.
+ */
+import { CudaError, CudaUnavailableError, describe as describeValue } from './errors';
+import { native } from './native';
+import { checkBoolean, checkDevice, checkOptions, checkSize } from './validate';
+import { status } from './discovery';
+
+// The safety net for forgotten device buffers. A JS FinalizationRegistry costs about 0.3 µs per
+// buffer where a native finalizer costs about 0.7, which matters for pooled allocations.
+const forgotten = new FinalizationRegistry<number>((handle) => {
+  try {
+    native.free(handle);
+  } catch {
+    // A finalizer never throws.
+  }
+});
+
+/** @internal Throws the error every use of a freed buffer gets. */
+export function freedError(what: string): CudaError {
+  return new CudaError(`${what} was freed and can no longer be used`, { code: 'ERR_BUFFER_FREED', call: what });
+}
+
+function deviceCount(): number | undefined {
+  const st = status();
+  return st.available ? st.deviceCount : undefined;
+}
+
+function requireAvailable(): void {
+  const st = status();
+  if (!st.available) throw new CudaUnavailableError(st.reason as never, st.message);
+}
+
+/** Options of {@link DeviceBuffer.alloc}. */
+export interface DeviceAllocOptions {
+  /** Device index; default 0. */
+  device?: number;
+}
+
+/** Memory on a CUDA device (`cudaMalloc`), or a block carved from an allocator's pool. */
+export class DeviceBuffer {
+  /** @internal */ _h: number;
+  /** Size in bytes, as requested. */
+  readonly byteLength: number;
+  /** The device the memory is on. */
+  readonly device: number;
+  /** True for blocks of an allocator on a simulated device: they have no memory behind them. */
+  readonly simulated: boolean;
+  /** @internal */ _owner: object | null;
+  private _freed = false;
+
+  /** @internal Use {@link DeviceBuffer.alloc} or an allocator's alloc(). */
+  constructor(handle: number, byteLength: number, device: number, simulated: boolean, owner: object | null) {
+    this._h = handle;
+    this.byteLength = byteLength;
+    this.device = device;
+    this.simulated = simulated;
+    this._owner = owner;
+    forgotten.register(this, handle, this);
+  }
+
+  /** Allocates `bytes` of device memory with cudaMalloc. Throws OutOfMemoryError when it does not fit. */
+  static alloc(bytes: number, options?: DeviceAllocOptions): DeviceBuffer {
+    const n = checkSize('bytes', bytes, 1);
+    const o = checkOptions<DeviceAllocOptions>('options', options);
+    const device = checkDevice(o.device, deviceCount());
+    requireAvailable();
+    return new DeviceBuffer(native.deviceAlloc(n, device), n, device, false, null);
+  }
+
+  /** True once freed. */
+  get freed(): boolean {
+    return this._freed;
+  }
+
+  /** The device address, for interop with other CUDA code. */
+  get address(): bigint {
+    if (this._freed) throw freedError('buffer');
+    return native.handleInfo(this._h).address as bigint;
+  }
+
+  /** Frees the memory now (or, for an allocator's block, returns it to the pool). Idempotent. */
+  free(): void {
+    if (this._freed) return;
+    this._freed = true;
+    forgotten.unregister(this);
+    native.free(this._h);
+  }
+
+  [Symbol.dispose](): void {
+    this.free();
+  }
+
+  /** @internal */ get [Symbol.toStringTag](): string {
+    return 'DeviceBuffer';
+  }
+}
+
+/** Options of {@link PinnedBuffer.alloc} (the flags of cudaHostAlloc). */
+export interface PinnedAllocOptions {
+  /** Pinned for every CUDA context, not only the device's (cudaHostAllocPortable). */
+  portable?: boolean;
+  /** Mapped into the device's address space (cudaHostAllocMapped): "shared GPU memory". */
+  mapped?: boolean;
+  /** Write-combined: faster host-to-device, very slow to read from the CPU (cudaHostAllocWriteCombined). */
+  writeCombined?: boolean;
+  /** Device whose context pins it; default 0. */
+  device?: number;
+}
+
+const FLAG_PORTABLE = 1;
+const FLAG_MAPPED = 2;
+const FLAG_WRITE_COMBINED = 4;
+
+/**
+ * Page-locked host memory. `bytes` is a Uint8Array over the pinned memory itself: writes to it
+ * are what a copy to the device reads. After free() every view over it is emptied (detached).
+ */
+export class PinnedBuffer {
+  /** @internal */ _h: number;
+  /** The pinned memory. */
+  readonly bytes: Uint8Array;
+  readonly byteLength: number;
+  readonly device: number;
+  readonly portable: boolean;
+  readonly mapped: boolean;
+  readonly writeCombined: boolean;
+  /**
+   * How the memory was pinned: `cudaHostAlloc`, or `cudaHostRegister` of a V8-owned buffer in
+   * runtimes that refuse external ArrayBuffers (Electron's V8 sandbox).
+   */
+  readonly pinnedBy: 'cudaHostAlloc' | 'cudaHostRegister';
+  private _freed = false;
+
+  /** @internal */
+  constructor(handle: number, bytes: Uint8Array, device: number, flags: number, pinnedBy: PinnedBuffer['pinnedBy']) {
+    this._h = handle;
+    this.bytes = bytes;
+    this.byteLength = bytes.byteLength;
+    this.device = device;
+    this.portable = (flags & FLAG_PORTABLE) !== 0;
+    this.mapped = (flags & FLAG_MAPPED) !== 0;
+    this.writeCombined = (flags & FLAG_WRITE_COMBINED) !== 0;
+    this.pinnedBy = pinnedBy;
+    if (pinnedBy === 'cudaHostRegister') forgotten.register(this, handle, this);
+  }
+
+  /** Allocates `bytes` of pinned host memory (cudaHostAlloc). */
+  static alloc(bytes: number, options?: PinnedAllocOptions): PinnedBuffer {
+    const n = checkSize('bytes', bytes, 1);
+    const o = checkOptions<PinnedAllocOptions>('options', options);
+    const flags =
+      (checkBoolean('options.portable', o.portable, false) ? FLAG_PORTABLE : 0) |
+      (checkBoolean('options.mapped', o.mapped, false) ? FLAG_MAPPED : 0) |
+      (checkBoolean('options.writeCombined', o.writeCombined, false) ? FLAG_WRITE_COMBINED : 0);
+    const device = checkDevice(o.device, deviceCount());
+    requireAvailable();
+    if (!externalBuffersRefused()) {
+      try {
+        const [h, ab] = native.pinnedAlloc(n, flags, device);
+        return new PinnedBuffer(h, new Uint8Array(ab), device, flags, 'cudaHostAlloc');
+      } catch (e) {
+        if ((e as { code?: string }).code !== 'ERR_EXTERNAL_BUFFERS_NOT_ALLOWED') throw e;
+        externalRefused = true;
+      }
+    }
+    // The runtime will not wrap foreign memory in an ArrayBuffer: pin a V8-owned one instead.
+    if (flags & FLAG_WRITE_COMBINED)
+      throw new CudaError('writeCombined pinned memory needs external ArrayBuffers, which this runtime refuses', {
+        code: 'ERR_EXTERNAL_BUFFERS_NOT_ALLOWED',
+        call: 'cudaHostAlloc',
+      });
+    const view = new Uint8Array(new ArrayBuffer(n));
+    const h = native.registerHost(view, flags & (FLAG_PORTABLE | FLAG_MAPPED), device);
+    return new PinnedBuffer(h, view, device, flags & ~FLAG_WRITE_COMBINED, 'cudaHostRegister');
+  }
+
+  get freed(): boolean {
+    return this._freed;
+  }
+
+  /** The address the GPU uses for mapped memory (null unless `mapped`). */
+  get devicePointer(): bigint | null {
+    if (this._freed) throw freedError('buffer');
+    return (native.handleInfo(this._h).devicePointer as bigint | null) ?? null;
+  }
+
+  /** Unpins and frees the memory; every view over it becomes empty. Idempotent. */
+  free(): void {
+    if (this._freed) return;
+    this._freed = true;
+    if (this.pinnedBy === 'cudaHostRegister') forgotten.unregister(this);
+    native.free(this._h);
+  }
+
+  [Symbol.dispose](): void {
+    this.free();
+  }
+}
+
+let externalRefused = false;
+/** @internal True when pinned buffers must be V8-owned and registered (see PinnedBuffer.pinnedBy). */
+export function externalBuffersRefused(): boolean {
+  return externalRefused || process.env.CUDA_MEMORY_NO_EXTERNAL_BUFFERS === '1';
+}
+
+/** Options of {@link registerHost}. */
+export interface RegisterOptions {
+  portable?: boolean;
+  mapped?: boolean;
+  device?: number;
+}
+
+/**
+ * A Node buffer page-locked in place with cudaHostRegister. Copies from and to it run at pinned
+ * speed. The buffer is kept alive while registered; call unregister() when done.
+ */
+export class RegisteredBuffer {
+  /** @internal */ _h: number;
+  /** The registered memory. */
+  readonly view: ArrayBufferView;
+  readonly byteLength: number;
+  readonly device: number;
+  private _freed = false;
+
+  /** @internal */
+  constructor(handle: number, view: ArrayBufferView, device: number) {
+    this._h = handle;
+    this.view = view;
+    this.byteLength = view.byteLength;
+    this.device = device;
+    forgotten.register(this, handle, this);
+  }
+
+  get freed(): boolean {
+    return this._freed;
+  }
+
+  /** Unpins the memory (cudaHostUnregister). Idempotent. */
+  unregister(): void {
+    if (this._freed) return;
+    this._freed = true;
+    forgotten.unregister(this);
+    native.free(this._h);
+  }
+
+  /** Same as unregister(). */
+  free(): void {
+    this.unregister();
+  }
+
+  [Symbol.dispose](): void {
+    this.unregister();
+  }
+}
+
+/** Page-locks an existing ArrayBuffer, SharedArrayBuffer or view in place (cudaHostRegister). */
+export function registerHost(memory: ArrayBufferLike | ArrayBufferView, options?: RegisterOptions): RegisteredBuffer {
+  let view: ArrayBufferView;
+  if (ArrayBuffer.isView(memory)) view = memory;
+  else if (memory instanceof ArrayBuffer || (typeof SharedArrayBuffer !== 'undefined' && memory instanceof SharedArrayBuffer))
+    view = new Uint8Array(memory);
+  else throw new TypeError(`Expected an ArrayBuffer, SharedArrayBuffer or ArrayBuffer view for memory but received ${describeValue(memory)}`);
+  if (view.byteLength === 0) throw new RangeError('Expected a non-empty buffer for memory but received one of 0 bytes');
+  const o = checkOptions<RegisterOptions>('options', options);
+  const flags = (checkBoolean('options.portable', o.portable, false) ? FLAG_PORTABLE : 0) | (checkBoolean('options.mapped', o.mapped, false) ? FLAG_MAPPED : 0);
+  const device = checkDevice(o.device, deviceCount());
+  requireAvailable();
+  return new RegisteredBuffer(native.registerHost(view, flags, device), view, device);
+}
+
+/** @internal Implemented by memory lent from a pool (a pinned block used at a shorter length). */
+export const kLentMemory = Symbol('cuda-memory.lent');
+/** @internal */
+export interface LentMemory {
+  [kLentMemory](): { buffer: PinnedBuffer; byteLength: number; freed: boolean };
+}
+
+/** Anything copy() accepts as a source or destination. */
+export type Memory = DeviceBuffer | PinnedBuffer | RegisteredBuffer | LentMemory | ArrayBuffer | SharedArrayBuffer | ArrayBufferView;
+
+/** @internal Resolves a Memory to what the addon takes (a handle or a view) and its length. */
+export function resolveMemory(name: string, m: unknown): { target: number | ArrayBufferView; length: number; device: boolean; buffer: object } {
+  if (m instanceof DeviceBuffer) {
+    if (m.freed) throw freedError(name);
+    return { target: m._h, length: m.byteLength, device: true, buffer: m };
+  }
+  if (m instanceof PinnedBuffer || m instanceof RegisteredBuffer) {
+    if (m.freed) throw freedError(name);
+    return { target: m._h, length: m.byteLength, device: false, buffer: m };
+  }
+  if (ArrayBuffer.isView(m)) return { target: m, length: m.byteLength, device: false, buffer: m };
+  if (m !== null && typeof m === 'object' && kLentMemory in m) {
+    const lent = (m as LentMemory)[kLentMemory]();
+    if (lent.freed) throw freedError(name);
+    return { target: lent.buffer._h, length: lent.byteLength, device: false, buffer: lent.buffer };
+  }
+  if (m instanceof ArrayBuffer || (typeof SharedArrayBuffer !== 'undefined' && m instanceof SharedArrayBuffer))
+    return { target: new Uint8Array(m), length: m.byteLength, device: false, buffer: m };
+  throw new TypeError(
+    `Expected a DeviceBuffer, PinnedBuffer, RegisteredBuffer, ArrayBuffer, SharedArrayBuffer or ArrayBuffer view for ${name} but received ${describeValue(m)}`,
+  );
+}

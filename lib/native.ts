@@ -1,0 +1,112 @@
+/**
+ * Loads the addon. Loading never throws: if the addon is missing or fails to load, a stand-in
+ * reports why through status(), and every GPU call throws CudaUnavailableError.
+ */
+import * as path from 'path';
+import { CudaError, CudaUnavailableError, OutOfMemoryError } from './errors';
+
+/** The native exports; `test/exports.test.js` checks this list against the addon. */
+export interface NativeBinding {
+  init(classes: object): void;
+  status(): {
+    available: boolean;
+    reason: string | null;
+    message: string;
+    deviceCount: number;
+    driverVersion: number;
+    runtimeVersion: number;
+    builtWithCuda: boolean;
+  };
+  devices(): any[];
+  memGetInfo(device: number): { free: number; total: number };
+  deviceAlloc(bytes: number, device: number): number;
+  pinnedAlloc(bytes: number, flags: number, device: number): [number, ArrayBuffer];
+  registerHost(view: ArrayBufferView, flags: number, device: number): number;
+  free(handle: number): boolean;
+  handleInfo(handle: number): { address?: bigint; devicePointer?: bigint | null; released: boolean; simulated?: boolean };
+  liveCount(): number;
+  copy(dst: unknown, dstOffset: number, src: unknown, srcOffset: number, n: number, strategy?: string, stream?: unknown): void;
+  copyAsync(dst: unknown, dstOffset: number, src: unknown, srcOffset: number, n: number, strategy?: string, stream?: unknown): Promise<void>;
+  memset(target: unknown, offset: number, n: number, value: number): void;
+  configureStaging(options?: object): { chunkBytes: number; slots: number; threads: number; autoThreshold: number };
+  streamCreate(device: number, nonBlocking: boolean): unknown;
+  streamSynchronize(s: unknown): void;
+  streamQuery(s: unknown): boolean;
+  streamDestroy(s: unknown): boolean;
+  eventCreate(device: number, timing: boolean): unknown;
+  eventRecord(e: unknown, s?: unknown): void;
+  eventSynchronize(e: unknown): void;
+  eventQuery(e: unknown): boolean;
+  eventElapsed(a: unknown, b: unknown): number;
+  eventDestroy(e: unknown): boolean;
+  createAllocator(options: object): unknown;
+  allocatorAlloc(a: unknown, bytes: number): number;
+  allocatorStats(a: unknown): any;
+  allocatorRegions(a: unknown): any[];
+  allocatorInfo(a: unknown): any;
+  allocatorResetPeak(a: unknown): void;
+  allocatorEmptyCache(a: unknown): number;
+  allocatorClose(a: unknown, force: boolean): number;
+  timeCopy(dst: unknown, src: unknown, bytes: number, warmup: number, iterations: number, timing: string, strategy?: string): Float64Array;
+  timeBidirectional(a: unknown, b: unknown, c: unknown, d: unknown, bytes: number, warmup: number, iterations: number, timing: string): Float64Array;
+  timeRawPinned(bytes: number, warmup: number, iterations: number, direction: string, device: number): Float64Array;
+  timeRawAlloc(kind: string, bytes: number, iterations: number, device: number): Float64Array;
+  timeHostRegister(view: ArrayBufferView, iterations: number): Float64Array;
+}
+
+/** The names every build of the addon exports. */
+export const NATIVE_EXPORTS = [
+  'init', 'status', 'devices', 'memGetInfo', 'deviceAlloc', 'pinnedAlloc', 'registerHost', 'free',
+  'handleInfo', 'liveCount', 'copy', 'copyAsync', 'memset', 'configureStaging', 'streamCreate',
+  'streamSynchronize', 'streamQuery', 'streamDestroy', 'eventCreate', 'eventRecord',
+  'eventSynchronize', 'eventQuery', 'eventElapsed', 'eventDestroy', 'createAllocator',
+  'allocatorAlloc', 'allocatorStats', 'allocatorRegions', 'allocatorInfo', 'allocatorResetPeak',
+  'allocatorEmptyCache', 'allocatorClose', 'timeCopy', 'timeBidirectional', 'timeRawPinned',
+  'timeRawAlloc', 'timeHostRegister',
+] as const;
+
+function candidates(): string[] {
+  const root = path.join(__dirname, '..');
+  const env = process.env.CUDA_MEMORY_ADDON;
+  if (env) return [path.resolve(env)];
+  return [path.join(root, 'build', 'Release', 'cuda_memory.node'), path.join(root, 'build-cmake', 'Release', 'cuda_memory.node'), path.join(root, 'build', 'Debug', 'cuda_memory.node')];
+}
+
+function unloaded(reason: string): NativeBinding {
+  const unavailable = () => {
+    throw new CudaUnavailableError('ADDON_NOT_LOADED', reason);
+  };
+  const stub: Record<string, unknown> = {};
+  for (const name of NATIVE_EXPORTS) stub[name] = unavailable;
+  stub.init = () => undefined;
+  stub.status = () => ({ available: false, reason: 'ADDON_NOT_LOADED', message: reason, deviceCount: 0, driverVersion: 0, runtimeVersion: 0, builtWithCuda: false });
+  stub.liveCount = () => 0;
+  return stub as unknown as NativeBinding;
+}
+
+function load(): { binding: NativeBinding; path: string | null } {
+  const errors: string[] = [];
+  for (const file of candidates()) {
+    try {
+      // eslint-disable-next-line @typescript-eslint/no-var-requires
+      const binding = require(file) as NativeBinding;
+      binding.init({ CudaError, OutOfMemoryError, CudaUnavailableError });
+      return { binding, path: file };
+    } catch (e) {
+      errors.push(`${file}: ${(e as Error).message.split('\n')[0]}`);
+    }
+  }
+  return { binding: unloaded(`the native addon could not be loaded (run npm install or npm run build): ${errors.join('; ')}`), path: null };
+}
+
+const loaded = load();
+/** The loaded addon (or the stand-in). */
+export const native: NativeBinding = loaded.binding;
+/** Where the addon was loaded from, or null. */
+export const addonPath: string | null = loaded.path;
+
+/** Throws CudaUnavailableError unless a CUDA device can be used. */
+export function requireCuda(): void {
+  const st = native.status();
+  if (!st.available) throw new CudaUnavailableError(st.reason as never, st.message);
+}

@@ -1,0 +1,71 @@
+/** Sizes and rates for people: binary units for bytes, decimal GB/s for rates. */
+
+const UNITS: Record<string, number> = {
+  b: 1, '': 1,
+  k: 1024, kb: 1000, kib: 1024,
+  m: 2 ** 20, mb: 1e6, mib: 2 ** 20,
+  g: 2 ** 30, gb: 1e9, gib: 2 ** 30,
+  t: 2 ** 40, tb: 1e12, tib: 2 ** 40,
+};
+
+/** Parses "64MiB", "1.5GiB", "4096", "4k" (k, m, g alone are binary; kB, MB, GB decimal). */
+export function parseSize(text: string | number): number {
+  if (typeof text === 'number') {
+    if (!Number.isSafeInteger(text) || text < 0) throw new RangeError(`Expected a non-negative integer size but received ${text}`);
+    return text;
+  }
+  const m = /^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$/.exec(String(text));
+  const unit = m ? UNITS[m[2].toLowerCase()] : undefined;
+  if (!m || unit === undefined) throw new RangeError(`Expected a size such as 4096, 64KiB, 256MiB or 1GiB but received ${JSON.stringify(text)}`);
+  const value = Number(m[1]) * unit;
+  if (!Number.isSafeInteger(Math.round(value))) throw new RangeError(`size ${JSON.stringify(text)} is too large`);
+  return Math.round(value);
+}
+
+/**
+ * Parses a size list: "4KiB,64MiB,1GiB", or a power-of-two range "4KiB..1GiB" (each size
+ * doubling), or a mix of both.
+ */
+export function parseSizeList(text: string): number[] {
+  const out: number[] = [];
+  for (const part of text.split(',').map((s) => s.trim()).filter(Boolean)) {
+    const range = part.split('..');
+    if (range.length === 2) {
+      const lo = parseSize(range[0]);
+      const hi = parseSize(range[1]);
+      if (lo < 1 || hi < lo) throw new RangeError(`Expected a range low..high with 1 <= low <= high but received ${JSON.stringify(part)}`);
+      for (let s = lo; s <= hi; s *= 2) out.push(s);
+    } else if (range.length === 1) {
+      const s = parseSize(part);
+      if (s < 1) throw new RangeError(`Expected sizes of at least 1 byte but received ${JSON.stringify(part)}`);
+      out.push(s);
+    } else {
+      throw new RangeError(`Expected a size or a range low..high but received ${JSON.stringify(part)}`);
+    }
+  }
+  if (out.length === 0) throw new RangeError('Expected at least one size');
+  return [...new Set(out)].sort((a, b) => a - b);
+}
+
+/** "256 MiB", "1.50 GiB", "512 B": binary units. */
+export function formatBytes(bytes: number): string {
+  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+  let v = bytes;
+  let i = 0;
+  while (Math.abs(v) >= 1024 && i < units.length - 1) {
+    v /= 1024;
+    i++;
+  }
+  const text = Number.isInteger(v) ? String(v) : v.toFixed(2);
+  return `${text} ${units[i]}`;
+}
+
+/** Decimal GB/s of `bytes` moved in `seconds`. */
+export function gbps(bytes: number, seconds: number): number {
+  return bytes / seconds / 1e9;
+}
+
+/** "54.52 GB/s" */
+export function formatRate(gbPerSecond: number): string {
+  return `${gbPerSecond.toFixed(gbPerSecond >= 100 ? 1 : 2)} GB/s`;
+}

@@ -1,0 +1,45 @@
+/** Argument checks that run before anything reaches CUDA; each names the argument. */
+import { invalidArgument } from './errors';
+
+/** Checks a byte count: a non-negative safe integer (a number or bigint), at least `min`. */
+export function checkSize(name: string, value: unknown, min = 0): number {
+  let n: number;
+  if (typeof value === 'bigint') {
+    if (value < BigInt(min) || value > BigInt(Number.MAX_SAFE_INTEGER))
+      throw invalidArgument(name, `an integer from ${min} to 2^53-1`, value, RangeError);
+    n = Number(value);
+  } else if (typeof value === 'number') {
+    if (!Number.isFinite(value) || !Number.isInteger(value) || value < min || value > Number.MAX_SAFE_INTEGER)
+      throw invalidArgument(name, `an integer from ${min} to 2^53-1`, value, RangeError);
+    n = value;
+  } else {
+    throw invalidArgument(name, 'a number of bytes', value);
+  }
+  return n;
+}
+
+/** Checks a device index against the device count when one is known. */
+export function checkDevice(value: unknown, deviceCount?: number): number {
+  if (value === undefined) return 0;
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < 0)
+    throw invalidArgument('device', 'a non-negative integer device index', value, typeof value === 'number' ? RangeError : TypeError);
+  if (deviceCount !== undefined && deviceCount > 0 && value >= deviceCount)
+    throw new RangeError(
+      `Expected a device index from 0 to ${deviceCount - 1} for device but received ${value} ` +
+        `(this machine has ${deviceCount} CUDA device${deviceCount === 1 ? '' : 's'})`,
+    );
+  return value;
+}
+
+/** Checks that `options` is undefined or a plain object. */
+export function checkOptions<T extends object>(name: string, value: unknown): Partial<T> {
+  if (value === undefined || value === null) return {};
+  if (typeof value !== 'object' || Array.isArray(value)) throw invalidArgument(name, 'an options object', value);
+  return value as Partial<T>;
+}
+
+export function checkBoolean(name: string, value: unknown, fallback: boolean): boolean {
+  if (value === undefined) return fallback;
+  if (typeof value !== 'boolean') throw invalidArgument(name, 'a boolean', value);
+  return value;
+}

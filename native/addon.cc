@@ -1,0 +1,42 @@
+// Registers the addon's exports; each concern lives in its own file.
+#include <napi.h>
+
+#include "allocator.h"
+#include "bench.h"
+#include "common.h"
+#include "copy.h"
+#include "discovery.h"
+#include "memory.h"
+#include "streams.h"
+
+namespace {
+
+// init({CudaError, OutOfMemoryError, CudaUnavailableError}): the JS error classes that native
+// code constructs, so every error carries the library's types and `code`.
+Napi::Value Init(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  cm::Instance& inst = cm::GetInstance(env);
+  Napi::Object o = info[0].As<Napi::Object>();
+  inst.cuda_error = Napi::Persistent(o.Get("CudaError").As<Napi::Function>());
+  inst.oom_error = Napi::Persistent(o.Get("OutOfMemoryError").As<Napi::Function>());
+  inst.unavailable_error = Napi::Persistent(o.Get("CudaUnavailableError").As<Napi::Function>());
+  return env.Undefined();
+}
+
+Napi::Object RegisterExports(Napi::Env env, Napi::Object exports) {
+  env.SetInstanceData<cm::Instance>(new cm::Instance());
+  // A worker thread that exits with live buffers frees them here.
+  env.AddCleanupHook([env]() { cm::ReleaseAllLive(env); });
+  exports.Set("init", Napi::Function::New(env, Init, "init"));
+  cm::InitDiscovery(env, exports);
+  cm::InitMemory(env, exports);
+  cm::InitCopy(env, exports);
+  cm::InitStreams(env, exports);
+  cm::InitAllocator(env, exports);
+  cm::InitBench(env, exports);
+  return exports;
+}
+
+}  // namespace
+
+NODE_API_MODULE(cuda_memory, RegisterExports)

@@ -1,0 +1,292 @@
+#include "allocator.h"
+
+#include <vector>
+
+#include "core/policy.h"
+
+namespace cm {
+
+namespace {
+constexpr napi_type_tag kPoolTag = {0x51e0c7a93b2d4f86ull, 0x0f6b2a9d8e4c7135ull};
+using PoolRef = std::shared_ptr<PoolBinding>;
+}  // namespace
+
+CudaUpstream::CudaUpstream(int device) : device_(device) {
+  cudaDeviceProp p{};
+  if (cudaGetDeviceProperties(&p, device) == cudaSuccess) {
+    major_ = p.major;
+    minor_ = p.minor;
+  }
+  (void)cudaGetLastError();
+}
+
+core::UpstreamStatus CudaUpstream::Allocate(size_t bytes, uint64_t* address) {
+  void* p = nullptr;
+  cudaError_t err = cudaSetDevice(device_);
+  if (err == cudaSuccess) err = cudaMalloc(&p, bytes);
+  if (err == cudaSuccess) {
+    *address = reinterpret_cast<uintptr_t>(p);
+    return core::UpstreamStatus::Ok();
+  }
+  (void)cudaGetLastError();
+  return {err == cudaErrorMemoryAllocation ? core::UpstreamStatus::kOutOfMemory
+                                           : core::UpstreamStatus::kError,
+          static_cast<int>(err), "cudaMalloc"};
+}
+
+void CudaUpstream::Deallocate(uint64_t address, size_t) noexcept {
+  cudaSetDevice(device_);
+  cudaFree(reinterpret_cast<void*>(static_cast<uintptr_t>(address)));
+  (void)cudaGetLastError();
+}
+
+core::MemInfo CudaUpstream::GetMemInfo() {
+  size_t free_b = 0, total_b = 0;
+  cudaSetDevice(device_);
+  cudaMemGetInfo(&free_b, &total_b);
+  (void)cudaGetLastError();
+  return {free_b, total_b};
+}
+
+void ReleasePoolBlock(Allocation* a) noexcept {
+  if (a->pool && !a->pool->closed && a->pool->pool && a->block)
+    a->pool->pool->Free(static_cast<core::Pool::Chunk*>(a->block));
+  a->block = nullptr;
+  a->pool.reset();
+}
+
+namespace {
+
+PoolBinding* UnwrapPool(Napi::Env env, Napi::Value v) {
+  if (!v.IsExternal() || !v.As<Napi::Object>().CheckTypeTag(&kPoolTag))
+    ThrowType(env, "allocator must be an allocator handle of this library");
+  PoolBinding* p = v.As<Napi::External<PoolRef>>().Data()->get();
+  if (p->closed) {
+    Napi::Error e = Napi::Error::New(env, "the allocator was closed and can no longer be used");
+    e.Set("code", "ERR_ALLOCATOR_CLOSED");
+    throw e;
+  }
+  return p;
+}
+
+Napi::Value OomError(Napi::Env env, const core::OomInfo& oom) {
+  Napi::Object d = Napi::Object::New(env);
+  d.Set("message", oom.Message());
+  d.Set("requestedBytes", static_cast<double>(oom.requested));
+  d.Set("roundedBytes", static_cast<double>(oom.rounded));
+  d.Set("device", oom.device);
+  d.Set("limitBytes", static_cast<double>(oom.limit));
+  d.Set("limitSource", oom.limit_source);
+  d.Set("bytesInUse", static_cast<double>(oom.bytes_in_use));
+  d.Set("poolBytes", static_cast<double>(oom.pool_bytes));
+  d.Set("largestFreeBlock", static_cast<double>(oom.largest_free_block));
+  d.Set("fragmentation", oom.fragmentation);
+  d.Set("deviceFree", static_cast<double>(oom.device_free));
+  d.Set("deviceTotal", static_cast<double>(oom.device_total));
+  d.Set("simulated", oom.simulated);
+  d.Set("call", "allocator.alloc");
+  return GetInstance(env).oom_error.New({d});
+}
+
+[[noreturn]] void ThrowUpstream(Napi::Env env, const core::UpstreamError& e) {
+  ThrowCuda(env, static_cast<cudaError_t>(e.status.code), e.status.call);
+}
+
+double Opt(Napi::Object o, const char* key, double fallback) {
+  Napi::Value v = o.Get(key);
+  return v.IsNumber() ? v.As<Napi::Number>().DoubleValue() : fallback;
+}
+
+// createAllocator({device, allowGrowth, memoryFraction?, memoryLimit?, garbageCollection,
+//                  simulate?: {totalBytes, freeBytes, ccMajor, ccMinor}})
+Napi::Value CreateAllocator(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!info[0].IsObject()) ThrowType(env, "options must be an object");
+  Napi::Object o = info[0].As<Napi::Object>();
+  int device = ReadInt(env, o.Get("device"), "options.device", 0, 1 << 20);
+  auto binding = std::make_shared<PoolBinding>();
+  Napi::Value sim = o.Get("simulate");
+  if (sim.IsObject()) {
+    Napi::Object s = sim.As<Napi::Object>();
+    uint64_t total = ReadSize(env, s.Get("totalBytes"), "simulate.totalBytes");
+    uint64_t free_b = ReadSize(env, s.Get("freeBytes"), "simulate.freeBytes");
+    if (free_b > total) ThrowRange(env, "simulate.freeBytes must not exceed simulate.totalBytes");
+    binding->upstream = std::make_unique<core::SimulatedUpstream>(
+        total, free_b, static_cast<int>(Opt(s, "ccMajor", 9)), static_cast<int>(Opt(s, "ccMinor", 0)),
+        device);
+  } else {
+    CheckDevice(env, device);
+    binding->upstream = std::make_unique<CudaUpstream>(device);
+  }
+  core::PolicyOptions policy;
+  if (o.Get("memoryFraction").IsNumber()) policy.memory_fraction = Opt(o, "memoryFraction", 0);
+  if (!o.Get("memoryLimit").IsUndefined() && !o.Get("memoryLimit").IsNull())
+    policy.memory_limit = ReadSize(env, o.Get("memoryLimit"), "memoryLimit");
+  core::MemInfo mi = binding->upstream->GetMemInfo();
+  core::ResolvedLimit limit;
+  try {
+    limit = core::ResolveLimit(policy, mi, binding->upstream->ccMajor(),
+                               binding->upstream->ccMinor());
+  } catch (const std::invalid_argument& e) {
+    ThrowRange(env, e.what());
+  }
+  core::PoolOptions po;
+  po.limit = limit.bytes;
+  po.limit_source = limit.source;
+  po.allow_growth = o.Get("allowGrowth").ToBoolean();
+  po.garbage_collection = !o.Get("garbageCollection").IsBoolean() ||
+                          o.Get("garbageCollection").ToBoolean();
+  binding->allow_growth = po.allow_growth;
+  try {
+    binding->pool = std::make_unique<core::Pool>(binding->upstream.get(), po);
+  } catch (const core::OomInfo& oom) {
+    ThrowValue(env, OomError(env, oom));
+  } catch (const core::UpstreamError& e) {
+    ThrowUpstream(env, e);
+  }
+  Napi::External<PoolRef> ext = Napi::External<PoolRef>::New(
+      env, new PoolRef(binding), [](Napi::Env, PoolRef* ref) {
+        // The pool's regions go back when the last block handle lets go of it too.
+        if (ref->use_count() == 1 && !(*ref)->closed) {
+          (*ref)->closed = true;
+          (*ref)->pool.reset();
+        }
+        delete ref;
+      });
+  ext.TypeTag(&kPoolTag);
+  return ext;
+}
+
+Napi::Value AllocatorAlloc(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  PoolBinding* p = UnwrapPool(env, info[0]);
+  uint64_t bytes = ReadSize(env, info[1], "bytes");
+  if (bytes == 0) ThrowRange(env, "bytes must be at least 1, got 0");
+  core::OomInfo oom;
+  core::Pool::Chunk* block;
+  try {
+    block = p->pool->Allocate(bytes, &oom);
+  } catch (const core::UpstreamError& e) {
+    ThrowUpstream(env, e);
+  }
+  if (!block) ThrowValue(env, OomError(env, oom));
+  uint64_t address = core::Pool::Address(block);
+  Allocation* a = new Allocation();
+  a->kind = MemKind::kPool;
+  a->device = p->upstream->device();
+  a->simulated = p->upstream->simulated();
+  a->ptr = reinterpret_cast<void*>(static_cast<uintptr_t>(address));
+  a->bytes = bytes;
+  a->block = block;
+  a->pool = *info[0].As<Napi::External<PoolRef>>().Data();
+  return WrapAllocation(env, a);
+}
+
+Napi::Value AllocatorStats(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  core::PoolStats s = UnwrapPool(env, info[0])->pool->Stats();
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("bytesInUse", static_cast<double>(s.bytes_in_use));
+  o.Set("peakBytesInUse", static_cast<double>(s.peak_bytes_in_use));
+  o.Set("requestedBytesInUse", static_cast<double>(s.requested_bytes_in_use));
+  o.Set("poolBytes", static_cast<double>(s.pool_bytes));
+  o.Set("peakPoolBytes", static_cast<double>(s.peak_pool_bytes));
+  o.Set("bytesLimit", static_cast<double>(s.bytes_limit));
+  o.Set("numAllocs", static_cast<double>(s.num_allocs));
+  o.Set("numFrees", static_cast<double>(s.num_frees));
+  o.Set("numOoms", static_cast<double>(s.num_ooms));
+  o.Set("largestAllocSize", static_cast<double>(s.largest_alloc_size));
+  o.Set("largestFreeBlock", static_cast<double>(s.largest_free_block));
+  o.Set("regions", static_cast<double>(s.regions));
+  o.Set("fragmentation", s.fragmentation);
+  return o;
+}
+
+Napi::Value AllocatorRegions(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  std::vector<core::RegionInfo> regions = UnwrapPool(env, info[0])->pool->Regions();
+  Napi::Array out = Napi::Array::New(env, regions.size());
+  for (size_t i = 0; i < regions.size(); ++i) {
+    Napi::Object r = Napi::Object::New(env);
+    r.Set("address", Napi::BigInt::New(env, regions[i].address));
+    r.Set("size", static_cast<double>(regions[i].size));
+    r.Set("bytesInUse", static_cast<double>(regions[i].bytes_in_use));
+    r.Set("blocks", regions[i].chunks);
+    out.Set(i, r);
+  }
+  return out;
+}
+
+Napi::Value AllocatorInfo(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  PoolBinding* p = UnwrapPool(env, info[0]);
+  core::MemInfo mi = p->upstream->GetMemInfo();
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("device", p->upstream->device());
+  o.Set("simulated", p->upstream->simulated());
+  o.Set("allowGrowth", p->pool->options().allow_growth);
+  o.Set("garbageCollection", p->pool->options().garbage_collection);
+  o.Set("limitBytes", static_cast<double>(p->pool->options().limit));
+  o.Set("limitSource", p->pool->options().limit_source);
+  o.Set("deviceFree", static_cast<double>(mi.free));
+  o.Set("deviceTotal", static_cast<double>(mi.total));
+  o.Set("computeCapability", std::to_string(p->upstream->ccMajor()) + "." +
+                                 std::to_string(p->upstream->ccMinor()));
+  o.Set("liveBlocks", static_cast<double>(p->pool->live_blocks()));
+  return o;
+}
+
+Napi::Value AllocatorResetPeak(const Napi::CallbackInfo& info) {
+  UnwrapPool(info.Env(), info[0])->pool->ResetPeakStats();
+  return info.Env().Undefined();
+}
+
+Napi::Value AllocatorEmptyCache(const Napi::CallbackInfo& info) {
+  return Napi::Number::New(info.Env(),
+                           static_cast<double>(UnwrapPool(info.Env(), info[0])->pool->EmptyCache()));
+}
+
+// allocatorClose(handle, force) -> bytes returned to the device
+Napi::Value AllocatorClose(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!info[0].IsExternal() || !info[0].As<Napi::Object>().CheckTypeTag(&kPoolTag))
+    ThrowType(env, "allocator must be an allocator handle of this library");
+  PoolBinding* p = info[0].As<Napi::External<PoolRef>>().Data()->get();
+  if (p->closed) return Napi::Number::New(env, 0);
+  bool force = info[1].ToBoolean();
+  uint64_t live = p->pool->live_blocks();
+  if (live > 0 && !force) {
+    Napi::Error e = Napi::Error::New(
+        env, "the allocator still has " + std::to_string(live) + " live buffer" +
+                 (live == 1 ? "" : "s") + " (" + core::FormatBytes(p->pool->Stats().bytes_in_use) +
+                 "); free them first, or close({ force: true }) to invalidate them");
+    e.Set("code", "ERR_ALLOCATOR_BUSY");
+    e.Set("liveBuffers", static_cast<double>(live));
+    throw e;
+  }
+  if (live > 0) {
+    // Forced: every buffer still carved from this pool becomes a freed buffer.
+    Instance& inst = GetInstance(env);
+    for (Allocation* a : inst.handles.Live())
+      if (a->pool.get() == p) ReleaseAllocation(env, a);
+  }
+  uint64_t bytes = p->pool->Stats().pool_bytes;
+  p->closed = true;
+  p->pool->ReleaseAll();
+  return Napi::Number::New(env, static_cast<double>(bytes));
+}
+
+}  // namespace
+
+void InitAllocator(Napi::Env env, Napi::Object exports) {
+  exports.Set("createAllocator", Napi::Function::New(env, CreateAllocator, "createAllocator"));
+  exports.Set("allocatorAlloc", Napi::Function::New(env, AllocatorAlloc, "allocatorAlloc"));
+  exports.Set("allocatorStats", Napi::Function::New(env, AllocatorStats, "allocatorStats"));
+  exports.Set("allocatorRegions", Napi::Function::New(env, AllocatorRegions, "allocatorRegions"));
+  exports.Set("allocatorInfo", Napi::Function::New(env, AllocatorInfo, "allocatorInfo"));
+  exports.Set("allocatorResetPeak", Napi::Function::New(env, AllocatorResetPeak, "allocatorResetPeak"));
+  exports.Set("allocatorEmptyCache", Napi::Function::New(env, AllocatorEmptyCache, "allocatorEmptyCache"));
+  exports.Set("allocatorClose", Napi::Function::New(env, AllocatorClose, "allocatorClose"));
+}
+
+}  // namespace cm

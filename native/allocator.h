@@ -1,0 +1,42 @@
+// The JS binding of the pool allocators in core/: createAllocator() and the calls on it, over
+// either the CUDA device or a simulated one.
+#pragma once
+
+#include <napi.h>
+
+#include <memory>
+
+#include "common.h"
+#include "core/pool.h"
+
+namespace cm {
+
+// cudaMalloc/cudaFree as a core::Upstream.
+class CudaUpstream final : public core::Upstream {
+ public:
+  explicit CudaUpstream(int device);
+  core::UpstreamStatus Allocate(size_t bytes, uint64_t* address) override;
+  void Deallocate(uint64_t address, size_t bytes) noexcept override;
+  core::MemInfo GetMemInfo() override;
+  int device() const override { return device_; }
+  int ccMajor() const override { return major_; }
+  int ccMinor() const override { return minor_; }
+  bool simulated() const override { return false; }
+
+ private:
+  int device_, major_ = 0, minor_ = 0;
+};
+
+class PoolBinding {
+ public:
+  std::unique_ptr<core::Upstream> upstream;
+  std::unique_ptr<core::Pool> pool;
+  bool closed = false;
+  bool allow_growth = false;
+};
+
+// Returns a pool block to its pool (called when its buffer is released).
+void ReleasePoolBlock(Allocation* a) noexcept;
+void InitAllocator(Napi::Env env, Napi::Object exports);
+
+}  // namespace cm

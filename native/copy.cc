@@ -1,0 +1,299 @@
+#include "copy.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "staging.h"
+#include "streams.h"
+
+namespace cm {
+
+Endpoint ResolveEndpoint(Napi::Env env, Napi::Value v, const char* what) {
+  Endpoint e;
+  if (v.IsNumber()) {
+    Allocation* a = UnwrapAllocation(env, v, what);
+    if (a->simulated) {
+      Napi::Error err = Napi::Error::New(
+          env, std::string(what) +
+                   " lives on a simulated device, which has no memory behind its addresses");
+      err.Set("code", "ERR_SIMULATED_MEMORY");
+      throw err;
+    }
+    e.alloc = a;
+    e.ptr = static_cast<char*>(a->ptr);
+    e.length = a->bytes;
+    e.device = a->device;
+    e.where = (a->kind == MemKind::kDevice || a->kind == MemKind::kPool) ? Endpoint::kDevice
+                                                                         : Endpoint::kPinned;
+    return e;
+  }
+  if (HostView(env, v, &e.ptr, &e.length)) return e;
+  ThrowType(env, std::string(what) +
+                     " must be a DeviceBuffer, PinnedBuffer, ArrayBuffer, SharedArrayBuffer or "
+                     "ArrayBuffer view");
+}
+
+size_t StagedThreshold() { return 1u << 20; }
+
+namespace {
+
+cudaMemcpyKind KindOf(const Endpoint& dst, const Endpoint& src) {
+  bool d = dst.where == Endpoint::kDevice, s = src.where == Endpoint::kDevice;
+  if (d && s) return cudaMemcpyDeviceToDevice;
+  if (d) return cudaMemcpyHostToDevice;
+  if (s) return cudaMemcpyDeviceToHost;
+  return cudaMemcpyHostToHost;
+}
+
+Error DriverCopy(void* dst, const void* src, size_t n, cudaMemcpyKind kind, cudaStream_t stream) {
+  Error err;
+  if (stream) {
+    CM_TRY(err, cudaMemcpyAsync(dst, src, n, kind, stream), "cudaMemcpyAsync");
+    if (!err) CM_TRY(err, cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  } else {
+    CM_TRY(err, cudaMemcpy(dst, src, n, kind), "cudaMemcpy");
+  }
+  return err;
+}
+
+// Page-locks the pages under [p, p+n) for the copy and unlocks them after.
+Error RegisteredCopy(const Endpoint& dst, const Endpoint& src, size_t n, cudaMemcpyKind kind,
+                     cudaStream_t stream) {
+  char* host = kind == cudaMemcpyHostToDevice ? src.ptr : dst.ptr;
+  size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  char* begin = reinterpret_cast<char*>(reinterpret_cast<uintptr_t>(host) / page * page);
+  char* end = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(host + n) + page - 1) / page *
+                                      page);
+  Error err;
+  cudaError_t r = cudaHostRegister(begin, end - begin, cudaHostRegisterDefault);
+  bool registered = r == cudaSuccess;
+  if (!registered) (void)cudaGetLastError();  // e.g. already registered: copy as it is
+  err = DriverCopy(dst.ptr, src.ptr, n, kind, stream);
+  if (registered) {
+    cudaHostUnregister(begin);
+    (void)cudaGetLastError();
+  }
+  return err;
+}
+
+}  // namespace
+
+Error CopyRange(Instance& inst, const Endpoint& dst, const Endpoint& src, size_t n,
+                Strategy strategy, cudaStream_t stream) {
+  Error err;
+  if (n == 0) return err;
+  cudaMemcpyKind kind = KindOf(dst, src);
+  if (kind == cudaMemcpyHostToHost) {
+    if (stream) CM_TRY(err, cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    std::memmove(dst.ptr, src.ptr, n);
+    return err;
+  }
+  int device = dst.where == Endpoint::kDevice ? dst.device : src.device;
+  CM_TRY(err, cudaSetDevice(device), "cudaSetDevice");
+  if (err) return err;
+  if (kind == cudaMemcpyDeviceToDevice) {
+    return DriverCopy(dst.ptr, src.ptr, n, dst.device == src.device ? kind : cudaMemcpyDefault,
+                      stream);
+  }
+  const Endpoint& host = kind == cudaMemcpyHostToDevice ? src : dst;
+  if (host.where == Endpoint::kPinned) return DriverCopy(dst.ptr, src.ptr, n, kind, stream);
+  if (strategy == Strategy::kAuto)
+    strategy = n >= StagedThreshold() ? Strategy::kStaged : Strategy::kDriver;
+  if (strategy == Strategy::kDriver) return DriverCopy(dst.ptr, src.ptr, n, kind, stream);
+  if (strategy == Strategy::kRegister) return RegisteredCopy(dst, src, n, kind, stream);
+  // Staged: ordered after earlier work on the caller's stream.
+  if (stream) CM_TRY(err, cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  if (err) return err;
+  StagingEngine* engine = GetStagingEngine(inst, device, &err);
+  if (!engine) return err;
+  return kind == cudaMemcpyHostToDevice ? engine->HostToDevice(dst.ptr, src.ptr, n)
+                                        : engine->DeviceToHost(dst.ptr, src.ptr, n);
+}
+
+namespace {
+
+Strategy ReadStrategy(Napi::Env env, Napi::Value v) {
+  if (v.IsUndefined() || v.IsNull()) return Strategy::kAuto;
+  std::string s = v.IsString() ? v.As<Napi::String>().Utf8Value() : "";
+  if (s == "auto") return Strategy::kAuto;
+  if (s == "driver") return Strategy::kDriver;
+  if (s == "staged") return Strategy::kStaged;
+  if (s == "register") return Strategy::kRegister;
+  ThrowRange(env, "strategy must be 'auto', 'driver', 'staged' or 'register'");
+}
+
+struct CopyArgs {
+  Endpoint dst, src;
+  size_t n = 0;
+  Strategy strategy = Strategy::kAuto;
+  cudaStream_t stream = nullptr;
+};
+
+// (dst, dstOffset, src, srcOffset, byteLength, strategy, stream?) — checked again here although
+// the JS layer validates, so that no call can reach CUDA with a bad range.
+CopyArgs ReadCopyArgs(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  CopyArgs c;
+  c.dst = ResolveEndpoint(env, info[0], "dst");
+  uint64_t dst_off = ReadSize(env, info[1], "dstOffset");
+  c.src = ResolveEndpoint(env, info[2], "src");
+  uint64_t src_off = ReadSize(env, info[3], "srcOffset");
+  uint64_t n = ReadSize(env, info[4], "byteLength");
+  c.strategy = ReadStrategy(env, info[5]);
+  if (info.Length() > 6 && !info[6].IsUndefined() && !info[6].IsNull())
+    c.stream = UnwrapStream(env, info[6]);
+  if (dst_off > c.dst.length || n > c.dst.length - dst_off)
+    ThrowRange(env, "dstOffset + byteLength (" + std::to_string(dst_off) + " + " +
+                        std::to_string(n) + ") runs past the end of dst (" +
+                        std::to_string(c.dst.length) + " bytes)");
+  if (src_off > c.src.length || n > c.src.length - src_off)
+    ThrowRange(env, "srcOffset + byteLength (" + std::to_string(src_off) + " + " +
+                        std::to_string(n) + ") runs past the end of src (" +
+                        std::to_string(c.src.length) + " bytes)");
+  c.dst.ptr += dst_off;
+  c.src.ptr += src_off;
+  c.dst.length -= dst_off;
+  c.src.length -= src_off;
+  c.n = n;
+  if (c.dst.where == Endpoint::kDevice && c.src.where == Endpoint::kDevice && n > 0 &&
+      c.dst.ptr < c.src.ptr + n && c.src.ptr < c.dst.ptr + n)
+    ThrowRange(env, "the device-to-device ranges overlap (dst and src share " +
+                        std::to_string(std::min(c.dst.ptr, c.src.ptr) + n -
+                                       std::max(c.dst.ptr, c.src.ptr)) +
+                        " bytes); cudaMemcpy does not support overlapping copies");
+  if ((c.dst.where != Endpoint::kPageable || c.src.where != Endpoint::kPageable) && n > 0)
+    RequireCuda(env);
+  return c;
+}
+
+Napi::Value Copy(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  CopyArgs c = ReadCopyArgs(info);
+  Error err = CopyRange(GetInstance(env), c.dst, c.src, c.n, c.strategy, c.stream);
+  if (err) ThrowCuda(env, err.code, err.call, err.detail);
+  return env.Undefined();
+}
+
+// Runs a copy on the libuv pool; holds the JS buffers (and so their memory) until it settles.
+class CopyWorker : public Napi::AsyncWorker {
+ public:
+  CopyWorker(Napi::Env env, CopyArgs args, const std::vector<Napi::Value>& keep)
+      : Napi::AsyncWorker(env, "cuda-memory:copyAsync"),
+        deferred_(Napi::Promise::Deferred::New(env)),
+        args_(args),
+        inst_(&GetInstance(env)) {
+    // Views and streams stay reachable until the copy settles; handles are kept by `refs`.
+    for (const Napi::Value& v : keep)
+      if (v.IsObject()) keep_.push_back(Napi::Persistent(v.As<Napi::Object>()));
+    // A free() while the copy runs is deferred until it settles (Allocation::pending).
+    for (Allocation* a : {args_.dst.alloc, args_.src.alloc})
+      if (a) {
+        a->pending++;
+        a->refs++;
+      }
+  }
+  Napi::Promise Promise() { return deferred_.Promise(); }
+
+  // Runs on a libuv thread: no Node-API here.
+  void Execute() override {
+    err_ = CopyRange(*inst_, args_.dst, args_.src, args_.n, args_.strategy, args_.stream);
+  }
+
+  void OnOK() override {
+    Napi::Env env = Env();
+    for (Allocation* a : {args_.dst.alloc, args_.src.alloc}) {
+      if (!a) continue;
+      if (--a->pending == 0 && a->free_requested) ReleaseAllocation(env, a);
+      DropReference(a);
+    }
+    if (err_)
+      deferred_.Reject(MakeCudaError(env, err_.code, err_.call, err_.detail));
+    else
+      deferred_.Resolve(env.Undefined());
+  }
+
+ private:
+  Napi::Promise::Deferred deferred_;
+  CopyArgs args_;
+  Instance* inst_;
+  Error err_;
+  std::vector<Napi::ObjectReference> keep_;
+};
+
+Napi::Value CopyAsync(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  CopyArgs c = ReadCopyArgs(info);
+  std::vector<Napi::Value> keep = {info[0], info[2]};
+  if (info.Length() > 6) keep.push_back(info[6]);
+  auto* w = new CopyWorker(env, c, keep);
+  Napi::Promise p = w->Promise();
+  w->Queue();
+  return p;
+}
+
+// memset(target, offset, byteLength, value)
+Napi::Value Memset(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Endpoint e = ResolveEndpoint(env, info[0], "buffer");
+  uint64_t off = ReadSize(env, info[1], "offset");
+  uint64_t n = ReadSize(env, info[2], "byteLength");
+  int value = ReadInt(env, info[3], "value", 0, 255);
+  if (off > e.length || n > e.length - off)
+    ThrowRange(env, "offset + byteLength (" + std::to_string(off) + " + " + std::to_string(n) +
+                        ") runs past the end of the buffer (" + std::to_string(e.length) +
+                        " bytes)");
+  if (e.where != Endpoint::kDevice) {
+    std::memset(e.ptr + off, value, n);
+    return env.Undefined();
+  }
+  cudaError_t err = cudaSetDevice(e.device);
+  if (err == cudaSuccess && n) err = cudaMemset(e.ptr + off, value, n);
+  // cudaMemset may return before it finishes; make memset() synchronous like copy().
+  if (err == cudaSuccess && n) err = cudaStreamSynchronize(nullptr);
+  if (err != cudaSuccess) ThrowCuda(env, err, "cudaMemset");
+  return env.Undefined();
+}
+
+// configureStaging({chunkBytes, slots, threads}) -> the settings in force; drops existing
+// engines so the next staged copy builds one with the new settings.
+Napi::Value ConfigureStaging(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Instance& inst = GetInstance(env);
+  if (info[0].IsObject()) {
+    Napi::Object o = info[0].As<Napi::Object>();
+    Instance::StagingConfig cfg = inst.staging_config;
+    if (!o.Get("chunkBytes").IsUndefined())
+      cfg.chunk_bytes = ReadSize(env, o.Get("chunkBytes"), "chunkBytes");
+    if (!o.Get("slots").IsUndefined()) cfg.slots = ReadInt(env, o.Get("slots"), "slots", 2, 64);
+    if (!o.Get("threads").IsUndefined())
+      cfg.threads = ReadInt(env, o.Get("threads"), "threads", 1, 256);
+    if (cfg.chunk_bytes && (cfg.chunk_bytes < 65536 || cfg.chunk_bytes > (1ull << 30)))
+      ThrowRange(env, "chunkBytes must be from 64 KiB to 1 GiB");
+    std::lock_guard<std::mutex> lock(inst.staging_mutex);
+    inst.staging_config = cfg;
+    inst.staging.clear();
+  }
+  StagingOptions d = DefaultStagingOptions();
+  Napi::Object out = Napi::Object::New(env);
+  out.Set("chunkBytes", static_cast<double>(inst.staging_config.chunk_bytes
+                                                ? inst.staging_config.chunk_bytes
+                                                : d.chunk_bytes));
+  out.Set("slots", inst.staging_config.slots ? inst.staging_config.slots : d.slots);
+  out.Set("threads", inst.staging_config.threads ? inst.staging_config.threads : d.threads);
+  out.Set("autoThreshold", static_cast<double>(StagedThreshold()));
+  return out;
+}
+
+}  // namespace
+
+void InitCopy(Napi::Env env, Napi::Object exports) {
+  exports.Set("copy", Napi::Function::New(env, Copy, "copy"));
+  exports.Set("copyAsync", Napi::Function::New(env, CopyAsync, "copyAsync"));
+  exports.Set("memset", Napi::Function::New(env, Memset, "memset"));
+  exports.Set("configureStaging", Napi::Function::New(env, ConfigureStaging, "configureStaging"));
+}
+
+}  // namespace cm

@@ -1,0 +1,34 @@
+// copy(), copyAsync() and memset() between device memory, pinned memory and Node buffers, and
+// the routing that picks cudaMemcpy, the staged pipeline or a temporary registration.
+#pragma once
+
+#include <napi.h>
+
+#include "common.h"
+
+namespace cm {
+
+enum class Strategy { kAuto, kDriver, kStaged, kRegister };
+
+// One side of a copy, resolved to a raw range.
+struct Endpoint {
+  enum Where { kDevice, kPinned, kPageable } where = kPageable;
+  char* ptr = nullptr;
+  size_t length = 0;  // bytes available from ptr
+  int device = 0;
+  Allocation* alloc = nullptr;  // null for plain Node memory
+};
+
+// Resolves a handle or an ArrayBuffer view (JS normalises ArrayBuffer and SharedArrayBuffer to
+// views). Throws naming `what`.
+Endpoint ResolveEndpoint(Napi::Env env, Napi::Value v, const char* what);
+
+// Copies n bytes; blocks until done. Safe off the JS thread. `stream` may be null.
+Error CopyRange(Instance& inst, const Endpoint& dst, const Endpoint& src, size_t n,
+                Strategy strategy, cudaStream_t stream);
+// Pageable copies of at least this many bytes take the staged path under kAuto.
+size_t StagedThreshold();
+
+void InitCopy(Napi::Env env, Napi::Object exports);
+
+}  // namespace cm

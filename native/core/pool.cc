@@ -1,0 +1,307 @@
+#include "pool.h"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace cm::core {
+
+struct Pool::Chunk {
+  uint64_t address = 0;
+  size_t size = 0;
+  size_t requested = 0;  // 0 while free
+  bool in_use = false;
+  Chunk* prev = nullptr;  // neighbours in address order within one region
+  Chunk* next = nullptr;
+  uint64_t region = 0;
+};
+
+bool Pool::BySizeThenAddress::operator()(const Chunk* a, const Chunk* b) const {
+  if (a->size != b->size) return a->size < b->size;
+  return a->address < b->address;
+}
+
+std::string FormatBytes(uint64_t bytes) {
+  static const char* kUnits[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
+  char out[64];
+  if (bytes < 1024) {
+    std::snprintf(out, sizeof out, "%llu bytes", static_cast<unsigned long long>(bytes));
+    return out;
+  }
+  double v = static_cast<double>(bytes);
+  int unit = 0;
+  while (v >= 1024 && unit < 4) {
+    v /= 1024;
+    ++unit;
+  }
+  std::snprintf(out, sizeof out, "%.2f %s", v, kUnits[unit]);
+  return out;
+}
+
+std::string OomInfo::Message() const {
+  char frag[32];
+  std::snprintf(frag, sizeof frag, "%.1f%%", fragmentation * 100);
+  std::string m = "CUDA out of memory";
+  m += simulated ? " on simulated device " : " on device ";
+  m += std::to_string(device) + ": tried to allocate " + FormatBytes(requested);
+  if (rounded != requested) m += " (rounded to " + FormatBytes(rounded) + ")";
+  m += ". The allocator's limit is " + FormatBytes(limit) + " (" + limit_source + "); " +
+       FormatBytes(bytes_in_use) + " is in use by live buffers and the pool holds " +
+       FormatBytes(pool_bytes) + ", whose largest free block is " +
+       FormatBytes(largest_free_block) + " (fragmentation " + frag + "). The device has " +
+       FormatBytes(device_free) + " free of " + FormatBytes(device_total) + ".";
+  if (bytes_in_use + rounded <= limit)
+    m += " The limit would allow it: free memory on the device or fragmentation stopped it;"
+         " emptyCache() or freeing buffers may help.";
+  else
+    m += " Free buffers you no longer need, or raise memoryFraction/memoryLimit.";
+  return m;
+}
+
+Pool::Pool(Upstream* upstream, PoolOptions options)
+    : upstream_(upstream), options_(std::move(options)) {
+  options_.limit = options_.limit / kMinBlock * kMinBlock;
+  stats_.bytes_limit = options_.limit;
+  // TensorFlow starts growth at min(limit, 2 MiB); without growth the first region is the limit.
+  next_region_size_ = options_.allow_growth
+                          ? RoundBytes(std::min<uint64_t>(options_.limit, kFirstGrowthRegion))
+                          : options_.limit;
+  if (!options_.allow_growth && options_.limit > 0 && !Extend(options_.limit)) {
+    OomInfo oom;
+    FillOom(options_.limit, options_.limit, &oom);
+    throw oom;
+  }
+}
+
+Pool::~Pool() {
+  ReleaseAll();
+  for (Chunk* c : spare_) delete c;
+}
+
+int Pool::BinFor(size_t size) {
+  size_t units = size / kMinBlock;
+  int bin = 0;
+  while (units > 1 && bin < kNumBins - 1) {
+    units >>= 1;
+    ++bin;
+  }
+  return bin;
+}
+
+Pool::Chunk* Pool::NewChunk() {
+  if (spare_.empty()) return new Chunk();
+  Chunk* c = spare_.back();
+  spare_.pop_back();
+  *c = Chunk();
+  return c;
+}
+
+void Pool::DeleteChunk(Chunk* c) { spare_.push_back(c); }
+
+void Pool::InsertFree(Chunk* c) { bins_[BinFor(c->size)].insert(c); }
+void Pool::RemoveFree(Chunk* c) { bins_[BinFor(c->size)].erase(c); }
+
+Pool::Chunk* Pool::FindFree(size_t rounded) {
+  // Bins are ordered by size, and each bin by (size, address): the first fit found walking up
+  // from the request's bin is the best fit, lowest address first among equals.
+  Chunk probe;
+  probe.size = rounded;
+  probe.address = 0;
+  for (int b = BinFor(rounded); b < kNumBins; ++b) {
+    auto it = bins_[b].lower_bound(&probe);
+    if (it != bins_[b].end()) return *it;
+  }
+  return nullptr;
+}
+
+bool Pool::Extend(size_t rounded) {
+  // The growth rule of TensorFlow's BFCAllocator::Extend.
+  uint64_t available = (options_.limit - stats_.pool_bytes) / kMinBlock * kMinBlock;
+  if (rounded > available) return false;
+  bool increased = false;
+  while (rounded > next_region_size_) {
+    next_region_size_ *= 2;
+    increased = true;
+  }
+  size_t bytes = std::min<uint64_t>(next_region_size_, available);
+  uint64_t address = 0;
+  UpstreamStatus st = upstream_->Allocate(bytes, &address);
+  // Back off in 0.9x steps when the device cannot give the full region, never below the request.
+  while (st.kind == UpstreamStatus::kOutOfMemory) {
+    bytes = RoundBytes(static_cast<size_t>(bytes * 0.9));
+    if (bytes < rounded) break;
+    st = upstream_->Allocate(bytes, &address);
+  }
+  if (st.kind == UpstreamStatus::kError) throw UpstreamError{st};
+  if (st.kind != UpstreamStatus::kOk) return false;
+  if (!increased) next_region_size_ *= 2;
+
+  Chunk* c = NewChunk();
+  c->address = address;
+  c->size = bytes;
+  c->region = address;
+  regions_[address] = Region{address, bytes, c};
+  stats_.pool_bytes += bytes;
+  stats_.peak_pool_bytes = std::max(stats_.peak_pool_bytes, stats_.pool_bytes);
+  InsertFree(c);
+  return true;
+}
+
+uint64_t Pool::ReleaseFreeRegions() noexcept {
+  uint64_t released = 0;
+  for (auto it = regions_.begin(); it != regions_.end();) {
+    Chunk* c = it->second.first;
+    if (!c->in_use && c->next == nullptr && c->size == it->second.size) {
+      RemoveFree(c);
+      upstream_->Deallocate(it->second.address, it->second.size);
+      released += it->second.size;
+      stats_.pool_bytes -= it->second.size;
+      DeleteChunk(c);
+      it = regions_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return released;
+}
+
+uint64_t Pool::Address(const Chunk* block) { return block->address; }
+size_t Pool::BlockSize(const Chunk* block) { return block->size; }
+
+Pool::Chunk* Pool::Allocate(size_t bytes, OomInfo* oom) {
+  size_t rounded = RoundBytes(bytes);
+  Chunk* c = rounded ? FindFree(rounded) : nullptr;
+  if (!c && rounded) {
+    if (Extend(rounded)) {
+      c = FindFree(rounded);
+    } else if (options_.garbage_collection && ReleaseFreeRegions() > 0 && Extend(rounded)) {
+      c = FindFree(rounded);
+    }
+  }
+  if (!c) {
+    ++stats_.num_ooms;
+    FillOom(bytes, rounded, oom);
+    return nullptr;
+  }
+  RemoveFree(c);
+  if (c->size >= rounded * 2 || c->size - rounded >= kMaxInternalFragmentation) {
+    Chunk* rest = NewChunk();
+    rest->address = c->address + rounded;
+    rest->size = c->size - rounded;
+    rest->region = c->region;
+    rest->prev = c;
+    rest->next = c->next;
+    if (c->next) c->next->prev = rest;
+    c->next = rest;
+    c->size = rounded;
+    InsertFree(rest);
+  }
+  c->in_use = true;
+  c->requested = bytes;
+  live_blocks_++;
+  stats_.num_allocs++;
+  stats_.bytes_in_use += c->size;
+  stats_.requested_bytes_in_use += bytes;
+  stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
+  stats_.largest_alloc_size = std::max<uint64_t>(stats_.largest_alloc_size, c->size);
+  return c;
+}
+
+void Pool::Free(Chunk* c) noexcept {
+  live_blocks_--;
+  stats_.num_frees++;
+  stats_.bytes_in_use -= c->size;
+  stats_.requested_bytes_in_use -= c->requested;
+  c->in_use = false;
+  c->requested = 0;
+  if (c->next && !c->next->in_use) {
+    Chunk* n = c->next;
+    RemoveFree(n);
+    c->size += n->size;
+    c->next = n->next;
+    if (n->next) n->next->prev = c;
+    DeleteChunk(n);
+  }
+  if (c->prev && !c->prev->in_use) {
+    Chunk* p = c->prev;
+    RemoveFree(p);
+    p->size += c->size;
+    p->next = c->next;
+    if (c->next) c->next->prev = p;
+    DeleteChunk(c);
+    c = p;
+  }
+  InsertFree(c);
+}
+
+uint64_t Pool::EmptyCache() noexcept { return ReleaseFreeRegions(); }
+
+void Pool::ReleaseAll() noexcept {
+  for (auto& [address, region] : regions_) {
+    for (Chunk* c = region.first; c;) {
+      Chunk* n = c->next;
+      DeleteChunk(c);
+      c = n;
+    }
+    upstream_->Deallocate(address, region.size);
+  }
+  regions_.clear();
+  for (auto& bin : bins_) bin.clear();
+  live_blocks_ = 0;
+  stats_.pool_bytes = 0;
+  stats_.bytes_in_use = 0;
+  stats_.requested_bytes_in_use = 0;
+}
+
+uint64_t Pool::LargestFreeBlock() const {
+  for (int b = kNumBins - 1; b >= 0; --b)
+    if (!bins_[b].empty()) return (*bins_[b].rbegin())->size;
+  return 0;
+}
+
+PoolStats Pool::Stats() const {
+  PoolStats s = stats_;
+  s.largest_free_block = LargestFreeBlock();
+  s.regions = regions_.size();
+  uint64_t free_bytes = s.pool_bytes - s.bytes_in_use;
+  s.fragmentation =
+      free_bytes ? 1.0 - static_cast<double>(s.largest_free_block) / free_bytes : 0.0;
+  return s;
+}
+
+void Pool::ResetPeakStats() {
+  stats_.peak_bytes_in_use = stats_.bytes_in_use;
+  stats_.peak_pool_bytes = stats_.pool_bytes;
+}
+
+std::vector<RegionInfo> Pool::Regions() const {
+  std::vector<RegionInfo> out;
+  for (const auto& [address, region] : regions_) {
+    RegionInfo info{address, region.size, 0, 0};
+    for (const Chunk* c = region.first; c; c = c->next) {
+      info.chunks++;
+      if (c->in_use) info.bytes_in_use += c->size;
+    }
+    out.push_back(info);
+  }
+  return out;
+}
+
+void Pool::FillOom(size_t bytes, size_t rounded, OomInfo* oom) {
+  if (!oom) return;
+  PoolStats s = Stats();
+  MemInfo mi = upstream_->GetMemInfo();
+  oom->requested = bytes;
+  oom->rounded = rounded;
+  oom->device = upstream_->device();
+  oom->limit = options_.limit;
+  oom->limit_source = options_.limit_source;
+  oom->bytes_in_use = s.bytes_in_use;
+  oom->pool_bytes = s.pool_bytes;
+  oom->largest_free_block = s.largest_free_block;
+  oom->fragmentation = s.fragmentation;
+  oom->device_free = mi.free;
+  oom->device_total = mi.total;
+  oom->simulated = upstream_->simulated();
+}
+
+}  // namespace cm::core

@@ -1,0 +1,138 @@
+// A best-fit, coalescing pool over regions taken from an Upstream: the memory policy of
+// TensorFlow's BFC allocator (preallocation, allow_growth, a byte limit, garbage collection of
+// free regions), with statistics named after PyTorch's. See DESIGN.md, "Allocation policies".
+//
+// Not thread-safe: one pool belongs to one JavaScript environment and is used from its thread.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "upstream.h"
+
+namespace cm::core {
+
+constexpr size_t kMinBlock = 256;  // every request rounds up to this, as cudaMalloc aligns
+constexpr size_t kFirstGrowthRegion = 2u << 20;
+// TensorFlow splits a free chunk only when it is at least twice the request or the remainder
+// is at least this much; below that the whole chunk is handed out (bfc_allocator.cc,
+// max_internal_fragmentation_bytes).
+constexpr size_t kMaxInternalFragmentation = 128u << 20;
+constexpr int kNumBins = 21;
+
+// Rounds up to kMinBlock; returns 0 when that would overflow.
+inline size_t RoundBytes(size_t n) {
+  if (n > SIZE_MAX - (kMinBlock - 1)) return 0;
+  return (n + kMinBlock - 1) / kMinBlock * kMinBlock;
+}
+
+struct PoolOptions {
+  uint64_t limit = 0;              // bytes the pool may take from the upstream, in all
+  std::string limit_source;        // how the limit was chosen, for messages
+  bool allow_growth = false;       // false: the whole limit is taken at creation
+  bool garbage_collection = true;  // release free regions before reporting out of memory
+};
+
+struct PoolStats {
+  uint64_t bytes_in_use = 0, peak_bytes_in_use = 0, requested_bytes_in_use = 0;
+  uint64_t pool_bytes = 0, peak_pool_bytes = 0, bytes_limit = 0;
+  uint64_t num_allocs = 0, num_frees = 0, num_ooms = 0;
+  uint64_t largest_alloc_size = 0, largest_free_block = 0;
+  uint64_t regions = 0;
+  double fragmentation = 0;  // 1 - largest free block / free bytes in the pool
+};
+
+struct RegionInfo {
+  uint64_t address, size, bytes_in_use;
+  uint32_t chunks;
+};
+
+// Everything an out-of-memory report says (PyTorch-style), as data and as a sentence.
+struct OomInfo {
+  uint64_t requested = 0, rounded = 0;
+  int device = 0;
+  uint64_t limit = 0;
+  std::string limit_source;
+  uint64_t bytes_in_use = 0, pool_bytes = 0, largest_free_block = 0;
+  double fragmentation = 0;
+  uint64_t device_free = 0, device_total = 0;
+  bool simulated = false;
+  std::string Message() const;
+};
+
+// Formats bytes with binary units ("1.50 GiB"), as every user-facing size is printed.
+std::string FormatBytes(uint64_t bytes);
+
+// A failure of the upstream that is not out of memory (a CUDA error, say): the pool's state is
+// unchanged when it is thrown.
+struct UpstreamError {
+  UpstreamStatus status;
+};
+
+class Pool {
+ public:
+  struct Chunk;
+  // Takes the whole limit at once when growth is off; throws OomInfo if that fails.
+  Pool(Upstream* upstream, PoolOptions options);
+  ~Pool();
+  Pool(const Pool&) = delete;
+  Pool& operator=(const Pool&) = delete;
+
+  // Returns the block, or nullptr with *oom filled when the request cannot be met within the
+  // limit; the pool is then unchanged apart from num_ooms and released free regions.
+  // `bytes` must be at least 1. The block stays valid until Free or ReleaseAll.
+  Chunk* Allocate(size_t bytes, OomInfo* oom);
+  // Returns a block. The caller hands each block back once (the bindings guarantee it).
+  void Free(Chunk* block) noexcept;
+  static uint64_t Address(const Chunk* block);
+  // Size handed out (the rounded request or, unsplit, the whole chunk).
+  static size_t BlockSize(const Chunk* block);
+
+  uint64_t EmptyCache() noexcept;  // releases every wholly free region; returns bytes released
+  void ReleaseAll() noexcept;      // returns every region, live blocks included (forced close)
+
+  PoolStats Stats() const;
+  void ResetPeakStats();
+  std::vector<RegionInfo> Regions() const;
+  uint64_t live_blocks() const { return live_blocks_; }
+  const PoolOptions& options() const { return options_; }
+  Upstream* upstream() const { return upstream_; }
+
+ private:
+  struct Region {
+    uint64_t address;
+    size_t size;
+    Chunk* first;
+  };
+  struct BySizeThenAddress {
+    bool operator()(const Chunk* a, const Chunk* b) const;
+  };
+
+  static int BinFor(size_t size);
+  Chunk* FindFree(size_t rounded);
+  bool Extend(size_t rounded);
+  uint64_t ReleaseFreeRegions() noexcept;
+  void InsertFree(Chunk* c);
+  void RemoveFree(Chunk* c);
+  Chunk* NewChunk();
+  void DeleteChunk(Chunk* c);
+  uint64_t LargestFreeBlock() const;
+  void FillOom(size_t bytes, size_t rounded, OomInfo* oom);
+
+  Upstream* upstream_;
+  PoolOptions options_;
+  size_t next_region_size_;
+  std::map<uint64_t, Region> regions_;
+  std::array<std::set<Chunk*, BySizeThenAddress>, kNumBins> bins_;
+  uint64_t live_blocks_ = 0;
+  std::vector<Chunk*> spare_;
+  PoolStats stats_;
+};
+
+}  // namespace cm::core

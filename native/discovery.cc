@@ -1,0 +1,199 @@
+#include "discovery.h"
+
+#include <dlfcn.h>
+
+#include <cstdio>
+#include <mutex>
+
+namespace cm {
+
+CudaStatus ComputeStatus() {
+  CudaStatus st;
+#ifdef CUDA_MEMORY_NO_CUDA
+  st.reason = "NOT_BUILT_WITH_CUDA";
+  st.message =
+      "cuda-memory was built without a CUDA toolkit (CUDA_MEMORY_NO_CUDA was set or none was "
+      "found); reinstall with the toolkit in CUDA_PATH, CUDA_HOME or /usr/local/cuda";
+  return st;
+#else
+  cudaRuntimeGetVersion(&st.runtime_version);
+  // The statically linked runtime loads the driver itself; look first, to say which is missing.
+  void* libcuda = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+  if (!libcuda) libcuda = dlopen("libcuda.so.1", RTLD_LAZY);
+  if (!libcuda) {
+    st.reason = "NO_DRIVER";
+    st.message = "no NVIDIA driver: libcuda.so.1 could not be loaded";
+    return st;
+  }
+  dlclose(libcuda);
+  cudaDriverGetVersion(&st.driver_version);
+  int count = 0;
+  cudaError_t err = cudaGetDeviceCount(&count);
+  (void)cudaGetLastError();
+  char text[256];
+  if (err == cudaErrorInsufficientDriver ||
+      (st.driver_version > 0 && st.driver_version < st.runtime_version / 1000 * 1000)) {
+    st.reason = "INSUFFICIENT_DRIVER";
+    std::snprintf(text, sizeof text,
+                  "the NVIDIA driver supports CUDA %d.%d, older than the CUDA %d.%d runtime this "
+                  "addon was built with",
+                  st.driver_version / 1000, st.driver_version % 1000 / 10,
+                  st.runtime_version / 1000, st.runtime_version % 1000 / 10);
+    st.message = text;
+    return st;
+  }
+  if (err != cudaSuccess || count == 0) {
+    st.reason = "NO_DEVICE";
+    st.message = std::string("no usable CUDA device: ") +
+                 (err != cudaSuccess ? std::string("cudaGetDeviceCount failed with ") +
+                                           cudaGetErrorName(err) + " (" +
+                                           cudaGetErrorString(err) + ")"
+                                     : "the driver reports none");
+    return st;
+  }
+  st.available = true;
+  st.device_count = count;
+  std::snprintf(text, sizeof text, "%d CUDA device%s, driver %d.%d, runtime %d.%d", count,
+                count == 1 ? "" : "s", st.driver_version / 1000, st.driver_version % 1000 / 10,
+                st.runtime_version / 1000, st.runtime_version % 1000 / 10);
+  st.message = text;
+  return st;
+#endif
+}
+
+namespace {
+
+// The few NVML entry points used, looked up at run time: NVML is never a build or load
+// dependency. Signatures from nvml.h (NVML API version 2+).
+struct Nvml {
+  using Init = int (*)();
+  using ByBusId = int (*)(const char*, void**);
+  using LinkQuery = int (*)(void*, unsigned*);
+  bool ok = false;
+  ByBusId by_bus_id = nullptr;
+  LinkQuery cur_gen = nullptr, max_gen = nullptr, cur_width = nullptr, max_width = nullptr;
+};
+
+const Nvml& LoadNvml() {
+  static std::once_flag once;
+  static Nvml nvml;  // process-wide: the library is process-wide, and this is read-only after
+  std::call_once(once, [] {
+    void* lib = dlopen("libnvidia-ml.so.1", RTLD_LAZY);
+    if (!lib) return;
+    auto init = reinterpret_cast<Nvml::Init>(dlsym(lib, "nvmlInit_v2"));
+    nvml.by_bus_id =
+        reinterpret_cast<Nvml::ByBusId>(dlsym(lib, "nvmlDeviceGetHandleByPciBusId_v2"));
+    nvml.cur_gen =
+        reinterpret_cast<Nvml::LinkQuery>(dlsym(lib, "nvmlDeviceGetCurrPcieLinkGeneration"));
+    nvml.max_gen =
+        reinterpret_cast<Nvml::LinkQuery>(dlsym(lib, "nvmlDeviceGetMaxPcieLinkGeneration"));
+    nvml.cur_width =
+        reinterpret_cast<Nvml::LinkQuery>(dlsym(lib, "nvmlDeviceGetCurrPcieLinkWidth"));
+    nvml.max_width =
+        reinterpret_cast<Nvml::LinkQuery>(dlsym(lib, "nvmlDeviceGetMaxPcieLinkWidth"));
+    nvml.ok = init && nvml.by_bus_id && nvml.cur_gen && nvml.max_gen && nvml.cur_width &&
+              nvml.max_width && init() == 0;
+  });
+  return nvml;
+}
+
+Napi::Value Status(const Napi::CallbackInfo& info) {
+  const CudaStatus& st = GetStatus(info.Env());
+  Napi::Object o = Napi::Object::New(info.Env());
+  o.Set("available", st.available);
+  o.Set("reason", st.reason.empty() ? info.Env().Null() : Napi::String::New(info.Env(), st.reason));
+  o.Set("message", st.message);
+  o.Set("deviceCount", st.device_count);
+  o.Set("driverVersion", st.driver_version);
+  o.Set("runtimeVersion", st.runtime_version);
+#ifdef CUDA_MEMORY_NO_CUDA
+  o.Set("builtWithCuda", false);
+#else
+  o.Set("builtWithCuda", true);
+#endif
+  return o;
+}
+
+Napi::Value Devices(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  RequireCuda(env);
+  int count = GetStatus(env).device_count;
+  Napi::Array out = Napi::Array::New(env, count);
+  for (int d = 0; d < count; ++d) {
+    cudaDeviceProp p{};
+    cudaError_t err = cudaGetDeviceProperties(&p, d);
+    if (err != cudaSuccess) ThrowCuda(env, err, "cudaGetDeviceProperties");
+    char bus[32] = {0};
+    err = cudaDeviceGetPCIBusId(bus, sizeof bus, d);
+    if (err != cudaSuccess) ThrowCuda(env, err, "cudaDeviceGetPCIBusId");
+    char uuid[64];
+    const unsigned char* u = reinterpret_cast<const unsigned char*>(p.uuid.bytes);
+    std::snprintf(uuid, sizeof uuid,
+                  "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0],
+                  u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13],
+                  u[14], u[15]);
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("index", d);
+    o.Set("name", p.name);
+    o.Set("uuid", uuid);
+    o.Set("totalMemory", static_cast<double>(p.totalGlobalMem));
+    o.Set("computeCapability", std::to_string(p.major) + "." + std::to_string(p.minor));
+    o.Set("computeCapabilityMajor", p.major);
+    o.Set("computeCapabilityMinor", p.minor);
+    o.Set("pciBusId", bus);
+    o.Set("multiProcessorCount", p.multiProcessorCount);
+    o.Set("asyncEngineCount", p.asyncEngineCount);
+    o.Set("canMapHostMemory", p.canMapHostMemory != 0);
+    o.Set("integrated", p.integrated != 0);
+    PcieLink link = ReadPcieLink(bus);
+    if (link.known) {
+      Napi::Object l = Napi::Object::New(env);
+      l.Set("currentGeneration", link.current_gen);
+      l.Set("maxGeneration", link.max_gen);
+      l.Set("currentWidth", link.current_width);
+      l.Set("maxWidth", link.max_width);
+      o.Set("pcie", l);
+    } else {
+      o.Set("pcie", env.Null());
+    }
+    out.Set(d, o);
+  }
+  return out;
+}
+
+Napi::Value MemGetInfo(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  int device = ReadInt(env, info[0], "device", 0, 1 << 20);
+  CheckDevice(env, device);
+  size_t free_b = 0, total_b = 0;
+  cudaError_t err = cudaSetDevice(device);
+  if (err == cudaSuccess) err = cudaMemGetInfo(&free_b, &total_b);
+  if (err != cudaSuccess) ThrowCuda(env, err, "cudaMemGetInfo");
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("free", static_cast<double>(free_b));
+  o.Set("total", static_cast<double>(total_b));
+  return o;
+}
+
+}  // namespace
+
+PcieLink ReadPcieLink(const std::string& pci_bus_id) {
+  PcieLink link;
+  const Nvml& nvml = LoadNvml();
+  if (!nvml.ok) return link;
+  void* dev = nullptr;
+  if (nvml.by_bus_id(pci_bus_id.c_str(), &dev) != 0) return link;
+  link.known = nvml.cur_gen(dev, &link.current_gen) == 0 &&
+               nvml.max_gen(dev, &link.max_gen) == 0 &&
+               nvml.cur_width(dev, &link.current_width) == 0 &&
+               nvml.max_width(dev, &link.max_width) == 0;
+  return link;
+}
+
+void InitDiscovery(Napi::Env env, Napi::Object exports) {
+  exports.Set("status", Napi::Function::New(env, Status, "status"));
+  exports.Set("devices", Napi::Function::New(env, Devices, "devices"));
+  exports.Set("memGetInfo", Napi::Function::New(env, MemGetInfo, "memGetInfo"));
+}
+
+}  // namespace cm

@@ -1,0 +1,21 @@
+// What CUDA can be used here: status(), devices(), memGetInfo(), with the PCIe link read from
+// NVML when the driver's NVML library can be loaded at run time.
+#pragma once
+
+#include <napi.h>
+
+#include "common.h"
+
+namespace cm {
+
+CudaStatus ComputeStatus();
+void InitDiscovery(Napi::Env env, Napi::Object exports);
+
+struct PcieLink {
+  bool known = false;
+  unsigned current_gen = 0, max_gen = 0, current_width = 0, max_width = 0;
+};
+// Reads the link of the GPU at this PCI bus id through NVML, if NVML is present.
+PcieLink ReadPcieLink(const std::string& pci_bus_id);
+
+}  // namespace cm

@@ -1,0 +1,93 @@
+// Stand-ins for the part of the CUDA runtime API this addon uses, for builds without a CUDA
+// toolkit. Every call fails with cudaErrorNoDevice; status() reports NOT_BUILT_WITH_CUDA before
+// any of them is reached.
+#pragma once
+
+#include <cstddef>
+#include <cstring>
+
+enum cudaError_t {
+  cudaSuccess = 0,
+  cudaErrorInvalidValue = 1,
+  cudaErrorMemoryAllocation = 2,
+  cudaErrorInsufficientDriver = 35,
+  cudaErrorNoDevice = 100,
+  cudaErrorNotReady = 600,
+};
+enum cudaMemcpyKind {
+  cudaMemcpyHostToHost = 0,
+  cudaMemcpyHostToDevice = 1,
+  cudaMemcpyDeviceToHost = 2,
+  cudaMemcpyDeviceToDevice = 3,
+  cudaMemcpyDefault = 4,
+};
+typedef struct CUstream_st* cudaStream_t;
+typedef struct CUevent_st* cudaEvent_t;
+struct cudaUUID_t {
+  char bytes[16];
+};
+struct cudaDeviceProp {
+  char name[256];
+  cudaUUID_t uuid;
+  size_t totalGlobalMem;
+  int major, minor, multiProcessorCount, asyncEngineCount, pciBusID, pciDeviceID, pciDomainID;
+  int canMapHostMemory, unifiedAddressing, integrated;
+};
+#define cudaHostAllocDefault 0x00
+#define cudaHostAllocPortable 0x01
+#define cudaHostAllocMapped 0x02
+#define cudaHostAllocWriteCombined 0x04
+#define cudaHostRegisterDefault 0x00
+#define cudaHostRegisterPortable 0x01
+#define cudaHostRegisterMapped 0x02
+#define cudaStreamNonBlocking 0x01
+#define cudaEventDefault 0x00
+#define cudaEventDisableTiming 0x02
+#define cudaStreamPerThread ((cudaStream_t)0x2)
+
+#define CM_NOCUDA_FN(name, ...) \
+  inline cudaError_t name(__VA_ARGS__) { return cudaErrorNoDevice; }
+CM_NOCUDA_FN(cudaGetDeviceCount, int*)
+CM_NOCUDA_FN(cudaGetDeviceProperties, cudaDeviceProp*, int)
+CM_NOCUDA_FN(cudaDeviceGetPCIBusId, char*, int, int)
+CM_NOCUDA_FN(cudaSetDevice, int)
+CM_NOCUDA_FN(cudaGetDevice, int*)
+CM_NOCUDA_FN(cudaMemGetInfo, size_t*, size_t*)
+CM_NOCUDA_FN(cudaMalloc, void**, size_t)
+CM_NOCUDA_FN(cudaFree, void*)
+CM_NOCUDA_FN(cudaHostAlloc, void**, size_t, unsigned)
+CM_NOCUDA_FN(cudaMallocHost, void**, size_t)
+CM_NOCUDA_FN(cudaFreeHost, void*)
+CM_NOCUDA_FN(cudaHostRegister, void*, size_t, unsigned)
+CM_NOCUDA_FN(cudaHostUnregister, void*)
+CM_NOCUDA_FN(cudaHostGetDevicePointer, void**, void*, unsigned)
+CM_NOCUDA_FN(cudaMemcpy, void*, const void*, size_t, cudaMemcpyKind)
+CM_NOCUDA_FN(cudaMemcpyAsync, void*, const void*, size_t, cudaMemcpyKind, cudaStream_t)
+CM_NOCUDA_FN(cudaMemset, void*, int, size_t)
+CM_NOCUDA_FN(cudaMemsetAsync, void*, int, size_t, cudaStream_t)
+CM_NOCUDA_FN(cudaStreamCreateWithFlags, cudaStream_t*, unsigned)
+CM_NOCUDA_FN(cudaStreamDestroy, cudaStream_t)
+CM_NOCUDA_FN(cudaStreamSynchronize, cudaStream_t)
+CM_NOCUDA_FN(cudaStreamQuery, cudaStream_t)
+CM_NOCUDA_FN(cudaStreamWaitEvent, cudaStream_t, cudaEvent_t, unsigned)
+CM_NOCUDA_FN(cudaEventCreateWithFlags, cudaEvent_t*, unsigned)
+CM_NOCUDA_FN(cudaEventDestroy, cudaEvent_t)
+CM_NOCUDA_FN(cudaEventRecord, cudaEvent_t, cudaStream_t)
+CM_NOCUDA_FN(cudaEventSynchronize, cudaEvent_t)
+CM_NOCUDA_FN(cudaEventQuery, cudaEvent_t)
+CM_NOCUDA_FN(cudaEventElapsedTime, float*, cudaEvent_t, cudaEvent_t)
+CM_NOCUDA_FN(cudaDeviceSynchronize)
+#undef CM_NOCUDA_FN
+inline cudaError_t cudaDriverGetVersion(int* v) {
+  *v = 0;
+  return cudaSuccess;
+}
+inline cudaError_t cudaRuntimeGetVersion(int* v) {
+  *v = 0;
+  return cudaSuccess;
+}
+inline cudaError_t cudaGetLastError() { return cudaSuccess; }
+inline const char* cudaGetErrorName(cudaError_t) { return "cudaErrorNoDevice"; }
+inline const char* cudaGetErrorString(cudaError_t) {
+  return "this addon was built without CUDA";
+}

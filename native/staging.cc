@@ -1,0 +1,171 @@
+#include "staging.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace cm {
+
+ParallelCopier::ParallelCopier(int threads) : threads_(std::max(1, threads)) {
+  for (int i = 1; i < threads_; ++i) workers_.emplace_back(&ParallelCopier::Worker, this, i);
+}
+
+ParallelCopier::~ParallelCopier() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+    generation_.fetch_add(1);
+  }
+  wake_.notify_all();
+  for (auto& t : workers_) t.join();
+}
+
+void ParallelCopier::CopyShare(int index, int parts) {
+  // Shares are cut on 4 KiB boundaries so no two threads write one page.
+  size_t pages = (n_ + 4095) / 4096;
+  size_t begin = std::min(n_, pages * index / parts * 4096);
+  size_t end = std::min(n_, pages * (index + 1) / parts * 4096);
+  if (end > begin) std::memcpy(dst_ + begin, src_ + begin, end - begin);
+}
+
+void ParallelCopier::Worker(int index) {
+  uint64_t seen = 0;
+  for (;;) {
+    // Spin briefly: the next chunk usually follows within microseconds, and a sleeping thread
+    // takes tens of microseconds to wake.
+    for (int spin = 0; spin < 20000 && generation_.load(std::memory_order_acquire) == seen;
+         ++spin) {
+      std::this_thread::yield();
+    }
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      wake_.wait(lock, [&] { return generation_.load() != seen; });
+      if (stop_) return;
+      seen = generation_.load();
+    }
+    CopyShare(index, threads_);
+    remaining_.fetch_sub(1, std::memory_order_acq_rel);
+  }
+}
+
+void ParallelCopier::Copy(void* dst, const void* src, size_t n) {
+  // Below ~256 KiB, waking threads costs more than it saves.
+  if (threads_ == 1 || n < (256u << 10)) {
+    std::memcpy(dst, src, n);
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    dst_ = static_cast<char*>(dst);
+    src_ = static_cast<const char*>(src);
+    n_ = n;
+    remaining_.store(threads_ - 1, std::memory_order_release);
+    generation_.fetch_add(1, std::memory_order_acq_rel);
+  }
+  wake_.notify_all();
+  CopyShare(0, threads_);
+  while (remaining_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
+}
+
+StagingOptions DefaultStagingOptions() {
+  unsigned hw = std::max(1u, std::thread::hardware_concurrency());
+  int threads = static_cast<int>(std::clamp(hw / 2, 1u, 8u));
+  return {8u << 20, 4, threads};
+}
+
+StagingEngine::StagingEngine(int device, StagingOptions options)
+    : device_(device), options_(options), copier_(options.threads) {
+  CM_TRY(error_, cudaSetDevice(device), "cudaSetDevice");
+  if (!error_) CM_TRY(error_, cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking),
+                      "cudaStreamCreateWithFlags");
+  for (int i = 0; i < options_.slots && !error_; ++i) {
+    void* p = nullptr;
+    CM_TRY(error_, cudaHostAlloc(&p, options_.chunk_bytes, cudaHostAllocPortable),
+           "cudaHostAlloc (staging ring)");
+    if (error_) break;
+    slots_.push_back(static_cast<char*>(p));
+    cudaEvent_t ev = nullptr;
+    CM_TRY(error_, cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreate");
+    if (!error_) done_.push_back(ev);
+  }
+}
+
+StagingEngine::~StagingEngine() {
+  if (stream_) cudaStreamSynchronize(stream_);
+  for (cudaEvent_t ev : done_) cudaEventDestroy(ev);
+  for (char* p : slots_) cudaFreeHost(p);
+  if (stream_) cudaStreamDestroy(stream_);
+  (void)cudaGetLastError();
+}
+
+Error StagingEngine::HostToDevice(void* dst_device, const void* src_host, size_t n) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Error err;
+  CM_TRY(err, cudaSetDevice(device_), "cudaSetDevice");
+  const size_t chunk = options_.chunk_bytes;
+  const size_t slots = slots_.size();
+  char* dst = static_cast<char*>(dst_device);
+  const char* src = static_cast<const char*>(src_host);
+  for (size_t i = 0, off = 0; off < n && !err; ++i, off += chunk) {
+    size_t s = i % slots, len = std::min(chunk, n - off);
+    // The slot is reusable once the copy that last read it has finished.
+    if (i >= slots) CM_TRY(err, cudaEventSynchronize(done_[s]), "cudaEventSynchronize");
+    if (err) break;
+    copier_.Copy(slots_[s], src + off, len);
+    CM_TRY(err, cudaMemcpyAsync(dst + off, slots_[s], len, cudaMemcpyHostToDevice, stream_),
+           "cudaMemcpyAsync (staged host-to-device)");
+    if (!err) CM_TRY(err, cudaEventRecord(done_[s], stream_), "cudaEventRecord");
+  }
+  Error sync;
+  CM_TRY(sync, cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  return err ? err : sync;
+}
+
+Error StagingEngine::DeviceToHost(void* dst_host, const void* src_device, size_t n) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Error err;
+  CM_TRY(err, cudaSetDevice(device_), "cudaSetDevice");
+  const size_t chunk = options_.chunk_bytes;
+  const size_t slots = slots_.size();
+  const size_t chunks = (n + chunk - 1) / chunk;
+  char* dst = static_cast<char*>(dst_host);
+  const char* src = static_cast<const char*>(src_device);
+  auto issue = [&](size_t i) {
+    size_t off = i * chunk, len = std::min(chunk, n - off);
+    CM_TRY(err, cudaMemcpyAsync(slots_[i % slots], src + off, len, cudaMemcpyDeviceToHost,
+                                stream_),
+           "cudaMemcpyAsync (staged device-to-host)");
+    if (!err) CM_TRY(err, cudaEventRecord(done_[i % slots], stream_), "cudaEventRecord");
+  };
+  // Keep every slot in flight; drain each into the Node buffer as soon as it lands.
+  for (size_t i = 0; i < std::min(slots, chunks) && !err; ++i) issue(i);
+  for (size_t i = 0; i < chunks && !err; ++i) {
+    size_t s = i % slots, off = i * chunk, len = std::min(chunk, n - off);
+    CM_TRY(err, cudaEventSynchronize(done_[s]), "cudaEventSynchronize");
+    if (err) break;
+    copier_.Copy(dst + off, slots_[s], len);
+    if (i + slots < chunks) issue(i + slots);
+  }
+  Error sync;
+  CM_TRY(sync, cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  return err ? err : sync;
+}
+
+StagingEngine* GetStagingEngine(Instance& inst, int device, Error* err) {
+  std::lock_guard<std::mutex> lock(inst.staging_mutex);
+  auto it = inst.staging.find(device);
+  if (it != inst.staging.end()) return it->second.get();
+  StagingOptions o = DefaultStagingOptions();
+  if (inst.staging_config.chunk_bytes) o.chunk_bytes = inst.staging_config.chunk_bytes;
+  if (inst.staging_config.slots) o.slots = inst.staging_config.slots;
+  if (inst.staging_config.threads) o.threads = inst.staging_config.threads;
+  auto engine = std::make_unique<StagingEngine>(device, o);
+  if (engine->error()) {
+    *err = engine->error();
+    return nullptr;
+  }
+  StagingEngine* raw = engine.get();
+  inst.staging[device] = std::move(engine);
+  return raw;
+}
+
+}  // namespace cm

@@ -1,0 +1,50 @@
+'use strict';
+// Shared test helpers. GPU tests go through describeGpu: without a usable device they are
+// skipped with the reason printed; with REQUIRE_GPU=1 the missing device is a failure instead.
+const cm = require('..');
+
+const st = cm.status();
+const requireGpu = process.env.REQUIRE_GPU === '1';
+const gpu = st.available;
+
+function describeGpu(name, fn) {
+  if (gpu) return describe(`[GPU] ${name}`, fn);
+  if (requireGpu) {
+    return describe(`[GPU] ${name}`, () => {
+      test('needs a GPU (REQUIRE_GPU=1)', () => {
+        throw new Error(`REQUIRE_GPU=1 but CUDA is not available: ${st.reason}: ${st.message}`);
+      });
+    });
+  }
+  // A visible reason, in the test name itself.
+  return describe.skip(`[GPU] ${name} — skipped: no GPU (${st.reason}: ${st.message})`, fn);
+}
+
+// Deterministic pseudo-random bytes (xorshift32), different for each seed.
+function randomBytes(n, seed = 1) {
+  const out = new Uint8Array(n);
+  let x = seed >>> 0 || 0x9e3779b9;
+  for (let i = 0; i < n; i++) {
+    x ^= x << 13;
+    x >>>= 0;
+    x ^= x >>> 17;
+    x ^= x << 5;
+    x >>>= 0;
+    out[i] = x & 0xff;
+  }
+  return out;
+}
+
+function rng(seed = 12345) {
+  let x = seed >>> 0;
+  return (n) => {
+    x ^= x << 13;
+    x >>>= 0;
+    x ^= x >>> 17;
+    x ^= x << 5;
+    x >>>= 0;
+    return n === undefined ? x / 4294967296 : x % n;
+  };
+}
+
+module.exports = { cm, st, gpu, requireGpu, describeGpu, randomBytes, rng };

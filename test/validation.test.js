@@ -1,0 +1,179 @@
+'use strict';
+// Bad input gets a TypeError/RangeError/CudaError naming the argument, before CUDA is touched;
+// host-to-host copies (which need no GPU) are checked byte for byte.
+const { cm, gpu, randomBytes } = require('./helpers');
+
+const badSizes = [
+  [-1, RangeError],
+  [NaN, RangeError],
+  [Infinity, RangeError],
+  [1.5, RangeError],
+  [2 ** 53, RangeError],
+  ['1024', TypeError],
+  [{}, TypeError],
+  [null, TypeError],
+  [undefined, TypeError],
+  [[16], TypeError],
+];
+
+describe('argument validation (no GPU needed)', () => {
+  test.each(badSizes)('DeviceBuffer.alloc(%p) throws a %p naming bytes', (v, Kind) => {
+    expect(() => cm.DeviceBuffer.alloc(v)).toThrow(Kind);
+    expect(() => cm.DeviceBuffer.alloc(v)).toThrow(/bytes/);
+  });
+
+  test.each(badSizes)('PinnedBuffer.alloc(%p) throws a %p naming bytes', (v, Kind) => {
+    expect(() => cm.PinnedBuffer.alloc(v)).toThrow(Kind);
+  });
+
+  test('zero bytes is refused where zero is meaningless', () => {
+    expect(() => cm.DeviceBuffer.alloc(0)).toThrow(/bytes/);
+    expect(() => cm.PinnedBuffer.alloc(0)).toThrow(RangeError);
+    const a = cm.createAllocator({ simulate: { totalBytes: 2 ** 30 }, allowGrowth: true });
+    expect(() => a.alloc(0)).toThrow(RangeError);
+    expect(() => cm.registerHost(new Uint8Array(0))).toThrow(/non-empty/);
+  });
+
+  test('bad device indices and options', () => {
+    expect(() => cm.DeviceBuffer.alloc(16, { device: -1 })).toThrow(/device/);
+    expect(() => cm.DeviceBuffer.alloc(16, { device: 0.5 })).toThrow(RangeError);
+    expect(() => cm.DeviceBuffer.alloc(16, { device: '0' })).toThrow(TypeError);
+    expect(() => cm.DeviceBuffer.alloc(16, 'fast')).toThrow(/options/);
+    expect(() => cm.PinnedBuffer.alloc(16, { mapped: 'yes' })).toThrow(/mapped/);
+    if (gpu) expect(() => cm.DeviceBuffer.alloc(16, { device: cm.status().deviceCount })).toThrow(/device index from 0/);
+    if (!gpu) expect(() => cm.DeviceBuffer.alloc(16, { device: 0 })).toThrow(cm.CudaUnavailableError);
+  });
+
+  test('copy refuses things that are not memory, naming the argument', () => {
+    const u = new Uint8Array(8);
+    for (const bad of [[1, 2, 3], { length: 8 }, 'bytes', 42, null, undefined, () => 0]) {
+      expect(() => cm.copy(bad, u)).toThrow(/for dst/);
+      expect(() => cm.copy(u, bad)).toThrow(/for src/);
+    }
+  });
+
+  test('copy refuses offsets and lengths past either side, and never clamps', () => {
+    const a = new Uint8Array(16);
+    const b = new Uint8Array(8);
+    expect(() => cm.copy(b, a)).toThrow(/runs past the end of dst/);
+    expect(() => cm.copy(a, b, { srcOffset: 9 })).toThrow(/srcOffset/);
+    expect(() => cm.copy(a, b, { dstOffset: 17 })).toThrow(/dstOffset/);
+    expect(() => cm.copy(a, b, { srcOffset: 4, byteLength: 5 })).toThrow(/runs past the end of src/);
+    expect(() => cm.copy(a, b, { dstOffset: 12, byteLength: 5 })).toThrow(/runs past the end of dst/);
+    expect(() => cm.copy(a, b, { byteLength: -1 })).toThrow(RangeError);
+    expect(() => cm.copy(a, b, { byteLength: 2.5 })).toThrow(RangeError);
+    expect(() => cm.copy(a, b, { strategy: 'teleport' })).toThrow(/strategy/);
+    expect(() => cm.copy(a, b, { stream: {} })).toThrow(/stream/);
+    expect(Array.from(a)).toEqual(new Array(16).fill(0)); // nothing was written
+  });
+
+  test('memset validates value and range', () => {
+    const a = new Uint8Array(8);
+    expect(() => cm.memset(a, 256)).toThrow(RangeError);
+    expect(() => cm.memset(a, -1)).toThrow(RangeError);
+    expect(() => cm.memset(a, '1')).toThrow(TypeError);
+    expect(() => cm.memset(a, 1, { offset: 9 })).toThrow(/offset/);
+    expect(() => cm.memset(a, 1, { offset: 4, byteLength: 5 })).toThrow(/runs past/);
+    cm.memset(a, 7, { offset: 2, byteLength: 3 });
+    expect(Array.from(a)).toEqual([0, 0, 7, 7, 7, 0, 0, 0]);
+  });
+
+  test('a simulated allocator block is a DeviceBuffer with no memory behind it', () => {
+    const a = cm.createAllocator({ simulate: { totalBytes: 2 ** 30 }, allowGrowth: true });
+    const b = a.alloc(4096);
+    expect(b).toBeInstanceOf(cm.DeviceBuffer);
+    expect(b.simulated).toBe(true);
+    expect(() => cm.copy(b, new Uint8Array(4096))).toThrow(/simulated device/);
+    // Validation still comes first.
+    expect(() => cm.copy(b, new Uint8Array(4097))).toThrow(/runs past the end of dst/);
+    expect(() => cm.copy(b, b, { srcOffset: 0, dstOffset: 100, byteLength: 200 })).toThrow(/overlap/);
+    b.free();
+    expect(b.freed).toBe(true);
+    b.free(); // idempotent
+    let e;
+    try {
+      cm.copy(b, new Uint8Array(16));
+    } catch (x) {
+      e = x;
+    }
+    expect(e).toBeInstanceOf(cm.CudaError);
+    expect(e.code).toBe('ERR_BUFFER_FREED');
+    expect(e.message).toMatch(/dst was freed/);
+    expect(() => b.address).toThrow(/freed/);
+  });
+
+  test('forged or stale handles never reach memory', () => {
+    const { native } = require('../dist/native');
+    expect(() => native.copy(123456789, 0, new Uint8Array(4), 0, 4)).toThrow(/buffer handle/);
+    expect(() => native.copy(-1, 0, new Uint8Array(4), 0, 4)).toThrow(/buffer handle/);
+    expect(() => native.copy(0.5, 0, new Uint8Array(4), 0, 4)).toThrow(/buffer handle/);
+    expect(() => native.free('x')).toThrow(/buffer handle/);
+    const a = cm.createAllocator({ simulate: { totalBytes: 2 ** 30 }, allowGrowth: true });
+    const b = a.alloc(64);
+    const h = b._h;
+    b.free();
+    const c = a.alloc(64); // reuses the slot under a new generation
+    expect(c._h).not.toBe(h);
+    expect(native.free(h)).toBe(false);
+    expect(c.freed).toBe(false);
+    expect(a.stats().bytesInUse).toBe(256);
+    c.free();
+  });
+
+  test('errors are the library classes with codes', () => {
+    const e = new cm.CudaError('x', { code: 'cudaErrorInvalidValue', cudaCode: 1, call: 'cudaMemcpy' });
+    expect(e).toBeInstanceOf(Error);
+    expect([e.code, e.cudaCode, e.call, e.name]).toEqual(['cudaErrorInvalidValue', 1, 'cudaMemcpy', 'CudaError']);
+    const o = new cm.OutOfMemoryError({ requestedBytes: 2 ** 31, device: 0, deviceFree: 2 ** 30, deviceTotal: 2 ** 34 });
+    expect(o).toBeInstanceOf(cm.CudaError);
+    expect(o.code).toBe('cudaErrorMemoryAllocation');
+    expect(o.message).toMatch(/2048.00 MiB.*1024.00 MiB free of 16384.00 MiB/);
+    const u = new cm.CudaUnavailableError('NO_DEVICE', 'none');
+    expect([u.reason, u.code]).toEqual(['NO_DEVICE', 'ERR_CUDA_UNAVAILABLE']);
+  });
+});
+
+describe('host-to-host copies (no GPU needed)', () => {
+  test('between every kind of host memory, honouring view offsets, byte for byte', () => {
+    const data = randomBytes(4099, 3);
+    const ab = new ArrayBuffer(5000);
+    const sab = new SharedArrayBuffer(5000);
+    const makers = [
+      () => new Uint8Array(5000),
+      () => new Float64Array(ab, 8, 600), // view with an offset
+      () => new DataView(sab, 3, 4500),
+      () => Buffer.alloc(4200),
+      () => ab,
+      () => sab,
+    ];
+    for (const mk of makers) {
+      for (const mk2 of makers) {
+        const dst = mk();
+        const src = mk2();
+        if (dst === src || (dst.buffer || dst) === (src.buffer || src)) continue;
+        const srcBytes = new Uint8Array(src.buffer || src, src.byteOffset || 0, src.byteLength);
+        srcBytes.set(data.subarray(0, Math.min(srcBytes.length, data.length)));
+        cm.copy(dst, src, { srcOffset: 5, dstOffset: 11, byteLength: 3000 });
+        const dstBytes = new Uint8Array(dst.buffer || dst, dst.byteOffset || 0, dst.byteLength);
+        expect(Buffer.compare(dstBytes.subarray(11, 3011), srcBytes.subarray(5, 3005))).toBe(0);
+      }
+    }
+  });
+
+  test('default length is the rest of the source; zero bytes is a no-op', () => {
+    const src = randomBytes(100, 9);
+    const dst = new Uint8Array(200);
+    cm.copy(dst, src, { srcOffset: 40, dstOffset: 10 });
+    expect(Array.from(dst.subarray(10, 70))).toEqual(Array.from(src.subarray(40)));
+    expect(dst[70]).toBe(0);
+    cm.copy(dst, src, { byteLength: 0 });
+  });
+
+  test('copyAsync resolves for host memory and rejects bad input with a RangeError', async () => {
+    const src = randomBytes(1 << 16, 5);
+    const dst = new Uint8Array(1 << 16);
+    await cm.copyAsync(dst, src);
+    expect(Buffer.compare(dst, src)).toBe(0);
+    await expect(cm.copyAsync(dst, src, { byteLength: (1 << 16) + 1 })).rejects.toThrow(RangeError);
+  });
+});
