@@ -143,7 +143,9 @@ export class Allocator {
       line,
     ];
     for (const r of this.regions())
-      lines.push(`  region 0x${r.address.toString(16)}: ${formatBytes(r.size)}, ${formatBytes(r.bytesInUse)} in use in ${r.blocks} block${r.blocks === 1 ? '' : 's'}`);
+      lines.push(
+        `  region 0x${r.address.toString(16)}: ${formatBytes(r.size)}, ${formatBytes(r.bytesInUse)} in use in ${r.blocks} block${r.blocks === 1 ? '' : 's'}`,
+      );
     return lines.join('\n');
   }
 
@@ -172,11 +174,19 @@ export class Allocator {
 export function createAllocator(options?: AllocatorOptions): Allocator {
   const o = checkOptions<AllocatorOptions>('options', options);
   const known = new Set(['device', 'allowGrowth', 'memoryFraction', 'memoryLimit', 'garbageCollection', 'simulate']);
-  for (const k of Object.keys(o)) if (!known.has(k)) throw new TypeError(`Unknown allocator option ${JSON.stringify(k)}; expected one of ${[...known].join(', ')}`);
+  for (const k of Object.keys(o))
+    if (!known.has(k)) throw new TypeError(`Unknown allocator option ${JSON.stringify(k)}; expected one of ${[...known].join(', ')}`);
   if (o.memoryFraction !== undefined && o.memoryLimit !== undefined)
-    throw new RangeError('memoryFraction and memoryLimit were both given; choose one: memoryFraction is a share of total device memory, memoryLimit a number of bytes');
+    throw new RangeError(
+      'memoryFraction and memoryLimit were both given; choose one: memoryFraction is a share of total device memory, memoryLimit a number of bytes',
+    );
   if (o.memoryFraction !== undefined && (typeof o.memoryFraction !== 'number' || !(o.memoryFraction > 0 && o.memoryFraction <= 1)))
-    throw invalidArgument('memoryFraction', 'a number in (0, 1]', o.memoryFraction, typeof o.memoryFraction === 'number' ? RangeError : TypeError);
+    throw invalidArgument(
+      'memoryFraction',
+      'a number in (0, 1]',
+      o.memoryFraction,
+      typeof o.memoryFraction === 'number' ? RangeError : TypeError,
+    );
   const memoryLimit = o.memoryLimit === undefined ? undefined : checkSize('memoryLimit', o.memoryLimit, 256);
   const allowGrowth = checkBoolean('allowGrowth', o.allowGrowth, false);
   const garbageCollection = checkBoolean('garbageCollection', o.garbageCollection, true);
@@ -186,7 +196,8 @@ export function createAllocator(options?: AllocatorOptions): Allocator {
     const s = checkOptions<SimulatedDevice>('simulate', o.simulate);
     const totalBytes = checkSize('simulate.totalBytes', s.totalBytes, 1);
     const freeBytes = s.freeBytes === undefined ? totalBytes : checkSize('simulate.freeBytes', s.freeBytes);
-    if (freeBytes > totalBytes) throw new RangeError(`simulate.freeBytes (${freeBytes}) must not exceed simulate.totalBytes (${totalBytes})`);
+    if (freeBytes > totalBytes)
+      throw new RangeError(`simulate.freeBytes (${freeBytes}) must not exceed simulate.totalBytes (${totalBytes})`);
     const cc = s.computeCapability ?? '9.0';
     const m = /^(\d+)\.(\d+)$/.exec(String(cc));
     if (!m) throw invalidArgument('simulate.computeCapability', 'a string such as "9.0"', cc);
@@ -195,7 +206,9 @@ export function createAllocator(options?: AllocatorOptions): Allocator {
   } else {
     device = checkDevice(o.device, status().deviceCount || undefined);
   }
-  return new Allocator(native.createAllocator({ device, allowGrowth, memoryFraction: o.memoryFraction, memoryLimit, garbageCollection, simulate }));
+  return new Allocator(
+    native.createAllocator({ device, allowGrowth, memoryFraction: o.memoryFraction, memoryLimit, garbageCollection, simulate }),
+  );
 }
 
 /** What {@link allocatorOptionsFromEnv} found, with anything it ignored and why. */
@@ -315,8 +328,15 @@ export class PinnedPool {
       if (this.s.bytesInUse + cls > this.limit)
         throw new OutOfMemoryError({
           message: `pinned pool limit reached: tried to allocate ${formatBytes(n)} (size class ${formatBytes(cls)}) with ${formatBytes(this.s.bytesInUse)} in use under a limit of ${formatBytes(this.limit)}`,
-          requestedBytes: n, roundedBytes: cls, device: this.allocOptions.device ?? 0, limitBytes: this.limit, limitSource: 'pinned pool limit',
-          bytesInUse: this.s.bytesInUse, deviceFree: 0, deviceTotal: 0, call: 'PinnedPool.alloc',
+          requestedBytes: n,
+          roundedBytes: cls,
+          device: this.allocOptions.device ?? 0,
+          limitBytes: this.limit,
+          limitSource: 'pinned pool limit',
+          bytesInUse: this.s.bytesInUse,
+          deviceFree: 0,
+          deviceTotal: 0,
+          call: 'PinnedPool.alloc',
         });
       block = PinnedBuffer.alloc(cls, this.allocOptions);
       this.s.allocations++;

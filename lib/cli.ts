@@ -86,7 +86,8 @@ function num(a: Args, key: string): number | undefined {
 }
 
 function checkKnown(a: Args, known: string[]): void {
-  for (const k of a.flags.keys()) if (!known.includes(k)) throw new UsageError(`unknown option --${k} for ${a.command}; see cuda-memory help`);
+  for (const k of a.flags.keys())
+    if (!known.includes(k)) throw new UsageError(`unknown option --${k} for ${a.command}; see cuda-memory help`);
 }
 
 function requireGpu(command: string): void {
@@ -98,11 +99,33 @@ function requireGpu(command: string): void {
 }
 
 async function bench(a: Args): Promise<number> {
-  checkKnown(a, ['sizes', 'modes', 'directions', 'iterations', 'warmup', 'device', 'chunk', 'threads', 'slots', 'json', 'csv', 'chart', 'html', 'junit', 'out', 'expect', 'no-event-loop']);
+  checkKnown(a, [
+    'sizes',
+    'modes',
+    'directions',
+    'iterations',
+    'warmup',
+    'device',
+    'chunk',
+    'threads',
+    'slots',
+    'json',
+    'csv',
+    'chart',
+    'html',
+    'junit',
+    'out',
+    'expect',
+    'no-event-loop',
+  ]);
   const gates: Gate[] = (a.flags.get('expect') ?? []).map(parseGate);
   const sizes = one(a, 'sizes') ? parseSizeList(one(a, 'sizes')!) : undefined;
-  const modes = one(a, 'modes')?.split(',').map((s) => s.trim()) as TransferMode[] | undefined;
-  const directions = one(a, 'directions')?.split(',').map((s) => s.trim()) as Direction[] | undefined;
+  const modes = one(a, 'modes')
+    ?.split(',')
+    .map((s) => s.trim()) as TransferMode[] | undefined;
+  const directions = one(a, 'directions')
+    ?.split(',')
+    .map((s) => s.trim()) as Direction[] | undefined;
   const staging: Record<string, number> = {};
   if (one(a, 'chunk')) staging.chunkBytes = parseSize(one(a, 'chunk')!);
   if (int(a, 'threads') !== undefined) staging.threads = int(a, 'threads')!;
@@ -110,7 +133,13 @@ async function bench(a: Args): Promise<number> {
   requireGpu('bench');
   const tty = process.stderr.isTTY;
   const report = await runTransferBenchmark({
-    sizes, modes, directions, iterations: int(a, 'iterations'), warmup: int(a, 'warmup'), device: int(a, 'device'), staging,
+    sizes,
+    modes,
+    directions,
+    iterations: int(a, 'iterations'),
+    warmup: int(a, 'warmup'),
+    device: int(a, 'device'),
+    staging,
     eventLoopProbe: !a.flags.has('no-event-loop'),
     onProgress: tty
       ? (done, total, label) => {
@@ -122,7 +151,11 @@ async function bench(a: Args): Promise<number> {
       : undefined,
   });
   const results = evaluateGates(gates, gateSource(report));
-  const json = JSON.stringify({ ...report, gates: results.map((r) => ({ gate: r.gate.text, pass: r.pass, actual: r.actual, message: r.message })) }, null, 2);
+  const json = JSON.stringify(
+    { ...report, gates: results.map((r) => ({ gate: r.gate.text, pass: r.pass, actual: r.actual, message: r.message })) },
+    null,
+    2,
+  );
   if (a.flags.has('json')) process.stdout.write(json + '\n');
   else if (a.flags.has('csv')) process.stdout.write(formatCsv(report));
   else {
@@ -134,31 +167,40 @@ async function bench(a: Args): Promise<number> {
   if (one(a, 'junit')) fs.writeFileSync(one(a, 'junit')!, benchmarkJunit(report, results));
   for (const r of results) process.stderr.write(r.message + '\n');
   const unverified = report.results.filter((r) => !r.verified);
-  for (const r of unverified) process.stderr.write(`FAIL data check: ${r.direction} ${r.mode} ${formatBytes(r.bytes)} did not arrive intact\n`);
+  for (const r of unverified)
+    process.stderr.write(`FAIL data check: ${r.direction} ${r.mode} ${formatBytes(r.bytes)} did not arrive intact\n`);
   return results.every((r) => r.pass) && unverified.length === 0 ? 0 : 1;
 }
 
 function doctor(a: Args): number {
   checkKnown(a, ['min-pinned', 'min-d2d', 'device', 'json', 'junit', 'bytes']);
-  const report = runDoctor({ device: int(a, 'device'), minPinnedGbps: num(a, 'min-pinned'), minD2dGbps: num(a, 'min-d2d'), bytes: one(a, 'bytes') ? parseSize(one(a, 'bytes')!) : undefined });
-  if (a.flags.has('json')) process.stdout.write(JSON.stringify(report, null, 2) + '\n');
-  else process.stdout.write(formatDoctor(report) + '\n');
+  const report = runDoctor({
+    device: int(a, 'device'),
+    minPinnedGbps: num(a, 'min-pinned'),
+    minD2dGbps: num(a, 'min-d2d'),
+    bytes: one(a, 'bytes') ? parseSize(one(a, 'bytes')!) : undefined,
+  });
   if (one(a, 'junit')) fs.writeFileSync(one(a, 'junit')!, doctorJunit(report));
-  if (!status().available && !a.flags.has('json')) {
-    // The first check already said why; one line, no stack trace.
-    return 2;
-  }
+  if (a.flags.has('json')) process.stdout.write(JSON.stringify(report, null, 2) + '\n');
+  else if (status().available) process.stdout.write(formatDoctor(report) + '\n');
+  else requireGpu('doctor'); // one line saying why, exit 2
   return report.ok ? 0 : 1;
 }
 
 function info(): number {
   const st = status();
   process.stdout.write(`cuda-memory: ${st.available ? 'CUDA available' : `CUDA not available (${st.reason})`}: ${st.message}\n`);
-  process.stdout.write(`driver CUDA ${formatCudaVersion(st.driverVersion)}, runtime CUDA ${formatCudaVersion(st.runtimeVersion)}, built with CUDA: ${st.builtWithCuda}\n`);
+  process.stdout.write(
+    `driver CUDA ${formatCudaVersion(st.driverVersion)}, runtime CUDA ${formatCudaVersion(st.runtimeVersion)}, built with CUDA: ${st.builtWithCuda}\n`,
+  );
   if (!st.available) return 2;
   for (const d of devices()) {
-    const link = d.pcie ? `PCIe Gen${d.pcie.currentGeneration} x${d.pcie.currentWidth} (max Gen${d.pcie.maxGeneration} x${d.pcie.maxWidth})` : 'PCIe link unknown';
-    process.stdout.write(`device ${d.index}: ${d.name}, ${formatBytes(d.totalMemory)}, compute capability ${d.computeCapability}, ${d.multiProcessorCount} SMs, ${d.asyncEngineCount} copy engines, ${d.pciBusId}, ${link}, ${d.uuid}\n`);
+    const link = d.pcie
+      ? `PCIe Gen${d.pcie.currentGeneration} x${d.pcie.currentWidth} (max Gen${d.pcie.maxGeneration} x${d.pcie.maxWidth})`
+      : 'PCIe link unknown';
+    process.stdout.write(
+      `device ${d.index}: ${d.name}, ${formatBytes(d.totalMemory)}, compute capability ${d.computeCapability}, ${d.multiProcessorCount} SMs, ${d.asyncEngineCount} copy engines, ${d.pciBusId}, ${link}, ${d.uuid}\n`,
+    );
   }
   return 0;
 }

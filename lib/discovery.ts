@@ -53,7 +53,15 @@ export function status(): CudaStatus {
   try {
     return native.status() as CudaStatus;
   } catch (e) {
-    return { available: false, reason: 'ADDON_NOT_LOADED', message: String((e as Error).message), deviceCount: 0, driverVersion: 0, runtimeVersion: 0, builtWithCuda: false };
+    return {
+      available: false,
+      reason: 'ADDON_NOT_LOADED',
+      message: String((e as Error).message),
+      deviceCount: 0,
+      driverVersion: 0,
+      runtimeVersion: 0,
+      builtWithCuda: false,
+    };
   }
 }
 

@@ -4,12 +4,7 @@
  */
 
 /** Why CUDA cannot be used, as reported by {@link status}. */
-export type UnavailableReason =
-  | 'NOT_BUILT_WITH_CUDA'
-  | 'NO_DRIVER'
-  | 'INSUFFICIENT_DRIVER'
-  | 'NO_DEVICE'
-  | 'ADDON_NOT_LOADED';
+export type UnavailableReason = 'NOT_BUILT_WITH_CUDA' | 'NO_DRIVER' | 'INSUFFICIENT_DRIVER' | 'NO_DEVICE' | 'ADDON_NOT_LOADED';
 
 /** A CUDA call failed, or a buffer was used after it was freed. */
 export class CudaError extends Error {

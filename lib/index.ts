@@ -16,7 +16,15 @@ export { copy, copyAsync, memset, configureStaging } from './copy';
 export type { CopyOptions, CopyStrategy, MemsetOptions, StagingSettings } from './copy';
 export { Stream, Event } from './stream';
 export { createAllocator, Allocator, allocatorOptionsFromEnv, createPinnedPool, PinnedPool, PooledPinnedBuffer } from './allocator';
-export type { AllocatorOptions, AllocatorStats, RegionInfo, SimulatedDevice, EnvAllocatorOptions, PinnedPoolOptions, PinnedPoolStats } from './allocator';
+export type {
+  AllocatorOptions,
+  AllocatorStats,
+  RegionInfo,
+  SimulatedDevice,
+  EnvAllocatorOptions,
+  PinnedPoolOptions,
+  PinnedPoolStats,
+} from './allocator';
 export { parseSize, parseSizeList, formatBytes, formatRate } from './units';
 export { runTransferBenchmark } from './bench/transfer';
 export type { TransferBenchmarkOptions, TransferReport, TransferResult, TransferMode, Direction } from './bench/transfer';

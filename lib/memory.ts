@@ -261,10 +261,13 @@ export function registerHost(memory: ArrayBufferLike | ArrayBufferView, options?
   if (ArrayBuffer.isView(memory)) view = memory;
   else if (memory instanceof ArrayBuffer || (typeof SharedArrayBuffer !== 'undefined' && memory instanceof SharedArrayBuffer))
     view = new Uint8Array(memory);
-  else throw new TypeError(`Expected an ArrayBuffer, SharedArrayBuffer or ArrayBuffer view for memory but received ${describeValue(memory)}`);
+  else
+    throw new TypeError(`Expected an ArrayBuffer, SharedArrayBuffer or ArrayBuffer view for memory but received ${describeValue(memory)}`);
   if (view.byteLength === 0) throw new RangeError('Expected a non-empty buffer for memory but received one of 0 bytes');
   const o = checkOptions<RegisterOptions>('options', options);
-  const flags = (checkBoolean('options.portable', o.portable, false) ? FLAG_PORTABLE : 0) | (checkBoolean('options.mapped', o.mapped, false) ? FLAG_MAPPED : 0);
+  const flags =
+    (checkBoolean('options.portable', o.portable, false) ? FLAG_PORTABLE : 0) |
+    (checkBoolean('options.mapped', o.mapped, false) ? FLAG_MAPPED : 0);
   const device = checkDevice(o.device, deviceCount());
   requireAvailable();
   return new RegisteredBuffer(native.registerHost(view, flags, device), view, device);
@@ -281,7 +284,10 @@ export interface LentMemory {
 export type Memory = DeviceBuffer | PinnedBuffer | RegisteredBuffer | LentMemory | ArrayBuffer | SharedArrayBuffer | ArrayBufferView;
 
 /** @internal Resolves a Memory to what the addon takes (a handle or a view) and its length. */
-export function resolveMemory(name: string, m: unknown): { target: number | ArrayBufferView; length: number; device: boolean; buffer: object } {
+export function resolveMemory(
+  name: string,
+  m: unknown,
+): { target: number | ArrayBufferView; length: number; device: boolean; buffer: object } {
   if (m instanceof DeviceBuffer) {
     if (m.freed) throw freedError(name);
     return { target: m._h, length: m.byteLength, device: true, buffer: m };

@@ -26,7 +26,15 @@ export interface NativeBinding {
   handleInfo(handle: number): { address?: bigint; devicePointer?: bigint | null; released: boolean; simulated?: boolean };
   liveCount(): number;
   copy(dst: unknown, dstOffset: number, src: unknown, srcOffset: number, n: number, strategy?: string, stream?: unknown): void;
-  copyAsync(dst: unknown, dstOffset: number, src: unknown, srcOffset: number, n: number, strategy?: string, stream?: unknown): Promise<void>;
+  copyAsync(
+    dst: unknown,
+    dstOffset: number,
+    src: unknown,
+    srcOffset: number,
+    n: number,
+    strategy?: string,
+    stream?: unknown,
+  ): Promise<void>;
   memset(target: unknown, offset: number, n: number, value: number): void;
   configureStaging(options?: object): { chunkBytes: number; slots: number; threads: number; autoThreshold: number };
   streamCreate(device: number, nonBlocking: boolean): unknown;
@@ -48,7 +56,16 @@ export interface NativeBinding {
   allocatorEmptyCache(a: unknown): number;
   allocatorClose(a: unknown, force: boolean): number;
   timeCopy(dst: unknown, src: unknown, bytes: number, warmup: number, iterations: number, timing: string, strategy?: string): Float64Array;
-  timeBidirectional(a: unknown, b: unknown, c: unknown, d: unknown, bytes: number, warmup: number, iterations: number, timing: string): Float64Array;
+  timeBidirectional(
+    a: unknown,
+    b: unknown,
+    c: unknown,
+    d: unknown,
+    bytes: number,
+    warmup: number,
+    iterations: number,
+    timing: string,
+  ): Float64Array;
   timeRawPinned(bytes: number, warmup: number, iterations: number, direction: string, device: number): Float64Array;
   timeRawAlloc(kind: string, bytes: number, iterations: number, device: number): Float64Array;
   timeHostRegister(view: ArrayBufferView, iterations: number): Float64Array;
@@ -56,20 +73,54 @@ export interface NativeBinding {
 
 /** The names every build of the addon exports. */
 export const NATIVE_EXPORTS = [
-  'init', 'status', 'devices', 'memGetInfo', 'deviceAlloc', 'pinnedAlloc', 'registerHost', 'free',
-  'handleInfo', 'liveCount', 'copy', 'copyAsync', 'memset', 'configureStaging', 'streamCreate',
-  'streamSynchronize', 'streamQuery', 'streamDestroy', 'eventCreate', 'eventRecord',
-  'eventSynchronize', 'eventQuery', 'eventElapsed', 'eventDestroy', 'createAllocator',
-  'allocatorAlloc', 'allocatorStats', 'allocatorRegions', 'allocatorInfo', 'allocatorResetPeak',
-  'allocatorEmptyCache', 'allocatorClose', 'timeCopy', 'timeBidirectional', 'timeRawPinned',
-  'timeRawAlloc', 'timeHostRegister',
+  'init',
+  'status',
+  'devices',
+  'memGetInfo',
+  'deviceAlloc',
+  'pinnedAlloc',
+  'registerHost',
+  'free',
+  'handleInfo',
+  'liveCount',
+  'copy',
+  'copyAsync',
+  'memset',
+  'configureStaging',
+  'streamCreate',
+  'streamSynchronize',
+  'streamQuery',
+  'streamDestroy',
+  'eventCreate',
+  'eventRecord',
+  'eventSynchronize',
+  'eventQuery',
+  'eventElapsed',
+  'eventDestroy',
+  'createAllocator',
+  'allocatorAlloc',
+  'allocatorStats',
+  'allocatorRegions',
+  'allocatorInfo',
+  'allocatorResetPeak',
+  'allocatorEmptyCache',
+  'allocatorClose',
+  'timeCopy',
+  'timeBidirectional',
+  'timeRawPinned',
+  'timeRawAlloc',
+  'timeHostRegister',
 ] as const;
 
 function candidates(): string[] {
   const root = path.join(__dirname, '..');
   const env = process.env.CUDA_MEMORY_ADDON;
   if (env) return [path.resolve(env)];
-  return [path.join(root, 'build', 'Release', 'cuda_memory.node'), path.join(root, 'build-cmake', 'Release', 'cuda_memory.node'), path.join(root, 'build', 'Debug', 'cuda_memory.node')];
+  return [
+    path.join(root, 'build', 'Release', 'cuda_memory.node'),
+    path.join(root, 'build-cmake', 'Release', 'cuda_memory.node'),
+    path.join(root, 'build', 'Debug', 'cuda_memory.node'),
+  ];
 }
 
 function unloaded(reason: string): NativeBinding {
@@ -79,7 +130,15 @@ function unloaded(reason: string): NativeBinding {
   const stub: Record<string, unknown> = {};
   for (const name of NATIVE_EXPORTS) stub[name] = unavailable;
   stub.init = () => undefined;
-  stub.status = () => ({ available: false, reason: 'ADDON_NOT_LOADED', message: reason, deviceCount: 0, driverVersion: 0, runtimeVersion: 0, builtWithCuda: false });
+  stub.status = () => ({
+    available: false,
+    reason: 'ADDON_NOT_LOADED',
+    message: reason,
+    deviceCount: 0,
+    driverVersion: 0,
+    runtimeVersion: 0,
+    builtWithCuda: false,
+  });
   stub.liveCount = () => 0;
   return stub as unknown as NativeBinding;
 }

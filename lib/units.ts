@@ -1,11 +1,20 @@
 /** Sizes and rates for people: binary units for bytes, decimal GB/s for rates. */
 
 const UNITS: Record<string, number> = {
-  b: 1, '': 1,
-  k: 1024, kb: 1000, kib: 1024,
-  m: 2 ** 20, mb: 1e6, mib: 2 ** 20,
-  g: 2 ** 30, gb: 1e9, gib: 2 ** 30,
-  t: 2 ** 40, tb: 1e12, tib: 2 ** 40,
+  b: 1,
+  '': 1,
+  k: 1024,
+  kb: 1000,
+  kib: 1024,
+  m: 2 ** 20,
+  mb: 1e6,
+  mib: 2 ** 20,
+  g: 2 ** 30,
+  gb: 1e9,
+  gib: 2 ** 30,
+  t: 2 ** 40,
+  tb: 1e12,
+  tib: 2 ** 40,
 };
 
 /** Parses "64MiB", "1.5GiB", "4096", "4k" (k, m, g alone are binary; kB, MB, GB decimal). */
@@ -16,7 +25,8 @@ export function parseSize(text: string | number): number {
   }
   const m = /^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$/.exec(String(text));
   const unit = m ? UNITS[m[2].toLowerCase()] : undefined;
-  if (!m || unit === undefined) throw new RangeError(`Expected a size such as 4096, 64KiB, 256MiB or 1GiB but received ${JSON.stringify(text)}`);
+  if (!m || unit === undefined)
+    throw new RangeError(`Expected a size such as 4096, 64KiB, 256MiB or 1GiB but received ${JSON.stringify(text)}`);
   const value = Number(m[1]) * unit;
   if (!Number.isSafeInteger(Math.round(value))) throw new RangeError(`size ${JSON.stringify(text)} is too large`);
   return Math.round(value);
@@ -28,7 +38,10 @@ export function parseSize(text: string | number): number {
  */
 export function parseSizeList(text: string): number[] {
   const out: number[] = [];
-  for (const part of text.split(',').map((s) => s.trim()).filter(Boolean)) {
+  for (const part of text
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean)) {
     const range = part.split('..');
     if (range.length === 2) {
       const lo = parseSize(range[0]);

@@ -112,8 +112,8 @@ Napi::Value CreateAllocator(const Napi::CallbackInfo& info) {
     uint64_t free_b = ReadSize(env, s.Get("freeBytes"), "simulate.freeBytes");
     if (free_b > total) ThrowRange(env, "simulate.freeBytes must not exceed simulate.totalBytes");
     binding->upstream = std::make_unique<core::SimulatedUpstream>(
-        total, free_b, static_cast<int>(Opt(s, "ccMajor", 9)), static_cast<int>(Opt(s, "ccMinor", 0)),
-        device);
+        total, free_b, static_cast<int>(Opt(s, "ccMajor", 9)),
+        static_cast<int>(Opt(s, "ccMinor", 0)), device);
   } else {
     CheckDevice(env, device);
     binding->upstream = std::make_unique<CudaUpstream>(device);
@@ -125,8 +125,8 @@ Napi::Value CreateAllocator(const Napi::CallbackInfo& info) {
   core::MemInfo mi = binding->upstream->GetMemInfo();
   core::ResolvedLimit limit;
   try {
-    limit = core::ResolveLimit(policy, mi, binding->upstream->ccMajor(),
-                               binding->upstream->ccMinor());
+    limit =
+        core::ResolveLimit(policy, mi, binding->upstream->ccMajor(), binding->upstream->ccMinor());
   } catch (const std::invalid_argument& e) {
     ThrowRange(env, e.what());
   }
@@ -134,8 +134,8 @@ Napi::Value CreateAllocator(const Napi::CallbackInfo& info) {
   po.limit = limit.bytes;
   po.limit_source = limit.source;
   po.allow_growth = o.Get("allowGrowth").ToBoolean();
-  po.garbage_collection = !o.Get("garbageCollection").IsBoolean() ||
-                          o.Get("garbageCollection").ToBoolean();
+  po.garbage_collection =
+      !o.Get("garbageCollection").IsBoolean() || o.Get("garbageCollection").ToBoolean();
   binding->allow_growth = po.allow_growth;
   try {
     binding->pool = std::make_unique<core::Pool>(binding->upstream.get(), po);
@@ -144,8 +144,8 @@ Napi::Value CreateAllocator(const Napi::CallbackInfo& info) {
   } catch (const core::UpstreamError& e) {
     ThrowUpstream(env, e);
   }
-  Napi::External<PoolRef> ext = Napi::External<PoolRef>::New(
-      env, new PoolRef(binding), [](Napi::Env, PoolRef* ref) {
+  Napi::External<PoolRef> ext =
+      Napi::External<PoolRef>::New(env, new PoolRef(binding), [](Napi::Env, PoolRef* ref) {
         // The pool's regions go back when the last block handle lets go of it too.
         if (ref->use_count() == 1 && !(*ref)->closed) {
           (*ref)->closed = true;
@@ -230,8 +230,8 @@ Napi::Value AllocatorInfo(const Napi::CallbackInfo& info) {
   o.Set("limitSource", p->pool->options().limit_source);
   o.Set("deviceFree", static_cast<double>(mi.free));
   o.Set("deviceTotal", static_cast<double>(mi.total));
-  o.Set("computeCapability", std::to_string(p->upstream->ccMajor()) + "." +
-                                 std::to_string(p->upstream->ccMinor()));
+  o.Set("computeCapability",
+        std::to_string(p->upstream->ccMajor()) + "." + std::to_string(p->upstream->ccMinor()));
   o.Set("liveBlocks", static_cast<double>(p->pool->live_blocks()));
   return o;
 }
@@ -242,8 +242,8 @@ Napi::Value AllocatorResetPeak(const Napi::CallbackInfo& info) {
 }
 
 Napi::Value AllocatorEmptyCache(const Napi::CallbackInfo& info) {
-  return Napi::Number::New(info.Env(),
-                           static_cast<double>(UnwrapPool(info.Env(), info[0])->pool->EmptyCache()));
+  return Napi::Number::New(
+      info.Env(), static_cast<double>(UnwrapPool(info.Env(), info[0])->pool->EmptyCache()));
 }
 
 // allocatorClose(handle, force) -> bytes returned to the device
@@ -284,8 +284,10 @@ void InitAllocator(Napi::Env env, Napi::Object exports) {
   exports.Set("allocatorStats", Napi::Function::New(env, AllocatorStats, "allocatorStats"));
   exports.Set("allocatorRegions", Napi::Function::New(env, AllocatorRegions, "allocatorRegions"));
   exports.Set("allocatorInfo", Napi::Function::New(env, AllocatorInfo, "allocatorInfo"));
-  exports.Set("allocatorResetPeak", Napi::Function::New(env, AllocatorResetPeak, "allocatorResetPeak"));
-  exports.Set("allocatorEmptyCache", Napi::Function::New(env, AllocatorEmptyCache, "allocatorEmptyCache"));
+  exports.Set("allocatorResetPeak",
+              Napi::Function::New(env, AllocatorResetPeak, "allocatorResetPeak"));
+  exports.Set("allocatorEmptyCache",
+              Napi::Function::New(env, AllocatorEmptyCache, "allocatorEmptyCache"));
   exports.Set("allocatorClose", Napi::Function::New(env, AllocatorClose, "allocatorClose"));
 }
 

@@ -104,16 +104,22 @@ Napi::Value TimeBidirectional(const Napi::CallbackInfo& info) {
   if (timing == "events") {
     cudaStream_t s1 = nullptr, s2 = nullptr;
     cudaEvent_t start = nullptr, mid = nullptr, stop = nullptr;
-    if (!err) CM_TRY(err, cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking), "cudaStreamCreate");
-    if (!err) CM_TRY(err, cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking), "cudaStreamCreate");
+    if (!err)
+      CM_TRY(err, cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking), "cudaStreamCreate");
+    if (!err)
+      CM_TRY(err, cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking), "cudaStreamCreate");
     if (!err) CM_TRY(err, cudaEventCreate(&start), "cudaEventCreate");
     if (!err) CM_TRY(err, cudaEventCreate(&mid), "cudaEventCreate");
     if (!err) CM_TRY(err, cudaEventCreate(&stop), "cudaEventCreate");
     for (int i = 0; i < warmup + iters && !err; ++i) {
       CM_TRY(err, cudaEventRecord(start, s1), "cudaEventRecord");
       if (!err) CM_TRY(err, cudaStreamWaitEvent(s2, start, 0), "cudaStreamWaitEvent");
-      if (!err) CM_TRY(err, cudaMemcpyAsync(a_dst.ptr, a_src.ptr, n, cudaMemcpyDefault, s1), "cudaMemcpyAsync");
-      if (!err) CM_TRY(err, cudaMemcpyAsync(b_dst.ptr, b_src.ptr, n, cudaMemcpyDefault, s2), "cudaMemcpyAsync");
+      if (!err)
+        CM_TRY(err, cudaMemcpyAsync(a_dst.ptr, a_src.ptr, n, cudaMemcpyDefault, s1),
+               "cudaMemcpyAsync");
+      if (!err)
+        CM_TRY(err, cudaMemcpyAsync(b_dst.ptr, b_src.ptr, n, cudaMemcpyDefault, s2),
+               "cudaMemcpyAsync");
       if (!err) CM_TRY(err, cudaEventRecord(mid, s2), "cudaEventRecord");
       if (!err) CM_TRY(err, cudaStreamWaitEvent(s1, mid, 0), "cudaStreamWaitEvent");
       if (!err) CM_TRY(err, cudaEventRecord(stop, s1), "cudaEventRecord");
@@ -122,8 +128,10 @@ Napi::Value TimeBidirectional(const Napi::CallbackInfo& info) {
       if (!err) CM_TRY(err, cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
       if (!err && i >= warmup) samples.push_back(ms / 1e3);
     }
-    for (cudaEvent_t e : {start, mid, stop}) if (e) cudaEventDestroy(e);
-    for (cudaStream_t s : {s1, s2}) if (s) cudaStreamDestroy(s);
+    for (cudaEvent_t e : {start, mid, stop})
+      if (e) cudaEventDestroy(e);
+    for (cudaStream_t s : {s1, s2})
+      if (s) cudaStreamDestroy(s);
   } else {
     for (int i = 0; i < warmup + iters && !err; ++i) {
       Error other;
@@ -163,8 +171,9 @@ Napi::Value TimeRawPinned(const Napi::CallbackInfo& info) {
   std::vector<double> samples;
   for (int i = 0; i < warmup + iters && !err; ++i) {
     auto t0 = Clock::now();
-    CM_TRY(err, h2d ? cudaMemcpy(dev, host, n, cudaMemcpyHostToDevice)
-                    : cudaMemcpy(host, dev, n, cudaMemcpyDeviceToHost),
+    CM_TRY(err,
+           h2d ? cudaMemcpy(dev, host, n, cudaMemcpyHostToDevice)
+               : cudaMemcpy(host, dev, n, cudaMemcpyDeviceToHost),
            "cudaMemcpy");
     auto t1 = Clock::now();
     if (!err && i >= warmup) samples.push_back(Seconds(t0, t1));
@@ -226,7 +235,8 @@ Napi::Value TimeHostRegister(const Napi::CallbackInfo& info) {
 
 void InitBench(Napi::Env env, Napi::Object exports) {
   exports.Set("timeCopy", Napi::Function::New(env, TimeCopy, "timeCopy"));
-  exports.Set("timeBidirectional", Napi::Function::New(env, TimeBidirectional, "timeBidirectional"));
+  exports.Set("timeBidirectional",
+              Napi::Function::New(env, TimeBidirectional, "timeBidirectional"));
   exports.Set("timeRawPinned", Napi::Function::New(env, TimeRawPinned, "timeRawPinned"));
   exports.Set("timeRawAlloc", Napi::Function::New(env, TimeRawAlloc, "timeRawAlloc"));
   exports.Set("timeHostRegister", Napi::Function::New(env, TimeHostRegister, "timeHostRegister"));

@@ -3,8 +3,8 @@
 #include <cmath>
 #include <vector>
 
-#include "discovery.h"
 #include "allocator.h"
+#include "discovery.h"
 #include "staging.h"
 
 namespace cm {
@@ -44,8 +44,7 @@ Napi::Value MakeUnavailableError(Napi::Env env, const std::string& reason,
 
 void ThrowValue(Napi::Env env, Napi::Value error) { throw Napi::Error(env, error); }
 
-void ThrowCuda(Napi::Env env, cudaError_t err, const std::string& call,
-               const std::string& detail) {
+void ThrowCuda(Napi::Env env, cudaError_t err, const std::string& call, const std::string& detail) {
   ThrowValue(env, MakeCudaError(env, err, call, detail));
 }
 
@@ -88,8 +87,7 @@ double HandleTable::Add(Allocation* a) {
 
 Allocation* HandleTable::Find(double handle, bool* stale) const {
   *stale = false;
-  if (!(handle >= 0) || handle != std::floor(handle) || handle > 9007199254740991.0)
-    return nullptr;
+  if (!(handle >= 0) || handle != std::floor(handle) || handle > 9007199254740991.0) return nullptr;
   uint64_t h = static_cast<uint64_t>(handle);
   uint64_t slot = h % static_cast<uint64_t>(kSlotSpan);
   uint64_t generation = h / static_cast<uint64_t>(kSlotSpan);
@@ -120,8 +118,7 @@ Napi::Value WrapAllocation(Napi::Env env, Allocation* a) {
   return Napi::Number::New(env, GetInstance(env).handles.Add(a));
 }
 
-Allocation* UnwrapAllocation(Napi::Env env, Napi::Value v, const char* what,
-                             bool allow_released) {
+Allocation* UnwrapAllocation(Napi::Env env, Napi::Value v, const char* what, bool allow_released) {
   bool stale = false;
   Allocation* a = v.IsNumber()
                       ? GetInstance(env).handles.Find(v.As<Napi::Number>().DoubleValue(), &stale)
@@ -219,8 +216,8 @@ uint64_t ReadSize(Napi::Env env, Napi::Value v, const char* what) {
   if (!v.IsNumber()) ThrowType(env, std::string(what) + " must be a number");
   double d = v.As<Napi::Number>().DoubleValue();
   if (!std::isfinite(d) || d < 0 || d != std::floor(d) || d > kMaxSafe)
-    ThrowRange(env, std::string(what) + " must be a non-negative safe integer, got " +
-                        std::to_string(d));
+    ThrowRange(
+        env, std::string(what) + " must be a non-negative safe integer, got " + std::to_string(d));
   return static_cast<uint64_t>(d);
 }
 
@@ -228,8 +225,8 @@ int ReadInt(Napi::Env env, Napi::Value v, const char* what, int lo, int hi) {
   if (!v.IsNumber()) ThrowType(env, std::string(what) + " must be a number");
   double d = v.As<Napi::Number>().DoubleValue();
   if (!std::isfinite(d) || d != std::floor(d) || d < lo || d > hi)
-    ThrowRange(env, std::string(what) + " must be an integer from " + std::to_string(lo) +
-                        " to " + std::to_string(hi) + ", got " + std::to_string(d));
+    ThrowRange(env, std::string(what) + " must be an integer from " + std::to_string(lo) + " to " +
+                        std::to_string(hi) + ", got " + std::to_string(d));
   return static_cast<int>(d);
 }
 

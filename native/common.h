@@ -30,15 +30,16 @@ struct Allocation {
   bool simulated = false;
   int device = 0;
   int refs = 1;
-  int pending = 0;          // asynchronous operations using it; free() waits for them
-  uint32_t slot = 0;        // its place in the HandleTable
+  int pending = 0;    // asynchronous operations using it; free() waits for them
+  uint32_t slot = 0;  // its place in the HandleTable
   bool free_requested = false;
-  unsigned flags = 0;       // cudaHostAlloc / cudaHostRegister flags
-  void* ptr = nullptr;      // device address, or host address for pinned and registered
+  unsigned flags = 0;          // cudaHostAlloc / cudaHostRegister flags
+  void* ptr = nullptr;         // device address, or host address for pinned and registered
   void* device_ptr = nullptr;  // mapped pinned memory as the GPU addresses it
   size_t bytes = 0;
   int64_t external_bytes = 0;  // reported to V8
-  napi_ref host_ref = nullptr; // pinned: weak ref to its ArrayBuffer; registered: strong ref to the view
+  napi_ref host_ref =
+      nullptr;  // pinned: weak ref to its ArrayBuffer; registered: strong ref to the view
   std::shared_ptr<PoolBinding> pool;
   void* block = nullptr;  // the pool's core::Pool::Chunk
 };
@@ -137,13 +138,13 @@ struct Error {
 };
 
 // Sets the calling thread's device, then runs `call`; returns the first failure.
-#define CM_TRY(err_var, expr, name)          \
-  do {                                       \
-    cudaError_t _e = (expr);                 \
-    if (_e != cudaSuccess) {                 \
-      err_var = ::cm::Error{_e, name, ""};   \
-      (void)cudaGetLastError();              \
-    }                                        \
+#define CM_TRY(err_var, expr, name)        \
+  do {                                     \
+    cudaError_t _e = (expr);               \
+    if (_e != cudaSuccess) {               \
+      err_var = ::cm::Error{_e, name, ""}; \
+      (void)cudaGetLastError();            \
+    }                                      \
   } while (0)
 
 }  // namespace cm

@@ -65,8 +65,8 @@ Error RegisteredCopy(const Endpoint& dst, const Endpoint& src, size_t n, cudaMem
   char* host = kind == cudaMemcpyHostToDevice ? src.ptr : dst.ptr;
   size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   char* begin = reinterpret_cast<char*>(reinterpret_cast<uintptr_t>(host) / page * page);
-  char* end = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(host + n) + page - 1) / page *
-                                      page);
+  char* end =
+      reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(host + n) + page - 1) / page * page);
   Error err;
   cudaError_t r = cudaHostRegister(begin, end - begin, cudaHostRegisterDefault);
   bool registered = r == cudaSuccess;
@@ -278,9 +278,9 @@ Napi::Value ConfigureStaging(const Napi::CallbackInfo& info) {
   }
   StagingOptions d = DefaultStagingOptions();
   Napi::Object out = Napi::Object::New(env);
-  out.Set("chunkBytes", static_cast<double>(inst.staging_config.chunk_bytes
-                                                ? inst.staging_config.chunk_bytes
-                                                : d.chunk_bytes));
+  out.Set("chunkBytes",
+          static_cast<double>(inst.staging_config.chunk_bytes ? inst.staging_config.chunk_bytes
+                                                              : d.chunk_bytes));
   out.Set("slots", inst.staging_config.slots ? inst.staging_config.slots : d.slots);
   out.Set("threads", inst.staging_config.threads ? inst.staging_config.threads : d.threads);
   out.Set("autoThreshold", static_cast<double>(StagedThreshold()));

@@ -44,11 +44,11 @@ CudaStatus ComputeStatus() {
   }
   if (err != cudaSuccess || count == 0) {
     st.reason = "NO_DEVICE";
-    st.message = std::string("no usable CUDA device: ") +
-                 (err != cudaSuccess ? std::string("cudaGetDeviceCount failed with ") +
-                                           cudaGetErrorName(err) + " (" +
-                                           cudaGetErrorString(err) + ")"
-                                     : "the driver reports none");
+    st.message =
+        std::string("no usable CUDA device: ") +
+        (err != cudaSuccess ? std::string("cudaGetDeviceCount failed with ") +
+                                  cudaGetErrorName(err) + " (" + cudaGetErrorString(err) + ")"
+                            : "the driver reports none");
     return st;
   }
   st.available = true;
@@ -89,8 +89,7 @@ const Nvml& LoadNvml() {
         reinterpret_cast<Nvml::LinkQuery>(dlsym(lib, "nvmlDeviceGetMaxPcieLinkGeneration"));
     nvml.cur_width =
         reinterpret_cast<Nvml::LinkQuery>(dlsym(lib, "nvmlDeviceGetCurrPcieLinkWidth"));
-    nvml.max_width =
-        reinterpret_cast<Nvml::LinkQuery>(dlsym(lib, "nvmlDeviceGetMaxPcieLinkWidth"));
+    nvml.max_width = reinterpret_cast<Nvml::LinkQuery>(dlsym(lib, "nvmlDeviceGetMaxPcieLinkWidth"));
     nvml.ok = init && nvml.by_bus_id && nvml.cur_gen && nvml.max_gen && nvml.cur_width &&
               nvml.max_width && init() == 0;
   });
@@ -183,8 +182,7 @@ PcieLink ReadPcieLink(const std::string& pci_bus_id) {
   if (!nvml.ok) return link;
   void* dev = nullptr;
   if (nvml.by_bus_id(pci_bus_id.c_str(), &dev) != 0) return link;
-  link.known = nvml.cur_gen(dev, &link.current_gen) == 0 &&
-               nvml.max_gen(dev, &link.max_gen) == 0 &&
+  link.known = nvml.cur_gen(dev, &link.current_gen) == 0 && nvml.max_gen(dev, &link.max_gen) == 0 &&
                nvml.cur_width(dev, &link.current_width) == 0 &&
                nvml.max_width(dev, &link.max_width) == 0;
   return link;

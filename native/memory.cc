@@ -163,7 +163,8 @@ Napi::Value HandleInfo(const Napi::CallbackInfo& info) {
     o.Set("released", true);
     return o;
   }
-  o.Set("address", Napi::BigInt::New(env, static_cast<uint64_t>(reinterpret_cast<uintptr_t>(a->ptr))));
+  o.Set("address",
+        Napi::BigInt::New(env, static_cast<uint64_t>(reinterpret_cast<uintptr_t>(a->ptr))));
   o.Set("devicePointer",
         a->device_ptr ? Napi::Value(Napi::BigInt::New(
                             env, static_cast<uint64_t>(reinterpret_cast<uintptr_t>(a->device_ptr))))

@@ -75,8 +75,9 @@ StagingOptions DefaultStagingOptions() {
 StagingEngine::StagingEngine(int device, StagingOptions options)
     : device_(device), options_(options), copier_(options.threads) {
   CM_TRY(error_, cudaSetDevice(device), "cudaSetDevice");
-  if (!error_) CM_TRY(error_, cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking),
-                      "cudaStreamCreateWithFlags");
+  if (!error_)
+    CM_TRY(error_, cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking),
+           "cudaStreamCreateWithFlags");
   for (int i = 0; i < options_.slots && !error_; ++i) {
     void* p = nullptr;
     CM_TRY(error_, cudaHostAlloc(&p, options_.chunk_bytes, cudaHostAllocPortable),
@@ -131,8 +132,7 @@ Error StagingEngine::DeviceToHost(void* dst_host, const void* src_device, size_t
   const char* src = static_cast<const char*>(src_device);
   auto issue = [&](size_t i) {
     size_t off = i * chunk, len = std::min(chunk, n - off);
-    CM_TRY(err, cudaMemcpyAsync(slots_[i % slots], src + off, len, cudaMemcpyDeviceToHost,
-                                stream_),
+    CM_TRY(err, cudaMemcpyAsync(slots_[i % slots], src + off, len, cudaMemcpyDeviceToHost, stream_),
            "cudaMemcpyAsync (staged device-to-host)");
     if (!err) CM_TRY(err, cudaEventRecord(done_[i % slots], stream_), "cudaEventRecord");
   };

@@ -109,7 +109,8 @@ Napi::Value EventCreate(const Napi::CallbackInfo& info) {
 Napi::Value EventRecord(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   EventRec* e = Unwrap<EventRec>(env, info[0], &kEventTag, "event");
-  cudaStream_t stream = info[1].IsUndefined() || info[1].IsNull() ? nullptr : UnwrapStream(env, info[1]);
+  cudaStream_t stream =
+      info[1].IsUndefined() || info[1].IsNull() ? nullptr : UnwrapStream(env, info[1]);
   cudaError_t err = cudaSetDevice(e->device);
   if (err == cudaSuccess) err = cudaEventRecord(e->event, stream);
   if (err != cudaSuccess) ThrowCuda(env, err, "cudaEventRecord");
@@ -167,7 +168,8 @@ cudaStream_t UnwrapStream(Napi::Env env, Napi::Value v) {
 
 void InitStreams(Napi::Env env, Napi::Object exports) {
   exports.Set("streamCreate", Napi::Function::New(env, StreamCreate, "streamCreate"));
-  exports.Set("streamSynchronize", Napi::Function::New(env, StreamSynchronize, "streamSynchronize"));
+  exports.Set("streamSynchronize",
+              Napi::Function::New(env, StreamSynchronize, "streamSynchronize"));
   exports.Set("streamQuery", Napi::Function::New(env, StreamQuery, "streamQuery"));
   exports.Set("streamDestroy", Napi::Function::New(env, StreamDestroy, "streamDestroy"));
   exports.Set("eventCreate", Napi::Function::New(env, EventCreate, "eventCreate"));

@@ -9,8 +9,7 @@ function hasToolkit(dir) {
   return (
     !!dir &&
     fs.existsSync(path.join(dir, 'include', 'cuda_runtime_api.h')) &&
-    (fs.existsSync(path.join(dir, 'lib64', 'libcudart_static.a')) ||
-      fs.existsSync(path.join(dir, 'lib', 'libcudart_static.a')))
+    (fs.existsSync(path.join(dir, 'lib64', 'libcudart_static.a')) || fs.existsSync(path.join(dir, 'lib', 'libcudart_static.a')))
   );
 }
 
@@ -24,9 +23,7 @@ function findCuda(env = process.env) {
 }
 
 function libDir(dir) {
-  return fs.existsSync(path.join(dir, 'lib64', 'libcudart_static.a'))
-    ? path.join(dir, 'lib64')
-    : path.join(dir, 'lib');
+  return fs.existsSync(path.join(dir, 'lib64', 'libcudart_static.a')) ? path.join(dir, 'lib64') : path.join(dir, 'lib');
 }
 
 if (require.main === module) {

@@ -229,7 +229,7 @@ class Model {
       increased = true;
     }
     const size = Math.min(this.next, available);
-    if (!increased) this.next *= 2;
+    if (!increased && this.next < this.limit) this.next *= 2;
     this.regions.push({ addr: this.addr, size, chunks: [{ addr: this.addr, size, used: false, req: 0 }] });
     this.addr += Math.ceil(size / (2 * MiB)) * 2 * MiB + 2 * MiB;
     this.pool += size;
@@ -240,7 +240,8 @@ class Model {
     for (const r of this.regions)
       for (let i = 0; i < r.chunks.length; i++) {
         const c = r.chunks[i];
-        if (!c.used && c.size >= rounded && (!best || c.size < best.c.size || (c.size === best.c.size && c.addr < best.c.addr))) best = { r, i, c };
+        if (!c.used && c.size >= rounded && (!best || c.size < best.c.size || (c.size === best.c.size && c.addr < best.c.addr)))
+          best = { r, i, c };
       }
     return best;
   }
@@ -333,8 +334,16 @@ describe('randomized against a reference model', () => {
         model.free(x.addr);
       }
       const s = a.stats();
-      if (s.bytesInUse !== model.inUse || s.poolBytes !== model.pool || s.requestedBytesInUse !== model.requested || s.regions !== model.regions.length || s.largestFreeBlock !== model.largestFree())
-        throw new Error(`step ${step}: stats ${JSON.stringify(s)} differ from the model (inUse ${model.inUse}, pool ${model.pool}, regions ${model.regions.length}, largest free ${model.largestFree()})`);
+      if (
+        s.bytesInUse !== model.inUse ||
+        s.poolBytes !== model.pool ||
+        s.requestedBytesInUse !== model.requested ||
+        s.regions !== model.regions.length ||
+        s.largestFreeBlock !== model.largestFree()
+      )
+        throw new Error(
+          `step ${step}: stats ${JSON.stringify(s)} differ from the model (inUse ${model.inUse}, pool ${model.pool}, regions ${model.regions.length}, largest free ${model.largestFree()})`,
+        );
       if (s.poolBytes > limit) throw new Error(`step ${step}: pool ${s.poolBytes} over the limit`);
     }
     // No two live blocks overlap.
@@ -354,7 +363,11 @@ describe('randomized against a reference model', () => {
 
 describe('allocatorOptionsFromEnv', () => {
   test('reads the library variables', () => {
-    expect(cm.allocatorOptionsFromEnv({ CUDA_MEMORY_ALLOW_GROWTH: 'true', CUDA_MEMORY_FRACTION: '0.4' })).toEqual({ allowGrowth: true, memoryFraction: 0.4, warnings: [] });
+    expect(cm.allocatorOptionsFromEnv({ CUDA_MEMORY_ALLOW_GROWTH: 'true', CUDA_MEMORY_FRACTION: '0.4' })).toEqual({
+      allowGrowth: true,
+      memoryFraction: 0.4,
+      warnings: [],
+    });
     expect(cm.allocatorOptionsFromEnv({ CUDA_MEMORY_LIMIT: '8GiB' })).toEqual({ memoryLimit: 8 * GiB, warnings: [] });
     const bad = cm.allocatorOptionsFromEnv({ CUDA_MEMORY_FRACTION: '2', CUDA_MEMORY_LIMIT: 'lots', CUDA_MEMORY_ALLOW_GROWTH: 'maybe' });
     expect(bad.memoryFraction).toBeUndefined();

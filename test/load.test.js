@@ -36,7 +36,15 @@ describe('loading', () => {
   });
 
   test('import (ESM) and require share one module', () => {
-    const out = execFileSync(process.execPath, ['--input-type=module', '-e', "import cm, { copy, status } from 'cuda-memory'; import { createRequire } from 'node:module'; const r = createRequire(import.meta.url)('cuda-memory'); console.log(cm.copy === copy && r.copy === copy, typeof status().available)"], { cwd: root, encoding: 'utf8' });
+    const out = execFileSync(
+      process.execPath,
+      [
+        '--input-type=module',
+        '-e',
+        "import cm, { copy, status } from 'cuda-memory'; import { createRequire } from 'node:module'; const r = createRequire(import.meta.url)('cuda-memory'); console.log(cm.copy === copy && r.copy === copy, typeof status().available)",
+      ],
+      { cwd: root, encoding: 'utf8' },
+    );
     expect(out.trim()).toBe('true boolean');
   });
 
@@ -59,7 +67,9 @@ describe('loading', () => {
       })
       .map((s) => s.getName())
       .sort();
-    const actual = Object.keys(cm).filter((k) => k !== '__esModule').sort();
+    const actual = Object.keys(cm)
+      .filter((k) => k !== '__esModule')
+      .sort();
     expect(actual).toEqual(declared);
   });
 });
@@ -74,24 +84,27 @@ for (const [name, rel, expectBuiltWithCuda] of [
   const file = path.join(root, rel);
   const present = fs.existsSync(file);
   const d = present || requireBuilds ? describe : describe.skip;
-  d(`${name}${present ? '' : ` — skipped: ${rel} not built (npm run ${rel.startsWith('build-nocuda') ? 'build:nocuda' : 'build:cmake'})`}`, () => {
-    test('loads and reports its status', () => {
-      expect(fs.existsSync(file)).toBe(true);
-      const out = nodeEval(
-        `const cm = require('.'); const { addonPath } = require('./dist/native'); const s = cm.status();
+  d(
+    `${name}${present ? '' : ` — skipped: ${rel} not built (npm run ${rel.startsWith('build-nocuda') ? 'build:nocuda' : 'build:cmake'})`}`,
+    () => {
+      test('loads and reports its status', () => {
+        expect(fs.existsSync(file)).toBe(true);
+        const out = nodeEval(
+          `const cm = require('.'); const { addonPath } = require('./dist/native'); const s = cm.status();
          let e; try { cm.PinnedBuffer.alloc(64); } catch (x) { e = x; }
          const a = cm.createAllocator({ simulate: { totalBytes: 2 ** 30 }, allowGrowth: true }); const b = a.alloc(1000);
          console.log(JSON.stringify({ addonPath, s, err: e ? e.name + ':' + e.reason : null, inUse: a.stats().bytesInUse }));`,
-        { CUDA_MEMORY_ADDON: file },
-      );
-      const r = JSON.parse(out);
-      expect(r.addonPath).toBe(file);
-      expect(r.s.builtWithCuda).toBe(expectBuiltWithCuda);
-      if (!expectBuiltWithCuda) {
-        expect(r.s.reason).toBe('NOT_BUILT_WITH_CUDA');
-        expect(r.err).toBe('CudaUnavailableError:NOT_BUILT_WITH_CUDA');
-      }
-      expect(r.inUse).toBe(1024);
-    });
-  });
+          { CUDA_MEMORY_ADDON: file },
+        );
+        const r = JSON.parse(out);
+        expect(r.addonPath).toBe(file);
+        expect(r.s.builtWithCuda).toBe(expectBuiltWithCuda);
+        if (!expectBuiltWithCuda) {
+          expect(r.s.reason).toBe('NOT_BUILT_WITH_CUDA');
+          expect(r.err).toBe('CudaUnavailableError:NOT_BUILT_WITH_CUDA');
+        }
+        expect(r.inUse).toBe(1024);
+      });
+    },
+  );
 }

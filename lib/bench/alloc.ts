@@ -47,20 +47,54 @@ export function runAllocBenchmark(options: { device?: number; pairs?: number } =
   const add = (name: string, bytes: number, us: number[]) => rows.push({ name, bytes, microseconds: summarize(us) });
 
   const pool = createAllocator({ device, allowGrowth: true, memoryLimit: 1024 * MiB });
-  add('allocator.alloc + free (cached size, device)', MiB, batches(pairs, 1000, () => pool.alloc(MiB).free()));
+  add(
+    'allocator.alloc + free (cached size, device)',
+    MiB,
+    batches(pairs, 1000, () => pool.alloc(MiB).free()),
+  );
   pool.close({ force: true });
   const sim = createAllocator({ simulate: { totalBytes: 80 * 2 ** 30 }, allowGrowth: true });
-  add('allocator.alloc + free (simulated device)', MiB, batches(pairs, 1000, () => sim.alloc(MiB).free()));
+  add(
+    'allocator.alloc + free (simulated device)',
+    MiB,
+    batches(pairs, 1000, () => sim.alloc(MiB).free()),
+  );
   sim.close({ force: true });
-  add('cudaMalloc + cudaFree (C++, no JS)', MiB, Array.from(native.timeRawAlloc('device', MiB, 200, device), (s) => s * 1e6));
-  add('cudaMalloc + cudaFree (C++, no JS)', 64 * MiB, Array.from(native.timeRawAlloc('device', 64 * MiB, 50, device), (s) => s * 1e6));
+  add(
+    'cudaMalloc + cudaFree (C++, no JS)',
+    MiB,
+    Array.from(native.timeRawAlloc('device', MiB, 200, device), (s) => s * 1e6),
+  );
+  add(
+    'cudaMalloc + cudaFree (C++, no JS)',
+    64 * MiB,
+    Array.from(native.timeRawAlloc('device', 64 * MiB, 50, device), (s) => s * 1e6),
+  );
 
   const pinned = createPinnedPool({ device });
-  add('pinnedPool.alloc + free (hit)', MiB, batches(pairs, 1000, () => pinned.alloc(MiB).free()));
+  add(
+    'pinnedPool.alloc + free (hit)',
+    MiB,
+    batches(pairs, 1000, () => pinned.alloc(MiB).free()),
+  );
   pinned.close();
-  add('cudaMallocHost + cudaFreeHost (C++, no JS)', MiB, Array.from(native.timeRawAlloc('pinned', MiB, 50, device), (s) => s * 1e6));
-  add('cudaMallocHost + cudaFreeHost (C++, no JS)', 64 * MiB, Array.from(native.timeRawAlloc('pinned', 64 * MiB, 10, device), (s) => s * 1e6));
-  return { schema: 'cuda-memory/alloc-benchmark@1', gpu: devices()[device].name, date: new Date().toISOString(), node: process.version, rows };
+  add(
+    'cudaMallocHost + cudaFreeHost (C++, no JS)',
+    MiB,
+    Array.from(native.timeRawAlloc('pinned', MiB, 50, device), (s) => s * 1e6),
+  );
+  add(
+    'cudaMallocHost + cudaFreeHost (C++, no JS)',
+    64 * MiB,
+    Array.from(native.timeRawAlloc('pinned', 64 * MiB, 10, device), (s) => s * 1e6),
+  );
+  return {
+    schema: 'cuda-memory/alloc-benchmark@1',
+    gpu: devices()[device].name,
+    date: new Date().toISOString(),
+    node: process.version,
+    rows,
+  };
 }
 
 export function formatAllocReport(r: AllocReport): string {
@@ -68,6 +102,8 @@ export function formatAllocReport(r: AllocReport): string {
   const w = Math.max(...r.rows.map((x) => x.name.length));
   lines.push(`${'what'.padEnd(w)}  ${'size'.padStart(9)}  ${'median'.padStart(10)}  ${'p10'.padStart(10)}  ${'p90'.padStart(10)}`);
   for (const x of r.rows)
-    lines.push(`${x.name.padEnd(w)}  ${formatBytes(x.bytes).padStart(9)}  ${x.microseconds.median.toFixed(3).padStart(10)}  ${x.microseconds.p10.toFixed(3).padStart(10)}  ${x.microseconds.p90.toFixed(3).padStart(10)}`);
+    lines.push(
+      `${x.name.padEnd(w)}  ${formatBytes(x.bytes).padStart(9)}  ${x.microseconds.median.toFixed(3).padStart(10)}  ${x.microseconds.p10.toFixed(3).padStart(10)}  ${x.microseconds.p90.toFixed(3).padStart(10)}`,
+    );
   return lines.join('\n');
 }

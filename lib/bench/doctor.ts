@@ -61,7 +61,10 @@ export function runDoctor(options: DoctorOptions = {}): DoctorReport {
     timed('device visible', () => {
       if (!st.available) return { status: 'fail', detail: `${st.reason}: ${st.message}` };
       const d = devices()[device];
-      return { status: 'pass', detail: `${d.name} (${d.pciBusId}), ${(d.totalMemory / 2 ** 30).toFixed(1)} GiB, compute capability ${d.computeCapability}, driver CUDA ${formatCudaVersion(st.driverVersion)}` };
+      return {
+        status: 'pass',
+        detail: `${d.name} (${d.pciBusId}), ${(d.totalMemory / 2 ** 30).toFixed(1)} GiB, compute capability ${d.computeCapability}, driver CUDA ${formatCudaVersion(st.driverVersion)}`,
+      };
     }),
   );
   if (!st.available) return { schema: 'cuda-memory/doctor@1', ok: false, device, checks };
@@ -70,7 +73,10 @@ export function runDoctor(options: DoctorOptions = {}): DoctorReport {
       const link = devices()[device].pcie;
       if (!link) return { status: 'skip', detail: 'NVML is not available, so the link cannot be read' };
       const ok = link.currentGeneration >= link.maxGeneration && link.currentWidth >= link.maxWidth;
-      return { status: ok ? 'pass' : 'fail', detail: `Gen${link.currentGeneration} x${link.currentWidth} of max Gen${link.maxGeneration} x${link.maxWidth}${ok ? '' : ' (an idle GPU may train down its link; under load it should reach the maximum)'}` };
+      return {
+        status: ok ? 'pass' : 'fail',
+        detail: `Gen${link.currentGeneration} x${link.currentWidth} of max Gen${link.maxGeneration} x${link.maxWidth}${ok ? '' : ' (an idle GPU may train down its link; under load it should reach the maximum)'}`,
+      };
     }),
   );
   checks.push(
@@ -81,7 +87,10 @@ export function runDoctor(options: DoctorOptions = {}): DoctorReport {
         memset(d, 0xa5);
         copy(p, d, { srcOffset: bytes - 4096, byteLength: 4096 });
         const ok = p.bytes.every((b) => b === 0xa5);
-        return { status: ok ? 'pass' : 'fail', detail: ok ? `allocated, set and read back ${(bytes / 2 ** 20).toFixed(0)} MiB` : 'memset data did not read back' };
+        return {
+          status: ok ? 'pass' : 'fail',
+          detail: ok ? `allocated, set and read back ${(bytes / 2 ** 20).toFixed(0)} MiB` : 'memset data did not read back',
+        };
       } finally {
         d.free();
         p.free();
@@ -96,10 +105,15 @@ export function runDoctor(options: DoctorOptions = {}): DoctorReport {
         const p = PinnedBuffer.alloc(bytes, { device });
         try {
           p.bytes.fill(3);
-          const s = dir === 'h2d' ? native.timeCopy(d._h, p._h, bytes, 2, 10, 'events') : native.timeCopy(p._h, d._h, bytes, 2, 10, 'events');
+          const s =
+            dir === 'h2d' ? native.timeCopy(d._h, p._h, bytes, 2, 10, 'events') : native.timeCopy(p._h, d._h, bytes, 2, 10, 'events');
           const g = rateSummary(s, bytes).median;
           pinned[dir] = g;
-          return { status: g >= minPinned ? 'pass' : 'fail', detail: `${g.toFixed(2)} GB/s median of 10 at ${(bytes / 2 ** 20).toFixed(0)} MiB`, value: g };
+          return {
+            status: g >= minPinned ? 'pass' : 'fail',
+            detail: `${g.toFixed(2)} GB/s median of 10 at ${(bytes / 2 ** 20).toFixed(0)} MiB`,
+            value: g,
+          };
         } finally {
           d.free();
           p.free();
@@ -135,6 +149,12 @@ export function formatDoctor(r: DoctorReport): string {
 export function doctorJunit(r: DoctorReport): string {
   return renderJunit(
     'cuda-memory doctor',
-    r.checks.map((c) => ({ classname: 'doctor', name: c.name, seconds: c.seconds, failure: c.status === 'fail' ? c.detail : undefined, output: c.status === 'skip' ? `skipped: ${c.detail}` : c.detail })),
+    r.checks.map((c) => ({
+      classname: 'doctor',
+      name: c.name,
+      seconds: c.seconds,
+      failure: c.status === 'fail' ? c.detail : undefined,
+      output: c.status === 'skip' ? `skipped: ${c.detail}` : c.detail,
+    })),
   );
 }

@@ -37,7 +37,10 @@ const METRIC = /^([a-z0-9]+)\.([a-z0-9-]+)(?:@([0-9.]+[a-zA-Z]*))?$/;
 
 function parseMetric(text: string, gate: string): GateMetric {
   const m = METRIC.exec(text.trim());
-  if (!m) throw new RangeError(`Expected a gate such as 'h2d.pinned>=48GB/s' but received ${JSON.stringify(gate)}: cannot read ${JSON.stringify(text)}`);
+  if (!m)
+    throw new RangeError(
+      `Expected a gate such as 'h2d.pinned>=48GB/s' but received ${JSON.stringify(gate)}: cannot read ${JSON.stringify(text)}`,
+    );
   return { direction: m[1], mode: m[2], size: m[3] ? parseSize(m[3]) : undefined };
 }
 
@@ -52,8 +55,10 @@ export function parseGate(text: string): Gate {
   if (parts.length > 2) throw new RangeError(`Expected at most one '/' in gate ${JSON.stringify(text)}`);
   const scale: Record<string, number> = { 'gb/s': 1, 'tb/s': 1000, 'mb/s': 0.001, '': 1, x: 1 };
   const s = scale[unit.toLowerCase()];
-  if (s === undefined) throw new RangeError(`Expected a unit of MB/s, GB/s or TB/s in gate ${JSON.stringify(text)} but received ${JSON.stringify(unit)}`);
-  if (divisor && unit && unit.toLowerCase() !== 'x') throw new RangeError(`A ratio gate takes a plain number, not ${JSON.stringify(unit)}: ${JSON.stringify(text)}`);
+  if (s === undefined)
+    throw new RangeError(`Expected a unit of MB/s, GB/s or TB/s in gate ${JSON.stringify(text)} but received ${JSON.stringify(unit)}`);
+  if (divisor && unit && unit.toLowerCase() !== 'x')
+    throw new RangeError(`A ratio gate takes a plain number, not ${JSON.stringify(unit)}: ${JSON.stringify(text)}`);
   if (!divisor && !unit) throw new RangeError(`Expected a unit (GB/s) in gate ${JSON.stringify(text)}`);
   return { text, metric, divisor, op: op as Gate['op'], value: Number(num) * s };
 }
@@ -65,10 +70,14 @@ export interface GateSource {
 
 function compare(a: number, op: Gate['op'], b: number): boolean {
   switch (op) {
-    case '>=': return a >= b;
-    case '>': return a > b;
-    case '<=': return a <= b;
-    case '<': return a < b;
+    case '>=':
+      return a >= b;
+    case '>':
+      return a > b;
+    case '<=':
+      return a <= b;
+    case '<':
+      return a < b;
   }
 }
 
@@ -83,7 +92,12 @@ export function evaluateGates(gates: Gate[], source: GateSource): GateResult[] {
     const b = gate.divisor ? source.lookup(gate.divisor) : undefined;
     if (!a || (gate.divisor && !b)) {
       const missing = !a ? gate.metric : gate.divisor!;
-      return { gate, pass: false, actual: NaN, message: `FAIL ${gate.text}: no result for ${name(missing)}${missing.size ? ` at ${missing.size} bytes` : ''} (was that mode, direction and size measured?)` };
+      return {
+        gate,
+        pass: false,
+        actual: NaN,
+        message: `FAIL ${gate.text}: no result for ${name(missing)}${missing.size ? ` at ${missing.size} bytes` : ''} (was that mode, direction and size measured?)`,
+      };
     }
     const actual = b ? a.gbps / b.gbps : a.gbps;
     const pass = compare(actual, gate.op, gate.value);

@@ -13,7 +13,9 @@ function rate(v: number): string {
 
 function headline(report: TransferReport): string[] {
   const e = report.environment;
-  const pcie = e.gpu.pcie ? `PCIe Gen${e.gpu.pcie.currentGeneration} x${e.gpu.pcie.currentWidth} (max Gen${e.gpu.pcie.maxGeneration} x${e.gpu.pcie.maxWidth})` : 'PCIe link unknown (no NVML)';
+  const pcie = e.gpu.pcie
+    ? `PCIe Gen${e.gpu.pcie.currentGeneration} x${e.gpu.pcie.currentWidth} (max Gen${e.gpu.pcie.maxGeneration} x${e.gpu.pcie.maxWidth})`
+    : 'PCIe link unknown (no NVML)';
   return [
     `GPU ${e.gpu.name} (${e.gpu.uuid}, ${e.gpu.pciBusId}), ${pcie}`,
     `driver CUDA ${e.driverVersion}, runtime CUDA ${e.runtimeVersion}; host ${e.host.cpu} x${e.host.cpus}, ${formatBytes(e.host.memoryBytes)}; Node ${e.node}`,
@@ -30,21 +32,57 @@ export function formatTable(report: TransferReport): string {
     if (r.perDirectionGbps !== undefined) extra.push(`each way ${rate(r.perDirectionGbps)}`);
     if (r.coldFirstTouchGbps !== undefined) extra.push(`cold ${rate(r.coldFirstTouchGbps)}`);
     if (r.registrationSeconds !== undefined) extra.push(`register ${(r.registrationSeconds * 1e3).toFixed(2)} ms`);
-    return [r.direction, r.mode, formatBytes(r.bytes), rate(r.gbps.median), rate(r.gbps.p10), rate(r.gbps.p90), `${(r.gbps.cv * 100).toFixed(1)}%`, extra.join(', '), r.verified ? 'yes' : 'NO'];
+    return [
+      r.direction,
+      r.mode,
+      formatBytes(r.bytes),
+      rate(r.gbps.median),
+      rate(r.gbps.p10),
+      rate(r.gbps.p90),
+      `${(r.gbps.cv * 100).toFixed(1)}%`,
+      extra.join(', '),
+      r.verified ? 'yes' : 'NO',
+    ];
   });
   const widths = head.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i].length)));
-  const fmt = (cells: string[]) => cells.map((c, i) => (i >= 2 && i <= 6 ? c.padStart(widths[i]) : c.padEnd(widths[i]))).join('  ').trimEnd();
+  const fmt = (cells: string[]) =>
+    cells
+      .map((c, i) => (i >= 2 && i <= 6 ? c.padStart(widths[i]) : c.padEnd(widths[i])))
+      .join('  ')
+      .trimEnd();
   const out = [...headline(report), '', fmt(head), fmt(widths.map((w) => '-'.repeat(w))), ...rows.map(fmt)];
   if (report.eventLoop)
-    out.push('', `event loop during ${formatBytes(report.eventLoop.copyBytes)} of pageable copyAsync (${report.eventLoop.copySeconds.toFixed(2)} s): worst 1 ms timer delay ${report.eventLoop.worstDelayMs.toFixed(2)} ms over ${report.eventLoop.timerFires} ticks`);
+    out.push(
+      '',
+      `event loop during ${formatBytes(report.eventLoop.copyBytes)} of pageable copyAsync (${report.eventLoop.copySeconds.toFixed(2)} s): worst 1 ms timer delay ${report.eventLoop.worstDelayMs.toFixed(2)} ms over ${report.eventLoop.timerFires} ticks`,
+    );
   return out.join('\n');
 }
 
 /** CSV, one row per result, with a header. */
 export function formatCsv(report: TransferReport): string {
-  const head = 'direction,mode,bytes,timing,median_gbps,p10_gbps,p90_gbps,min_gbps,max_gbps,cv,median_seconds,traffic_gbps,per_direction_gbps,cold_first_touch_gbps,registration_seconds,verified,samples';
+  const head =
+    'direction,mode,bytes,timing,median_gbps,p10_gbps,p90_gbps,min_gbps,max_gbps,cv,median_seconds,traffic_gbps,per_direction_gbps,cold_first_touch_gbps,registration_seconds,verified,samples';
   const rows = report.results.map((r) =>
-    [r.direction, r.mode, r.bytes, r.timing, r.gbps.median, r.gbps.p10, r.gbps.p90, r.gbps.min, r.gbps.max, r.gbps.cv, r.seconds.median, r.trafficGbps?.median ?? '', r.perDirectionGbps ?? '', r.coldFirstTouchGbps ?? '', r.registrationSeconds ?? '', r.verified, `"${r.samples.join(' ')}"`].join(','),
+    [
+      r.direction,
+      r.mode,
+      r.bytes,
+      r.timing,
+      r.gbps.median,
+      r.gbps.p10,
+      r.gbps.p90,
+      r.gbps.min,
+      r.gbps.max,
+      r.gbps.cv,
+      r.seconds.median,
+      r.trafficGbps?.median ?? '',
+      r.perDirectionGbps ?? '',
+      r.coldFirstTouchGbps ?? '',
+      r.registrationSeconds ?? '',
+      r.verified,
+      `"${r.samples.join(' ')}"`,
+    ].join(','),
   );
   return [head, ...rows].join('\n') + '\n';
 }
@@ -86,21 +124,44 @@ function esc(s: string): string {
   return s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;').replace(/"/g, '&quot;');
 }
 
-const PALETTE = ['#1f77b4', '#d62728', '#2ca02c', '#ff7f0e', '#9467bd', '#8c564b', '#e377c2', '#7f7f7f', '#bcbd22', '#17becf', '#393b79', '#637939'];
+const PALETTE = [
+  '#1f77b4',
+  '#d62728',
+  '#2ca02c',
+  '#ff7f0e',
+  '#9467bd',
+  '#8c564b',
+  '#e377c2',
+  '#7f7f7f',
+  '#bcbd22',
+  '#17becf',
+  '#393b79',
+  '#637939',
+];
 
 /** An SVG line chart of GB/s against size (log2 x axis), self-contained. */
 export function renderSvg(report: TransferReport, direction: string): string {
   const ss = series(report).filter((s) => s.name.startsWith(direction));
-  const W = 760, H = 420, L = 60, R = 190, T = 30, B = 50;
+  const W = 760,
+    H = 420,
+    L = 60,
+    R = 190,
+    T = 30,
+    B = 50;
   const xs = [...new Set(ss.flatMap((s) => s.points.map((p) => p[0])))].sort((a, b) => a - b);
   const ymax = Math.max(1, ...ss.flatMap((s) => s.points.map((p) => p[1]))) * 1.08;
-  const lx = (b: number) => L + ((Math.log2(b) - Math.log2(xs[0])) / Math.max(1, Math.log2(xs[xs.length - 1]) - Math.log2(xs[0]))) * (W - L - R);
+  const lx = (b: number) =>
+    L + ((Math.log2(b) - Math.log2(xs[0])) / Math.max(1, Math.log2(xs[xs.length - 1]) - Math.log2(xs[0]))) * (W - L - R);
   const ly = (v: number) => H - B - (v / ymax) * (H - T - B);
-  const parts: string[] = [`<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}" font-family="sans-serif" font-size="11">`];
+  const parts: string[] = [
+    `<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}" font-family="sans-serif" font-size="11">`,
+  ];
   parts.push(`<text x="${L}" y="18" font-size="14" font-weight="bold">${esc(direction)}: GB/s (decimal) by transfer size</text>`);
   for (let i = 0; i <= 5; i++) {
     const v = (ymax / 5) * i;
-    parts.push(`<line x1="${L}" x2="${W - R}" y1="${ly(v)}" y2="${ly(v)}" stroke="#ddd"/><text x="${L - 6}" y="${ly(v) + 4}" text-anchor="end">${v.toFixed(v >= 100 ? 0 : 1)}</text>`);
+    parts.push(
+      `<line x1="${L}" x2="${W - R}" y1="${ly(v)}" y2="${ly(v)}" stroke="#ddd"/><text x="${L - 6}" y="${ly(v) + 4}" text-anchor="end">${v.toFixed(v >= 100 ? 0 : 1)}</text>`,
+    );
   }
   xs.forEach((b, i) => {
     if (xs.length > 10 && i % 2 === 1 && i !== xs.length - 1) return;
@@ -110,8 +171,13 @@ export function renderSvg(report: TransferReport, direction: string): string {
     const c = PALETTE[i % PALETTE.length];
     const d = s.points.map((p, j) => `${j ? 'L' : 'M'}${lx(p[0]).toFixed(1)},${ly(p[1]).toFixed(1)}`).join(' ');
     parts.push(`<path d="${d}" fill="none" stroke="${c}" stroke-width="2"/>`);
-    for (const p of s.points) parts.push(`<circle cx="${lx(p[0]).toFixed(1)}" cy="${ly(p[1]).toFixed(1)}" r="2.5" fill="${c}"><title>${esc(s.name)} ${esc(formatBytes(p[0]))}: ${rate(p[1])} GB/s</title></circle>`);
-    parts.push(`<rect x="${W - R + 12}" y="${T + i * 18}" width="12" height="3" fill="${c}"/><text x="${W - R + 30}" y="${T + i * 18 + 5}">${esc(s.name)}</text>`);
+    for (const p of s.points)
+      parts.push(
+        `<circle cx="${lx(p[0]).toFixed(1)}" cy="${ly(p[1]).toFixed(1)}" r="2.5" fill="${c}"><title>${esc(s.name)} ${esc(formatBytes(p[0]))}: ${rate(p[1])} GB/s</title></circle>`,
+      );
+    parts.push(
+      `<rect x="${W - R + 12}" y="${T + i * 18}" width="12" height="3" fill="${c}"/><text x="${W - R + 30}" y="${T + i * 18 + 5}">${esc(s.name)}</text>`,
+    );
   });
   parts.push(`<text x="${(L + W - R) / 2}" y="${H - 12}" text-anchor="middle">transfer size</text></svg>`);
   return parts.join('\n');
@@ -121,9 +187,14 @@ export function renderSvg(report: TransferReport, direction: string): string {
 export function renderHtml(report: TransferReport, gates: GateResult[] = []): string {
   const dirs = [...new Set(report.results.map((r) => r.direction))];
   const rows = report.results
-    .map((r) => `<tr><td>${r.direction}</td><td>${r.mode}</td><td>${esc(formatBytes(r.bytes))}</td><td>${rate(r.gbps.median)}</td><td>${rate(r.gbps.p10)}</td><td>${rate(r.gbps.p90)}</td><td>${(r.gbps.cv * 100).toFixed(1)}%</td><td>${r.trafficGbps ? rate(r.trafficGbps.median) : ''}</td><td>${r.coldFirstTouchGbps !== undefined ? rate(r.coldFirstTouchGbps) : ''}</td><td>${r.verified ? 'yes' : '<b>NO</b>'}</td></tr>`)
+    .map(
+      (r) =>
+        `<tr><td>${r.direction}</td><td>${r.mode}</td><td>${esc(formatBytes(r.bytes))}</td><td>${rate(r.gbps.median)}</td><td>${rate(r.gbps.p10)}</td><td>${rate(r.gbps.p90)}</td><td>${(r.gbps.cv * 100).toFixed(1)}%</td><td>${r.trafficGbps ? rate(r.trafficGbps.median) : ''}</td><td>${r.coldFirstTouchGbps !== undefined ? rate(r.coldFirstTouchGbps) : ''}</td><td>${r.verified ? 'yes' : '<b>NO</b>'}</td></tr>`,
+    )
     .join('\n');
-  const gateList = gates.length ? `<h2>Gates</h2><ul>${gates.map((g) => `<li style="color:${g.pass ? 'green' : 'crimson'}">${esc(g.message)}</li>`).join('')}</ul>` : '';
+  const gateList = gates.length
+    ? `<h2>Gates</h2><ul>${gates.map((g) => `<li style="color:${g.pass ? 'green' : 'crimson'}">${esc(g.message)}</li>`).join('')}</ul>`
+    : '';
   return `<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>cuda-memory transfer benchmark</title>
 <style>body{font-family:sans-serif;margin:2em;max-width:1100px}table{border-collapse:collapse;font-size:12px}td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}td:nth-child(-n+2){text-align:left}</style></head>
@@ -156,7 +227,9 @@ export function renderJunit(suite: string, cases: JunitCase[]): string {
   const total = cases.reduce((a, c) => a + c.seconds, 0);
   const body = cases
     .map((c) => {
-      const inner = (c.failure !== undefined ? `<failure message="${esc(c.failure)}">${esc(c.failure)}</failure>` : '') + (c.output ? `<system-out>${esc(c.output)}</system-out>` : '');
+      const inner =
+        (c.failure !== undefined ? `<failure message="${esc(c.failure)}">${esc(c.failure)}</failure>` : '') +
+        (c.output ? `<system-out>${esc(c.output)}</system-out>` : '');
       return `  <testcase classname="${esc(c.classname)}" name="${esc(c.name)}" time="${c.seconds.toFixed(6)}">${inner}</testcase>`;
     })
     .join('\n');
@@ -171,6 +244,7 @@ export function benchmarkJunit(report: TransferReport, gates: GateResult[]): str
     seconds: r.samples.reduce((a, b) => a + b, 0),
     failure: r.verified ? undefined : 'copied data did not match',
   }));
-  for (const g of gates) cases.push({ classname: 'transfer.gates', name: g.gate.text, seconds: 0, failure: g.pass ? undefined : g.message, output: g.message });
+  for (const g of gates)
+    cases.push({ classname: 'transfer.gates', name: g.gate.text, seconds: 0, failure: g.pass ? undefined : g.message, output: g.message });
   return renderJunit('cuda-memory bench', cases);
 }

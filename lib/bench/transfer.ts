@@ -120,7 +120,12 @@ export function gateSource(report: Pick<TransferReport, 'results' | 'headlineByt
   return {
     lookup(metric: GateMetric) {
       const size = metric.size ?? report.headlineBytes;
-      const r = report.results.find((x) => x.direction === metric.direction && x.bytes === size && (x.mode === metric.mode || (metric.direction === 'd2d' && metric.mode === 'traffic' && x.mode === 'device')));
+      const r = report.results.find(
+        (x) =>
+          x.direction === metric.direction &&
+          x.bytes === size &&
+          (x.mode === metric.mode || (metric.direction === 'd2d' && metric.mode === 'traffic' && x.mode === 'device')),
+      );
       if (!r) return undefined;
       const gbps = metric.direction === 'd2d' && metric.mode === 'traffic' ? r.trafficGbps!.median : r.gbps.median;
       return { gbps, size };
@@ -185,15 +190,21 @@ export async function runTransferBenchmark(options: TransferBenchmarkOptions = {
   const directions = options.directions ?? ALL_DIRECTIONS;
   const iterations = options.iterations ?? 15;
   const warmup = options.warmup ?? 3;
-  if (!Number.isInteger(iterations) || iterations < 10) throw new RangeError(`Expected iterations of at least 10 but received ${iterations}`);
+  if (!Number.isInteger(iterations) || iterations < 10)
+    throw new RangeError(`Expected iterations of at least 10 but received ${iterations}`);
   if (!Number.isInteger(warmup) || warmup < 0) throw new RangeError(`Expected a non-negative integer warmup but received ${warmup}`);
-  for (const m of modes) if (!ALL_MODES.includes(m)) throw new RangeError(`Unknown mode ${JSON.stringify(m)}; expected one of ${ALL_MODES.join(', ')}`);
-  for (const d of directions) if (!ALL_DIRECTIONS.includes(d)) throw new RangeError(`Unknown direction ${JSON.stringify(d)}; expected one of ${ALL_DIRECTIONS.join(', ')}`);
+  for (const m of modes)
+    if (!ALL_MODES.includes(m)) throw new RangeError(`Unknown mode ${JSON.stringify(m)}; expected one of ${ALL_MODES.join(', ')}`);
+  for (const d of directions)
+    if (!ALL_DIRECTIONS.includes(d))
+      throw new RangeError(`Unknown direction ${JSON.stringify(d)}; expected one of ${ALL_DIRECTIONS.join(', ')}`);
   const staging = configureStaging(options.staging);
   const gpu = devices()[device];
   const hostDirs = directions.filter((d) => d !== 'd2d');
   const baseline = (options.baseline ?? true) && modes.includes('pinned');
-  const total = sizes.length * (modes.length * hostDirs.length + (directions.includes('d2d') ? 1 : 0) + (baseline ? hostDirs.filter((d) => d !== 'bidir').length : 0));
+  const total =
+    sizes.length *
+    (modes.length * hostDirs.length + (directions.includes('d2d') ? 1 : 0) + (baseline ? hostDirs.filter((d) => d !== 'bidir').length : 0));
   let done = 0;
   const progress = (label: string) => options.onProgress?.(++done, total, label);
   const results: TransferResult[] = [];
@@ -214,7 +225,13 @@ export async function runTransferBenchmark(options: TransferBenchmarkOptions = {
         try {
           for (const direction of hostDirs) {
             const timing = timingOf(mode);
-            const base = { mode, direction, bytes: n, timing: timing === 'events' ? ('cuda-events' as const) : ('steady-clock' as const), verified: false };
+            const base = {
+              mode,
+              direction,
+              bytes: n,
+              timing: timing === 'events' ? ('cuda-events' as const) : ('steady-clock' as const),
+              verified: false,
+            };
             let r: TransferResult;
             if (direction === 'h2d') {
               host.view.set(src);
@@ -239,7 +256,8 @@ export async function runTransferBenchmark(options: TransferBenchmarkOptions = {
               r.perDirectionGbps = n / r.seconds.median / 1e9;
             }
             if (mode === 'registered') r.registrationSeconds = host.registrationSeconds;
-            if ((mode === 'pageable' || mode === 'staged') && direction !== 'bidir') r.coldFirstTouchGbps = coldCopy(mode, direction, n, dev);
+            if ((mode === 'pageable' || mode === 'staged') && direction !== 'bidir')
+              r.coldFirstTouchGbps = coldCopy(mode, direction, n, dev);
             results.push(r);
             progress(`${direction} ${mode} ${n}`);
           }
@@ -260,7 +278,11 @@ export async function runTransferBenchmark(options: TransferBenchmarkOptions = {
         const samples = native.timeCopy(dev2._h, dev._h, n, warmup, iterations, 'events', 'driver');
         check.bytes.fill(0);
         copy(check, dev2);
-        const r = result({ mode: 'device', direction: 'd2d', bytes: n, timing: 'cuda-events', verified: equal(check.bytes, src, n) }, samples, n);
+        const r = result(
+          { mode: 'device', direction: 'd2d', bytes: n, timing: 'cuda-events', verified: equal(check.bytes, src, n) },
+          samples,
+          n,
+        );
         r.trafficGbps = rateSummary(samples, 2 * n);
         results.push(r);
         progress(`d2d ${n}`);
@@ -276,10 +298,25 @@ export async function runTransferBenchmark(options: TransferBenchmarkOptions = {
     schema: 'cuda-memory/transfer-benchmark@1',
     environment: {
       date: new Date().toISOString(),
-      gpu: { name: gpu.name, uuid: gpu.uuid, pciBusId: gpu.pciBusId, totalMemory: gpu.totalMemory, computeCapability: gpu.computeCapability, asyncEngineCount: gpu.asyncEngineCount, pcie: gpu.pcie },
+      gpu: {
+        name: gpu.name,
+        uuid: gpu.uuid,
+        pciBusId: gpu.pciBusId,
+        totalMemory: gpu.totalMemory,
+        computeCapability: gpu.computeCapability,
+        asyncEngineCount: gpu.asyncEngineCount,
+        pcie: gpu.pcie,
+      },
       driverVersion: formatCudaVersion(st.driverVersion),
       runtimeVersion: formatCudaVersion(st.runtimeVersion),
-      host: { hostname: os.hostname(), cpu: os.cpus()[0]?.model ?? 'unknown', cpus: os.cpus().length, memoryBytes: os.totalmem(), platform: `${os.platform()} ${os.arch()}`, kernel: os.release() },
+      host: {
+        hostname: os.hostname(),
+        cpu: os.cpus()[0]?.model ?? 'unknown',
+        cpus: os.cpus().length,
+        memoryBytes: os.totalmem(),
+        platform: `${os.platform()} ${os.arch()}`,
+        kernel: os.release(),
+      },
       node: process.version,
       staging,
     },

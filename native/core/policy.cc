@@ -52,9 +52,9 @@ ResolvedLimit ResolveLimit(const PolicyOptions& options, const MemInfo& device, 
                                   " reserve left to the driver; give memoryLimit or "
                                   "memoryFraction to use it anyway");
     out.bytes = device.free - reserve;
-    std::snprintf(text, sizeof text, "default: %s free minus the %s reserve for compute capability %d.%d",
-                  FormatBytes(device.free).c_str(), FormatBytes(reserve).c_str(), cc_major,
-                  cc_minor);
+    std::snprintf(
+        text, sizeof text, "default: %s free minus the %s reserve for compute capability %d.%d",
+        FormatBytes(device.free).c_str(), FormatBytes(reserve).c_str(), cc_major, cc_minor);
     out.source = text;
   }
   out.bytes = out.bytes / kMinBlock * kMinBlock;

@@ -133,7 +133,9 @@ bool Pool::Extend(size_t rounded) {
   }
   if (st.kind == UpstreamStatus::kError) throw UpstreamError{st};
   if (st.kind != UpstreamStatus::kOk) return false;
-  if (!increased) next_region_size_ *= 2;
+  // Doubling stops once the step reaches the limit: regions are cut to the limit anyway, and an
+  // unbounded step would overflow after enough release-and-regrow cycles.
+  if (!increased && next_region_size_ < options_.limit) next_region_size_ *= 2;
 
   Chunk* c = NewChunk();
   c->address = address;
@@ -263,8 +265,7 @@ PoolStats Pool::Stats() const {
   s.largest_free_block = LargestFreeBlock();
   s.regions = regions_.size();
   uint64_t free_bytes = s.pool_bytes - s.bytes_in_use;
-  s.fragmentation =
-      free_bytes ? 1.0 - static_cast<double>(s.largest_free_block) / free_bytes : 0.0;
+  s.fragmentation = free_bytes ? 1.0 - static_cast<double>(s.largest_free_block) / free_bytes : 0.0;
   return s;
 }
 

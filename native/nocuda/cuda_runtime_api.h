@@ -71,6 +71,7 @@ CM_NOCUDA_FN(cudaStreamSynchronize, cudaStream_t)
 CM_NOCUDA_FN(cudaStreamQuery, cudaStream_t)
 CM_NOCUDA_FN(cudaStreamWaitEvent, cudaStream_t, cudaEvent_t, unsigned)
 CM_NOCUDA_FN(cudaEventCreateWithFlags, cudaEvent_t*, unsigned)
+CM_NOCUDA_FN(cudaEventCreate, cudaEvent_t*)
 CM_NOCUDA_FN(cudaEventDestroy, cudaEvent_t)
 CM_NOCUDA_FN(cudaEventRecord, cudaEvent_t, cudaStream_t)
 CM_NOCUDA_FN(cudaEventSynchronize, cudaEvent_t)
@@ -88,6 +89,4 @@ inline cudaError_t cudaRuntimeGetVersion(int* v) {
 }
 inline cudaError_t cudaGetLastError() { return cudaSuccess; }
 inline const char* cudaGetErrorName(cudaError_t) { return "cudaErrorNoDevice"; }
-inline const char* cudaGetErrorString(cudaError_t) {
-  return "this addon was built without CUDA";
-}
+inline const char* cudaGetErrorString(cudaError_t) { return "this addon was built without CUDA"; }

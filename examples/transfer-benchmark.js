@@ -1,0 +1,29 @@
+// The transfer benchmark from a script: pageable vs staged vs pinned, host to device and back,
+// with a gate a CI job could enforce. The CLI does the same: npx cuda-memory bench.
+// Run: node examples/transfer-benchmark.js
+'use strict';
+const cm = require('cuda-memory');
+
+async function main() {
+  if (!cm.status().available) {
+    console.error(`cuda-memory: ${cm.status().message}`);
+    process.exit(2);
+  }
+  const MiB = 2 ** 20;
+  const report = await cm.runTransferBenchmark({
+    sizes: [MiB, 16 * MiB, 256 * MiB],
+    modes: ['pageable', 'staged', 'pinned'],
+    directions: ['h2d', 'd2h'],
+    onProgress: (done, total) => process.stderr.write(`\r${done}/${total}`),
+  });
+  process.stderr.write('\n');
+  for (const r of report.results)
+    console.log(
+      `${r.direction} ${r.mode.padEnd(9)} ${cm.formatBytes(r.bytes).padStart(8)}: ${cm.formatRate(r.gbps.median)} (p10 ${r.gbps.p10.toFixed(2)}, p90 ${r.gbps.p90.toFixed(2)})${r.verified ? '' : ' DATA MISMATCH'}`,
+    );
+  const { gateSource } = require('cuda-memory/dist/bench/transfer');
+  const gates = cm.evaluateGates([cm.parseGate('h2d.pinned>=20GB/s'), cm.parseGate('h2d.staged/h2d.pageable>=2')], gateSource(report));
+  for (const g of gates) console.log(g.message);
+  process.exitCode = gates.every((g) => g.pass) ? 0 : 1;
+}
+main();

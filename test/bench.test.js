@@ -1,0 +1,189 @@
+'use strict';
+// The benchmark's parts that need no GPU: statistics, sizes, gates, every output format (from
+// sample data), and the CLI's messages without a GPU.
+const path = require('path');
+const { spawnSync } = require('child_process');
+const { cm, gpu } = require('./helpers');
+const { formatTable, formatCsv, formatChart, renderHtml, benchmarkJunit, renderJunit } = require('../dist/bench/report');
+const { gateSource } = require('../dist/bench/transfer');
+const { formatDoctor, doctorJunit } = require('../dist/bench/doctor');
+
+const MiB = 2 ** 20;
+const cli = path.join(__dirname, '..', 'dist', 'cli.js');
+
+test('summarize: median, percentiles, min, max, coefficient of variation', () => {
+  const s = cm.summarize([5, 1, 4, 2, 3]);
+  expect(s).toMatchObject({ count: 5, median: 3, min: 1, max: 5, mean: 3 });
+  expect(s.p10).toBeCloseTo(1.4, 12);
+  expect(s.p90).toBeCloseTo(4.6, 12);
+  expect(s.cv).toBeCloseTo(Math.sqrt(2.5) / 3, 12);
+  expect(cm.summarize([2, 4]).median).toBe(3);
+  expect(cm.summarize([7]).cv).toBe(0);
+  expect(Number.isNaN(cm.summarize([]).median)).toBe(true);
+});
+
+test('sizes: binary suffixes, lists and power-of-two ranges', () => {
+  expect(cm.parseSize('64MiB')).toBe(64 * MiB);
+  expect(cm.parseSize('4k')).toBe(4096);
+  expect(cm.parseSize('1.5GiB')).toBe(1.5 * 2 ** 30);
+  expect(cm.parseSize('2GB')).toBe(2e9);
+  expect(cm.parseSize('4096')).toBe(4096);
+  expect(() => cm.parseSize('12 parsecs')).toThrow(/size such as/);
+  expect(() => cm.parseSize('-4')).toThrow(RangeError);
+  expect(cm.parseSizeList('4KiB..64KiB')).toEqual([4096, 8192, 16384, 32768, 65536]);
+  expect(cm.parseSizeList('1GiB, 4KiB,4KiB')).toEqual([4096, 2 ** 30]);
+  expect(() => cm.parseSizeList('64KiB..4KiB')).toThrow(/range/);
+  expect(() => cm.parseSizeList('')).toThrow(/at least one/);
+  expect(cm.formatBytes(256 * MiB)).toBe('256 MiB');
+  expect(cm.formatBytes(1536)).toBe('1.50 KiB');
+  expect(cm.formatRate(54.512)).toBe('54.51 GB/s');
+});
+
+test('gates: parsing', () => {
+  expect(cm.parseGate('h2d.pinned>=48GB/s')).toMatchObject({ metric: { direction: 'h2d', mode: 'pinned' }, op: '>=', value: 48 });
+  expect(cm.parseGate('d2d.traffic>=2.8TB/s').value).toBeCloseTo(2800, 9);
+  expect(cm.parseGate('h2d.pinned@64MiB > 500MB/s')).toMatchObject({ metric: { size: 64 * MiB }, op: '>', value: 0.5 });
+  expect(cm.parseGate('h2d.staged/h2d.pageable>=4')).toMatchObject({ divisor: { direction: 'h2d', mode: 'pageable' }, value: 4 });
+  for (const bad of ['h2d.pinned', 'pinned>=4GB/s', 'h2d.pinned>=fast', 'h2d.pinned>=4furlongs', 'h2d.pinned>=4', 'a.b/c.d>=4GB/s'])
+    expect(() => cm.parseGate(bad)).toThrow(RangeError);
+});
+
+// A made-up report, so every format can be checked without a GPU.
+function sampleReport() {
+  const mk = (mode, direction, bytes, seconds) => {
+    const samples = Array.from({ length: 10 }, (_, i) => seconds * (1 + (i - 5) * 0.001));
+    const r = {
+      mode,
+      direction,
+      bytes,
+      timing: 'cuda-events',
+      seconds: cm.summarize(samples),
+      gbps: cm.summarize(samples.map((t) => bytes / t / 1e9)),
+      verified: true,
+      samples,
+    };
+    if (direction === 'd2d') r.trafficGbps = cm.summarize(samples.map((t) => (2 * bytes) / t / 1e9));
+    return r;
+  };
+  const big = 256 * MiB;
+  return {
+    schema: 'cuda-memory/transfer-benchmark@1',
+    environment: {
+      date: '2026-11-22T00:00:00.000Z',
+      gpu: {
+        name: 'Test GPU',
+        uuid: 'GPU-00000000-0000-0000-0000-000000000000',
+        pciBusId: '00000000:01:00.0',
+        totalMemory: 80 * 2 ** 30,
+        computeCapability: '9.0',
+        asyncEngineCount: 2,
+        pcie: { currentGeneration: 5, maxGeneration: 5, currentWidth: 16, maxWidth: 16 },
+      },
+      driverVersion: '13.0',
+      runtimeVersion: '13.0',
+      host: { hostname: 'h', cpu: 'cpu', cpus: 16, memoryBytes: 128 * 2 ** 30, platform: 'linux x64', kernel: 'k' },
+      node: 'v20',
+      staging: { chunkBytes: 8 * MiB, slots: 4, threads: 8, autoThreshold: MiB },
+    },
+    options: { sizes: [MiB, big], modes: ['pageable', 'pinned'], directions: ['h2d', 'd2d'], iterations: 10, warmup: 1, device: 0 },
+    results: [
+      mk('pageable', 'h2d', MiB, 0.0002),
+      mk('pinned', 'h2d', MiB, 0.00005),
+      mk('pageable', 'h2d', big, big / 7.7e9),
+      mk('pinned', 'h2d', big, big / 54.5e9),
+      mk('device', 'd2d', big, (2 * big) / 3.0e12),
+    ],
+    headlineBytes: big,
+    eventLoop: { copyBytes: 2 * big, copySeconds: 0.1, timerFires: 90, worstDelayMs: 0.8 },
+  };
+}
+
+test('gates: evaluation at the headline size, with ratios and explicit sizes', () => {
+  const report = sampleReport();
+  const res = cm.evaluateGates(
+    [
+      'h2d.pinned>=48GB/s',
+      'h2d.pinned>=60GB/s',
+      'd2d.traffic>=2.8TB/s',
+      'h2d.pinned/h2d.pageable>=4',
+      'h2d.pinned@1MiB>=5GB/s',
+      'd2h.pinned>=1GB/s',
+    ].map(cm.parseGate),
+    gateSource(report),
+  );
+  expect(res.map((r) => r.pass)).toEqual([true, false, true, true, true, false]);
+  expect(res[0].actual).toBeCloseTo(54.5, 1);
+  expect(res[1].message).toMatch(/^FAIL h2d.pinned>=60GB\/s: measured 54.5\d GB\/s at 268435456 bytes/);
+  expect(res[3].actual).toBeCloseTo(54.5 / 7.7, 2);
+  expect(res[5].message).toMatch(/no result for d2h.pinned/);
+});
+
+test('every output format renders the sample report', () => {
+  const report = sampleReport();
+  const table = formatTable(report);
+  expect(table).toMatch(/GPU Test GPU .*PCIe Gen5 x16/);
+  expect(table).toMatch(/h2d\s+pinned\s+256 MiB\s+54\.\d\d/);
+  expect(table).toMatch(/traffic 300\d\.\d/);
+  expect(table).toMatch(/worst 1 ms timer delay 0.80 ms/);
+  const csv = formatCsv(report).trim().split('\n');
+  expect(csv).toHaveLength(6);
+  expect(csv[0].split(',')).toContain('median_gbps');
+  expect(csv[4].split(',').slice(0, 3)).toEqual(['h2d', 'pinned', String(256 * MiB)]);
+  const chart = formatChart(report);
+  expect(chart).toMatch(/h2d pinned\n\s+1 MiB █{40} 2\d\.\d+\n\s+256 MiB █{40} 54\.\d+/);
+  expect(chart).toMatch(/h2d pageable\n\s+1 MiB █{10} 5\.\d+\n\s+256 MiB █{6} 7\.\d+/);
+  const gates = cm.evaluateGates([cm.parseGate('h2d.pinned>=60GB/s')], gateSource(report));
+  const html = renderHtml(report, gates);
+  expect(html.startsWith('<!doctype html>')).toBe(true);
+  expect((html.match(/<svg /g) || []).length).toBe(2);
+  expect(html).toMatch(/<path d="M[\d.]+,[\d.]+ L[\d.]+,[\d.]+"/);
+  expect(html).toMatch(/FAIL h2d.pinned&gt;=60GB\/s/);
+  expect(html).not.toMatch(/<script src=|<link /); // self-contained
+  const embedded = JSON.parse(html.match(/<script type="application\/json" id="report">(.*)<\/script>/s)[1]);
+  expect(embedded.results).toHaveLength(5);
+  const junit = benchmarkJunit(report, gates);
+  expect(junit).toMatch(/<testsuites tests="6" failures="1"/);
+  expect(junit).toMatch(/<failure message="FAIL h2d.pinned&gt;=60GB\/s/);
+  expect(renderJunit('s', [{ classname: 'c', name: 'a<b', seconds: 1 }])).toMatch(/name="a&lt;b" time="1.000000"><\/testcase>/);
+});
+
+test('doctor output formats', () => {
+  const r = {
+    schema: 'cuda-memory/doctor@1',
+    ok: false,
+    device: 0,
+    checks: [
+      { name: 'device visible', status: 'pass', detail: 'Test GPU', seconds: 0.1 },
+      { name: 'PCIe link at its maximum', status: 'skip', detail: 'no NVML', seconds: 0 },
+      { name: 'pinned h2d >= 20 GB/s', status: 'fail', detail: '3.00 GB/s', seconds: 1 },
+    ],
+  };
+  expect(formatDoctor(r)).toBe(
+    'PASS device visible: Test GPU\nSKIP PCIe link at its maximum: no NVML\nFAIL pinned h2d >= 20 GB/s: 3.00 GB/s\ndoctor: 1 check(s) failed',
+  );
+  expect(doctorJunit(r)).toMatch(/tests="3" failures="1"/);
+});
+
+const noGpu = gpu ? describe.skip : describe;
+noGpu('the command line without a GPU', () => {
+  test.each([['bench'], ['doctor'], ['bench-alloc'], ['info']])('%s exits non-zero with one clear line, no stack trace', (cmd) => {
+    const r = spawnSync(process.execPath, [cli, cmd], { encoding: 'utf8' });
+    expect(r.status).not.toBe(0);
+    const text = (r.stdout + r.stderr).trim();
+    expect(text).toMatch(/CUDA not available|CUDA is not available/);
+    expect(text).not.toMatch(/\n\s+at /);
+  });
+});
+
+test('the command line rejects bad options clearly', () => {
+  const bad = spawnSync(process.execPath, [cli, 'bench', '--sizes', 'huge'], { encoding: 'utf8' });
+  expect(bad.status).toBe(2);
+  expect(bad.stderr).toMatch(/^cuda-memory: Expected a size/);
+  const gate = spawnSync(process.execPath, [cli, 'bench', '--expect', 'fast'], { encoding: 'utf8' });
+  expect(gate.stderr).toMatch(/Expected a gate such as/);
+  const unk = spawnSync(process.execPath, [cli, 'bench', '--turbo', '1'], { encoding: 'utf8' });
+  expect(unk.stderr).toMatch(/unknown option --turbo/);
+  const help = spawnSync(process.execPath, [cli, 'help'], { encoding: 'utf8' });
+  expect(help.status).toBe(0);
+  expect(help.stdout).toMatch(/--expect GATE/);
+});
