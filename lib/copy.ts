@@ -2,7 +2,7 @@
 import { native } from './native';
 import { Memory, resolveMemory } from './memory';
 import { Stream } from './stream';
-import { checkOptions, checkSize } from './validate';
+import { checkBoolean, checkOptions, checkSize } from './validate';
 import { invalidArgument } from './errors';
 
 /**
@@ -111,6 +111,8 @@ export interface StagingSettings {
   slots: number;
   /** Host threads copying between the Node buffer and the ring. */
   threads: number;
+  /** Non-temporal (cache-bypassing) stores into and out of the ring. */
+  streaming: boolean;
   /** Pageable copies from this size up take the staged path under strategy 'auto'. */
   autoThreshold: number;
 }
@@ -119,10 +121,11 @@ export interface StagingSettings {
 export function configureStaging(settings?: Partial<Omit<StagingSettings, 'autoThreshold'>>): StagingSettings {
   if (settings !== undefined) {
     const o = checkOptions<StagingSettings>('settings', settings);
-    const out: Record<string, number> = {};
+    const out: Record<string, number | boolean> = {};
     if (o.chunkBytes !== undefined) out.chunkBytes = checkSize('settings.chunkBytes', o.chunkBytes, 65536);
     if (o.slots !== undefined) out.slots = checkSize('settings.slots', o.slots, 2);
     if (o.threads !== undefined) out.threads = checkSize('settings.threads', o.threads, 1);
+    if (o.streaming !== undefined) out.streaming = checkBoolean('settings.streaming', o.streaming, true);
     return native.configureStaging(out);
   }
   return native.configureStaging();

@@ -36,7 +36,7 @@ export interface NativeBinding {
     stream?: unknown,
   ): Promise<void>;
   memset(target: unknown, offset: number, n: number, value: number): void;
-  configureStaging(options?: object): { chunkBytes: number; slots: number; threads: number; autoThreshold: number };
+  configureStaging(options?: object): { chunkBytes: number; slots: number; threads: number; streaming: boolean; autoThreshold: number };
   streamCreate(device: number, nonBlocking: boolean): unknown;
   streamSynchronize(s: unknown): void;
   streamQuery(s: unknown): boolean;

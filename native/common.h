@@ -88,6 +88,7 @@ struct Instance {
     size_t chunk_bytes = 0;  // 0: the tuned default
     int slots = 0;
     int threads = 0;
+    int streaming = -1;  // -1: default
   } staging_config;
   Instance();
   ~Instance();

@@ -270,6 +270,7 @@ Napi::Value ConfigureStaging(const Napi::CallbackInfo& info) {
     if (!o.Get("slots").IsUndefined()) cfg.slots = ReadInt(env, o.Get("slots"), "slots", 2, 64);
     if (!o.Get("threads").IsUndefined())
       cfg.threads = ReadInt(env, o.Get("threads"), "threads", 1, 256);
+    if (!o.Get("streaming").IsUndefined()) cfg.streaming = o.Get("streaming").ToBoolean() ? 1 : 0;
     if (cfg.chunk_bytes && (cfg.chunk_bytes < 65536 || cfg.chunk_bytes > (1ull << 30)))
       ThrowRange(env, "chunkBytes must be from 64 KiB to 1 GiB");
     std::lock_guard<std::mutex> lock(inst.staging_mutex);
@@ -283,6 +284,8 @@ Napi::Value ConfigureStaging(const Napi::CallbackInfo& info) {
                                                               : d.chunk_bytes));
   out.Set("slots", inst.staging_config.slots ? inst.staging_config.slots : d.slots);
   out.Set("threads", inst.staging_config.threads ? inst.staging_config.threads : d.threads);
+  out.Set("streaming", inst.staging_config.streaming >= 0 ? inst.staging_config.streaming == 1
+                                                          : d.streaming);
   out.Set("autoThreshold", static_cast<double>(StagedThreshold()));
   return out;
 }

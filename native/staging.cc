@@ -3,7 +3,47 @@
 #include <algorithm>
 #include <cstring>
 
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
+
 namespace cm {
+
+namespace {
+
+// memcpy with non-temporal stores: staged data goes to the DMA engine or to a Node buffer the
+// CPU is not about to read, so writing around the cache saves the read-for-ownership of every
+// line and leaves the cache to the copy's source.
+void StreamingCopy(char* dst, const char* src, size_t n) {
+#if defined(__x86_64__)
+  size_t head = (16 - (reinterpret_cast<uintptr_t>(dst) & 15)) & 15;
+  if (head >= n || n < 4096) {
+    std::memcpy(dst, src, n);
+    return;
+  }
+  std::memcpy(dst, src, head);
+  dst += head;
+  src += head;
+  n -= head;
+  size_t blocks = n / 64;
+  for (size_t i = 0; i < blocks; ++i, src += 64, dst += 64) {
+    const __m128i* s = reinterpret_cast<const __m128i*>(src);
+    __m128i a = _mm_loadu_si128(s), b = _mm_loadu_si128(s + 1), c = _mm_loadu_si128(s + 2),
+            d = _mm_loadu_si128(s + 3);
+    __m128i* o = reinterpret_cast<__m128i*>(dst);
+    _mm_stream_si128(o, a);
+    _mm_stream_si128(o + 1, b);
+    _mm_stream_si128(o + 2, c);
+    _mm_stream_si128(o + 3, d);
+  }
+  _mm_sfence();  // streaming stores are weakly ordered: finish them before the DMA starts
+  std::memcpy(dst, src, n % 64);
+#else
+  std::memcpy(dst, src, n);
+#endif
+}
+
+}  // namespace
 
 ParallelCopier::ParallelCopier(int threads) : threads_(std::max(1, threads)) {
   for (int i = 1; i < threads_; ++i) workers_.emplace_back(&ParallelCopier::Worker, this, i);
@@ -24,7 +64,11 @@ void ParallelCopier::CopyShare(int index, int parts) {
   size_t pages = (n_ + 4095) / 4096;
   size_t begin = std::min(n_, pages * index / parts * 4096);
   size_t end = std::min(n_, pages * (index + 1) / parts * 4096);
-  if (end > begin) std::memcpy(dst_ + begin, src_ + begin, end - begin);
+  if (end <= begin) return;
+  if (streaming_)
+    StreamingCopy(dst_ + begin, src_ + begin, end - begin);
+  else
+    std::memcpy(dst_ + begin, src_ + begin, end - begin);
 }
 
 void ParallelCopier::Worker(int index) {
@@ -47,10 +91,13 @@ void ParallelCopier::Worker(int index) {
   }
 }
 
-void ParallelCopier::Copy(void* dst, const void* src, size_t n) {
+void ParallelCopier::Copy(void* dst, const void* src, size_t n, bool streaming) {
   // Below ~256 KiB, waking threads costs more than it saves.
   if (threads_ == 1 || n < (256u << 10)) {
-    std::memcpy(dst, src, n);
+    if (streaming)
+      StreamingCopy(static_cast<char*>(dst), static_cast<const char*>(src), n);
+    else
+      std::memcpy(dst, src, n);
     return;
   }
   {
@@ -58,6 +105,7 @@ void ParallelCopier::Copy(void* dst, const void* src, size_t n) {
     dst_ = static_cast<char*>(dst);
     src_ = static_cast<const char*>(src);
     n_ = n;
+    streaming_ = streaming;
     remaining_.store(threads_ - 1, std::memory_order_release);
     generation_.fetch_add(1, std::memory_order_acq_rel);
   }
@@ -68,8 +116,8 @@ void ParallelCopier::Copy(void* dst, const void* src, size_t n) {
 
 StagingOptions DefaultStagingOptions() {
   unsigned hw = std::max(1u, std::thread::hardware_concurrency());
-  int threads = static_cast<int>(std::clamp(hw / 2, 1u, 8u));
-  return {8u << 20, 4, threads};
+  int threads = static_cast<int>(std::clamp(hw * 3 / 4, 1u, 12u));
+  return {8u << 20, 4, threads, true};
 }
 
 StagingEngine::StagingEngine(int device, StagingOptions options)
@@ -111,7 +159,7 @@ Error StagingEngine::HostToDevice(void* dst_device, const void* src_host, size_t
     // The slot is reusable once the copy that last read it has finished.
     if (i >= slots) CM_TRY(err, cudaEventSynchronize(done_[s]), "cudaEventSynchronize");
     if (err) break;
-    copier_.Copy(slots_[s], src + off, len);
+    copier_.Copy(slots_[s], src + off, len, options_.streaming);
     CM_TRY(err, cudaMemcpyAsync(dst + off, slots_[s], len, cudaMemcpyHostToDevice, stream_),
            "cudaMemcpyAsync (staged host-to-device)");
     if (!err) CM_TRY(err, cudaEventRecord(done_[s], stream_), "cudaEventRecord");
@@ -142,7 +190,7 @@ Error StagingEngine::DeviceToHost(void* dst_host, const void* src_device, size_t
     size_t s = i % slots, off = i * chunk, len = std::min(chunk, n - off);
     CM_TRY(err, cudaEventSynchronize(done_[s]), "cudaEventSynchronize");
     if (err) break;
-    copier_.Copy(dst + off, slots_[s], len);
+    copier_.Copy(dst + off, slots_[s], len, options_.streaming);
     if (i + slots < chunks) issue(i + slots);
   }
   Error sync;
@@ -158,6 +206,7 @@ StagingEngine* GetStagingEngine(Instance& inst, int device, Error* err) {
   if (inst.staging_config.chunk_bytes) o.chunk_bytes = inst.staging_config.chunk_bytes;
   if (inst.staging_config.slots) o.slots = inst.staging_config.slots;
   if (inst.staging_config.threads) o.threads = inst.staging_config.threads;
+  if (inst.staging_config.streaming >= 0) o.streaming = inst.staging_config.streaming == 1;
   auto engine = std::make_unique<StagingEngine>(device, o);
   if (engine->error()) {
     *err = engine->error();

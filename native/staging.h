@@ -20,7 +20,8 @@ class ParallelCopier {
  public:
   explicit ParallelCopier(int threads);
   ~ParallelCopier();
-  void Copy(void* dst, const void* src, size_t n);
+  // `streaming`: non-temporal stores (the destination is not read by this CPU soon).
+  void Copy(void* dst, const void* src, size_t n, bool streaming);
   int threads() const { return threads_; }
 
  private:
@@ -37,12 +38,14 @@ class ParallelCopier {
   char* dst_ = nullptr;
   const char* src_ = nullptr;
   size_t n_ = 0;
+  bool streaming_ = false;
 };
 
 struct StagingOptions {
   size_t chunk_bytes;
   int slots;
   int threads;
+  bool streaming;  // non-temporal stores into and out of the ring
 };
 
 // Defaults chosen with the transfer benchmark (BENCHMARKS.md); hardware threads bound them.
