@@ -65,6 +65,7 @@ export interface NativeBinding {
     warmup: number,
     iterations: number,
     timing: string,
+    strategy?: string,
   ): Float64Array;
   timeRawPinned(bytes: number, warmup: number, iterations: number, direction: string, device: number): Float64Array;
   timeRawAlloc(kind: string, bytes: number, iterations: number, device: number): Float64Array;

@@ -83,7 +83,7 @@ Napi::Value TimeCopy(const Napi::CallbackInfo& info) {
   return ToArray(env, samples);
 }
 
-// timeBidirectional(h2dDst, h2dSrc, d2hDst, d2hSrc, bytes, warmup, iterations, timing)
+// timeBidirectional(h2dDst, h2dSrc, d2hDst, d2hSrc, bytes, warmup, iterations, timing, strategy)
 // -> Float64Array of seconds for both copies together. 'events': two streams, both copies in
 // flight at once; 'clock': two host threads, each a synchronous library copy.
 Napi::Value TimeBidirectional(const Napi::CallbackInfo& info) {
@@ -97,6 +97,9 @@ Napi::Value TimeBidirectional(const Napi::CallbackInfo& info) {
   int warmup = ReadInt(env, info[5], "warmup", 0, 1 << 20);
   int iters = ReadInt(env, info[6], "iterations", 1, 1 << 24);
   std::string timing = info[7].ToString().Utf8Value();
+  Strategy strategy = info[8].IsString() && info[8].ToString().Utf8Value() == "staged"
+                          ? Strategy::kStaged
+                          : Strategy::kDriver;
   Instance& inst = GetInstance(env);
   std::vector<double> samples;
   Error err;
@@ -138,9 +141,9 @@ Napi::Value TimeBidirectional(const Napi::CallbackInfo& info) {
       auto t0 = Clock::now();
       std::thread t([&] {
         cudaSetDevice(b_src.device);
-        other = CopyRange(inst, b_dst, b_src, n, Strategy::kDriver, nullptr);
+        other = CopyRange(inst, b_dst, b_src, n, strategy, nullptr);
       });
-      err = CopyRange(inst, a_dst, a_src, n, Strategy::kDriver, nullptr);
+      err = CopyRange(inst, a_dst, a_src, n, strategy, nullptr);
       t.join();
       auto t1 = Clock::now();
       if (!err) err = other;

@@ -171,7 +171,7 @@ void ReleaseAllocation(Napi::Env env, Allocation* a) noexcept {
       ReleasePoolBlock(a);
       break;
   }
-  (void)cudaGetLastError();
+  if (a->kind != MemKind::kPool) (void)cudaGetLastError();
   if (a->external_bytes) {
     Napi::MemoryManagement::AdjustExternalMemory(env, -a->external_bytes);
     a->external_bytes = 0;

@@ -83,7 +83,9 @@ struct Instance {
   Napi::FunctionReference cuda_error, oom_error, unavailable_error;
   HandleTable handles;
   std::mutex staging_mutex;
-  std::map<int, std::unique_ptr<StagingEngine>> staging;  // one per device, made on first use
+  // One per device and direction (key device * 2 + 1 for device-to-host), made on first use, so
+  // that copies in the two directions overlap.
+  std::map<int, std::unique_ptr<StagingEngine>> staging;
   struct StagingConfig {
     size_t chunk_bytes = 0;  // 0: the tuned default
     int slots = 0;

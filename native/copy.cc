@@ -107,7 +107,7 @@ Error CopyRange(Instance& inst, const Endpoint& dst, const Endpoint& src, size_t
   // Staged: ordered after earlier work on the caller's stream.
   if (stream) CM_TRY(err, cudaStreamSynchronize(stream), "cudaStreamSynchronize");
   if (err) return err;
-  StagingEngine* engine = GetStagingEngine(inst, device, &err);
+  StagingEngine* engine = GetStagingEngine(inst, device, kind == cudaMemcpyDeviceToHost, &err);
   if (!engine) return err;
   return kind == cudaMemcpyHostToDevice ? engine->HostToDevice(dst.ptr, src.ptr, n)
                                         : engine->DeviceToHost(dst.ptr, src.ptr, n);

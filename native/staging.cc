@@ -198,9 +198,10 @@ Error StagingEngine::DeviceToHost(void* dst_host, const void* src_device, size_t
   return err ? err : sync;
 }
 
-StagingEngine* GetStagingEngine(Instance& inst, int device, Error* err) {
+StagingEngine* GetStagingEngine(Instance& inst, int device, bool to_host, Error* err) {
   std::lock_guard<std::mutex> lock(inst.staging_mutex);
-  auto it = inst.staging.find(device);
+  const int key = device * 2 + (to_host ? 1 : 0);
+  auto it = inst.staging.find(key);
   if (it != inst.staging.end()) return it->second.get();
   StagingOptions o = DefaultStagingOptions();
   if (inst.staging_config.chunk_bytes) o.chunk_bytes = inst.staging_config.chunk_bytes;
@@ -213,7 +214,7 @@ StagingEngine* GetStagingEngine(Instance& inst, int device, Error* err) {
     return nullptr;
   }
   StagingEngine* raw = engine.get();
-  inst.staging[device] = std::move(engine);
+  inst.staging[key] = std::move(engine);
   return raw;
 }
 

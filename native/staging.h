@@ -74,7 +74,8 @@ class StagingEngine {
   ParallelCopier copier_;
 };
 
-// The instance's engine for `device`, made with the instance's configuration on first use.
-StagingEngine* GetStagingEngine(Instance& inst, int device, Error* err);
+// The instance's engine for `device` and a direction, made with the instance's configuration on
+// first use.
+StagingEngine* GetStagingEngine(Instance& inst, int device, bool to_host, Error* err);
 
 }  // namespace cm

@@ -26,8 +26,10 @@ export interface AllocReport {
 
 // Pairs timed in batches: one sample is a batch's time over its pairs, which keeps the clock's
 // own cost (tens of nanoseconds) out of a sub-microsecond figure.
+// The warm-up runs long enough (100,000 pairs) for V8 to finish optimizing the call path and the
+// collector to settle; a first run measured without it reads up to twice as slow.
 function batches(pairs: number, batch: number, fn: () => void): number[] {
-  for (let i = 0; i < batch * 5; i++) fn();
+  for (let i = 0; i < 100_000; i++) fn();
   const out: number[] = [];
   for (let b = 0; b < pairs / batch; b++) {
     const t0 = process.hrtime.bigint();
