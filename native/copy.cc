@@ -284,8 +284,8 @@ Napi::Value ConfigureStaging(const Napi::CallbackInfo& info) {
                                                               : d.chunk_bytes));
   out.Set("slots", inst.staging_config.slots ? inst.staging_config.slots : d.slots);
   out.Set("threads", inst.staging_config.threads ? inst.staging_config.threads : d.threads);
-  out.Set("streaming", inst.staging_config.streaming >= 0 ? inst.staging_config.streaming == 1
-                                                          : d.streaming);
+  out.Set("streaming",
+          inst.staging_config.streaming >= 0 ? inst.staging_config.streaming == 1 : d.streaming);
   out.Set("autoThreshold", static_cast<double>(StagedThreshold()));
   return out;
 }

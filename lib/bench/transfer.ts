@@ -249,7 +249,17 @@ export async function runTransferBenchmark(options: TransferBenchmarkOptions = {
               host.view.set(src);
               copy(dev2, src);
               host2!.view.fill(0);
-              const samples = native.timeBidirectional(dev._h, targetOf(host), targetOf(host2!), dev2._h, n, warmup, iterations, timing, strategyOf(mode));
+              const samples = native.timeBidirectional(
+                dev._h,
+                targetOf(host),
+                targetOf(host2!),
+                dev2._h,
+                n,
+                warmup,
+                iterations,
+                timing,
+                strategyOf(mode),
+              );
               check.bytes.fill(0);
               copy(check, dev);
               r = result({ ...base, verified: equal(check.bytes, src, n) && equal(host2!.view, src, n) }, samples, 2 * n);
