@@ -6,7 +6,7 @@ import { native } from './native';
 import { DeviceBuffer, PinnedBuffer, PinnedAllocOptions, kLentMemory, LentMemory } from './memory';
 import { checkBoolean, checkDevice, checkOptions, checkSize } from './validate';
 import { invalidArgument, OutOfMemoryError } from './errors';
-import { status } from './discovery';
+import { knownDeviceCount } from './discovery';
 import { formatBytes } from './units';
 
 /** A device that exists only as numbers, for running allocator policies without a GPU. */
@@ -204,7 +204,7 @@ export function createAllocator(options?: AllocatorOptions): Allocator {
     simulate = { totalBytes, freeBytes, ccMajor: Number(m[1]), ccMinor: Number(m[2]) };
     device = checkDevice(o.device);
   } else {
-    device = checkDevice(o.device, status().deviceCount || undefined);
+    device = checkDevice(o.device, knownDeviceCount());
   }
   return new Allocator(
     native.createAllocator({ device, allowGrowth, memoryFraction: o.memoryFraction, memoryLimit, garbageCollection, simulate }),

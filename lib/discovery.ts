@@ -70,9 +70,15 @@ export function devices(): DeviceInfo[] {
   return native.devices() as DeviceInfo[];
 }
 
+/** @internal The device count when CUDA is usable, else undefined (device indices then go unchecked). */
+export function knownDeviceCount(): number | undefined {
+  const st = status();
+  return st.available ? st.deviceCount : undefined;
+}
+
 /** Free and total memory of a device, in bytes (`cudaMemGetInfo`). */
 export function memGetInfo(device = 0): { free: number; total: number } {
-  const d = checkDevice(device, status().deviceCount || undefined);
+  const d = checkDevice(device, knownDeviceCount());
   return native.memGetInfo(d);
 }
 

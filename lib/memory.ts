@@ -2,10 +2,10 @@
  * Device memory, pinned host memory and page-locked Node buffers. Every buffer has an explicit,
  * idempotent free() and [Symbol.dispose]; garbage collection frees only what was forgotten.
  */
-import { CudaError, CudaUnavailableError, describe as describeValue } from './errors';
-import { native } from './native';
+import { CudaError, describe as describeValue } from './errors';
+import { native, requireCuda } from './native';
 import { checkBoolean, checkDevice, checkOptions, checkSize } from './validate';
-import { status } from './discovery';
+import { knownDeviceCount } from './discovery';
 
 // The safety net for forgotten device buffers. A JS FinalizationRegistry costs about 0.3 µs per
 // buffer where a native finalizer costs about 0.7, which matters for pooled allocations.
@@ -20,16 +20,6 @@ const forgotten = new FinalizationRegistry<number>((handle) => {
 /** @internal Throws the error every use of a freed buffer gets. */
 export function freedError(what: string): CudaError {
   return new CudaError(`${what} was freed and can no longer be used`, { code: 'ERR_BUFFER_FREED', call: what });
-}
-
-function deviceCount(): number | undefined {
-  const st = status();
-  return st.available ? st.deviceCount : undefined;
-}
-
-function requireAvailable(): void {
-  const st = status();
-  if (!st.available) throw new CudaUnavailableError(st.reason as never, st.message);
 }
 
 /** Options of {@link DeviceBuffer.alloc}. */
@@ -64,8 +54,8 @@ export class DeviceBuffer {
   static alloc(bytes: number, options?: DeviceAllocOptions): DeviceBuffer {
     const n = checkSize('bytes', bytes, 1);
     const o = checkOptions<DeviceAllocOptions>('options', options);
-    const device = checkDevice(o.device, deviceCount());
-    requireAvailable();
+    const device = checkDevice(o.device, knownDeviceCount());
+    requireCuda();
     return new DeviceBuffer(native.deviceAlloc(n, device), n, device, false, null);
   }
 
@@ -154,8 +144,8 @@ export class PinnedBuffer {
       (checkBoolean('options.portable', o.portable, false) ? FLAG_PORTABLE : 0) |
       (checkBoolean('options.mapped', o.mapped, false) ? FLAG_MAPPED : 0) |
       (checkBoolean('options.writeCombined', o.writeCombined, false) ? FLAG_WRITE_COMBINED : 0);
-    const device = checkDevice(o.device, deviceCount());
-    requireAvailable();
+    const device = checkDevice(o.device, knownDeviceCount());
+    requireCuda();
     if (!externalBuffersRefused()) {
       try {
         const [h, ab] = native.pinnedAlloc(n, flags, device);
@@ -268,8 +258,8 @@ export function registerHost(memory: ArrayBufferLike | ArrayBufferView, options?
   const flags =
     (checkBoolean('options.portable', o.portable, false) ? FLAG_PORTABLE : 0) |
     (checkBoolean('options.mapped', o.mapped, false) ? FLAG_MAPPED : 0);
-  const device = checkDevice(o.device, deviceCount());
-  requireAvailable();
+  const device = checkDevice(o.device, knownDeviceCount());
+  requireCuda();
   return new RegisteredBuffer(native.registerHost(view, flags, device), view, device);
 }
 

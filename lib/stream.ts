@@ -1,7 +1,7 @@
 /** CUDA streams and events, disposable like buffers. */
 import { native } from './native';
 import { checkBoolean, checkDevice, checkOptions } from './validate';
-import { status } from './discovery';
+import { knownDeviceCount } from './discovery';
 
 function disposedError(what: string): Error {
   return Object.assign(new Error(`the ${what} was disposed`), { code: 'ERR_DISPOSED' });
@@ -16,7 +16,7 @@ export class Stream {
   /** Creates a stream (cudaStreamCreateWithFlags). `nonBlocking` streams do not wait for the legacy default stream. */
   constructor(options?: { device?: number; nonBlocking?: boolean }) {
     const o = checkOptions<{ device: number; nonBlocking: boolean }>('options', options);
-    this.device = checkDevice(o.device, status().deviceCount || undefined);
+    this.device = checkDevice(o.device, knownDeviceCount());
     this._s = native.streamCreate(this.device, checkBoolean('options.nonBlocking', o.nonBlocking, true));
   }
 
@@ -60,7 +60,7 @@ export class Event {
   /** Creates an event; `timing` (default true) allows elapsedTime(). */
   constructor(options?: { device?: number; timing?: boolean }) {
     const o = checkOptions<{ device: number; timing: boolean }>('options', options);
-    this.device = checkDevice(o.device, status().deviceCount || undefined);
+    this.device = checkDevice(o.device, knownDeviceCount());
     this._e = native.eventCreate(this.device, checkBoolean('options.timing', o.timing, true));
   }
 

@@ -38,11 +38,7 @@ Napi::Value TimeCopy(const Napi::CallbackInfo& info) {
   int warmup = ReadInt(env, info[3], "warmup", 0, 1 << 20);
   int iters = ReadInt(env, info[4], "iterations", 1, 1 << 24);
   std::string timing = info[5].ToString().Utf8Value();
-  std::string strat = info[6].IsString() ? info[6].ToString().Utf8Value() : "auto";
-  Strategy strategy = strat == "driver"     ? Strategy::kDriver
-                      : strat == "staged"   ? Strategy::kStaged
-                      : strat == "register" ? Strategy::kRegister
-                                            : Strategy::kAuto;
+  Strategy strategy = ReadStrategy(env, info[6]);
   if (n > dst.length || n > src.length) ThrowRange(env, "bytes runs past a buffer");
   Instance& inst = GetInstance(env);
   std::vector<double> samples;
@@ -97,9 +93,8 @@ Napi::Value TimeBidirectional(const Napi::CallbackInfo& info) {
   int warmup = ReadInt(env, info[5], "warmup", 0, 1 << 20);
   int iters = ReadInt(env, info[6], "iterations", 1, 1 << 24);
   std::string timing = info[7].ToString().Utf8Value();
-  Strategy strategy = info[8].IsString() && info[8].ToString().Utf8Value() == "staged"
-                          ? Strategy::kStaged
-                          : Strategy::kDriver;
+  // Two threads of the driver's pageable path unless told otherwise.
+  Strategy strategy = info[8].IsUndefined() ? Strategy::kDriver : ReadStrategy(env, info[8]);
   Instance& inst = GetInstance(env);
   std::vector<double> samples;
   Error err;

@@ -38,6 +38,16 @@ Endpoint ResolveEndpoint(Napi::Env env, Napi::Value v, const char* what) {
 
 size_t StagedThreshold() { return 1u << 20; }
 
+Strategy ReadStrategy(Napi::Env env, Napi::Value v) {
+  if (v.IsUndefined() || v.IsNull()) return Strategy::kAuto;
+  std::string s = v.IsString() ? v.As<Napi::String>().Utf8Value() : "";
+  if (s == "auto") return Strategy::kAuto;
+  if (s == "driver") return Strategy::kDriver;
+  if (s == "staged") return Strategy::kStaged;
+  if (s == "register") return Strategy::kRegister;
+  ThrowRange(env, "strategy must be 'auto', 'driver', 'staged' or 'register'");
+}
+
 namespace {
 
 cudaMemcpyKind KindOf(const Endpoint& dst, const Endpoint& src) {
@@ -114,16 +124,6 @@ Error CopyRange(Instance& inst, const Endpoint& dst, const Endpoint& src, size_t
 }
 
 namespace {
-
-Strategy ReadStrategy(Napi::Env env, Napi::Value v) {
-  if (v.IsUndefined() || v.IsNull()) return Strategy::kAuto;
-  std::string s = v.IsString() ? v.As<Napi::String>().Utf8Value() : "";
-  if (s == "auto") return Strategy::kAuto;
-  if (s == "driver") return Strategy::kDriver;
-  if (s == "staged") return Strategy::kStaged;
-  if (s == "register") return Strategy::kRegister;
-  ThrowRange(env, "strategy must be 'auto', 'driver', 'staged' or 'register'");
-}
 
 struct CopyArgs {
   Endpoint dst, src;

@@ -26,6 +26,8 @@ Endpoint ResolveEndpoint(Napi::Env env, Napi::Value v, const char* what);
 // Copies n bytes; blocks until done. Safe off the JS thread. `stream` may be null.
 Error CopyRange(Instance& inst, const Endpoint& dst, const Endpoint& src, size_t n,
                 Strategy strategy, cudaStream_t stream);
+// Reads a strategy name ('auto' when undefined); throws a RangeError for anything else.
+Strategy ReadStrategy(Napi::Env env, Napi::Value v);
 // Pageable copies of at least this many bytes take the staged path under kAuto.
 size_t StagedThreshold();
 

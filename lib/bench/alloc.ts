@@ -4,7 +4,7 @@
  */
 import { native } from '../native';
 import { createAllocator, createPinnedPool } from '../allocator';
-import { status, devices } from '../discovery';
+import { devices, knownDeviceCount } from '../discovery';
 import { summarize, SampleSummary } from './stats';
 import { checkDevice } from '../validate';
 import { formatBytes } from '../units';
@@ -41,12 +41,18 @@ function batches(pairs: number, batch: number, fn: () => void): number[] {
 
 /** Runs the allocator benchmark on a device (and the same pool on a simulated device). */
 export function runAllocBenchmark(options: { device?: number; pairs?: number } = {}): AllocReport {
-  const st = status();
-  const device = checkDevice(options.device, st.available ? st.deviceCount : undefined);
+  const device = checkDevice(options.device, knownDeviceCount());
   const pairs = options.pairs ?? 200_000;
   const rows: AllocRow[] = [];
   const MiB = 2 ** 20;
   const add = (name: string, bytes: number, us: number[]) => rows.push({ name, bytes, microseconds: summarize(us) });
+  // cudaMalloc/cudaMallocHost timed in C++: one sample (seconds) per pair, reported in µs.
+  const raw = (name: string, kind: 'device' | 'pinned', bytes: number, iterations: number) =>
+    add(
+      name,
+      bytes,
+      Array.from(native.timeRawAlloc(kind, bytes, iterations, device), (s) => s * 1e6),
+    );
 
   const pool = createAllocator({ device, allowGrowth: true, memoryLimit: 1024 * MiB });
   add(
@@ -62,16 +68,8 @@ export function runAllocBenchmark(options: { device?: number; pairs?: number } =
     batches(pairs, 1000, () => sim.alloc(MiB).free()),
   );
   sim.close({ force: true });
-  add(
-    'cudaMalloc + cudaFree (C++, no JS)',
-    MiB,
-    Array.from(native.timeRawAlloc('device', MiB, 200, device), (s) => s * 1e6),
-  );
-  add(
-    'cudaMalloc + cudaFree (C++, no JS)',
-    64 * MiB,
-    Array.from(native.timeRawAlloc('device', 64 * MiB, 50, device), (s) => s * 1e6),
-  );
+  raw('cudaMalloc + cudaFree (C++, no JS)', 'device', MiB, 200);
+  raw('cudaMalloc + cudaFree (C++, no JS)', 'device', 64 * MiB, 50);
 
   const pinned = createPinnedPool({ device });
   add(
@@ -80,16 +78,8 @@ export function runAllocBenchmark(options: { device?: number; pairs?: number } =
     batches(pairs, 1000, () => pinned.alloc(MiB).free()),
   );
   pinned.close();
-  add(
-    'cudaMallocHost + cudaFreeHost (C++, no JS)',
-    MiB,
-    Array.from(native.timeRawAlloc('pinned', MiB, 50, device), (s) => s * 1e6),
-  );
-  add(
-    'cudaMallocHost + cudaFreeHost (C++, no JS)',
-    64 * MiB,
-    Array.from(native.timeRawAlloc('pinned', 64 * MiB, 10, device), (s) => s * 1e6),
-  );
+  raw('cudaMallocHost + cudaFreeHost (C++, no JS)', 'pinned', MiB, 50);
+  raw('cudaMallocHost + cudaFreeHost (C++, no JS)', 'pinned', 64 * MiB, 10);
   return {
     schema: 'cuda-memory/alloc-benchmark@1',
     gpu: devices()[device].name,

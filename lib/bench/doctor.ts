@@ -2,7 +2,7 @@
  * `cuda-memory doctor`: a short, standard check of a GPU CI runner. Each check passes, fails or
  * is skipped with a reason; the report is printable, JSON or JUnit.
  */
-import { status, devices, formatCudaVersion } from '../discovery';
+import { status, devices, formatCudaVersion, knownDeviceCount } from '../discovery';
 import { DeviceBuffer, PinnedBuffer } from '../memory';
 import { copy, memset } from '../copy';
 import { native } from '../native';
@@ -56,7 +56,7 @@ export function runDoctor(options: DoctorOptions = {}): DoctorReport {
   const bytes = options.bytes ?? 256 * 2 ** 20;
   const st = status();
   const checks: DoctorCheck[] = [];
-  const device = checkDevice(options.device, st.available ? st.deviceCount : undefined);
+  const device = checkDevice(options.device, knownDeviceCount());
   checks.push(
     timed('device visible', () => {
       if (!st.available) return { status: 'fail', detail: `${st.reason}: ${st.message}` };

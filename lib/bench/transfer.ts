@@ -5,11 +5,10 @@
  * synchronous copies of pageable memory. Method: DESIGN.md, "Transfer benchmark".
  */
 import * as os from 'os';
-import { native } from '../native';
+import { native, requireCuda } from '../native';
 import { status, devices, DeviceInfo, formatCudaVersion } from '../discovery';
 import { DeviceBuffer, PinnedBuffer, registerHost, RegisteredBuffer } from '../memory';
 import { copy, copyAsync, configureStaging, StagingSettings } from '../copy';
-import { CudaUnavailableError } from '../errors';
 import { summarize, rateSummary, SampleSummary } from './stats';
 import { GateMetric, GateSource } from './gates';
 import { checkDevice } from '../validate';
@@ -183,7 +182,7 @@ function result(base: Omit<TransferResult, 'seconds' | 'gbps' | 'samples'>, samp
  */
 export async function runTransferBenchmark(options: TransferBenchmarkOptions = {}): Promise<TransferReport> {
   const st = status();
-  if (!st.available) throw new CudaUnavailableError(st.reason as never, st.message);
+  requireCuda();
   const device = checkDevice(options.device, st.deviceCount);
   const sizes = options.sizes ?? DEFAULT_SIZES;
   const modes = options.modes ?? ALL_MODES;
