@@ -32,7 +32,7 @@ commands:
     --expect GATE            e.g. 'h2d.pinned>=48GB/s', 'd2d.traffic>=2.8TB/s',
                              'h2d.staged/h2d.pageable>=4'; repeatable; failing gates exit 1
   bench-alloc                allocator benchmark: pool alloc+free vs cudaMalloc, pinned pool vs cudaMallocHost
-    --json, --device N
+    --json, --device N, --pairs N (200000; timed pairs per row, after 100,000 warm-up)
   doctor                     checks for a GPU CI runner; exit 1 if any fails
     --min-pinned GBPS (20)   --min-d2d GBPS (500)   --device N   --json   --junit FILE
   help                       this text
@@ -206,9 +206,9 @@ function info(): number {
 }
 
 async function allocBench(a: Args): Promise<number> {
-  checkKnown(a, ['json', 'device']);
+  checkKnown(a, ['json', 'device', 'pairs']);
   requireGpu('bench-alloc');
-  const report = runAllocBenchmark({ device: int(a, 'device') });
+  const report = await runAllocBenchmark({ device: int(a, 'device'), pairs: int(a, 'pairs') });
   process.stdout.write(a.flags.has('json') ? JSON.stringify(report, null, 2) + '\n' : formatAllocReport(report) + '\n');
   return 0;
 }

@@ -7,8 +7,8 @@ import { native, requireCuda } from './native';
 import { checkBoolean, checkDevice, checkOptions, checkSize } from './validate';
 import { knownDeviceCount } from './discovery';
 
-// The safety net for forgotten device buffers. A JS FinalizationRegistry costs about 0.3 µs per
-// buffer where a native finalizer costs about 0.7, which matters for pooled allocations.
+// The safety net for forgotten buffers. A JS FinalizationRegistry costs about 0.3 µs per buffer
+// where a native finalizer costs about 0.7, which matters for pooled allocations.
 const forgotten = new FinalizationRegistry<number>((handle) => {
   try {
     native.free(handle);
@@ -16,6 +16,23 @@ const forgotten = new FinalizationRegistry<number>((handle) => {
     // A finalizer never throws.
   }
 });
+
+// Device buffers join the registry late: a finalizer can only run once the current job has
+// returned, so a buffer freed before then never needs one, and registering it and unregistering
+// it again would be most of what a pooled alloc+free pair costs. New buffers wait in `unwatched`
+// until a microtask (or every WATCH_BATCH buffers, so a long synchronous loop holds few) registers
+// those still live. Until then the list keeps them reachable, which no finalizer could have
+// observed anyway.
+const WATCH_BATCH = 1024;
+let unwatched: DeviceBuffer[] = [];
+let watchQueued = false;
+
+function watchLive(): void {
+  const list = unwatched;
+  unwatched = [];
+  watchQueued = false;
+  for (const b of list) b._watch();
+}
 
 /** @internal Throws the error every use of a freed buffer gets. */
 export function freedError(what: string): CudaError {
@@ -39,6 +56,7 @@ export class DeviceBuffer {
   readonly simulated: boolean;
   /** @internal */ _owner: object | null;
   private _freed = false;
+  private _watched = false;
 
   /** @internal Use {@link DeviceBuffer.alloc} or an allocator's alloc(). */
   constructor(handle: number, byteLength: number, device: number, simulated: boolean, owner: object | null) {
@@ -47,7 +65,18 @@ export class DeviceBuffer {
     this.device = device;
     this.simulated = simulated;
     this._owner = owner;
-    forgotten.register(this, handle, this);
+    if (unwatched.push(this) >= WATCH_BATCH) watchLive();
+    else if (!watchQueued) {
+      watchQueued = true;
+      queueMicrotask(watchLive);
+    }
+  }
+
+  /** @internal Puts a still-live buffer under the garbage-collection safety net. */
+  _watch(): void {
+    if (this._freed || this._watched) return;
+    this._watched = true;
+    forgotten.register(this, this._h, this);
   }
 
   /** Allocates `bytes` of device memory with cudaMalloc. Throws OutOfMemoryError when it does not fit. */
@@ -74,7 +103,7 @@ export class DeviceBuffer {
   free(): void {
     if (this._freed) return;
     this._freed = true;
-    forgotten.unregister(this);
+    if (this._watched) forgotten.unregister(this);
     native.free(this._h);
   }
 

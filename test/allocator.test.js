@@ -206,6 +206,36 @@ describe('policies on a simulated device', () => {
     expect(a.stats().bytesInUse).toBe(MiB);
     expect(b.stats().bytesInUse).toBe(0);
   });
+
+  test('forgotten blocks return to the pool after garbage collection; freed ones are counted once', async () => {
+    expect(typeof global.gc).toBe('function'); // npm test runs node with --expose-gc
+    const a = sim({ allowGrowth: true, memoryLimit: 256 * MiB });
+    const keep = a.alloc(MiB);
+    // Forgotten within one synchronous job, more of them than one watch batch (1024)...
+    (() => {
+      for (let i = 0; i < 3000; i++) a.alloc(4 * KiB);
+    })();
+    // ...freed within the same job...
+    for (let i = 0; i < 3000; i++) a.alloc(4 * KiB).free();
+    // ...and forgotten after surviving into a later job.
+    let later = [];
+    for (let i = 0; i < 10; i++) later.push(a.alloc(8 * KiB));
+    await new Promise((r) => setImmediate(r));
+    later = null;
+    expect(a.stats().bytesInUse).toBe(MiB + 3000 * 4 * KiB + 10 * 8 * KiB);
+    for (let tries = 0; tries < 50 && a.stats().bytesInUse > MiB; tries++) {
+      global.gc();
+      await new Promise((r) => setTimeout(r, 10));
+    }
+    const s = a.stats();
+    expect(s.bytesInUse).toBe(MiB);
+    expect(s.numAllocs).toBe(1 + 3000 + 3000 + 10);
+    expect(s.numFrees).toBe(s.numAllocs - 1);
+    expect(keep.freed).toBe(false);
+    keep.free();
+    expect(a.stats().bytesInUse).toBe(0);
+    expect(a.close()).toBeGreaterThan(0);
+  });
 });
 
 // An independent, deliberately simple model of the same policy: linear scans over arrays.

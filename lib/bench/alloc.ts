@@ -28,21 +28,42 @@ export interface AllocReport {
 // own cost (tens of nanoseconds) out of a sub-microsecond figure.
 // The warm-up runs long enough (100,000 pairs) for V8 to finish optimizing the call path and the
 // collector to settle; a first run measured without it reads up to twice as slow.
-function batches(pairs: number, batch: number, fn: () => void): number[] {
-  for (let i = 0; i < 100_000; i++) fn();
+const WARM_UP = 100_000;
+const BATCH = 1000;
+
+function batches(pairs: number, fn: () => void): number[] {
+  for (let i = 0; i < WARM_UP; i++) fn();
   const out: number[] = [];
-  for (let b = 0; b < pairs / batch; b++) {
+  for (let b = 0; b < pairs / BATCH; b++) {
     const t0 = process.hrtime.bigint();
-    for (let i = 0; i < batch; i++) fn();
-    out.push(Number(process.hrtime.bigint() - t0) / 1e3 / batch);
+    for (let i = 0; i < BATCH; i++) fn();
+    out.push(Number(process.hrtime.bigint() - t0) / 1e3 / BATCH);
   }
   return out;
 }
 
+// The same pairs with every buffer kept past the job that allocated it (a batch allocated,
+// then an await, then all freed), so each one is put under the garbage-collection safety net
+// and taken off it again: the cost a buffer pays when it lives across an await.
+async function heldBatches(pairs: number, alloc: () => { free(): void }): Promise<number[]> {
+  const once = async (): Promise<number> => {
+    const t0 = process.hrtime.bigint();
+    const held = [];
+    for (let i = 0; i < BATCH; i++) held.push(alloc());
+    await null;
+    for (const b of held) b.free();
+    return Number(process.hrtime.bigint() - t0) / 1e3 / BATCH;
+  };
+  for (let i = 0; i < WARM_UP / BATCH; i++) await once();
+  const out: number[] = [];
+  for (let b = 0; b < pairs / BATCH; b++) out.push(await once());
+  return out;
+}
+
 /** Runs the allocator benchmark on a device (and the same pool on a simulated device). */
-export function runAllocBenchmark(options: { device?: number; pairs?: number } = {}): AllocReport {
+export async function runAllocBenchmark(options: { device?: number; pairs?: number } = {}): Promise<AllocReport> {
   const device = checkDevice(options.device, knownDeviceCount());
-  const pairs = options.pairs ?? 200_000;
+  const pairs = Math.max(BATCH, options.pairs ?? 200_000);
   const rows: AllocRow[] = [];
   const MiB = 2 ** 20;
   const add = (name: string, bytes: number, us: number[]) => rows.push({ name, bytes, microseconds: summarize(us) });
@@ -58,14 +79,15 @@ export function runAllocBenchmark(options: { device?: number; pairs?: number } =
   add(
     'allocator.alloc + free (cached size, device)',
     MiB,
-    batches(pairs, 1000, () => pool.alloc(MiB).free()),
+    batches(pairs, () => pool.alloc(MiB).free()),
   );
+  add('allocator.alloc + free, held across an await (device)', MiB, await heldBatches(pairs, () => pool.alloc(MiB)));
   pool.close({ force: true });
   const sim = createAllocator({ simulate: { totalBytes: 80 * 2 ** 30 }, allowGrowth: true });
   add(
     'allocator.alloc + free (simulated device)',
     MiB,
-    batches(pairs, 1000, () => sim.alloc(MiB).free()),
+    batches(pairs, () => sim.alloc(MiB).free()),
   );
   sim.close({ force: true });
   raw('cudaMalloc + cudaFree (C++, no JS)', 'device', MiB, 200);
@@ -75,7 +97,7 @@ export function runAllocBenchmark(options: { device?: number; pairs?: number } =
   add(
     'pinnedPool.alloc + free (hit)',
     MiB,
-    batches(pairs, 1000, () => pinned.alloc(MiB).free()),
+    batches(pairs, () => pinned.alloc(MiB).free()),
   );
   pinned.close();
   raw('cudaMallocHost + cudaFreeHost (C++, no JS)', 'pinned', MiB, 50);
