@@ -78,13 +78,10 @@ Pool::~Pool() {
 }
 
 int Pool::BinFor(size_t size) {
-  size_t units = size / kMinBlock;
-  int bin = 0;
-  while (units > 1 && bin < kNumBins - 1) {
-    units >>= 1;
-    ++bin;
-  }
-  return bin;
+  // floor(log2(size / kMinBlock)), the last bin holding everything above it.
+  uint64_t units = size / kMinBlock;
+  if (units <= 1) return 0;
+  return std::min(63 - __builtin_clzll(units), kNumBins - 1);
 }
 
 Pool::Chunk* Pool::NewChunk() {
@@ -97,8 +94,17 @@ Pool::Chunk* Pool::NewChunk() {
 
 void Pool::DeleteChunk(Chunk* c) { spare_.push_back(c); }
 
-void Pool::InsertFree(Chunk* c) { bins_[BinFor(c->size)].insert(c); }
-void Pool::RemoveFree(Chunk* c) { bins_[BinFor(c->size)].erase(c); }
+void Pool::InsertFree(Chunk* c) {
+  int b = BinFor(c->size);
+  bins_[b].insert(c);
+  nonempty_bins_ |= 1u << b;
+}
+
+void Pool::RemoveFree(Chunk* c) {
+  int b = BinFor(c->size);
+  bins_[b].erase(c);
+  if (bins_[b].empty()) nonempty_bins_ &= ~(1u << b);
+}
 
 Pool::Chunk* Pool::FindFree(size_t rounded) {
   // Bins are ordered by size, and each bin by (size, address): the first fit found walking up
@@ -106,7 +112,9 @@ Pool::Chunk* Pool::FindFree(size_t rounded) {
   Chunk probe;
   probe.size = rounded;
   probe.address = 0;
-  for (int b = BinFor(rounded); b < kNumBins; ++b) {
+  // Only bins with free chunks are looked at, lowest first.
+  for (uint32_t left = nonempty_bins_ & (~0u << BinFor(rounded)); left; left &= left - 1) {
+    int b = __builtin_ctz(left);
     auto it = bins_[b].lower_bound(&probe);
     if (it != bins_[b].end()) return *it;
   }
@@ -248,6 +256,7 @@ void Pool::ReleaseAll() noexcept {
   }
   regions_.clear();
   for (auto& bin : bins_) bin.clear();
+  nonempty_bins_ = 0;
   live_blocks_ = 0;
   stats_.pool_bytes = 0;
   stats_.bytes_in_use = 0;

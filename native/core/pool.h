@@ -130,6 +130,8 @@ class Pool {
   size_t next_region_size_;
   std::map<uint64_t, Region> regions_;
   std::array<std::set<Chunk*, BySizeThenAddress>, kNumBins> bins_;
+  uint32_t nonempty_bins_ = 0;  // bit b set when bins_[b] holds a chunk
+  static_assert(kNumBins <= 32, "nonempty_bins_ has a bit per bin");
   uint64_t live_blocks_ = 0;
   std::vector<Chunk*> spare_;
   PoolStats stats_;
