@@ -17,21 +17,44 @@ const forgotten = new FinalizationRegistry<number>((handle) => {
   }
 });
 
-// Device buffers join the registry late: a finalizer can only run once the current job has
-// returned, so a buffer freed before then never needs one, and registering it and unregistering
-// it again would be most of what a pooled alloc+free pair costs. New buffers wait in `unwatched`
-// until a microtask (or every WATCH_BATCH buffers, so a long synchronous loop holds few) registers
-// those still live. Until then the list keeps them reachable, which no finalizer could have
-// observed anyway.
+// Buffers join the registry late: a finalizer can only run once the current job has returned,
+// so a buffer freed before then never needs one, and registering it and unregistering it again
+// would be most of what a pooled alloc+free pair costs. New buffers wait in `unwatched` until a
+// microtask (or every WATCH_BATCH buffers, so a long synchronous loop holds few) registers those
+// still live. Until then the list keeps them reachable, which no finalizer could have observed
+// anyway.
+interface Watchable {
+  readonly _h: number;
+  readonly freed: boolean;
+  _watched: boolean;
+}
 const WATCH_BATCH = 1024;
-let unwatched: DeviceBuffer[] = [];
+let unwatched: Watchable[] = [];
 let watchQueued = false;
+
+/** Puts a new buffer under the safety net once it outlives the current job. */
+function watchLater(b: Watchable): void {
+  if (unwatched.push(b) >= WATCH_BATCH) watchLive();
+  else if (!watchQueued) {
+    watchQueued = true;
+    queueMicrotask(watchLive);
+  }
+}
 
 function watchLive(): void {
   const list = unwatched;
   unwatched = [];
   watchQueued = false;
-  for (const b of list) b._watch();
+  for (const b of list)
+    if (!b.freed) {
+      b._watched = true;
+      forgotten.register(b, b._h, b);
+    }
+}
+
+/** Takes a buffer being freed off the safety net, if it was put under it. */
+function unwatch(b: Watchable): void {
+  if (b._watched) forgotten.unregister(b);
 }
 
 /** @internal Throws the error every use of a freed buffer gets. */
@@ -56,7 +79,7 @@ export class DeviceBuffer {
   readonly simulated: boolean;
   /** @internal */ _owner: object | null;
   private _freed = false;
-  private _watched = false;
+  /** @internal */ _watched = false;
 
   /** @internal Use {@link DeviceBuffer.alloc} or an allocator's alloc(). */
   constructor(handle: number, byteLength: number, device: number, simulated: boolean, owner: object | null) {
@@ -65,18 +88,7 @@ export class DeviceBuffer {
     this.device = device;
     this.simulated = simulated;
     this._owner = owner;
-    if (unwatched.push(this) >= WATCH_BATCH) watchLive();
-    else if (!watchQueued) {
-      watchQueued = true;
-      queueMicrotask(watchLive);
-    }
-  }
-
-  /** @internal Puts a still-live buffer under the garbage-collection safety net. */
-  _watch(): void {
-    if (this._freed || this._watched) return;
-    this._watched = true;
-    forgotten.register(this, this._h, this);
+    watchLater(this);
   }
 
   /** Allocates `bytes` of device memory with cudaMalloc. Throws OutOfMemoryError when it does not fit. */
@@ -103,7 +115,7 @@ export class DeviceBuffer {
   free(): void {
     if (this._freed) return;
     this._freed = true;
-    if (this._watched) forgotten.unregister(this);
+    unwatch(this);
     native.free(this._h);
   }
 
@@ -151,6 +163,7 @@ export class PinnedBuffer {
    */
   readonly pinnedBy: 'cudaHostAlloc' | 'cudaHostRegister';
   private _freed = false;
+  /** @internal */ _watched = false;
 
   /** @internal */
   constructor(handle: number, bytes: Uint8Array, device: number, flags: number, pinnedBy: PinnedBuffer['pinnedBy']) {
@@ -162,7 +175,7 @@ export class PinnedBuffer {
     this.mapped = (flags & FLAG_MAPPED) !== 0;
     this.writeCombined = (flags & FLAG_WRITE_COMBINED) !== 0;
     this.pinnedBy = pinnedBy;
-    if (pinnedBy === 'cudaHostRegister') forgotten.register(this, handle, this);
+    if (pinnedBy === 'cudaHostRegister') watchLater(this);
   }
 
   /** Allocates `bytes` of pinned host memory (cudaHostAlloc). */
@@ -209,7 +222,7 @@ export class PinnedBuffer {
   free(): void {
     if (this._freed) return;
     this._freed = true;
-    if (this.pinnedBy === 'cudaHostRegister') forgotten.unregister(this);
+    unwatch(this);
     native.free(this._h);
   }
 
@@ -242,6 +255,7 @@ export class RegisteredBuffer {
   readonly byteLength: number;
   readonly device: number;
   private _freed = false;
+  /** @internal */ _watched = false;
 
   /** @internal */
   constructor(handle: number, view: ArrayBufferView, device: number) {
@@ -249,7 +263,7 @@ export class RegisteredBuffer {
     this.view = view;
     this.byteLength = view.byteLength;
     this.device = device;
-    forgotten.register(this, handle, this);
+    watchLater(this);
   }
 
   get freed(): boolean {
@@ -260,7 +274,7 @@ export class RegisteredBuffer {
   unregister(): void {
     if (this._freed) return;
     this._freed = true;
-    forgotten.unregister(this);
+    unwatch(this);
     native.free(this._h);
   }
 

@@ -2,6 +2,7 @@
 // Everything that needs a GPU. Skipped with the reason shown when there is none; failing
 // instead under REQUIRE_GPU=1.
 const path = require('path');
+const { execFileSync } = require('child_process');
 const { Worker } = require('worker_threads');
 const { cm, describeGpu, randomBytes, rng } = require('./helpers');
 
@@ -139,7 +140,6 @@ describeGpu('pinned, mapped and registered memory', () => {
   });
 
   test('runtimes refusing external buffers get a registered V8-owned buffer, not a copy', () => {
-    const { execFileSync } = require('child_process');
     const out = execFileSync(
       process.execPath,
       [
@@ -188,8 +188,10 @@ describeGpu('out of memory and lifetime', () => {
     expect(cm.memGetInfo(0).free).toBe(before);
   });
 
-  test('forgotten buffers are reclaimed after garbage collection', async () => {
-    const { execFileSync } = require('child_process');
+  test.each([
+    ['external pinned buffers', '0'],
+    ['registered V8-owned pinned buffers (CUDA_MEMORY_NO_EXTERNAL_BUFFERS=1)', '1'],
+  ])('forgotten device, pinned and registered buffers are reclaimed after garbage collection, with %s', (_, noExternal) => {
     const out = execFileSync(
       process.execPath,
       [
@@ -198,15 +200,17 @@ describeGpu('out of memory and lifetime', () => {
         `const cm = require('.');
          const w = cm.DeviceBuffer.alloc(1 << 20); w.free();
          const before = cm.memGetInfo(0).free;
-         (function () { for (let i = 0; i < 32; i++) { cm.DeviceBuffer.alloc(64 << 20); cm.PinnedBuffer.alloc(1 << 20); } })();
+         (function () { for (let i = 0; i < 32; i++) { cm.DeviceBuffer.alloc(64 << 20); cm.PinnedBuffer.alloc(1 << 20); cm.registerHost(new Uint8Array(1 << 20)); } })();
          const during = cm.memGetInfo(0).free;
+         const liveDuring = cm.liveHandleCount();
          setTimeout(() => { global.gc(); setTimeout(() => { global.gc(); setTimeout(() => {
-           console.log(JSON.stringify({ before, during, after: cm.memGetInfo(0).free, live: cm.liveHandleCount() })); }, 50); }, 50); }, 10);`,
+           console.log(JSON.stringify({ before, during, liveDuring, after: cm.memGetInfo(0).free, live: cm.liveHandleCount() })); }, 50); }, 50); }, 10);`,
       ],
-      { cwd: root, encoding: 'utf8' },
+      { cwd: root, env: { ...process.env, CUDA_MEMORY_NO_EXTERNAL_BUFFERS: noExternal }, encoding: 'utf8' },
     );
     const r = JSON.parse(out);
     expect(r.before - r.during).toBeGreaterThanOrEqual(32 * 64 * MiB);
+    expect(r.liveDuring).toBe(3 * 32);
     expect(r.after).toBe(r.before);
     expect(r.live).toBe(0);
   });
@@ -465,7 +469,6 @@ describeGpu('transfer benchmark (small run)', () => {
 
 describeGpu('allocator benchmark (small run)', () => {
   test('cuda-memory bench-alloc --json prints every row with its samples summarized', () => {
-    const { execFileSync } = require('child_process');
     const out = execFileSync(process.execPath, [path.join(root, 'dist', 'cli.js'), 'bench-alloc', '--json', '--pairs', '2000'], {
       encoding: 'utf8',
     });
