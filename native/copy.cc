@@ -277,15 +277,12 @@ Napi::Value ConfigureStaging(const Napi::CallbackInfo& info) {
     inst.staging_config = cfg;
     inst.staging.clear();
   }
-  StagingOptions d = DefaultStagingOptions();
+  StagingOptions o = StagingOptionsInForce(inst);
   Napi::Object out = Napi::Object::New(env);
-  out.Set("chunkBytes",
-          static_cast<double>(inst.staging_config.chunk_bytes ? inst.staging_config.chunk_bytes
-                                                              : d.chunk_bytes));
-  out.Set("slots", inst.staging_config.slots ? inst.staging_config.slots : d.slots);
-  out.Set("threads", inst.staging_config.threads ? inst.staging_config.threads : d.threads);
-  out.Set("streaming",
-          inst.staging_config.streaming >= 0 ? inst.staging_config.streaming == 1 : d.streaming);
+  out.Set("chunkBytes", static_cast<double>(o.chunk_bytes));
+  out.Set("slots", o.slots);
+  out.Set("threads", o.threads);
+  out.Set("streaming", o.streaming);
   out.Set("autoThreshold", static_cast<double>(StagedThreshold()));
   return out;
 }

@@ -11,13 +11,13 @@ namespace cm {
 
 namespace {
 
-// memcpy with non-temporal stores: staged data goes to the DMA engine or to a Node buffer the
-// CPU is not about to read, so writing around the cache saves the read-for-ownership of every
-// line and leaves the cache to the copy's source.
-void StreamingCopy(char* dst, const char* src, size_t n) {
+// memcpy, with non-temporal stores when `streaming`: staged data goes to the DMA engine or to a
+// Node buffer the CPU is not about to read, so writing around the cache saves the
+// read-for-ownership of every line and leaves the cache to the copy's source.
+void CopyBytes(char* dst, const char* src, size_t n, bool streaming) {
 #if defined(__x86_64__)
   size_t head = (16 - (reinterpret_cast<uintptr_t>(dst) & 15)) & 15;
-  if (head >= n || n < 4096) {
+  if (!streaming || head >= n || n < 4096) {
     std::memcpy(dst, src, n);
     return;
   }
@@ -64,11 +64,7 @@ void ParallelCopier::CopyShare(int index, int parts) {
   size_t pages = (n_ + 4095) / 4096;
   size_t begin = std::min(n_, pages * index / parts * 4096);
   size_t end = std::min(n_, pages * (index + 1) / parts * 4096);
-  if (end <= begin) return;
-  if (streaming_)
-    StreamingCopy(dst_ + begin, src_ + begin, end - begin);
-  else
-    std::memcpy(dst_ + begin, src_ + begin, end - begin);
+  if (end > begin) CopyBytes(dst_ + begin, src_ + begin, end - begin, streaming_);
 }
 
 void ParallelCopier::Worker(int index) {
@@ -94,10 +90,7 @@ void ParallelCopier::Worker(int index) {
 void ParallelCopier::Copy(void* dst, const void* src, size_t n, bool streaming) {
   // Below ~256 KiB, waking threads costs more than it saves.
   if (threads_ == 1 || n < (256u << 10)) {
-    if (streaming)
-      StreamingCopy(static_cast<char*>(dst), static_cast<const char*>(src), n);
-    else
-      std::memcpy(dst, src, n);
+    CopyBytes(static_cast<char*>(dst), static_cast<const char*>(src), n, streaming);
     return;
   }
   {
@@ -114,10 +107,17 @@ void ParallelCopier::Copy(void* dst, const void* src, size_t n, bool streaming) 
   while (remaining_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
 }
 
-StagingOptions DefaultStagingOptions() {
+StagingOptions StagingOptionsInForce(const Instance& inst) {
+  // The defaults were chosen with the transfer benchmark (BENCHMARKS.md); hardware threads
+  // bound them. configureStaging() overrides each one.
   unsigned hw = std::max(1u, std::thread::hardware_concurrency());
-  int threads = static_cast<int>(std::clamp(hw * 3 / 4, 1u, 12u));
-  return {8u << 20, 4, threads, true};
+  StagingOptions o = {8u << 20, 4, static_cast<int>(std::clamp(hw * 3 / 4, 1u, 12u)), true};
+  const Instance::StagingConfig& c = inst.staging_config;
+  if (c.chunk_bytes) o.chunk_bytes = c.chunk_bytes;
+  if (c.slots) o.slots = c.slots;
+  if (c.threads) o.threads = c.threads;
+  if (c.streaming >= 0) o.streaming = c.streaming == 1;
+  return o;
 }
 
 StagingEngine::StagingEngine(int device, StagingOptions options)
@@ -203,12 +203,7 @@ StagingEngine* GetStagingEngine(Instance& inst, int device, bool to_host, Error*
   const int key = device * 2 + (to_host ? 1 : 0);
   auto it = inst.staging.find(key);
   if (it != inst.staging.end()) return it->second.get();
-  StagingOptions o = DefaultStagingOptions();
-  if (inst.staging_config.chunk_bytes) o.chunk_bytes = inst.staging_config.chunk_bytes;
-  if (inst.staging_config.slots) o.slots = inst.staging_config.slots;
-  if (inst.staging_config.threads) o.threads = inst.staging_config.threads;
-  if (inst.staging_config.streaming >= 0) o.streaming = inst.staging_config.streaming == 1;
-  auto engine = std::make_unique<StagingEngine>(device, o);
+  auto engine = std::make_unique<StagingEngine>(device, StagingOptionsInForce(inst));
   if (engine->error()) {
     *err = engine->error();
     return nullptr;

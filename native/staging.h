@@ -48,8 +48,9 @@ struct StagingOptions {
   bool streaming;  // non-temporal stores into and out of the ring
 };
 
-// Defaults chosen with the transfer benchmark (BENCHMARKS.md); hardware threads bound them.
-StagingOptions DefaultStagingOptions();
+// The tuned defaults with the instance's configureStaging() settings applied. Call on the JS
+// thread or under inst.staging_mutex.
+StagingOptions StagingOptionsInForce(const Instance& inst);
 
 class StagingEngine {
  public:
