@@ -1,7 +1,12 @@
 {
-  # Exception policy: C++ exceptions on (NAPI_CPP_EXCEPTIONS). Every callback may throw a
+  # Exception policy: C++ exceptions on (NAPI_CPP_EXCEPTIONS). A call from JavaScript may throw a
   # Napi::Error, which node-addon-api turns into a JS exception; with
   # NODE_ADDON_API_CPP_EXCEPTIONS_ALL any other std::exception is converted too, never a crash.
+  # What runs while an environment is torn down (async completions, finalizers, the cleanup hook)
+  # cannot throw into JavaScript, so nothing there throws: completions go through PromiseWorker
+  # (native/async.h), finalizers and the cleanup hook are noexcept and use the C Node-API calls,
+  # whose failures they ignore. NODE_API_SWALLOW_UNTHROWABLE_EXCEPTIONS is the backstop: an error
+  # that can no longer be thrown into a dying environment is dropped rather than rethrown.
   "variables": {
     "cuda_home%": "<!(node scripts/find-cuda.js)",
     "cuda_lib%": "<!(node scripts/find-cuda.js --lib)"
@@ -11,6 +16,7 @@
       "target_name": "cuda_memory",
       "sources": [
         "native/addon.cc",
+        "native/async.cc",
         "native/common.cc",
         "native/discovery.cc",
         "native/memory.cc",
@@ -28,6 +34,7 @@
         "NAPI_VERSION=8",
         "NAPI_CPP_EXCEPTIONS",
         "NODE_ADDON_API_CPP_EXCEPTIONS_ALL",
+        "NODE_API_SWALLOW_UNTHROWABLE_EXCEPTIONS",
         "NODE_ADDON_API_DISABLE_DEPRECATED"
       ],
       "cflags!": ["-fno-exceptions"],

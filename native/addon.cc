@@ -2,6 +2,7 @@
 #include <napi.h>
 
 #include "allocator.h"
+#include "async.h"
 #include "bench.h"
 #include "common.h"
 #include "copy.h"
@@ -25,8 +26,13 @@ Napi::Value Init(const Napi::CallbackInfo& info) {
 
 Napi::Object RegisterExports(Napi::Env env, Napi::Object exports) {
   env.SetInstanceData<cm::Instance>(new cm::Instance());
-  // A worker thread that exits with live buffers frees them here.
-  env.AddCleanupHook([env]() { cm::ReleaseAllLive(env); });
+  // A worker thread that exits with live buffers frees them here. It runs after the thread's
+  // pending asynchronous copies have completed (Node finishes those first), while no JavaScript
+  // can run, so it must not throw.
+  env.AddCleanupHook([env]() {
+    cm::PromiseWorker::NoThrow("freeing a closing environment's buffers",
+                               [env] { cm::ReleaseAllLive(env); });
+  });
   exports.Set("init", Napi::Function::New(env, Init, "init"));
   cm::InitDiscovery(env, exports);
   cm::InitMemory(env, exports);

@@ -173,11 +173,13 @@ void ReleaseAllocation(Napi::Env env, Allocation* a) noexcept {
   }
   if (a->kind != MemKind::kPool) (void)cudaGetLastError();
   if (a->external_bytes) {
-    Napi::MemoryManagement::AdjustExternalMemory(env, -a->external_bytes);
+    int64_t ignored;  // the C call: this runs in finalizers and teardown, where nothing may throw
+    napi_adjust_external_memory(env, -a->external_bytes, &ignored);
     a->external_bytes = 0;
   }
-  Instance* inst = env.GetInstanceData<Instance>();
-  if (inst) inst->handles.Remove(a);
+  void* inst = nullptr;
+  if (napi_get_instance_data(env, &inst) == napi_ok && inst)
+    static_cast<Instance*>(inst)->handles.Remove(a);
   DropReference(a);  // the handle table's reference
 }
 

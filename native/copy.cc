@@ -6,6 +6,7 @@
 #include <cstring>
 #include <string>
 
+#include "async.h"
 #include "staging.h"
 #include "streams.h"
 
@@ -178,13 +179,10 @@ Napi::Value Copy(const Napi::CallbackInfo& info) {
 }
 
 // Runs a copy on the libuv pool; holds the JS buffers (and so their memory) until it settles.
-class CopyWorker : public Napi::AsyncWorker {
+class CopyWorker : public PromiseWorker {
  public:
   CopyWorker(Napi::Env env, CopyArgs args, const std::vector<Napi::Value>& keep)
-      : Napi::AsyncWorker(env, "cuda-memory:copyAsync"),
-        deferred_(Napi::Promise::Deferred::New(env)),
-        args_(args),
-        inst_(&GetInstance(env)) {
+      : PromiseWorker(env, "cuda-memory:copyAsync"), args_(args), inst_(&GetInstance(env)) {
     // Views and streams stay reachable until the copy settles; handles are kept by `refs`.
     for (const Napi::Value& v : keep)
       if (v.IsObject()) keep_.push_back(Napi::Persistent(v.As<Napi::Object>()));
@@ -195,28 +193,29 @@ class CopyWorker : public Napi::AsyncWorker {
         a->refs++;
       }
   }
-  Napi::Promise Promise() { return deferred_.Promise(); }
 
-  // Runs on a libuv thread: no Node-API here.
-  void Execute() override {
+ protected:
+  void Work() override {
     err_ = CopyRange(*inst_, args_.dst, args_.src, args_.n, args_.strategy, args_.stream);
   }
 
-  void OnOK() override {
-    Napi::Env env = Env();
+  // Also runs when a worker thread exits with this copy in flight: the environment's cleanup
+  // hook, which comes after, then frees what is no longer pending.
+  void Release(Napi::Env env) noexcept override {
     for (Allocation* a : {args_.dst.alloc, args_.src.alloc}) {
       if (!a) continue;
       if (--a->pending == 0 && a->free_requested) ReleaseAllocation(env, a);
       DropReference(a);
     }
-    if (err_)
-      deferred_.Reject(MakeCudaError(env, err_.code, err_.call, err_.detail));
-    else
-      deferred_.Resolve(env.Undefined());
+  }
+
+  Napi::Value Settlement(Napi::Env env, bool* reject) override {
+    if (!err_) return env.Undefined();
+    *reject = true;
+    return MakeCudaError(env, err_.code, err_.call, err_.detail);
   }
 
  private:
-  Napi::Promise::Deferred deferred_;
   CopyArgs args_;
   Instance* inst_;
   Error err_;
