@@ -9,7 +9,10 @@
   # that can no longer be thrown into a dying environment is dropped rather than rethrown.
   "variables": {
     "cuda_home%": "<!(node scripts/find-cuda.js)",
-    "cuda_lib%": "<!(node scripts/find-cuda.js --lib)"
+    "cuda_lib%": "<!(node scripts/find-cuda.js --lib)",
+    # The prebuilt binary (scripts/prebuild.js) links the C++ runtime in, so that it needs
+    # nothing of the compiler it was built with, only glibc (>= 2.34; see native/prebuild/glibc_compat.cc).
+    "static_cxx%": "<!(node -p \"process.env.CUDA_MEMORY_STATIC_CXX ? 1 : 0\")"
   },
   "targets": [
     {
@@ -41,6 +44,7 @@
       "cflags_cc!": ["-fno-exceptions", "-std=gnu++17"],
       "cflags_cc": ["-std=c++17", "-fexceptions", "-Wall", "-Wextra", "-Wno-unused-parameter"],
       "conditions": [
+        ["static_cxx==1", { "ldflags": ["-static-libstdc++"], "sources": ["native/prebuild/glibc_compat.cc"] }],
         [
           "cuda_home==''",
           { "defines": ["CUDA_MEMORY_NO_CUDA"] },

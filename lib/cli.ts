@@ -1,146 +1,99 @@
 #!/usr/bin/env node
 /**
- * The `cuda-memory` command: `bench` (transfer benchmark), `bench-alloc` (allocator benchmark),
- * `doctor` (CI runner check), `info`. Run `cuda-memory help` for the options.
+ * The `cuda-memory` command: `info`, `bench` (transfer benchmark), `bench-alloc` (allocator
+ * benchmark), `doctor` (CI runner check). `cuda-memory --help` and `cuda-memory <command> --help`
+ * list the options. Exit codes: 0 success, 1 a failed gate or check, 2 a usage error or no CUDA.
  */
 import * as fs from 'fs';
+import * as path from 'path';
+import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';
 import { status, devices, formatCudaVersion } from './discovery';
-import { runTransferBenchmark, gateSource, TransferMode, Direction } from './bench/transfer';
+import { runTransferBenchmark, gateSource, ALL_MODES, ALL_DIRECTIONS, TransferBenchmarkOptions } from './bench/transfer';
 import { formatTable, formatCsv, formatChart, renderHtml, benchmarkJunit } from './bench/report';
 import { parseGate, evaluateGates, Gate } from './bench/gates';
 import { runDoctor, formatDoctor, doctorJunit } from './bench/doctor';
 import { runAllocBenchmark, formatAllocReport } from './bench/alloc';
 import { parseSizeList, parseSize, formatBytes } from './units';
+import { writeTextfile } from './metrics/exposition';
+import { benchFamilies, doctorFamilies } from './metrics/families';
 
-const HELP = `usage: cuda-memory <command> [options]
-
-commands:
-  info                       devices, driver, runtime and why CUDA is unavailable if it is
-  bench                      transfer benchmark: pageable vs pinned and the other modes
-    --sizes LIST             sizes or ranges, binary suffixes: 4KiB..1GiB (default), 64MiB,256MiB
-    --modes LIST             pageable,staged,pinned,pinned-wc,registered,mapped (default: all)
-    --directions LIST        h2d,d2h,bidir,d2d (default: all)
-    --iterations N           timed copies per size, at least 10 (default 15)
-    --warmup N               untimed copies first (default 3)
-    --device N               device index (default 0)
-    --chunk SIZE --threads N --slots N   staged path settings
-    --json | --csv           machine-readable output on stdout instead of the table
-    --chart                  a terminal chart of GB/s by size after the table
-    --html FILE              a self-contained HTML report with SVG charts
-    --junit FILE             JUnit XML
-    --out FILE               also write the JSON report here
-    --expect GATE            e.g. 'h2d.pinned>=48GB/s', 'd2d.traffic>=2.8TB/s',
-                             'h2d.staged/h2d.pageable>=4'; repeatable; failing gates exit 1
-  bench-alloc                allocator benchmark: pool alloc+free vs cudaMalloc, pinned pool vs cudaMallocHost
-    --json, --device N, --pairs N (200000; timed pairs per row, after 100,000 warm-up)
-  doctor                     checks for a GPU CI runner; exit 1 if any fails
-    --min-pinned GBPS (20)   --min-d2d GBPS (500)   --device N   --json   --junit FILE
-  help                       this text
-`;
-
-interface Args {
-  command: string;
-  flags: Map<string, string[]>;
-}
-
-const BOOLEAN = new Set(['json', 'csv', 'chart', 'help', 'no-event-loop']);
-
-function parseArgs(argv: string[]): Args {
-  const [command = 'help', ...rest] = argv;
-  const flags = new Map<string, string[]>();
-  for (let i = 0; i < rest.length; i++) {
-    const a = rest[i];
-    if (!a.startsWith('--')) throw new UsageError(`unexpected argument ${JSON.stringify(a)}`);
-    let [key, value] = a.slice(2).split(/=(.*)/s, 2) as [string, string | undefined];
-    if (value === undefined && !BOOLEAN.has(key)) {
-      value = rest[++i];
-      if (value === undefined) throw new UsageError(`--${key} needs a value`);
+// Option value parsers: each throws InvalidArgumentError, which commander reports naming the
+// option and its value.
+function wrap<T>(parse: (v: string) => T): (v: string) => T {
+  return (v) => {
+    try {
+      return parse(v);
+    } catch (e) {
+      throw new InvalidArgumentError((e as Error).message);
     }
-    if (!flags.has(key)) flags.set(key, []);
-    flags.get(key)!.push(value ?? 'true');
-  }
-  return { command, flags };
+  };
 }
-
-class UsageError extends Error {}
-
-function one(a: Args, key: string): string | undefined {
-  const v = a.flags.get(key);
-  return v ? v[v.length - 1] : undefined;
-}
-
-function int(a: Args, key: string): number | undefined {
-  const v = one(a, key);
-  if (v === undefined) return undefined;
+const integer = (min: number) => (v: string) => {
   const n = Number(v);
-  if (!Number.isInteger(n) || n < 0) throw new UsageError(`--${key} must be a non-negative integer, got ${JSON.stringify(v)}`);
+  if (v.trim() === '' || !Number.isInteger(n) || n < min) throw new InvalidArgumentError(`Expected an integer of at least ${min}.`);
   return n;
-}
-
-function num(a: Args, key: string): number | undefined {
-  const v = one(a, key);
-  if (v === undefined) return undefined;
+};
+const rate = (v: string) => {
   const n = Number(v);
-  if (!Number.isFinite(n) || n < 0) throw new UsageError(`--${key} must be a non-negative number, got ${JSON.stringify(v)}`);
+  if (v.trim() === '' || !Number.isFinite(n) || n < 0) throw new InvalidArgumentError('Expected a non-negative number of GB/s.');
   return n;
-}
+};
+const list =
+  <T extends string>(allowed: readonly T[]) =>
+  (v: string): T[] => {
+    const items = v.split(',').map((s) => s.trim());
+    const bad = items.filter((s) => !allowed.includes(s as T));
+    if (bad.length)
+      throw new InvalidArgumentError(
+        `Expected a comma-separated list of ${allowed.join(', ')}; ${bad.map((b) => JSON.stringify(b)).join(', ')} is not one.`,
+      );
+    return items as T[];
+  };
+const collect = (parse: (v: string) => Gate) => (v: string, prev: Gate[] | undefined) => [...(prev ?? []), parse(v)];
 
-function checkKnown(a: Args, known: string[]): void {
-  for (const k of a.flags.keys())
-    if (!known.includes(k)) throw new UsageError(`unknown option --${k} for ${a.command}; see cuda-memory help`);
-}
+class NoCuda extends Error {}
 
 function requireGpu(command: string): void {
   const st = status();
-  if (!st.available) {
-    process.stderr.write(`cuda-memory ${command}: CUDA is not available (${st.reason}): ${st.message}\n`);
-    process.exit(2);
-  }
+  if (!st.available) throw new NoCuda(`cuda-memory ${command}: CUDA is not available (${st.reason}): ${st.message}`);
 }
 
-async function bench(a: Args): Promise<number> {
-  checkKnown(a, [
-    'sizes',
-    'modes',
-    'directions',
-    'iterations',
-    'warmup',
-    'device',
-    'chunk',
-    'threads',
-    'slots',
-    'json',
-    'csv',
-    'chart',
-    'html',
-    'junit',
-    'out',
-    'expect',
-    'no-event-loop',
-  ]);
-  const gates: Gate[] = (a.flags.get('expect') ?? []).map(parseGate);
-  const sizes = one(a, 'sizes') ? parseSizeList(one(a, 'sizes')!) : undefined;
-  const modes = one(a, 'modes')
-    ?.split(',')
-    .map((s) => s.trim()) as TransferMode[] | undefined;
-  const directions = one(a, 'directions')
-    ?.split(',')
-    .map((s) => s.trim()) as Direction[] | undefined;
+function version(): string {
+  return (JSON.parse(fs.readFileSync(path.join(__dirname, '..', 'package.json'), 'utf8')) as { version: string }).version;
+}
+
+// What commander hands the bench action: the benchmark's own options plus the output flags.
+interface BenchOptions extends Pick<TransferBenchmarkOptions, 'sizes' | 'modes' | 'directions' | 'iterations' | 'warmup' | 'device'> {
+  chunk?: number;
+  threads?: number;
+  slots?: number;
+  json?: boolean;
+  csv?: boolean;
+  chart?: boolean;
+  html?: string;
+  junit?: string;
+  out?: string;
+  prometheus?: string;
+  expect?: Gate[];
+  eventLoop: boolean;
+}
+
+async function bench(o: BenchOptions): Promise<number> {
   const staging: Record<string, number> = {};
-  if (one(a, 'chunk')) staging.chunkBytes = parseSize(one(a, 'chunk')!);
-  if (int(a, 'threads') !== undefined) staging.threads = int(a, 'threads')!;
-  if (int(a, 'slots') !== undefined) staging.slots = int(a, 'slots')!;
+  if (o.chunk !== undefined) staging.chunkBytes = o.chunk;
+  if (o.threads !== undefined) staging.threads = o.threads;
+  if (o.slots !== undefined) staging.slots = o.slots;
   requireGpu('bench');
   const tty = process.stderr.isTTY;
   const report = await runTransferBenchmark({
-    sizes,
-    modes,
-    directions,
-    iterations: int(a, 'iterations'),
-    warmup: int(a, 'warmup'),
-    device: int(a, 'device'),
+    sizes: o.sizes,
+    modes: o.modes,
+    directions: o.directions,
+    iterations: o.iterations,
+    warmup: o.warmup,
+    device: o.device,
     staging,
-    eventLoopProbe: !a.flags.has('no-event-loop'),
+    eventLoopProbe: o.eventLoop,
     onProgress: tty
       ? (done, total, label) => {
           const w = 30;
@@ -150,21 +103,22 @@ async function bench(a: Args): Promise<number> {
         }
       : undefined,
   });
-  const results = evaluateGates(gates, gateSource(report));
+  const results = evaluateGates(o.expect ?? [], gateSource(report));
   const json = JSON.stringify(
     { ...report, gates: results.map((r) => ({ gate: r.gate.text, pass: r.pass, actual: r.actual, message: r.message })) },
     null,
     2,
   );
-  if (a.flags.has('json')) process.stdout.write(json + '\n');
-  else if (a.flags.has('csv')) process.stdout.write(formatCsv(report));
+  if (o.json) process.stdout.write(json + '\n');
+  else if (o.csv) process.stdout.write(formatCsv(report));
   else {
     process.stdout.write(formatTable(report) + '\n');
-    if (a.flags.has('chart')) process.stdout.write('\n' + formatChart(report) + '\n');
+    if (o.chart) process.stdout.write('\n' + formatChart(report) + '\n');
   }
-  if (one(a, 'out')) fs.writeFileSync(one(a, 'out')!, json + '\n');
-  if (one(a, 'html')) fs.writeFileSync(one(a, 'html')!, renderHtml(report, results));
-  if (one(a, 'junit')) fs.writeFileSync(one(a, 'junit')!, benchmarkJunit(report, results));
+  if (o.out) fs.writeFileSync(o.out, json + '\n');
+  if (o.html) fs.writeFileSync(o.html, renderHtml(report, results));
+  if (o.junit) fs.writeFileSync(o.junit, benchmarkJunit(report, results));
+  if (o.prometheus) writeTextfile(o.prometheus, benchFamilies(report, results));
   for (const r of results) process.stderr.write(r.message + '\n');
   const unverified = report.results.filter((r) => !r.verified);
   for (const r of unverified)
@@ -172,29 +126,44 @@ async function bench(a: Args): Promise<number> {
   return results.every((r) => r.pass) && unverified.length === 0 ? 0 : 1;
 }
 
-function doctor(a: Args): number {
-  checkKnown(a, ['min-pinned', 'min-d2d', 'device', 'json', 'junit', 'bytes']);
-  const report = runDoctor({
-    device: int(a, 'device'),
-    minPinnedGbps: num(a, 'min-pinned'),
-    minD2dGbps: num(a, 'min-d2d'),
-    bytes: one(a, 'bytes') ? parseSize(one(a, 'bytes')!) : undefined,
-  });
-  if (one(a, 'junit')) fs.writeFileSync(one(a, 'junit')!, doctorJunit(report));
-  if (a.flags.has('json')) process.stdout.write(JSON.stringify(report, null, 2) + '\n');
+function doctor(o: {
+  device?: number;
+  minPinned?: number;
+  minD2d?: number;
+  bytes?: number;
+  json?: boolean;
+  junit?: string;
+  prometheus?: string;
+}): number {
+  const report = runDoctor({ device: o.device, minPinnedGbps: o.minPinned, minD2dGbps: o.minD2d, bytes: o.bytes });
+  if (o.junit) fs.writeFileSync(o.junit, doctorJunit(report));
+  if (o.prometheus) {
+    const st = status();
+    const uuid = st.available ? devices().find((d) => d.index === report.device)?.uuid : undefined;
+    writeTextfile(o.prometheus, doctorFamilies(report, uuid));
+  }
+  if (o.json) process.stdout.write(JSON.stringify(report, null, 2) + '\n');
   else if (status().available) process.stdout.write(formatDoctor(report) + '\n');
-  else requireGpu('doctor'); // one line saying why, exit 2
+  else requireGpu('doctor'); // one line saying why, exit 2 (the files above record the failure)
   return report.ok ? 0 : 1;
 }
 
-function info(): number {
+function info(o: { json?: boolean }): number {
   const st = status();
-  process.stdout.write(`cuda-memory: ${st.available ? 'CUDA available' : `CUDA not available (${st.reason})`}: ${st.message}\n`);
+  const list = st.available ? devices() : [];
+  if (o.json) {
+    process.stdout.write(JSON.stringify({ status: st, devices: list }, null, 2) + '\n');
+    return st.available ? 0 : 2;
+  }
+  process.stdout.write(
+    `cuda-memory ${version()}: ${st.available ? 'CUDA available' : `CUDA not available (${st.reason})`}: ${st.message}\n`,
+  );
   process.stdout.write(
     `driver CUDA ${formatCudaVersion(st.driverVersion)}, runtime CUDA ${formatCudaVersion(st.runtimeVersion)}, built with CUDA: ${st.builtWithCuda}\n`,
   );
+  process.stdout.write(`binary: ${st.binary.kind}${st.binary.path ? ` (${st.binary.path})` : ''}\n`);
   if (!st.available) return 2;
-  for (const d of devices()) {
+  for (const d of list) {
     const link = d.pcie
       ? `PCIe Gen${d.pcie.currentGeneration} x${d.pcie.currentWidth} (max Gen${d.pcie.maxGeneration} x${d.pcie.maxWidth})`
       : 'PCIe link unknown';
@@ -205,41 +174,104 @@ function info(): number {
   return 0;
 }
 
-async function allocBench(a: Args): Promise<number> {
-  checkKnown(a, ['json', 'device', 'pairs']);
+async function allocBench(o: { json?: boolean; device?: number; pairs?: number }): Promise<number> {
   requireGpu('bench-alloc');
-  const report = await runAllocBenchmark({ device: int(a, 'device'), pairs: int(a, 'pairs') });
-  process.stdout.write(a.flags.has('json') ? JSON.stringify(report, null, 2) + '\n' : formatAllocReport(report) + '\n');
+  const report = await runAllocBenchmark({ device: o.device, pairs: o.pairs });
+  process.stdout.write(o.json ? JSON.stringify(report, null, 2) + '\n' : formatAllocReport(report) + '\n');
   return 0;
 }
 
+function program(): Command {
+  let exit = 0;
+  const p = new Command('cuda-memory')
+    .description('CUDA memory for Node.js: devices, transfer and allocator benchmarks, CI checks.')
+    .version(version(), '-V, --version', 'print the version')
+    .helpOption('-h, --help', 'show help')
+    .addHelpText('after', '\nExit codes: 0 success; 1 a failed gate, data check or doctor check; 2 a usage error or no usable CUDA.')
+    .showHelpAfterError('(add --help for usage)')
+    .configureOutput({ outputError: (text, write) => write(`cuda-memory: ${text.replace(/^error: /, '')}`) })
+    .exitOverride();
+  const device = () => new Option('--device <n>', 'device index').argParser(integer(0));
+  p.command('info')
+    .description('devices, driver and runtime, the binary in use, and why CUDA is unavailable if it is')
+    .option('--json', 'the same as JSON')
+    .action((o) => {
+      exit = info(o);
+    });
+  p.command('bench')
+    .description('transfer benchmark: pageable against pinned memory and the other modes')
+    .option('--sizes <list>', 'sizes or ranges, binary suffixes: 64MiB,256MiB or 4KiB..1GiB (the default)', wrap(parseSizeList))
+    .option('--modes <list>', `any of ${ALL_MODES.join(',')} (default: all)`, list(ALL_MODES))
+    .option('--directions <list>', `any of ${ALL_DIRECTIONS.join(',')} (default: all)`, list(ALL_DIRECTIONS))
+    .option('--iterations <n>', 'timed copies per size (default 15)', integer(10))
+    .option('--warmup <n>', 'untimed copies first (default 3)', integer(0))
+    .addOption(device())
+    .option('--chunk <size>', 'staged path: pinned chunk size', wrap(parseSize))
+    .option('--threads <n>', 'staged path: host copy threads', integer(1))
+    .option('--slots <n>', 'staged path: chunks in the ring', integer(2))
+    .addOption(new Option('--json', 'the JSON report on stdout instead of the table').conflicts('csv'))
+    .option('--csv', 'CSV on stdout instead of the table')
+    .option('--chart', 'a terminal chart of GB/s by size after the table')
+    .option('--html <file>', 'a self-contained HTML report with SVG charts')
+    .option('--junit <file>', 'JUnit XML, one testcase per result and gate')
+    .option('--out <file>', 'also write the JSON report here')
+    .option('--prometheus <file>', "the results in node_exporter's textfile format (name it *.prom)")
+    .option(
+      '--expect <gate>',
+      "a gate such as 'h2d.pinned>=48GB/s', 'h2d.staged/h2d.pageable>=4', 'h2d.pinned@64MiB>=20GB/s'; repeatable",
+      collect(wrap(parseGate)),
+    )
+    .option('--no-event-loop', 'skip the event-loop delay probe')
+    .action(async (o: BenchOptions) => {
+      exit = await bench(o);
+    });
+  p.command('bench-alloc')
+    .description('allocator benchmark: pooled alloc+free against cudaMalloc, the pinned pool against cudaMallocHost')
+    .option('--json', 'JSON on stdout')
+    .addOption(device())
+    .option('--pairs <n>', 'timed alloc+free pairs per row, after 100,000 warm-up (default 200000)', integer(1))
+    .action(async (o) => {
+      exit = await allocBench(o);
+    });
+  p.command('doctor')
+    .description('checks for a GPU CI runner: device, PCIe link, pinned and device-to-device rates')
+    .option('--min-pinned <GB/s>', 'lowest pinned rate that passes (default 20)', rate)
+    .option('--min-d2d <GB/s>', 'lowest device-to-device read+write rate that passes (default 500)', rate)
+    .addOption(device())
+    .option('--bytes <size>', 'copy size of the rate checks', wrap(parseSize))
+    .option('--json', 'the JSON report on stdout')
+    .option('--junit <file>', 'JUnit XML, one testcase per check')
+    .option('--prometheus <file>', "the checks in node_exporter's textfile format (name it *.prom)")
+    .action((o) => {
+      exit = doctor(o);
+    });
+  p.hook('postAction', () => {
+    process.exitCode = exit;
+  });
+  return p;
+}
+
 async function main(argv: string[]): Promise<number> {
-  const a = parseArgs(argv);
-  switch (a.command) {
-    case 'bench':
-      return bench(a);
-    case 'bench-alloc':
-      return allocBench(a);
-    case 'doctor':
-      return doctor(a);
-    case 'info':
-      return info();
-    case 'help':
-    case '--help':
-    case '-h':
-      process.stdout.write(HELP);
-      return 0;
-    default:
-      throw new UsageError(`unknown command ${JSON.stringify(a.command)}`);
+  const p = program();
+  if (argv.length === 0) {
+    p.outputHelp();
+    return 2;
   }
+  await p.parseAsync(argv, { from: 'user' });
+  return Number(process.exitCode ?? 0);
 }
 
 main(process.argv.slice(2)).then(
   (code) => process.exit(code),
   (e: Error) => {
-    const usage = e instanceof UsageError || e instanceof RangeError || e instanceof TypeError;
-    process.stderr.write(`cuda-memory: ${e.message}${e instanceof UsageError ? ' (see cuda-memory help)' : ''}\n`);
-    if (!usage && process.env.CUDA_MEMORY_DEBUG) process.stderr.write(`${e.stack}\n`);
-    process.exit(2);
+    if (e instanceof CommanderError) process.exit(e.exitCode === 0 ? 0 : 2); // commander printed it
+    if (e instanceof NoCuda) {
+      process.stderr.write(e.message + '\n');
+      process.exit(2);
+    }
+    // Errors of the library (a bad value it rejects, a CUDA error) in one line; the stack on request.
+    process.stderr.write(`cuda-memory: ${e.message}\n`);
+    if (process.env.CUDA_MEMORY_DEBUG) process.stderr.write(`${e.stack}\n`);
+    process.exit(e instanceof RangeError || e instanceof TypeError ? 2 : 1);
   },
 );

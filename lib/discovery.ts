@@ -1,6 +1,6 @@
 /** What CUDA can be used here. */
 import { UnavailableReason } from './errors';
-import { native } from './native';
+import { addonPath, binaryKind, native } from './native';
 import { checkDevice } from './validate';
 
 /** The state of CUDA for this process. Never throws. */
@@ -17,6 +17,20 @@ export interface CudaStatus {
   runtimeVersion: number;
   /** Whether the addon was compiled against a CUDA toolkit. */
   builtWithCuda: boolean;
+  /** Which binary of the addon this process loaded, and from where. */
+  binary: AddonBinary;
+}
+
+/**
+ * The addon binary in use. `prebuilt`: the Node-API binary shipped in the package
+ * (prebuilds/linux-x64, CUDA runtime linked in, needs only the NVIDIA driver); `source`: built
+ * on this machine against a CUDA toolkit; `no-cuda`: built here without one (every GPU call
+ * then throws NOT_BUILT_WITH_CUDA); `none`: nothing could be loaded.
+ */
+export interface AddonBinary {
+  kind: 'prebuilt' | 'source' | 'no-cuda' | 'none';
+  /** Absolute path of the loaded `.node` file, or null. */
+  path: string | null;
 }
 
 /** PCIe link of a device, read from NVML when present. */
@@ -51,9 +65,11 @@ export interface DeviceInfo {
 /** Reports whether CUDA is usable and, if not, why. Never throws. */
 export function status(): CudaStatus {
   try {
-    return native.status() as CudaStatus;
+    const st = native.status();
+    return { ...st, binary: { kind: binaryKind(addonPath, st.builtWithCuda), path: addonPath } } as CudaStatus;
   } catch (e) {
     return {
+      binary: { kind: 'none', path: null },
       available: false,
       reason: 'ADDON_NOT_LOADED',
       message: String((e as Error).message),

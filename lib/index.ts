@@ -9,7 +9,7 @@
 export { CudaError, OutOfMemoryError, CudaUnavailableError } from './errors';
 export type { UnavailableReason, OutOfMemoryDetails } from './errors';
 export { status, devices, memGetInfo, formatCudaVersion } from './discovery';
-export type { CudaStatus, DeviceInfo, PcieLink } from './discovery';
+export type { CudaStatus, DeviceInfo, PcieLink, AddonBinary } from './discovery';
 export { DeviceBuffer, PinnedBuffer, RegisteredBuffer, registerHost } from './memory';
 export type { Memory, DeviceAllocOptions, PinnedAllocOptions, RegisterOptions } from './memory';
 export { copy, copyAsync, memset, configureStaging } from './copy';
@@ -33,6 +33,8 @@ export type { DoctorOptions, DoctorReport, DoctorCheck } from './bench/doctor';
 export { parseGate, evaluateGates } from './bench/gates';
 export type { Gate, GateResult } from './bench/gates';
 export { summarize } from './bench/stats';
+export { registerMetrics, metricsText } from './metrics';
+export type { MetricsSources, Named, PromRegistry, RegisterMetricsOptions } from './metrics';
 export type { SampleSummary } from './bench/stats';
 
 import { native } from './native';

@@ -113,15 +113,45 @@ export const NATIVE_EXPORTS = [
   'timeHostRegister',
 ] as const;
 
+/** The package's root folder (holds build/, prebuilds/ and package.json). */
+export const packageRoot = path.join(__dirname, '..');
+
+// Where a binary may be, in order: a forced path; a source build (made by `npm install` when no
+// prebuilt binary fitted, or by `npm run build`); then the prebuilt binary for this platform,
+// found as node-gyp-build finds it (prebuilds/<platform>-<arch>/, Node-API and libc tags).
 function candidates(): string[] {
-  const root = path.join(__dirname, '..');
   const env = process.env.CUDA_MEMORY_ADDON;
   if (env) return [path.resolve(env)];
-  return [
-    path.join(root, 'build', 'Release', 'cuda_memory.node'),
-    path.join(root, 'build-cmake', 'Release', 'cuda_memory.node'),
-    path.join(root, 'build', 'Debug', 'cuda_memory.node'),
+  const out = [
+    path.join(packageRoot, 'build', 'Release', 'cuda_memory.node'),
+    path.join(packageRoot, 'build-cmake', 'Release', 'cuda_memory.node'),
+    path.join(packageRoot, 'build', 'Debug', 'cuda_memory.node'),
   ];
+  const picked = prebuiltPath();
+  if (picked && !out.includes(picked)) out.push(picked);
+  return out;
+}
+
+/**
+ * The binary node-gyp-build picks for this package: a source build if there is one, else the
+ * prebuilt binary under prebuilds/ that fits this platform (platform, arch, Node-API, libc
+ * tags); null if neither.
+ */
+export function prebuiltPath(): string | null {
+  try {
+    // eslint-disable-next-line @typescript-eslint/no-var-requires
+    const gypBuild = require('node-gyp-build') as { path(dir: string): string };
+    return gypBuild.path(packageRoot);
+  } catch {
+    return null;
+  }
+}
+
+/** Which binary a path is: prebuilt (shipped in the package), or built on this machine. */
+export function binaryKind(file: string | null, builtWithCuda: boolean): 'prebuilt' | 'source' | 'no-cuda' | 'none' {
+  if (!file) return 'none';
+  if (!builtWithCuda) return 'no-cuda';
+  return path.relative(packageRoot, file).split(path.sep)[0] === 'prebuilds' ? 'prebuilt' : 'source';
 }
 
 function unloaded(reason: string): NativeBinding {

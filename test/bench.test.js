@@ -113,8 +113,16 @@ test('gates: evaluation at the headline size, with ratios and explicit sizes', (
   );
   expect(res.map((r) => r.pass)).toEqual([true, false, true, true, true, false]);
   expect(res[0].actual).toBeCloseTo(54.5, 1);
-  expect(res[1].message).toMatch(/^FAIL h2d.pinned>=60GB\/s: measured 54.5\d GB\/s at 268435456 bytes/);
+  expect(res[1].message).toMatch(/^FAIL h2d.pinned>=60GB\/s: measured 54.5\d GB\/s at 256 MiB$/);
   expect(res[3].actual).toBeCloseTo(54.5 / 7.7, 2);
+  // A ratio names both sides' sizes, in binary units.
+  expect(res[3].message).toMatch(
+    /^PASS h2d.pinned\/h2d.pageable>=4: measured 7.\d\dx \(54.5\d GB\/s at 256 MiB \/ 7.7\d GB\/s at 256 MiB\)$/,
+  );
+  const mixed = cm.evaluateGates([cm.parseGate('h2d.pinned/h2d.pageable@1MiB>=1')], gateSource(report))[0];
+  expect(mixed.message).toMatch(/GB\/s at 256 MiB \/ \d+\.\d\d GB\/s at 1 MiB\)$/);
+  const missing = cm.evaluateGates([cm.parseGate('h2d.pinned@2MiB>=1GB/s')], gateSource(report))[0];
+  expect(missing.message).toMatch(/no result for h2d.pinned at 2 MiB/);
   expect(res[5].message).toMatch(/no result for d2h.pinned/);
 });
 
@@ -175,15 +183,65 @@ noGpu('the command line without a GPU', () => {
   });
 });
 
-test('the command line rejects bad options clearly', () => {
-  const bad = spawnSync(process.execPath, [cli, 'bench', '--sizes', 'huge'], { encoding: 'utf8' });
-  expect(bad.status).toBe(2);
-  expect(bad.stderr).toMatch(/^cuda-memory: Expected a size/);
-  const gate = spawnSync(process.execPath, [cli, 'bench', '--expect', 'fast'], { encoding: 'utf8' });
-  expect(gate.stderr).toMatch(/Expected a gate such as/);
-  const unk = spawnSync(process.execPath, [cli, 'bench', '--turbo', '1'], { encoding: 'utf8' });
-  expect(unk.stderr).toMatch(/unknown option --turbo/);
-  const help = spawnSync(process.execPath, [cli, 'help'], { encoding: 'utf8' });
-  expect(help.status).toBe(0);
-  expect(help.stdout).toMatch(/--expect GATE/);
+describe('the command line', () => {
+  const run = (...args) => spawnSync(process.execPath, [cli, ...args], { encoding: 'utf8' });
+  const version = require('../package.json').version;
+
+  test('--version and -V print the package version', () => {
+    for (const flag of ['--version', '-V']) {
+      const r = run(flag);
+      expect({ status: r.status, out: r.stdout.trim() }).toEqual({ status: 0, out: version });
+    }
+  });
+
+  test.each([['--help'], ['-h'], ['help']])('%s lists every command', (flag) => {
+    const r = run(flag);
+    expect(r.status).toBe(0);
+    for (const c of ['info', 'bench', 'bench-alloc', 'doctor']) expect(r.stdout).toMatch(new RegExp(`^  ${c} `, 'm'));
+    expect(r.stdout).toMatch(/Exit codes: 0 success/);
+  });
+
+  test.each([
+    ['bench', ['--sizes <list>', '--expect <gate>', '--prometheus <file>', '--html <file>']],
+    ['bench-alloc', ['--pairs <n>', '--device <n>']],
+    ['doctor', ['--min-pinned <GB/s>', '--prometheus <file>', '--junit <file>']],
+    ['info', ['--json']],
+  ])('%s --help, -h and help describe its options', (cmd, options) => {
+    for (const args of [
+      [cmd, '--help'],
+      [cmd, '-h'],
+      ['help', cmd],
+    ]) {
+      const r = run(...args);
+      expect(r.status).toBe(0);
+      expect(r.stdout).toMatch(new RegExp(`^Usage: cuda-memory ${cmd} \\[options\\]`));
+      for (const o of options) expect(r.stdout).toContain(o);
+    }
+  });
+
+  test.each([
+    [['bench', '--turbo', '1'], /^cuda-memory: unknown option '--turbo'/],
+    [['bench', '--sizes', 'huge'], /^cuda-memory: option '--sizes <list>' argument 'huge' is invalid\. Expected a size/],
+    [['bench', '--expect', 'fast'], /^cuda-memory: option '--expect <gate>' argument 'fast' is invalid\. Expected a gate such as/],
+    [['bench', '--modes', 'pinned,fast'], /argument 'pinned,fast' is invalid\. .*"fast" is not one/],
+    [['bench', '--iterations', '3'], /option '--iterations <n>' argument '3' is invalid\. Expected an integer of at least 10/],
+    [['bench', '--json', '--csv'], /option '--json' cannot be used with option '--csv'/],
+    [['doctor', '--min-pinned', 'fast'], /option '--min-pinned <GB\/s>' argument 'fast' is invalid/],
+    [['bench-alloc', '--device', '-1'], /option '--device <n>' argument '-1' is invalid/],
+    [['nope'], /^cuda-memory: unknown command 'nope'/],
+  ])('%j: exit 2, the option named, no stack trace', (args, message) => {
+    const r = run(...args);
+    expect(r.status).toBe(2);
+    expect(r.stderr).toMatch(message);
+    expect(r.stderr).not.toMatch(/\n\s+at /);
+    expect(r.stdout).toBe('');
+  });
+
+  test('info says which binary is loaded', () => {
+    const r = run('info', '--json');
+    const j = JSON.parse(r.stdout);
+    expect(['prebuilt', 'source', 'no-cuda']).toContain(j.status.binary.kind);
+    expect(j.status.binary.path).toMatch(/\.node$/);
+    expect(run('info').stdout).toContain(`binary: ${j.status.binary.kind} (${j.status.binary.path})`);
+  });
 });

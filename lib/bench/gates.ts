@@ -3,7 +3,7 @@
  * `h2d.pinned@64MiB>20GB/s`. Each compares the median rate at the headline size (the largest
  * size measured, at least 256 MiB where there is one) unless `@size` names another.
  */
-import { parseSize } from '../units';
+import { formatBytes, parseSize } from '../units';
 
 /** One side of a gate: a result picked by direction, mode and optionally size. */
 export interface GateMetric {
@@ -96,12 +96,15 @@ export function evaluateGates(gates: Gate[], source: GateSource): GateResult[] {
         gate,
         pass: false,
         actual: NaN,
-        message: `FAIL ${gate.text}: no result for ${name(missing)}${missing.size ? ` at ${missing.size} bytes` : ''} (was that mode, direction and size measured?)`,
+        message: `FAIL ${gate.text}: no result for ${name(missing)}${missing.size ? ` at ${formatBytes(missing.size)}` : ''} (was that mode, direction and size measured?)`,
       };
     }
     const actual = b ? a.gbps / b.gbps : a.gbps;
     const pass = compare(actual, gate.op, gate.value);
-    const shown = b ? `${actual.toFixed(2)}x (${a.gbps.toFixed(2)} / ${b.gbps.toFixed(2)} GB/s)` : `${actual.toFixed(2)} GB/s`;
-    return { gate, pass, actual, message: `${pass ? 'PASS' : 'FAIL'} ${gate.text}: measured ${shown} at ${a.size} bytes` };
+    // Sizes in binary units; a ratio names both sides' sizes, which differ when one side has `@size`.
+    const shown = b
+      ? `${actual.toFixed(2)}x (${a.gbps.toFixed(2)} GB/s at ${formatBytes(a.size)} / ${b.gbps.toFixed(2)} GB/s at ${formatBytes(b.size)})`
+      : `${actual.toFixed(2)} GB/s at ${formatBytes(a.size)}`;
+    return { gate, pass, actual, message: `${pass ? 'PASS' : 'FAIL'} ${gate.text}: measured ${shown}` };
   });
 }

@@ -1,0 +1,282 @@
+/**
+ * What the library exports as metrics: allocator, pinned pool and device figures (for a running
+ * service), and the benchmark's and the doctor's results (for a fleet of GPU runners). Names
+ * follow Prometheus conventions: the `cuda_memory_` prefix, base units (`_bytes`,
+ * `_bytes_per_second`, `_seconds`), `_total` for counters.
+ */
+import type { Allocator, AllocatorStats, PinnedPool, PinnedPoolStats } from '../allocator';
+import type { TransferReport } from '../bench/transfer';
+import type { GateResult } from '../bench/gates';
+import type { DoctorReport } from '../bench/doctor';
+import { devices as listDevices, memGetInfo, status } from '../discovery';
+import type { MetricFamily } from './exposition';
+
+/** Allocators to export, by name (a record) or by position (an array, named "0", "1", …). */
+export type Named<T> = T[] | Record<string, T>;
+
+/** What {@link registerMetrics} and {@link metricsText} export. */
+export interface MetricsSources {
+  /** Allocators; a closed allocator is left out of the samples. Label `allocator`: its name. */
+  allocators?: Named<Allocator> | (() => Named<Allocator>);
+  /** Pinned host pools. Label `pool`: its name. */
+  pinnedPools?: Named<PinnedPool> | (() => Named<PinnedPool>);
+  /** Device free and total memory: `true` for every device, or a list of indices. */
+  devices?: boolean | number[];
+}
+
+interface Def<S> {
+  name: string;
+  help: string;
+  type: 'gauge' | 'counter';
+  value: (s: S) => number;
+}
+
+/** @internal The allocator figures, one family each. */
+export const ALLOCATOR_METRICS: Def<AllocatorStats>[] = [
+  {
+    name: 'cuda_memory_allocator_in_use_bytes',
+    help: 'Bytes handed out by the allocator (requests rounded to 256 bytes).',
+    type: 'gauge',
+    value: (s) => s.bytesInUse,
+  },
+  {
+    name: 'cuda_memory_allocator_in_use_peak_bytes',
+    help: 'Peak of the bytes handed out since creation or the last resetPeakStats().',
+    type: 'gauge',
+    value: (s) => s.peakBytesInUse,
+  },
+  {
+    name: 'cuda_memory_allocator_requested_bytes',
+    help: 'Bytes asked for by the live buffers.',
+    type: 'gauge',
+    value: (s) => s.requestedBytesInUse,
+  },
+  {
+    name: 'cuda_memory_allocator_pool_bytes',
+    help: 'Bytes the allocator holds from the device.',
+    type: 'gauge',
+    value: (s) => s.poolBytes,
+  },
+  {
+    name: 'cuda_memory_allocator_pool_peak_bytes',
+    help: 'Peak of the bytes held from the device.',
+    type: 'gauge',
+    value: (s) => s.peakPoolBytes,
+  },
+  {
+    name: 'cuda_memory_allocator_limit_bytes',
+    help: 'The allocator cap (memoryLimit, memoryFraction or the preallocation default).',
+    type: 'gauge',
+    value: (s) => s.bytesLimit,
+  },
+  {
+    name: 'cuda_memory_allocator_largest_free_block_bytes',
+    help: 'The largest free block in the pool.',
+    type: 'gauge',
+    value: (s) => s.largestFreeBlock,
+  },
+  {
+    name: 'cuda_memory_allocator_largest_alloc_bytes',
+    help: 'The largest single allocation so far.',
+    type: 'gauge',
+    value: (s) => s.largestAllocSize,
+  },
+  {
+    name: 'cuda_memory_allocator_fragmentation_ratio',
+    help: '1 - largest free block / free bytes in the pool (0 when nothing is free).',
+    type: 'gauge',
+    value: (s) => s.fragmentation,
+  },
+  { name: 'cuda_memory_allocator_regions', help: 'Regions (cudaMalloc calls) the pool holds.', type: 'gauge', value: (s) => s.regions },
+  { name: 'cuda_memory_allocator_allocs_total', help: 'Allocations served.', type: 'counter', value: (s) => s.numAllocs },
+  { name: 'cuda_memory_allocator_frees_total', help: 'Buffers returned.', type: 'counter', value: (s) => s.numFrees },
+  {
+    name: 'cuda_memory_allocator_ooms_total',
+    help: 'Allocations refused with OutOfMemoryError.',
+    type: 'counter',
+    value: (s) => s.numOoms,
+  },
+];
+
+/** @internal The pinned pool figures. */
+export const PINNED_POOL_METRICS: Def<PinnedPoolStats>[] = [
+  {
+    name: 'cuda_memory_pinned_pool_in_use_bytes',
+    help: 'Pinned host bytes handed out (whole size classes).',
+    type: 'gauge',
+    value: (s) => s.bytesInUse,
+  },
+  { name: 'cuda_memory_pinned_pool_cached_bytes', help: 'Pinned host bytes cached for reuse.', type: 'gauge', value: (s) => s.cachedBytes },
+  { name: 'cuda_memory_pinned_pool_limit_bytes', help: 'The cap on the bytes cached.', type: 'gauge', value: (s) => s.limit },
+  { name: 'cuda_memory_pinned_pool_hits_total', help: 'Requests served from the cache.', type: 'counter', value: (s) => s.hits },
+  {
+    name: 'cuda_memory_pinned_pool_misses_total',
+    help: 'Requests that needed a new pinned allocation.',
+    type: 'counter',
+    value: (s) => s.misses,
+  },
+  { name: 'cuda_memory_pinned_pool_host_allocs_total', help: 'cudaHostAlloc calls made.', type: 'counter', value: (s) => s.allocations },
+  {
+    name: 'cuda_memory_pinned_pool_releases_total',
+    help: 'Pinned buffers released back to the system.',
+    type: 'counter',
+    value: (s) => s.releases,
+  },
+];
+
+/** @internal The device figures. */
+export const DEVICE_METRICS: Def<{ free: number; total: number }>[] = [
+  { name: 'cuda_memory_device_free_bytes', help: 'Free device memory (cudaMemGetInfo).', type: 'gauge', value: (m) => m.free },
+  { name: 'cuda_memory_device_total_bytes', help: 'Total device memory (cudaMemGetInfo).', type: 'gauge', value: (m) => m.total },
+];
+
+function entries<T>(n: Named<T> | (() => Named<T>) | undefined): [string, T][] {
+  const v = typeof n === 'function' ? n() : n;
+  if (!v) return [];
+  return Array.isArray(v) ? v.map((x, i) => [String(i), x]) : Object.entries(v);
+}
+
+/** @internal Each live allocator's labels and stats; closed ones are left out. */
+export function allocatorSamples(src: MetricsSources['allocators']): { labels: Record<string, string>; stats: AllocatorStats }[] {
+  return entries(src)
+    .filter(([, a]) => !a.closed)
+    .map(([name, a]) => ({ labels: { allocator: name, device: String(a.device) }, stats: a.stats() }));
+}
+
+/** @internal Each pinned pool's labels and stats. */
+export function pinnedPoolSamples(src: MetricsSources['pinnedPools']): { labels: Record<string, string>; stats: PinnedPoolStats }[] {
+  return entries(src).map(([name, p]) => ({ labels: { pool: name }, stats: p.stats() }));
+}
+
+/** @internal Each selected device's labels and memory; none without CUDA. */
+export function deviceSamples(
+  src: MetricsSources['devices'],
+): { labels: Record<string, string>; stats: { free: number; total: number } }[] {
+  if (!src || !status().available) return [];
+  const all = listDevices();
+  const picked = src === true ? all : all.filter((d) => src.includes(d.index));
+  return picked.map((d) => ({ labels: { device: String(d.index), uuid: d.uuid }, stats: memGetInfo(d.index) }));
+}
+
+function families<S>(defs: Def<S>[], samples: { labels: Record<string, string>; stats: S }[]): MetricFamily[] {
+  return defs.map((d) => ({
+    name: d.name,
+    help: d.help,
+    type: d.type,
+    samples: samples.map((s) => ({ labels: s.labels, value: d.value(s.stats) })),
+  }));
+}
+
+/** @internal Every family of a running process's allocators, pools and devices. */
+export function sourceFamilies(src: MetricsSources): MetricFamily[] {
+  return [
+    ...families(ALLOCATOR_METRICS, allocatorSamples(src.allocators)),
+    ...families(PINNED_POOL_METRICS, pinnedPoolSamples(src.pinnedPools)),
+    ...families(DEVICE_METRICS, deviceSamples(src.devices)),
+  ];
+}
+
+function gpuLabels(device: number, uuid: string | undefined): Record<string, string> {
+  return uuid ? { device: String(device), uuid } : { device: String(device) };
+}
+
+/** @internal A benchmark report and its gates as metric families. */
+export function benchFamilies(report: TransferReport, gates: GateResult[], nowSeconds = Date.now() / 1000): MetricFamily[] {
+  const env = report.environment;
+  const gpu = gpuLabels(report.options.device, env.gpu.uuid);
+  const rates: MetricFamily = {
+    name: 'cuda_memory_bench_transfer_bytes_per_second',
+    help: 'Transfer rate measured by cuda-memory bench (bidir: both directions together; d2d mode traffic: reads plus writes), by statistic over the samples.',
+    type: 'gauge',
+    samples: [],
+  };
+  for (const r of report.results) {
+    const add = (mode: string, s: { median: number; p10: number; p90: number }) => {
+      for (const stat of ['median', 'p10', 'p90'] as const)
+        rates.samples.push({ labels: { ...gpu, direction: r.direction, mode, size_bytes: String(r.bytes), stat }, value: s[stat] * 1e9 });
+    };
+    add(r.mode, r.gbps);
+    if (r.trafficGbps) add('traffic', r.trafficGbps);
+  }
+  const out: MetricFamily[] = [
+    {
+      name: 'cuda_memory_bench_info',
+      help: 'The environment of the last cuda-memory bench run (value 1).',
+      type: 'gauge',
+      samples: [
+        {
+          labels: {
+            ...gpu,
+            gpu: env.gpu.name,
+            pci_bus_id: env.gpu.pciBusId,
+            driver: env.driverVersion,
+            runtime: env.runtimeVersion,
+            node: env.node,
+          },
+          value: 1,
+        },
+      ],
+    },
+    rates,
+    {
+      name: 'cuda_memory_bench_data_verified',
+      help: 'Whether the copied data arrived intact (1) or not (0).',
+      type: 'gauge',
+      samples: report.results.map((r) => ({
+        labels: { ...gpu, direction: r.direction, mode: r.mode, size_bytes: String(r.bytes) },
+        value: r.verified ? 1 : 0,
+      })),
+    },
+    {
+      name: 'cuda_memory_bench_gate_passed',
+      help: 'Whether each --expect gate passed (1) or failed (0).',
+      type: 'gauge',
+      samples: gates.map((g) => ({ labels: { ...gpu, gate: g.gate.text }, value: g.pass ? 1 : 0 })),
+    },
+    {
+      name: 'cuda_memory_bench_ok',
+      help: 'Whether every gate passed and every copy was verified (1) or not (0).',
+      type: 'gauge',
+      samples: [{ labels: gpu, value: gates.every((g) => g.pass) && report.results.every((r) => r.verified) ? 1 : 0 }],
+    },
+    {
+      name: 'cuda_memory_bench_last_run_timestamp_seconds',
+      help: 'When cuda-memory bench wrote this file (Unix time).',
+      type: 'gauge',
+      samples: [{ labels: gpu, value: Math.round(nowSeconds) }],
+    },
+  ];
+  if (report.eventLoop)
+    out.push({
+      name: 'cuda_memory_bench_event_loop_worst_delay_seconds',
+      help: 'Worst delay of a 1 ms timer while a large pageable copyAsync ran.',
+      type: 'gauge',
+      samples: [{ labels: gpu, value: report.eventLoop.worstDelayMs / 1000 }],
+    });
+  return out;
+}
+
+/** @internal A doctor report as metric families. */
+export function doctorFamilies(report: DoctorReport, uuid: string | undefined, nowSeconds = Date.now() / 1000): MetricFamily[] {
+  const gpu = gpuLabels(report.device, uuid);
+  return [
+    {
+      name: 'cuda_memory_doctor_check',
+      help: "The outcome of each cuda-memory doctor check: 1 for the check's status (pass, fail or skip).",
+      type: 'gauge',
+      samples: report.checks.map((c) => ({ labels: { ...gpu, check: c.name, status: c.status }, value: 1 })),
+    },
+    {
+      name: 'cuda_memory_doctor_ok',
+      help: 'Whether every cuda-memory doctor check passed or was skipped (1) or not (0).',
+      type: 'gauge',
+      samples: [{ labels: gpu, value: report.ok ? 1 : 0 }],
+    },
+    {
+      name: 'cuda_memory_doctor_last_run_timestamp_seconds',
+      help: 'When cuda-memory doctor wrote this file (Unix time).',
+      type: 'gauge',
+      samples: [{ labels: gpu, value: Math.round(nowSeconds) }],
+    },
+  ];
+}

@@ -1,0 +1,107 @@
+/**
+ * Metrics for the monitoring a fleet already runs: {@link registerMetrics} for prom-client (an
+ * optional peer dependency, loaded only when called), {@link metricsText} for the text format
+ * without any dependency, and the node_exporter textfile writer behind `--prometheus FILE`.
+ */
+import {
+  ALLOCATOR_METRICS,
+  DEVICE_METRICS,
+  PINNED_POOL_METRICS,
+  allocatorSamples,
+  deviceSamples,
+  pinnedPoolSamples,
+  sourceFamilies,
+} from './families';
+import type { MetricsSources } from './families';
+import { formatExposition } from './exposition';
+
+export type { MetricsSources, Named } from './families';
+export type { MetricFamily, MetricSample } from './exposition';
+
+/** The part of a prom-client `Registry` this library uses. */
+export interface PromRegistry {
+  registerMetric(metric: unknown): void;
+  removeSingleMetric(name: string): void;
+}
+
+/** Options of {@link registerMetrics}. */
+export interface RegisterMetricsOptions extends MetricsSources {
+  /** The prom-client module to build the metrics with; default: `require('prom-client')`. */
+  promClient?: unknown;
+}
+
+interface PromMetric {
+  reset(): void;
+  set?(labels: Record<string, string>, value: number): void;
+  inc?(labels: Record<string, string>, value: number): void;
+}
+
+type PromModule = {
+  Gauge: new (config: object) => PromMetric;
+  Counter: new (config: object) => PromMetric;
+};
+
+function loadPromClient(given: unknown): PromModule {
+  if (given) return given as PromModule;
+  try {
+    // eslint-disable-next-line @typescript-eslint/no-var-requires
+    return require('prom-client') as PromModule;
+  } catch {
+    throw new Error('registerMetrics needs the prom-client package: npm install prom-client (or pass { promClient })');
+  }
+}
+
+/**
+ * Registers gauges and counters for allocators, pinned pools and devices in a prom-client
+ * registry. The figures are read at each scrape (`allocator.stats()`, `cudaMemGetInfo`), so
+ * nothing runs between scrapes. Returns a function that removes them again.
+ *
+ * ```js
+ * const client = require('prom-client');
+ * const registry = new client.Registry();
+ * cm.registerMetrics(registry, { allocators: { main: allocator }, devices: true });
+ * // GET /metrics: res.end(await registry.metrics())
+ * ```
+ */
+export function registerMetrics(registry: PromRegistry, options: RegisterMetricsOptions = {}): () => void {
+  if (!registry || typeof registry.registerMetric !== 'function')
+    throw new TypeError('Expected registry to be a prom-client Registry (with registerMetric) but received ' + typeof registry);
+  const prom = loadPromClient(options.promClient);
+  const names: string[] = [];
+  const add = <S>(
+    defs: { name: string; help: string; type: 'gauge' | 'counter'; value: (s: S) => number }[],
+    labelNames: string[],
+    read: () => { labels: Record<string, string>; stats: S }[],
+  ) => {
+    for (const d of defs) {
+      const Kind = d.type === 'counter' ? prom.Counter : prom.Gauge;
+      new Kind({
+        name: d.name,
+        help: d.help,
+        labelNames,
+        registers: [registry],
+        // prom-client calls collect() before each scrape; `this` is the metric.
+        collect(this: PromMetric) {
+          this.reset();
+          for (const s of read()) {
+            const v = d.value(s.stats);
+            if (d.type === 'counter') this.inc!(s.labels, v);
+            else this.set!(s.labels, v);
+          }
+        },
+      });
+      names.push(d.name);
+    }
+  };
+  if (options.allocators) add(ALLOCATOR_METRICS, ['allocator', 'device'], () => allocatorSamples(options.allocators));
+  if (options.pinnedPools) add(PINNED_POOL_METRICS, ['pool'], () => pinnedPoolSamples(options.pinnedPools));
+  if (options.devices) add(DEVICE_METRICS, ['device', 'uuid'], () => deviceSamples(options.devices));
+  return () => {
+    for (const n of names) registry.removeSingleMetric(n);
+  };
+}
+
+/** The same figures as {@link registerMetrics}, as Prometheus text, with no dependency. */
+export function metricsText(sources: MetricsSources): string {
+  return formatExposition(sourceFamilies(sources));
+}

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Packs the package and installs the tarball as a user on a driver-only machine gets it: into a new,
+# empty folder, with no CUDA toolkit visible and with CC/CXX set to a command that fails, so any
+# compile breaks the install. Then checks what a user sees: the prebuilt binary loaded (status()
+# reason EXPECT_REASON, NO_DRIVER by default: a CUDA-enabled binary on a machine without a
+# driver), nothing compiled, require/import/the CLI, and the types under TypeScript's node16 and
+# bundler resolution. Last, a forced source build (CUDA_MEMORY_BUILD_FROM_SOURCE=1).
+#
+#   bash scripts/check-package.sh [KEEP_DIR]   KEEP_DIR receives the tarball and an npm cache
+#                                              holding its dependencies, for an offline install
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+expect_reason=${EXPECT_REASON:-NO_DRIVER}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+keep=${1:-}
+cache="$work/npm-cache"
+
+echo "== npm pack"
+(cd "$root" && npm pack --pack-destination "$work" --silent >"$work/packed")
+tgz="$work/$(tail -1 "$work/packed")"
+bytes=$(stat -c %s "$tgz")
+files=$(tar tzf "$tgz")
+echo "tarball $(basename "$tgz"): $bytes bytes ($((bytes / 1024)) KiB), $(echo "$files" | wc -l) files, $(tar xzOf "$tgz" | wc -c) bytes unpacked"
+for must in package/prebuilds/linux-x64/cuda-memory.napi.glibc.node package/dist/index.js package/dist/index.d.ts \
+  package/dist/index.mjs package/dist/index.d.mts package/dist/cli.js package/binding.gyp package/scripts/install.js package/README.md; do
+  echo "$files" | grep -qxF "$must" || { echo "FAIL: the tarball lacks $must"; exit 1; }
+done
+if echo "$files" | grep -E '^package/(test|build|build-cmake|build-nocuda|docs|examples|\.gpu|native/core/test|node_modules)/|\.tsbuildinfo$|\.o$'; then
+  echo "FAIL: the tarball holds files a user does not need (above)"
+  exit 1
+fi
+
+echo "== install the tarball with no toolkit and a failing compiler"
+mkdir -p "$work/app" "$work/bin"
+printf '#!/bin/sh\necho "check-package: a compiler was called: $0 $*" >&2\nexit 1\n' >"$work/bin/fail"
+chmod +x "$work/bin/fail"
+# PATH without any folder that holds nvcc; node and npm stay.
+path=""
+IFS=: read -ra dirs <<<"$PATH"
+for d in "${dirs[@]}"; do [ -n "$d" ] && [ ! -e "$d/nvcc" ] && path="$path${path:+:}$d"; done
+command -v node >/dev/null || { echo "FAIL: node not found"; exit 1; }
+echo '{ "name": "app", "version": "1.0.0", "private": true }' >"$work/app/package.json"
+(cd "$work/app" && env PATH="$path" CUDA_PATH=/nonexistent CUDA_HOME=/nonexistent CC="$work/bin/fail" CXX="$work/bin/fail" \
+  npm install --no-audit --no-fund --cache "$cache" ${OFFLINE:+--offline} "$tgz" 2>&1 | tee "$work/install.log")
+grep -q 'a compiler was called' "$work/install.log" && { echo "FAIL: the install compiled"; exit 1; }
+pkg="$work/app/node_modules/cuda-memory"
+[ -e "$pkg/build" ] && { echo "FAIL: the install made $pkg/build"; exit 1; }
+
+echo "== what a user sees"
+cd "$work/app"
+node -e "
+  const cm = require('cuda-memory'); const s = cm.status();
+  console.log(JSON.stringify({ reason: s.reason, available: s.available, builtWithCuda: s.builtWithCuda, binary: s.binary }));
+  const want = process.argv[1] === 'none' ? null : process.argv[1];
+  if (s.reason !== want) { console.error('FAIL: status().reason is ' + s.reason + ', expected ' + want); process.exit(1); }
+  if (s.binary.kind !== 'prebuilt' || !s.builtWithCuda) { console.error('FAIL: not the prebuilt CUDA binary'); process.exit(1); }
+" "$expect_reason"
+node --input-type=module -e "
+  import cm, { status, copy } from 'cuda-memory';
+  if (cm.copy !== copy || typeof status().available !== 'boolean') { console.error('FAIL: import'); process.exit(1); }
+  console.log('import: ok');"
+echo "cuda-memory --version: $(npx --no-install cuda-memory --version)"
+npx --no-install cuda-memory info | head -3
+
+echo "== types: require, import, node16 and bundler resolution"
+cat >check-cjs.cts <<'TS'
+import cm = require('cuda-memory');
+const s: cm.CudaStatus = cm.status();
+const kind: 'prebuilt' | 'source' | 'no-cuda' | 'none' = s.binary.kind;
+const b: cm.DeviceBuffer | null = s.available ? cm.DeviceBuffer.alloc(16) : null;
+export { kind, b };
+TS
+cat >check-esm.mts <<'TS'
+import cm, { status, createAllocator, type CudaStatus, type AllocatorOptions } from 'cuda-memory';
+const s: CudaStatus = status();
+const o: AllocatorOptions = { allowGrowth: true, simulate: { totalBytes: 2 ** 30 } };
+const a = createAllocator(o);
+export const inUse: number = a.stats().bytesInUse + (cm.status() === s ? 0 : 1);
+TS
+cp check-esm.mts check-bundler.ts
+tsc="$root/node_modules/.bin/tsc"
+common=(--noEmit --strict --skipLibCheck false --typeRoots "$root/node_modules/@types" --types node --target es2022)
+"$tsc" "${common[@]}" --module node16 --moduleResolution node16 check-cjs.cts check-esm.mts
+"$tsc" "${common[@]}" --module esnext --moduleResolution bundler check-bundler.ts
+echo "types: node16 (require and import) and bundler resolve"
+
+echo "== forced source build (CUDA_MEMORY_BUILD_FROM_SOURCE=1)"
+if [ -z "${SKIP_SOURCE_BUILD:-}" ]; then
+  CUDA_MEMORY_BUILD_FROM_SOURCE=1 npm rebuild cuda-memory --foreground-scripts 2>&1 | grep -E '^cuda-memory:|gyp info ok|ERR' || true
+  node -e "
+    const s = require('cuda-memory').status(); console.log(JSON.stringify(s.binary));
+    if (s.binary.kind !== 'source') { console.error('FAIL: expected the source build'); process.exit(1); }"
+fi
+
+if [ -n "$keep" ]; then
+  mkdir -p "$keep"
+  cp "$tgz" "$keep/"
+  rm -rf "$keep/npm-cache" && cp -r "$cache" "$keep/npm-cache"
+  echo "kept $(basename "$tgz") and its dependencies' npm cache in $keep"
+fi
+echo "check-package: passed"
