@@ -7,6 +7,7 @@ const { cm, gpu } = require('./helpers');
 const { formatTable, formatCsv, formatChart, renderHtml, benchmarkJunit, renderJunit } = require('../dist/bench/report');
 const { gateSource } = require('../dist/bench/transfer');
 const { formatDoctor, doctorJunit } = require('../dist/bench/doctor');
+const { sampleReport } = require('./fixtures/sample-report');
 
 const MiB = 2 ** 20;
 const cli = path.join(__dirname, '..', 'dist', 'cli.js');
@@ -49,54 +50,6 @@ test('gates: parsing', () => {
 });
 
 // A made-up report, so every format can be checked without a GPU.
-function sampleReport() {
-  const mk = (mode, direction, bytes, seconds) => {
-    const samples = Array.from({ length: 10 }, (_, i) => seconds * (1 + (i - 5) * 0.001));
-    const r = {
-      mode,
-      direction,
-      bytes,
-      timing: 'cuda-events',
-      seconds: cm.summarize(samples),
-      gbps: cm.summarize(samples.map((t) => bytes / t / 1e9)),
-      verified: true,
-      samples,
-    };
-    if (direction === 'd2d') r.trafficGbps = cm.summarize(samples.map((t) => (2 * bytes) / t / 1e9));
-    return r;
-  };
-  const big = 256 * MiB;
-  return {
-    schema: 'cuda-memory/transfer-benchmark@1',
-    environment: {
-      date: '2026-11-22T00:00:00.000Z',
-      gpu: {
-        name: 'Test GPU',
-        uuid: 'GPU-00000000-0000-0000-0000-000000000000',
-        pciBusId: '00000000:01:00.0',
-        totalMemory: 80 * 2 ** 30,
-        computeCapability: '9.0',
-        asyncEngineCount: 2,
-        pcie: { currentGeneration: 5, maxGeneration: 5, currentWidth: 16, maxWidth: 16 },
-      },
-      driverVersion: '13.0',
-      runtimeVersion: '13.0',
-      host: { hostname: 'h', cpu: 'cpu', cpus: 16, memoryBytes: 128 * 2 ** 30, platform: 'linux x64', kernel: 'k' },
-      node: 'v20',
-      staging: { chunkBytes: 8 * MiB, slots: 4, threads: 8, autoThreshold: MiB },
-    },
-    options: { sizes: [MiB, big], modes: ['pageable', 'pinned'], directions: ['h2d', 'd2d'], iterations: 10, warmup: 1, device: 0 },
-    results: [
-      mk('pageable', 'h2d', MiB, 0.0002),
-      mk('pinned', 'h2d', MiB, 0.00005),
-      mk('pageable', 'h2d', big, big / 7.7e9),
-      mk('pinned', 'h2d', big, big / 54.5e9),
-      mk('device', 'd2d', big, (2 * big) / 3.0e12),
-    ],
-    headlineBytes: big,
-    eventLoop: { copyBytes: 2 * big, copySeconds: 0.1, timerFires: 90, worstDelayMs: 0.8 },
-  };
-}
 
 test('gates: evaluation at the headline size, with ratios and explicit sizes', () => {
   const report = sampleReport();
@@ -144,7 +97,13 @@ test('every output format renders the sample report', () => {
   const html = renderHtml(report, gates);
   expect(html.startsWith('<!doctype html>')).toBe(true);
   expect((html.match(/<svg /g) || []).length).toBe(2);
-  expect(html).toMatch(/<path d="M[\d.]+,[\d.]+ L[\d.]+,[\d.]+"/);
+  expect(html).toMatch(/<path class="median" d="M[\d.]+,[\d.]+ L[\d.]+,[\d.]+"/);
+  // A closed p10–p90 band per series: along p90, back along p10.
+  expect(html.match(/<path class="band" d="M[\d.]+,[\d.]+ L[\d.]+,[\d.]+ L[\d.]+,[\d.]+ L[\d.]+,[\d.]+ Z"/g)).toHaveLength(2);
+  expect(html.match(/<path class="band" d="M[\d.]+,[\d.]+ L[\d.]+,[\d.]+ Z"/g)).toHaveLength(1); // d2d: one size
+  // Round ticks: the rate axis in steps of 1, 2, 2.5 or 5 × 10^k, the size axis at powers of two.
+  const yLabels = [...html.matchAll(/<text x="54" y="[\d.]+" text-anchor="end">([\d.]+)<\/text>/g)].map((m) => Number(m[1]));
+  expect(yLabels.slice(0, 7)).toEqual([0, 10, 20, 30, 40, 50, 60]);
   expect(html).toMatch(/FAIL h2d.pinned&gt;=60GB\/s/);
   expect(html).not.toMatch(/<script src=|<link /); // self-contained
   const embedded = JSON.parse(html.match(/<script type="application\/json" id="report">(.*)<\/script>/s)[1]);
@@ -153,6 +112,20 @@ test('every output format renders the sample report', () => {
   expect(junit).toMatch(/<testsuites tests="6" failures="1"/);
   expect(junit).toMatch(/<failure message="FAIL h2d.pinned&gt;=60GB\/s/);
   expect(renderJunit('s', [{ classname: 'c', name: 'a<b', seconds: 1 }])).toMatch(/name="a&lt;b" time="1.000000"><\/testcase>/);
+});
+
+test('round axis ticks', () => {
+  const { niceTicks, sizeTicks } = require('../dist/bench/report');
+  expect(niceTicks(57.3)).toEqual([0, 10, 20, 30, 40, 50, 60]);
+  expect(niceTicks(3061)).toEqual([0, 1000, 2000, 3000, 4000]);
+  expect(niceTicks(2900)).toEqual([0, 500, 1000, 1500, 2000, 2500, 3000]);
+  expect(niceTicks(0.9)).toEqual([0, 0.2, 0.4, 0.6, 0.8, 1]);
+  expect(niceTicks(12)).toEqual([0, 2, 4, 6, 8, 10, 12]);
+  expect(niceTicks(13)).toEqual([0, 2.5, 5, 7.5, 10, 12.5, 15]);
+  expect(niceTicks(0)).toEqual([0, 0.2, 0.4, 0.6, 0.8, 1]);
+  expect(sizeTicks(4096, 2 ** 30)).toEqual([2 ** 12, 2 ** 14, 2 ** 16, 2 ** 18, 2 ** 20, 2 ** 22, 2 ** 24, 2 ** 26, 2 ** 28, 2 ** 30]);
+  expect(sizeTicks(MiB, 256 * MiB)).toEqual([2 ** 20, 2 ** 21, 2 ** 22, 2 ** 23, 2 ** 24, 2 ** 25, 2 ** 26, 2 ** 27, 2 ** 28]);
+  expect(sizeTicks(3 * MiB, 3 * MiB)).toEqual([]);
 });
 
 test('doctor output formats', () => {

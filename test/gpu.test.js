@@ -4,16 +4,23 @@
 const path = require('path');
 const { execFileSync } = require('child_process');
 const { Worker } = require('worker_threads');
-const { cm, describeGpu, randomBytes, rng } = require('./helpers');
+const { cm, describeGpu, randomBytes, rng, root } = require('./helpers');
 
 const MiB = 2 ** 20;
-const root = path.join(__dirname, '..');
 
 function same(a, b) {
   return Buffer.compare(Buffer.from(a.buffer, a.byteOffset, a.byteLength), Buffer.from(b.buffer, b.byteOffset, b.byteLength)) === 0;
 }
 
 describeGpu('discovery', () => {
+  test('the binary in use is a CUDA build, and the expected one where CUDA_MEMORY_EXPECT_BINARY says', () => {
+    const { binary, builtWithCuda } = cm.status();
+    expect(builtWithCuda).toBe(true);
+    expect(binary.path.startsWith(root)).toBe(true);
+    expect(binary.kind).toBe(process.env.CUDA_MEMORY_EXPECT_BINARY || (binary.path.includes('/prebuilds/') ? 'prebuilt' : 'source'));
+    console.log(`binary: ${binary.kind} ${binary.path}`);
+  });
+
   test('devices() and memGetInfo describe the device', () => {
     const [d] = cm.devices();
     expect(d.name.length).toBeGreaterThan(0);

@@ -3,9 +3,8 @@
 // never a crash or a leak; a long soak stays flat; exiting with work in flight is clean.
 const path = require('path');
 const { spawnSync } = require('child_process');
-const { cm, gpu, describeGpu, rng } = require('./helpers');
+const { cm, gpu, describeGpu, rng, root } = require('./helpers');
 
-const root = path.join(__dirname, '..');
 const MiB = 2 ** 20;
 // Error names the library may throw on bad input (native TypeErrors come from another realm
 // under jest, so names are compared, not classes).

@@ -1,7 +1,12 @@
 'use strict';
 // Shared test helpers. GPU tests go through describeGpu: without a usable device they are
 // skipped with the reason printed; with REQUIRE_GPU=1 the missing device is a failure instead.
-const cm = require('..');
+const path = require('path');
+
+// The package under test: this checkout, or an installed copy (CUDA_MEMORY_PACKAGE=/app/node_modules/
+// cuda-memory), so that the suites can check a tarball installed the way users install it.
+const root = process.env.CUDA_MEMORY_PACKAGE ? path.resolve(process.env.CUDA_MEMORY_PACKAGE) : path.join(__dirname, '..');
+const cm = require(root);
 
 const st = cm.status();
 const requireGpu = process.env.REQUIRE_GPU === '1';
@@ -47,4 +52,4 @@ function rng(seed = 12345) {
   };
 }
 
-module.exports = { cm, st, gpu, requireGpu, describeGpu, randomBytes, rng };
+module.exports = { cm, root, st, gpu, requireGpu, describeGpu, randomBytes, rng };

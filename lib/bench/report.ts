@@ -89,7 +89,8 @@ export function formatCsv(report: TransferReport): string {
 
 interface Series {
   name: string;
-  points: [number, number][];
+  /** [bytes, median, p10, p90] GB/s */
+  points: [number, number, number, number][];
 }
 
 function series(report: TransferReport): Series[] {
@@ -97,7 +98,7 @@ function series(report: TransferReport): Series[] {
   for (const r of report.results) {
     const name = label(r);
     if (!map.has(name)) map.set(name, { name, points: [] });
-    map.get(name)!.points.push([r.bytes, r.direction === 'd2d' ? r.gbps.median : r.gbps.median]);
+    map.get(name)!.points.push([r.bytes, r.gbps.median, r.gbps.p10, r.gbps.p90]);
   }
   return [...map.values()];
 }
@@ -139,7 +140,34 @@ const PALETTE = [
   '#637939',
 ];
 
-/** An SVG line chart of GB/s against size (log2 x axis), self-contained. */
+/**
+ * Round ticks for a linear axis from 0: a step of 1, 2, 2.5 or 5 times a power of ten giving at
+ * most `most` intervals, and the axis end rounded up to a whole step.
+ */
+export function niceTicks(max: number, most = 6): number[] {
+  const top = max > 0 && Number.isFinite(max) ? max : 1;
+  const raw = top / most;
+  const pow = 10 ** Math.floor(Math.log10(raw));
+  const step = [1, 2, 2.5, 5, 10].map((m) => m * pow).find((st) => top / st <= most) ?? 10 * pow;
+  const n = Math.ceil(top / step - 1e-9);
+  return Array.from({ length: n + 1 }, (_, i) => Number((i * step).toPrecision(12)));
+}
+
+/** Ticks for a log2 size axis: whole powers of two in range, every 2nd or 4th when there are many. */
+export function sizeTicks(min: number, max: number, most = 10): number[] {
+  const lo = Math.ceil(Math.log2(min));
+  const hi = Math.floor(Math.log2(max));
+  let stride = 1;
+  while ((hi - lo) / stride + 1 > most) stride *= 2;
+  const out: number[] = [];
+  for (let k = lo; k <= hi; k += stride) out.push(2 ** k);
+  return out;
+}
+
+/**
+ * An SVG line chart of GB/s against size (log2 x axis), self-contained: the median of each series
+ * as a line, its p10–p90 range as a band around it, round ticks on both axes.
+ */
 export function renderSvg(report: TransferReport, direction: string): string {
   const ss = series(report).filter((s) => s.name.startsWith(direction));
   const W = 760,
@@ -149,36 +177,45 @@ export function renderSvg(report: TransferReport, direction: string): string {
     T = 30,
     B = 50;
   const xs = [...new Set(ss.flatMap((s) => s.points.map((p) => p[0])))].sort((a, b) => a - b);
-  const ymax = Math.max(1, ...ss.flatMap((s) => s.points.map((p) => p[1]))) * 1.08;
+  const yticks = niceTicks(Math.max(...ss.flatMap((s) => s.points.map((p) => p[3]))) * 1.02);
+  const ymax = yticks[yticks.length - 1];
   const lx = (b: number) =>
     L + ((Math.log2(b) - Math.log2(xs[0])) / Math.max(1, Math.log2(xs[xs.length - 1]) - Math.log2(xs[0]))) * (W - L - R);
   const ly = (v: number) => H - B - (v / ymax) * (H - T - B);
   const parts: string[] = [
     `<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}" font-family="sans-serif" font-size="11">`,
   ];
-  parts.push(`<text x="${L}" y="18" font-size="14" font-weight="bold">${esc(direction)}: GB/s (decimal) by transfer size</text>`);
-  for (let i = 0; i <= 5; i++) {
-    const v = (ymax / 5) * i;
+  parts.push(
+    `<text x="${L}" y="18" font-size="14" font-weight="bold">${esc(direction)}: GB/s (decimal) by transfer size, median with p10–p90 band</text>`,
+  );
+  for (const v of yticks)
     parts.push(
-      `<line x1="${L}" x2="${W - R}" y1="${ly(v)}" y2="${ly(v)}" stroke="#ddd"/><text x="${L - 6}" y="${ly(v) + 4}" text-anchor="end">${v.toFixed(v >= 100 ? 0 : 1)}</text>`,
+      `<line x1="${L}" x2="${W - R}" y1="${ly(v)}" y2="${ly(v)}" stroke="#ddd"/><text x="${L - 6}" y="${ly(v) + 4}" text-anchor="end">${v}</text>`,
     );
-  }
-  xs.forEach((b, i) => {
-    if (xs.length > 10 && i % 2 === 1 && i !== xs.length - 1) return;
-    parts.push(`<text x="${lx(b)}" y="${H - B + 16}" text-anchor="middle">${esc(formatBytes(b).replace(' ', ''))}</text>`);
-  });
+  for (const b of sizeTicks(xs[0], xs[xs.length - 1]))
+    parts.push(
+      `<line x1="${lx(b)}" x2="${lx(b)}" y1="${H - B}" y2="${H - B + 4}" stroke="#888"/><text x="${lx(b)}" y="${H - B + 16}" text-anchor="middle">${esc(formatBytes(b).replace(' ', ''))}</text>`,
+    );
   ss.forEach((s, i) => {
     const c = PALETTE[i % PALETTE.length];
-    const d = s.points.map((p, j) => `${j ? 'L' : 'M'}${lx(p[0]).toFixed(1)},${ly(p[1]).toFixed(1)}`).join(' ');
-    parts.push(`<path d="${d}" fill="none" stroke="${c}" stroke-width="2"/>`);
-    for (const p of s.points)
+    const pts = [...s.points].sort((p, q) => p[0] - q[0]);
+    const upper = pts.map((p, j) => `${j ? 'L' : 'M'}${lx(p[0]).toFixed(1)},${ly(p[3]).toFixed(1)}`).join(' ');
+    const lower = [...pts]
+      .reverse()
+      .map((p) => `L${lx(p[0]).toFixed(1)},${ly(p[2]).toFixed(1)}`)
+      .join(' ');
+    parts.push(`<path class="band" d="${upper} ${lower} Z" fill="${c}" fill-opacity="0.18" stroke="none"/>`);
+    const d = pts.map((p, j) => `${j ? 'L' : 'M'}${lx(p[0]).toFixed(1)},${ly(p[1]).toFixed(1)}`).join(' ');
+    parts.push(`<path class="median" d="${d}" fill="none" stroke="${c}" stroke-width="2"/>`);
+    for (const p of pts)
       parts.push(
-        `<circle cx="${lx(p[0]).toFixed(1)}" cy="${ly(p[1]).toFixed(1)}" r="2.5" fill="${c}"><title>${esc(s.name)} ${esc(formatBytes(p[0]))}: ${rate(p[1])} GB/s</title></circle>`,
+        `<circle cx="${lx(p[0]).toFixed(1)}" cy="${ly(p[1]).toFixed(1)}" r="2.5" fill="${c}"><title>${esc(s.name)} ${esc(formatBytes(p[0]))}: ${rate(p[1])} GB/s (p10 ${rate(p[2])}, p90 ${rate(p[3])})</title></circle>`,
       );
     parts.push(
       `<rect x="${W - R + 12}" y="${T + i * 18}" width="12" height="3" fill="${c}"/><text x="${W - R + 30}" y="${T + i * 18 + 5}">${esc(s.name)}</text>`,
     );
   });
+  parts.push(`<line x1="${L}" x2="${W - R}" y1="${H - B}" y2="${H - B}" stroke="#888"/>`);
   parts.push(`<text x="${(L + W - R) / 2}" y="${H - 12}" text-anchor="middle">transfer size</text></svg>`);
   return parts.join('\n');
 }
