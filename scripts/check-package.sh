@@ -42,7 +42,7 @@ for d in "${dirs[@]}"; do [ -n "$d" ] && [ ! -e "$d/nvcc" ] && path="$path${path
 command -v node >/dev/null || { echo "FAIL: node not found"; exit 1; }
 echo '{ "name": "app", "version": "1.0.0", "private": true }' >"$work/app/package.json"
 (cd "$work/app" && env PATH="$path" CUDA_PATH=/nonexistent CUDA_HOME=/nonexistent CC="$work/bin/fail" CXX="$work/bin/fail" \
-  npm install --no-audit --no-fund --cache "$cache" ${OFFLINE:+--offline} "$tgz" 2>&1 | tee "$work/install.log")
+  npm install --no-audit --no-fund --foreground-scripts --cache "$cache" ${OFFLINE:+--offline} "$tgz" 2>&1 | tee "$work/install.log")
 grep -q 'a compiler was called' "$work/install.log" && { echo "FAIL: the install compiled"; exit 1; }
 pkg="$work/app/node_modules/cuda-memory"
 [ -e "$pkg/build" ] && { echo "FAIL: the install made $pkg/build"; exit 1; }
@@ -61,7 +61,7 @@ node --input-type=module -e "
   if (cm.copy !== copy || typeof status().available !== 'boolean') { console.error('FAIL: import'); process.exit(1); }
   console.log('import: ok');"
 echo "cuda-memory --version: $(npx --no-install cuda-memory --version)"
-npx --no-install cuda-memory info | head -3
+npx --no-install cuda-memory info || true # exits 2 where CUDA is unavailable
 
 echo "== types: require, import, node16 and bundler resolution"
 cat >check-cjs.cts <<'TS'

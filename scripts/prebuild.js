@@ -39,7 +39,7 @@ function nodeHeaders() {
 
 function build() {
   if (process.platform !== 'linux' || process.arch !== 'x64') {
-    console.log(`prebuild: only linux-x64 binaries are prebuilt; nothing built on ${process.platform}-${process.arch}`);
+    console.error(`prebuild: only linux-x64 binaries are prebuilt; nothing built on ${process.platform}-${process.arch}`);
     return;
   }
   if (!findCuda())
@@ -79,7 +79,7 @@ function build() {
     .filter((l) => /NEEDED/.test(l))
     .map((l) => l.trim().split(/\s+/)[1]);
   const kib = Math.round(fs.statSync(outFile).size / 1024);
-  console.log(
+  console.error(
     `prebuild: ${path.relative(root, outFile)} (${kib} KiB, CUDA runtime ${st.runtimeVersion}, needs glibc >= ${glibcFloor(outFile)}; links ${needed.join(', ')})`,
   );
 }
