@@ -9,7 +9,7 @@ const http = require('http');
 const { spawn, spawnSync } = require('child_process');
 const client = require('prom-client');
 const parsePrometheus = require('parse-prometheus-text-format');
-const { cm, gpu } = require('./helpers');
+const { cm, gpu, root } = require('./helpers');
 const { formatExposition, writeTextfile } = require('../dist/metrics/exposition');
 const { benchFamilies, doctorFamilies } = require('../dist/metrics/families');
 const { evaluateGates, parseGate } = require('../dist/bench/gates');
@@ -17,7 +17,7 @@ const { gateSource } = require('../dist/bench/transfer');
 const { sampleReport } = require('./fixtures/sample-report');
 
 const MiB = 2 ** 20;
-const root = path.join(__dirname, '..');
+const repo = path.join(__dirname, '..');
 
 // name -> [{labels, value}] from exposition text.
 function parse(text) {
@@ -70,7 +70,7 @@ describe('registerMetrics with prom-client', () => {
     const registry = new client.Registry();
     const a = simulated();
     const b = simulated({ device: 0, memoryLimit: 64 * MiB });
-    const unregister = cm.registerMetrics(registry, { allocators: { main: a, small: b } });
+    const unregister = cm.registerMetrics(registry, { allocators: { main: a, small: b }, promClient: client });
     const blocks = [a.alloc(100 * MiB), a.alloc(3 * MiB + 5), b.alloc(60 * MiB)];
     expect(() => b.alloc(60 * MiB)).toThrow(/out of memory/i);
     blocks[1].free();
@@ -129,6 +129,19 @@ describe('registerMetrics with prom-client', () => {
     a.close();
   });
 
+  test("without promClient, prom-client is loaded from the application's dependencies, or a clear error says to install it", () => {
+    let resolvable = true;
+    try {
+      require.resolve('prom-client', { paths: [root] });
+    } catch {
+      resolvable = false; // an installed copy of the package in an application without prom-client
+    }
+    const registry = new client.Registry();
+    const call = () => cm.registerMetrics(registry, { allocators: [] });
+    if (resolvable) expect(call).not.toThrow();
+    else expect(call).toThrow(/registerMetrics needs the prom-client package: npm install prom-client \(or pass \{ promClient \}\)/);
+  });
+
   test('the same figures without prom-client: metricsText()', () => {
     const a = simulated();
     const x = a.alloc(10 * MiB);
@@ -143,7 +156,7 @@ describe('registerMetrics with prom-client', () => {
   test('allocators may be given as a function, read at each scrape; a bad registry is a TypeError', async () => {
     const registry = new client.Registry();
     const list = [];
-    cm.registerMetrics(registry, { allocators: () => list });
+    cm.registerMetrics(registry, { allocators: () => list, promClient: client });
     expect(await registry.metrics()).not.toMatch(/allocator="0"/);
     const a = simulated();
     list.push(a);
@@ -208,7 +221,7 @@ test('doctor --prometheus: one sample per check with its status; the textfile is
   expect(value(f, 'cuda_memory_doctor_ok', { uuid: 'GPU-x' })).toBe(0);
 
   const file = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'cm-doctor-')), 'doctor.prom');
-  const r = spawnSync(process.execPath, [path.join(root, 'dist', 'cli.js'), 'doctor', '--prometheus', file, '--bytes', '64MiB'], {
+  const r = spawnSync(process.execPath, [path.join(repo, 'dist', 'cli.js'), 'doctor', '--prometheus', file, '--bytes', '64MiB'], {
     encoding: 'utf8',
   });
   expect(r.status).toBe(gpu ? 0 : 2);
@@ -230,7 +243,7 @@ function get(url) {
 }
 
 test('examples/metrics-server.js serves /metrics that a Prometheus parser reads, with the allocator at work', async () => {
-  const child = spawn(process.execPath, [path.join(root, 'examples', 'metrics-server.js'), '--port', '0', '--simulate'], {
+  const child = spawn(process.execPath, [path.join(repo, 'examples', 'metrics-server.js'), '--port', '0', '--simulate'], {
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   try {
@@ -272,7 +285,7 @@ describeGpu('metrics on the device', () => {
     const registry = new client.Registry();
     const a = cm.createAllocator({ allowGrowth: true, memoryLimit: 256 * MiB });
     const pool = cm.createPinnedPool({ limit: 64 * MiB });
-    cm.registerMetrics(registry, { allocators: { main: a }, pinnedPools: { staging: pool }, devices: true });
+    cm.registerMetrics(registry, { allocators: { main: a }, pinnedPools: { staging: pool }, devices: true, promClient: client });
     const block = a.alloc(32 * MiB);
     pool.alloc(MiB).free();
     const p = pool.alloc(MiB);
