@@ -26,8 +26,10 @@
         "native/copy.cc",
         "native/staging.cc",
         "native/streams.cc",
+        "native/stream_ordered.cc",
         "native/allocator.cc",
         "native/bench.cc",
+        "native/core/budget.cc",
         "native/core/pool.cc",
         "native/core/policy.cc",
         "native/core/upstream.cc"

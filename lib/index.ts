@@ -15,10 +15,13 @@ export type { Memory, DeviceAllocOptions, PinnedAllocOptions, RegisterOptions } 
 export { copy, copyAsync, memset, configureStaging } from './copy';
 export type { CopyOptions, CopyStrategy, MemsetOptions, StagingSettings } from './copy';
 export { Stream, Event } from './stream';
-export { createAllocator, Allocator, allocatorOptionsFromEnv, createPinnedPool, PinnedPool, PooledPinnedBuffer } from './allocator';
+export * from './allocator';
 export type {
   AllocatorOptions,
   AllocatorStats,
+  AllocatorBackend,
+  AsyncPoolStats,
+  AllocOptions,
   RegionInfo,
   SimulatedDevice,
   EnvAllocatorOptions,

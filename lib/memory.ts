@@ -2,7 +2,8 @@
  * Device memory, pinned host memory and page-locked Node buffers. Every buffer has an explicit,
  * idempotent free() and [Symbol.dispose]; garbage collection frees only what was forgotten.
  */
-import { CudaError, describe as describeValue } from './errors';
+import { CudaError, describe as describeValue, invalidArgument } from './errors';
+import { Stream } from './stream';
 import { native, requireCuda } from './native';
 import { checkBoolean, checkDevice, checkOptions, checkSize } from './validate';
 import { knownDeviceCount } from './discovery';
@@ -111,9 +112,25 @@ export class DeviceBuffer {
     return native.handleInfo(this._h).address as bigint;
   }
 
-  /** Frees the memory now (or, for an allocator's block, returns it to the pool). Idempotent. */
-  free(): void {
+  /**
+   * Frees the memory now (or, for an allocator's block, returns it to the pool). Idempotent.
+   * With `{ stream }`, after the work queued on that stream: a block of a stream-ordered (`async`)
+   * allocator is freed in the stream's order without waiting (cudaFreeAsync; if it was allocated
+   * on another stream, that stream's queued work comes first too); any other memory waits for
+   * the stream, then is freed.
+   */
+  free(options?: { stream?: Stream }): void {
     if (this._freed) return;
+    if (options !== undefined) {
+      const o = checkOptions<{ stream?: Stream }>('options', options);
+      if (o.stream !== undefined) {
+        if (!(o.stream instanceof Stream)) throw invalidArgument('options.stream', 'a Stream', o.stream);
+        this._freed = true;
+        unwatch(this);
+        native.freeOn(this._h, o.stream.handle());
+        return;
+      }
+    }
     this._freed = true;
     unwatch(this);
     native.free(this._h);

@@ -55,6 +55,14 @@ export interface NativeBinding {
   allocatorResetPeak(a: unknown): void;
   allocatorEmptyCache(a: unknown): number;
   allocatorClose(a: unknown, force: boolean): number;
+  createAsyncAllocator(options: object): unknown;
+  asyncAlloc(a: unknown, bytes: number, stream?: unknown): number;
+  asyncStats(a: unknown): any;
+  asyncInfo(a: unknown): any;
+  asyncResetPeak(a: unknown): void;
+  asyncEmptyCache(a: unknown): number;
+  asyncClose(a: unknown, force: boolean): number;
+  freeOn(handle: number, stream: unknown): boolean;
   timeCopy(dst: unknown, src: unknown, bytes: number, warmup: number, iterations: number, timing: string, strategy?: string): Float64Array;
   timeBidirectional(
     a: unknown,
@@ -106,6 +114,14 @@ export const NATIVE_EXPORTS = [
   'allocatorResetPeak',
   'allocatorEmptyCache',
   'allocatorClose',
+  'createAsyncAllocator',
+  'asyncAlloc',
+  'asyncStats',
+  'asyncInfo',
+  'asyncResetPeak',
+  'asyncEmptyCache',
+  'asyncClose',
+  'freeOn',
   'timeCopy',
   'timeBidirectional',
   'timeRawPinned',

@@ -8,6 +8,7 @@
 #include "copy.h"
 #include "discovery.h"
 #include "memory.h"
+#include "stream_ordered.h"
 #include "streams.h"
 
 namespace {
@@ -39,6 +40,7 @@ Napi::Object RegisterExports(Napi::Env env, Napi::Object exports) {
   cm::InitCopy(env, exports);
   cm::InitStreams(env, exports);
   cm::InitAllocator(env, exports);
+  cm::InitStreamOrdered(env, exports);
   cm::InitBench(env, exports);
   return exports;
 }

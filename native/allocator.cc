@@ -55,20 +55,6 @@ void ReleasePoolBlock(Allocation* a) noexcept {
   a->pool.reset();
 }
 
-namespace {
-
-PoolBinding* UnwrapPool(Napi::Env env, Napi::Value v) {
-  if (!v.IsExternal() || !v.As<Napi::Object>().CheckTypeTag(&kPoolTag))
-    ThrowType(env, "allocator must be an allocator handle of this library");
-  PoolBinding* p = v.As<Napi::External<PoolRef>>().Data()->get();
-  if (p->closed) {
-    Napi::Error e = Napi::Error::New(env, "the allocator was closed and can no longer be used");
-    e.Set("code", "ERR_ALLOCATOR_CLOSED");
-    throw e;
-  }
-  return p;
-}
-
 Napi::Value OomError(Napi::Env env, const core::OomInfo& oom) {
   Napi::Object d = Napi::Object::New(env);
   d.Set("message", oom.Message());
@@ -86,6 +72,20 @@ Napi::Value OomError(Napi::Env env, const core::OomInfo& oom) {
   d.Set("simulated", oom.simulated);
   d.Set("call", "allocator.alloc");
   return GetInstance(env).oom_error.New({d});
+}
+
+namespace {
+
+PoolBinding* UnwrapPool(Napi::Env env, Napi::Value v) {
+  if (!v.IsExternal() || !v.As<Napi::Object>().CheckTypeTag(&kPoolTag))
+    ThrowType(env, "allocator must be an allocator handle of this library");
+  PoolBinding* p = v.As<Napi::External<PoolRef>>().Data()->get();
+  if (p->closed) {
+    Napi::Error e = Napi::Error::New(env, "the allocator was closed and can no longer be used");
+    e.Set("code", "ERR_ALLOCATOR_CLOSED");
+    throw e;
+  }
+  return p;
 }
 
 [[noreturn]] void ThrowUpstream(Napi::Env env, const core::UpstreamError& e) {

@@ -35,6 +35,8 @@ class PoolBinding {
   bool allow_growth = false;
 };
 
+// The OutOfMemoryError for an allocator's report, shared by both backends.
+Napi::Value OomError(Napi::Env env, const core::OomInfo& oom);
 // Returns a pool block to its pool (called when its buffer is released).
 void ReleasePoolBlock(Allocation* a) noexcept;
 void InitAllocator(Napi::Env env, Napi::Object exports);

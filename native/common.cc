@@ -6,6 +6,7 @@
 #include "allocator.h"
 #include "discovery.h"
 #include "staging.h"
+#include "stream_ordered.h"
 
 namespace cm {
 
@@ -169,6 +170,9 @@ void ReleaseAllocation(Napi::Env env, Allocation* a) noexcept {
       break;
     case MemKind::kPool:
       ReleasePoolBlock(a);
+      break;
+    case MemKind::kAsync:
+      ReleaseAsyncBlock(env, a);
       break;
   }
   if (a->kind != MemKind::kPool) (void)cudaGetLastError();

@@ -18,8 +18,11 @@ namespace cm {
 
 class StagingEngine;
 class PoolBinding;
+struct AsyncPool;
+struct StreamRec;
 
-enum class MemKind : uint8_t { kDevice, kPinned, kRegistered, kPool };
+// kPool: a block of a BFC allocator; kAsync: a block of CUDA's stream-ordered pool.
+enum class MemKind : uint8_t { kDevice, kPinned, kRegistered, kPool, kAsync };
 
 // What a buffer handle points at. Owned by the instance's handle table; a pinned buffer's
 // ArrayBuffer holds a second reference, since views over it may outlive the handle, and an
@@ -42,6 +45,14 @@ struct Allocation {
       nullptr;  // pinned: weak ref to its ArrayBuffer; registered: strong ref to the view
   std::shared_ptr<PoolBinding> pool;
   void* block = nullptr;  // the pool's core::Pool::Chunk
+  // kAsync: its pool; the stream it was allocated on (null: the legacy default stream), kept
+  // alive by host_ref; an event marking the allocation on that stream until a use on another
+  // stream has waited for it; and where free({ stream }) asked the free to be ordered.
+  std::shared_ptr<AsyncPool> async_pool;
+  StreamRec* stream = nullptr;
+  cudaEvent_t ready = nullptr;
+  bool free_on_stream = false;
+  cudaStream_t free_stream = nullptr;
 };
 
 // Buffer handles are plain numbers, slot + generation * 2^24, indexing this table. A number is

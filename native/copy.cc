@@ -8,6 +8,7 @@
 
 #include "async.h"
 #include "staging.h"
+#include "stream_ordered.h"
 #include "streams.h"
 
 namespace cm {
@@ -27,8 +28,10 @@ Endpoint ResolveEndpoint(Napi::Env env, Napi::Value v, const char* what) {
     e.ptr = static_cast<char*>(a->ptr);
     e.length = a->bytes;
     e.device = a->device;
-    e.where = (a->kind == MemKind::kDevice || a->kind == MemKind::kPool) ? Endpoint::kDevice
-                                                                         : Endpoint::kPinned;
+    e.where =
+        (a->kind == MemKind::kDevice || a->kind == MemKind::kPool || a->kind == MemKind::kAsync)
+            ? Endpoint::kDevice
+            : Endpoint::kPinned;
     return e;
   }
   if (HostView(env, v, &e.ptr, &e.length)) return e;
@@ -167,6 +170,10 @@ CopyArgs ReadCopyArgs(const Napi::CallbackInfo& info) {
                         " bytes); cudaMemcpy does not support overlapping copies");
   if ((c.dst.where != Endpoint::kPageable || c.src.where != Endpoint::kPageable) && n > 0)
     RequireCuda(env);
+  // A block of the stream-ordered pool allocated on another stream is usable here once that
+  // stream has reached its allocation.
+  AwaitAllocation(c.dst.alloc, c.stream);
+  AwaitAllocation(c.src.alloc, c.stream);
   return c;
 }
 
@@ -248,6 +255,7 @@ Napi::Value Memset(const Napi::CallbackInfo& info) {
     std::memset(e.ptr + off, value, n);
     return env.Undefined();
   }
+  AwaitAllocation(e.alloc, nullptr);
   cudaError_t err = cudaSetDevice(e.device);
   if (err == cudaSuccess && n) err = cudaMemset(e.ptr + off, value, n);
   // cudaMemset may return before it finishes; make memset() synchronous like copy().

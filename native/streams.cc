@@ -7,10 +7,6 @@ namespace {
 constexpr napi_type_tag kStreamTag = {0x2b7e151628aed2a6ull, 0xabf7158809cf4f3cull};
 constexpr napi_type_tag kEventTag = {0x9e3779b97f4a7c15ull, 0xf39cc0605cedc834ull};
 
-struct StreamRec {
-  cudaStream_t stream = nullptr;
-  int device = 0;
-};
 struct EventRec {
   cudaEvent_t event = nullptr;
   int device = 0;
@@ -162,8 +158,10 @@ Napi::Value EventDestroy(const Napi::CallbackInfo& info) {
 
 }  // namespace
 
-cudaStream_t UnwrapStream(Napi::Env env, Napi::Value v) {
-  return Unwrap<StreamRec>(env, v, &kStreamTag, "stream")->stream;
+cudaStream_t UnwrapStream(Napi::Env env, Napi::Value v) { return UnwrapStreamRec(env, v)->stream; }
+
+StreamRec* UnwrapStreamRec(Napi::Env env, Napi::Value v) {
+  return Unwrap<StreamRec>(env, v, &kStreamTag, "stream");
 }
 
 void InitStreams(Napi::Env env, Napi::Object exports) {

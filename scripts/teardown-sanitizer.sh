@@ -9,7 +9,7 @@ mkdir -p "$logs"
 sanitizer=${COMPUTE_SANITIZER:-$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)}
 failed=0
 total=0
-for scenario in driver staged pinned registered stream allocator mixed-100; do
+for scenario in driver staged pinned registered stream allocator async-allocator mixed-100; do
   for mode in exit terminate; do
     total=$((total + 1))
     log="$logs/sanitizer-$scenario-$mode.log"

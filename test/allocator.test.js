@@ -416,12 +416,67 @@ describe('allocatorOptionsFromEnv', () => {
     expect(cm.allocatorOptionsFromEnv({})).toEqual({ warnings: [] });
   });
 
+  test('TF_GPU_ALLOCATOR: exactly "cuda_malloc_async" selects the async backend; CUDA_MEMORY_BACKEND', () => {
+    expect(cm.allocatorOptionsFromEnv({ TF_GPU_ALLOCATOR: 'cuda_malloc_async' })).toEqual({ backend: 'async', warnings: [] });
+    expect(cm.allocatorOptionsFromEnv({ CUDA_MEMORY_BACKEND: 'async' })).toEqual({ backend: 'async', warnings: [] });
+    expect(cm.allocatorOptionsFromEnv({ CUDA_MEMORY_BACKEND: 'bfc' })).toEqual({ backend: 'bfc', warnings: [] });
+    // TensorFlow's variable wins, as TF_FORCE_GPU_ALLOW_GROWTH does.
+    expect(cm.allocatorOptionsFromEnv({ CUDA_MEMORY_BACKEND: 'bfc', TF_GPU_ALLOCATOR: 'cuda_malloc_async' }).backend).toBe('async');
+    for (const v of ['CUDA_MALLOC_ASYNC', 'cuda_malloc_async ', 'bfc']) {
+      const o = cm.allocatorOptionsFromEnv({ TF_GPU_ALLOCATOR: v });
+      expect(o.backend).toBeUndefined();
+      expect(o.warnings).toEqual([
+        `TF_GPU_ALLOCATOR=${JSON.stringify(v)} is not "cuda_malloc_async"; as in TensorFlow, the BFC allocator is kept`,
+      ]);
+    }
+    for (const v of ['cuda_malloc', 'memory_guard'])
+      expect(cm.allocatorOptionsFromEnv({ TF_GPU_ALLOCATOR: v }).warnings.join()).toMatch(
+        /debugging allocator, which cuda-memory does not have/,
+      );
+    expect(cm.allocatorOptionsFromEnv({ CUDA_MEMORY_BACKEND: 'cudaMallocAsync' }).warnings.join()).toMatch(/neither "bfc" nor "async"/);
+    expect(cm.allocatorOptionsFromEnv({ TF_GPU_ALLOCATOR: '' })).toEqual({ warnings: [] });
+  });
+
   test('its result feeds createAllocator', () => {
     const { warnings, ...opts } = cm.allocatorOptionsFromEnv({ CUDA_MEMORY_ALLOW_GROWTH: '1', CUDA_MEMORY_LIMIT: '64MiB' });
     expect(warnings).toEqual([]);
     const a = sim(opts);
     expect([a.allowGrowth, a.limitBytes]).toEqual([true, 64 * MiB]);
   });
+});
+
+describe('the backend option', () => {
+  test("backend 'async' is refused on a simulated device, with the reason", () => {
+    expect(() => sim({ backend: 'async' })).toThrow(
+      /backend 'async' cannot run on a simulated device: CUDA's stream-ordered pool lives in the driver/,
+    );
+  });
+  test('bad backend values and asyncDefaultPool without the async backend are refused', () => {
+    expect(() => sim({ backend: 'cuda' })).toThrow(/Expected 'bfc' or 'async' for backend but received the string "cuda"/);
+    expect(() => sim({ asyncDefaultPool: true })).toThrow(/asyncDefaultPool applies to backend 'async' only/);
+    expect(() => sim({ backend: 'bfc', asyncDefaultPool: 'yes' })).toThrow(TypeError);
+  });
+  test('a simulated allocator is the BFC backend and says so in stats() and memorySummary()', () => {
+    const a = sim({ allowGrowth: true });
+    expect(a.backend).toBe('bfc');
+    expect(a.stats().backend).toBe('bfc');
+    expect(a.stats().cudaMemPool).toBeUndefined();
+    expect(a.memorySummary()).toMatch(/backend: bfc \(best-fit with coalescing over cudaMalloc regions\)/);
+    a.close();
+  });
+  test('alloc and free take a stream option, checked before anything else', () => {
+    const a = sim({ allowGrowth: true });
+    expect(() => a.alloc(16, { stream: {} })).toThrow(/Expected a Stream for options.stream but received/);
+    const b = a.alloc(16);
+    expect(() => b.free({ stream: 'default' })).toThrow(/Expected a Stream for options.stream but received/);
+    expect(b.freed).toBe(false);
+    b.free();
+    a.close();
+  });
+  if (!cm.status().available)
+    test("backend 'async' without CUDA throws CudaUnavailableError", () => {
+      expect(() => cm.createAllocator({ backend: 'async' })).toThrow(expect.objectContaining({ name: 'CudaUnavailableError' }));
+    });
 });
 
 describe('pinned pool (validation without a GPU)', () => {

@@ -55,6 +55,7 @@ describeGpu('a worker that ends with device work in flight ends alone and gives 
     ['registered', '512 MiB registered copies both ways'],
     ['stream', 'eight copies queued on a stream, and an event'],
     ['allocator', 'an allocator with 16 live blocks being filled'],
+    ['async-allocator', "a stream-ordered ('async') allocator with 16 blocks on two streams being filled"],
     ['mixed-100', '100 concurrent copies of every kind'],
   ];
   for (const [scenario, what] of scenarios) {

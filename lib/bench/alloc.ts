@@ -4,6 +4,7 @@
  */
 import { native } from '../native';
 import { createAllocator, createPinnedPool } from '../allocator';
+import { Stream } from '../stream';
 import { devices, knownDeviceCount } from '../discovery';
 import { summarize, SampleSummary } from './stats';
 import { checkDevice } from '../validate';
@@ -60,6 +61,22 @@ async function heldBatches(pairs: number, alloc: () => { free(): void }): Promis
   return out;
 }
 
+/**
+ * The sizes of the mixed-size rows: 1,024 sizes from 4 KiB to 8 MiB, log-uniform, from a fixed
+ * seed (scripts/compare-torch-alloc.py makes the same list for PyTorch).
+ */
+export function mixedSizes(): number[] {
+  let x = 2463534242;
+  return Array.from({ length: 1024 }, () => {
+    x ^= x << 13;
+    x >>>= 0;
+    x ^= x >>> 17;
+    x ^= x << 5;
+    x >>>= 0;
+    return Math.round(4096 * 2 ** ((x / 4294967296) * 11));
+  });
+}
+
 /** Runs the allocator benchmark on a device (and the same pool on a simulated device). */
 export async function runAllocBenchmark(options: { device?: number; pairs?: number } = {}): Promise<AllocReport> {
   const device = checkDevice(options.device, knownDeviceCount());
@@ -82,7 +99,41 @@ export async function runAllocBenchmark(options: { device?: number; pairs?: numb
     batches(pairs, () => pool.alloc(MiB).free()),
   );
   add('allocator.alloc + free, held across an await (device)', MiB, await heldBatches(pairs, () => pool.alloc(MiB)));
+  const sizes = mixedSizes();
+  let next = 0;
+  add(
+    'allocator.alloc + free (mixed sizes 4 KiB-8 MiB, device)',
+    sizes[0],
+    batches(pairs, () => pool.alloc(sizes[next++ & 1023]).free()),
+  );
   pool.close({ force: true });
+
+  // The stream-ordered backend, preallocated (its release threshold keeps the reservation, as
+  // PyTorch's cudaMallocAsync backend keeps its pool).
+  const asyncPool = createAllocator({ device, backend: 'async', memoryLimit: 1024 * MiB });
+  add(
+    "allocator.alloc + free, backend 'async' (cached size)",
+    MiB,
+    batches(pairs, () => asyncPool.alloc(MiB).free()),
+  );
+  next = 0;
+  add(
+    "allocator.alloc + free, backend 'async' (mixed sizes 4 KiB-8 MiB)",
+    sizes[0],
+    batches(pairs, () => asyncPool.alloc(sizes[next++ & 1023]).free()),
+  );
+  const s1 = new Stream({ device, nonBlocking: true });
+  const s2 = new Stream({ device, nonBlocking: true });
+  add(
+    "allocator.alloc on one stream + free on another, backend 'async'",
+    MiB,
+    batches(pairs, () => asyncPool.alloc(MiB, { stream: s1 }).free({ stream: s2 })),
+  );
+  s1.synchronize();
+  s2.synchronize();
+  asyncPool.close({ force: true });
+  s1.dispose();
+  s2.dispose();
   const sim = createAllocator({ simulate: { totalBytes: 80 * 2 ** 30 }, allowGrowth: true });
   add(
     'allocator.alloc + free (simulated device)',

@@ -33,6 +33,31 @@ struct cudaDeviceProp {
   int major, minor, multiProcessorCount, asyncEngineCount, pciBusID, pciDeviceID, pciDomainID;
   int canMapHostMemory, unifiedAddressing, integrated;
 };
+typedef struct CUmemPoolHandle_st* cudaMemPool_t;
+enum cudaDeviceAttr {
+  cudaDevAttrComputeCapabilityMajor = 75,
+  cudaDevAttrComputeCapabilityMinor = 76,
+  cudaDevAttrMemoryPoolsSupported = 115,
+};
+enum cudaMemPoolAttr {
+  cudaMemPoolAttrReleaseThreshold = 4,
+  cudaMemPoolAttrReservedMemCurrent = 5,
+  cudaMemPoolAttrReservedMemHigh = 6,
+  cudaMemPoolAttrUsedMemCurrent = 7,
+  cudaMemPoolAttrUsedMemHigh = 8,
+};
+enum cudaMemAllocationType { cudaMemAllocationTypePinned = 1 };
+enum cudaMemAllocationHandleType { cudaMemHandleTypeNone = 0 };
+enum cudaMemLocationType { cudaMemLocationTypeDevice = 1 };
+struct cudaMemLocation {
+  cudaMemLocationType type;
+  int id;
+};
+struct cudaMemPoolProps {
+  cudaMemAllocationType allocType;
+  cudaMemAllocationHandleType handleTypes;
+  cudaMemLocation location;
+};
 #define cudaHostAllocDefault 0x00
 #define cudaHostAllocPortable 0x01
 #define cudaHostAllocMapped 0x02
@@ -78,6 +103,15 @@ CM_NOCUDA_FN(cudaEventSynchronize, cudaEvent_t)
 CM_NOCUDA_FN(cudaEventQuery, cudaEvent_t)
 CM_NOCUDA_FN(cudaEventElapsedTime, float*, cudaEvent_t, cudaEvent_t)
 CM_NOCUDA_FN(cudaDeviceSynchronize)
+CM_NOCUDA_FN(cudaDeviceGetAttribute, int*, cudaDeviceAttr, int)
+CM_NOCUDA_FN(cudaMemPoolCreate, cudaMemPool_t*, const cudaMemPoolProps*)
+CM_NOCUDA_FN(cudaMemPoolDestroy, cudaMemPool_t)
+CM_NOCUDA_FN(cudaDeviceGetDefaultMemPool, cudaMemPool_t*, int)
+CM_NOCUDA_FN(cudaMemPoolSetAttribute, cudaMemPool_t, cudaMemPoolAttr, void*)
+CM_NOCUDA_FN(cudaMemPoolGetAttribute, cudaMemPool_t, cudaMemPoolAttr, void*)
+CM_NOCUDA_FN(cudaMemPoolTrimTo, cudaMemPool_t, size_t)
+CM_NOCUDA_FN(cudaMallocFromPoolAsync, void**, size_t, cudaMemPool_t, cudaStream_t)
+CM_NOCUDA_FN(cudaFreeAsync, void*, cudaStream_t)
 #undef CM_NOCUDA_FN
 inline cudaError_t cudaDriverGetVersion(int* v) {
   *v = 0;

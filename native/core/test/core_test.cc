@@ -6,6 +6,7 @@
 #include <random>
 #include <vector>
 
+#include "../budget.h"
 #include "../policy.h"
 #include "../pool.h"
 
@@ -21,6 +22,35 @@ static int failures = 0;
   } while (0)
 
 constexpr uint64_t MiB = 1ull << 20, GiB = 1ull << 30;
+
+static void TestBudget() {
+  Budget b(10 * MiB, "memoryLimit 10.00 MiB");
+  CHECK(Budget::Round(1) == 256 && Budget::Round(256) == 256 && Budget::Round(257) == 512);
+  CHECK(b.Charge(4 * MiB + 1));
+  CHECK(b.in_use() == 4 * MiB + 256);
+  CHECK(b.Charge(5 * MiB));
+  CHECK(!b.Charge(MiB));  // 9 MiB + 256 in use: 1 MiB more would pass the limit
+  CHECK(b.Charge(MiB - 256));
+  CHECK(b.in_use() == 10 * MiB);
+  CHECK(!b.Charge(1));
+  PoolStats s = b.Stats();
+  CHECK(s.num_allocs == 3 && s.num_ooms == 2 && s.bytes_in_use == 10 * MiB);
+  CHECK(s.requested_bytes_in_use == 10 * MiB - 255);
+  CHECK(s.largest_alloc_size == 5 * MiB);
+  OomInfo o = b.Oom(MiB + 3);
+  CHECK(o.rounded == MiB + 256 && o.limit == 10 * MiB && o.bytes_in_use == 10 * MiB);
+  CHECK(o.limit_source == "memoryLimit 10.00 MiB");
+  b.Release(5 * MiB);
+  b.Uncharge(MiB - 256);  // memory that could not be had: neither an allocation nor a free
+  s = b.Stats();
+  CHECK(s.num_allocs == 2 && s.num_frees == 1 && b.live() == 1 && b.in_use() == 4 * MiB + 256);
+  CHECK(s.peak_bytes_in_use == 10 * MiB);
+  b.ResetPeak();
+  CHECK(b.Stats().peak_bytes_in_use == 4 * MiB + 256);
+  CHECK(!b.Charge(UINT64_MAX - 100));  // no overflow past the limit
+  Budget zero(0, "memoryLimit 0 B");
+  CHECK(!zero.Charge(1));
+}
 
 static void TestGrowthSequence() {
   SimulatedUpstream up(80 * GiB, 80 * GiB, 9, 0);
@@ -135,6 +165,7 @@ static void TestRandomized() {
 }
 
 int main() {
+  TestBudget();
   TestGrowthSequence();
   TestPreallocateAndOom();
   TestBackoff();

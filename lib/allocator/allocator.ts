@@ -1,0 +1,350 @@
+/**
+ * The allocator: TensorFlow's memory policies (preallocation, allowGrowth, a memory fraction or
+ * byte limit) and PyTorch-style statistics over two backends, the BFC pool (`bfc`, TensorFlow's
+ * default) and CUDA's stream-ordered pool (`async`, cudaMallocAsync, TensorFlow's
+ * `TF_GPU_ALLOCATOR=cuda_malloc_async`).
+ */
+import { native, requireCuda } from '../native';
+import { DeviceBuffer } from '../memory';
+import { Stream } from '../stream';
+import { checkBoolean, checkDevice, checkOptions, checkSize } from '../validate';
+import { invalidArgument } from '../errors';
+import { knownDeviceCount } from '../discovery';
+import { formatBytes } from '../units';
+
+/** A device that exists only as numbers, for running allocator policies without a GPU. */
+export interface SimulatedDevice {
+  /** Total device memory in bytes. */
+  totalBytes: number;
+  /** Free memory at creation; default totalBytes. */
+  freeBytes?: number;
+  /** Compute capability, e.g. "9.0" (default), which picks the default reserve. */
+  computeCapability?: string;
+}
+
+/**
+ * Where an allocator's memory comes from. `bfc`: best-fit with coalescing over regions taken with
+ * cudaMalloc (TensorFlow's BFC allocator). `async`: CUDA's stream-ordered memory pool
+ * (cudaMallocFromPoolAsync / cudaFreeAsync) on a pool of the allocator's own, under the same
+ * limit, statistics and errors.
+ */
+export type AllocatorBackend = 'bfc' | 'async';
+
+/** Options of {@link createAllocator}. */
+export interface AllocatorOptions {
+  /** Device index; default 0. */
+  device?: number;
+  /** Default `bfc`. `async` needs a GPU (a simulated device has no stream-ordered pool). */
+  backend?: AllocatorBackend;
+  /**
+   * `async` only: use the device's default memory pool (the one plain cudaMallocAsync uses,
+   * shared with other code in the process) instead of a pool of the allocator's own. Default false.
+   */
+  asyncDefaultPool?: boolean;
+  /**
+   * Take memory as needed (TensorFlow's allow_growth) instead of the whole limit at creation:
+   * regions start at 2 MiB and double. Default false.
+   */
+  allowGrowth?: boolean;
+  /** Limit as a share of the device's total memory, in (0, 1] (per_process_gpu_memory_fraction). */
+  memoryFraction?: number;
+  /** Limit in bytes. Exclusive with memoryFraction. */
+  memoryLimit?: number;
+  /** Give wholly free regions back to the device before failing an allocation. Default true. */
+  garbageCollection?: boolean;
+  /** Run on a simulated device instead of a GPU. */
+  simulate?: SimulatedDevice;
+}
+
+/** Statistics of an allocator (bytes unless named otherwise). */
+export interface AllocatorStats {
+  /** Bytes handed out, as the pool's blocks (requests rounded to 256 bytes, or whole unsplit blocks). */
+  bytesInUse: number;
+  peakBytesInUse: number;
+  /** Bytes asked for by the live buffers. */
+  requestedBytesInUse: number;
+  /** Bytes the pool holds from the device. */
+  poolBytes: number;
+  peakPoolBytes: number;
+  bytesLimit: number;
+  numAllocs: number;
+  numFrees: number;
+  numOoms: number;
+  largestAllocSize: number;
+  largestFreeBlock: number;
+  /** Regions taken from the device. */
+  regions: number;
+  /** 1 − largestFreeBlock / free bytes in the pool (0 when nothing is free). */
+  fragmentation: number;
+  /** Which backend these figures come from. */
+  backend: AllocatorBackend;
+  /** `async` only: the CUDA memory pool's own figures (cudaMemPoolGetAttribute). */
+  cudaMemPool?: AsyncPoolStats;
+}
+
+/**
+ * The stream-ordered pool's own attributes. For it, `poolBytes`/`peakPoolBytes` are the pool's
+ * reserved memory and high watermark, `largestFreeBlock` is reserved less used (the pool does not
+ * report its blocks), and `regions` and `fragmentation` are 0.
+ */
+export interface AsyncPoolStats {
+  /** cudaMemPoolAttrReservedMemCurrent: memory the pool holds from the device. */
+  reservedBytes: number;
+  /** cudaMemPoolAttrReservedMemHigh */
+  reservedPeakBytes: number;
+  /** cudaMemPoolAttrUsedMemCurrent: memory in allocations, as the pool counts it. */
+  usedBytes: number;
+  /** cudaMemPoolAttrUsedMemHigh */
+  usedPeakBytes: number;
+  /** cudaMemPoolAttrReleaseThreshold: reserved memory the pool keeps at synchronizations. */
+  releaseThreshold: number;
+}
+
+/** Options of {@link Allocator.alloc}. */
+export interface AllocOptions {
+  /**
+   * `async`: allocate in this stream's order (cudaMallocFromPoolAsync on it); the block is
+   * ready for work queued on the stream at once, and a use on any other stream (a copy without
+   * this stream, memset) first waits until the stream has reached the allocation. Without a
+   * stream, the legacy default stream is used, which orders with every blocking stream.
+   * `bfc`: blocks are not stream-ordered; the stream must be on the allocator's device.
+   */
+  stream?: Stream;
+}
+
+// The native calls of each backend.
+interface Backend {
+  alloc(h: unknown, bytes: number, stream?: unknown): number;
+  stats(h: unknown): AllocatorStats;
+  info(h: unknown): any;
+  resetPeak(h: unknown): void;
+  emptyCache(h: unknown): number;
+  close(h: unknown, force: boolean): number;
+  regions(h: unknown): RegionInfo[];
+}
+
+const BACKENDS: Record<AllocatorBackend, Backend> = {
+  bfc: {
+    alloc: (h, bytes) => native.allocatorAlloc(h, bytes),
+    stats: (h) => ({ ...native.allocatorStats(h), backend: 'bfc' }),
+    info: (h) => native.allocatorInfo(h),
+    resetPeak: (h) => native.allocatorResetPeak(h),
+    emptyCache: (h) => native.allocatorEmptyCache(h),
+    close: (h, force) => native.allocatorClose(h, force),
+    regions: (h) => native.allocatorRegions(h),
+  },
+  async: {
+    alloc: (h, bytes, stream) => native.asyncAlloc(h, bytes, stream),
+    stats: (h) => ({ ...native.asyncStats(h), backend: 'async' }),
+    info: (h) => native.asyncInfo(h),
+    resetPeak: (h) => native.asyncResetPeak(h),
+    emptyCache: (h) => native.asyncEmptyCache(h),
+    close: (h, force) => native.asyncClose(h, force),
+    regions: () => [],
+  },
+};
+
+/** A region the pool took from the device. */
+export interface RegionInfo {
+  address: bigint;
+  size: number;
+  bytesInUse: number;
+  blocks: number;
+}
+
+/** A pool over one device; see {@link createAllocator}. */
+export class Allocator {
+  /** @internal */ private _a: unknown;
+  private readonly _b: Backend;
+  /** Where the memory comes from. */
+  readonly backend: AllocatorBackend;
+  readonly device: number;
+  readonly simulated: boolean;
+  readonly allowGrowth: boolean;
+  /** The byte limit and how it was chosen. */
+  readonly limitBytes: number;
+  readonly limitSource: string;
+  private _closed = false;
+
+  /** @internal Use {@link createAllocator}. */
+  constructor(handle: unknown, backend: AllocatorBackend = 'bfc') {
+    this._a = handle;
+    this.backend = backend;
+    this._b = BACKENDS[backend];
+    const info = this._b.info(handle);
+    this.device = info.device;
+    this.simulated = info.simulated;
+    this.allowGrowth = info.allowGrowth;
+    this.limitBytes = info.limitBytes;
+    this.limitSource = info.limitSource;
+  }
+
+  get closed(): boolean {
+    return this._closed;
+  }
+
+  /**
+   * Carves `bytes` out of the pool. The DeviceBuffer works everywhere one does; its free()
+   * returns the block to the pool (`free({ stream })` orders that after the stream's work).
+   * Throws OutOfMemoryError (the allocator stays usable).
+   */
+  alloc(bytes: number, options?: AllocOptions): DeviceBuffer {
+    if (typeof bytes !== 'number' || !Number.isSafeInteger(bytes) || bytes < 1) checkSize('bytes', bytes, 1);
+    let stream: unknown;
+    if (options !== undefined) {
+      const o = checkOptions<AllocOptions>('options', options);
+      if (o.stream !== undefined) {
+        if (!(o.stream instanceof Stream)) throw invalidArgument('options.stream', 'a Stream', o.stream);
+        if (o.stream.device !== this.device)
+          throw new RangeError(`options.stream is on device ${o.stream.device} but the allocator on device ${this.device}`);
+        stream = o.stream.handle();
+      }
+    }
+    return new DeviceBuffer(this._b.alloc(this._a, bytes, stream), bytes, this.device, this.simulated, this);
+  }
+
+  stats(): AllocatorStats {
+    return this._b.stats(this._a);
+  }
+
+  /** Sets peakBytesInUse and peakPoolBytes to their current values. */
+  resetPeakStats(): void {
+    this._b.resetPeak(this._a);
+  }
+
+  /** The BFC pool's regions; the stream-ordered pool does not report its own (empty). */
+  regions(): RegionInfo[] {
+    return this._b.regions(this._a);
+  }
+
+  /**
+   * Gives unused memory back to the device; returns the bytes released. `bfc`: every wholly free
+   * region. `async`: after the device's queued work, every reserved byte no block uses
+   * (cudaMemPoolTrimTo), a preallocated reservation included.
+   */
+  emptyCache(): number {
+    return this._b.emptyCache(this._a);
+  }
+
+  /** A human-readable table of the statistics and regions (binary units). */
+  memorySummary(): string {
+    const s = this.stats();
+    const info = this._b.info(this._a);
+    const row = (k: string, v: string) => `| ${k.padEnd(24)} | ${v.padStart(28)} |`;
+    const line = `|${'-'.repeat(26)}|${'-'.repeat(30)}|`;
+    const lines = [
+      `cuda-memory allocator on ${this.simulated ? 'simulated ' : ''}device ${this.device} (compute capability ${info.computeCapability})`,
+      `backend: ${
+        this.backend === 'async'
+          ? `async (CUDA stream-ordered pool, ${info.defaultPool ? "the device's default pool" : 'a pool of its own'})`
+          : 'bfc (best-fit with coalescing over cudaMalloc regions)'
+      }`,
+      `policy: ${this.allowGrowth ? 'allowGrowth' : 'preallocate'}; limit ${formatBytes(this.limitBytes)} (${this.limitSource})`,
+      line,
+      row('bytes in use', `${formatBytes(s.bytesInUse)} (peak ${formatBytes(s.peakBytesInUse)})`),
+      row('requested bytes in use', formatBytes(s.requestedBytesInUse)),
+      row('pool', `${formatBytes(s.poolBytes)} (peak ${formatBytes(s.peakPoolBytes)})`),
+      row('regions', String(s.regions)),
+      row('largest free block', formatBytes(s.largestFreeBlock)),
+      row('fragmentation', `${(s.fragmentation * 100).toFixed(1)}%`),
+      row('allocs / frees / OOMs', `${s.numAllocs} / ${s.numFrees} / ${s.numOoms}`),
+      row('largest allocation', formatBytes(s.largestAllocSize)),
+      row('device free / total', `${formatBytes(info.deviceFree)} / ${formatBytes(info.deviceTotal)}`),
+      line,
+    ];
+    if (s.cudaMemPool)
+      lines.push(
+        `  cudaMemPool: reserved ${formatBytes(s.cudaMemPool.reservedBytes)} (peak ${formatBytes(s.cudaMemPool.reservedPeakBytes)}), used ${formatBytes(s.cudaMemPool.usedBytes)} (peak ${formatBytes(s.cudaMemPool.usedPeakBytes)}), release threshold ${formatBytes(s.cudaMemPool.releaseThreshold)}`,
+      );
+    for (const r of this.regions())
+      lines.push(
+        `  region 0x${r.address.toString(16)}: ${formatBytes(r.size)}, ${formatBytes(r.bytesInUse)} in use in ${r.blocks} block${r.blocks === 1 ? '' : 's'}`,
+      );
+    return lines.join('\n');
+  }
+
+  /**
+   * Gives all memory back. Refuses (ERR_ALLOCATOR_BUSY) while buffers are live, unless `force`,
+   * which makes every live buffer a freed one. Returns the bytes released. Idempotent.
+   */
+  close(options?: { force?: boolean }): number {
+    if (this._closed) return 0;
+    const o = checkOptions<{ force: boolean }>('options', options);
+    const released = this._b.close(this._a, checkBoolean('options.force', o.force, false));
+    this._closed = true;
+    return released;
+  }
+
+  [Symbol.dispose](): void {
+    this.close({ force: true });
+  }
+}
+
+/**
+ * Creates a pool allocator on a device (or a simulated one). With no limit option, the limit is
+ * the free memory less a reserve left to the driver (TensorFlow's rule); without allowGrowth the
+ * whole limit is taken now. Several allocators may share a device.
+ */
+export function createAllocator(options?: AllocatorOptions): Allocator {
+  const o = checkOptions<AllocatorOptions>('options', options);
+  const known = new Set([
+    'device',
+    'backend',
+    'asyncDefaultPool',
+    'allowGrowth',
+    'memoryFraction',
+    'memoryLimit',
+    'garbageCollection',
+    'simulate',
+  ]);
+  for (const k of Object.keys(o))
+    if (!known.has(k)) throw new TypeError(`Unknown allocator option ${JSON.stringify(k)}; expected one of ${[...known].join(', ')}`);
+  if (o.memoryFraction !== undefined && o.memoryLimit !== undefined)
+    throw new RangeError(
+      'memoryFraction and memoryLimit were both given; choose one: memoryFraction is a share of total device memory, memoryLimit a number of bytes',
+    );
+  if (o.memoryFraction !== undefined && (typeof o.memoryFraction !== 'number' || !(o.memoryFraction > 0 && o.memoryFraction <= 1)))
+    throw invalidArgument(
+      'memoryFraction',
+      'a number in (0, 1]',
+      o.memoryFraction,
+      typeof o.memoryFraction === 'number' ? RangeError : TypeError,
+    );
+  const memoryLimit = o.memoryLimit === undefined ? undefined : checkSize('memoryLimit', o.memoryLimit, 256);
+  const allowGrowth = checkBoolean('allowGrowth', o.allowGrowth, false);
+  const backend = o.backend ?? 'bfc';
+  if (backend !== 'bfc' && backend !== 'async') throw invalidArgument('backend', "'bfc' or 'async'", o.backend, RangeError);
+  const asyncDefaultPool = checkBoolean('asyncDefaultPool', o.asyncDefaultPool, false);
+  if (o.asyncDefaultPool !== undefined && backend !== 'async') throw new RangeError("asyncDefaultPool applies to backend 'async' only");
+  if (backend === 'async' && o.simulate !== undefined)
+    throw new RangeError(
+      "backend 'async' cannot run on a simulated device: CUDA's stream-ordered pool lives in the driver, with no policy code of ours to simulate; use backend 'bfc' with simulate, or a GPU",
+    );
+  const garbageCollection = checkBoolean('garbageCollection', o.garbageCollection, true);
+  let simulate: object | undefined;
+  let device: number;
+  if (o.simulate !== undefined) {
+    const s = checkOptions<SimulatedDevice>('simulate', o.simulate);
+    const totalBytes = checkSize('simulate.totalBytes', s.totalBytes, 1);
+    const freeBytes = s.freeBytes === undefined ? totalBytes : checkSize('simulate.freeBytes', s.freeBytes);
+    if (freeBytes > totalBytes)
+      throw new RangeError(`simulate.freeBytes (${freeBytes}) must not exceed simulate.totalBytes (${totalBytes})`);
+    const cc = s.computeCapability ?? '9.0';
+    const m = /^(\d+)\.(\d+)$/.exec(String(cc));
+    if (!m) throw invalidArgument('simulate.computeCapability', 'a string such as "9.0"', cc);
+    simulate = { totalBytes, freeBytes, ccMajor: Number(m[1]), ccMinor: Number(m[2]) };
+    device = checkDevice(o.device);
+  } else {
+    device = checkDevice(o.device, knownDeviceCount());
+  }
+  if (backend === 'async') {
+    requireCuda();
+    return new Allocator(
+      native.createAsyncAllocator({ device, allowGrowth, memoryFraction: o.memoryFraction, memoryLimit, defaultPool: asyncDefaultPool }),
+      'async',
+    );
+  }
+  return new Allocator(
+    native.createAllocator({ device, allowGrowth, memoryFraction: o.memoryFraction, memoryLimit, garbageCollection, simulate }),
+  );
+}

@@ -1,0 +1,75 @@
+/** Allocator options from the environment, TensorFlow's variables included. */
+import type { AllocatorOptions } from './allocator';
+import { parseSize } from '../units';
+
+/** What {@link allocatorOptionsFromEnv} found, with anything it ignored and why. */
+export interface EnvAllocatorOptions extends AllocatorOptions {
+  /** Messages about variables that were present but ignored. */
+  warnings: string[];
+}
+
+/**
+ * Reads CUDA_MEMORY_ALLOW_GROWTH, CUDA_MEMORY_FRACTION, CUDA_MEMORY_LIMIT (bytes or "8GiB") and
+ * CUDA_MEMORY_BACKEND (bfc or async), then TensorFlow's variables as TensorFlow reads them:
+ * TF_FORCE_GPU_ALLOW_GROWTH, where only "true" or "false" override allowGrowth (any other value is
+ * reported and ignored), and TF_GPU_ALLOCATOR, where exactly "cuda_malloc_async" selects the
+ * stream-ordered backend.
+ */
+export function allocatorOptionsFromEnv(env: NodeJS.ProcessEnv = process.env): EnvAllocatorOptions {
+  const out: EnvAllocatorOptions = { warnings: [] };
+  const growth = env.CUDA_MEMORY_ALLOW_GROWTH;
+  if (growth !== undefined && growth !== '') {
+    const v = growth.toLowerCase();
+    if (['1', 'true', 'yes', 'on'].includes(v)) out.allowGrowth = true;
+    else if (['0', 'false', 'no', 'off'].includes(v)) out.allowGrowth = false;
+    else out.warnings.push(`CUDA_MEMORY_ALLOW_GROWTH=${JSON.stringify(growth)} is not a boolean (true/false/1/0) and was ignored`);
+  }
+  const fraction = env.CUDA_MEMORY_FRACTION;
+  if (fraction !== undefined && fraction !== '') {
+    const f = Number(fraction);
+    if (f > 0 && f <= 1) out.memoryFraction = f;
+    else out.warnings.push(`CUDA_MEMORY_FRACTION=${JSON.stringify(fraction)} is not a number in (0, 1] and was ignored`);
+  }
+  const limit = env.CUDA_MEMORY_LIMIT;
+  if (limit !== undefined && limit !== '') {
+    try {
+      out.memoryLimit = parseSize(limit);
+    } catch {
+      out.warnings.push(`CUDA_MEMORY_LIMIT=${JSON.stringify(limit)} is not a size (e.g. 8589934592 or 8GiB) and was ignored`);
+    }
+  }
+  if (out.memoryFraction !== undefined && out.memoryLimit !== undefined) {
+    out.warnings.push('CUDA_MEMORY_FRACTION and CUDA_MEMORY_LIMIT were both set; CUDA_MEMORY_LIMIT was ignored');
+    delete out.memoryLimit;
+  }
+  // tensorflow/core/common_runtime/gpu/gpu_bfc_allocator.cc, GetAllowGrowthValue: exactly
+  // "true" or "false" (case-insensitive) override the option; anything else is logged and ignored.
+  const tf = env.TF_FORCE_GPU_ALLOW_GROWTH;
+  if (tf !== undefined) {
+    const v = tf.toLowerCase();
+    if (v === 'true') out.allowGrowth = true;
+    else if (v === 'false') out.allowGrowth = false;
+    else out.warnings.push(`TF_FORCE_GPU_ALLOW_GROWTH=${JSON.stringify(tf)} is neither "true" nor "false" and was ignored`);
+  }
+  const backend = env.CUDA_MEMORY_BACKEND;
+  if (backend !== undefined && backend !== '') {
+    if (backend === 'bfc' || backend === 'async') out.backend = backend;
+    else out.warnings.push(`CUDA_MEMORY_BACKEND=${JSON.stringify(backend)} is neither "bfc" nor "async" and was ignored`);
+  }
+  // tensorflow/core/common_runtime/gpu/gpu_process_state.cc: TF_GPU_ALLOCATOR is compared exactly
+  // (strcmp): "cuda_malloc_async" selects GpuCudaMallocAsyncAllocator, "cuda_malloc" and
+  // "memory_guard" two debugging allocators, and anything else leaves the BFC allocator.
+  const tfAllocator = env.TF_GPU_ALLOCATOR;
+  if (tfAllocator !== undefined && tfAllocator !== '') {
+    if (tfAllocator === 'cuda_malloc_async') out.backend = 'async';
+    else if (tfAllocator === 'cuda_malloc' || tfAllocator === 'memory_guard')
+      out.warnings.push(
+        `TF_GPU_ALLOCATOR=${JSON.stringify(tfAllocator)} selects a TensorFlow debugging allocator, which cuda-memory does not have; ignored`,
+      );
+    else
+      out.warnings.push(
+        `TF_GPU_ALLOCATOR=${JSON.stringify(tfAllocator)} is not "cuda_malloc_async"; as in TensorFlow, the BFC allocator is kept`,
+      );
+  }
+  return out;
+}

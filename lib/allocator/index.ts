@@ -1,0 +1,19 @@
+/**
+ * Pool allocators with TensorFlow's memory policies (preallocation, allowGrowth, a memory
+ * fraction or byte limit) and PyTorch-style statistics, over two backends (the BFC pool and
+ * CUDA's stream-ordered pool), plus a cache of pinned host buffers.
+ */
+export { Allocator, createAllocator } from './allocator';
+export type {
+  AllocatorOptions,
+  AllocatorStats,
+  AllocatorBackend,
+  AsyncPoolStats,
+  AllocOptions,
+  RegionInfo,
+  SimulatedDevice,
+} from './allocator';
+export { allocatorOptionsFromEnv } from './env';
+export type { EnvAllocatorOptions } from './env';
+export { PinnedPool, PooledPinnedBuffer, createPinnedPool } from './pinned-pool';
+export type { PinnedPoolOptions, PinnedPoolStats } from './pinned-pool';

@@ -1,0 +1,181 @@
+/** A cache of pinned host buffers. */
+import { formatBytes } from '../units';
+import { PinnedBuffer, PinnedAllocOptions, kLentMemory, LentMemory } from '../memory';
+import { checkOptions, checkSize } from '../validate';
+import { OutOfMemoryError } from '../errors';
+
+/** Options of {@link createPinnedPool}. */
+export interface PinnedPoolOptions extends Omit<PinnedAllocOptions, 'device'> {
+  device?: number;
+  /** Most pinned bytes the pool holds, in use and cached together. Default: no limit. */
+  limit?: number;
+}
+
+/** Statistics of a pinned pool. */
+export interface PinnedPoolStats {
+  /** Bytes of the size classes handed out. */
+  bytesInUse: number;
+  /** Bytes cached for reuse. */
+  cachedBytes: number;
+  limit: number;
+  hits: number;
+  misses: number;
+  /** cudaHostAlloc calls made. */
+  allocations: number;
+  /** Buffers released back to the system. */
+  releases: number;
+}
+
+const MIN_CLASS = 4096;
+
+function sizeClass(bytes: number): number {
+  return bytes <= MIN_CLASS ? MIN_CLASS : 2 ** Math.ceil(Math.log2(bytes));
+}
+
+/**
+ * A cache of pinned host buffers in power-of-two size classes (from 4 KiB): a hit costs a
+ * small fraction of a microsecond where cudaHostAlloc costs about a millisecond per MiB.
+ */
+export class PinnedPool {
+  private readonly free = new Map<number, PinnedBuffer[]>();
+  private readonly live = new Map<PinnedBuffer, number>();
+  private readonly allocOptions: PinnedAllocOptions;
+  readonly limit: number;
+  private s = { bytesInUse: 0, cachedBytes: 0, hits: 0, misses: 0, allocations: 0, releases: 0 };
+  private _closed = false;
+
+  /** @internal Use {@link createPinnedPool}. */
+  constructor(options: PinnedPoolOptions) {
+    const { limit, ...rest } = options;
+    this.allocOptions = rest;
+    this.limit = limit === undefined ? Infinity : checkSize('limit', limit, 1);
+  }
+
+  /**
+   * A pinned buffer of at least `bytes`, its `bytes` view exactly `bytes` long. Give it back
+   * with {@link PinnedPool.release} (or pooled.free()); do not keep views past that.
+   */
+  alloc(bytes: number): PooledPinnedBuffer {
+    if (this._closed) throw Object.assign(new Error('the pinned pool was closed'), { code: 'ERR_POOL_CLOSED' });
+    const n = checkSize('bytes', bytes, 1);
+    const cls = sizeClass(n);
+    const list = this.free.get(cls);
+    let block = list?.pop();
+    if (block) {
+      this.s.hits++;
+      this.s.cachedBytes -= cls;
+    } else {
+      this.s.misses++;
+      if (this.s.bytesInUse + this.s.cachedBytes + cls > this.limit) this.emptyCache();
+      if (this.s.bytesInUse + cls > this.limit)
+        throw new OutOfMemoryError({
+          message: `pinned pool limit reached: tried to allocate ${formatBytes(n)} (size class ${formatBytes(cls)}) with ${formatBytes(this.s.bytesInUse)} in use under a limit of ${formatBytes(this.limit)}`,
+          requestedBytes: n,
+          roundedBytes: cls,
+          device: this.allocOptions.device ?? 0,
+          limitBytes: this.limit,
+          limitSource: 'pinned pool limit',
+          bytesInUse: this.s.bytesInUse,
+          deviceFree: 0,
+          deviceTotal: 0,
+          call: 'PinnedPool.alloc',
+        });
+      block = PinnedBuffer.alloc(cls, this.allocOptions);
+      this.s.allocations++;
+    }
+    this.s.bytesInUse += cls;
+    this.live.set(block, cls);
+    return new PooledPinnedBuffer(this, block, n);
+  }
+
+  /** @internal */
+  giveBack(block: PinnedBuffer): void {
+    const cls = this.live.get(block);
+    if (cls === undefined) return;
+    this.live.delete(block);
+    this.s.bytesInUse -= cls;
+    if (this._closed) {
+      block.free();
+      this.s.releases++;
+      return;
+    }
+    let list = this.free.get(cls);
+    if (!list) this.free.set(cls, (list = []));
+    list.push(block);
+    this.s.cachedBytes += cls;
+  }
+
+  /** Frees every cached buffer; returns the bytes released. */
+  emptyCache(): number {
+    let released = 0;
+    for (const [cls, list] of this.free) {
+      for (const b of list) {
+        b.free();
+        released += cls;
+        this.s.releases++;
+      }
+      list.length = 0;
+    }
+    this.s.cachedBytes = 0;
+    return released;
+  }
+
+  stats(): PinnedPoolStats {
+    return { ...this.s, limit: this.limit };
+  }
+
+  /** Frees the cache now and each live buffer when it is given back. */
+  close(): void {
+    this._closed = true;
+    this.emptyCache();
+  }
+
+  [Symbol.dispose](): void {
+    this.close();
+  }
+}
+
+/** A pinned buffer lent by a {@link PinnedPool}. */
+export class PooledPinnedBuffer implements LentMemory {
+  /** The pinned memory, exactly the requested length. */
+  readonly bytes: Uint8Array;
+  readonly byteLength: number;
+  /** The pool's underlying buffer (its size class), for copy(). */
+  readonly buffer: PinnedBuffer;
+  private _pool: PinnedPool | null;
+
+  /** @internal */
+  constructor(pool: PinnedPool, block: PinnedBuffer, bytes: number) {
+    this._pool = pool;
+    this.buffer = block;
+    this.bytes = block.bytes.subarray(0, bytes);
+    this.byteLength = bytes;
+  }
+
+  get freed(): boolean {
+    return this._pool === null;
+  }
+
+  /** @internal */
+  [kLentMemory]() {
+    return { buffer: this.buffer, byteLength: this.byteLength, freed: this._pool === null };
+  }
+
+  /** Returns the buffer to its pool. Idempotent. */
+  free(): void {
+    const p = this._pool;
+    if (!p) return;
+    this._pool = null;
+    p.giveBack(this.buffer);
+  }
+
+  [Symbol.dispose](): void {
+    this.free();
+  }
+}
+
+/** Creates a {@link PinnedPool}. */
+export function createPinnedPool(options?: PinnedPoolOptions): PinnedPool {
+  const o = checkOptions<PinnedPoolOptions>('options', options);
+  return new PinnedPool(o as PinnedPoolOptions);
+}

@@ -1,0 +1,403 @@
+#include "stream_ordered.h"
+
+#include <algorithm>
+
+#include "allocator.h"
+#include "core/policy.h"
+#include "streams.h"
+
+namespace cm {
+
+namespace {
+constexpr napi_type_tag kAsyncPoolTag = {0x6a09e667f3bcc908ull, 0xbb67ae8584caa73bull};
+using AsyncPoolRef = std::shared_ptr<AsyncPool>;
+
+uint64_t PoolAttr(cudaMemPool_t pool, cudaMemPoolAttr attr) {
+  uint64_t v = 0;  // a cuuint64_t, 64 bits
+  if (pool && cudaMemPoolGetAttribute(pool, attr, &v) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return static_cast<uint64_t>(v);
+}
+
+void SetPoolAttr(cudaMemPool_t pool, cudaMemPoolAttr attr, uint64_t value) {
+  uint64_t v = value;
+  cudaMemPoolSetAttribute(pool, attr, &v);
+  (void)cudaGetLastError();
+}
+
+AsyncPool* UnwrapAsyncPool(Napi::Env env, Napi::Value v, bool allow_closed = false) {
+  if (!v.IsExternal() || !v.As<Napi::Object>().CheckTypeTag(&kAsyncPoolTag))
+    ThrowType(env, "allocator must be an allocator handle of this library");
+  AsyncPool* p = v.As<Napi::External<AsyncPoolRef>>().Data()->get();
+  if (p->closed && !allow_closed) {
+    Napi::Error e = Napi::Error::New(env, "the allocator was closed and can no longer be used");
+    e.Set("code", "ERR_ALLOCATOR_CLOSED");
+    throw e;
+  }
+  return p;
+}
+
+core::MemInfo DeviceMemInfo(int device) {
+  size_t free_b = 0, total_b = 0;
+  cudaSetDevice(device);
+  cudaMemGetInfo(&free_b, &total_b);
+  (void)cudaGetLastError();
+  return {free_b, total_b};
+}
+
+// The out-of-memory report: the allocator's figures, the pool's reservation, the device.
+core::OomInfo Report(const AsyncPool& p, uint64_t requested) {
+  core::OomInfo o = p.budget.Oom(requested);
+  o.device = p.device;
+  o.pool_bytes = PoolAttr(p.pool, cudaMemPoolAttrReservedMemCurrent);
+  uint64_t used = PoolAttr(p.pool, cudaMemPoolAttrUsedMemCurrent);
+  o.largest_free_block = o.pool_bytes > used ? o.pool_bytes - used : 0;
+  core::MemInfo mi = DeviceMemInfo(p.device);
+  o.device_free = mi.free;
+  o.device_total = mi.total;
+  return o;
+}
+
+// createAsyncAllocator({device, allowGrowth, memoryFraction?, memoryLimit?, defaultPool})
+Napi::Value CreateAsyncAllocator(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!info[0].IsObject()) ThrowType(env, "options must be an object");
+  Napi::Object o = info[0].As<Napi::Object>();
+  int device = ReadInt(env, o.Get("device"), "options.device", 0, 1 << 20);
+  CheckDevice(env, device);
+  int supported = 0;
+  cudaDeviceGetAttribute(&supported, cudaDevAttrMemoryPoolsSupported, device);
+  (void)cudaGetLastError();
+  if (!supported)
+    ThrowRange(env, "device " + std::to_string(device) +
+                        " does not support stream-ordered memory pools (cudaMallocAsync); use "
+                        "backend 'bfc'");
+  int major = 0, minor = 0;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+  core::PolicyOptions policy;
+  if (o.Get("memoryFraction").IsNumber())
+    policy.memory_fraction = o.Get("memoryFraction").As<Napi::Number>().DoubleValue();
+  if (!o.Get("memoryLimit").IsUndefined() && !o.Get("memoryLimit").IsNull())
+    policy.memory_limit = ReadSize(env, o.Get("memoryLimit"), "memoryLimit");
+  core::ResolvedLimit limit;
+  try {
+    limit = core::ResolveLimit(policy, DeviceMemInfo(device), major, minor);
+  } catch (const std::invalid_argument& e) {
+    ThrowRange(env, e.what());
+  }
+  auto p = std::make_shared<AsyncPool>(limit.bytes, limit.source);
+  p->device = device;
+  p->cc_major = major;
+  p->cc_minor = minor;
+  p->allow_growth = o.Get("allowGrowth").ToBoolean();
+  p->own = !o.Get("defaultPool").ToBoolean();
+  cudaError_t err = cudaSetDevice(device);
+  if (err == cudaSuccess && p->own) {
+    cudaMemPoolProps props{};
+    props.allocType = cudaMemAllocationTypePinned;
+    props.handleTypes = cudaMemHandleTypeNone;
+    props.location.type = cudaMemLocationTypeDevice;
+    props.location.id = device;
+    err = cudaMemPoolCreate(&p->pool, &props);
+  } else if (err == cudaSuccess) {
+    err = cudaDeviceGetDefaultMemPool(&p->pool, device);
+  }
+  if (err == cudaSuccess) err = cudaEventCreateWithFlags(&p->order, cudaEventDisableTiming);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    ThrowCuda(env, err, p->own ? "cudaMemPoolCreate" : "cudaDeviceGetDefaultMemPool");
+  }
+  // allowGrowth: give unused memory back at each synchronization (threshold 0). Preallocation:
+  // reserve the whole limit now and keep it (threshold = limit), as the BFC pool takes it.
+  SetPoolAttr(p->pool, cudaMemPoolAttrReleaseThreshold, p->allow_growth ? 0 : limit.bytes);
+  if (!p->allow_growth && limit.bytes > 0) {
+    void* ptr = nullptr;
+    err = cudaMallocFromPoolAsync(&ptr, limit.bytes, p->pool, nullptr);
+    if (err == cudaSuccess) err = cudaFreeAsync(ptr, nullptr);
+    if (err == cudaSuccess) err = cudaStreamSynchronize(nullptr);
+    if (err != cudaSuccess) {
+      (void)cudaGetLastError();
+      if (err == cudaErrorMemoryAllocation) {
+        p->budget.CountOom();
+        ThrowValue(env, OomError(env, Report(*p, limit.bytes)));
+      }
+      ThrowCuda(env, err, "cudaMallocFromPoolAsync", "reserving the allocator's limit");
+    }
+  }
+  auto ext =
+      Napi::External<AsyncPoolRef>::New(env, new AsyncPoolRef(p), [](Napi::Env, AsyncPoolRef* ref) {
+        // The pool goes when the last live block lets go of it too (~AsyncPool).
+        delete ref;
+      });
+  ext.TypeTag(&kAsyncPoolTag);
+  return ext;
+}
+
+cudaEvent_t TakeEvent(AsyncPool* p) {
+  if (!p->idle_events.empty()) {
+    cudaEvent_t e = p->idle_events.back();
+    p->idle_events.pop_back();
+    return e;
+  }
+  cudaEvent_t e = nullptr;
+  if (cudaEventCreateWithFlags(&e, cudaEventDisableTiming) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return nullptr;
+  }
+  return e;
+}
+
+void GiveEvent(AsyncPool* p, cudaEvent_t e) noexcept {
+  if (!e) return;
+  if (p && p->idle_events.size() < 64) {
+    p->idle_events.push_back(e);
+  } else {
+    cudaEventDestroy(e);
+    (void)cudaGetLastError();
+  }
+}
+
+// asyncAlloc(allocator, bytes, stream?) -> handle
+Napi::Value AsyncAlloc(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  AsyncPool* p = UnwrapAsyncPool(env, info[0]);
+  uint64_t bytes = ReadSize(env, info[1], "bytes");
+  if (bytes == 0) ThrowRange(env, "bytes must be at least 1, got 0");
+  StreamRec* rec = nullptr;
+  if (info.Length() > 2 && !info[2].IsUndefined() && !info[2].IsNull()) {
+    rec = UnwrapStreamRec(env, info[2]);
+    if (rec->device != p->device)
+      ThrowRange(env, "the stream is on device " + std::to_string(rec->device) +
+                          " but the allocator on device " + std::to_string(p->device));
+  }
+  if (!p->budget.Charge(bytes)) ThrowValue(env, OomError(env, Report(*p, bytes)));
+  cudaStream_t s = rec ? rec->stream : nullptr;
+  void* ptr = nullptr;
+  cudaError_t err = cudaSetDevice(p->device);
+  if (err == cudaSuccess) err = cudaMallocFromPoolAsync(&ptr, bytes, p->pool, s);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    p->budget.Uncharge(bytes);
+    if (err == cudaErrorMemoryAllocation) {
+      p->budget.CountOom();
+      core::OomInfo o = Report(*p, bytes);
+      Napi::Value e = OomError(env, o);
+      e.As<Napi::Object>().Set("call", "cudaMallocFromPoolAsync");
+      ThrowValue(env, e);
+    }
+    ThrowCuda(env, err, "cudaMallocFromPoolAsync");
+  }
+  Allocation* a = new Allocation();
+  a->kind = MemKind::kAsync;
+  a->device = p->device;
+  a->ptr = ptr;
+  a->bytes = bytes;
+  a->async_pool = *info[0].As<Napi::External<AsyncPoolRef>>().Data();
+  if (rec) {
+    a->stream = rec;
+    napi_create_reference(env, info[2], 1, &a->host_ref);  // keeps the stream's record alive
+    a->ready = TakeEvent(p);
+    if (a->ready && cudaEventRecord(a->ready, s) != cudaSuccess) {
+      (void)cudaGetLastError();
+      GiveEvent(p, a->ready);
+      a->ready = nullptr;
+      cudaStreamSynchronize(s);  // no event: make the allocation complete now instead
+      (void)cudaGetLastError();
+    }
+  }
+  return WrapAllocation(env, a);
+}
+
+Napi::Value AsyncStats(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  AsyncPool* p = UnwrapAsyncPool(env, info[0]);
+  core::PoolStats s = p->budget.Stats();
+  uint64_t reserved = PoolAttr(p->pool, cudaMemPoolAttrReservedMemCurrent);
+  uint64_t used = PoolAttr(p->pool, cudaMemPoolAttrUsedMemCurrent);
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("bytesInUse", static_cast<double>(s.bytes_in_use));
+  o.Set("peakBytesInUse", static_cast<double>(s.peak_bytes_in_use));
+  o.Set("requestedBytesInUse", static_cast<double>(s.requested_bytes_in_use));
+  o.Set("poolBytes", static_cast<double>(reserved));
+  o.Set("peakPoolBytes", static_cast<double>(PoolAttr(p->pool, cudaMemPoolAttrReservedMemHigh)));
+  o.Set("bytesLimit", static_cast<double>(s.bytes_limit));
+  o.Set("numAllocs", static_cast<double>(s.num_allocs));
+  o.Set("numFrees", static_cast<double>(s.num_frees));
+  o.Set("numOoms", static_cast<double>(s.num_ooms));
+  o.Set("largestAllocSize", static_cast<double>(s.largest_alloc_size));
+  o.Set("largestFreeBlock", static_cast<double>(reserved > used ? reserved - used : 0));
+  o.Set("regions", 0);
+  o.Set("fragmentation", 0);
+  Napi::Object m = Napi::Object::New(env);
+  m.Set("reservedBytes", static_cast<double>(reserved));
+  m.Set("reservedPeakBytes",
+        static_cast<double>(PoolAttr(p->pool, cudaMemPoolAttrReservedMemHigh)));
+  m.Set("usedBytes", static_cast<double>(used));
+  m.Set("usedPeakBytes", static_cast<double>(PoolAttr(p->pool, cudaMemPoolAttrUsedMemHigh)));
+  m.Set("releaseThreshold",
+        static_cast<double>(PoolAttr(p->pool, cudaMemPoolAttrReleaseThreshold)));
+  o.Set("cudaMemPool", m);
+  return o;
+}
+
+Napi::Value AsyncInfo(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  AsyncPool* p = UnwrapAsyncPool(env, info[0]);
+  core::MemInfo mi = DeviceMemInfo(p->device);
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("device", p->device);
+  o.Set("simulated", false);
+  o.Set("allowGrowth", p->allow_growth);
+  o.Set("garbageCollection", false);
+  o.Set("limitBytes", static_cast<double>(p->budget.limit()));
+  o.Set("limitSource", p->budget.limit_source());
+  o.Set("deviceFree", static_cast<double>(mi.free));
+  o.Set("deviceTotal", static_cast<double>(mi.total));
+  o.Set("computeCapability", std::to_string(p->cc_major) + "." + std::to_string(p->cc_minor));
+  o.Set("liveBlocks", static_cast<double>(p->budget.live()));
+  o.Set("defaultPool", !p->own);
+  return o;
+}
+
+Napi::Value AsyncResetPeak(const Napi::CallbackInfo& info) {
+  AsyncPool* p = UnwrapAsyncPool(info.Env(), info[0]);
+  p->budget.ResetPeak();
+  // CUDA allows the high watermarks to be reset to zero only, which sets them to the current
+  // values.
+  SetPoolAttr(p->pool, cudaMemPoolAttrReservedMemHigh, 0);
+  SetPoolAttr(p->pool, cudaMemPoolAttrUsedMemHigh, 0);
+  return info.Env().Undefined();
+}
+
+// Gives back every byte the pool holds that no block uses: after the device's queued work, so
+// that frees still pending in stream order count.
+uint64_t Trim(AsyncPool* p) {
+  cudaSetDevice(p->device);
+  cudaDeviceSynchronize();
+  uint64_t before = PoolAttr(p->pool, cudaMemPoolAttrReservedMemCurrent);
+  cudaMemPoolTrimTo(p->pool, 0);
+  (void)cudaGetLastError();
+  uint64_t after = PoolAttr(p->pool, cudaMemPoolAttrReservedMemCurrent);
+  return before > after ? before - after : 0;
+}
+
+Napi::Value AsyncEmptyCache(const Napi::CallbackInfo& info) {
+  return Napi::Number::New(info.Env(),
+                           static_cast<double>(Trim(UnwrapAsyncPool(info.Env(), info[0]))));
+}
+
+// asyncClose(allocator, force) -> bytes returned to the device
+Napi::Value AsyncClose(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  AsyncPool* p = UnwrapAsyncPool(env, info[0], true);
+  if (p->closed) return Napi::Number::New(env, 0);
+  uint64_t live = p->budget.live();
+  if (live > 0 && !info[1].ToBoolean()) {
+    Napi::Error e = Napi::Error::New(
+        env, "the allocator still has " + std::to_string(live) + " live buffer" +
+                 (live == 1 ? "" : "s") + " (" + core::FormatBytes(p->budget.in_use()) +
+                 "); free them first, or close({ force: true }) to invalidate them");
+    e.Set("code", "ERR_ALLOCATOR_BUSY");
+    e.Set("liveBuffers", static_cast<double>(live));
+    throw e;
+  }
+  for (Allocation* a : GetInstance(env).handles.Live())
+    if (a->async_pool.get() == p) ReleaseAllocation(env, a);
+  uint64_t released = Trim(p);
+  if (p->own) {
+    cudaMemPoolDestroy(p->pool);
+    (void)cudaGetLastError();
+    p->pool = nullptr;
+  }
+  p->closed = true;
+  return Napi::Number::New(env, static_cast<double>(released));
+}
+
+// freeOn(handle, stream): frees a buffer after the work queued on `stream`. A stream-ordered
+// block is freed in that stream's order; any other memory waits for the stream, then is freed.
+Napi::Value FreeOn(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Allocation* a = UnwrapAllocation(env, info[0], "buffer", true);
+  StreamRec* rec = UnwrapStreamRec(env, info[1]);
+  if (!a) return Napi::Boolean::New(env, false);
+  if (a->pending > 0) {
+    // A copyAsync still uses it: released when that settles, by which time the copy is done.
+    a->free_requested = true;
+    return Napi::Boolean::New(env, true);
+  }
+  if (a->kind == MemKind::kAsync) {
+    a->free_on_stream = true;
+    a->free_stream = rec->stream;
+  } else {
+    cudaError_t err = cudaStreamSynchronize(rec->stream);
+    if (err != cudaSuccess) ThrowCuda(env, err, "cudaStreamSynchronize");
+  }
+  ReleaseAllocation(env, a);
+  return Napi::Boolean::New(env, true);
+}
+
+}  // namespace
+
+AsyncPool::~AsyncPool() {
+  if (pool && own) {
+    cudaSetDevice(device);
+    cudaMemPoolDestroy(pool);  // deferred by CUDA until pending frees have run
+  }
+  for (cudaEvent_t e : idle_events) cudaEventDestroy(e);
+  if (order) cudaEventDestroy(order);
+  (void)cudaGetLastError();
+}
+
+void ReleaseAsyncBlock(napi_env env, Allocation* a) noexcept {
+  AsyncPool* p = a->async_pool.get();
+  cudaStream_t s = a->stream ? a->stream->stream : nullptr;  // null once that stream was disposed
+  cudaSetDevice(a->device);
+  if (a->ready) {
+    GiveEvent(p, a->ready);
+    a->ready = nullptr;
+  }
+  if (a->free_on_stream && a->free_stream != s) {
+    // Freed on another stream: that stream first waits for all work queued so far on the
+    // allocating one, so no use of the block there can overlap its reuse.
+    if (p && p->order && cudaEventRecord(p->order, s) == cudaSuccess)
+      cudaStreamWaitEvent(a->free_stream, p->order, 0);
+    s = a->free_stream;
+  }
+  if (p && p->pool) {
+    cudaFreeAsync(a->ptr, s);
+    p->budget.Release(a->bytes);
+  }
+  (void)cudaGetLastError();
+  if (a->host_ref) {
+    napi_delete_reference(env, a->host_ref);
+    a->host_ref = nullptr;
+  }
+  a->stream = nullptr;
+  a->async_pool.reset();
+}
+
+void AwaitAllocation(Allocation* a, cudaStream_t stream) {
+  if (!a || a->kind != MemKind::kAsync || !a->ready) return;
+  if (a->stream && a->stream->stream == stream) return;  // the same stream: already in order
+  cudaEventSynchronize(a->ready);
+  (void)cudaGetLastError();
+  GiveEvent(a->async_pool.get(), a->ready);
+  a->ready = nullptr;
+}
+
+void InitStreamOrdered(Napi::Env env, Napi::Object exports) {
+  exports.Set("createAsyncAllocator",
+              Napi::Function::New(env, CreateAsyncAllocator, "createAsyncAllocator"));
+  exports.Set("asyncAlloc", Napi::Function::New(env, AsyncAlloc, "asyncAlloc"));
+  exports.Set("asyncStats", Napi::Function::New(env, AsyncStats, "asyncStats"));
+  exports.Set("asyncInfo", Napi::Function::New(env, AsyncInfo, "asyncInfo"));
+  exports.Set("asyncResetPeak", Napi::Function::New(env, AsyncResetPeak, "asyncResetPeak"));
+  exports.Set("asyncEmptyCache", Napi::Function::New(env, AsyncEmptyCache, "asyncEmptyCache"));
+  exports.Set("asyncClose", Napi::Function::New(env, AsyncClose, "asyncClose"));
+  exports.Set("freeOn", Napi::Function::New(env, FreeOn, "freeOn"));
+}
+
+}  // namespace cm
