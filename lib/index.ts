@@ -16,18 +16,6 @@ export { copy, copyAsync, memset, configureStaging } from './copy';
 export type { CopyOptions, CopyStrategy, MemsetOptions, StagingSettings } from './copy';
 export { Stream, Event } from './stream';
 export * from './allocator';
-export type {
-  AllocatorOptions,
-  AllocatorStats,
-  AllocatorBackend,
-  AsyncPoolStats,
-  AllocOptions,
-  RegionInfo,
-  SimulatedDevice,
-  EnvAllocatorOptions,
-  PinnedPoolOptions,
-  PinnedPoolStats,
-} from './allocator';
 export { parseSize, parseSizeList, formatBytes, formatRate } from './units';
 export { runTransferBenchmark } from './bench/transfer';
 export type { TransferBenchmarkOptions, TransferReport, TransferResult, TransferMode, Direction } from './bench/transfer';
