@@ -34,12 +34,14 @@ for (const backend of ['bfc', 'async']) {
       }
       expect(oom).toBeInstanceOf(cm.OutOfMemoryError);
       expect(bufs.length).toBe(5);
+      // BFC hands the last 112 MiB of the region out whole for a 100 MiB request (it splits only
+      // at twice the request), so it counts 512 MiB in use; the stream-ordered backend counts 500.
       expect(oom).toMatchObject({
         requestedBytes: 100 * MiB,
         roundedBytes: 100 * MiB,
         device: 0,
         limitBytes: 512 * MiB,
-        bytesInUse: 500 * MiB,
+        bytesInUse: backend === 'bfc' ? 512 * MiB : 500 * MiB,
       });
       expect(oom.limitSource).toMatch(/memoryLimit 512.00 MiB/);
       expect(oom.deviceTotal).toBeGreaterThan(oom.deviceFree);
@@ -154,6 +156,7 @@ for (const backend of ['bfc', 'async']) {
           const x = live[r(live.length)];
           inflight.push(
             x.filled.then(async () => {
+              if (x.b.freed) return; // freed by a later step meanwhile; a started copy holds it
               const out = new Uint8Array(x.data.byteLength);
               await cm.copyAsync(out, x.b, { stream: streams[r(4)] });
               expect(same(out, x.data)).toBe(true);
