@@ -16,6 +16,9 @@ import { runAllocBenchmark, formatAllocReport } from './bench/alloc';
 import { parseSizeList, parseSize, formatBytes } from './units';
 import { writeTextfile } from './metrics/exposition';
 import { benchFamilies, doctorFamilies } from './metrics/families';
+import { loadTrace, TraceError } from './allocator/trace';
+import { formatReplay, parsePolicy, replayTrace, ReplayPolicy } from './allocator/replay';
+import { renderMemoryHtml } from './allocator/memory-html';
 
 // Option value parsers: each throws InvalidArgumentError, which commander reports naming the
 // option and its value.
@@ -49,7 +52,9 @@ const list =
       );
     return items as T[];
   };
-const collect = (parse: (v: string) => Gate) => (v: string, prev: Gate[] | undefined) => [...(prev ?? []), parse(v)];
+const collect =
+  <T>(parse: (v: string) => T) =>
+  (v: string, prev: T[] | undefined): T[] => [...(prev ?? []), parse(v)];
 
 class NoCuda extends Error {}
 
@@ -181,6 +186,39 @@ async function allocBench(o: { json?: boolean; device?: number; pairs?: number }
   return 0;
 }
 
+function replay(
+  file: string,
+  o: { policy?: ReplayPolicy[]; deviceMemory?: number[]; findMinLimit?: boolean; json?: boolean; expect?: string },
+): number {
+  const trace = loadTrace(file);
+  const base = o.policy ?? [parsePolicy('prealloc'), parsePolicy('growth')];
+  const policies = o.deviceMemory ? base.flatMap((p) => o.deviceMemory!.map((d) => ({ ...p, deviceBytes: d }))) : base;
+  const results = replayTrace(trace, policies, { findMinLimit: o.findMinLimit });
+  if (o.json)
+    process.stdout.write(
+      JSON.stringify({ trace: file, events: trace.events.length, source: trace.source ?? null, results }, null, 2) + '\n',
+    );
+  else {
+    process.stdout.write(`${file}: ${trace.events.length} events${trace.source ? ` (${trace.source})` : ''}\n\n${formatReplay(results)}\n`);
+    for (const r of results) if (r.error) process.stdout.write(`\n${r.policy}: ${r.error}\n`);
+  }
+  if (o.expect === 'survives') {
+    const failed = results.filter((r) => !r.survived);
+    for (const r of failed)
+      process.stderr.write(`FAIL survives: ${r.policy} ${r.failedAt === null ? 'could not start' : `failed at event ${r.failedAt}`}\n`);
+    return failed.length ? 1 : 0;
+  }
+  return 0;
+}
+
+function memoryHtml(file: string, o: { out: string; policy?: ReplayPolicy[]; deviceMemory?: number[] }): number {
+  const trace = loadTrace(file);
+  const policy = o.policy?.[0] ? { ...o.policy[0], ...(o.deviceMemory ? { deviceBytes: o.deviceMemory[0] } : {}) } : undefined;
+  fs.writeFileSync(o.out, renderMemoryHtml(trace, { policy, title: `cuda-memory: ${path.basename(file)}` }));
+  process.stdout.write(`wrote ${o.out} (${trace.events.length} events)\n`);
+  return 0;
+}
+
 function program(): Command {
   let exit = 0;
   const p = new Command('cuda-memory')
@@ -245,6 +283,38 @@ function program(): Command {
     .action((o) => {
       exit = doctor(o);
     });
+  const policyOption = () =>
+    new Option('--policy <spec>', 'comma-separated: growth or prealloc, fraction=0.5, limit=8GiB, gc=off; repeatable').argParser(
+      collect(wrap(parsePolicy)),
+    );
+  const deviceMemoryOption = () =>
+    new Option('--device-memory <list>', "simulated device sizes, e.g. 24GiB,80GiB (default: the trace's device)").argParser(
+      wrap(parseSizeList),
+    );
+  p.command('replay')
+    .description(
+      "runs a trace (cuda-memory/trace@1, or PyTorch's _snapshot() JSON) under other policies and device sizes on simulated devices",
+    )
+    .argument('<trace>', 'trace file')
+    .addOption(policyOption())
+    .addOption(deviceMemoryOption())
+    .option('--find-min-limit', 'also the smallest memoryLimit each policy survives (bisection to 1 MiB)')
+    .option('--json', 'the results as JSON')
+    .addOption(new Option('--expect <what>', 'exit 1 unless every policy survives').choices(['survives']))
+    .action((file: string, o) => {
+      exit = replay(file, o);
+    });
+  p.command('memory-html')
+    .description(
+      'draws a trace or PyTorch snapshot as one self-contained HTML page: active memory timeline, pool size and limit, regions at the end',
+    )
+    .argument('<trace>', 'trace file')
+    .requiredOption('--out <file>', 'the HTML file to write')
+    .addOption(policyOption())
+    .addOption(deviceMemoryOption())
+    .action((file: string, o) => {
+      exit = memoryHtml(file, o);
+    });
   p.hook('postAction', () => {
     process.exitCode = exit;
   });
@@ -265,6 +335,10 @@ main(process.argv.slice(2)).then(
   (code) => process.exit(code),
   (e: Error) => {
     if (e instanceof CommanderError) process.exit(e.exitCode === 0 ? 0 : 2); // commander printed it
+    if (e instanceof TraceError) {
+      process.stderr.write(`cuda-memory: ${e.message}\n`);
+      process.exit(2);
+    }
     if (e instanceof NoCuda) {
       process.stderr.write(e.message + '\n');
       process.exit(2);

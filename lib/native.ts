@@ -63,6 +63,21 @@ export interface NativeBinding {
   asyncEmptyCache(a: unknown): number;
   asyncClose(a: unknown, force: boolean): number;
   freeOn(handle: number, stream: unknown): boolean;
+  allocatorRecord(a: unknown, maxEvents: number | null): void;
+  allocatorTrace(a: unknown): {
+    action: Uint8Array;
+    time: Float64Array;
+    id: Float64Array;
+    requested: Float64Array;
+    size: Float64Array;
+    region: Float64Array;
+    offset: Float64Array;
+    dropped: number;
+  };
+  allocatorSnapshot(
+    a: unknown,
+  ): { address: number; size: number; blocks: { offset: number; size: number; requested: number; id: number; inUse: boolean }[] }[];
+  blockId(handle: number): number;
   timeCopy(dst: unknown, src: unknown, bytes: number, warmup: number, iterations: number, timing: string, strategy?: string): Float64Array;
   timeBidirectional(
     a: unknown,
@@ -122,6 +137,10 @@ export const NATIVE_EXPORTS = [
   'asyncEmptyCache',
   'asyncClose',
   'freeOn',
+  'allocatorRecord',
+  'allocatorTrace',
+  'allocatorSnapshot',
+  'blockId',
   'timeCopy',
   'timeBidirectional',
   'timeRawPinned',

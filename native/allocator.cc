@@ -199,7 +199,91 @@ Napi::Value AllocatorStats(const Napi::CallbackInfo& info) {
   o.Set("largestFreeBlock", static_cast<double>(s.largest_free_block));
   o.Set("regions", static_cast<double>(s.regions));
   o.Set("fragmentation", s.fragmentation);
+  o.Set("numRegionAllocs", static_cast<double>(s.num_region_allocs));
+  o.Set("gcReleasedBytes", static_cast<double>(s.gc_released_bytes));
   return o;
+}
+
+// allocatorRecord(handle, maxEvents | null): starts recording afresh (a number) or stops (null).
+Napi::Value AllocatorRecord(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  PoolBinding* p = UnwrapPool(env, info[0]);
+  if (info[1].IsNull() || info[1].IsUndefined()) {
+    p->pool->SetRecorder(nullptr);
+    return env.Undefined();
+  }
+  uint64_t max_events = ReadSize(env, info[1], "maxEvents");
+  if (max_events == 0) ThrowRange(env, "maxEvents must be at least 1");
+  p->recorder = std::make_unique<core::Recorder>(max_events);
+  p->pool->SetRecorder(p->recorder.get());
+  return env.Undefined();
+}
+
+// allocatorTrace(handle) -> { action: Uint8Array, time (µs), id, requested, size, region,
+// offset: Float64Array, dropped } — columns, so a long trace crosses into JS in one piece.
+Napi::Value AllocatorTrace(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  PoolBinding* p = UnwrapPool(env, info[0]);
+  Napi::Object out = Napi::Object::New(env);
+  const std::vector<core::TraceEvent> none;
+  const auto& ev = p->recorder ? p->recorder->events() : none;
+  size_t n = ev.size();
+  Napi::Uint8Array action = Napi::Uint8Array::New(env, n);
+  Napi::Float64Array cols[6] = {Napi::Float64Array::New(env, n), Napi::Float64Array::New(env, n),
+                                Napi::Float64Array::New(env, n), Napi::Float64Array::New(env, n),
+                                Napi::Float64Array::New(env, n), Napi::Float64Array::New(env, n)};
+  for (size_t i = 0; i < n; ++i) {
+    action[i] = static_cast<uint8_t>(ev[i].action);
+    cols[0][i] = static_cast<double>(ev[i].time_ns) / 1000.0;
+    cols[1][i] = static_cast<double>(ev[i].id);
+    cols[2][i] = static_cast<double>(ev[i].requested);
+    cols[3][i] = static_cast<double>(ev[i].size);
+    cols[4][i] = static_cast<double>(ev[i].region);
+    cols[5][i] = static_cast<double>(ev[i].offset);
+  }
+  out.Set("action", action);
+  const char* names[6] = {"time", "id", "requested", "size", "region", "offset"};
+  for (int c = 0; c < 6; ++c) out.Set(names[c], cols[c]);
+  out.Set("dropped", static_cast<double>(p->recorder ? p->recorder->dropped() : 0));
+  return out;
+}
+
+// allocatorSnapshot(handle) -> [{ address, size, blocks: [{ offset, size, requested, id, inUse }]
+// }]
+Napi::Value AllocatorSnapshot(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  PoolBinding* p = UnwrapPool(env, info[0]);
+  std::vector<core::RegionInfo> regions = p->pool->Regions();
+  Napi::Array out = Napi::Array::New(env, regions.size());
+  for (size_t i = 0; i < regions.size(); ++i) {
+    Napi::Object r = Napi::Object::New(env);
+    r.Set("address", static_cast<double>(regions[i].address));
+    r.Set("size", static_cast<double>(regions[i].size));
+    std::vector<core::BlockInfo> blocks = p->pool->Blocks(regions[i].address);
+    Napi::Array bs = Napi::Array::New(env, blocks.size());
+    for (size_t j = 0; j < blocks.size(); ++j) {
+      Napi::Object b = Napi::Object::New(env);
+      b.Set("offset", static_cast<double>(blocks[j].offset));
+      b.Set("size", static_cast<double>(blocks[j].size));
+      b.Set("requested", static_cast<double>(blocks[j].requested));
+      b.Set("id", static_cast<double>(blocks[j].id));
+      b.Set("inUse", blocks[j].in_use);
+      bs.Set(j, b);
+    }
+    r.Set("blocks", bs);
+    out.Set(i, r);
+  }
+  return out;
+}
+
+// blockId(buffer handle) -> the id a recording allocator gave the block, or 0.
+Napi::Value BlockId(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Allocation* a = UnwrapAllocation(env, info[0], "buffer");
+  uint64_t id = a->kind == MemKind::kPool && a->block
+                    ? core::Pool::BlockId(static_cast<core::Pool::Chunk*>(a->block))
+                    : 0;
+  return Napi::Number::New(env, static_cast<double>(id));
 }
 
 Napi::Value AllocatorRegions(const Napi::CallbackInfo& info) {
@@ -289,6 +373,11 @@ void InitAllocator(Napi::Env env, Napi::Object exports) {
   exports.Set("allocatorEmptyCache",
               Napi::Function::New(env, AllocatorEmptyCache, "allocatorEmptyCache"));
   exports.Set("allocatorClose", Napi::Function::New(env, AllocatorClose, "allocatorClose"));
+  exports.Set("allocatorRecord", Napi::Function::New(env, AllocatorRecord, "allocatorRecord"));
+  exports.Set("allocatorTrace", Napi::Function::New(env, AllocatorTrace, "allocatorTrace"));
+  exports.Set("allocatorSnapshot",
+              Napi::Function::New(env, AllocatorSnapshot, "allocatorSnapshot"));
+  exports.Set("blockId", Napi::Function::New(env, BlockId, "blockId"));
 }
 
 }  // namespace cm

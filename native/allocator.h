@@ -31,6 +31,7 @@ class PoolBinding {
  public:
   std::unique_ptr<core::Upstream> upstream;
   std::unique_ptr<core::Pool> pool;
+  std::unique_ptr<core::Recorder> recorder;  // while recording, and after, until the next start
   bool closed = false;
   bool allow_growth = false;
 };

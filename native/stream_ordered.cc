@@ -231,6 +231,8 @@ Napi::Value AsyncStats(const Napi::CallbackInfo& info) {
   o.Set("largestFreeBlock", static_cast<double>(reserved > used ? reserved - used : 0));
   o.Set("regions", 0);
   o.Set("fragmentation", 0);
+  o.Set("numRegionAllocs", 0);
+  o.Set("gcReleasedBytes", 0);
   Napi::Object m = Napi::Object::New(env);
   m.Set("reservedBytes", static_cast<double>(reserved));
   m.Set("reservedPeakBytes",

@@ -185,6 +185,51 @@ for (const backend of ['bfc', 'async']) {
   });
 }
 
+describeGpu('recording on the device, replayed on a simulated one', () => {
+  test('examples/record-replay.js: the replay under the same policy is the pool the device saw', () => {
+    const { execFileSync } = require('child_process');
+    const path = require('path');
+    const out = execFileSync(process.execPath, [path.join(__dirname, '..', 'examples', 'record-replay.js'), '--json'], {
+      encoding: 'utf8',
+    });
+    const r = JSON.parse(out);
+    expect(r.gpu).toBe(true);
+    expect(r.events).toBeGreaterThan(500);
+    expect(r.replayed).toEqual(r.device);
+    console.log(`record-replay on the device: ${JSON.stringify(r.device)}; replayed ${JSON.stringify(r.replayed)}`);
+  });
+
+  test('a device allocator and its simulated replay end with the same regions; the async backend does not record', () => {
+    const a = cm.createAllocator({ allowGrowth: true, memoryLimit: 1024 * MiB });
+    a.startRecording();
+    const keep = [];
+    for (let i = 0; i < 200; i++) {
+      const b = a.alloc(((i * 7919) % 4000) * 1024 + 1);
+      if (i % 3 === 0) keep.push(b);
+      else b.free();
+    }
+    const trace = a.stopRecording();
+    const device = a.snapshot().segments.map((s) => [s.totalSize, s.allocatedSize, s.blocks.map((b) => [b.offset, b.size, b.state])]);
+    for (const b of keep) b.free();
+    a.close();
+    const sim = cm.createAllocator({ allowGrowth: true, memoryLimit: 1024 * MiB, simulate: { totalBytes: trace.device.totalBytes } });
+    const live = new Map();
+    for (const e of trace.events) {
+      if (e.action === 'alloc') live.set(e.id, sim.alloc(e.bytes));
+      else if (e.action === 'free') live.get(e.id).free();
+    }
+    const replayed = sim.snapshot().segments.map((s) => [s.totalSize, s.allocatedSize, s.blocks.map((b) => [b.offset, b.size, b.state])]);
+    // Region order follows addresses, which differ between the device and the simulation.
+    const key = (x) => JSON.stringify(x);
+    expect(replayed.map(key).sort()).toEqual(device.map(key).sort());
+    sim.close({ force: true });
+    const asyncAllocator = cm.createAllocator({ backend: 'async', allowGrowth: true, memoryLimit: 64 * MiB });
+    expect(() => asyncAllocator.startRecording()).toThrow(expect.objectContaining({ code: 'ERR_NOT_SUPPORTED' }));
+    expect(() => asyncAllocator.snapshot()).toThrow(/needs the 'bfc' backend/);
+    asyncAllocator.close();
+  });
+});
+
 describeGpu("what only the 'async' backend does", () => {
   test('stream order: a block allocated on a stream is used there at once, freed on another, and its memory reused', async () => {
     const s1 = new cm.Stream({ nonBlocking: true });

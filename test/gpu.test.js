@@ -485,6 +485,7 @@ describeGpu('allocator benchmark (small run)', () => {
     expect(r.rows.map((x) => x.name)).toEqual([
       'allocator.alloc + free (cached size, device)',
       'allocator.alloc + free, held across an await (device)',
+      'allocator.alloc + free, recording a trace (device)',
       'allocator.alloc + free (mixed sizes 4 KiB-8 MiB, device)',
       "allocator.alloc + free, backend 'async' (cached size)",
       "allocator.alloc + free, backend 'async' (mixed sizes 4 KiB-8 MiB)",

@@ -11,6 +11,7 @@ import { checkBoolean, checkDevice, checkOptions, checkSize } from '../validate'
 import { invalidArgument } from '../errors';
 import { knownDeviceCount } from '../discovery';
 import { formatBytes } from '../units';
+import { Trace, TraceEvent, saveTrace as writeTrace } from './trace';
 
 /** A device that exists only as numbers, for running allocator policies without a GPU. */
 export interface SimulatedDevice {
@@ -76,6 +77,10 @@ export interface AllocatorStats {
   regions: number;
   /** 1 − largestFreeBlock / free bytes in the pool (0 when nothing is free). */
   fragmentation: number;
+  /** Regions taken from the device so far (cudaMalloc calls; 0 for `async`). */
+  numRegionAllocs: number;
+  /** Bytes garbage collection gave back to make room for an allocation (0 for `async`). */
+  gcReleasedBytes: number;
   /** Which backend these figures come from. */
   backend: AllocatorBackend;
   /** `async` only: the CUDA memory pool's own figures (cudaMemPoolGetAttribute). */
@@ -99,6 +104,54 @@ export interface AsyncPoolStats {
   /** cudaMemPoolAttrReleaseThreshold: reserved memory the pool keeps at synchronizations. */
   releaseThreshold: number;
 }
+
+/** Options of {@link Allocator.startRecording}. */
+export interface RecordingOptions {
+  /** Events kept; later ones are counted in `droppedEvents`. Default 1,000,000. */
+  maxEvents?: number;
+  /** Keep the JavaScript stack of each allocation (costs a few microseconds each). Default false. */
+  stacks?: boolean;
+}
+
+/**
+ * A block in a snapshot. Field names map to PyTorch's `_snapshot()` blocks: `address`,
+ * `size`, `requestedSize` = requested_size, `state` ('active_allocated' or 'inactive'), `stack` =
+ * frames.
+ */
+export interface SnapshotBlock {
+  address: number;
+  /** Bytes from the start of its segment. */
+  offset: number;
+  size: number;
+  requestedSize: number;
+  state: 'active_allocated' | 'inactive';
+  /** The id a recording gave it (0 if allocated while not recording). */
+  id: number;
+  stack?: string;
+}
+
+/**
+ * A region of the pool in a snapshot; PyTorch calls these segments: `address`, `totalSize` =
+ * total_size, `allocatedSize` = allocated_size, `requestedSize` = requested_size, `blocks`.
+ */
+export interface SnapshotSegment {
+  device: number;
+  address: number;
+  totalSize: number;
+  allocatedSize: number;
+  requestedSize: number;
+  blocks: SnapshotBlock[];
+}
+
+/** {@link Allocator.snapshot}: the pool as it is now. */
+export interface MemorySnapshot {
+  schema: 'cuda-memory/snapshot@1';
+  device: number;
+  limitBytes: number;
+  segments: SnapshotSegment[];
+}
+
+const ACTION_NAMES: TraceEvent['action'][] = ['alloc', 'free', 'oom', 'region_alloc', 'region_free', 'empty_cache'];
 
 /** Options of {@link Allocator.alloc}. */
 export interface AllocOptions {
@@ -165,6 +218,8 @@ export class Allocator {
   readonly limitBytes: number;
   readonly limitSource: string;
   private _closed = false;
+  private _stacks: Map<number, string> | null = null;
+  private _initialRegions: RegionInfo[] = [];
 
   /** @internal Use {@link createAllocator}. */
   constructor(handle: unknown, backend: AllocatorBackend = 'bfc') {
@@ -200,7 +255,115 @@ export class Allocator {
         stream = o.stream.handle();
       }
     }
-    return new DeviceBuffer(this._b.alloc(this._a, bytes, stream), bytes, this.device, this.simulated, this);
+    const h = this._b.alloc(this._a, bytes, stream);
+    if (this._stacks !== null) this._stacks.set(native.blockId(h), (new Error().stack ?? '').split('\n').slice(2).join('\n'));
+    return new DeviceBuffer(h, bytes, this.device, this.simulated, this);
+  }
+
+  private bfcOnly(what: string): void {
+    if (this.backend !== 'bfc')
+      throw Object.assign(new Error(`${what} needs the 'bfc' backend: CUDA's stream-ordered pool does not report its blocks and regions`), {
+        code: 'ERR_NOT_SUPPORTED',
+      });
+  }
+
+  /**
+   * Starts recording every allocation, free, refused request, region taken or given back and
+   * emptyCache, afresh (an earlier recording is dropped). Blocks get ids from 1. The regions the
+   * pool holds already open the trace as region_alloc events at time 0.
+   */
+  startRecording(options?: RecordingOptions): void {
+    this.bfcOnly('recording');
+    const o = checkOptions<RecordingOptions>('options', options);
+    const maxEvents = o.maxEvents === undefined ? 1_000_000 : checkSize('options.maxEvents', o.maxEvents, 1);
+    this._stacks = checkBoolean('options.stacks', o.stacks, false) ? new Map() : null;
+    // The regions already held (a preallocated pool, say) open the trace, so that it shows the
+    // whole pool; blocks allocated before now are not in it.
+    this._initialRegions = this.regions();
+    native.allocatorRecord(this._a, maxEvents);
+  }
+
+  /** Stops recording and returns the trace. */
+  stopRecording(): Trace {
+    this.bfcOnly('recording');
+    native.allocatorRecord(this._a, null);
+    const t = this.trace();
+    this._stacks = null;
+    return t;
+  }
+
+  /** The trace recorded so far (or by the last recording), as `cuda-memory/trace@1`. */
+  trace(): Trace {
+    this.bfcOnly('recording');
+    const c = native.allocatorTrace(this._a);
+    const info = this._b.info(this._a);
+    const events: TraceEvent[] = this._initialRegions.map((r) => ({
+      action: 'region_alloc',
+      region: Number(r.address),
+      size: r.size,
+      time: 0,
+    }));
+    for (let i = 0; i < c.action.length; i++) {
+      const action = ACTION_NAMES[c.action[i]];
+      const time = Math.round(c.time[i] * 1000) / 1000;
+      let e: TraceEvent;
+      if (action === 'alloc' || action === 'free') {
+        e = { action, id: c.id[i], bytes: c.requested[i], size: c.size[i], time, region: c.region[i], offset: c.offset[i] };
+        const stack = action === 'alloc' ? this._stacks?.get(c.id[i]) : undefined;
+        if (stack) e.stack = stack;
+      } else if (action === 'oom') e = { action, bytes: c.requested[i], size: c.size[i], time };
+      else if (action === 'empty_cache') e = { action, size: c.size[i], time };
+      else e = { action, region: c.region[i], size: c.size[i], time };
+      events.push(e);
+    }
+    return {
+      schema: 'cuda-memory/trace@1',
+      device: { index: this.device, simulated: this.simulated, totalBytes: info.deviceTotal, computeCapability: info.computeCapability },
+      policy: {
+        backend: 'bfc',
+        allowGrowth: this.allowGrowth,
+        limitBytes: this.limitBytes,
+        limitSource: this.limitSource,
+        garbageCollection: info.garbageCollection,
+      },
+      droppedEvents: c.dropped,
+      events,
+    };
+  }
+
+  /** Writes {@link trace} to a JSON file. */
+  saveTrace(file: string): void {
+    writeTrace(file, this.trace());
+  }
+
+  /** The pool as it is: each region (segment) with its blocks in address order. */
+  snapshot(): MemorySnapshot {
+    this.bfcOnly('snapshot()');
+    const segments = native.allocatorSnapshot(this._a).map((r) => {
+      const blocks: SnapshotBlock[] = r.blocks.map((b) => {
+        const out: SnapshotBlock = {
+          address: r.address + b.offset,
+          offset: b.offset,
+          size: b.size,
+          requestedSize: b.requested,
+          state: b.inUse ? 'active_allocated' : 'inactive',
+          id: b.id,
+        };
+        const stack = b.inUse && b.id ? this._stacks?.get(b.id) : undefined;
+        if (stack) out.stack = stack;
+        return out;
+      });
+      const used = blocks.filter((b) => b.state === 'active_allocated');
+      return {
+        device: this.device,
+        address: r.address,
+        totalSize: r.size,
+        allocatedSize: used.reduce((x, b) => x + b.size, 0),
+        requestedSize: used.reduce((x, b) => x + b.requestedSize, 0),
+        blocks,
+      };
+    });
+    return { schema: 'cuda-memory/snapshot@1', device: this.device, limitBytes: this.limitBytes, segments };
   }
 
   stats(): AllocatorStats {

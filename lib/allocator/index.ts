@@ -12,8 +12,18 @@ export type {
   AllocOptions,
   RegionInfo,
   SimulatedDevice,
+  RecordingOptions,
+  MemorySnapshot,
+  SnapshotSegment,
+  SnapshotBlock,
 } from './allocator';
+export { loadTrace, saveTrace, checkTrace, fromPyTorchSnapshot, TraceError } from './trace';
+export type { Trace, TraceEvent } from './trace';
 export { allocatorOptionsFromEnv } from './env';
 export type { EnvAllocatorOptions } from './env';
 export { PinnedPool, PooledPinnedBuffer, createPinnedPool } from './pinned-pool';
 export type { PinnedPoolOptions, PinnedPoolStats } from './pinned-pool';
+export { replayTrace, parsePolicy, formatReplay } from './replay';
+export { renderMemoryHtml } from './memory-html';
+export type { MemoryHtmlOptions } from './memory-html';
+export type { ReplayPolicy, ReplayOptions, ReplayResult } from './replay';

@@ -99,6 +99,14 @@ export async function runAllocBenchmark(options: { device?: number; pairs?: numb
     batches(pairs, () => pool.alloc(MiB).free()),
   );
   add('allocator.alloc + free, held across an await (device)', MiB, await heldBatches(pairs, () => pool.alloc(MiB)));
+  // The same pair while recording a trace (no stacks): what recording adds.
+  pool.startRecording({ maxEvents: 2 * (pairs + 100_000) + 16 });
+  add(
+    'allocator.alloc + free, recording a trace (device)',
+    MiB,
+    batches(pairs, () => pool.alloc(MiB).free()),
+  );
+  pool.stopRecording();
   const sizes = mixedSizes();
   let next = 0;
   add(

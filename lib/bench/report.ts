@@ -1,6 +1,7 @@
 /** Output formats of the transfer benchmark: table, CSV, terminal chart, HTML/SVG, JUnit XML. */
 import { TransferReport, TransferResult } from './transfer';
 import { GateResult } from './gates';
+import { esc, PALETTE, niceTicks, sizeTicks } from '../chart';
 import { formatBytes } from '../units';
 
 function label(r: TransferResult): string {
@@ -119,49 +120,6 @@ export function formatChart(report: TransferReport, width = 40): string {
     }
   }
   return out.join('\n');
-}
-
-function esc(s: string): string {
-  return s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;').replace(/"/g, '&quot;');
-}
-
-const PALETTE = [
-  '#1f77b4',
-  '#d62728',
-  '#2ca02c',
-  '#ff7f0e',
-  '#9467bd',
-  '#8c564b',
-  '#e377c2',
-  '#7f7f7f',
-  '#bcbd22',
-  '#17becf',
-  '#393b79',
-  '#637939',
-];
-
-/**
- * Round ticks for a linear axis from 0: a step of 1, 2, 2.5 or 5 times a power of ten giving at
- * most `most` intervals, and the axis end rounded up to a whole step.
- */
-export function niceTicks(max: number, most = 6): number[] {
-  const top = max > 0 && Number.isFinite(max) ? max : 1;
-  const raw = top / most;
-  const pow = 10 ** Math.floor(Math.log10(raw));
-  const step = [1, 2, 2.5, 5, 10].map((m) => m * pow).find((st) => top / st <= most) ?? 10 * pow;
-  const n = Math.ceil(top / step - 1e-9);
-  return Array.from({ length: n + 1 }, (_, i) => Number((i * step).toPrecision(12)));
-}
-
-/** Ticks for a log2 size axis: whole powers of two in range, every 2nd or 4th when there are many. */
-export function sizeTicks(min: number, max: number, most = 10): number[] {
-  const lo = Math.ceil(Math.log2(min));
-  const hi = Math.floor(Math.log2(max));
-  let stride = 1;
-  while ((hi - lo) / stride + 1 > most) stride *= 2;
-  const out: number[] = [];
-  for (let k = lo; k <= hi; k += stride) out.push(2 ** k);
-  return out;
 }
 
 /**
@@ -285,3 +243,5 @@ export function benchmarkJunit(report: TransferReport, gates: GateResult[]): str
     cases.push({ classname: 'transfer.gates', name: g.gate.text, seconds: 0, failure: g.pass ? undefined : g.message, output: g.message });
   return renderJunit('cuda-memory bench', cases);
 }
+
+export { niceTicks, sizeTicks } from '../chart';

@@ -13,7 +13,35 @@ struct Pool::Chunk {
   Chunk* prev = nullptr;  // neighbours in address order within one region
   Chunk* next = nullptr;
   uint64_t region = 0;
+  uint64_t id = 0;  // while recording
 };
+
+const char* ActionName(TraceAction action) {
+  switch (action) {
+    case TraceAction::kAlloc:
+      return "alloc";
+    case TraceAction::kFree:
+      return "free";
+    case TraceAction::kOom:
+      return "oom";
+    case TraceAction::kRegionAlloc:
+      return "region_alloc";
+    case TraceAction::kRegionFree:
+      return "region_free";
+    case TraceAction::kEmptyCache:
+      return "empty_cache";
+  }
+  return "unknown";
+}
+
+void Pool::Record(TraceAction action, const Chunk* c, uint64_t requested, uint64_t size) {
+  if (c)
+    recorder_->Add(action, c->id, requested, size, c->region, c->address - c->region);
+  else
+    recorder_->Add(action, 0, requested, size, 0, 0);
+}
+
+uint64_t Pool::BlockId(const Chunk* block) { return block->id; }
 
 bool Pool::BySizeThenAddress::operator()(const Chunk* a, const Chunk* b) const {
   if (a->size != b->size) return a->size < b->size;
@@ -149,8 +177,11 @@ bool Pool::Extend(size_t rounded) {
   c->address = address;
   c->size = bytes;
   c->region = address;
+  c->id = 0;
   regions_[address] = Region{address, bytes, c};
   stats_.pool_bytes += bytes;
+  stats_.num_region_allocs++;
+  if (recorder_) recorder_->Add(TraceAction::kRegionAlloc, 0, bytes, bytes, address, 0);
   stats_.peak_pool_bytes = std::max(stats_.peak_pool_bytes, stats_.pool_bytes);
   InsertFree(c);
   return true;
@@ -163,6 +194,9 @@ uint64_t Pool::ReleaseFreeRegions() noexcept {
     if (!c->in_use && c->next == nullptr && c->size == it->second.size) {
       RemoveFree(c);
       upstream_->Deallocate(it->second.address, it->second.size);
+      if (recorder_)
+        recorder_->Add(TraceAction::kRegionFree, 0, it->second.size, it->second.size,
+                       it->second.address, 0);
       released += it->second.size;
       stats_.pool_bytes -= it->second.size;
       DeleteChunk(c);
@@ -183,12 +217,15 @@ Pool::Chunk* Pool::Allocate(size_t bytes, OomInfo* oom) {
   if (!c && rounded) {
     if (Extend(rounded)) {
       c = FindFree(rounded);
-    } else if (options_.garbage_collection && ReleaseFreeRegions() > 0 && Extend(rounded)) {
-      c = FindFree(rounded);
+    } else if (options_.garbage_collection) {
+      uint64_t released = ReleaseFreeRegions();
+      stats_.gc_released_bytes += released;
+      if (released > 0 && Extend(rounded)) c = FindFree(rounded);
     }
   }
   if (!c) {
     ++stats_.num_ooms;
+    if (recorder_) Record(TraceAction::kOom, nullptr, bytes, rounded);
     FillOom(bytes, rounded, oom);
     return nullptr;
   }
@@ -198,6 +235,7 @@ Pool::Chunk* Pool::Allocate(size_t bytes, OomInfo* oom) {
     rest->address = c->address + rounded;
     rest->size = c->size - rounded;
     rest->region = c->region;
+    rest->id = 0;
     rest->prev = c;
     rest->next = c->next;
     if (c->next) c->next->prev = rest;
@@ -213,10 +251,18 @@ Pool::Chunk* Pool::Allocate(size_t bytes, OomInfo* oom) {
   stats_.requested_bytes_in_use += bytes;
   stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
   stats_.largest_alloc_size = std::max<uint64_t>(stats_.largest_alloc_size, c->size);
+  if (recorder_) {
+    c->id = ++next_id_;
+    Record(TraceAction::kAlloc, c, bytes, c->size);
+  } else {
+    c->id = 0;
+  }
   return c;
 }
 
 void Pool::Free(Chunk* c) noexcept {
+  if (recorder_ && c->id) Record(TraceAction::kFree, c, c->requested, c->size);
+  c->id = 0;
   live_blocks_--;
   stats_.num_frees++;
   stats_.bytes_in_use -= c->size;
@@ -243,7 +289,11 @@ void Pool::Free(Chunk* c) noexcept {
   InsertFree(c);
 }
 
-uint64_t Pool::EmptyCache() noexcept { return ReleaseFreeRegions(); }
+uint64_t Pool::EmptyCache() noexcept {
+  uint64_t released = ReleaseFreeRegions();
+  if (recorder_) recorder_->Add(TraceAction::kEmptyCache, 0, 0, released, 0, 0);
+  return released;
+}
 
 void Pool::ReleaseAll() noexcept {
   for (auto& [address, region] : regions_) {
@@ -253,6 +303,8 @@ void Pool::ReleaseAll() noexcept {
       c = n;
     }
     upstream_->Deallocate(address, region.size);
+    if (recorder_)
+      recorder_->Add(TraceAction::kRegionFree, 0, region.size, region.size, address, 0);
   }
   regions_.clear();
   for (auto& bin : bins_) bin.clear();
@@ -281,6 +333,15 @@ PoolStats Pool::Stats() const {
 void Pool::ResetPeakStats() {
   stats_.peak_bytes_in_use = stats_.bytes_in_use;
   stats_.peak_pool_bytes = stats_.pool_bytes;
+}
+
+std::vector<BlockInfo> Pool::Blocks(uint64_t address) const {
+  std::vector<BlockInfo> out;
+  auto it = regions_.find(address);
+  if (it == regions_.end()) return out;
+  for (const Chunk* c = it->second.first; c; c = c->next)
+    out.push_back(BlockInfo{c->address - address, c->size, c->requested, c->id, c->in_use});
+  return out;
 }
 
 std::vector<RegionInfo> Pool::Regions() const {

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "trace.h"
 #include "upstream.h"
 
 namespace cm::core {
@@ -45,7 +46,15 @@ struct PoolStats {
   uint64_t num_allocs = 0, num_frees = 0, num_ooms = 0;
   uint64_t largest_alloc_size = 0, largest_free_block = 0;
   uint64_t regions = 0;
-  double fragmentation = 0;  // 1 - largest free block / free bytes in the pool
+  double fragmentation = 0;        // 1 - largest free block / free bytes in the pool
+  uint64_t num_region_allocs = 0;  // regions taken from the upstream (cudaMalloc calls)
+  uint64_t gc_released_bytes = 0;  // given back by garbage collection before an allocation
+};
+
+// One block of a region, for snapshots.
+struct BlockInfo {
+  uint64_t offset, size, requested, id;
+  bool in_use;
 };
 
 struct RegionInfo {
@@ -100,6 +109,13 @@ class Pool {
   PoolStats Stats() const;
   void ResetPeakStats();
   std::vector<RegionInfo> Regions() const;
+  // The blocks of the region at `address`, in address order.
+  std::vector<BlockInfo> Blocks(uint64_t address) const;
+  // Recording: every event from now on goes to `recorder` (null stops it); blocks allocated
+  // while recording get ids, counted from 1 for the pool's lifetime.
+  void SetRecorder(Recorder* recorder) { recorder_ = recorder; }
+  // The id of the block (0 if it was allocated while not recording).
+  static uint64_t BlockId(const Chunk* block);
   uint64_t live_blocks() const { return live_blocks_; }
   const PoolOptions& options() const { return options_; }
   Upstream* upstream() const { return upstream_; }
@@ -135,6 +151,9 @@ class Pool {
   uint64_t live_blocks_ = 0;
   std::vector<Chunk*> spare_;
   PoolStats stats_;
+  Recorder* recorder_ = nullptr;
+  uint64_t next_id_ = 0;
+  void Record(TraceAction action, const Chunk* c, uint64_t requested, uint64_t size);
 };
 
 }  // namespace cm::core

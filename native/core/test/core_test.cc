@@ -52,6 +52,74 @@ static void TestBudget() {
   CHECK(!zero.Charge(1));
 }
 
+static void TestRecording() {
+  SimulatedUpstream up(80 * GiB, 80 * GiB, 9, 0);
+  Pool pool(&up, {64 * MiB, "test", true, true});
+  OomInfo oom;
+  Pool::Chunk* before = pool.Allocate(1000, &oom);  // not recorded: id 0
+  Recorder rec(100);
+  pool.SetRecorder(&rec);
+  Pool::Chunk* a = pool.Allocate(3 * MiB, &oom);  // a new 4 MiB region (growth doubled to fit)
+  Pool::Chunk* b = pool.Allocate(1000, &oom);
+  CHECK(Pool::BlockId(before) == 0 && Pool::BlockId(a) == 1 && Pool::BlockId(b) == 2);
+  CHECK(!pool.Allocate(100 * MiB, &oom));
+  pool.Free(a);
+  pool.Free(before);  // allocated before recording: no event
+  pool.Free(b);
+  CHECK(pool.EmptyCache() > 0);
+  pool.SetRecorder(nullptr);
+  Pool::Chunk* c = pool.Allocate(10, &oom);
+  CHECK(Pool::BlockId(c) == 0);
+  pool.Free(c);
+  const auto& e = rec.events();
+  std::vector<TraceAction> want = {
+      TraceAction::kRegionAlloc, TraceAction::kAlloc,      TraceAction::kAlloc,
+      TraceAction::kOom,         TraceAction::kFree,       TraceAction::kFree,
+      TraceAction::kRegionFree,  TraceAction::kRegionFree, TraceAction::kEmptyCache};
+  CHECK(e.size() == want.size());
+  for (size_t i = 0; i < e.size() && i < want.size(); ++i) CHECK(e[i].action == want[i]);
+  if (e.size() == want.size()) {
+    // 3 MiB in a 4 MiB region is not split off it (less than twice the request).
+    CHECK(e[0].size == 4 * MiB && e[1].id == 1 && e[1].requested == 3 * MiB &&
+          e[1].size == 4 * MiB && e[1].region == e[0].region && e[1].offset == 0);
+    CHECK(e[3].requested == 100 * MiB && e[3].id == 0);
+    CHECK(e[4].id == 1 && e[5].id == 2 && e[5].requested == 1000);
+    CHECK(e[8].size == 6 * MiB);  // the 2 MiB and 4 MiB regions
+    for (size_t i = 1; i < e.size(); ++i) CHECK(e[i].time_ns >= e[i - 1].time_ns);
+  }
+  CHECK(pool.Stats().num_region_allocs == 3);  // 2 MiB, 4 MiB, and one more for c after emptyCache
+  Recorder small(2);
+  pool.SetRecorder(&small);
+  for (int i = 0; i < 3; ++i) pool.Free(pool.Allocate(256, &oom));
+  CHECK(small.events().size() == 2 && small.dropped() > 0);
+  pool.SetRecorder(nullptr);
+}
+
+static void TestBlocksAndGcCounters() {
+  SimulatedUpstream up(80 * GiB, 80 * GiB, 9, 0);
+  Pool pool(&up, {8 * MiB, "test", true, true});
+  OomInfo oom;
+  Pool::Chunk* a = pool.Allocate(MiB, &oom);  // region of 2 MiB
+  Pool::Chunk* b = pool.Allocate(512 * 1024, &oom);
+  std::vector<RegionInfo> r = pool.Regions();
+  CHECK(r.size() == 1);
+  std::vector<BlockInfo> blocks = pool.Blocks(r[0].address);
+  CHECK(blocks.size() == 3);
+  if (blocks.size() == 3) {
+    CHECK(blocks[0].offset == 0 && blocks[0].size == MiB && blocks[0].in_use &&
+          blocks[0].requested == MiB);
+    CHECK(blocks[1].offset == MiB && blocks[1].size == 512 * 1024 && blocks[1].in_use);
+    CHECK(blocks[2].offset == MiB + 512 * 1024 && !blocks[2].in_use && blocks[2].requested == 0);
+  }
+  CHECK(pool.Blocks(12345).empty());
+  pool.Free(a);
+  pool.Free(b);
+  // 2 MiB free in one region, 6 MiB left under the limit: 7 MiB needs the free region back.
+  Pool::Chunk* big = pool.Allocate(7 * MiB, &oom);
+  CHECK(big && pool.Stats().gc_released_bytes == 2 * MiB);
+  pool.Free(big);
+}
+
 static void TestGrowthSequence() {
   SimulatedUpstream up(80 * GiB, 80 * GiB, 9, 0);
   Pool pool(&up, {4 * GiB, "test", true, true});
@@ -166,6 +234,8 @@ static void TestRandomized() {
 
 int main() {
   TestBudget();
+  TestRecording();
+  TestBlocksAndGcCounters();
   TestGrowthSequence();
   TestPreallocateAndOom();
   TestBackoff();

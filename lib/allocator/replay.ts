@@ -1,0 +1,228 @@
+/**
+ * Replays a trace (ours or PyTorch's) under other policies and device sizes on simulated devices:
+ * would the workload have survived, with what peak, pool and fragmentation, and what is the
+ * smallest limit that it survives.
+ */
+import { Allocator, AllocatorOptions, createAllocator } from './allocator';
+import { DeviceBuffer } from '../memory';
+import { OutOfMemoryError } from '../errors';
+import { Trace, loadTrace } from './trace';
+import { formatBytes, parseSize } from '../units';
+
+/** A policy to replay under: allocator options, the device's size given by `simulate` or `deviceBytes`. */
+export interface ReplayPolicy extends Omit<AllocatorOptions, 'backend' | 'asyncDefaultPool'> {
+  /** A name for reports; default made from the options ("growth, limit 8 GiB on 24 GiB"). */
+  name?: string;
+  /** The simulated device's total memory, when `simulate` is not given; default the trace's device. */
+  deviceBytes?: number;
+}
+
+/** Options of {@link replayTrace}. */
+export interface ReplayOptions {
+  /** Also find, per policy, the smallest memoryLimit that survives (bisection to 1 MiB). */
+  findMinLimit?: boolean;
+}
+
+/** What one policy did with the trace. */
+export interface ReplayResult {
+  policy: string;
+  options: ReplayPolicy;
+  deviceBytes: number;
+  survived: boolean;
+  /** Index (in the trace's events) of the allocation that failed, or null. */
+  failedAt: number | null;
+  /** Why it failed: the OutOfMemoryError's message, or why the allocator could not be made. */
+  error: string | null;
+  peakBytesInUse: number;
+  peakPoolBytes: number;
+  /** Fragmentation of the pool when bytes in use peaked. */
+  fragmentationAtPeak: number;
+  /** Regions taken from the (simulated) device: cudaMalloc calls. */
+  regionAllocations: number;
+  /** Bytes garbage collection gave back to make room. */
+  gcReleasedBytes: number;
+  /** With findMinLimit: the smallest memoryLimit that survives, to 1 MiB; null if none up to the device's size. */
+  minLimitBytes?: number | null;
+}
+
+const MiB = 2 ** 20;
+
+/** A policy's default name: "prealloc" or "growth", then its limit and options, then the device. */
+export function policyName(p: ReplayPolicy, deviceBytes: number): string {
+  const parts = [p.allowGrowth ? 'growth' : 'prealloc'];
+  if (p.memoryFraction !== undefined) parts.push(`fraction ${p.memoryFraction}`);
+  if (p.memoryLimit !== undefined) parts.push(`limit ${formatBytes(p.memoryLimit)}`);
+  if (p.garbageCollection === false) parts.push('no gc');
+  return `${parts.join(', ')} on ${formatBytes(deviceBytes)}`;
+}
+
+/**
+ * Reads a policy from the command line's form: comma-separated `growth` or `prealloc`,
+ * `fraction=0.5`, `limit=8GiB`, `gc=off`. Throws a RangeError naming what it cannot read.
+ */
+export function parsePolicy(spec: string): ReplayPolicy {
+  const p: ReplayPolicy = { allowGrowth: false };
+  for (const raw of spec.split(',')) {
+    const part = raw.trim();
+    const [k, v] = part.split('=', 2) as [string, string | undefined];
+    if (part === 'growth' || part === 'allow_growth') p.allowGrowth = true;
+    else if (part === 'prealloc' || part === 'preallocate') p.allowGrowth = false;
+    else if (k === 'fraction' && v !== undefined && Number(v) > 0 && Number(v) <= 1) p.memoryFraction = Number(v);
+    else if (k === 'limit' && v !== undefined) p.memoryLimit = parseSize(v);
+    else if (k === 'gc' && (v === 'on' || v === 'off')) p.garbageCollection = v === 'on';
+    else
+      throw new RangeError(
+        `Expected a policy such as 'growth', 'prealloc,fraction=0.5', 'growth,limit=8GiB' or 'prealloc,gc=off' but received ${JSON.stringify(spec)}: cannot read ${JSON.stringify(part)}`,
+      );
+  }
+  if (p.memoryFraction !== undefined && p.memoryLimit !== undefined)
+    throw new RangeError(`policy ${JSON.stringify(spec)} gives both fraction and limit`);
+  return p;
+}
+
+function deviceOf(trace: Trace, p: ReplayPolicy): { totalBytes: number; computeCapability: string } {
+  const totalBytes = p.simulate?.totalBytes ?? p.deviceBytes ?? trace.device?.totalBytes;
+  if (!totalBytes)
+    throw new RangeError(
+      `the trace does not say its device's size, and policy ${JSON.stringify(p.name ?? p)} gives none: set deviceBytes or simulate`,
+    );
+  return { totalBytes, computeCapability: p.simulate?.computeCapability ?? trace.device?.computeCapability ?? '9.0' };
+}
+
+type RunResult = Omit<ReplayResult, 'policy' | 'options' | 'deviceBytes'> & { recorded?: Trace };
+
+function runOnce(trace: Trace, p: ReplayPolicy, deviceBytes: number, computeCapability: string, record = false): RunResult {
+  const { name: _n, deviceBytes: _d, simulate, ...opts } = p;
+  const base = { peakBytesInUse: 0, peakPoolBytes: 0, fragmentationAtPeak: 0, regionAllocations: 0, gcReleasedBytes: 0 };
+  let a: Allocator;
+  try {
+    a = createAllocator({
+      ...opts,
+      simulate: { totalBytes: deviceBytes, freeBytes: simulate?.freeBytes ?? deviceBytes, computeCapability },
+    });
+  } catch (e) {
+    return { ...base, survived: false, failedAt: null, error: `the allocator could not be made: ${(e as Error).message}` };
+  }
+  if (record) a.startRecording({ maxEvents: Math.max(1, trace.events.length * 4) });
+  const live = new Map<number | string, DeviceBuffer>();
+  let peak = -1;
+  let fragmentationAtPeak = 0;
+  let failedAt: number | null = null;
+  let error: string | null = null;
+  const events = trace.events;
+  try {
+    for (let i = 0; i < events.length; i++) {
+      const e = events[i];
+      if (e.action === 'alloc') {
+        try {
+          live.set(e.id!, a.alloc(e.bytes!));
+        } catch (x) {
+          if (!(x instanceof OutOfMemoryError)) throw x;
+          failedAt = i;
+          error = x.message;
+          break;
+        }
+        const s = a.stats();
+        if (s.bytesInUse > peak) {
+          peak = s.bytesInUse;
+          fragmentationAtPeak = s.fragmentation;
+        }
+      } else if (e.action === 'free') {
+        const b = live.get(e.id!);
+        if (b) {
+          b.free();
+          live.delete(e.id!);
+        }
+      } else if (e.action === 'empty_cache') {
+        a.emptyCache();
+      }
+      // oom: the original request failed and the program went on without it; region events
+      // belong to the original policy. Neither is replayed.
+    }
+    const s = a.stats();
+    return {
+      ...(record ? { recorded: a.stopRecording() } : {}),
+      survived: failedAt === null,
+      failedAt,
+      error,
+      peakBytesInUse: s.peakBytesInUse,
+      peakPoolBytes: s.peakPoolBytes,
+      fragmentationAtPeak,
+      regionAllocations: s.numRegionAllocs,
+      gcReleasedBytes: s.gcReleasedBytes,
+    };
+  } finally {
+    a.close({ force: true });
+  }
+}
+
+/**
+ * Replays `trace` (a Trace, or a file path, ours or PyTorch's) under each policy on a simulated
+ * device and reports what happened; with `findMinLimit`, also the smallest memoryLimit (to 1 MiB)
+ * under which each policy survives. Allocations and frees are replayed, and emptyCache calls;
+ * refused requests and the original's region events are not.
+ */
+export function replayTrace(trace: Trace | string, policies: ReplayPolicy[], options: ReplayOptions = {}): ReplayResult[] {
+  const t = typeof trace === 'string' ? loadTrace(trace) : trace;
+  if (!Array.isArray(policies) || policies.length === 0)
+    throw new TypeError('Expected policies to be a non-empty array of allocator options');
+  return policies.map((p) => {
+    const { totalBytes, computeCapability } = deviceOf(t, p);
+    const r = runOnce(t, p, totalBytes, computeCapability);
+    const out: ReplayResult = { policy: p.name ?? policyName(p, totalBytes), options: p, deviceBytes: totalBytes, ...r };
+    if (options.findMinLimit) {
+      // Bisection in whole MiB over memoryLimit (fraction dropped), between a limit that fails
+      // and one that survives.
+      const under = (mib: number) =>
+        runOnce(t, { ...p, memoryFraction: undefined, memoryLimit: mib * MiB }, totalBytes, computeCapability).survived;
+      let hi = Math.floor(totalBytes / MiB);
+      if (!under(hi)) out.minLimitBytes = null;
+      else {
+        let lo = 0;
+        while (hi - lo > 1) {
+          const mid = Math.floor((lo + hi) / 2);
+          if (under(mid)) hi = mid;
+          else lo = mid;
+        }
+        out.minLimitBytes = hi * MiB;
+      }
+    }
+    return out;
+  });
+}
+
+/**
+ * Replays `trace` under one policy with recording on: the trace the simulated allocator wrote
+ * (regions, offsets and all), for drawing a trace that lacks them.
+ */
+export function replayRecorded(trace: Trace, policy: ReplayPolicy): { recorded: Trace; failedAt: number | null; policy: string } {
+  const { totalBytes, computeCapability } = deviceOf(trace, policy);
+  const r = runOnce(trace, policy, totalBytes, computeCapability, true);
+  if (!r.recorded) throw new Error(r.error ?? 'the replay did not record');
+  return { recorded: r.recorded, failedAt: r.failedAt, policy: policy.name ?? policyName(policy, totalBytes) };
+}
+
+/** A table of replay results, sizes in binary units. */
+export function formatReplay(results: ReplayResult[]): string {
+  const rows = results.map((r) => [
+    r.policy,
+    r.survived ? 'survived' : r.failedAt === null ? 'could not start' : `failed at event ${r.failedAt}`,
+    formatBytes(r.peakBytesInUse),
+    formatBytes(r.peakPoolBytes),
+    `${(r.fragmentationAtPeak * 100).toFixed(1)}%`,
+    String(r.regionAllocations),
+    formatBytes(r.gcReleasedBytes),
+    r.minLimitBytes === undefined ? '' : r.minLimitBytes === null ? 'none' : formatBytes(r.minLimitBytes),
+  ]);
+  const head = ['policy', 'outcome', 'peak in use', 'peak pool', 'frag. at peak', 'regions', 'gc released', 'min limit'];
+  const all = [head, ...rows];
+  const w = head.map((_, c) => Math.max(...all.map((r) => r[c].length)));
+  return all
+    .map((r) =>
+      r
+        .map((x, c) => (c < 2 ? x.padEnd(w[c]) : x.padStart(w[c])))
+        .join('  ')
+        .trimEnd(),
+    )
+    .join('\n');
+}

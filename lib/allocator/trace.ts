@@ -1,0 +1,174 @@
+/**
+ * Allocator traces (`cuda-memory/trace@1`): what a recording allocator writes, and what replay
+ * and the memory page read, PyTorch's `torch.cuda.memory._snapshot()` files included.
+ */
+import * as fs from 'fs';
+
+/** One event of a trace. Only `action` and, for alloc/free, `id` (and `bytes` for alloc) are required. */
+export interface TraceEvent {
+  action: 'alloc' | 'free' | 'oom' | 'region_alloc' | 'region_free' | 'empty_cache';
+  /** The block (alloc, free): a number or string unique among live blocks. */
+  id?: number | string;
+  /** alloc, oom: bytes requested; free: the block's request. */
+  bytes?: number;
+  /** alloc, free: the block's size (the request rounded, or a whole unsplit block); oom: the
+   *  rounded request; region events: the region's size; empty_cache: bytes released. */
+  size?: number;
+  /** Microseconds since recording started. */
+  time?: number;
+  /** The region's address (alloc, free, region events). */
+  region?: number;
+  /** The block's offset in its region (alloc, free). */
+  offset?: number;
+  /** The JavaScript stack of the allocation, when recorded with `stacks: true`. */
+  stack?: string;
+}
+
+/** A trace: a recording allocator's `trace()`, or a file any tool can write. */
+export interface Trace {
+  schema: 'cuda-memory/trace@1';
+  events: TraceEvent[];
+  /** Where it was recorded. */
+  device?: { index: number; simulated: boolean; totalBytes: number; computeCapability: string };
+  /** The recording allocator's policy. */
+  policy?: { backend: 'bfc'; allowGrowth: boolean; limitBytes: number; limitSource: string; garbageCollection: boolean };
+  /** Events not kept because maxEvents was reached. */
+  droppedEvents?: number;
+  /** What the trace was read from, for a PyTorch file ("pytorch _snapshot(), device 0"). */
+  source?: string;
+}
+
+/** A trace file or object that cannot be read; `eventIndex` says where, when it is one event. */
+export class TraceError extends Error {
+  readonly code = 'ERR_BAD_TRACE';
+  constructor(
+    message: string,
+    readonly eventIndex: number | null = null,
+  ) {
+    super(message);
+    this.name = 'TraceError';
+  }
+}
+
+const ACTIONS = new Set(['alloc', 'free', 'oom', 'region_alloc', 'region_free', 'empty_cache']);
+
+function isSize(v: unknown, min = 1): v is number {
+  return typeof v === 'number' && Number.isSafeInteger(v) && v >= min;
+}
+
+/**
+ * Checks a trace of ours (full or minimal) and returns it with its events checked: every event
+ * an object with a known action; an alloc with a positive safe-integer `bytes` and an `id` not
+ * live already; a free naming a live id. Throws TraceError naming the first bad event's index.
+ */
+export function checkTrace(t: unknown): Trace {
+  if (typeof t !== 'object' || t === null || Array.isArray(t)) throw new TraceError('a trace must be a JSON object');
+  const o = t as Record<string, unknown>;
+  if (o.schema !== 'cuda-memory/trace@1')
+    throw new TraceError(`expected schema "cuda-memory/trace@1" but found ${JSON.stringify(o.schema)} (PyTorch files have device_traces)`);
+  if (!Array.isArray(o.events)) throw new TraceError('a trace needs an events array');
+  const live = new Set<number | string>();
+  o.events.forEach((e: unknown, i: number) => {
+    const at = (msg: string) => new TraceError(`event ${i}: ${msg}`, i);
+    if (typeof e !== 'object' || e === null) throw at('not an object');
+    const ev = e as TraceEvent;
+    if (!ACTIONS.has(ev.action)) throw at(`unknown action ${JSON.stringify(ev.action)}; expected one of ${[...ACTIONS].join(', ')}`);
+    if (ev.action === 'alloc' || ev.action === 'free') {
+      if (typeof ev.id !== 'number' && typeof ev.id !== 'string') throw at(`${ev.action} needs an id (a number or a string)`);
+    }
+    if (ev.action === 'alloc') {
+      if (!isSize(ev.bytes)) throw at(`alloc needs bytes, a positive safe integer; got ${JSON.stringify(ev.bytes)}`);
+      if (live.has(ev.id!)) throw at(`alloc of id ${JSON.stringify(ev.id)}, which is already live`);
+      live.add(ev.id!);
+    } else if (ev.action === 'free') {
+      if (!live.has(ev.id!)) throw at(`free of id ${JSON.stringify(ev.id)}, which was never allocated or is already freed`);
+      live.delete(ev.id!);
+    }
+    for (const k of ['bytes', 'size', 'region', 'offset'] as const)
+      if (ev[k] !== undefined && !isSize(ev[k], 0)) throw at(`${k} must be a non-negative safe integer; got ${JSON.stringify(ev[k])}`);
+    if (ev.time !== undefined && (typeof ev.time !== 'number' || !Number.isFinite(ev.time) || ev.time < 0))
+      throw at(`time must be a non-negative number of microseconds; got ${JSON.stringify(ev.time)}`);
+  });
+  return o as unknown as Trace;
+}
+
+interface TorchTraceEntry {
+  action: string;
+  addr: number;
+  size: number;
+  stream?: number;
+  time_us?: number;
+  frames?: { filename: string; line: number; name: string }[];
+}
+
+/**
+ * Converts a file written with `json.dump(torch.cuda.memory._snapshot(), f)` after
+ * `torch.cuda.memory._record_memory_history()`: the events of one device's `device_traces`,
+ * `alloc` and `free_completed` (or `free_requested`, where no free completed) becoming alloc and
+ * free, `segment_alloc`/`segment_free` region events, `oom` an oom. Blocks are keyed by address
+ * while live, so a reused address is a new block.
+ */
+export function fromPyTorchSnapshot(snapshot: unknown, device?: number): Trace {
+  const s = snapshot as { device_traces?: unknown; segments?: { device?: number; total_size?: number }[] };
+  if (!Array.isArray(s.device_traces)) throw new TraceError('not a PyTorch snapshot: no device_traces array');
+  const traces = s.device_traces as TorchTraceEntry[][];
+  const index = device ?? traces.reduce((best, t, i) => ((t?.length ?? 0) > (traces[best]?.length ?? 0) ? i : best), 0);
+  const entries = traces[index];
+  if (!Array.isArray(entries)) throw new TraceError(`the PyTorch snapshot has no trace for device ${index}`);
+  const completes = entries.some((e) => e.action === 'free_completed');
+  const freeAction = completes ? 'free_completed' : 'free_requested';
+  const live = new Map<number, number>();
+  const events: TraceEvent[] = [];
+  const t0 = entries.find((e) => typeof e.time_us === 'number')?.time_us ?? 0;
+  let next = 1;
+  entries.forEach((e, i) => {
+    if (typeof e !== 'object' || e === null || typeof e.action !== 'string')
+      throw new TraceError(`PyTorch event ${i}: not an object with an action`, i);
+    const time = typeof e.time_us === 'number' ? e.time_us - t0 : undefined;
+    const stack = e.frames?.length ? e.frames.map((f) => `${f.name} (${f.filename}:${f.line})`).join('\n') : undefined;
+    if (e.action === 'alloc') {
+      if (!isSize(e.size)) throw new TraceError(`PyTorch event ${i}: alloc of ${JSON.stringify(e.size)} bytes`, i);
+      const id = next++;
+      live.set(e.addr, id);
+      events.push({ action: 'alloc', id, bytes: e.size, time, ...(stack ? { stack } : {}) });
+    } else if (e.action === freeAction) {
+      const id = live.get(e.addr);
+      if (id === undefined) return; // allocated before recording began
+      live.delete(e.addr);
+      events.push({ action: 'free', id, time });
+    } else if (e.action === 'segment_alloc' || e.action === 'segment_free') {
+      events.push({ action: e.action === 'segment_alloc' ? 'region_alloc' : 'region_free', region: e.addr, size: e.size, time });
+    } else if (e.action === 'oom') {
+      events.push({ action: 'oom', bytes: e.size, time });
+    }
+  });
+  return { schema: 'cuda-memory/trace@1', events, source: `pytorch _snapshot(), device ${index}` };
+}
+
+/**
+ * Reads a trace: a path to a JSON file, or the parsed object; ours or PyTorch's. Throws
+ * TraceError with the reason (and the event index where one event is at fault).
+ */
+export function loadTrace(input: string | object, options: { device?: number } = {}): Trace {
+  let data: unknown = input;
+  if (typeof input === 'string') {
+    let text: string;
+    try {
+      text = fs.readFileSync(input, 'utf8');
+    } catch (e) {
+      throw new TraceError(`cannot read ${input}: ${(e as Error).message}`);
+    }
+    try {
+      data = JSON.parse(text);
+    } catch (e) {
+      throw new TraceError(`${input} is not valid JSON (${(e as Error).message}); was the file cut short?`);
+    }
+  }
+  if (data && typeof data === 'object' && 'device_traces' in data) return fromPyTorchSnapshot(data, options.device);
+  return checkTrace(data);
+}
+
+/** Writes a trace as JSON. */
+export function saveTrace(file: string, trace: Trace): void {
+  fs.writeFileSync(file, JSON.stringify(trace) + '\n');
+}
