@@ -1,0 +1,43 @@
+#include "errors.h"
+
+#include "common.h"
+
+namespace cm {
+
+Napi::Value MakeCudaError(Napi::Env env, cudaError_t err, const std::string& call,
+                          const std::string& detail) {
+  Instance& inst = GetInstance(env);
+  std::string name = cudaGetErrorName(err);
+  std::string message = call + " failed: " + name + " (" + cudaGetErrorString(err) + ")";
+  if (!detail.empty()) message += "; " + detail;
+  Napi::Object props = Napi::Object::New(env);
+  props.Set("code", name);
+  props.Set("cudaCode", static_cast<double>(err));
+  props.Set("call", call);
+  if (inst.cuda_error.IsEmpty()) return Napi::Error::New(env, message).Value();
+  return inst.cuda_error.New({Napi::String::New(env, message), props});
+}
+
+Napi::Value MakeUnavailableError(Napi::Env env, const std::string& reason,
+                                 const std::string& message) {
+  Instance& inst = GetInstance(env);
+  if (inst.unavailable_error.IsEmpty()) return Napi::Error::New(env, message).Value();
+  return inst.unavailable_error.New(
+      {Napi::String::New(env, reason), Napi::String::New(env, message)});
+}
+
+void ThrowValue(Napi::Env env, Napi::Value error) { throw Napi::Error(env, error); }
+
+void ThrowCuda(Napi::Env env, cudaError_t err, const std::string& call, const std::string& detail) {
+  ThrowValue(env, MakeCudaError(env, err, call, detail));
+}
+
+void ThrowType(Napi::Env env, const std::string& message) {
+  throw Napi::TypeError::New(env, message);
+}
+
+void ThrowRange(Napi::Env env, const std::string& message) {
+  throw Napi::RangeError::New(env, message);
+}
+
+}  // namespace cm

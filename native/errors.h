@@ -1,0 +1,41 @@
+// The native side of the JS error classes (lib/errors.ts): CudaError with the failed call and
+// code, CudaUnavailableError with its reason; and the error record the off-thread paths return.
+#pragma once
+
+#include <napi.h>
+
+#include <string>
+
+#include "cuda.h"
+
+namespace cm {
+
+// Builds (not throws) the JS error objects, for use in async completions too.
+Napi::Value MakeCudaError(Napi::Env env, cudaError_t err, const std::string& call,
+                          const std::string& detail = "");
+Napi::Value MakeUnavailableError(Napi::Env env, const std::string& reason,
+                                 const std::string& message);
+[[noreturn]] void ThrowCuda(Napi::Env env, cudaError_t err, const std::string& call,
+                            const std::string& detail = "");
+[[noreturn]] void ThrowValue(Napi::Env env, Napi::Value error);
+[[noreturn]] void ThrowType(Napi::Env env, const std::string& message);
+[[noreturn]] void ThrowRange(Napi::Env env, const std::string& message);
+
+struct Error {
+  cudaError_t code = cudaSuccess;
+  std::string call;
+  std::string detail;
+  explicit operator bool() const { return code != cudaSuccess; }
+};
+
+// Sets the calling thread's device, then runs `call`; returns the first failure.
+#define CM_TRY(err_var, expr, name)        \
+  do {                                     \
+    cudaError_t _e = (expr);               \
+    if (_e != cudaSuccess) {               \
+      err_var = ::cm::Error{_e, name, ""}; \
+      (void)cudaGetLastError();            \
+    }                                      \
+  } while (0)
+
+}  // namespace cm

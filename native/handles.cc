@@ -1,0 +1,131 @@
+#include "handles.h"
+
+#include <cmath>
+
+#include "allocator.h"
+#include "common.h"
+#include "stream_ordered.h"
+
+namespace cm {
+
+double HandleTable::Add(Allocation* a) {
+  uint32_t slot;
+  if (!free_.empty()) {
+    slot = free_.back();
+    free_.pop_back();
+  } else {
+    slot = static_cast<uint32_t>(slots_.size());
+    slots_.emplace_back();
+  }
+  slots_[slot].alloc = a;
+  a->slot = slot;
+  ++live_;
+  return slot + kSlotSpan * slots_[slot].generation;
+}
+
+Allocation* HandleTable::Find(double handle, bool* stale) const {
+  *stale = false;
+  if (!(handle >= 0) || handle != std::floor(handle) || handle > 9007199254740991.0) return nullptr;
+  uint64_t h = static_cast<uint64_t>(handle);
+  uint64_t slot = h % static_cast<uint64_t>(kSlotSpan);
+  uint64_t generation = h / static_cast<uint64_t>(kSlotSpan);
+  if (slot >= slots_.size()) return nullptr;
+  const Slot& s = slots_[slot];
+  if (s.generation == generation && s.alloc) return s.alloc;
+  *stale = generation < s.generation;
+  return nullptr;
+}
+
+void HandleTable::Remove(Allocation* a) {
+  Slot& s = slots_[a->slot];
+  if (s.alloc != a) return;
+  s.alloc = nullptr;
+  s.generation++;
+  free_.push_back(a->slot);
+  --live_;
+}
+
+std::vector<Allocation*> HandleTable::Live() const {
+  std::vector<Allocation*> out;
+  for (const Slot& s : slots_)
+    if (s.alloc) out.push_back(s.alloc);
+  return out;
+}
+
+Napi::Value WrapAllocation(Napi::Env env, Allocation* a) {
+  return Napi::Number::New(env, GetInstance(env).handles.Add(a));
+}
+
+Allocation* UnwrapAllocation(Napi::Env env, Napi::Value v, const char* what, bool allow_released) {
+  bool stale = false;
+  Allocation* a = v.IsNumber()
+                      ? GetInstance(env).handles.Find(v.As<Napi::Number>().DoubleValue(), &stale)
+                      : nullptr;
+  if (a && !a->free_requested) return a;
+  if (!a && !stale) ThrowType(env, std::string(what) + " must be a buffer handle of this library");
+  // Freed: its slot moved on, or free() waits for an asynchronous copy to finish.
+  if (allow_released) return nullptr;
+  Napi::Value err = MakeCudaError(env, cudaErrorInvalidValue, what);
+  Napi::Object o = err.As<Napi::Object>();
+  o.Set("message", std::string(what) + " was freed and can no longer be used");
+  o.Set("code", "ERR_BUFFER_FREED");
+  ThrowValue(env, err);
+}
+
+void TrackExternal(Napi::Env env, Allocation* a, int64_t bytes) {
+  a->external_bytes = bytes;
+  if (bytes) Napi::MemoryManagement::AdjustExternalMemory(env, bytes);
+}
+
+void ReleaseAllocation(Napi::Env env, Allocation* a) noexcept {
+  if (a->released) return;
+  a->released = true;
+  // Freeing while the runtime unloads at process exit may report an error; it is harmless.
+  switch (a->kind) {
+    case MemKind::kDevice:
+      cudaSetDevice(a->device);
+      cudaFree(a->ptr);
+      break;
+    case MemKind::kPinned: {
+      if (a->host_ref) {
+        napi_value ab;
+        // Detaching empties every view, so a kept Uint8Array cannot reach freed memory.
+        if (napi_get_reference_value(env, a->host_ref, &ab) == napi_ok && ab != nullptr)
+          napi_detach_arraybuffer(env, ab);
+        napi_delete_reference(env, a->host_ref);
+        a->host_ref = nullptr;
+      }
+      cudaFreeHost(a->ptr);
+      break;
+    }
+    case MemKind::kRegistered:
+      cudaHostUnregister(a->ptr);
+      if (a->host_ref) {
+        napi_delete_reference(env, a->host_ref);
+        a->host_ref = nullptr;
+      }
+      break;
+    case MemKind::kPool:
+      ReleasePoolBlock(a);
+      break;
+    case MemKind::kAsync:
+      ReleaseAsyncBlock(env, a);
+      break;
+  }
+  if (a->kind != MemKind::kPool) (void)cudaGetLastError();
+  if (a->external_bytes) {
+    int64_t ignored;  // the C call: this runs in finalizers and teardown, where nothing may throw
+    napi_adjust_external_memory(env, -a->external_bytes, &ignored);
+    a->external_bytes = 0;
+  }
+  void* inst = nullptr;
+  if (napi_get_instance_data(env, &inst) == napi_ok && inst)
+    static_cast<Instance*>(inst)->handles.Remove(a);
+  DropReference(a);  // the handle table's reference
+}
+
+void DropReference(Allocation* a) noexcept {
+  if (--a->refs == 0) delete a;
+}
+
+}  // namespace cm

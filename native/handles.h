@@ -1,0 +1,89 @@
+// The records behind every buffer handle, and the table of numbers that stand for them.
+#pragma once
+
+#include <napi.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "cuda.h"
+
+namespace cm {
+
+class StagingEngine;
+class PoolBinding;
+struct AsyncPool;
+struct StreamRec;
+
+// kPool: a block of a BFC allocator; kAsync: a block of CUDA's stream-ordered pool.
+enum class MemKind : uint8_t { kDevice, kPinned, kRegistered, kPool, kAsync };
+
+// What a buffer handle points at. Owned by the instance's handle table; a pinned buffer's
+// ArrayBuffer holds a second reference, since views over it may outlive the handle, and an
+// asynchronous copy holds one while it runs.
+struct Allocation {
+  MemKind kind = MemKind::kDevice;
+  bool released = false;  // the memory is gone (free(), finalizer, cleanup or forced close)
+  bool simulated = false;
+  int device = 0;
+  int refs = 1;
+  int pending = 0;    // asynchronous operations using it; free() waits for them
+  uint32_t slot = 0;  // its place in the HandleTable
+  bool free_requested = false;
+  unsigned flags = 0;          // cudaHostAlloc / cudaHostRegister flags
+  void* ptr = nullptr;         // device address, or host address for pinned and registered
+  void* device_ptr = nullptr;  // mapped pinned memory as the GPU addresses it
+  size_t bytes = 0;
+  int64_t external_bytes = 0;  // reported to V8
+  napi_ref host_ref =
+      nullptr;  // pinned: weak ref to its ArrayBuffer; registered: strong ref to the view
+  std::shared_ptr<PoolBinding> pool;
+  void* block = nullptr;  // the pool's core::Pool::Chunk
+  // kAsync: its pool; the stream it was allocated on (null: the legacy default stream), kept
+  // alive by host_ref; an event marking the allocation on that stream until a use on another
+  // stream has waited for it; and where free({ stream }) asked the free to be ordered.
+  std::shared_ptr<AsyncPool> async_pool;
+  StreamRec* stream = nullptr;
+  cudaEvent_t ready = nullptr;
+  bool free_on_stream = false;
+  cudaStream_t free_stream = nullptr;
+};
+
+// Buffer handles are plain numbers, slot + generation * 2^24, indexing this table. A number is
+// far cheaper to make than an External with a finalizer (about 20 ns against 700 ns), which is
+// what lets a pooled alloc+free cost well under a microsecond; the generation makes a stale or
+// forged number fail the lookup instead of reaching another buffer. The table also lists what an
+// exiting environment (a worker thread) still holds, for its cleanup hook.
+class HandleTable {
+ public:
+  static constexpr double kSlotSpan = 16777216.0;  // 2^24 slots
+  double Add(Allocation* a);
+  // nullptr if `handle` is not a live handle; *stale is set when it was one once.
+  Allocation* Find(double handle, bool* stale) const;
+  void Remove(Allocation* a);
+  std::vector<Allocation*> Live() const;
+  size_t size() const { return live_; }
+
+ private:
+  struct Slot {
+    Allocation* alloc = nullptr;
+    uint32_t generation = 0;
+  };
+  std::vector<Slot> slots_;
+  std::vector<uint32_t> free_;
+  size_t live_ = 0;
+};
+
+// Enters the allocation in the handle table and returns its handle.
+Napi::Value WrapAllocation(Napi::Env env, Allocation* a);
+// Returns the allocation behind a handle; throws a TypeError naming `what` if it is not one,
+// and a CudaError (ERR_BUFFER_FREED) if it was freed, unless allow_released.
+Allocation* UnwrapAllocation(Napi::Env env, Napi::Value v, const char* what,
+                             bool allow_released = false);
+// Releases the memory (not the record). Never throws.
+void ReleaseAllocation(Napi::Env env, Allocation* a) noexcept;
+void DropReference(Allocation* a) noexcept;
+void TrackExternal(Napi::Env env, Allocation* a, int64_t bytes);
+
+}  // namespace cm
