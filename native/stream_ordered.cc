@@ -326,7 +326,10 @@ Napi::Value FreeOn(const Napi::CallbackInfo& info) {
   StreamRec* rec = UnwrapStreamRec(env, info[1]);
   if (!a) return Napi::Boolean::New(env, false);
   if (a->pending > 0) {
-    // A copyAsync still uses it: released when that settles, by which time the copy is done.
+    // A copyAsync still uses it: the stream's work so far is waited for now, and the buffer is
+    // released when the copy settles (on its allocation stream, for a stream-ordered block).
+    cudaError_t err = cudaStreamSynchronize(rec->stream);
+    if (err != cudaSuccess) ThrowCuda(env, err, "cudaStreamSynchronize");
     a->free_requested = true;
     return Napi::Boolean::New(env, true);
   }

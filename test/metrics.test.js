@@ -95,6 +95,8 @@ describe('registerMetrics with prom-client', () => {
         allocs: value(f, 'cuda_memory_allocator_allocs_total', labels),
         frees: value(f, 'cuda_memory_allocator_frees_total', labels),
         ooms: value(f, 'cuda_memory_allocator_ooms_total', labels),
+        regionAllocs: value(f, 'cuda_memory_allocator_region_allocs_total', labels),
+        gcReleased: value(f, 'cuda_memory_allocator_gc_released_bytes_total', labels),
       }).toEqual({
         inUse: s.bytesInUse,
         peak: s.peakBytesInUse,
@@ -109,6 +111,8 @@ describe('registerMetrics with prom-client', () => {
         allocs: s.numAllocs,
         frees: s.numFrees,
         ooms: s.numOoms,
+        regionAllocs: s.numRegionAllocs,
+        gcReleased: s.gcReleasedBytes,
       });
     }
     expect(value(f, 'cuda_memory_allocator_requested_bytes', { allocator: 'main' })).toBe(100 * MiB);

@@ -96,6 +96,18 @@ export const ALLOCATOR_METRICS: Def<AllocatorStats>[] = [
     type: 'counter',
     value: (s) => s.numOoms,
   },
+  {
+    name: 'cuda_memory_allocator_region_allocs_total',
+    help: 'Regions taken from the device (cudaMalloc calls; 0 for the async backend).',
+    type: 'counter',
+    value: (s) => s.numRegionAllocs,
+  },
+  {
+    name: 'cuda_memory_allocator_gc_released_bytes_total',
+    help: 'Bytes garbage collection gave back to the device to make room for an allocation.',
+    type: 'counter',
+    value: (s) => s.gcReleasedBytes,
+  },
 ];
 
 /** @internal The pinned pool figures. */
