@@ -40,12 +40,30 @@ void CudaUpstream::Deallocate(uint64_t address, size_t) noexcept {
   (void)cudaGetLastError();
 }
 
-core::MemInfo CudaUpstream::GetMemInfo() {
+core::MemInfo DeviceMemInfo(int device) {
   size_t free_b = 0, total_b = 0;
-  cudaSetDevice(device_);
+  cudaSetDevice(device);
   cudaMemGetInfo(&free_b, &total_b);
   (void)cudaGetLastError();
   return {free_b, total_b};
+}
+
+core::MemInfo CudaUpstream::GetMemInfo() { return DeviceMemInfo(device_); }
+
+void ThrowAllocatorClosed(Napi::Env env) {
+  Napi::Error e = Napi::Error::New(env, "the allocator was closed and can no longer be used");
+  e.Set("code", "ERR_ALLOCATOR_CLOSED");
+  throw e;
+}
+
+void ThrowAllocatorBusy(Napi::Env env, uint64_t live, uint64_t bytes_in_use) {
+  Napi::Error e =
+      Napi::Error::New(env, "the allocator still has " + std::to_string(live) + " live buffer" +
+                                (live == 1 ? "" : "s") + " (" + core::FormatBytes(bytes_in_use) +
+                                "); free them first, or close({ force: true }) to invalidate them");
+  e.Set("code", "ERR_ALLOCATOR_BUSY");
+  e.Set("liveBuffers", static_cast<double>(live));
+  throw e;
 }
 
 void ReleasePoolBlock(Allocation* a) noexcept {
@@ -80,11 +98,7 @@ PoolBinding* UnwrapPool(Napi::Env env, Napi::Value v) {
   if (!v.IsExternal() || !v.As<Napi::Object>().CheckTypeTag(&kPoolTag))
     ThrowType(env, "allocator must be an allocator handle of this library");
   PoolBinding* p = v.As<Napi::External<PoolRef>>().Data()->get();
-  if (p->closed) {
-    Napi::Error e = Napi::Error::New(env, "the allocator was closed and can no longer be used");
-    e.Set("code", "ERR_ALLOCATOR_CLOSED");
-    throw e;
-  }
+  if (p->closed) ThrowAllocatorClosed(env);
   return p;
 }
 
@@ -339,15 +353,7 @@ Napi::Value AllocatorClose(const Napi::CallbackInfo& info) {
   if (p->closed) return Napi::Number::New(env, 0);
   bool force = info[1].ToBoolean();
   uint64_t live = p->pool->live_blocks();
-  if (live > 0 && !force) {
-    Napi::Error e = Napi::Error::New(
-        env, "the allocator still has " + std::to_string(live) + " live buffer" +
-                 (live == 1 ? "" : "s") + " (" + core::FormatBytes(p->pool->Stats().bytes_in_use) +
-                 "); free them first, or close({ force: true }) to invalidate them");
-    e.Set("code", "ERR_ALLOCATOR_BUSY");
-    e.Set("liveBuffers", static_cast<double>(live));
-    throw e;
-  }
+  if (live > 0 && !force) ThrowAllocatorBusy(env, live, p->pool->Stats().bytes_in_use);
   if (live > 0) {
     // Forced: every buffer still carved from this pool becomes a freed buffer.
     Instance& inst = GetInstance(env);

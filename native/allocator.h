@@ -36,6 +36,12 @@ class PoolBinding {
   bool allow_growth = false;
 };
 
+// Free and total memory of a device (cudaMemGetInfo); zeros if it cannot be read.
+core::MemInfo DeviceMemInfo(int device);
+// The errors both backends give: a closed allocator (ERR_ALLOCATOR_CLOSED), and close() while
+// buffers are live (ERR_ALLOCATOR_BUSY).
+[[noreturn]] void ThrowAllocatorClosed(Napi::Env env);
+[[noreturn]] void ThrowAllocatorBusy(Napi::Env env, uint64_t live, uint64_t bytes_in_use);
 // The OutOfMemoryError for an allocator's report, shared by both backends.
 Napi::Value OomError(Napi::Env env, const core::OomInfo& oom);
 // Returns a pool block to its pool (called when its buffer is released).

@@ -31,20 +31,8 @@ AsyncPool* UnwrapAsyncPool(Napi::Env env, Napi::Value v, bool allow_closed = fal
   if (!v.IsExternal() || !v.As<Napi::Object>().CheckTypeTag(&kAsyncPoolTag))
     ThrowType(env, "allocator must be an allocator handle of this library");
   AsyncPool* p = v.As<Napi::External<AsyncPoolRef>>().Data()->get();
-  if (p->closed && !allow_closed) {
-    Napi::Error e = Napi::Error::New(env, "the allocator was closed and can no longer be used");
-    e.Set("code", "ERR_ALLOCATOR_CLOSED");
-    throw e;
-  }
+  if (p->closed && !allow_closed) ThrowAllocatorClosed(env);
   return p;
-}
-
-core::MemInfo DeviceMemInfo(int device) {
-  size_t free_b = 0, total_b = 0;
-  cudaSetDevice(device);
-  cudaMemGetInfo(&free_b, &total_b);
-  (void)cudaGetLastError();
-  return {free_b, total_b};
 }
 
 // The out-of-memory report: the allocator's figures, the pool's reservation, the device.
@@ -297,15 +285,7 @@ Napi::Value AsyncClose(const Napi::CallbackInfo& info) {
   AsyncPool* p = UnwrapAsyncPool(env, info[0], true);
   if (p->closed) return Napi::Number::New(env, 0);
   uint64_t live = p->budget.live();
-  if (live > 0 && !info[1].ToBoolean()) {
-    Napi::Error e = Napi::Error::New(
-        env, "the allocator still has " + std::to_string(live) + " live buffer" +
-                 (live == 1 ? "" : "s") + " (" + core::FormatBytes(p->budget.in_use()) +
-                 "); free them first, or close({ force: true }) to invalidate them");
-    e.Set("code", "ERR_ALLOCATOR_BUSY");
-    e.Set("liveBuffers", static_cast<double>(live));
-    throw e;
-  }
+  if (live > 0 && !info[1].ToBoolean()) ThrowAllocatorBusy(env, live, p->budget.in_use());
   for (Allocation* a : GetInstance(env).handles.Live())
     if (a->async_pool.get() == p) ReleaseAllocation(env, a);
   uint64_t released = Trim(p);

@@ -2,13 +2,9 @@
 // Allocators on the device, every test that is not particular to one backend run for both: the
 // BFC pool ('bfc') and CUDA's stream-ordered pool ('async'); then what only the stream-ordered
 // backend does (stream order, its own pool's figures, the device's default pool).
-const { cm, describeGpu, randomBytes, rng } = require('./helpers');
+const { cm, describeGpu, randomBytes, rng, same } = require('./helpers');
 
 const MiB = 2 ** 20;
-
-function same(a, b) {
-  return Buffer.compare(Buffer.from(a.buffer, a.byteOffset, a.byteLength), Buffer.from(b.buffer, b.byteOffset, b.byteLength)) === 0;
-}
 
 function readBack(block) {
   const out = new Uint8Array(block.byteLength);

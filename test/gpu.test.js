@@ -4,13 +4,9 @@
 const path = require('path');
 const { execFileSync } = require('child_process');
 const { Worker } = require('worker_threads');
-const { cm, describeGpu, randomBytes, rng, root } = require('./helpers');
+const { cm, describeGpu, randomBytes, rng, root, same } = require('./helpers');
 
 const MiB = 2 ** 20;
-
-function same(a, b) {
-  return Buffer.compare(Buffer.from(a.buffer, a.byteOffset, a.byteLength), Buffer.from(b.buffer, b.byteOffset, b.byteLength)) === 0;
-}
 
 describeGpu('discovery', () => {
   test('the binary in use is a CUDA build, and the expected one where CUDA_MEMORY_EXPECT_BINARY says', () => {

@@ -52,4 +52,9 @@ function rng(seed = 12345) {
   };
 }
 
-module.exports = { cm, root, st, gpu, requireGpu, describeGpu, randomBytes, rng };
+// Byte-for-byte equality of two views.
+function same(a, b) {
+  return Buffer.compare(Buffer.from(a.buffer, a.byteOffset, a.byteLength), Buffer.from(b.buffer, b.byteOffset, b.byteLength)) === 0;
+}
+
+module.exports = { cm, root, st, gpu, requireGpu, describeGpu, randomBytes, rng, same };
