@@ -1,7 +1,7 @@
 /** copy(), copyAsync() and memset() between any two kinds of memory, in every direction. */
 import { native } from './native';
 import { Memory, resolveMemory } from './memory';
-import { Stream } from './stream';
+import { Stream, streamOption } from './stream';
 import { checkBoolean, checkOptions, checkSize } from './validate';
 import { invalidArgument } from './errors';
 
@@ -51,8 +51,7 @@ function prepare(dst: unknown, src: unknown, options: unknown) {
     );
   if (o.strategy !== undefined && !STRATEGIES.has(o.strategy as string))
     throw invalidArgument('options.strategy', "one of 'auto', 'driver', 'staged', 'register'", o.strategy, RangeError);
-  if (o.stream !== undefined && !(o.stream instanceof Stream)) throw invalidArgument('options.stream', 'a Stream', o.stream);
-  return { d, s, dstOffset, srcOffset, n, strategy: o.strategy ?? 'auto', stream: o.stream?.handle() };
+  return { d, s, dstOffset, srcOffset, n, strategy: o.strategy ?? 'auto', stream: streamOption(o.stream) };
 }
 
 /**

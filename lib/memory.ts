@@ -2,8 +2,8 @@
  * Device memory, pinned host memory and page-locked Node buffers. Every buffer has an explicit,
  * idempotent free() and [Symbol.dispose]; garbage collection frees only what was forgotten.
  */
-import { CudaError, describe as describeValue, invalidArgument } from './errors';
-import { Stream } from './stream';
+import { CudaError, describe as describeValue } from './errors';
+import { Stream, streamOption } from './stream';
 import { native, requireCuda } from './native';
 import { checkBoolean, checkDevice, checkOptions, checkSize } from './validate';
 import { knownDeviceCount } from './discovery';
@@ -121,19 +121,11 @@ export class DeviceBuffer {
    */
   free(options?: { stream?: Stream }): void {
     if (this._freed) return;
-    if (options !== undefined) {
-      const o = checkOptions<{ stream?: Stream }>('options', options);
-      if (o.stream !== undefined) {
-        if (!(o.stream instanceof Stream)) throw invalidArgument('options.stream', 'a Stream', o.stream);
-        this._freed = true;
-        unwatch(this);
-        native.freeOn(this._h, o.stream.handle());
-        return;
-      }
-    }
+    const stream = options === undefined ? undefined : streamOption(checkOptions<{ stream?: Stream }>('options', options).stream);
     this._freed = true;
     unwatch(this);
-    native.free(this._h);
+    if (stream === undefined) native.free(this._h);
+    else native.freeOn(this._h, stream);
   }
 
   [Symbol.dispose](): void {

@@ -162,7 +162,7 @@ function candidates(): string[] {
     path.join(packageRoot, 'build-cmake', 'Release', 'cuda_memory.node'),
     path.join(packageRoot, 'build', 'Debug', 'cuda_memory.node'),
   ];
-  const picked = prebuiltPath();
+  const picked = nodeGypBuildPath();
   if (picked && !out.includes(picked)) out.push(picked);
   return out;
 }
@@ -172,7 +172,7 @@ function candidates(): string[] {
  * prebuilt binary under prebuilds/ that fits this platform (platform, arch, Node-API, libc
  * tags); null if neither.
  */
-export function prebuiltPath(): string | null {
+export function nodeGypBuildPath(): string | null {
   try {
     // eslint-disable-next-line @typescript-eslint/no-var-requires
     const gypBuild = require('node-gyp-build') as { path(dir: string): string };

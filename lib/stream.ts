@@ -2,9 +2,20 @@
 import { native } from './native';
 import { checkBoolean, checkDevice, checkOptions } from './validate';
 import { knownDeviceCount } from './discovery';
+import { invalidArgument } from './errors';
 
 function disposedError(what: string): Error {
   return Object.assign(new Error(`the ${what} was disposed`), { code: 'ERR_DISPOSED' });
+}
+
+/**
+ * @internal The native handle of an `options.stream` (undefined when none is given), checked to
+ * be a live Stream; the copy, free and alloc options all read it so.
+ */
+export function streamOption(stream: unknown): unknown {
+  if (stream === undefined) return undefined;
+  if (!(stream instanceof Stream)) throw invalidArgument('options.stream', 'a Stream', stream);
+  return stream.handle();
 }
 
 /** A CUDA stream: an ordered queue of work on one device. */

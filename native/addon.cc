@@ -31,8 +31,7 @@ Napi::Object RegisterExports(Napi::Env env, Napi::Object exports) {
   // pending asynchronous copies have completed (Node finishes those first), while no JavaScript
   // can run, so it must not throw.
   env.AddCleanupHook([env]() {
-    cm::PromiseWorker::NoThrow("freeing a closing environment's buffers",
-                               [env] { cm::ReleaseAllLive(env); });
+    cm::NoThrow("freeing a closing environment's buffers", [env] { cm::ReleaseAllLive(env); });
   });
   exports.Set("init", Napi::Function::New(env, Init, "init"));
   cm::InitDiscovery(env, exports);

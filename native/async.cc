@@ -24,9 +24,7 @@ void PromiseWorker::Execute() {
   }
 }
 
-void PromiseWorker::Report(const char* what, const char* message) noexcept {
-  // Only failures nobody expects are reported, and only on request: the ordinary case, an
-  // environment that can no longer run JavaScript, is silent.
+void ReportUnexpected(const char* what, const char* message) noexcept {
   if (std::getenv("CUDA_MEMORY_DEBUG"))
     std::fprintf(stderr, "cuda-memory: %s: %s\n", what, message);
 }
@@ -54,7 +52,7 @@ void PromiseWorker::OnWorkComplete(Napi::Env env, napi_status status) {
       value = e.IsEmpty() ? nullptr : static_cast<napi_value>(e.Value());
     } catch (const std::exception& e) {
       reject = true;
-      Report("completing an asynchronous operation", e.what());
+      ReportUnexpected("completing an asynchronous operation", e.what());
     } catch (...) {
       reject = true;
     }

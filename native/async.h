@@ -12,25 +12,29 @@
 
 namespace cm {
 
+// Reports a failure nobody expects on a path that must not throw; only with CUDA_MEMORY_DEBUG
+// set. An environment that can no longer run JavaScript is the ordinary case and stays silent.
+void ReportUnexpected(const char* what, const char* message) noexcept;
+
+// Runs `work`, which may throw, on a path that must not (a cleanup hook, a finalizer): false if
+// it threw, reported as above.
+template <typename F>
+bool NoThrow(const char* what, F&& work) noexcept {
+  try {
+    work();
+    return true;
+  } catch (const std::exception& e) {
+    ReportUnexpected(what, e.what());
+  } catch (...) {
+    ReportUnexpected(what, "unknown exception");
+  }
+  return false;
+}
+
 class PromiseWorker : public Napi::AsyncWorker {
  public:
   PromiseWorker(Napi::Env env, const char* resource_name);
   Napi::Promise Promise() const { return promise_; }
-
-  // Runs `work` inside the completion's guard: false (and a message when `what` is given) if it
-  // threw. For the few JS-thread paths that must never throw: finalizers and cleanup hooks.
-  template <typename F>
-  static bool NoThrow(const char* what, F&& work) noexcept {
-    try {
-      work();
-      return true;
-    } catch (const std::exception& e) {
-      Report(what, e.what());
-    } catch (...) {
-      Report(what, "unknown exception");
-    }
-    return false;
-  }
 
  protected:
   // On a libuv thread; no Node-API. An exception is caught and rejects the promise.
@@ -45,7 +49,6 @@ class PromiseWorker : public Napi::AsyncWorker {
  private:
   void Execute() final;
   void OnWorkComplete(Napi::Env env, napi_status status) final;
-  static void Report(const char* what, const char* message) noexcept;
 
   napi_deferred deferred_ = nullptr;
   Napi::Promise promise_;

@@ -204,13 +204,14 @@ Napi::Value AsyncStats(const Napi::CallbackInfo& info) {
   AsyncPool* p = UnwrapAsyncPool(env, info[0]);
   core::PoolStats s = p->budget.Stats();
   uint64_t reserved = PoolAttr(p->pool, cudaMemPoolAttrReservedMemCurrent);
+  uint64_t reserved_high = PoolAttr(p->pool, cudaMemPoolAttrReservedMemHigh);
   uint64_t used = PoolAttr(p->pool, cudaMemPoolAttrUsedMemCurrent);
   Napi::Object o = Napi::Object::New(env);
   o.Set("bytesInUse", static_cast<double>(s.bytes_in_use));
   o.Set("peakBytesInUse", static_cast<double>(s.peak_bytes_in_use));
   o.Set("requestedBytesInUse", static_cast<double>(s.requested_bytes_in_use));
   o.Set("poolBytes", static_cast<double>(reserved));
-  o.Set("peakPoolBytes", static_cast<double>(PoolAttr(p->pool, cudaMemPoolAttrReservedMemHigh)));
+  o.Set("peakPoolBytes", static_cast<double>(reserved_high));
   o.Set("bytesLimit", static_cast<double>(s.bytes_limit));
   o.Set("numAllocs", static_cast<double>(s.num_allocs));
   o.Set("numFrees", static_cast<double>(s.num_frees));
@@ -223,8 +224,7 @@ Napi::Value AsyncStats(const Napi::CallbackInfo& info) {
   o.Set("gcReleasedBytes", 0);
   Napi::Object m = Napi::Object::New(env);
   m.Set("reservedBytes", static_cast<double>(reserved));
-  m.Set("reservedPeakBytes",
-        static_cast<double>(PoolAttr(p->pool, cudaMemPoolAttrReservedMemHigh)));
+  m.Set("reservedPeakBytes", static_cast<double>(reserved_high));
   m.Set("usedBytes", static_cast<double>(used));
   m.Set("usedPeakBytes", static_cast<double>(PoolAttr(p->pool, cudaMemPoolAttrUsedMemHigh)));
   m.Set("releaseThreshold",

@@ -323,6 +323,18 @@ describe('the command line', () => {
     expect(bad.stderr).toMatch(/option '--policy <spec>' argument 'fast' is invalid/);
   });
 
+  test('memory-html draws a trace of 300,001 events (the largest allocations as bands, the rest in the totals)', () => {
+    const a = sim({ allowGrowth: true, memoryLimit: GiB });
+    a.startRecording({ maxEvents: 1e6 });
+    for (let i = 0; i < 150000; i++) a.alloc(4096 + (i % 7) * 256).free();
+    const t = a.stopRecording();
+    a.close();
+    expect(t.events).toHaveLength(300001);
+    const html = cm.renderMemoryHtml(t);
+    expect((html.match(/<polygon class="block"/g) || []).length).toBe(3000);
+    expect(html).toMatch(/150000 allocations, 150000 frees, 0 refused; peak in use 5.50 KiB/);
+  });
+
   test('cuda-memory memory-html: one self-contained page with the timeline, the pool and the regions', () => {
     for (const [input, extra] of [
       [file, []],

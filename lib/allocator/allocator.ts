@@ -6,7 +6,7 @@
  */
 import { native, requireCuda } from '../native';
 import { DeviceBuffer } from '../memory';
-import { Stream } from '../stream';
+import { Stream, streamOption } from '../stream';
 import { checkBoolean, checkDevice, checkOptions, checkSize } from '../validate';
 import { invalidArgument } from '../errors';
 import { knownDeviceCount } from '../discovery';
@@ -248,12 +248,9 @@ export class Allocator {
     let stream: unknown;
     if (options !== undefined) {
       const o = checkOptions<AllocOptions>('options', options);
-      if (o.stream !== undefined) {
-        if (!(o.stream instanceof Stream)) throw invalidArgument('options.stream', 'a Stream', o.stream);
-        if (o.stream.device !== this.device)
-          throw new RangeError(`options.stream is on device ${o.stream.device} but the allocator on device ${this.device}`);
-        stream = o.stream.handle();
-      }
+      stream = streamOption(o.stream);
+      if (o.stream !== undefined && o.stream.device !== this.device)
+        throw new RangeError(`options.stream is on device ${o.stream.device} but the allocator on device ${this.device}`);
     }
     const h = this._b.alloc(this._a, bytes, stream);
     if (this._stacks !== null) this._stacks.set(native.blockId(h), (new Error().stack ?? '').split('\n').slice(2).join('\n'));

@@ -33,6 +33,14 @@ const W = 1100;
 const L = 70;
 const R = 20;
 
+// The largest second value of a series, by a loop: traces run to a million events, too many
+// for Math.max(...values), which passes them all as arguments.
+function peakOf(points: [number, number][]): number {
+  let m = 0;
+  for (const p of points) if (p[1] > m) m = p[1];
+  return m;
+}
+
 function colour(size: number, lo: number, hi: number): string {
   const f = hi > lo ? (Math.log2(size) - lo) / (hi - lo) : 0.5;
   return `hsl(${Math.round(230 - 200 * f)},70%,55%)`;
@@ -152,18 +160,24 @@ export function renderMemoryHtml(trace: Trace, options: MemoryHtmlOptions = {}):
   const pool = poolLine(events);
   const limit = trace.policy?.limitBytes ?? drawn.policy?.limitBytes;
   const recordedPool = hasRegions && !hasPlaces ? poolLine(trace.events) : null; // PyTorch's own segments
-  const peak = Math.max(1, ...inUse.map((p) => p[1]), ...pool.map((p) => p[1]), ...(recordedPool ?? []).map((p) => p[1]));
+  const peakInUse = peakOf(inUse);
+  const peak = Math.max(1, peakInUse, peakOf(pool), recordedPool ? peakOf(recordedPool) : 0);
   const x = (k: number) => L + (k / n) * (W - L - R);
 
   // Active memory timeline.
   const H1 = 380,
     T1 = 30,
     B1 = 40;
-  const ticks1 = byteTicks(Math.max(...inUse.map((p) => p[1]), 1));
+  const ticks1 = byteTicks(Math.max(peakInUse, 1));
   const y1 = (v: number) => H1 - B1 - (v / ticks1[ticks1.length - 1]) * (H1 - T1 - B1);
-  const sizes = all.map((b) => b.size);
-  const lo = Math.log2(Math.max(1, sizes.length ? Math.min(...sizes) : 1));
-  const hi = Math.log2(Math.max(1, ...sizes));
+  let smallest = Infinity;
+  let largest = 1;
+  for (const b of all) {
+    if (b.size < smallest) smallest = b.size;
+    if (b.size > largest) largest = b.size;
+  }
+  const lo = Math.log2(Math.max(1, all.length ? smallest : 1));
+  const hi = Math.log2(largest);
   const shown = [...all].sort((a, b) => b.size - a.size).slice(0, maxBands);
   const t1: string[] = [`<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H1}" font-family="sans-serif" font-size="11">`];
   t1.push(
@@ -261,7 +275,7 @@ export function renderMemoryHtml(trace: Trace, options: MemoryHtmlOptions = {}):
     trace.policy
       ? `policy: ${trace.policy.allowGrowth ? 'allowGrowth' : 'preallocate'}, limit ${formatBytes(trace.policy.limitBytes)} (${trace.policy.limitSource})`
       : '',
-    `${trace.events.length} events: ${counts.alloc} allocations, ${counts.free} frees, ${counts.oom ?? 0} refused; peak in use ${formatBytes(Math.max(...inUse.map((p) => p[1])))}`,
+    `${trace.events.length} events: ${counts.alloc} allocations, ${counts.free} frees, ${counts.oom ?? 0} refused; peak in use ${formatBytes(peakInUse)}`,
     trace.droppedEvents ? `${trace.droppedEvents} events were not kept (maxEvents)` : '',
     replayNote,
   ].filter(Boolean);
