@@ -77,7 +77,11 @@ std::string OomInfo::Message() const {
        FormatBytes(pool_bytes) + ", whose largest free block is " +
        FormatBytes(largest_free_block) + " (fragmentation " + frag + "). The device has " +
        FormatBytes(device_free) + " free of " + FormatBytes(device_total) + ".";
-  if (bytes_in_use + rounded <= limit)
+  if (!group_sentence.empty())
+    m += " " + group_sentence +
+         " Other members must free memory or empty their caches (their pools count against the"
+         " group), or the group needs a larger budget.";
+  else if (bytes_in_use + rounded <= limit)
     m += " The limit would allow it: free memory on the device or fragmentation stopped it;"
          " emptyCache() or freeing buffers may help.";
   else

@@ -72,6 +72,8 @@ struct OomInfo {
   double fragmentation = 0;
   uint64_t device_free = 0, device_total = 0;
   bool simulated = false;
+  // Set when a group budget (GroupUpstream) refused the region: GroupRefusal::Sentence().
+  std::string group_sentence;
   std::string Message() const;
 };
 
