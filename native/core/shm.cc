@@ -83,7 +83,7 @@ void ThrowErrno(const std::string& code, const std::string& what, const std::str
 }
 
 int CreateComplete(const std::string& path, size_t size, const void* init, size_t init_size,
-                   mode_t mode) {
+                   mode_t mode, off_t hold_byte) {
   std::random_device rd;
   std::string tmp = path + ".tmp-" + std::to_string(getpid()) + "-" + std::to_string(rd());
   int fd = open(tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, mode);
@@ -91,6 +91,7 @@ int CreateComplete(const std::string& path, size_t size, const void* init, size_
   int err = size ? posix_fallocate(fd, 0, static_cast<off_t>(size)) : 0;
   if (err == 0 && init_size && pwrite(fd, init, init_size, 0) != static_cast<ssize_t>(init_size))
     err = errno ? errno : EIO;
+  if (err == 0 && hold_byte >= 0) err = Lock(fd, hold_byte, false);
   if (err == 0 && link(tmp.c_str(), path.c_str()) != 0) err = errno;
   unlink(tmp.c_str());
   if (err == 0) return fd;

@@ -61,10 +61,11 @@ bool ValidName(const std::string& name);
 std::string Join(const std::string& dir, const std::string& file);
 // Creates `path` with `size` bytes reserved (posix_fallocate, so a full tmpfs is an error now and
 // not a SIGBUS later) and `init` written at its start, published atomically: the content is
-// complete before the name appears. Returns the open descriptor, or -1 with errno EEXIST when the
-// name exists. Throws ShmError for anything else.
+// complete before the name appears. hold_byte >= 0: that byte is locked before the name appears,
+// so no other process ever sees the file without its holder. Returns the open descriptor, or -1
+// with errno EEXIST when the name exists. Throws ShmError for anything else.
 int CreateComplete(const std::string& path, size_t size, const void* init, size_t init_size,
-                   mode_t mode = 0600);
+                   mode_t mode = 0600, off_t hold_byte = -1);
 // The ShmError for a failed system call on `path`.
 [[noreturn]] void ThrowErrno(const std::string& code, const std::string& what,
                              const std::string& path, int err);

@@ -1,8 +1,7 @@
-// Tests of the group ledger with real processes (fork): charges within the budget, refusals that
-// list the members, a SIGKILLed member's charge coming back, concurrent members never passing
-// the budget, and damaged or foreign files refused. No Node, no GPU.
-#include "../ledger.h"
-
+// Tests of what processes share, with real processes (fork). The group ledger: charges within the
+// budget, refusals that list the members, a SIGKILLed member's charge coming back, concurrent
+// members never passing the budget, damaged or foreign files refused. IPC records: importers
+// counted, forged handles and gone exporters refused. No Node, no GPU.
 #include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -18,6 +17,8 @@
 #include <string>
 
 #include "../group_upstream.h"
+#include "../ipc_record.h"
+#include "../ledger.h"
 #include "../pool.h"
 
 using namespace cm::core;
@@ -216,6 +217,130 @@ static void TestPoolUnderGroup() {
   b.Free(b2);
 }
 
+static IpcDescriptor SampleDescriptor() {
+  IpcDescriptor d;
+  for (int i = 0; i < 64; ++i) d.handle[i] = static_cast<uint8_t>(i * 7);
+  d.device = "GPU-00000000-1111-2222-3333-444444444444";
+  d.offset = 4096;
+  d.bytes = 1000;
+  return d;
+}
+
+// Runs `f` in a child process and returns what it wrote (a ShmError code, or "ok").
+static std::string InChild(const std::function<std::string()>& f) {
+  int p[2];
+  if (pipe(p) != 0) return "pipe";
+  pid_t child = fork();
+  if (child == 0) {
+    std::string out;
+    try {
+      out = f();
+    } catch (const ShmError& e) {
+      out = e.code;
+    }
+    (void)!write(p[1], out.data(), out.size());
+    _exit(0);
+  }
+  close(p[1]);
+  char buf[256];
+  ssize_t n = read(p[0], buf, sizeof buf);
+  close(p[0]);
+  waitpid(child, nullptr, 0);
+  return n > 0 ? std::string(buf, n) : "";
+}
+
+static void TestIpcRecords() {
+  IpcDescriptor d = SampleDescriptor();
+  std::unique_ptr<IpcExportRecord> ex(IpcExportRecord::Create(dir, &d));
+  CHECK(ValidRecordName(d.record) && d.pid == getpid());
+  CHECK(ex->Importers().empty());
+  // The exporter itself cannot open it.
+  CHECK(ErrorCode([&] { delete IpcImportRecord::Open(dir, d); }) == "ERR_IPC_SAME_PROCESS");
+  // An importer holds a slot while open; the exporter sees its pid, and not after it exits.
+  int ready[2], done[2];
+  CHECK(pipe(ready) == 0 && pipe(done) == 0);
+  pid_t child = fork();
+  if (child == 0) {
+    char c = 'n';
+    try {
+      IpcImportRecord* r = IpcImportRecord::Open(dir, d);
+      c = 'y';
+      (void)!write(ready[1], &c, 1);
+      (void)!read(done[0], &c, 1);
+      delete r;
+    } catch (...) {
+      (void)!write(ready[1], &c, 1);
+    }
+    _exit(0);
+  }
+  char c = 0;
+  CHECK(read(ready[0], &c, 1) == 1 && c == 'y');
+  std::vector<int64_t> importers = ex->Importers();
+  CHECK(importers.size() == 1 && importers[0] == child);
+  CHECK(write(done[1], "x", 1) == 1);
+  waitpid(child, nullptr, 0);
+  CHECK(ex->Importers().empty());
+  for (int fd : {ready[0], ready[1], done[0], done[1]}) close(fd);
+  // A killed importer does not count either.
+  child = fork();
+  if (child == 0) {
+    IpcImportRecord::Open(dir, d);
+    pause();
+    _exit(0);
+  }
+  for (int i = 0; i < 200 && ex->Importers().empty(); ++i) usleep(5000);
+  CHECK(ex->Importers().size() == 1);
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  CHECK(ex->Importers().empty());
+  // Forged or altered handles are refused before anything is opened.
+  IpcDescriptor forged = d;
+  forged.token[3] ^= 1;
+  CHECK(InChild([&] { return (delete IpcImportRecord::Open(dir, forged), "ok"); }) ==
+        "ERR_IPC_HANDLE_INVALID");
+  forged = d;
+  forged.bytes = 1u << 30;
+  CHECK(InChild([&] { return (delete IpcImportRecord::Open(dir, forged), "ok"); }) ==
+        "ERR_IPC_HANDLE_INVALID");
+  forged = d;
+  forged.record = "../../etc/passwd";
+  CHECK(InChild([&] { return (delete IpcImportRecord::Open(dir, forged), "ok"); }) ==
+        "ERR_IPC_HANDLE_INVALID");
+  CHECK(InChild([&] { return (delete IpcImportRecord::Open(dir, d), "ok"); }) == "ok");
+  // Freed by the exporter: gone.
+  ex.reset();
+  CHECK(InChild([&] { return (delete IpcImportRecord::Open(dir, d), "ok"); }) ==
+        "ERR_IPC_EXPORT_GONE");
+  // An exporter that exited: gone, and its record is swept.
+  IpcDescriptor from_child = SampleDescriptor();
+  int p[2];
+  CHECK(pipe(p) == 0);
+  child = fork();
+  if (child == 0) {
+    IpcDescriptor e = SampleDescriptor();
+    IpcExportRecord::Create(dir, &e);  // never removed: the process just exits
+    (void)!write(p[1], e.record.data(), e.record.size());
+    (void)!write(p[1], e.token.data(), 16);
+    _exit(0);
+  }
+  close(p[1]);
+  char buf[128];
+  ssize_t n = 0, got;
+  while ((got = read(p[0], buf + n, sizeof buf - n)) > 0) n += got;  // until the child exits
+  waitpid(child, nullptr, 0);
+  close(p[0]);
+  CHECK(n > 16);
+  from_child.record.assign(buf, n - 16);
+  std::memcpy(from_child.token.data(), buf + n - 16, 16);
+  from_child.pid = child;
+  CHECK(Exists(shm::Join(dir, from_child.record)));
+  CHECK(ErrorCode([&] { delete IpcImportRecord::Open(dir, from_child); }) == "ERR_IPC_EXPORT_GONE");
+  CHECK(!Exists(shm::Join(dir, from_child.record)));
+  uint8_t bytes[2];
+  CHECK(FromHex("0aFf", bytes, 2) && bytes[0] == 10 && bytes[1] == 255 &&
+        !FromHex("0g00", bytes, 2));
+}
+
 int main() {
   char tmpl[] = "/dev/shm/cuda-memory-ledger-test-XXXXXX";
   char tmpl2[] = "/tmp/cuda-memory-ledger-test-XXXXXX";
@@ -227,8 +352,9 @@ int main() {
   TestConcurrentMembers();
   TestDamagedFiles();
   TestPoolUnderGroup();
+  TestIpcRecords();
   rmdir(dir.c_str());
-  std::printf("ledger tests: %s (%d failure%s)\n", failures ? "FAILED" : "passed", failures,
+  std::printf("interprocess tests: %s (%d failure%s)\n", failures ? "FAILED" : "passed", failures,
               failures == 1 ? "" : "s");
   return failures ? 1 : 0;
 }
