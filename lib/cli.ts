@@ -1,7 +1,8 @@
 #!/usr/bin/env node
 /**
  * The `cuda-memory` command: `info`, `bench` (transfer benchmark), `bench-alloc` (allocator
- * benchmark), `doctor` (CI runner check). `cuda-memory --help` and `cuda-memory <command> --help`
+ * benchmark), `doctor` (CI runner check), `replay` and `memory-html` (traces), `top` (group
+ * budgets). `cuda-memory --help` and `cuda-memory <command> --help`
  * list the options. Exit codes: 0 success, 1 a failed gate or check, 2 a usage error or no CUDA.
  */
 import * as fs from 'fs';
@@ -19,6 +20,8 @@ import { benchFamilies, doctorFamilies } from './metrics/families';
 import { loadTrace, TraceError } from './allocator/trace';
 import { formatReplay, parsePolicy, replayTrace, ReplayPolicy } from './allocator/replay';
 import { renderMemoryHtml } from './allocator/memory-html';
+import { formatGroups, listGroups } from './allocator/group';
+import { shmDir } from './shm';
 
 // Option value parsers: each throws InvalidArgumentError, which commander reports naming the
 // option and its value.
@@ -219,6 +222,24 @@ function memoryHtml(file: string, o: { out: string; policy?: ReplayPolicy[]; dev
   return 0;
 }
 
+// Group budgets now, or every `interval` seconds (`count` times, or until interrupted). With
+// --json, one JSON document per refresh, one per line.
+async function top(o: { watch?: number | true; json?: boolean; count?: number }): Promise<number> {
+  const interval = o.watch === undefined ? 0 : o.watch === true ? 1 : o.watch;
+  const clear = interval > 0 && !o.json && process.stdout.isTTY;
+  for (let i = 0; ; i++) {
+    const list = listGroups();
+    if (o.json) process.stdout.write(JSON.stringify({ time: new Date().toISOString(), dir: shmDir(), ...list }) + '\n');
+    else
+      process.stdout.write(
+        `${clear ? '\x1b[H\x1b[2J' : ''}${interval > 0 ? `cuda-memory top: ${shmDir()}, every ${interval} s (Ctrl-C stops)\n` : ''}${formatGroups(list)}\n`,
+      );
+    if (interval === 0 || (o.count !== undefined && i + 1 >= o.count)) return list.unreadable.length ? 1 : 0;
+    if (!o.json && !clear) process.stdout.write('\n');
+    await new Promise((r) => setTimeout(r, interval * 1000));
+  }
+}
+
 function program(): Command {
   let exit = 0;
   const p = new Command('cuda-memory')
@@ -314,6 +335,19 @@ function program(): Command {
     .addOption(deviceMemoryOption())
     .action((file: string, o) => {
       exit = memoryHtml(file, o);
+    });
+  p.command('top')
+    .description('group budgets (createAllocator shared): each group, its budget and free room, and every member process')
+    .option('--watch [seconds]', 'refresh every so many seconds (default 1) until interrupted', (v: string) => {
+      const n = Number(v);
+      if (v.trim() === '' || !Number.isFinite(n) || n < 0.1)
+        throw new InvalidArgumentError('Expected a number of seconds of at least 0.1.');
+      return n;
+    })
+    .option('--count <n>', 'with --watch: stop after this many refreshes', integer(1))
+    .option('--json', 'JSON (with --watch, one document per line)')
+    .action(async (o) => {
+      exit = await top(o);
     });
   p.hook('postAction', () => {
     process.exitCode = exit;

@@ -42,6 +42,8 @@ export interface OutOfMemoryDetails {
   deviceTotal: number;
   simulated?: boolean;
   call?: string;
+  /** The group budget that refused the region, when that is why (see `shared` in createAllocator). */
+  group?: import('./allocator/group').GroupStats;
 }
 
 function mib(bytes: number): string {
@@ -61,6 +63,8 @@ export class OutOfMemoryError extends CudaError {
   fragmentation: number;
   deviceFree: number;
   deviceTotal: number;
+  /** Set when a group budget refused the memory: the group at that moment, members listed. */
+  group?: import('./allocator/group').GroupStats;
   constructor(details: OutOfMemoryDetails) {
     const message =
       details.message ??
@@ -80,6 +84,7 @@ export class OutOfMemoryError extends CudaError {
     this.fragmentation = details.fragmentation ?? 0;
     this.deviceFree = details.deviceFree;
     this.deviceTotal = details.deviceTotal;
+    if (details.group) this.group = details.group;
   }
 }
 
@@ -91,6 +96,25 @@ export class CudaUnavailableError extends Error {
     super(`CUDA is not available (${reason}): ${message}`);
     this.name = 'CudaUnavailableError';
     this.reason = reason;
+  }
+}
+
+/**
+ * A failure of something processes share: a group budget's ledger (`ERR_GROUP_*`), an IPC handle
+ * (`ERR_IPC_*`) or shared pinned memory (`ERR_SHM_*`). `code` says which; `path` names the file
+ * in shared memory where there is one.
+ */
+export class InterprocessError extends Error {
+  code: string;
+  path: string;
+  /** ERR_IPC_IN_USE: the pids of the processes that have the buffer open. */
+  importers?: number[];
+  constructor(message: string, details: { code: string; path?: string; importers?: number[] }) {
+    super(message);
+    this.name = 'InterprocessError';
+    this.code = details.code;
+    this.path = details.path ?? '';
+    if (details.importers) this.importers = details.importers;
   }
 }
 

@@ -6,12 +6,16 @@
  * call throws {@link CudaUnavailableError}.
  * @packageDocumentation
  */
-export { CudaError, OutOfMemoryError, CudaUnavailableError } from './errors';
+export { CudaError, OutOfMemoryError, CudaUnavailableError, InterprocessError } from './errors';
 export type { UnavailableReason, OutOfMemoryDetails } from './errors';
 export { status, devices, memGetInfo, formatCudaVersion } from './discovery';
 export type { CudaStatus, DeviceInfo, PcieLink, AddonBinary } from './discovery';
 export { DeviceBuffer, PinnedBuffer, RegisteredBuffer, registerHost } from './memory';
-export type { Memory, DeviceAllocOptions, PinnedAllocOptions, RegisterOptions } from './memory';
+export type { Memory, DeviceAllocOptions, PinnedAllocOptions, RegisterOptions, FreeOptions, ImportIpcOptions } from './memory';
+export type { IpcHandle } from './ipc';
+export { SharedPinnedBuffer, createSharedPinned, openSharedPinned, unlinkSharedPinned } from './shared-pinned';
+export type { SharedPinnedOptions } from './shared-pinned';
+export { shmDir } from './shm';
 export { copy, copyAsync, memset, configureStaging } from './copy';
 export type { CopyOptions, CopyStrategy, MemsetOptions, StagingSettings } from './copy';
 export { Stream, Event } from './stream';

@@ -7,6 +7,8 @@ import { Stream, streamOption } from './stream';
 import { native, requireCuda } from './native';
 import { checkBoolean, checkDevice, checkOptions, checkSize } from './validate';
 import { knownDeviceCount } from './discovery';
+import { IpcHandle, inUseError, parseIpcHandle } from './ipc';
+import { shmDir } from './shm';
 
 // The safety net for forgotten buffers. A JS FinalizationRegistry costs about 0.3 µs per buffer
 // where a native finalizer costs about 0.7, which matters for pooled allocations.
@@ -61,6 +63,27 @@ function unwatch(b: Watchable): void {
 /** @internal Throws the error every use of a freed buffer gets. */
 export function freedError(what: string): CudaError {
   return new CudaError(`${what} was freed and can no longer be used`, { code: 'ERR_BUFFER_FREED', call: what });
+}
+
+// Exported buffers stay reachable until freed: the garbage collector must never free memory that
+// another process may have open.
+const exported = new Set<object>();
+
+/** Options of {@link DeviceBuffer.free}. */
+export interface FreeOptions {
+  /** Free after the work queued on this stream (see {@link DeviceBuffer.free}). */
+  stream?: Stream;
+  /**
+   * An exported buffer that other processes still have open is not freed (ERR_IPC_IN_USE)
+   * unless this is true; their use of it is then undefined, as CUDA documents.
+   */
+  force?: boolean;
+}
+
+/** Options of {@link DeviceBuffer.importIpc}. */
+export interface ImportIpcOptions {
+  /** Expect the handle to be for this device (ERR_IPC_WRONG_DEVICE otherwise). */
+  device?: number;
 }
 
 /** Options of {@link DeviceBuffer.alloc}. */
@@ -119,13 +142,62 @@ export class DeviceBuffer {
    * on another stream, that stream's queued work comes first too); any other memory waits for
    * the stream, then is freed.
    */
-  free(options?: { stream?: Stream }): void {
+  free(options?: FreeOptions): void {
     if (this._freed) return;
-    const stream = options === undefined ? undefined : streamOption(checkOptions<{ stream?: Stream }>('options', options).stream);
+    const o = options === undefined ? undefined : checkOptions<FreeOptions>('options', options);
+    const stream = o === undefined ? undefined : streamOption(o.stream);
+    if (exported.has(this)) {
+      if (!checkBoolean('options.force', o?.force, false)) {
+        const importers = native.ipcImporters(this._h);
+        if (importers.length > 0) throw inUseError(importers);
+      }
+      exported.delete(this);
+    }
     this._freed = true;
     unwatch(this);
     if (stream === undefined) native.free(this._h);
     else native.freeOn(this._h, stream);
+  }
+
+  /**
+   * Exports the buffer to other processes (cudaIpcGetMemHandle) and returns its handle, a plain
+   * object that survives `process.send`, `postMessage` and JSON (see {@link IpcHandle}). A block
+   * of a `bfc` allocator exports its region and its offset in it. Calling it again returns the
+   * same handle.
+   *
+   * Lifetime: the buffer stays alive (the garbage collector leaves it) until free(); free()
+   * refuses with ERR_IPC_IN_USE while any process has it open ({@link ipcImporters}), unless
+   * `{ force: true }`. If the exporting process exits, importers that have it open keep their
+   * mapping (the driver keeps the memory until the last close), but no new process can open it
+   * (ERR_IPC_EXPORT_GONE).
+   */
+  exportIpc(): IpcHandle {
+    if (this._freed) throw freedError('buffer');
+    requireCuda();
+    const h = native.ipcExport(this._h, shmDir()) as IpcHandle;
+    exported.add(this);
+    return h;
+  }
+
+  /** The pids of the processes that have this exported buffer open now (empty if not exported). */
+  ipcImporters(): number[] {
+    if (this._freed) throw freedError('buffer');
+    return exported.has(this) ? native.ipcImporters(this._h) : [];
+  }
+
+  /**
+   * Opens a buffer another process exported (cudaIpcOpenMemHandle) on the device with the
+   * handle's uuid. Its free() closes the mapping (cudaIpcCloseMemHandle). Throws
+   * InterprocessError: ERR_IPC_HANDLE_INVALID (malformed, forged or altered),
+   * ERR_IPC_EXPORT_GONE (freed, or the exporter exited), ERR_IPC_SAME_PROCESS,
+   * ERR_IPC_ALREADY_OPEN (this thread has it open already), ERR_IPC_WRONG_DEVICE.
+   */
+  static importIpc(handle: IpcHandle | string, options?: ImportIpcOptions): DeviceBuffer {
+    const h = parseIpcHandle(handle);
+    const o = checkOptions<ImportIpcOptions>('options', options);
+    const wanted = o.device === undefined ? -1 : checkDevice(o.device, knownDeviceCount());
+    const [bh, device] = native.ipcImport(h, shmDir(), wanted);
+    return new DeviceBuffer(bh, h.byteLength, device, false, null);
   }
 
   [Symbol.dispose](): void {
@@ -170,7 +242,7 @@ export class PinnedBuffer {
    * How the memory was pinned: `cudaHostAlloc`, or `cudaHostRegister` of a V8-owned buffer in
    * runtimes that refuse external ArrayBuffers (Electron's V8 sandbox).
    */
-  readonly pinnedBy: 'cudaHostAlloc' | 'cudaHostRegister';
+  readonly pinnedBy: 'cudaHostAlloc' | 'cudaHostRegister' | 'sharedMemory';
   private _freed = false;
   /** @internal */ _watched = false;
 

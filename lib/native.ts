@@ -3,7 +3,7 @@
  * reports why through status(), and every GPU call throws CudaUnavailableError.
  */
 import * as path from 'path';
-import { CudaError, CudaUnavailableError, OutOfMemoryError } from './errors';
+import { CudaError, CudaUnavailableError, InterprocessError, OutOfMemoryError } from './errors';
 
 /** The native exports; `test/exports.test.js` checks this list against the addon. */
 export interface NativeBinding {
@@ -93,6 +93,14 @@ export interface NativeBinding {
   timeRawPinned(bytes: number, warmup: number, iterations: number, direction: string, device: number): Float64Array;
   timeRawAlloc(kind: string, bytes: number, iterations: number, device: number): Float64Array;
   timeHostRegister(view: ArrayBufferView, iterations: number): Float64Array;
+  groupPath(dir: string, name: string, device: string): string;
+  groupRead(path: string): any;
+  ipcExport(handle: number, dir: string): any;
+  ipcImport(descriptor: object, dir: string, device: number): [number, number];
+  ipcImporters(handle: number): number[];
+  sharedHostCreate(path: string, bytes: number, device: number): [number, ArrayBuffer];
+  sharedHostOpen(path: string, device: number): [number, ArrayBuffer];
+  sharedHostUnlink(path: string): boolean;
 }
 
 /** The names every build of the addon exports. */
@@ -146,6 +154,14 @@ export const NATIVE_EXPORTS = [
   'timeRawPinned',
   'timeRawAlloc',
   'timeHostRegister',
+  'groupPath',
+  'groupRead',
+  'ipcExport',
+  'ipcImport',
+  'ipcImporters',
+  'sharedHostCreate',
+  'sharedHostOpen',
+  'sharedHostUnlink',
 ] as const;
 
 /** The package's root folder (holds build/, prebuilds/ and package.json). */
@@ -215,7 +231,7 @@ function load(): { binding: NativeBinding; path: string | null } {
     try {
       // eslint-disable-next-line @typescript-eslint/no-var-requires
       const binding = require(file) as NativeBinding;
-      binding.init({ CudaError, OutOfMemoryError, CudaUnavailableError });
+      binding.init({ CudaError, OutOfMemoryError, CudaUnavailableError, InterprocessError });
       return { binding, path: file };
     } catch (e) {
       errors.push(`${file}: ${(e as Error).message.split('\n')[0]}`);

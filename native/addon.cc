@@ -7,14 +7,17 @@
 #include "common.h"
 #include "copy.h"
 #include "discovery.h"
+#include "group.h"
+#include "ipc.h"
 #include "memory.h"
+#include "shared_host.h"
 #include "stream_ordered.h"
 #include "streams.h"
 
 namespace {
 
-// init({CudaError, OutOfMemoryError, CudaUnavailableError}): the JS error classes that native
-// code constructs, so every error carries the library's types and `code`.
+// init({CudaError, OutOfMemoryError, CudaUnavailableError, InterprocessError}): the JS error
+// classes that native code constructs, so every error carries the library's types and `code`.
 Napi::Value Init(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   cm::Instance& inst = cm::GetInstance(env);
@@ -22,6 +25,7 @@ Napi::Value Init(const Napi::CallbackInfo& info) {
   inst.cuda_error = Napi::Persistent(o.Get("CudaError").As<Napi::Function>());
   inst.oom_error = Napi::Persistent(o.Get("OutOfMemoryError").As<Napi::Function>());
   inst.unavailable_error = Napi::Persistent(o.Get("CudaUnavailableError").As<Napi::Function>());
+  inst.interprocess_error = Napi::Persistent(o.Get("InterprocessError").As<Napi::Function>());
   return env.Undefined();
 }
 
@@ -39,6 +43,9 @@ Napi::Object RegisterExports(Napi::Env env, Napi::Object exports) {
   cm::InitCopy(env, exports);
   cm::InitStreams(env, exports);
   cm::InitAllocator(env, exports);
+  cm::InitGroup(env, exports);
+  cm::InitIpc(env, exports);
+  cm::InitSharedHost(env, exports);
   cm::InitStreamOrdered(env, exports);
   cm::InitBench(env, exports);
   return exports;

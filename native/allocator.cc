@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "core/policy.h"
+#include "group.h"
 
 namespace cm {
 
@@ -67,13 +68,15 @@ void ThrowAllocatorBusy(Napi::Env env, uint64_t live, uint64_t bytes_in_use) {
 }
 
 void ReleasePoolBlock(Allocation* a) noexcept {
-  if (a->pool && !a->pool->closed && a->pool->pool && a->block)
+  if (a->pool && !a->pool->closed && a->pool->pool && a->block) {
     a->pool->pool->Free(static_cast<core::Pool::Chunk*>(a->block));
+    a->pool->PublishInUse();
+  }
   a->block = nullptr;
   a->pool.reset();
 }
 
-Napi::Value OomError(Napi::Env env, const core::OomInfo& oom) {
+Napi::Value OomError(Napi::Env env, const core::OomInfo& oom, const core::GroupSnapshot* group) {
   Napi::Object d = Napi::Object::New(env);
   d.Set("message", oom.Message());
   d.Set("requestedBytes", static_cast<double>(oom.requested));
@@ -89,6 +92,7 @@ Napi::Value OomError(Napi::Env env, const core::OomInfo& oom) {
   d.Set("deviceTotal", static_cast<double>(oom.device_total));
   d.Set("simulated", oom.simulated);
   d.Set("call", "allocator.alloc");
+  if (group) d.Set("group", GroupObject(env, *group));
   return GetInstance(env).oom_error.New({d});
 }
 
@@ -100,6 +104,15 @@ PoolBinding* UnwrapPool(Napi::Env env, Napi::Value v) {
   PoolBinding* p = v.As<Napi::External<PoolRef>>().Data()->get();
   if (p->closed) ThrowAllocatorClosed(env);
   return p;
+}
+
+// The OutOfMemoryError of a BFC pool, saying so when the group budget refused the region.
+[[noreturn]] void ThrowOom(Napi::Env env, PoolBinding* p, core::OomInfo* oom) {
+  if (p->group && p->group->refused()) {
+    oom->group_sentence = p->group->refusal().Sentence();
+    ThrowValue(env, OomError(env, *oom, &p->group->refusal().group));
+  }
+  ThrowValue(env, OomError(env, *oom));
 }
 
 [[noreturn]] void ThrowUpstream(Napi::Env env, const core::UpstreamError& e) {
@@ -132,6 +145,25 @@ Napi::Value CreateAllocator(const Napi::CallbackInfo& info) {
     CheckDevice(env, device);
     binding->upstream = std::make_unique<CudaUpstream>(device);
   }
+  // shared: { dir, name, device (uuid or "simulated"), budget (0: the group's), budgetSource }
+  Napi::Value shared = o.Get("shared");
+  if (shared.IsObject()) {
+    Napi::Object g = shared.As<Napi::Object>();
+    try {
+      std::unique_ptr<core::Ledger> ledger(
+          core::Ledger::Join(ReadString(env, g.Get("dir"), "shared.dir"),
+                             ReadString(env, g.Get("name"), "shared.name"),
+                             ReadString(env, g.Get("device"), "shared.device"),
+                             ReadSize(env, g.Get("budget"), "shared.budget"),
+                             ReadString(env, g.Get("budgetSource"), "shared.budgetSource"), 0));
+      auto up =
+          std::make_unique<core::GroupUpstream>(std::move(binding->upstream), std::move(ledger));
+      binding->group = up.get();
+      binding->upstream = std::move(up);
+    } catch (const core::ShmError& e) {
+      ThrowInterprocess(env, e);
+    }
+  }
   core::PolicyOptions policy;
   if (o.Get("memoryFraction").IsNumber()) policy.memory_fraction = Opt(o, "memoryFraction", 0);
   if (!o.Get("memoryLimit").IsUndefined() && !o.Get("memoryLimit").IsNull())
@@ -147,16 +179,23 @@ Napi::Value CreateAllocator(const Napi::CallbackInfo& info) {
   core::PoolOptions po;
   po.limit = limit.bytes;
   po.limit_source = limit.source;
+  if (binding->group && !policy.memory_fraction && !policy.memory_limit) {
+    // A member of a group may, by default, use up to the whole group budget.
+    po.limit = std::min<uint64_t>(binding->group->ledger().budget(), mi.total);
+    po.limit_source = "the budget of group '" + binding->group->ledger().name() + "'";
+  }
   po.allow_growth = o.Get("allowGrowth").ToBoolean();
   po.garbage_collection =
       !o.Get("garbageCollection").IsBoolean() || o.Get("garbageCollection").ToBoolean();
   binding->allow_growth = po.allow_growth;
   try {
     binding->pool = std::make_unique<core::Pool>(binding->upstream.get(), po);
-  } catch (const core::OomInfo& oom) {
-    ThrowValue(env, OomError(env, oom));
+  } catch (core::OomInfo& oom) {
+    ThrowOom(env, binding.get(), &oom);
   } catch (const core::UpstreamError& e) {
     ThrowUpstream(env, e);
+  } catch (const core::ShmError& e) {
+    ThrowInterprocess(env, e);
   }
   Napi::External<PoolRef> ext =
       Napi::External<PoolRef>::New(env, new PoolRef(binding), [](Napi::Env, PoolRef* ref) {
@@ -178,12 +217,16 @@ Napi::Value AllocatorAlloc(const Napi::CallbackInfo& info) {
   if (bytes == 0) ThrowRange(env, "bytes must be at least 1, got 0");
   core::OomInfo oom;
   core::Pool::Chunk* block;
+  if (p->group) p->group->ClearRefusal();
   try {
     block = p->pool->Allocate(bytes, &oom);
   } catch (const core::UpstreamError& e) {
     ThrowUpstream(env, e);
+  } catch (const core::ShmError& e) {
+    ThrowInterprocess(env, e);
   }
-  if (!block) ThrowValue(env, OomError(env, oom));
+  if (!block) ThrowOom(env, p, &oom);
+  p->PublishInUse();
   uint64_t address = core::Pool::Address(block);
   Allocation* a = new Allocation();
   a->kind = MemKind::kPool;
@@ -331,6 +374,13 @@ Napi::Value AllocatorInfo(const Napi::CallbackInfo& info) {
   o.Set("computeCapability",
         std::to_string(p->upstream->ccMajor()) + "." + std::to_string(p->upstream->ccMinor()));
   o.Set("liveBlocks", static_cast<double>(p->pool->live_blocks()));
+  if (p->group) {
+    try {
+      o.Set("group", GroupObject(env, p->group->ledger().Snapshot()));
+    } catch (const core::ShmError& e) {
+      ThrowInterprocess(env, e);
+    }
+  }
   return o;
 }
 
@@ -363,6 +413,7 @@ Napi::Value AllocatorClose(const Napi::CallbackInfo& info) {
   uint64_t bytes = p->pool->Stats().pool_bytes;
   p->closed = true;
   p->pool->ReleaseAll();
+  if (p->group) p->group->ledger().Leave();  // the group sees this member go now, not at GC
   return Napi::Number::New(env, static_cast<double>(bytes));
 }
 

@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "common.h"
+#include "core/group_upstream.h"
 #include "core/pool.h"
 
 namespace cm {
@@ -34,6 +35,11 @@ class PoolBinding {
   std::unique_ptr<core::Recorder> recorder;  // while recording, and after, until the next start
   bool closed = false;
   bool allow_growth = false;
+  core::GroupUpstream* group = nullptr;  // the upstream, when the pool charges a group budget
+  // Publishes the bytes in use to the group ledger, if there is one.
+  void PublishInUse() noexcept {
+    if (group && pool) group->ledger().PublishInUse(pool->bytes_in_use());
+  }
 };
 
 // Free and total memory of a device (cudaMemGetInfo); zeros if it cannot be read.
@@ -43,7 +49,9 @@ core::MemInfo DeviceMemInfo(int device);
 [[noreturn]] void ThrowAllocatorClosed(Napi::Env env);
 [[noreturn]] void ThrowAllocatorBusy(Napi::Env env, uint64_t live, uint64_t bytes_in_use);
 // The OutOfMemoryError for an allocator's report, shared by both backends.
-Napi::Value OomError(Napi::Env env, const core::OomInfo& oom);
+// With `group`, the error carries the group that refused the region.
+Napi::Value OomError(Napi::Env env, const core::OomInfo& oom,
+                     const core::GroupSnapshot* group = nullptr);
 // Returns a pool block to its pool (called when its buffer is released).
 void ReleasePoolBlock(Allocation* a) noexcept;
 void InitAllocator(Napi::Env env, Napi::Object exports);

@@ -52,4 +52,9 @@ int ReadInt(Napi::Env env, Napi::Value v, const char* what, int lo, int hi) {
   return static_cast<int>(d);
 }
 
+std::string ReadString(Napi::Env env, Napi::Value v, const char* what) {
+  if (!v.IsString()) ThrowType(env, std::string(what) + " must be a string");
+  return v.As<Napi::String>().Utf8Value();
+}
+
 }  // namespace cm

@@ -5,6 +5,7 @@
 #include <napi.h>
 
 #include <cstdint>
+#include <string>
 
 namespace cm {
 
@@ -15,5 +16,6 @@ bool HostView(Napi::Env env, Napi::Value v, char** data, size_t* length);
 // Reads a non-negative safe integer (a Number or BigInt) naming `what` in the error.
 uint64_t ReadSize(Napi::Env env, Napi::Value v, const char* what);
 int ReadInt(Napi::Env env, Napi::Value v, const char* what, int lo, int hi);
+std::string ReadString(Napi::Env env, Napi::Value v, const char* what);
 
 }  // namespace cm

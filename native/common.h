@@ -31,7 +31,7 @@ struct CudaStatus {
 
 struct Instance {
   std::unique_ptr<CudaStatus> status;  // computed once, on first use
-  Napi::FunctionReference cuda_error, oom_error, unavailable_error;
+  Napi::FunctionReference cuda_error, oom_error, unavailable_error, interprocess_error;
   HandleTable handles;
   std::mutex staging_mutex;
   // One per device and direction (key device * 2 + 1 for device-to-host), made on first use, so

@@ -28,10 +28,10 @@ Endpoint ResolveEndpoint(Napi::Env env, Napi::Value v, const char* what) {
     e.ptr = static_cast<char*>(a->ptr);
     e.length = a->bytes;
     e.device = a->device;
-    e.where =
-        (a->kind == MemKind::kDevice || a->kind == MemKind::kPool || a->kind == MemKind::kAsync)
-            ? Endpoint::kDevice
-            : Endpoint::kPinned;
+    e.where = (a->kind == MemKind::kDevice || a->kind == MemKind::kPool ||
+               a->kind == MemKind::kAsync || a->kind == MemKind::kIpc)
+                  ? Endpoint::kDevice
+                  : Endpoint::kPinned;
     return e;
   }
   if (HostView(env, v, &e.ptr, &e.length)) return e;

@@ -7,6 +7,25 @@
 
 namespace cm {
 
+std::string FormatUuid(const cudaUUID_t& id) {
+  char uuid[64];
+  const unsigned char* u = reinterpret_cast<const unsigned char*>(id.bytes);
+  std::snprintf(uuid, sizeof uuid,
+                "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0],
+                u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13],
+                u[14], u[15]);
+  return uuid;
+}
+
+std::string DeviceUuid(int device) {
+  cudaDeviceProp p{};
+  if (cudaGetDeviceProperties(&p, device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return "";
+  }
+  return FormatUuid(p.uuid);
+}
+
 CudaStatus ComputeStatus() {
   CudaStatus st;
 #ifdef CUDA_MEMORY_NO_CUDA
@@ -125,12 +144,7 @@ Napi::Value Devices(const Napi::CallbackInfo& info) {
     char bus[32] = {0};
     err = cudaDeviceGetPCIBusId(bus, sizeof bus, d);
     if (err != cudaSuccess) ThrowCuda(env, err, "cudaDeviceGetPCIBusId");
-    char uuid[64];
-    const unsigned char* u = reinterpret_cast<const unsigned char*>(p.uuid.bytes);
-    std::snprintf(uuid, sizeof uuid,
-                  "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0],
-                  u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13],
-                  u[14], u[15]);
+    std::string uuid = FormatUuid(p.uuid);
     Napi::Object o = Napi::Object::New(env);
     o.Set("index", d);
     o.Set("name", p.name);

@@ -9,6 +9,9 @@
 namespace cm {
 
 CudaStatus ComputeStatus();
+// "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", as nvidia-smi prints it; "" if it cannot be read.
+std::string FormatUuid(const cudaUUID_t& id);
+std::string DeviceUuid(int device);
 void InitDiscovery(Napi::Env env, Napi::Object exports);
 
 struct PcieLink {

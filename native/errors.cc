@@ -26,6 +26,23 @@ Napi::Value MakeUnavailableError(Napi::Env env, const std::string& reason,
       {Napi::String::New(env, reason), Napi::String::New(env, message)});
 }
 
+Napi::Value MakeInterprocessError(Napi::Env env, const core::ShmError& e) {
+  Instance& inst = GetInstance(env);
+  Napi::Object props = Napi::Object::New(env);
+  props.Set("code", e.code);
+  props.Set("path", e.path);
+  if (inst.interprocess_error.IsEmpty()) {
+    Napi::Error err = Napi::Error::New(env, e.what());
+    err.Set("code", e.code);
+    return err.Value();
+  }
+  return inst.interprocess_error.New({Napi::String::New(env, e.what()), props});
+}
+
+void ThrowInterprocess(Napi::Env env, const core::ShmError& e) {
+  ThrowValue(env, MakeInterprocessError(env, e));
+}
+
 void ThrowValue(Napi::Env env, Napi::Value error) { throw Napi::Error(env, error); }
 
 void ThrowCuda(Napi::Env env, cudaError_t err, const std::string& call, const std::string& detail) {

@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "core/shm.h"
 #include "cuda.h"
 
 namespace cm {
@@ -17,6 +18,10 @@ Napi::Value MakeUnavailableError(Napi::Env env, const std::string& reason,
                                  const std::string& message);
 [[noreturn]] void ThrowCuda(Napi::Env env, cudaError_t err, const std::string& call,
                             const std::string& detail = "");
+// An InterprocessError (group ledgers, IPC handles, shared host memory) with the failure's code
+// and file.
+Napi::Value MakeInterprocessError(Napi::Env env, const core::ShmError& e);
+[[noreturn]] void ThrowInterprocess(Napi::Env env, const core::ShmError& e);
 [[noreturn]] void ThrowValue(Napi::Env env, Napi::Value error);
 [[noreturn]] void ThrowType(Napi::Env env, const std::string& message);
 [[noreturn]] void ThrowRange(Napi::Env env, const std::string& message);

@@ -1,9 +1,13 @@
 #include "handles.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cmath>
 
 #include "allocator.h"
 #include "common.h"
+#include "ipc.h"
 #include "stream_ordered.h"
 
 namespace cm {
@@ -77,27 +81,40 @@ void TrackExternal(Napi::Env env, Allocation* a, int64_t bytes) {
   if (bytes) Napi::MemoryManagement::AdjustExternalMemory(env, bytes);
 }
 
+// Detaching empties every view, so a kept Uint8Array cannot reach freed memory.
+void DetachHostView(Napi::Env env, Allocation* a) noexcept {
+  if (!a->host_ref) return;
+  napi_value ab;
+  if (napi_get_reference_value(env, a->host_ref, &ab) == napi_ok && ab != nullptr)
+    napi_detach_arraybuffer(env, ab);
+  napi_delete_reference(env, a->host_ref);
+  a->host_ref = nullptr;
+}
+
 void ReleaseAllocation(Napi::Env env, Allocation* a) noexcept {
   if (a->released) return;
   a->released = true;
+  // An exported buffer's record goes first, so that no process opens memory being freed.
+  a->ipc_export.reset();
   // Freeing while the runtime unloads at process exit may report an error; it is harmless.
   switch (a->kind) {
     case MemKind::kDevice:
       cudaSetDevice(a->device);
       cudaFree(a->ptr);
       break;
-    case MemKind::kPinned: {
-      if (a->host_ref) {
-        napi_value ab;
-        // Detaching empties every view, so a kept Uint8Array cannot reach freed memory.
-        if (napi_get_reference_value(env, a->host_ref, &ab) == napi_ok && ab != nullptr)
-          napi_detach_arraybuffer(env, ab);
-        napi_delete_reference(env, a->host_ref);
-        a->host_ref = nullptr;
-      }
+    case MemKind::kPinned:
+      DetachHostView(env, a);
       cudaFreeHost(a->ptr);
       break;
-    }
+    case MemKind::kSharedHost:
+      DetachHostView(env, a);
+      cudaHostUnregister(a->ptr);
+      munmap(a->ptr, a->bytes);
+      if (a->shm_owner) unlink(a->shm_path.c_str());
+      break;
+    case MemKind::kIpc:
+      ReleaseIpcImport(a);
+      break;
     case MemKind::kRegistered:
       cudaHostUnregister(a->ptr);
       if (a->host_ref) {

@@ -5,8 +5,10 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
+#include "core/ipc_record.h"
 #include "cuda.h"
 
 namespace cm {
@@ -16,8 +18,10 @@ class PoolBinding;
 struct AsyncPool;
 struct StreamRec;
 
-// kPool: a block of a BFC allocator; kAsync: a block of CUDA's stream-ordered pool.
-enum class MemKind : uint8_t { kDevice, kPinned, kRegistered, kPool, kAsync };
+// kPool: a block of a BFC allocator; kAsync: a block of CUDA's stream-ordered pool; kIpc: device
+// memory of another process opened from an IPC handle; kSharedHost: a POSIX shared-memory file
+// mapped and registered with CUDA (pinned memory that several processes see).
+enum class MemKind : uint8_t { kDevice, kPinned, kRegistered, kPool, kAsync, kIpc, kSharedHost };
 
 // What a buffer handle points at. Owned by the instance's handle table; a pinned buffer's
 // ArrayBuffer holds a second reference, since views over it may outlive the handle, and an
@@ -48,6 +52,15 @@ struct Allocation {
   cudaEvent_t ready = nullptr;
   bool free_on_stream = false;
   cudaStream_t free_stream = nullptr;
+  // Exported by IPC: its record, removed when the memory goes.
+  std::unique_ptr<core::IpcExportRecord> ipc_export;
+  // kIpc: the importer's slot in the exporter's record, and the base the handle opened (CUDA
+  // counts the opens of one handle in a context; each is closed once).
+  std::unique_ptr<core::IpcImportRecord> ipc_import;
+  void* ipc_base = nullptr;
+  // kSharedHost: the file, and whether this process created it (and removes it when freed).
+  std::string shm_path;
+  bool shm_owner = false;
 };
 
 // Buffer handles are plain numbers, slot + generation * 2^24, indexing this table. A number is

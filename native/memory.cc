@@ -54,6 +54,37 @@ void FinalizePinnedStore(Napi::Env env, void*, Allocation* a) {
   DropReference(a);
 }
 
+}  // namespace
+
+Napi::Value ExposeHostMemory(Napi::Env env, Allocation* a) {
+  Napi::Value h = WrapAllocation(env, a);
+  a->refs = 2;  // the handle and the ArrayBuffer
+  napi_value ab;
+  napi_status s = napi_create_external_arraybuffer(
+      env, a->ptr, a->bytes,
+      [](napi_env e, void* data, void* hint) {
+        FinalizePinnedStore(Napi::Env(e), data, static_cast<Allocation*>(hint));
+      },
+      a, &ab);
+  if (s != napi_ok) {
+    // Runtimes that refuse external buffers (Electron's V8 sandbox) get no pinned view rather
+    // than a silent copy; the JS layer falls back to registering a V8-owned buffer.
+    a->refs = 1;
+    ReleaseAllocation(env, a);
+    Napi::Error e = Napi::Error::New(env, "external ArrayBuffers are not allowed in this runtime");
+    e.Set("code", "ERR_EXTERNAL_BUFFERS_NOT_ALLOWED");
+    throw e;
+  }
+  napi_create_reference(env, ab, 0, &a->host_ref);
+  TrackExternal(env, a, static_cast<int64_t>(a->bytes));
+  Napi::Array out = Napi::Array::New(env, 2);
+  out.Set(0u, h);
+  out.Set(1u, Napi::Value(env, ab));
+  return out;
+}
+
+namespace {
+
 // pinnedAlloc(bytes, flags, device) -> [handle, arrayBuffer]
 Napi::Value PinnedAlloc(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
@@ -84,30 +115,7 @@ Napi::Value PinnedAlloc(const Napi::CallbackInfo& info) {
       ThrowCuda(env, err, "cudaHostGetDevicePointer");
     }
   }
-  Napi::Value h = WrapAllocation(env, a);
-  a->refs = 2;  // the handle and the ArrayBuffer
-  napi_value ab;
-  napi_status s = napi_create_external_arraybuffer(
-      env, ptr, bytes,
-      [](napi_env e, void* data, void* hint) {
-        FinalizePinnedStore(Napi::Env(e), data, static_cast<Allocation*>(hint));
-      },
-      a, &ab);
-  if (s != napi_ok) {
-    // Runtimes that refuse external buffers (Electron's V8 sandbox) get no pinned view rather
-    // than a silent copy; the JS layer falls back to registering a V8-owned buffer.
-    a->refs = 1;
-    ReleaseAllocation(env, a);
-    Napi::Error e = Napi::Error::New(env, "external ArrayBuffers are not allowed in this runtime");
-    e.Set("code", "ERR_EXTERNAL_BUFFERS_NOT_ALLOWED");
-    throw e;
-  }
-  napi_create_reference(env, ab, 0, &a->host_ref);
-  TrackExternal(env, a, static_cast<int64_t>(bytes));
-  Napi::Array out = Napi::Array::New(env, 2);
-  out.Set(0u, h);
-  out.Set(1u, Napi::Value(env, ab));
-  return out;
+  return ExposeHostMemory(env, a);
 }
 
 // registerHost(view: TypedArray|DataView, flags, device) -> handle. The view is held by a strong

@@ -12,6 +12,7 @@ import { invalidArgument } from '../errors';
 import { knownDeviceCount } from '../discovery';
 import { formatBytes } from '../units';
 import { Trace, TraceEvent, saveTrace as writeTrace } from './trace';
+import { GroupStats, SharedBudgetOptions, resolveShared } from './group';
 
 /** A device that exists only as numbers, for running allocator policies without a GPU. */
 export interface SimulatedDevice {
@@ -55,6 +56,15 @@ export interface AllocatorOptions {
   garbageCollection?: boolean;
   /** Run on a simulated device instead of a GPU. */
   simulate?: SimulatedDevice;
+  /**
+   * Join a group budget (`bfc` only): every allocator with the same `name` on the same GPU, in
+   * any process, charges its regions to one budget kept in shared memory, and a region is only
+   * taken while the group stays within it. `limit` (bytes) or `fraction` (of total device
+   * memory) sets the budget when the group is created or empty; without either, the allocator
+   * joins an existing group's budget. Without memoryFraction/memoryLimit, the allocator's own
+   * limit is the group budget. Allocators on simulated devices form their own groups.
+   */
+  shared?: SharedBudgetOptions;
 }
 
 /** Statistics of an allocator (bytes unless named otherwise). */
@@ -367,6 +377,11 @@ export class Allocator {
     return this._b.stats(this._a);
   }
 
+  /** The group budget this allocator charges (see `shared`), as it is now; null if none. */
+  group(): GroupStats | null {
+    return (this._b.info(this._a).group as GroupStats | undefined) ?? null;
+  }
+
   /** Sets peakBytesInUse and peakPoolBytes to their current values. */
   resetPeakStats(): void {
     this._b.resetPeak(this._a);
@@ -412,6 +427,11 @@ export class Allocator {
       row('device free / total', `${formatBytes(info.deviceFree)} / ${formatBytes(info.deviceTotal)}`),
       line,
     ];
+    const group = info.group as GroupStats | undefined;
+    if (group)
+      lines.push(
+        `  group ${group.name}: budget ${formatBytes(group.budgetBytes)} (${group.budgetSource}), ${group.members.length} member${group.members.length === 1 ? '' : 's'} hold ${formatBytes(group.chargedBytes)}, ${formatBytes(group.freeBytes)} free`,
+      );
     if (s.cudaMemPool)
       lines.push(
         `  cudaMemPool: reserved ${formatBytes(s.cudaMemPool.reservedBytes)} (peak ${formatBytes(s.cudaMemPool.reservedPeakBytes)}), used ${formatBytes(s.cudaMemPool.usedBytes)} (peak ${formatBytes(s.cudaMemPool.usedPeakBytes)}), release threshold ${formatBytes(s.cudaMemPool.releaseThreshold)}`,
@@ -456,6 +476,7 @@ export function createAllocator(options?: AllocatorOptions): Allocator {
     'memoryLimit',
     'garbageCollection',
     'simulate',
+    'shared',
   ]);
   for (const k of Object.keys(o))
     if (!known.has(k)) throw new TypeError(`Unknown allocator option ${JSON.stringify(k)}; expected one of ${[...known].join(', ')}`);
@@ -497,6 +518,18 @@ export function createAllocator(options?: AllocatorOptions): Allocator {
   } else {
     device = checkDevice(o.device, knownDeviceCount());
   }
+  let shared: object | undefined;
+  if (o.shared !== undefined) {
+    if (backend === 'async')
+      throw Object.assign(
+        new RangeError(
+          "shared budgets need backend 'bfc': CUDA's stream-ordered pool grows its reservation inside the driver, so there is no region to charge to the group before it is taken",
+        ),
+        { code: 'ERR_NOT_SUPPORTED' },
+      );
+    if (simulate === undefined) requireCuda();
+    shared = resolveShared(o.shared, device, simulate === undefined ? null : (simulate as { totalBytes: number }).totalBytes);
+  }
   if (backend === 'async') {
     requireCuda();
     return new Allocator(
@@ -505,6 +538,6 @@ export function createAllocator(options?: AllocatorOptions): Allocator {
     );
   }
   return new Allocator(
-    native.createAllocator({ device, allowGrowth, memoryFraction: o.memoryFraction, memoryLimit, garbageCollection, simulate }),
+    native.createAllocator({ device, allowGrowth, memoryFraction: o.memoryFraction, memoryLimit, garbageCollection, simulate, shared }),
   );
 }

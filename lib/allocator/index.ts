@@ -27,3 +27,5 @@ export { replayTrace, parsePolicy, formatReplay } from './replay';
 export { renderMemoryHtml } from './memory-html';
 export type { MemoryHtmlOptions } from './memory-html';
 export type { ReplayPolicy, ReplayOptions, ReplayResult } from './replay';
+export { groupStats, listGroups, formatGroups } from './group';
+export type { SharedBudgetOptions, GroupStats, GroupMember, GroupStatsOptions, UnreadableGroup } from './group';

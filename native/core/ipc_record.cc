@@ -162,6 +162,7 @@ IpcImportRecord* IpcImportRecord::Open(const std::string& dir, const IpcDescript
   if (!ValidRecordName(d.record)) Invalid("its record name is malformed");
   std::string path = shm::Join(dir, d.record);
   std::unique_ptr<IpcImportRecord> r(new IpcImportRecord());
+  r->record_ = d.record;
   r->fd_ = open(path.c_str(), O_RDWR | O_CLOEXEC);
   if (r->fd_ < 0 && errno == ENOENT)
     throw ShmError("ERR_IPC_EXPORT_GONE",

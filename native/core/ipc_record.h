@@ -59,9 +59,11 @@ class IpcImportRecord {
   IpcImportRecord& operator=(const IpcImportRecord&) = delete;
   // Gives the slot back. Never throws.
   void Close() noexcept;
+  const std::string& record() const { return record_; }
 
  private:
   IpcImportRecord() = default;
+  std::string record_;
   int fd_ = -1;
   int slot_ = -1;
 };

@@ -121,8 +121,8 @@ std::string GroupRefusal::Sentence() const {
   std::string m = "The group '" + group.name + "' has a budget of " + FormatBytes(group.budget) +
                   " (" + group.budget_source + ") and its " + std::to_string(group.members.size()) +
                   " member" + (group.members.size() == 1 ? "" : "s") + " hold " +
-                  FormatBytes(group.charged) + ", so the " + FormatBytes(requested) +
-                  " region this allocator needed could not be charged. Members:";
+                  FormatBytes(group.charged) + ", so a region of " + FormatBytes(requested) +
+                  " (the smallest this allocation could use) could not be charged. Members:";
   for (size_t i = 0; i < group.members.size(); ++i) {
     const GroupMember& g = group.members[i];
     m += (i ? "; pid " : " pid ") + std::to_string(g.pid) + (g.self ? " (this allocator)" : "") +

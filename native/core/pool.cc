@@ -42,6 +42,7 @@ void Pool::Record(TraceAction action, const Chunk* c, uint64_t requested, uint64
 }
 
 uint64_t Pool::BlockId(const Chunk* block) { return block->id; }
+uint64_t Pool::RegionOf(const Chunk* block) { return block->region; }
 
 bool Pool::BySizeThenAddress::operator()(const Chunk* a, const Chunk* b) const {
   if (a->size != b->size) return a->size < b->size;

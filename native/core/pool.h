@@ -119,6 +119,9 @@ class Pool {
   // The id of the block (0 if it was allocated while not recording).
   static uint64_t BlockId(const Chunk* block);
   uint64_t live_blocks() const { return live_blocks_; }
+  uint64_t bytes_in_use() const { return stats_.bytes_in_use; }
+  // The address of the region the block was carved from.
+  static uint64_t RegionOf(const Chunk* block);
   const PoolOptions& options() const { return options_; }
   Upstream* upstream() const { return upstream_; }
 

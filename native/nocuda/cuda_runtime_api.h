@@ -34,6 +34,10 @@ struct cudaDeviceProp {
   int canMapHostMemory, unifiedAddressing, integrated;
 };
 typedef struct CUmemPoolHandle_st* cudaMemPool_t;
+struct cudaIpcMemHandle_t {
+  char reserved[64];
+};
+#define cudaIpcMemLazyEnablePeerAccess 0x01
 enum cudaDeviceAttr {
   cudaDevAttrComputeCapabilityMajor = 75,
   cudaDevAttrComputeCapabilityMinor = 76,
@@ -112,6 +116,9 @@ CM_NOCUDA_FN(cudaMemPoolGetAttribute, cudaMemPool_t, cudaMemPoolAttr, void*)
 CM_NOCUDA_FN(cudaMemPoolTrimTo, cudaMemPool_t, size_t)
 CM_NOCUDA_FN(cudaMallocFromPoolAsync, void**, size_t, cudaMemPool_t, cudaStream_t)
 CM_NOCUDA_FN(cudaFreeAsync, void*, cudaStream_t)
+CM_NOCUDA_FN(cudaIpcGetMemHandle, cudaIpcMemHandle_t*, void*)
+CM_NOCUDA_FN(cudaIpcOpenMemHandle, void**, cudaIpcMemHandle_t, unsigned)
+CM_NOCUDA_FN(cudaIpcCloseMemHandle, void*)
 #undef CM_NOCUDA_FN
 inline cudaError_t cudaDriverGetVersion(int* v) {
   *v = 0;

@@ -1,0 +1,160 @@
+/**
+ * Group budgets: one memory cap that every cooperating process on a GPU honours. Allocators
+ * created with the same `shared.name` on the same device charge each region they take to one
+ * ledger in shared memory, and a region is only taken while the group stays within its budget.
+ * A member that dies, even by SIGKILL, gets its charge back at the next use of the ledger (the
+ * kernel drops its lock on its slot). See docs in the README, "Many processes, one GPU".
+ */
+import * as fs from 'fs';
+import { native } from '../native';
+import { InterprocessError, invalidArgument } from '../errors';
+import { checkOptions, checkSize } from '../validate';
+import { checkShmName, shmDir } from '../shm';
+import { formatBytes } from '../units';
+
+/** The `shared` option of createAllocator. */
+export interface SharedBudgetOptions {
+  /** The group's name: the same name on the same GPU is the same group. */
+  name: string;
+  /** The group's budget in bytes. */
+  limit?: number;
+  /** The group's budget as a share of the device's total memory, in (0, 1]. */
+  fraction?: number;
+}
+
+/** One process (one allocator) in a group. */
+export interface GroupMember {
+  pid: number;
+  /** Bytes of regions it holds (charged to the group). */
+  poolBytes: number;
+  /** Bytes its live buffers use (published at each alloc and free). */
+  bytesInUse: number;
+  peakPoolBytes: number;
+  /** Its own limit (0 when not reported). */
+  limitBytes: number;
+  /** When it joined (ms since the epoch). */
+  joinedAt: number;
+  /** True for the allocator asking. */
+  self: boolean;
+}
+
+/** A group's ledger as it is now. */
+export interface GroupStats {
+  name: string;
+  /** The GPU's uuid, or "simulated". */
+  device: string;
+  path: string;
+  budgetBytes: number;
+  budgetSource: string;
+  /** Sum of the members' pool bytes. */
+  chargedBytes: number;
+  /** budgetBytes − chargedBytes: room for new regions. */
+  freeBytes: number;
+  /** Slots of dead members this read cleared. */
+  reapedMembers: number;
+  members: GroupMember[];
+}
+
+/** Options of {@link groupStats}. */
+export interface GroupStatsOptions {
+  /** Device index; default 0. */
+  device?: number;
+  /** The group of allocators on simulated devices. */
+  simulated?: boolean;
+}
+
+const PREFIX = 'cuda-memory-group.';
+
+/** @internal The device key of a group: the GPU's uuid, or "simulated". */
+export function deviceKey(device: number, simulated: boolean): string {
+  if (simulated) return 'simulated';
+  const uuid = (native.devices()[device] as { uuid?: string } | undefined)?.uuid;
+  if (!uuid) throw new RangeError(`device ${device} has no uuid to name its group by`);
+  return uuid;
+}
+
+/** @internal What createAllocator passes to the addon for `shared`. */
+export function resolveShared(value: unknown, device: number, totalBytes: number | null): object {
+  const s = checkOptions<SharedBudgetOptions>('shared', value);
+  for (const k of Object.keys(s))
+    if (!['name', 'limit', 'fraction'].includes(k))
+      throw new TypeError(`Unknown shared option ${JSON.stringify(k)}; expected name, limit or fraction`);
+  const name = checkShmName('shared.name', s.name);
+  if (s.limit !== undefined && s.fraction !== undefined)
+    throw new RangeError('shared.limit and shared.fraction were both given; choose one');
+  let budget = 0;
+  let budgetSource = '';
+  if (s.limit !== undefined) {
+    budget = checkSize('shared.limit', s.limit, 256);
+    budgetSource = `limit ${formatBytes(budget)}`;
+  } else if (s.fraction !== undefined) {
+    if (typeof s.fraction !== 'number' || !(s.fraction > 0 && s.fraction <= 1))
+      throw invalidArgument('shared.fraction', 'a number in (0, 1]', s.fraction, typeof s.fraction === 'number' ? RangeError : TypeError);
+    const total = totalBytes ?? (native.devices()[device] as { totalMemory: number }).totalMemory;
+    budget = Math.floor(total * s.fraction);
+    budgetSource = `fraction ${s.fraction} of ${formatBytes(total)}`;
+  }
+  return { dir: shmDir(), name, device: deviceKey(device, totalBytes !== null), budget, budgetSource };
+}
+
+/**
+ * The live ledger of group `name`: budget, charge, and each member's pool and in-use bytes.
+ * Throws InterprocessError ERR_GROUP_NOT_FOUND when the group has no member.
+ */
+export function groupStats(name: string, options?: GroupStatsOptions): GroupStats {
+  checkShmName('name', name);
+  const o = checkOptions<GroupStatsOptions>('options', options);
+  const device = o.device === undefined ? 0 : checkSize('options.device', o.device);
+  return native.groupRead(native.groupPath(shmDir(), name, deviceKey(device, o.simulated === true))) as GroupStats;
+}
+
+/** A ledger file that could not be read (damaged, foreign, another version). */
+export interface UnreadableGroup {
+  path: string;
+  code: string;
+  message: string;
+}
+
+/** Every group with a ledger in the shared-memory folder, and the ledgers that could not be read. */
+export function listGroups(): { groups: GroupStats[]; unreadable: UnreadableGroup[] } {
+  const dir = shmDir();
+  let names: string[];
+  try {
+    names = fs.readdirSync(dir);
+  } catch {
+    return { groups: [], unreadable: [] };
+  }
+  const groups: GroupStats[] = [];
+  const unreadable: UnreadableGroup[] = [];
+  for (const f of names.sort()) {
+    if (!f.startsWith(PREFIX) || f.includes('.tmp-')) continue;
+    const file = `${dir.replace(/\/$/, '')}/${f}`;
+    try {
+      groups.push(native.groupRead(file) as GroupStats);
+    } catch (e) {
+      const err = e as InterprocessError;
+      if (err.code === 'ERR_GROUP_NOT_FOUND') continue; // its last member left meanwhile
+      unreadable.push({ path: file, code: err.code ?? 'ERR_GROUP_LEDGER', message: err.message });
+    }
+  }
+  return { groups, unreadable };
+}
+
+/** The table `cuda-memory top` prints: each group, then a line per member. */
+export function formatGroups(list: { groups: GroupStats[]; unreadable: UnreadableGroup[] }): string {
+  const lines: string[] = [];
+  if (list.groups.length === 0 && list.unreadable.length === 0) lines.push(`no groups in ${shmDir()}`);
+  for (const g of list.groups) {
+    const used = g.budgetBytes ? ((100 * g.chargedBytes) / g.budgetBytes).toFixed(1) : '0.0';
+    lines.push(
+      `group ${g.name} on ${g.device}: budget ${formatBytes(g.budgetBytes)} (${g.budgetSource}), charged ${formatBytes(g.chargedBytes)} (${used}%), free ${formatBytes(g.freeBytes)}, ${g.members.length} member${g.members.length === 1 ? '' : 's'}`,
+    );
+    lines.push(`  ${'pid'.padStart(8)}  ${'pool'.padStart(12)}  ${'in use'.padStart(12)}  ${'peak pool'.padStart(12)}  joined`);
+    for (const m of g.members)
+      lines.push(
+        `  ${String(m.pid).padStart(8)}  ${formatBytes(m.poolBytes).padStart(12)}  ${formatBytes(m.bytesInUse).padStart(12)}  ${formatBytes(m.peakPoolBytes).padStart(12)}  ${new Date(m.joinedAt).toISOString()}`,
+      );
+  }
+  for (const u of list.unreadable) lines.push(`unreadable ${u.path}: ${u.code}: ${u.message}`);
+  return lines.join('\n');
+}
