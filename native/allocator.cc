@@ -188,6 +188,13 @@ Napi::Value CreateAllocator(const Napi::CallbackInfo& info) {
   po.garbage_collection =
       !o.Get("garbageCollection").IsBoolean() || o.Get("garbageCollection").ToBoolean();
   binding->allow_growth = po.allow_growth;
+  if (binding->group) {
+    try {
+      binding->group->ledger().SetLimit(po.limit);
+    } catch (const core::ShmError& e) {
+      ThrowInterprocess(env, e);
+    }
+  }
   try {
     binding->pool = std::make_unique<core::Pool>(binding->upstream.get(), po);
   } catch (core::OomInfo& oom) {

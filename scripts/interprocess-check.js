@@ -261,14 +261,23 @@ async function ipcConsumer() {
   process.on('message', (m) => {
     try {
       if (m.type === 'import') {
+        const us = (t) => Number(process.hrtime.bigint() - t) / 1000;
         const t0 = process.hrtime.bigint();
         const b = cm.DeviceBuffer.importIpc(m.handle);
+        const openUs = us(t0);
         const host = Buffer.allocUnsafe(b.byteLength);
+        const t1 = process.hrtime.bigint();
         cm.copy(host, b);
+        const copyUs = us(t1);
         const ok = host.equals(pattern(b.byteLength, m.seed));
+        let closeUs = 0;
         if (m.hold) hold.set(m.seed, b);
-        else b.free();
-        process.send({ type: 'imported', ok, us: Number(process.hrtime.bigint() - t0) / 1000 });
+        else {
+          const t2 = process.hrtime.bigint();
+          b.free();
+          closeUs = us(t2);
+        }
+        process.send({ type: 'imported', ok, openUs, copyUs, closeUs });
       } else if (m.type === 'release') {
         hold.get(m.seed).free();
         hold.delete(m.seed);
@@ -312,7 +321,7 @@ async function ipcCheck(o) {
   const a = cm.createAllocator({ allowGrowth: true, memoryLimit: 2 ** 30 });
   const consumer = child(__filename, ['ipc-consumer']);
   await consumer.next(); // up
-  const times = [];
+  const times = { exportUs: [], openUs: [], copyUs: [], closeUs: [], roundTripUs: [] };
   let bad = 0;
   const rand = rng(7);
   const t0 = Date.now();
@@ -320,11 +329,15 @@ async function ipcCheck(o) {
     const n = 4 * (1 + rand(2 * MiB)); // 4 B to 8 MiB, a multiple of 4
     const b = a.alloc(n);
     cm.copy(b, pattern(n, i + 1));
+    const t0 = process.hrtime.bigint();
     const handle = b.exportIpc();
+    times.exportUs.push(Number(process.hrtime.bigint() - t0) / 1000);
     const wire = i % 2 ? JSON.stringify(handle) : handle; // as an object and as JSON text
     const r = await consumer.ask({ type: 'import', handle: wire, seed: i + 1 });
+    // The round trip: export, send, import, copy out, check every byte, close, reply.
+    times.roundTripUs.push(Number(process.hrtime.bigint() - t0) / 1000);
     if (r.type !== 'imported' || !r.ok) bad++;
-    else times.push(r.us);
+    else for (const k of ['openUs', 'copyUs', 'closeUs']) times[k].push(r[k]);
     if (b.ipcImporters().length !== 0) bad++;
     b.free();
   }
@@ -346,14 +359,17 @@ async function ipcCheck(o) {
   const twice = await consumer.ask({ type: 'try', handle: hh });
   if (twice.code !== 'ERR_IPC_ALREADY_OPEN') failures.push(`same handle twice: ${twice.code}`);
   await consumer.ask({ type: 'release', seed: 99999 });
+  // While the export lives: a handle with another token, or another size, is refused.
+  const forged = { ...hh, token: hh.token.replace(/^./, (c) => (c === '0' ? '1' : '0')) };
+  const f = await consumer.ask({ type: 'try', handle: forged });
+  if (f.code !== 'ERR_IPC_HANDLE_INVALID') failures.push(`forged token: ${f.code}`);
+  const bigger = await consumer.ask({ type: 'try', handle: { ...hh, byteLength: hh.byteLength * 64 } });
+  if (bigger.code !== 'ERR_IPC_HANDLE_INVALID') failures.push(`altered size: ${bigger.code}`);
+  const junk = await consumer.ask({ type: 'try', handle: '{"type":"cuda-memory/ipc@1"}' });
+  if (junk.code !== 'ERR_IPC_HANDLE_INVALID') failures.push(`malformed: ${junk.code}`);
   held.free();
   const afterFree = await consumer.ask({ type: 'try', handle: hh });
   if (afterFree.code !== 'ERR_IPC_EXPORT_GONE') failures.push(`after free: ${afterFree.code}`);
-  const forged = { ...hh, token: hh.token.replace(/^./, (c) => (c === '0' ? '1' : '0')) };
-  const f = await consumer.ask({ type: 'try', handle: forged });
-  if (f.code !== 'ERR_IPC_HANDLE_INVALID') failures.push(`forged: ${f.code}`);
-  const junk = await consumer.ask({ type: 'try', handle: '{"type":"cuda-memory/ipc@1"}' });
-  if (junk.code !== 'ERR_IPC_HANDLE_INVALID') failures.push(`malformed: ${junk.code}`);
   let same = null;
   const own = a.alloc(4096);
   try {
@@ -402,7 +418,8 @@ async function ipcCheck(o) {
     rounds,
     bytesPerRound: '4 B to 8 MiB, pooled blocks of one bfc allocator',
     seconds: elapsed,
-    importCopyVerifyMedianUs: median(times),
+    // Medians in µs. roundTrip includes making and checking the pattern in JavaScript.
+    medianUs: Object.fromEntries(Object.entries(times).map(([k, v]) => [k.replace(/Us$/, ''), Math.round(median(v) * 10) / 10])),
     freeWhileImported: inUse,
     importerAfterExporterExit: keptAfterExit,
     failures,

@@ -152,7 +152,7 @@ describe('group budgets on simulated devices', () => {
     const x = a.alloc(3 * MiB);
     const out = execFileSync(process.execPath, [cli, 'top'], { encoding: 'utf8', env: process.env });
     expect(out).toContain('group shown on simulated: budget 256 MiB (limit 256 MiB), charged 4 MiB (1.6%), free 252 MiB, 1 member');
-    expect(out).toMatch(new RegExp(`\\n\\s+${process.pid}\\s+4 MiB\\s+4 MiB\\s+4 MiB\\s+\\d{4}-`));
+    expect(out).toMatch(new RegExp(`\\n\\s+${process.pid}\\s+4 MiB\\s+4 MiB\\s+4 MiB\\s+256 MiB\\s+\\d{4}-`));
     const lines = execFileSync(process.execPath, [cli, 'top', '--json', '--watch', '0.1', '--count', '2'], {
       encoding: 'utf8',
       env: process.env,
@@ -205,6 +205,19 @@ describe('group budgets on simulated devices', () => {
     }
   }, 60000);
 });
+
+test('examples/shared-gpu.js: two workers fit, the third is refused by the group and told who holds what', () => {
+  const out = execFileSync(process.execPath, [path.join(root, 'examples', 'shared-gpu.js'), ...(gpu ? [] : ['--simulate'])], {
+    encoding: 'utf8',
+    env: process.env,
+    timeout: 60000,
+  });
+  expect(out.match(/refused by its own limit/g)).toHaveLength(2);
+  expect(out).toMatch(/refused by the group budget\n {2}CUDA out of memory .* The group 'demo' has a budget of 1.00 GiB/);
+  expect(out).toMatch(/charged 1 GiB \(100.0%\), free 0 B, 4 members/);
+  if (gpu) expect(out).toContain(`opened worker 0's block by IPC and read "hello from worker 0"`);
+  expect(out).toContain('all workers left');
+}, 60000);
 
 describe('IPC handles without a GPU', () => {
   const good = {

@@ -30,7 +30,7 @@ export interface GroupMember {
   /** Bytes its live buffers use (published at each alloc and free). */
   bytesInUse: number;
   peakPoolBytes: number;
-  /** Its own limit (0 when not reported). */
+  /** Its own limit (memoryFraction, memoryLimit, or the group budget). */
   limitBytes: number;
   /** When it joined (ms since the epoch). */
   joinedAt: number;
@@ -149,10 +149,12 @@ export function formatGroups(list: { groups: GroupStats[]; unreadable: Unreadabl
     lines.push(
       `group ${g.name} on ${g.device}: budget ${formatBytes(g.budgetBytes)} (${g.budgetSource}), charged ${formatBytes(g.chargedBytes)} (${used}%), free ${formatBytes(g.freeBytes)}, ${g.members.length} member${g.members.length === 1 ? '' : 's'}`,
     );
-    lines.push(`  ${'pid'.padStart(8)}  ${'pool'.padStart(12)}  ${'in use'.padStart(12)}  ${'peak pool'.padStart(12)}  joined`);
+    lines.push(
+      `  ${'pid'.padStart(8)}  ${'pool'.padStart(12)}  ${'in use'.padStart(12)}  ${'peak pool'.padStart(12)}  ${'own limit'.padStart(12)}  joined`,
+    );
     for (const m of g.members)
       lines.push(
-        `  ${String(m.pid).padStart(8)}  ${formatBytes(m.poolBytes).padStart(12)}  ${formatBytes(m.bytesInUse).padStart(12)}  ${formatBytes(m.peakPoolBytes).padStart(12)}  ${new Date(m.joinedAt).toISOString()}`,
+        `  ${String(m.pid).padStart(8)}  ${formatBytes(m.poolBytes).padStart(12)}  ${formatBytes(m.bytesInUse).padStart(12)}  ${formatBytes(m.peakPoolBytes).padStart(12)}  ${formatBytes(m.limitBytes).padStart(12)}  ${new Date(m.joinedAt).toISOString()}`,
       );
   }
   for (const u of list.unreadable) lines.push(`unreadable ${u.path}: ${u.code}: ${u.message}`);

@@ -318,6 +318,13 @@ void Ledger::Release(uint64_t bytes) noexcept {
   }
 }
 
+void Ledger::SetLimit(uint64_t limit) {
+  shm::MutexGuard lock(fd_);
+  if (slot_ < 0 || broken_ || !SizeOk()) return;
+  slots_[slot_].limit = limit;
+  slots_[slot_].checksum = SlotSum(slots_[slot_]);
+}
+
 void Ledger::PublishInUse(uint64_t bytes) noexcept {
   if (slot_ >= 0 && !broken_)
     __atomic_store_n(&slots_[slot_].bytes_in_use, bytes, __ATOMIC_RELAXED);

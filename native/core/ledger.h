@@ -71,6 +71,8 @@ class Ledger {
   bool Charge(uint64_t bytes, GroupRefusal* refusal);
   // Gives back a charge. Never throws.
   void Release(uint64_t bytes) noexcept;
+  // Records this member's own limit, for display.
+  void SetLimit(uint64_t limit);
   // Publishes the bytes this member's buffers use (for display; no lock, one relaxed store).
   void PublishInUse(uint64_t bytes) noexcept;
   // Clears this member's slot, and removes the file if no member is left. Never throws.
