@@ -33,6 +33,7 @@
         "native/allocator.cc",
         "native/group.cc",
         "native/ipc.cc",
+        "native/peer.cc",
         "native/shared_host.cc",
         "native/bench.cc",
         "native/core/budget.cc",

@@ -8,7 +8,7 @@
 import * as fs from 'fs';
 import * as path from 'path';
 import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';
-import { status, devices, formatCudaVersion } from './discovery';
+import { status, devices, formatCudaVersion, peerAccess, deviceLocality } from './discovery';
 import { runTransferBenchmark, gateSource, ALL_MODES, ALL_DIRECTIONS, TransferBenchmarkOptions } from './bench/transfer';
 import { formatTable, formatCsv, formatChart, renderHtml, benchmarkJunit } from './bench/report';
 import { parseGate, evaluateGates, Gate } from './bench/gates';
@@ -159,8 +159,12 @@ function doctor(o: {
 function info(o: { json?: boolean }): number {
   const st = status();
   const list = st.available ? devices() : [];
+  const locality = list.map((d) => deviceLocality(d.pciBusId));
+  const peers = list.length > 1 ? peerAccess() : [];
   if (o.json) {
-    process.stdout.write(JSON.stringify({ status: st, devices: list }, null, 2) + '\n');
+    process.stdout.write(
+      JSON.stringify({ status: st, devices: list.map((d, i) => ({ ...d, locality: locality[i] })), peers }, null, 2) + '\n',
+    );
     return st.available ? 0 : 2;
   }
   process.stdout.write(
@@ -178,6 +182,17 @@ function info(o: { json?: boolean }): number {
     process.stdout.write(
       `device ${d.index}: ${d.name}, ${formatBytes(d.totalMemory)}, compute capability ${d.computeCapability}, ${d.multiProcessorCount} SMs, ${d.asyncEngineCount} copy engines, ${d.pciBusId}, ${link}, ${d.uuid}\n`,
     );
+    const l = locality[d.index];
+    process.stdout.write(
+      `  NUMA node ${l && l.numaNode >= 0 ? l.numaNode : 'unknown'}${l && l.localCpus ? `, local CPUs ${l.localCpus}` : ''}\n`,
+    );
+  }
+  if (peers.length) {
+    process.stdout.write('peer access (from -> to: can access, link rank, native atomics):\n');
+    for (const p of peers)
+      process.stdout.write(
+        `  ${p.from} -> ${p.to}: ${p.canAccess ? 'yes' : 'no'}, rank ${p.performanceRank}, atomics ${p.nativeAtomics ? 'yes' : 'no'}\n`,
+      );
   }
   return 0;
 }

@@ -12,8 +12,15 @@ import { invalidArgument } from './errors';
  * - `staged`: the library's pipeline through a ring of pinned chunks, copied by several threads;
  * - `register`: page-lock the buffer for the copy (cudaHostRegister), then unlock it.
  * Pinned and device memory always go straight through cudaMemcpy.
+ *
+ * Between DeviceBuffers of two devices:
+ * - `auto`: `peer` where the pair can access each other (cudaDeviceCanAccessPeer), else `host`;
+ * - `peer`: directly over NVLink or PCIe P2P (cudaMemcpyPeer), peer access enabled once per pair,
+ *   lazily; a pair without it fails with cudaErrorPeerAccessUnsupported;
+ * - `host`: through pinned host memory, two 32 MiB chunks in flight;
+ * - `driver`: cudaMemcpy with cudaMemcpyDefault, as the driver chooses.
  */
-export type CopyStrategy = 'auto' | 'driver' | 'staged' | 'register';
+export type CopyStrategy = 'auto' | 'driver' | 'staged' | 'register' | 'peer' | 'host';
 
 /** Options of {@link copy} and {@link copyAsync}. */
 export interface CopyOptions {
@@ -28,7 +35,7 @@ export interface CopyOptions {
   stream?: Stream;
 }
 
-const STRATEGIES = new Set(['auto', 'driver', 'staged', 'register']);
+const STRATEGIES = new Set(['auto', 'driver', 'staged', 'register', 'peer', 'host']);
 
 function prepare(dst: unknown, src: unknown, options: unknown) {
   const d = resolveMemory('dst', dst);
@@ -50,7 +57,7 @@ function prepare(dst: unknown, src: unknown, options: unknown) {
       `the device-to-device ranges overlap: [${srcOffset}, ${srcOffset + n}) and [${dstOffset}, ${dstOffset + n}) of the same buffer; cudaMemcpy does not support overlapping copies`,
     );
   if (o.strategy !== undefined && !STRATEGIES.has(o.strategy as string))
-    throw invalidArgument('options.strategy', "one of 'auto', 'driver', 'staged', 'register'", o.strategy, RangeError);
+    throw invalidArgument('options.strategy', "one of 'auto', 'driver', 'staged', 'register', 'peer', 'host'", o.strategy, RangeError);
   return { d, s, dstOffset, srcOffset, n, strategy: o.strategy ?? 'auto', stream: streamOption(o.stream) };
 }
 

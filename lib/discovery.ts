@@ -1,3 +1,4 @@
+import * as fs from 'fs';
 /** What CUDA can be used here. */
 import { UnavailableReason } from './errors';
 import { addonPath, binaryKind, native } from './native';
@@ -101,4 +102,55 @@ export function memGetInfo(device = 0): { free: number; total: number } {
 /** Formats a CUDA version number (13000) as "13.0". */
 export function formatCudaVersion(v: number): string {
   return v ? `${Math.floor(v / 1000)}.${Math.floor((v % 1000) / 10)}` : 'none';
+}
+
+/** What one ordered pair of devices can do (see {@link peerAccess}). */
+export interface PeerLink {
+  from: number;
+  to: number;
+  /** cudaDeviceCanAccessPeer: `from` can address `to`'s memory (NVLink or PCIe P2P). */
+  canAccess: boolean;
+  /** Peer access was enabled by this thread's addon instance (copies enable it lazily). */
+  enabled: boolean;
+  /** cudaDevP2PAttrPerformanceRank: relative link performance (lower is better). */
+  performanceRank: number;
+  /** cudaDevP2PAttrNativeAtomicSupported: atomics over the link (NVLink has them). */
+  nativeAtomics: boolean;
+}
+
+/** The peer matrix: one entry per ordered pair of distinct devices. */
+export function peerAccess(): PeerLink[] {
+  return native.peerAccess();
+}
+
+/** Enables access from device `from` to `to` now (copies do it lazily); returns whether it is on. */
+export function enablePeerAccess(from: number, to: number): boolean {
+  return native.enablePeerAccess(from, to);
+}
+
+/** Where a GPU sits on the host: its NUMA node and the CPUs local to it (from sysfs). */
+export interface DeviceLocality {
+  /** -1 when the host does not say (one node, or a VM that hides it). */
+  numaNode: number;
+  /** e.g. "0-31,64-95"; empty when unknown. */
+  localCpus: string;
+}
+
+/** The NUMA node and local CPUs of the GPU at this PCI bus id (Linux sysfs), or null if unknown. */
+export function deviceLocality(pciBusId: string): DeviceLocality | null {
+  const m = /^([0-9a-f]+):([0-9a-f]{2}):([0-9a-f]{2})\.([0-9a-f])$/i.exec(pciBusId);
+  if (!m) return null;
+  const dir = `/sys/bus/pci/devices/${m[1].slice(-4).padStart(4, '0')}:${m[2]}:${m[3]}.${m[4]}`.toLowerCase();
+  try {
+    const numaNode = Number(fs.readFileSync(`${dir}/numa_node`, 'utf8').trim());
+    let localCpus = '';
+    try {
+      localCpus = fs.readFileSync(`${dir}/local_cpulist`, 'utf8').trim();
+    } catch {
+      // older kernels: numa_node only
+    }
+    return { numaNode: Number.isFinite(numaNode) ? numaNode : -1, localCpus };
+  } catch {
+    return null;
+  }
 }

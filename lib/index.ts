@@ -8,8 +8,8 @@
  */
 export { CudaError, OutOfMemoryError, CudaUnavailableError, InterprocessError } from './errors';
 export type { UnavailableReason, OutOfMemoryDetails } from './errors';
-export { status, devices, memGetInfo, formatCudaVersion } from './discovery';
-export type { CudaStatus, DeviceInfo, PcieLink, AddonBinary } from './discovery';
+export { status, devices, memGetInfo, formatCudaVersion, peerAccess, enablePeerAccess } from './discovery';
+export type { CudaStatus, DeviceInfo, PcieLink, AddonBinary, PeerLink } from './discovery';
 export { DeviceBuffer, PinnedBuffer, RegisteredBuffer, registerHost } from './memory';
 export type { Memory, DeviceAllocOptions, PinnedAllocOptions, RegisterOptions, FreeOptions, ImportIpcOptions } from './memory';
 export type { IpcHandle } from './ipc';

@@ -101,6 +101,8 @@ export interface NativeBinding {
   sharedHostCreate(path: string, bytes: number, device: number): [number, ArrayBuffer];
   sharedHostOpen(path: string, device: number): [number, ArrayBuffer];
   sharedHostUnlink(path: string): boolean;
+  peerAccess(): { from: number; to: number; canAccess: boolean; enabled: boolean; performanceRank: number; nativeAtomics: boolean }[];
+  enablePeerAccess(from: number, to: number): boolean;
 }
 
 /** The names every build of the addon exports. */
@@ -162,6 +164,8 @@ export const NATIVE_EXPORTS = [
   'sharedHostCreate',
   'sharedHostOpen',
   'sharedHostUnlink',
+  'peerAccess',
+  'enablePeerAccess',
 ] as const;
 
 /** The package's root folder (holds build/, prebuilds/ and package.json). */

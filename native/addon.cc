@@ -10,6 +10,7 @@
 #include "group.h"
 #include "ipc.h"
 #include "memory.h"
+#include "peer.h"
 #include "shared_host.h"
 #include "stream_ordered.h"
 #include "streams.h"
@@ -45,6 +46,7 @@ Napi::Object RegisterExports(Napi::Env env, Napi::Object exports) {
   cm::InitAllocator(env, exports);
   cm::InitGroup(env, exports);
   cm::InitIpc(env, exports);
+  cm::InitPeer(env, exports);
   cm::InitSharedHost(env, exports);
   cm::InitStreamOrdered(env, exports);
   cm::InitBench(env, exports);

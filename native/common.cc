@@ -1,12 +1,13 @@
 #include "common.h"
 
 #include "discovery.h"
+#include "peer.h"
 #include "staging.h"
 
 namespace cm {
 
 Instance::Instance() = default;
-Instance::~Instance() = default;
+Instance::~Instance() { ReleasePeerStaging(*this); }
 
 Instance& GetInstance(Napi::Env env) { return *env.GetInstanceData<Instance>(); }
 

@@ -43,6 +43,13 @@ struct Instance {
     int threads = 0;
     int streaming = -1;  // -1: default
   } staging_config;
+  // Peer access per (from, to) pair once tried (native/peer.cc), and the pinned bounce buffers of
+  // host-staged copies between devices.
+  std::mutex peer_mutex;
+  std::map<std::pair<int, int>, bool> peer_enabled;
+  std::map<int, cudaStream_t> peer_streams;  // per device, for peer copies
+  std::mutex peer_staging_mutex;
+  void* peer_bounce[2] = {nullptr, nullptr};
   Instance();
   ~Instance();
 };

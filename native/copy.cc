@@ -7,6 +7,7 @@
 #include <string>
 
 #include "async.h"
+#include "peer.h"
 #include "staging.h"
 #include "stream_ordered.h"
 #include "streams.h"
@@ -49,7 +50,9 @@ Strategy ReadStrategy(Napi::Env env, Napi::Value v) {
   if (s == "driver") return Strategy::kDriver;
   if (s == "staged") return Strategy::kStaged;
   if (s == "register") return Strategy::kRegister;
-  ThrowRange(env, "strategy must be 'auto', 'driver', 'staged' or 'register'");
+  if (s == "peer") return Strategy::kPeer;
+  if (s == "host") return Strategy::kHost;
+  ThrowRange(env, "strategy must be 'auto', 'driver', 'staged', 'register', 'peer' or 'host'");
 }
 
 namespace {
@@ -109,8 +112,22 @@ Error CopyRange(Instance& inst, const Endpoint& dst, const Endpoint& src, size_t
   CM_TRY(err, cudaSetDevice(device), "cudaSetDevice");
   if (err) return err;
   if (kind == cudaMemcpyDeviceToDevice) {
-    return DriverCopy(dst.ptr, src.ptr, n, dst.device == src.device ? kind : cudaMemcpyDefault,
-                      stream);
+    if (dst.device == src.device || strategy == Strategy::kDriver)
+      return DriverCopy(dst.ptr, src.ptr, n, dst.device == src.device ? kind : cudaMemcpyDefault,
+                        stream);
+    // Between devices: over the peer link where the pair allows it (both directions enabled, so
+    // either device may drive the copy), else through pinned host memory.
+    bool peer = strategy != Strategy::kHost && EnablePeer(inst, dst.device, src.device) &&
+                EnablePeer(inst, src.device, dst.device);
+    if (strategy == Strategy::kPeer && !peer)
+      return Error{cudaErrorPeerAccessUnsupported, "cudaDeviceCanAccessPeer",
+                   "device " + std::to_string(dst.device) + " and device " +
+                       std::to_string(src.device) +
+                       " cannot access each other's memory; use strategy 'host' or 'auto'"};
+    if (stream) CM_TRY(err, cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    if (err) return err;
+    return peer ? PeerCopy(inst, dst.ptr, dst.device, src.ptr, src.device, n)
+                : HostStagedPeerCopy(inst, dst.ptr, dst.device, src.ptr, src.device, n);
   }
   const Endpoint& host = kind == cudaMemcpyHostToDevice ? src : dst;
   if (host.where == Endpoint::kPinned) return DriverCopy(dst.ptr, src.ptr, n, kind, stream);

@@ -8,7 +8,9 @@
 
 namespace cm {
 
-enum class Strategy { kAuto, kDriver, kStaged, kRegister };
+// kPeer and kHost apply to copies between two devices: over the peer link, or staged through
+// pinned host memory.
+enum class Strategy { kAuto, kDriver, kStaged, kRegister, kPeer, kHost };
 
 // One side of a copy, resolved to a raw range.
 struct Endpoint {

@@ -13,6 +13,8 @@ enum cudaError_t {
   cudaErrorInsufficientDriver = 35,
   cudaErrorNoDevice = 100,
   cudaErrorNotReady = 600,
+  cudaErrorPeerAccessUnsupported = 217,
+  cudaErrorPeerAccessAlreadyEnabled = 704,
 };
 enum cudaMemcpyKind {
   cudaMemcpyHostToHost = 0,
@@ -38,6 +40,11 @@ struct cudaIpcMemHandle_t {
   char reserved[64];
 };
 #define cudaIpcMemLazyEnablePeerAccess 0x01
+enum cudaDeviceP2PAttr {
+  cudaDevP2PAttrPerformanceRank = 1,
+  cudaDevP2PAttrAccessSupported = 2,
+  cudaDevP2PAttrNativeAtomicSupported = 3,
+};
 enum cudaDeviceAttr {
   cudaDevAttrComputeCapabilityMajor = 75,
   cudaDevAttrComputeCapabilityMinor = 76,
@@ -119,6 +126,10 @@ CM_NOCUDA_FN(cudaFreeAsync, void*, cudaStream_t)
 CM_NOCUDA_FN(cudaIpcGetMemHandle, cudaIpcMemHandle_t*, void*)
 CM_NOCUDA_FN(cudaIpcOpenMemHandle, void**, cudaIpcMemHandle_t, unsigned)
 CM_NOCUDA_FN(cudaIpcCloseMemHandle, void*)
+CM_NOCUDA_FN(cudaDeviceCanAccessPeer, int*, int, int)
+CM_NOCUDA_FN(cudaDeviceEnablePeerAccess, int, unsigned)
+CM_NOCUDA_FN(cudaDeviceGetP2PAttribute, int*, cudaDeviceP2PAttr, int, int)
+CM_NOCUDA_FN(cudaMemcpyPeerAsync, void*, int, const void*, int, size_t, cudaStream_t)
 #undef CM_NOCUDA_FN
 inline cudaError_t cudaDriverGetVersion(int* v) {
   *v = 0;
