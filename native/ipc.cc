@@ -18,10 +18,6 @@ void ReleaseIpcImport(Allocation* a) noexcept {
   a->ipc_import.reset();  // after the close: the exporter may free once no slot is held
 }
 
-std::vector<int64_t> IpcImporters(Allocation* a) {
-  return a->ipc_export ? a->ipc_export->Importers() : std::vector<int64_t>();
-}
-
 namespace {
 
 [[noreturn]] void NotSupported(Napi::Env env, const std::string& message) {
@@ -190,7 +186,7 @@ Napi::Value IpcImportersJs(const Napi::CallbackInfo& info) {
   Allocation* a = UnwrapAllocation(env, info[0], "buffer");
   std::vector<int64_t> pids;
   try {
-    pids = IpcImporters(a);
+    if (a->ipc_export) pids = a->ipc_export->Importers();
   } catch (const core::ShmError& e) {
     ThrowInterprocess(env, e);
   }

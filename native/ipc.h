@@ -12,8 +12,6 @@ namespace cm {
 
 // Closes an imported buffer's mapping and gives back its slot in the exporter's record.
 void ReleaseIpcImport(Allocation* a) noexcept;
-// The pids of the processes that have the buffer open, if it was exported (none otherwise).
-std::vector<int64_t> IpcImporters(Allocation* a);
 void InitIpc(Napi::Env env, Napi::Object exports);
 
 }  // namespace cm

@@ -13,12 +13,12 @@
 //   shared-pinned  one process fills shared pinned memory from its GPU, another copies it to its
 //           GPU, --bytes each way, timed beside ordinary pinned memory in the same run.
 //
-// Options may also come from CUDA_MEMORY_PACKAGE (the package to test; default this checkout).
-const path = require('path');
+// CUDA_MEMORY_PACKAGE names the package to test (default: this checkout).
 const { fork } = require('child_process');
 
-const pkg = process.env.CUDA_MEMORY_PACKAGE ? path.resolve(process.env.CUDA_MEMORY_PACKAGE) : path.join(__dirname, '..');
-const cm = require(pkg);
+// The package under test (CUDA_MEMORY_PACKAGE or this checkout) and the seeded generator, as the
+// test suites have them.
+const { cm, rng } = require('../test/helpers');
 
 function args(argv) {
   const o = { _: [] };
@@ -29,18 +29,6 @@ function args(argv) {
     } else o._.push(argv[i]);
   }
   return o;
-}
-
-function rng(seed) {
-  let x = seed >>> 0 || 1;
-  return (n) => {
-    x ^= x << 13;
-    x >>>= 0;
-    x ^= x >>> 17;
-    x ^= x << 5;
-    x >>>= 0;
-    return n === undefined ? x / 4294967296 : x % n;
-  };
 }
 
 const MiB = 2 ** 20;
@@ -172,10 +160,10 @@ async function groupCheck(o) {
     const sample = { t, charged, members: g.members.length, victimPool: g.members.find((m) => m.pid === victim.pid)?.poolBytes ?? 0 };
     if (!simulate) {
       // cudaMalloc rounds each region up to 2 MiB pages; a little room for that and the driver.
-      const excess = deviceUsed() - baseline - budget;
+      sample.deviceUsedAboveBaseline = deviceUsed() - baseline;
+      const excess = sample.deviceUsedAboveBaseline - budget;
       maxDeviceExcess = Math.max(maxDeviceExcess, excess);
       if (excess > 64 * MiB) deviceOver++;
-      sample.deviceUsedAboveBaseline = deviceUsed() - baseline;
     }
     samples.push(sample);
     if (!killed && t >= seconds * killAt) {
@@ -288,7 +276,7 @@ async function ipcConsumer() {
           const b = cm.DeviceBuffer.importIpc(m.handle);
           const host = Buffer.allocUnsafe(b.byteLength);
           cm.copy(host, b);
-          process.send({ type: 'tried', code: null, ok: host.equals(pattern(b.byteLength, m.seed ?? 0)) });
+          process.send({ type: 'tried', code: null, ok: host.equals(pattern(b.byteLength, m.seed ?? 1)) });
           b.free();
         } catch (e) {
           process.send({ type: 'tried', code: e.code, message: e.message });

@@ -6,6 +6,7 @@
  * kernel drops its lock on its slot). See docs in the README, "Many processes, one GPU".
  */
 import * as fs from 'fs';
+import * as path from 'path';
 import { native } from '../native';
 import { InterprocessError, invalidArgument } from '../errors';
 import { checkOptions, checkSize } from '../validate';
@@ -67,10 +68,12 @@ const PREFIX = 'cuda-memory-group.';
 
 /** @internal The device key of a group: the GPU's uuid, or "simulated". */
 export function deviceKey(device: number, simulated: boolean): string {
-  if (simulated) return 'simulated';
-  const uuid = (native.devices()[device] as { uuid?: string } | undefined)?.uuid;
-  if (!uuid) throw new RangeError(`device ${device} has no uuid to name its group by`);
-  return uuid;
+  return simulated ? 'simulated' : uuidOf(native.devices()[device], device);
+}
+
+function uuidOf(info: { uuid?: string } | undefined, device: number): string {
+  if (!info?.uuid) throw new RangeError(`device ${device} has no uuid to name its group by`);
+  return info.uuid;
 }
 
 /** @internal What createAllocator passes to the addon for `shared`. */
@@ -82,6 +85,9 @@ export function resolveShared(value: unknown, device: number, totalBytes: number
   const name = checkShmName('shared.name', s.name);
   if (s.limit !== undefined && s.fraction !== undefined)
     throw new RangeError('shared.limit and shared.fraction were both given; choose one');
+  // A GPU's properties, read once (a simulated device has its total given).
+  const info = totalBytes === null ? (native.devices()[device] as { uuid?: string; totalMemory: number } | undefined) : undefined;
+  const key = totalBytes !== null ? 'simulated' : uuidOf(info, device);
   let budget = 0;
   let budgetSource = '';
   if (s.limit !== undefined) {
@@ -90,11 +96,11 @@ export function resolveShared(value: unknown, device: number, totalBytes: number
   } else if (s.fraction !== undefined) {
     if (typeof s.fraction !== 'number' || !(s.fraction > 0 && s.fraction <= 1))
       throw invalidArgument('shared.fraction', 'a number in (0, 1]', s.fraction, typeof s.fraction === 'number' ? RangeError : TypeError);
-    const total = totalBytes ?? (native.devices()[device] as { totalMemory: number }).totalMemory;
+    const total = totalBytes ?? (info as { totalMemory: number }).totalMemory;
     budget = Math.floor(total * s.fraction);
     budgetSource = `fraction ${s.fraction} of ${formatBytes(total)}`;
   }
-  return { dir: shmDir(), name, device: deviceKey(device, totalBytes !== null), budget, budgetSource };
+  return { dir: shmDir(), name, device: key, budget, budgetSource };
 }
 
 /**
@@ -128,7 +134,7 @@ export function listGroups(): { groups: GroupStats[]; unreadable: UnreadableGrou
   const unreadable: UnreadableGroup[] = [];
   for (const f of names.sort()) {
     if (!f.startsWith(PREFIX) || f.includes('.tmp-')) continue;
-    const file = `${dir.replace(/\/$/, '')}/${f}`;
+    const file = path.join(dir, f);
     try {
       groups.push(native.groupRead(file) as GroupStats);
     } catch (e) {

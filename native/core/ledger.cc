@@ -174,9 +174,7 @@ Ledger* Ledger::Join(const std::string& dir, const std::string& name, const std:
     shm::MutexGuard lock(l->fd_);  // released before `l` closes the descriptor
     struct stat st;
     if (fstat(l->fd_, &st) == 0 && st.st_nlink == 0) continue;  // removed by its last member
-    l->map_ = MapChecked(l->fd_, path);
-    l->header_ = static_cast<Header*>(l->map_);
-    l->slots_ = reinterpret_cast<Slot*>(static_cast<char*>(l->map_) + sizeof(Header));
+    l->Map();
     uint64_t reaped = 0;
     l->CheckAndReap(&reaped);
     Header* h = l->header_;
@@ -223,6 +221,12 @@ Ledger* Ledger::Join(const std::string& dir, const std::string& name, const std:
   }
   throw ShmError("ERR_GROUP_LEDGER",
                  "the group ledger " + path + " kept being removed and recreated; try again", path);
+}
+
+void Ledger::Map() {
+  map_ = MapChecked(fd_, path_);
+  header_ = static_cast<Header*>(map_);
+  slots_ = reinterpret_cast<Slot*>(static_cast<char*>(map_) + sizeof(Header));
 }
 
 bool Ledger::SizeOk() const {
@@ -330,13 +334,15 @@ void Ledger::PublishInUse(uint64_t bytes) noexcept {
     __atomic_store_n(&slots_[slot_].bytes_in_use, bytes, __ATOMIC_RELAXED);
 }
 
+GroupSnapshot Ledger::CheckedSnapshot() {
+  uint64_t reaped = 0;
+  CheckAndReap(&reaped);
+  return SnapshotLocked(reaped);
+}
+
 GroupSnapshot Ledger::Snapshot() {
   shm::MutexGuard lock(fd_);
-  uint64_t reaped = 0;
-  uint64_t sum = CheckAndReap(&reaped);
-  GroupSnapshot g = SnapshotLocked(reaped);
-  g.charged = sum;
-  return g;
+  return CheckedSnapshot();
 }
 
 uint64_t Ledger::budget() const { return header_->budget; }
@@ -374,14 +380,8 @@ GroupSnapshot Ledger::Read(const std::string& path) {
     shm::MutexGuard lock(l->fd_);
     struct stat st;
     if (fstat(l->fd_, &st) == 0 && st.st_nlink == 0) continue;
-    l->map_ = MapChecked(l->fd_, path);
-    l->header_ = static_cast<Header*>(l->map_);
-    l->slots_ = reinterpret_cast<Slot*>(static_cast<char*>(l->map_) + sizeof(Header));
-    uint64_t reaped = 0;
-    uint64_t sum = l->CheckAndReap(&reaped);
-    GroupSnapshot g = l->SnapshotLocked(reaped);
-    g.charged = sum;
-    return g;
+    l->Map();
+    return l->CheckedSnapshot();
   }
   throw ShmError("ERR_GROUP_LEDGER", "the group ledger " + path + " kept changing", path);
 }

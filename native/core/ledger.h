@@ -88,9 +88,13 @@ class Ledger {
 
  private:
   Ledger() = default;
+  // Maps the open file (checking size, magic and version).
+  void Map();
   // With the mutex held: checks the file, clears dead members' slots, returns the sum charged.
   uint64_t CheckAndReap(uint64_t* reaped);
   GroupSnapshot SnapshotLocked(uint64_t reaped);
+  // With the mutex held: CheckAndReap, then the snapshot.
+  GroupSnapshot CheckedSnapshot();
 
   std::string path_, name_;
   int fd_ = -1;

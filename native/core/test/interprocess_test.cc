@@ -20,17 +20,9 @@
 #include "../ipc_record.h"
 #include "../ledger.h"
 #include "../pool.h"
+#include "check.h"
 
 using namespace cm::core;
-
-static int failures = 0;
-#define CHECK(cond)                                                                 \
-  do {                                                                              \
-    if (!(cond)) {                                                                  \
-      std::fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-      ++failures;                                                                   \
-    }                                                                               \
-  } while (0)
 
 constexpr uint64_t MiB = 1ull << 20;
 static std::string dir;
