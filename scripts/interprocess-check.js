@@ -42,8 +42,14 @@ const median = (xs) => {
 
 async function groupMember(o) {
   const simulate = o.simulate ? { totalBytes: cm.parseSize(o.simulate) } : undefined;
-  if (!simulate) cm.memGetInfo(0); // the CUDA context first, so the parent's baseline counts it
+  // The CUDA context first; then nothing is allocated until the parent has measured the device
+  // with every context made and every pool empty (its baseline).
+  const told = (type) => new Promise((resolve) => process.on('message', (m) => m.type === type && resolve()));
+  const join = told('join');
+  const go = told('go');
+  if (!simulate) cm.memGetInfo(0);
   process.send({ type: 'context' });
+  await join;
   const a = cm.createAllocator({ simulate, allowGrowth: true, shared: { name: o.name } });
   const rand = rng(Number(o.seed));
   const maxBlock = Number(o['max-block']);
@@ -52,7 +58,6 @@ async function groupMember(o) {
     ooms = 0,
     mismatches = 0,
     emptied = 0;
-  const go = new Promise((resolve) => process.on('message', (m) => m.type === 'go' && resolve()));
   let lastReport = 0;
   if (o.hog) {
     // The member that is killed: it takes its share before the others start and holds it, so
@@ -141,6 +146,7 @@ async function groupCheck(o) {
   }
   while (!kids.every((k) => k.context || k.exit)) await sleep(5);
   const baseline = simulate ? 0 : deviceUsed(); // contexts made, pools still empty
+  for (const k of kids) k.child.send({ type: 'join' });
   while (!kids.every((k) => k.ready || k.exit)) await sleep(5);
   for (const k of kids) k.child.send({ type: 'go' });
   const start = Date.now();
