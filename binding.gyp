@@ -37,10 +37,12 @@
         "native/shared_host.cc",
         "native/bench.cc",
         "native/core/budget.cc",
+        "native/core/copy_team.cc",
         "native/core/group_upstream.cc",
         "native/core/ipc_record.cc",
         "native/core/ledger.cc",
         "native/core/shm.cc",
+        "native/core/staging_pipeline.cc",
         "native/core/pool.cc",
         "native/core/policy.cc",
         "native/core/upstream.cc"

@@ -20,21 +20,28 @@ if (cluster.isPrimary) {
   // The first member sets the budget; the primary stays a member (with an empty pool) so the
   // group lives for the whole demo.
   const own = cm.createAllocator({ ...device, allowGrowth: true, shared: { name: 'demo', limit: 1024 * MiB } });
-  let done = 0;
+  // Workers start one after another, each once the previous one has grown, so that which ones
+  // fit and which one the group refuses does not depend on who starts first.
   const workers = [];
-  for (let i = 0; i < WORKERS; i++) {
+  let handle = null;
+  const start = (i) => {
     const w = cluster.fork({ DEMO_WORKER: String(i) });
     workers.push(w);
+    // Worker 0 exports a buffer; the primary passes the handle on to worker 1.
+    if (i === 1 && handle) w.send(handle);
     w.on('message', (m) => {
-      // Worker 0 exports a buffer; the primary passes the handle on to worker 1.
-      if (m.type === 'ipc') workers[1].send(m);
-      if (m.type === 'grown' && ++done === WORKERS) {
-        console.log('\nThe group while every worker is at its limit (what `cuda-memory top` shows):');
-        console.log(cm.formatGroups({ groups: [own.group()], unreadable: [] }));
-        for (const x of workers) x.send({ type: 'finish' });
+      if (m.type === 'ipc') {
+        handle = m;
+        if (workers[1]) workers[1].send(m);
       }
+      if (m.type !== 'grown') return;
+      if (i + 1 < WORKERS) return start(i + 1);
+      console.log('\nThe group while every worker is at its limit (what `cuda-memory top` shows):');
+      console.log(cm.formatGroups({ groups: [own.group()], unreadable: [] }));
+      for (const x of workers) x.send({ type: 'finish' });
     });
-  }
+  };
+  start(0);
   let exited = 0;
   cluster.on('exit', () => {
     if (++exited === WORKERS) {

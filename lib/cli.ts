@@ -22,6 +22,10 @@ import { formatReplay, parsePolicy, replayTrace, ReplayPolicy } from './allocato
 import { renderMemoryHtml } from './allocator/memory-html';
 import { formatGroups, listGroups } from './allocator/group';
 import { shmDir } from './shm';
+import { applySavedStagingSettings } from './staging-settings';
+
+// The same saved staged-path settings a program's require('cuda-memory') applies.
+applySavedStagingSettings();
 
 // Option value parsers: each throws InvalidArgumentError, which commander reports naming the
 // option and its value.
@@ -73,6 +77,7 @@ function version(): string {
 // What commander hands the bench action: the benchmark's own options plus the output flags.
 interface BenchOptions extends Pick<TransferBenchmarkOptions, 'sizes' | 'modes' | 'directions' | 'iterations' | 'warmup' | 'device'> {
   chunk?: number;
+  firstChunk?: number;
   threads?: number;
   slots?: number;
   json?: boolean;
@@ -89,6 +94,7 @@ interface BenchOptions extends Pick<TransferBenchmarkOptions, 'sizes' | 'modes' 
 async function bench(o: BenchOptions): Promise<number> {
   const staging: Record<string, number> = {};
   if (o.chunk !== undefined) staging.chunkBytes = o.chunk;
+  if (o.firstChunk !== undefined) staging.firstChunkBytes = o.firstChunk;
   if (o.threads !== undefined) staging.threads = o.threads;
   if (o.slots !== undefined) staging.slots = o.slots;
   requireGpu('bench');
@@ -280,7 +286,8 @@ function program(): Command {
     .option('--iterations <n>', 'timed copies per size (default 15)', integer(10))
     .option('--warmup <n>', 'untimed copies first (default 3)', integer(0))
     .addOption(device())
-    .option('--chunk <size>', 'staged path: pinned chunk size', wrap(parseSize))
+    .option('--chunk <size>', 'staged path: pinned chunk size (the largest chunk)', wrap(parseSize))
+    .option('--first-chunk <size>', 'staged path: the first chunk; later ones double up to --chunk', wrap(parseSize))
     .option('--threads <n>', 'staged path: host copy threads', integer(1))
     .option('--slots <n>', 'staged path: chunks in the ring', integer(2))
     .addOption(new Option('--json', 'the JSON report on stdout instead of the table').conflicts('csv'))

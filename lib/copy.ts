@@ -7,7 +7,8 @@ import { invalidArgument } from './errors';
 
 /**
  * How a pageable (ordinary Node) buffer is moved to or from the device:
- * - `auto`: `staged` from 1 MiB up, `driver` below;
+ * - `auto`: `staged` from a size per direction up (measured on the H100; see
+ *   `configureStaging().autoThreshold`, re-tuned by `scripts/tune-staging.js`), `driver` below;
  * - `driver`: plain cudaMemcpy, the driver's own bounce buffer;
  * - `staged`: the library's pipeline through a ring of pinned chunks, copied by several threads;
  * - `register`: page-lock the buffer for the copy (cudaHostRegister), then unlock it.
@@ -58,7 +59,9 @@ function prepare(dst: unknown, src: unknown, options: unknown) {
     );
   if (o.strategy !== undefined && !STRATEGIES.has(o.strategy as string))
     throw invalidArgument('options.strategy', "one of 'auto', 'driver', 'staged', 'register', 'peer', 'host'", o.strategy, RangeError);
-  return { d, s, dstOffset, srcOffset, n, strategy: o.strategy ?? 'auto', stream: streamOption(o.stream) };
+  // 'auto' is the addon's default: leaving it out spares reading a string on every call.
+  const strategy = o.strategy === 'auto' ? undefined : o.strategy;
+  return { d, s, dstOffset, srcOffset, n, strategy, stream: streamOption(o.stream) };
 }
 
 /**
@@ -111,28 +114,49 @@ export function memset(target: Memory, value: number, options?: MemsetOptions): 
 
 /** Settings of the staged path. */
 export interface StagingSettings {
-  /** Size of each pinned chunk in the ring. */
+  /** Size of each pinned chunk in the ring: the largest chunk. */
   chunkBytes: number;
+  /** Size of the first chunk; later ones double up to chunkBytes (so a copy of a few MiB starts moving early). */
+  firstChunkBytes: number;
   /** Chunks in the ring. */
   slots: number;
-  /** Host threads copying between the Node buffer and the ring. */
+  /** Host threads copying between the Node buffer and the ring, counting the thread that asked for the copy. */
   threads: number;
   /** Non-temporal (cache-bypassing) stores into and out of the ring. */
   streaming: boolean;
-  /** Pageable copies from this size up take the staged path under strategy 'auto'. */
-  autoThreshold: number;
+  /** Pageable copies from these sizes up take the staged path under strategy 'auto', per direction. */
+  autoThreshold: { h2d: number; d2h: number };
 }
 
-/** Reads or changes the staged path's settings (for this thread's instance of the addon). */
-export function configureStaging(settings?: Partial<Omit<StagingSettings, 'autoThreshold'>>): StagingSettings {
-  if (settings !== undefined) {
-    const o = checkOptions<StagingSettings>('settings', settings);
-    const out: Record<string, number | boolean> = {};
-    if (o.chunkBytes !== undefined) out.chunkBytes = checkSize('settings.chunkBytes', o.chunkBytes, 65536);
-    if (o.slots !== undefined) out.slots = checkSize('settings.slots', o.slots, 2);
-    if (o.threads !== undefined) out.threads = checkSize('settings.threads', o.threads, 1);
-    if (o.streaming !== undefined) out.streaming = checkBoolean('settings.streaming', o.streaming, true);
-    return native.configureStaging(out);
+/** What {@link configureStaging} takes: any field, `null` for its default. */
+export type StagingUpdate = {
+  [K in keyof Omit<StagingSettings, 'autoThreshold'>]?: StagingSettings[K] | null;
+} & { autoThreshold?: { h2d?: number | null; d2h?: number | null } | null };
+
+/**
+ * Reads or changes the staged path's settings (for this thread's instance of the addon). Settings
+ * saved by `scripts/tune-staging.js --save` are applied when the package loads (see
+ * {@link loadStagingSettings}).
+ */
+export function configureStaging(settings?: StagingUpdate): StagingSettings {
+  if (settings === undefined) return native.configureStaging();
+  const o = checkOptions<StagingUpdate>('settings', settings);
+  const out: Record<string, unknown> = {};
+  const size = (name: string, v: unknown, min: number) => (v === null ? null : checkSize(`settings.${name}`, v, min));
+  if (o.chunkBytes !== undefined) out.chunkBytes = size('chunkBytes', o.chunkBytes, 65536);
+  if (o.firstChunkBytes !== undefined) out.firstChunkBytes = size('firstChunkBytes', o.firstChunkBytes, 65536);
+  if (o.slots !== undefined) out.slots = size('slots', o.slots, 2);
+  if (o.threads !== undefined) out.threads = size('threads', o.threads, 1);
+  if (o.streaming !== undefined) out.streaming = o.streaming === null ? null : checkBoolean('settings.streaming', o.streaming, true);
+  if (o.autoThreshold !== undefined) {
+    if (o.autoThreshold === null) out.autoThreshold = null;
+    else {
+      const t = checkOptions<{ h2d?: number | null; d2h?: number | null }>('settings.autoThreshold', o.autoThreshold);
+      const th: Record<string, number | null> = {};
+      if (t.h2d !== undefined) th.h2d = size('autoThreshold.h2d', t.h2d, 0);
+      if (t.d2h !== undefined) th.d2h = size('autoThreshold.d2h', t.d2h, 0);
+      out.autoThreshold = th;
+    }
   }
-  return native.configureStaging();
+  return native.configureStaging(out);
 }

@@ -17,7 +17,9 @@ export { SharedPinnedBuffer, createSharedPinned, openSharedPinned, unlinkSharedP
 export type { SharedPinnedOptions } from './shared-pinned';
 export { shmDir } from './shm';
 export { copy, copyAsync, memset, configureStaging } from './copy';
-export type { CopyOptions, CopyStrategy, MemsetOptions, StagingSettings } from './copy';
+export type { CopyOptions, CopyStrategy, MemsetOptions, StagingSettings, StagingUpdate } from './copy';
+export { stagingSettingsPath, saveStagingSettings, loadStagingSettings } from './staging-settings';
+export type { SavedStagingSettings } from './staging-settings';
 export { Stream, Event } from './stream';
 export * from './allocator';
 export { parseSize, parseSizeList, formatBytes, formatRate } from './units';
@@ -33,6 +35,9 @@ export type { MetricsSources, Named, PromRegistry, RegisterMetricsOptions } from
 export type { SampleSummary } from './bench/stats';
 
 import { native } from './native';
+import { applySavedStagingSettings } from './staging-settings';
+applySavedStagingSettings();
+
 /** Buffers and handles this thread's addon instance still holds (for leak checks). */
 export function liveHandleCount(): number {
   return native.liveCount();

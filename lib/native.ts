@@ -36,7 +36,7 @@ export interface NativeBinding {
     stream?: unknown,
   ): Promise<void>;
   memset(target: unknown, offset: number, n: number, value: number): void;
-  configureStaging(options?: object): { chunkBytes: number; slots: number; threads: number; streaming: boolean; autoThreshold: number };
+  configureStaging(options?: object): import('./copy').StagingSettings;
   streamCreate(device: number, nonBlocking: boolean): unknown;
   streamSynchronize(s: unknown): void;
   streamQuery(s: unknown): boolean;
@@ -91,6 +91,7 @@ export interface NativeBinding {
     strategy?: string,
   ): Float64Array;
   timeRawPinned(bytes: number, warmup: number, iterations: number, direction: string, device: number): Float64Array;
+  timeHostCopy(pageable: Uint8Array, pinned: number, bytes: number, warmup: number, iterations: number, direction: string): Float64Array;
   timeRawAlloc(kind: string, bytes: number, iterations: number, device: number): Float64Array;
   timeHostRegister(view: ArrayBufferView, iterations: number): Float64Array;
   groupPath(dir: string, name: string, device: string): string;
@@ -154,6 +155,7 @@ export const NATIVE_EXPORTS = [
   'timeCopy',
   'timeBidirectional',
   'timeRawPinned',
+  'timeHostCopy',
   'timeRawAlloc',
   'timeHostRegister',
   'groupPath',

@@ -182,6 +182,49 @@ Napi::Value TimeRawPinned(const Napi::CallbackInfo& info) {
   return ToArray(env, samples);
 }
 
+// timeHostCopy(pageable, pinned, bytes, warmup, iterations, direction 'h2d'|'d2h'|'bidir')
+// -> seconds per copy: the host memory copy rate the staged path is bound by, measured with its
+// own team of threads and store kind. 'h2d' copies pageable into pinned memory, 'd2h' back,
+// 'bidir' both at once from two threads (pinned's first half into pageable's second half and
+// the reverse), as the two directions of a bidirectional staged copy share the team.
+Napi::Value TimeHostCopy(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  RequireCuda(env);
+  Endpoint pageable = ResolveEndpoint(env, info[0], "pageable");
+  Endpoint pinned = ResolveEndpoint(env, info[1], "pinned");
+  size_t n = ReadSize(env, info[2], "bytes");
+  int warmup = ReadInt(env, info[3], "warmup", 0, 1 << 20);
+  int iters = ReadInt(env, info[4], "iterations", 1, 1 << 24);
+  std::string direction = info[5].ToString().Utf8Value();
+  bool bidir = direction == "bidir";
+  if (n > pageable.length || n > pinned.length || (bidir && 2 * n > pinned.length) ||
+      (bidir && 2 * n > pageable.length))
+    ThrowRange(env, "bytes runs past a buffer");
+  Instance& inst = GetInstance(env);
+  std::shared_ptr<core::CopyTeam> team = GetStagingTeam(inst);
+  bool streaming;
+  {
+    std::lock_guard<std::mutex> lock(inst.staging_mutex);
+    streaming = StagingOptionsInForce(inst).streaming;
+  }
+  std::vector<double> samples;
+  for (int i = 0; i < warmup + iters; ++i) {
+    auto t0 = Clock::now();
+    if (bidir) {
+      std::thread other([&] { team->Copy(pageable.ptr + n, pinned.ptr, n, streaming); });
+      team->Copy(pinned.ptr + n, pageable.ptr, n, streaming);
+      other.join();
+    } else if (direction == "h2d") {
+      team->Copy(pinned.ptr, pageable.ptr, n, streaming);
+    } else {
+      team->Copy(pageable.ptr, pinned.ptr, n, streaming);
+    }
+    auto t1 = Clock::now();
+    if (i >= warmup) samples.push_back(Seconds(t0, t1));
+  }
+  return ToArray(env, samples);
+}
+
 // timeRawAlloc(kind 'device'|'pinned', bytes, iterations, device) -> seconds per alloc+free pair
 Napi::Value TimeRawAlloc(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
@@ -236,6 +279,7 @@ void InitBench(Napi::Env env, Napi::Object exports) {
   exports.Set("timeBidirectional",
               Napi::Function::New(env, TimeBidirectional, "timeBidirectional"));
   exports.Set("timeRawPinned", Napi::Function::New(env, TimeRawPinned, "timeRawPinned"));
+  exports.Set("timeHostCopy", Napi::Function::New(env, TimeHostCopy, "timeHostCopy"));
   exports.Set("timeRawAlloc", Napi::Function::New(env, TimeRawAlloc, "timeRawAlloc"));
   exports.Set("timeHostRegister", Napi::Function::New(env, TimeHostRegister, "timeHostRegister"));
 }

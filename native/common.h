@@ -20,6 +20,10 @@
 
 namespace cm {
 
+namespace core {
+class CopyTeam;
+}
+
 struct CudaStatus {
   bool available = false;
   std::string reason;  // NOT_BUILT_WITH_CUDA, NO_DRIVER, INSUFFICIENT_DRIVER, NO_DEVICE, or ""
@@ -35,13 +39,17 @@ struct Instance {
   HandleTable handles;
   std::mutex staging_mutex;
   // One per device and direction (key device * 2 + 1 for device-to-host), made on first use, so
-  // that copies in the two directions overlap.
-  std::map<int, std::unique_ptr<StagingEngine>> staging;
+  // that copies in the two directions overlap; all of them share one team of copy threads.
+  std::map<int, std::shared_ptr<StagingEngine>> staging;
+  std::shared_ptr<core::CopyTeam> staging_team;
   struct StagingConfig {
     size_t chunk_bytes = 0;  // 0: the tuned default
+    size_t first_chunk_bytes = 0;
     int slots = 0;
     int threads = 0;
-    int streaming = -1;  // -1: default
+    int streaming = -1;     // -1: default
+    int64_t auto_h2d = -1;  // -1: default
+    int64_t auto_d2h = -1;
   } staging_config;
   // Peer access per (from, to) pair once tried (native/peer.cc), and the pinned bounce buffers of
   // host-staged copies between devices.

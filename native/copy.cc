@@ -41,8 +41,6 @@ Endpoint ResolveEndpoint(Napi::Env env, Napi::Value v, const char* what) {
                      "ArrayBuffer view");
 }
 
-size_t StagedThreshold() { return 1u << 20; }
-
 Strategy ReadStrategy(Napi::Env env, Napi::Value v) {
   if (v.IsUndefined() || v.IsNull()) return Strategy::kAuto;
   std::string s = v.IsString() ? v.As<Napi::String>().Utf8Value() : "";
@@ -109,7 +107,7 @@ Error CopyRange(Instance& inst, const Endpoint& dst, const Endpoint& src, size_t
     return err;
   }
   int device = dst.where == Endpoint::kDevice ? dst.device : src.device;
-  CM_TRY(err, cudaSetDevice(device), "cudaSetDevice");
+  CM_TRY(err, UseDevice(device), "cudaSetDevice");
   if (err) return err;
   if (kind == cudaMemcpyDeviceToDevice) {
     if (dst.device == src.device || strategy == Strategy::kDriver)
@@ -132,16 +130,17 @@ Error CopyRange(Instance& inst, const Endpoint& dst, const Endpoint& src, size_t
   const Endpoint& host = kind == cudaMemcpyHostToDevice ? src : dst;
   if (host.where == Endpoint::kPinned) return DriverCopy(dst.ptr, src.ptr, n, kind, stream);
   if (strategy == Strategy::kAuto)
-    strategy = n >= StagedThreshold() ? Strategy::kStaged : Strategy::kDriver;
+    strategy = n >= StagedThreshold(inst, kind == cudaMemcpyDeviceToHost) ? Strategy::kStaged
+                                                                          : Strategy::kDriver;
   if (strategy == Strategy::kDriver) return DriverCopy(dst.ptr, src.ptr, n, kind, stream);
   if (strategy == Strategy::kRegister) return RegisteredCopy(dst, src, n, kind, stream);
   // Staged: ordered after earlier work on the caller's stream.
   if (stream) CM_TRY(err, cudaStreamSynchronize(stream), "cudaStreamSynchronize");
   if (err) return err;
-  StagingEngine* engine = GetStagingEngine(inst, device, kind == cudaMemcpyDeviceToHost, &err);
+  bool to_host = kind == cudaMemcpyDeviceToHost;
+  std::shared_ptr<StagingEngine> engine = GetStagingEngine(inst, device, to_host, &err);
   if (!engine) return err;
-  return kind == cudaMemcpyHostToDevice ? engine->HostToDevice(dst.ptr, src.ptr, n)
-                                        : engine->DeviceToHost(dst.ptr, src.ptr, n);
+  return to_host ? engine->Copy(src.ptr, dst.ptr, n) : engine->Copy(dst.ptr, src.ptr, n);
 }
 
 namespace {
@@ -281,33 +280,69 @@ Napi::Value Memset(const Napi::CallbackInfo& info) {
   return env.Undefined();
 }
 
-// configureStaging({chunkBytes, slots, threads}) -> the settings in force; drops existing
-// engines so the next staged copy builds one with the new settings.
+// configureStaging({chunkBytes, firstChunkBytes, slots, threads, streaming, autoThreshold:
+// {h2d, d2h}}) -> the settings in force. A field set to null returns to its default. Drops the
+// engines and the team, so the next staged copy builds them with the new settings (copies in
+// flight keep the ones they hold).
 Napi::Value ConfigureStaging(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Instance& inst = GetInstance(env);
   if (info[0].IsObject()) {
     Napi::Object o = info[0].As<Napi::Object>();
     Instance::StagingConfig cfg = inst.staging_config;
-    if (!o.Get("chunkBytes").IsUndefined())
-      cfg.chunk_bytes = ReadSize(env, o.Get("chunkBytes"), "chunkBytes");
-    if (!o.Get("slots").IsUndefined()) cfg.slots = ReadInt(env, o.Get("slots"), "slots", 2, 64);
-    if (!o.Get("threads").IsUndefined())
-      cfg.threads = ReadInt(env, o.Get("threads"), "threads", 1, 256);
-    if (!o.Get("streaming").IsUndefined()) cfg.streaming = o.Get("streaming").ToBoolean() ? 1 : 0;
+    auto has = [&](const Napi::Object& from, const char* key, bool* reset) {
+      Napi::Value v = from.Get(key);
+      *reset = v.IsNull();
+      return !v.IsUndefined();
+    };
+    bool reset = false;
+    if (has(o, "chunkBytes", &reset))
+      cfg.chunk_bytes = reset ? 0 : ReadSize(env, o.Get("chunkBytes"), "chunkBytes");
+    if (has(o, "firstChunkBytes", &reset))
+      cfg.first_chunk_bytes =
+          reset ? 0 : ReadSize(env, o.Get("firstChunkBytes"), "firstChunkBytes");
+    if (has(o, "slots", &reset))
+      cfg.slots = reset ? 0 : ReadInt(env, o.Get("slots"), "slots", 2, 64);
+    if (has(o, "threads", &reset))
+      cfg.threads = reset ? 0 : ReadInt(env, o.Get("threads"), "threads", 1, 256);
+    if (has(o, "streaming", &reset))
+      cfg.streaming = reset ? -1 : (o.Get("streaming").ToBoolean() ? 1 : 0);
+    if (has(o, "autoThreshold", &reset)) {
+      if (reset) {
+        cfg.auto_h2d = cfg.auto_d2h = -1;
+      } else {
+        Napi::Object t = o.Get("autoThreshold").As<Napi::Object>();
+        bool r = false;
+        if (has(t, "h2d", &r))
+          cfg.auto_h2d =
+              r ? -1 : static_cast<int64_t>(ReadSize(env, t.Get("h2d"), "autoThreshold.h2d"));
+        if (has(t, "d2h", &r))
+          cfg.auto_d2h =
+              r ? -1 : static_cast<int64_t>(ReadSize(env, t.Get("d2h"), "autoThreshold.d2h"));
+      }
+    }
     if (cfg.chunk_bytes && (cfg.chunk_bytes < 65536 || cfg.chunk_bytes > (1ull << 30)))
       ThrowRange(env, "chunkBytes must be from 64 KiB to 1 GiB");
+    if (cfg.first_chunk_bytes &&
+        (cfg.first_chunk_bytes < 65536 || cfg.first_chunk_bytes > (1ull << 30)))
+      ThrowRange(env, "firstChunkBytes must be from 64 KiB to 1 GiB");
     std::lock_guard<std::mutex> lock(inst.staging_mutex);
     inst.staging_config = cfg;
     inst.staging.clear();
+    inst.staging_team.reset();
   }
+  std::lock_guard<std::mutex> lock(inst.staging_mutex);
   StagingOptions o = StagingOptionsInForce(inst);
   Napi::Object out = Napi::Object::New(env);
   out.Set("chunkBytes", static_cast<double>(o.chunk_bytes));
+  out.Set("firstChunkBytes", static_cast<double>(std::min(o.first_chunk_bytes, o.chunk_bytes)));
   out.Set("slots", o.slots);
   out.Set("threads", o.threads);
   out.Set("streaming", o.streaming);
-  out.Set("autoThreshold", static_cast<double>(StagedThreshold()));
+  Napi::Object t = Napi::Object::New(env);
+  t.Set("h2d", static_cast<double>(o.auto_h2d));
+  t.Set("d2h", static_cast<double>(o.auto_d2h));
+  out.Set("autoThreshold", t);
   return out;
 }
 

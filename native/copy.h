@@ -30,8 +30,6 @@ Error CopyRange(Instance& inst, const Endpoint& dst, const Endpoint& src, size_t
                 Strategy strategy, cudaStream_t stream);
 // Reads a strategy name ('auto' when undefined); throws a RangeError for anything else.
 Strategy ReadStrategy(Napi::Env env, Napi::Value v);
-// Pageable copies of at least this many bytes take the staged path under kAuto.
-size_t StagedThreshold();
 
 void InitCopy(Napi::Env env, Napi::Object exports);
 

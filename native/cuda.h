@@ -8,3 +8,11 @@
 #else
 #include <cuda_runtime_api.h>
 #endif
+
+// cudaSetDevice, skipped when `device` is already this thread's current device (a copy of a few
+// KiB is a handful of microseconds, and cudaSetDevice is not free).
+inline cudaError_t UseDevice(int device) {
+  int current = -1;
+  if (cudaGetDevice(&current) == cudaSuccess && current == device) return cudaSuccess;
+  return cudaSetDevice(device);
+}

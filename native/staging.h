@@ -1,82 +1,69 @@
 // The staged path for pageable host memory. cudaMemcpy from pageable memory moves one small
-// bounce buffer at a time; this engine keeps a ring of large pinned chunks and a team of host
-// threads, so the CPU copies chunk i+1 between the Node buffer and pinned memory while the DMA
-// engine moves chunk i. Used by copy()/copyAsync() for pageable buffers (strategy "staged").
+// bounce buffer at a time; here a team of host threads copies between the Node buffer and a ring
+// of pinned chunks while the DMA engine moves earlier chunks (native/core/staging_pipeline.h has
+// the schedule and how it overlaps). Used by copy()/copyAsync() for pageable buffers.
 #pragma once
 
-#include <atomic>
-#include <condition_variable>
 #include <cstddef>
+#include <memory>
 #include <mutex>
-#include <thread>
 #include <vector>
 
 #include "common.h"
+#include "core/copy_team.h"
+#include "core/staging_pipeline.h"
 
 namespace cm {
 
-// A fixed team of threads that split one memcpy between them; the calling thread takes a share.
-class ParallelCopier {
- public:
-  explicit ParallelCopier(int threads);
-  ~ParallelCopier();
-  // `streaming`: non-temporal stores (the destination is not read by this CPU soon).
-  void Copy(void* dst, const void* src, size_t n, bool streaming);
-  int threads() const { return threads_; }
-
- private:
-  void Worker(int index);
-  void CopyShare(int index, int parts);
-
-  int threads_;
-  std::vector<std::thread> workers_;
-  std::mutex mutex_;
-  std::condition_variable wake_;
-  std::atomic<uint64_t> generation_{0};
-  std::atomic<int> remaining_{0};
-  bool stop_ = false;
-  char* dst_ = nullptr;
-  const char* src_ = nullptr;
-  size_t n_ = 0;
-  bool streaming_ = false;
-};
-
 struct StagingOptions {
-  size_t chunk_bytes;
+  size_t chunk_bytes;        // one ring slot, the largest chunk
+  size_t first_chunk_bytes;  // the first chunk; later ones double up to chunk_bytes
   int slots;
-  int threads;
+  int threads;     // the team, counting the thread that asked for the copy
   bool streaming;  // non-temporal stores into and out of the ring
+  // Pageable copies from these sizes up take the staged path under strategy 'auto'.
+  size_t auto_h2d;
+  size_t auto_d2h;
 };
 
 // The tuned defaults with the instance's configureStaging() settings applied. Call on the JS
 // thread or under inst.staging_mutex.
 StagingOptions StagingOptionsInForce(const Instance& inst);
 
+// The size from which strategy 'auto' stages a pageable copy in this direction.
+size_t StagedThreshold(Instance& inst, bool to_host);
+
+// The ring, stream and events of one device and direction.
 class StagingEngine {
  public:
   // Allocates the pinned ring on `device`; check error() afterwards.
-  StagingEngine(int device, StagingOptions options);
+  StagingEngine(int device, bool to_host, const StagingOptions& options,
+                std::shared_ptr<core::CopyTeam> team);
   ~StagingEngine();
   const Error& error() const { return error_; }
-  const StagingOptions& options() const { return options_; }
 
-  // Both block until the data has arrived. One transfer at a time per engine.
-  Error HostToDevice(void* dst_device, const void* src_host, size_t n);
-  Error DeviceToHost(void* dst_host, const void* src_device, size_t n);
+  // Blocks until the data has arrived. One transfer at a time per engine; the two directions
+  // (two engines) run at once and share the team.
+  Error Copy(char* device_ptr, char* host, size_t n);
 
  private:
+  friend class CudaRing;
   int device_;
+  bool to_host_;
   StagingOptions options_;
+  std::shared_ptr<core::CopyTeam> team_;
   Error error_;
   std::mutex mutex_;
   cudaStream_t stream_ = nullptr;
   std::vector<char*> slots_;
   std::vector<cudaEvent_t> done_;
-  ParallelCopier copier_;
 };
 
 // The instance's engine for `device` and a direction, made with the instance's configuration on
-// first use.
-StagingEngine* GetStagingEngine(Instance& inst, int device, bool to_host, Error* err);
+// first use. Held by the caller for the copy: configureStaging() may replace it meanwhile.
+std::shared_ptr<StagingEngine> GetStagingEngine(Instance& inst, int device, bool to_host,
+                                                Error* err);
+// The instance's copy team (made on first use).
+std::shared_ptr<core::CopyTeam> GetStagingTeam(Instance& inst);
 
 }  // namespace cm

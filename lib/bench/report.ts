@@ -20,8 +20,16 @@ function headline(report: TransferReport): string[] {
   return [
     `GPU ${e.gpu.name} (${e.gpu.uuid}, ${e.gpu.pciBusId}), ${pcie}`,
     `driver CUDA ${e.driverVersion}, runtime CUDA ${e.runtimeVersion}; host ${e.host.cpu} x${e.host.cpus}, ${formatBytes(e.host.memoryBytes)}; Node ${e.node}`,
-    `rates in decimal GB/s (1e9 bytes/s), median of ${report.options.iterations} after ${report.options.warmup} warm-up; staged path: ${formatBytes(e.staging.chunkBytes)} chunks x${e.staging.slots}, ${e.staging.threads} threads`,
+    `rates in decimal GB/s (1e9 bytes/s), median of ${report.options.iterations}${report.options.smallIterations ? ` (${report.options.smallIterations} up to 1 MiB)` : ''} after ${report.options.warmup} warm-up; staged path: chunks ${formatBytes(e.staging.firstChunkBytes ?? e.staging.chunkBytes)} to ${formatBytes(e.staging.chunkBytes)} x${e.staging.slots}, ${e.staging.threads} threads${autoLine(e.staging)}`,
   ];
+}
+
+function autoLine(st: TransferReport['environment']['staging']): string {
+  const t = st.autoThreshold as unknown;
+  if (typeof t === 'number') return `; auto stages from ${formatBytes(t)}`;
+  if (!t || typeof t !== 'object') return '';
+  const { h2d, d2h } = t as { h2d: number; d2h: number };
+  return `; auto stages h2d from ${formatBytes(h2d)}, d2h from ${formatBytes(d2h)}`;
 }
 
 /** A readable table: one row per result. */
@@ -33,6 +41,8 @@ export function formatTable(report: TransferReport): string {
     if (r.perDirectionGbps !== undefined) extra.push(`each way ${rate(r.perDirectionGbps)}`);
     if (r.coldFirstTouchGbps !== undefined) extra.push(`cold ${rate(r.coldFirstTouchGbps)}`);
     if (r.registrationSeconds !== undefined) extra.push(`register ${(r.registrationSeconds * 1e3).toFixed(2)} ms`);
+    if (r.path) extra.push(`path ${r.path}`);
+    if (r.limitGbps !== undefined) extra.push(`${((r.shareOfLimit ?? 0) * 100).toFixed(0)}% of limit ${rate(r.limitGbps)}`);
     return [
       r.direction,
       r.mode,
@@ -63,7 +73,7 @@ export function formatTable(report: TransferReport): string {
 /** CSV, one row per result, with a header. */
 export function formatCsv(report: TransferReport): string {
   const head =
-    'direction,mode,bytes,timing,median_gbps,p10_gbps,p90_gbps,min_gbps,max_gbps,cv,median_seconds,traffic_gbps,per_direction_gbps,cold_first_touch_gbps,registration_seconds,verified,samples';
+    'direction,mode,bytes,timing,median_gbps,p10_gbps,p90_gbps,min_gbps,max_gbps,cv,median_seconds,traffic_gbps,per_direction_gbps,cold_first_touch_gbps,registration_seconds,path,limit_gbps,share_of_limit,verified,samples';
   const rows = report.results.map((r) =>
     [
       r.direction,
@@ -81,6 +91,9 @@ export function formatCsv(report: TransferReport): string {
       r.perDirectionGbps ?? '',
       r.coldFirstTouchGbps ?? '',
       r.registrationSeconds ?? '',
+      r.path ?? '',
+      r.limitGbps ?? '',
+      r.shareOfLimit ?? '',
       r.verified,
       `"${r.samples.join(' ')}"`,
     ].join(','),
@@ -184,7 +197,7 @@ export function renderHtml(report: TransferReport, gates: GateResult[] = []): st
   const rows = report.results
     .map(
       (r) =>
-        `<tr><td>${r.direction}</td><td>${r.mode}</td><td>${esc(formatBytes(r.bytes))}</td><td>${rate(r.gbps.median)}</td><td>${rate(r.gbps.p10)}</td><td>${rate(r.gbps.p90)}</td><td>${(r.gbps.cv * 100).toFixed(1)}%</td><td>${r.trafficGbps ? rate(r.trafficGbps.median) : ''}</td><td>${r.coldFirstTouchGbps !== undefined ? rate(r.coldFirstTouchGbps) : ''}</td><td>${r.verified ? 'yes' : '<b>NO</b>'}</td></tr>`,
+        `<tr><td>${r.direction}</td><td>${r.mode}</td><td>${esc(formatBytes(r.bytes))}</td><td>${rate(r.gbps.median)}</td><td>${rate(r.gbps.p10)}</td><td>${rate(r.gbps.p90)}</td><td>${(r.gbps.cv * 100).toFixed(1)}%</td><td>${r.trafficGbps ? rate(r.trafficGbps.median) : ''}</td><td>${r.coldFirstTouchGbps !== undefined ? rate(r.coldFirstTouchGbps) : ''}</td><td>${r.path ?? ''}</td><td>${r.limitGbps !== undefined ? `${rate(r.limitGbps)} (${((r.shareOfLimit ?? 0) * 100).toFixed(0)}%)` : ''}</td><td>${r.verified ? 'yes' : '<b>NO</b>'}</td></tr>`,
     )
     .join('\n');
   const gateList = gates.length
@@ -197,14 +210,70 @@ export function renderHtml(report: TransferReport, gates: GateResult[] = []): st
 <p>${headline(report).map(esc).join('<br>')}<br>${esc(report.environment.date)}</p>
 ${gateList}
 ${dirs.map((d) => renderSvg(report, d)).join('\n')}
+${stagedSection(report)}
 <h2>Results</h2>
-<table><tr><th>direction</th><th>mode</th><th>size</th><th>median GB/s</th><th>p10</th><th>p90</th><th>cv</th><th>d2d traffic GB/s</th><th>cold GB/s</th><th>verified</th></tr>
+<table><tr><th>direction</th><th>mode</th><th>size</th><th>median GB/s</th><th>p10</th><th>p90</th><th>cv</th><th>d2d traffic GB/s</th><th>cold GB/s</th><th>auto path</th><th>limit GB/s (share)</th><th>verified</th></tr>
 ${rows}
 </table>
 ${report.eventLoop ? `<p>Event loop: worst 1 ms timer delay ${report.eventLoop.worstDelayMs.toFixed(2)} ms during ${esc(formatBytes(report.eventLoop.copyBytes))} of asynchronous pageable copies.</p>` : ''}
 <script type="application/json" id="report">${JSON.stringify({ ...report, results: report.results.map((r) => ({ ...r, samples: r.samples })) }).replace(/</g, '\\u003c')}</script>
 </body></html>
 `;
+}
+
+/**
+ * Ordinary Node buffers, size by size: the driver's pageable path, the staged path and 'auto'
+ * beside pinned memory (the link) and the host copy rate (the host); the staged path cannot beat
+ * the lower of the two, its "limit".
+ */
+export function stagedTable(report: Pick<TransferReport, 'results'>): { head: string[]; rows: string[][] } {
+  const head = [
+    'direction',
+    'size',
+    'pageable',
+    'staged',
+    'auto',
+    'pinned',
+    'hostcopy',
+    'staged/pinned',
+    'staged/limit',
+    'staged/pageable',
+  ];
+  const rows: string[][] = [];
+  const get = (mode: string, dir: string, bytes: number) =>
+    report.results.find((r) => r.mode === mode && r.direction === dir && r.bytes === bytes)?.gbps.median;
+  const cell = (v: number | undefined) => (v === undefined ? '' : rate(v));
+  const pct = (a: number | undefined, b: number | undefined) =>
+    a === undefined || b === undefined ? '' : `${((a / b) * 100).toFixed(0)}%`;
+  const staged = report.results.filter((r) => r.mode === 'staged');
+  for (const r of staged) {
+    const d = r.direction,
+      n = r.bytes;
+    const pageable = get('pageable', d, n);
+    rows.push([
+      d,
+      formatBytes(n),
+      cell(pageable),
+      cell(r.gbps.median),
+      cell(get('auto', d, n)),
+      cell(get('pinned', d, n)),
+      cell(get('hostcopy', d, n)),
+      pct(r.gbps.median, get('pinned', d, n)),
+      pct(r.gbps.median, r.limitGbps),
+      pageable === undefined ? '' : `${(r.gbps.median / pageable).toFixed(1)}x`,
+    ]);
+  }
+  return { head, rows };
+}
+
+function stagedSection(report: TransferReport): string {
+  const t = stagedTable(report);
+  if (t.rows.length === 0) return '';
+  return `<h2>Ordinary Node buffers: staged path against its limit</h2>
+<p>GB/s medians. The staged path cannot beat the lower of pinned memory (the link) and hostcopy (this host copying between pageable and pinned memory with the same threads): that is its limit.</p>
+<table><tr>${t.head.map((h) => `<th>${esc(h)}</th>`).join('')}</tr>
+${t.rows.map((r) => `<tr>${r.map((c) => `<td>${esc(c)}</td>`).join('')}</tr>`).join('\n')}
+</table>`;
 }
 
 /** One JUnit test case. */

@@ -7,18 +7,24 @@
 import * as os from 'os';
 import { native, requireCuda } from '../native';
 import { status, devices, DeviceInfo, formatCudaVersion } from '../discovery';
-import { DeviceBuffer, PinnedBuffer, registerHost, RegisteredBuffer } from '../memory';
-import { copy, copyAsync, configureStaging, StagingSettings } from '../copy';
+import { DeviceBuffer, PinnedBuffer, registerHost, RegisteredBuffer, Memory } from '../memory';
+import { copy, copyAsync, configureStaging, StagingSettings, CopyStrategy } from '../copy';
 import { summarize, rateSummary, SampleSummary } from './stats';
 import { GateMetric, GateSource } from './gates';
 import { checkDevice } from '../validate';
 
-/** How host memory is provided. */
-export type TransferMode = 'pageable' | 'pinned' | 'pinned-wc' | 'registered' | 'mapped' | 'staged';
+/**
+ * How host memory is provided and moved: `pageable` is an ordinary Node buffer through the
+ * driver's cudaMemcpy, `staged` the same buffer through the library's staged path, `auto` the
+ * same buffer under strategy 'auto' (the path it takes is in `path`); `pinned` is a PinnedBuffer
+ * timed with CUDA events, `pinned-call` the same through copy() called from JavaScript, timed
+ * around each call (its reference is the `baseline` row, plain cudaMemcpy from C++).
+ */
+export type TransferMode = 'pageable' | 'staged' | 'auto' | 'pinned' | 'pinned-call' | 'pinned-wc' | 'registered' | 'mapped';
 /** Which way data moves. `bidir` runs h2d and d2h at once; `d2d` ignores the mode. */
 export type Direction = 'h2d' | 'd2h' | 'bidir' | 'd2d';
 
-export const ALL_MODES: TransferMode[] = ['pageable', 'staged', 'pinned', 'pinned-wc', 'registered', 'mapped'];
+export const ALL_MODES: TransferMode[] = ['pageable', 'staged', 'auto', 'pinned', 'pinned-call', 'pinned-wc', 'registered', 'mapped'];
 export const ALL_DIRECTIONS: Direction[] = ['h2d', 'd2h', 'bidir', 'd2d'];
 
 /** Options of {@link runTransferBenchmark}. */
@@ -29,26 +35,40 @@ export interface TransferBenchmarkOptions {
   directions?: Direction[];
   /** Timed copies per size (at least 10; default 15). */
   iterations?: number;
+  /**
+   * Timed copies per size up to 1 MiB, where one copy takes microseconds and a median of 15 is
+   * at the mercy of a few slow ones (at least `iterations`; default 200).
+   */
+  smallIterations?: number;
   /** Untimed copies first (default 3). */
   warmup?: number;
   device?: number;
   /** Also time plain cudaMemcpy on cudaMallocHost memory, the reference for pinned (default true). */
   baseline?: boolean;
+  /**
+   * Also time the staged path's host half alone: its threads copying pageable into pinned memory,
+   * back, and both at once (`hostcopy` rows), whenever staged or auto is measured (default true).
+   */
+  hostcopy?: boolean;
   /** Measure the event loop's worst timer delay during a large asynchronous pageable copy (default true). */
   eventLoopProbe?: boolean;
   /** Staged path settings for this run. */
-  staging?: Partial<Omit<StagingSettings, 'autoThreshold'>>;
+  staging?: Partial<StagingSettings>;
   /** Called after each measurement. */
   onProgress?: (done: number, total: number, label: string) => void;
 }
 
 /** One measurement: a mode, a direction and a size. */
 export interface TransferResult {
-  mode: TransferMode | 'baseline' | 'device';
+  /**
+   * `baseline`: plain cudaMemcpy from C++ on cudaMallocHost memory; `device`: d2d; `hostcopy`:
+   * the staged path's threads copying between pageable and pinned host memory, no GPU involved.
+   */
+  mode: TransferMode | 'baseline' | 'device' | 'hostcopy';
   direction: Direction;
   bytes: number;
-  /** How it was timed. */
-  timing: 'cuda-events' | 'steady-clock';
+  /** How it was timed: CUDA events, a C++ steady clock, or process.hrtime around each JavaScript call. */
+  timing: 'cuda-events' | 'steady-clock' | 'js-clock';
   /** Seconds per copy (for bidir: per pair of concurrent copies). */
   seconds: SampleSummary;
   /** Decimal GB/s: bytes / time; for bidir, both directions together. */
@@ -61,6 +81,15 @@ export interface TransferResult {
   coldFirstTouchGbps?: number;
   /** registered: seconds cudaHostRegister took for this size. */
   registrationSeconds?: number;
+  /** auto: the path strategy 'auto' took at this size. */
+  path?: 'staged' | 'driver';
+  /**
+   * staged and auto rows: what the staged path cannot beat at this size and direction, the lower
+   * of pinned memory's rate (the link) and the hostcopy rate (the host), GB/s; and the row's
+   * median as a share of it.
+   */
+  limitGbps?: number;
+  shareOfLimit?: number;
   /** The data arrived intact (checked byte for byte after the timed copies). */
   verified: boolean;
   /** Raw seconds per sample. */
@@ -82,7 +111,15 @@ export interface TransferEnvironment {
 export interface TransferReport {
   schema: 'cuda-memory/transfer-benchmark@1';
   environment: TransferEnvironment;
-  options: { sizes: number[]; modes: TransferMode[]; directions: Direction[]; iterations: number; warmup: number; device: number };
+  options: {
+    sizes: number[];
+    modes: TransferMode[];
+    directions: Direction[];
+    iterations: number;
+    smallIterations?: number;
+    warmup: number;
+    device: number;
+  };
   results: TransferResult[];
   /** Worst delay of a 1 ms timer while a large pageable copyAsync ran. */
   eventLoop?: { copyBytes: number; copySeconds: number; timerFires: number; worstDelayMs: number };
@@ -90,6 +127,7 @@ export interface TransferReport {
   headlineBytes: number;
 }
 
+const SMALL = 1 << 20;
 const DEFAULT_SIZES = Array.from({ length: 19 }, (_, i) => 4096 * 2 ** i); // 4 KiB .. 1 GiB
 
 // A pattern that differs in every 4-byte word, so a misplaced chunk of any size is caught.
@@ -142,12 +180,14 @@ interface Host {
 function makeHost(mode: TransferMode, n: number, device: number): Host {
   switch (mode) {
     case 'pageable':
-    case 'staged': {
+    case 'staged':
+    case 'auto': {
       const view = new Uint8Array(Buffer.allocUnsafeSlow(n).buffer, 0, n);
       view.fill(1); // touch every page before timing
       return { view, target: view, dispose() {} };
     }
     case 'pinned':
+    case 'pinned-call':
     case 'pinned-wc':
     case 'mapped': {
       const p = PinnedBuffer.alloc(n, { device, writeCombined: mode === 'pinned-wc', mapped: mode === 'mapped', portable: true });
@@ -164,12 +204,28 @@ function makeHost(mode: TransferMode, n: number, device: number): Host {
   }
 }
 
-function timingOf(mode: TransferMode): 'events' | 'clock' {
-  return mode === 'pageable' || mode === 'staged' ? 'clock' : 'events';
+function timingOf(mode: TransferMode): 'events' | 'clock' | 'js' {
+  if (mode === 'pinned-call') return 'js';
+  return mode === 'pageable' || mode === 'staged' || mode === 'auto' ? 'clock' : 'events';
 }
 
-function strategyOf(mode: TransferMode): string {
-  return mode === 'staged' ? 'staged' : 'driver';
+const TIMING_NAME = { events: 'cuda-events', clock: 'steady-clock', js: 'js-clock' } as const;
+
+function strategyOf(mode: TransferMode): CopyStrategy {
+  return mode === 'staged' ? 'staged' : mode === 'auto' ? 'auto' : 'driver';
+}
+
+// copy() called from JavaScript, each call timed with process.hrtime: what a caller sees.
+function timeCalls(dst: Memory, src: Memory, n: number, warmup: number, iterations: number): Float64Array {
+  const samples = new Float64Array(iterations);
+  const options = { byteLength: n };
+  for (let i = 0; i < warmup; i++) copy(dst, src, options);
+  for (let i = 0; i < iterations; i++) {
+    const t0 = process.hrtime.bigint();
+    copy(dst, src, options);
+    samples[i] = Number(process.hrtime.bigint() - t0) / 1e9;
+  }
+  return samples;
 }
 
 function result(base: Omit<TransferResult, 'seconds' | 'gbps' | 'samples'>, samples: Float64Array, movedBytes: number): TransferResult {
@@ -191,6 +247,9 @@ export async function runTransferBenchmark(options: TransferBenchmarkOptions = {
   const warmup = options.warmup ?? 3;
   if (!Number.isInteger(iterations) || iterations < 10)
     throw new RangeError(`Expected iterations of at least 10 but received ${iterations}`);
+  const smallIterations = Math.max(iterations, options.smallIterations ?? 200);
+  if (!Number.isInteger(smallIterations))
+    throw new RangeError(`Expected an integer smallIterations but received ${options.smallIterations}`);
   if (!Number.isInteger(warmup) || warmup < 0) throw new RangeError(`Expected a non-negative integer warmup but received ${warmup}`);
   for (const m of modes)
     if (!ALL_MODES.includes(m)) throw new RangeError(`Unknown mode ${JSON.stringify(m)}; expected one of ${ALL_MODES.join(', ')}`);
@@ -201,9 +260,15 @@ export async function runTransferBenchmark(options: TransferBenchmarkOptions = {
   const gpu = devices()[device];
   const hostDirs = directions.filter((d) => d !== 'd2d');
   const baseline = (options.baseline ?? true) && modes.includes('pinned');
+  const hostcopy = (options.hostcopy ?? true) && (modes.includes('staged') || modes.includes('auto'));
+  const oneWay = hostDirs.filter((d) => d !== 'bidir').length;
   const total =
     sizes.length *
-    (modes.length * hostDirs.length + (directions.includes('d2d') ? 1 : 0) + (baseline ? hostDirs.filter((d) => d !== 'bidir').length : 0));
+    (modes.length * hostDirs.length -
+      (modes.includes('pinned-call') && hostDirs.includes('bidir') ? 1 : 0) +
+      (directions.includes('d2d') ? 1 : 0) +
+      (baseline ? oneWay : 0) +
+      (hostcopy ? hostDirs.length : 0));
   let done = 0;
   const progress = (label: string) => options.onProgress?.(++done, total, label);
   const results: TransferResult[] = [];
@@ -212,6 +277,7 @@ export async function runTransferBenchmark(options: TransferBenchmarkOptions = {
   fillPattern(pattern, 7);
 
   for (const n of sizes) {
+    const iters = n <= SMALL ? smallIterations : iterations;
     const src = pattern.subarray(0, n);
     const dev = DeviceBuffer.alloc(n, { device });
     const dev2 = DeviceBuffer.alloc(n, { device });
@@ -223,25 +289,25 @@ export async function runTransferBenchmark(options: TransferBenchmarkOptions = {
         const host2 = hostDirs.includes('bidir') ? makeHost(mode, n, device) : null;
         try {
           for (const direction of hostDirs) {
+            // Two synchronous calls from one JavaScript thread cannot run at once.
+            if (mode === 'pinned-call' && direction === 'bidir') continue;
             const timing = timingOf(mode);
-            const base = {
-              mode,
-              direction,
-              bytes: n,
-              timing: timing === 'events' ? ('cuda-events' as const) : ('steady-clock' as const),
-              verified: false,
-            };
+            const base = { mode, direction, bytes: n, timing: TIMING_NAME[timing], verified: false };
+            const time = (dst: DeviceBuffer | Host, from: DeviceBuffer | Host) =>
+              timing === 'js'
+                ? timeCalls(memoryOf(dst), memoryOf(from), n, warmup, iters)
+                : native.timeCopy(handleOf(dst), handleOf(from), n, warmup, iters, timing, strategyOf(mode));
             let r: TransferResult;
             if (direction === 'h2d') {
               host.view.set(src);
-              const samples = native.timeCopy(dev._h, targetOf(host), n, warmup, iterations, timing, strategyOf(mode));
+              const samples = time(dev, host);
               check.bytes.fill(0);
               copy(check, dev);
               r = result({ ...base, verified: equal(check.bytes, src, n) }, samples, n);
             } else if (direction === 'd2h') {
               copy(dev, src);
               host.view.fill(0);
-              const samples = native.timeCopy(targetOf(host), dev._h, n, warmup, iterations, timing, strategyOf(mode));
+              const samples = time(host, dev);
               r = result({ ...base, verified: equal(host.view, src, n) }, samples, n);
             } else {
               // bidir: h2d from `host` into dev while d2h from dev2 into host2.
@@ -255,8 +321,8 @@ export async function runTransferBenchmark(options: TransferBenchmarkOptions = {
                 dev2._h,
                 n,
                 warmup,
-                iterations,
-                timing,
+                iters,
+                timing as 'events' | 'clock',
                 strategyOf(mode),
               );
               check.bytes.fill(0);
@@ -265,6 +331,7 @@ export async function runTransferBenchmark(options: TransferBenchmarkOptions = {
               r.perDirectionGbps = n / r.seconds.median / 1e9;
             }
             if (mode === 'registered') r.registrationSeconds = host.registrationSeconds;
+            if (mode === 'auto') r.path = autoPath(staging, direction, n);
             if ((mode === 'pageable' || mode === 'staged') && direction !== 'bidir')
               r.coldFirstTouchGbps = coldCopy(mode, direction, n, dev);
             results.push(r);
@@ -277,14 +344,15 @@ export async function runTransferBenchmark(options: TransferBenchmarkOptions = {
       }
       if (baseline) {
         for (const direction of hostDirs.filter((d) => d !== 'bidir') as ('h2d' | 'd2h')[]) {
-          const samples = native.timeRawPinned(n, warmup, iterations, direction, device);
+          const samples = native.timeRawPinned(n, warmup, iters, direction, device);
           results.push(result({ mode: 'baseline', direction, bytes: n, timing: 'steady-clock', verified: true }, samples, n));
           progress(`${direction} baseline ${n}`);
         }
       }
+      if (hostcopy) results.push(...measureHostCopy(hostDirs, n, src, device, warmup, iters, progress));
       if (directions.includes('d2d')) {
         copy(dev, src);
-        const samples = native.timeCopy(dev2._h, dev._h, n, warmup, iterations, 'events', 'driver');
+        const samples = native.timeCopy(dev2._h, dev._h, n, warmup, iters, 'events', 'driver');
         check.bytes.fill(0);
         copy(check, dev2);
         const r = result(
@@ -303,6 +371,7 @@ export async function runTransferBenchmark(options: TransferBenchmarkOptions = {
     }
   }
 
+  addLimits(results);
   const report: TransferReport = {
     schema: 'cuda-memory/transfer-benchmark@1',
     environment: {
@@ -329,7 +398,7 @@ export async function runTransferBenchmark(options: TransferBenchmarkOptions = {
       node: process.version,
       staging,
     },
-    options: { sizes, modes, directions, iterations, warmup, device },
+    options: { sizes, modes, directions, iterations, smallIterations, warmup, device },
     results,
     headlineBytes: headlineSize(sizes),
   };
@@ -339,6 +408,77 @@ export async function runTransferBenchmark(options: TransferBenchmarkOptions = {
 
 function targetOf(h: Host): number | Uint8Array {
   return h.target instanceof Uint8Array ? h.target : h.target._h;
+}
+
+function handleOf(x: DeviceBuffer | Host): number | Uint8Array {
+  return x instanceof DeviceBuffer ? x._h : targetOf(x);
+}
+
+function memoryOf(x: DeviceBuffer | Host): Memory {
+  return x instanceof DeviceBuffer ? x : x.target;
+}
+
+// The path strategy 'auto' takes for a pageable copy of n bytes (bidir: when both agree).
+function autoPath(staging: StagingSettings, direction: Direction, n: number): 'staged' | 'driver' | undefined {
+  const h2d = n >= staging.autoThreshold.h2d ? 'staged' : 'driver';
+  const d2h = n >= staging.autoThreshold.d2h ? 'staged' : 'driver';
+  if (direction === 'h2d') return h2d;
+  if (direction === 'd2h') return d2h;
+  return h2d === d2h ? h2d : undefined;
+}
+
+// The staged path's host half alone: its team copying pageable into pinned memory ('h2d'), back
+// ('d2h'), and both at once ('bidir'), with the same threads and stores as a staged copy.
+function measureHostCopy(
+  dirs: Direction[],
+  n: number,
+  src: Uint8Array,
+  device: number,
+  warmup: number,
+  iterations: number,
+  progress: (label: string) => void,
+): TransferResult[] {
+  const span = dirs.includes('bidir') ? 2 * n : n;
+  const pageable = new Uint8Array(Buffer.allocUnsafeSlow(span).buffer, 0, span);
+  pageable.fill(1);
+  const pinned = PinnedBuffer.alloc(span, { device, portable: true });
+  const out: TransferResult[] = [];
+  try {
+    for (const direction of dirs) {
+      pageable.set(src);
+      pinned.bytes.set(src);
+      if (direction === 'h2d') pinned.bytes.fill(0, 0, n);
+      if (direction === 'd2h') pageable.fill(0, 0, n);
+      const samples = native.timeHostCopy(pageable, pinned._h, n, warmup, iterations, direction);
+      const verified =
+        direction === 'h2d'
+          ? equal(pinned.bytes, src, n)
+          : direction === 'd2h'
+            ? equal(pageable, src, n)
+            : equal(pinned.bytes.subarray(n), src, n) && equal(pageable.subarray(n), src, n);
+      out.push(
+        result({ mode: 'hostcopy', direction, bytes: n, timing: 'steady-clock', verified }, samples, direction === 'bidir' ? 2 * n : n),
+      );
+      progress(`${direction} hostcopy ${n}`);
+    }
+  } finally {
+    pinned.free();
+  }
+  return out;
+}
+
+// Staged and auto rows get the rate they cannot beat: the lower of pinned memory's (the link)
+// and the host copy's (the host), at the same size and direction.
+function addLimits(results: TransferResult[]): void {
+  const find = (mode: string, r: TransferResult) =>
+    results.find((x) => x.mode === mode && x.direction === r.direction && x.bytes === r.bytes);
+  for (const r of results) {
+    if (r.mode !== 'staged' && r.mode !== 'auto') continue;
+    const limits = [find('pinned', r), find('hostcopy', r)].filter((x): x is TransferResult => !!x).map((x) => x.gbps.median);
+    if (limits.length === 0) continue;
+    r.limitGbps = Math.min(...limits);
+    r.shareOfLimit = r.gbps.median / r.limitGbps;
+  }
 }
 
 // One copy over host pages that were never touched: what a first transfer of a fresh buffer costs.

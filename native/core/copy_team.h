@@ -1,0 +1,85 @@
+// A team of host threads that share out memory copies: the staged path's CPU half. Work comes in
+// jobs of numbered pieces; every team thread and the thread that runs the job claim pieces in
+// order until none are left, so no thread waits at a barrier while another finishes its share.
+// Several jobs may run at once (both directions of a bidirectional copy); the threads serve them
+// in turn. No CUDA here: the staged pipeline (staging_pipeline.h) is one kind of job.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace cm::core {
+
+// memcpy; with `streaming`, non-temporal stores for the bulk (the destination is not read by this
+// CPU soon: it goes to a DMA engine, or to a buffer that JavaScript reads later), which saves the
+// read-for-ownership of every destination line. Ends with a store fence, so the bytes are visible
+// to a DMA engine started after it returns.
+void CopyBytes(char* dst, const char* src, size_t n, bool streaming);
+
+class CopyTeam;
+
+// One job: `pieces()` numbered units of work, run by Do(i) exactly once each, in any order and on
+// any team thread. Do must not throw.
+class TeamJob {
+ public:
+  virtual ~TeamJob() = default;
+  virtual size_t pieces() const = 0;
+  virtual void Do(size_t piece) = 0;
+
+ private:
+  friend class CopyTeam;
+  std::atomic<size_t> next_{0};
+  std::atomic<size_t> done_{0};
+};
+
+class CopyTeam {
+ public:
+  // `threads` counts the thread that calls Run(); threads - 1 are started here.
+  explicit CopyTeam(int threads);
+  ~CopyTeam();
+  CopyTeam(const CopyTeam&) = delete;
+  CopyTeam& operator=(const CopyTeam&) = delete;
+
+  // Runs `job` to the end, the calling thread taking part. Safe to call from several threads at
+  // once (up to kJobs jobs run together; more wait for a place).
+  void Run(TeamJob& job);
+  // A plain parallel memcpy with the team (CopyBytes over pieces of about n / threads).
+  void Copy(char* dst, const char* src, size_t n, bool streaming);
+  int threads() const { return threads_; }
+
+  static constexpr int kJobs = 8;
+  // How long a team thread keeps looking for work after its last piece before it sleeps: staged
+  // copies come back to back, and waking a sleeping thread costs tens of microseconds on bare
+  // metal and up to milliseconds in a virtual machine.
+  static constexpr int kSpinMicros = 2000;
+
+ private:
+  void Worker(int index);
+  static void Work(TeamJob& job);
+  bool TryWork(int first);
+
+  // Jobs are published lock-free: a thread that finds a job announces itself in `users` before
+  // reading `job`, and Run() waits for users to drain after clearing `job`, so the job outlives
+  // every thread that saw it. Taking a lock here made eleven threads queue on one mutex at the
+  // start of every copy.
+  struct Place {
+    std::atomic<TeamJob*> job{nullptr};
+    std::atomic<int> users{0};
+  };
+
+  int threads_;
+  std::vector<std::thread> workers_;
+  Place places_[kJobs];
+  std::atomic<uint64_t> posted_{0};
+  std::atomic<int> sleepers_{0};
+  std::atomic<bool> stop_{false};
+  std::mutex mutex_;  // only for sleeping and waking
+  std::condition_variable wake_;
+};
+
+}  // namespace cm::core
