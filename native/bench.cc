@@ -197,9 +197,8 @@ Napi::Value TimeHostCopy(const Napi::CallbackInfo& info) {
   int iters = ReadInt(env, info[4], "iterations", 1, 1 << 24);
   std::string direction = info[5].ToString().Utf8Value();
   bool bidir = direction == "bidir";
-  if (n > pageable.length || n > pinned.length || (bidir && 2 * n > pinned.length) ||
-      (bidir && 2 * n > pageable.length))
-    ThrowRange(env, "bytes runs past a buffer");
+  size_t span = bidir ? 2 * n : n;  // bidir writes each buffer's second half
+  if (span > pageable.length || span > pinned.length) ThrowRange(env, "bytes runs past a buffer");
   Instance& inst = GetInstance(env);
   std::shared_ptr<core::CopyTeam> team = GetStagingTeam(inst);
   bool streaming;

@@ -8,7 +8,8 @@ namespace cm {
 StagingOptions StagingOptionsInForce(const Instance& inst) {
   // The defaults were chosen with the transfer benchmark and scripts/tune-staging.js on the H100
   // (BENCHMARKS.md); hardware threads bound the team. configureStaging() overrides each one.
-  unsigned hw = std::max(1u, std::thread::hardware_concurrency());
+  // Asked once: every pageable copy under 'auto' comes here for its threshold.
+  static const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
   StagingOptions o;
   o.chunk_bytes = 8u << 20;
   o.first_chunk_bytes = 512u << 10;
@@ -102,9 +103,7 @@ StagingEngine::~StagingEngine() {
 Error StagingEngine::Copy(char* device_ptr, char* host, size_t n) {
   std::lock_guard<std::mutex> lock(mutex_);
   Error err;
-  CM_TRY(err, UseDevice(device_), "cudaSetDevice");
-  if (err) return err;
-  CudaRing ring(*this, device_ptr);
+  CudaRing ring(*this, device_ptr);  // its Issue sets the device on whichever thread issues
   core::StagingShape shape{options_.first_chunk_bytes, options_.chunk_bytes, options_.slots};
   core::TransportStatus s = core::RunStaged(
       *team_, ring, to_host_ ? core::StagingDirection::kToHost : core::StagingDirection::kToDevice,

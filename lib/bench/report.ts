@@ -1,5 +1,5 @@
 /** Output formats of the transfer benchmark: table, CSV, terminal chart, HTML/SVG, JUnit XML. */
-import { TransferReport, TransferResult } from './transfer';
+import { TransferReport, TransferResult, findResult } from './transfer';
 import { GateResult } from './gates';
 import { esc, PALETTE, niceTicks, sizeTicks } from '../chart';
 import { formatBytes } from '../units';
@@ -240,8 +240,7 @@ export function stagedTable(report: Pick<TransferReport, 'results'>): { head: st
     'staged/pageable',
   ];
   const rows: string[][] = [];
-  const get = (mode: string, dir: string, bytes: number) =>
-    report.results.find((r) => r.mode === mode && r.direction === dir && r.bytes === bytes)?.gbps.median;
+  const get = (mode: string, dir: string, bytes: number) => findResult(report.results, mode, dir, bytes)?.gbps.median;
   const cell = (v: number | undefined) => (v === undefined ? '' : rate(v));
   const pct = (a: number | undefined, b: number | undefined) =>
     a === undefined || b === undefined ? '' : `${((a / b) * 100).toFixed(0)}%`;

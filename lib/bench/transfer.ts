@@ -467,14 +467,20 @@ function measureHostCopy(
   return out;
 }
 
+/** The result of one mode, direction and size, if it was measured. */
+export function findResult(results: TransferResult[], mode: string, direction: string, bytes: number): TransferResult | undefined {
+  return results.find((x) => x.mode === mode && x.direction === direction && x.bytes === bytes);
+}
+
 // Staged and auto rows get the rate they cannot beat: the lower of pinned memory's (the link)
 // and the host copy's (the host), at the same size and direction.
 function addLimits(results: TransferResult[]): void {
-  const find = (mode: string, r: TransferResult) =>
-    results.find((x) => x.mode === mode && x.direction === r.direction && x.bytes === r.bytes);
   for (const r of results) {
     if (r.mode !== 'staged' && r.mode !== 'auto') continue;
-    const limits = [find('pinned', r), find('hostcopy', r)].filter((x): x is TransferResult => !!x).map((x) => x.gbps.median);
+    const limits = ['pinned', 'hostcopy']
+      .map((mode) => findResult(results, mode, r.direction, r.bytes))
+      .filter((x): x is TransferResult => !!x)
+      .map((x) => x.gbps.median);
     if (limits.length === 0) continue;
     r.limitGbps = Math.min(...limits);
     r.shareOfLimit = r.gbps.median / r.limitGbps;

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <cstring>
 
 #if defined(__x86_64__)
@@ -82,10 +81,10 @@ bool CopyTeam::TryWork(int first) {
 }
 
 void CopyTeam::Worker(int index) {
-  int turn = index;
+  unsigned turn = static_cast<unsigned>(index);
   while (!stop_.load()) {
     const uint64_t seen = posted_.load();
-    if (TryWork(turn++ % kJobs)) continue;
+    if (TryWork(static_cast<int>(turn++ % kJobs))) continue;
     auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(kSpinMicros);
     bool posted = false;
     while (!(posted = posted_.load() != seen) && std::chrono::steady_clock::now() < until)

@@ -1,7 +1,6 @@
 #include "staging_pipeline.h"
 
 #include <algorithm>
-#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -50,6 +49,56 @@ StagingPlan PlanStaging(size_t n, const StagingShape& shape, int threads) {
 
 namespace {
 
+// CUDA_MEMORY_STAGING_TRACE in the environment (read once, at the first staged copy): each copy's
+// timeline on stderr, per chunk when it was issued and landed and when its first piece started
+// and its last piece ended, in microseconds from the start of the copy.
+bool TraceWanted() {
+  static const bool wanted = std::getenv("CUDA_MEMORY_STAGING_TRACE") != nullptr;
+  return wanted;
+}
+
+class Trace {
+ public:
+  explicit Trace(size_t chunks) : chunks_(chunks) {}
+  void Issued(size_t c) { Set(c, &Times::issued); }
+  void Landed(size_t c) { Set(c, &Times::landed); }
+  void PieceStarts(size_t c) {
+    double t = Now();
+    std::lock_guard<std::mutex> lock(mutex_);
+    chunks_[c].first_piece = std::min(chunks_[c].first_piece, t);
+  }
+  void PieceEnds(size_t c) {
+    double t = Now();
+    std::lock_guard<std::mutex> lock(mutex_);
+    chunks_[c].last_piece = std::max(chunks_[c].last_piece, t);
+  }
+  void Print(const char* direction, const StagingPlan& plan) const {
+    std::fprintf(stderr, "cuda-memory staged %s: %zu chunks, %.1f us\n", direction, chunks_.size(),
+                 Now());
+    for (size_t c = 0; c < chunks_.size(); ++c)
+      std::fprintf(stderr, "  chunk %zu (%zu bytes): issued %.1f, landed %.1f, pieces %.1f..%.1f\n",
+                   c, plan.chunks[c].length, chunks_[c].issued, chunks_[c].landed,
+                   chunks_[c].first_piece, chunks_[c].last_piece);
+  }
+
+ private:
+  struct Times {
+    double issued = -1, landed = -1, first_piece = 1e18, last_piece = -1;
+  };
+  double Now() const {
+    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start_)
+        .count();
+  }
+  void Set(size_t c, double Times::*field) {
+    double t = Now();
+    std::lock_guard<std::mutex> lock(mutex_);
+    chunks_[c].*field = t;
+  }
+  const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  mutable std::mutex mutex_;
+  std::vector<Times> chunks_;
+};
+
 class StagedJob : public TeamJob {
  public:
   StagedJob(const StagingPlan& plan, StagingTransport& transport, StagingDirection direction,
@@ -70,37 +119,14 @@ class StagedJob : public TeamJob {
       issued_[c].store(false);
       ready_[c].store(kUnchecked);
     }
-    tr_.assign(plan.chunks.size(), {-1, -1, 1e18, -1});
+    if (TraceWanted()) trace_ = std::make_unique<Trace>(plan.chunks.size());
   }
 
   size_t pieces() const override { return plan_.pieces.size(); }
 
-  // CUDA_MEMORY_STAGING_TRACE set: a timeline of each copy on stderr, per chunk when it was
-  // issued and landed and when its first piece started and last piece ended (microseconds).
-  bool trace_ = std::getenv("CUDA_MEMORY_STAGING_TRACE") != nullptr;
-  std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
-  std::mutex trace_mutex_;
-  std::vector<std::array<double, 4>> tr_;
-  void Mark(size_t c, int what) {
-    if (!trace_) return;
-    double us =
-        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0_).count();
-    std::lock_guard<std::mutex> l(trace_mutex_);
-    if (what == 2)
-      tr_[c][2] = std::min(tr_[c][2], us);
-    else if (what == 3)
-      tr_[c][3] = std::max(tr_[c][3], us);
-    else
-      tr_[c][what] = us;
-  }
-  void Dump(const char* dir) {
-    if (!trace_) return;
-    double end =
-        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0_).count();
-    std::fprintf(stderr, "trace %s n-chunks %zu total %.1f us\n", dir, tr_.size(), end);
-    for (size_t c = 0; c < tr_.size(); ++c)
-      std::fprintf(stderr, "  chunk %zu len %zu: issued %.1f landed %.1f pieces %.1f..%.1f\n", c,
-                   plan_.chunks[c].length, tr_[c][0], tr_[c][1], tr_[c][2], tr_[c][3]);
+  // Prints the copy's timeline on stderr when tracing (see Trace below).
+  void Dump(const char* direction) const {
+    if (trace_) trace_->Print(direction, plan_);
   }
 
   // Device-to-host: the first `slots` chunks go to the DMA engine before any thread starts.
@@ -116,16 +142,16 @@ class StagedJob : public TeamJob {
     if (to_device_) {
       // The slot is free once the chunk that last filled it has reached the device.
       if (p.chunk >= slots_ && !AwaitSlot(p.chunk)) return;
-      Mark(p.chunk, 2);
+      if (trace_) trace_->PieceStarts(p.chunk);
       CopyBytes(ring, host_ + p.offset, p.length, streaming_);
-      Mark(p.chunk, 3);
+      if (trace_) trace_->PieceEnds(p.chunk);
       if (copied_[p.chunk].fetch_add(1, std::memory_order_acq_rel) + 1 == c.pieces)
         MarkIssuable(p.chunk);
     } else {
       if (!AwaitSlot(p.chunk)) return;
-      Mark(p.chunk, 2);
+      if (trace_) trace_->PieceStarts(p.chunk);
       CopyBytes(host_ + p.offset, ring, p.length, streaming_);
-      Mark(p.chunk, 3);
+      if (trace_) trace_->PieceEnds(p.chunk);
       // The slot's last piece is out: the chunk `slots` later may land in it.
       if (copied_[p.chunk].fetch_add(1, std::memory_order_acq_rel) + 1 == c.pieces &&
           p.chunk + slots_ < plan_.chunks.size())
@@ -169,7 +195,7 @@ class StagedJob : public TeamJob {
 
   bool IssueChunk(size_t c) {
     if (!Check(transport_.Issue(plan_.chunks[c]))) return false;
-    Mark(c, 0);
+    if (trace_) trace_->Issued(c);
     issued_[c].store(true, std::memory_order_release);
     return true;
   }
@@ -184,7 +210,7 @@ class StagedJob : public TeamJob {
     if (state == kUnchecked && ready_[c].compare_exchange_strong(state, kWaiting)) {
       size_t landing = to_device_ ? c - slots_ : c;
       if (!(AwaitIssued(landing) && Check(transport_.Wait(plan_.chunks[c].slot)))) return false;
-      Mark(landing, 1);
+      if (trace_) trace_->Landed(landing);
       ready_[c].store(kReady, std::memory_order_release);
       return true;
     }
@@ -220,6 +246,7 @@ class StagedJob : public TeamJob {
   std::atomic<bool> failed_{false};
   std::mutex mutex_;
   TransportStatus error_;
+  std::unique_ptr<Trace> trace_;
 };
 
 }  // namespace
