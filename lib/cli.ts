@@ -8,11 +8,23 @@
 import * as fs from 'fs';
 import * as path from 'path';
 import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';
-import { status, devices, formatCudaVersion, peerAccess, deviceLocality } from './discovery';
+import { status, devices, formatCudaVersion, peerAccess, deviceLocality, cudaVisibleDevices } from './discovery';
+import { stagingPlacement } from './copy';
 import { runTransferBenchmark, gateSource, ALL_MODES, ALL_DIRECTIONS, TransferBenchmarkOptions } from './bench/transfer';
 import { formatTable, formatCsv, formatChart, renderHtml, benchmarkJunit } from './bench/report';
-import { parseGate, evaluateGates, Gate } from './bench/gates';
-import { runDoctor, formatDoctor, doctorJunit } from './bench/doctor';
+import { parseGate, evaluateGates, combineSources, Gate } from './bench/gates';
+import { runDoctor, formatDoctor, doctorJunit, runDoctorDevices, formatDoctorDevices, doctorDevicesJunit } from './bench/doctor';
+import {
+  runDevicesBenchmark,
+  devicesGateSource,
+  DEVICES_MODES,
+  DEVICES_DIRECTIONS,
+  DevicesMode,
+  DevicesDirection,
+  DevicesReport,
+} from './bench/devices';
+import { runP2pBenchmark, p2pGateSource, P2pReport } from './bench/p2p';
+import { formatDevicesTable, formatP2pTable, formatMultiCsv, renderMultiHtml, multiJunit } from './bench/multi-report';
 import { runAllocBenchmark, formatAllocReport } from './bench/alloc';
 import { parseSizeList, parseSize, formatBytes } from './units';
 import { writeTextfile } from './metrics/exposition';
@@ -59,6 +71,14 @@ const list =
       );
     return items as T[];
   };
+// --devices: 'all' or a comma-separated list of indices.
+const deviceList = (v: string): 'all' | number[] => {
+  if (v.trim() === 'all') return 'all';
+  const items = v.split(',').map((x) => x.trim());
+  if (items.some((x) => !/^\d+$/.test(x)))
+    throw new InvalidArgumentError("Expected 'all' or a comma-separated list of device indices such as 0,1.");
+  return items.map(Number);
+};
 const collect =
   <T>(parse: (v: string) => T) =>
   (v: string, prev: T[] | undefined): T[] => [...(prev ?? []), parse(v)];
@@ -76,6 +96,8 @@ function version(): string {
 
 // What commander hands the bench action: the benchmark's own options plus the output flags.
 interface BenchOptions extends Pick<TransferBenchmarkOptions, 'sizes' | 'modes' | 'directions' | 'iterations' | 'warmup' | 'device'> {
+  devices?: 'all' | number[];
+  p2p?: boolean;
   chunk?: number;
   firstChunk?: number;
   threads?: number;
@@ -91,14 +113,87 @@ interface BenchOptions extends Pick<TransferBenchmarkOptions, 'sizes' | 'modes' 
   eventLoop: boolean;
 }
 
+function progressBar(): ((done: number, total: number, label: string) => void) | undefined {
+  if (!process.stderr.isTTY) return undefined;
+  return (done, total, label) => {
+    const w = 30;
+    const filled = Math.round((done / total) * w);
+    process.stderr.write(`\r[${'#'.repeat(filled)}${'.'.repeat(w - filled)}] ${done}/${total} ${label.padEnd(28)}`);
+    if (done === total) process.stderr.write('\n');
+  };
+}
+
+class Usage extends Error {}
+
+// bench --devices and/or --p2p: several GPUs alone and at once, and the peer matrix.
+async function benchDevices(o: BenchOptions): Promise<number> {
+  if (o.device !== undefined) throw new Usage('--device picks one GPU; with several use --devices');
+  if (o.prometheus) throw new Usage('--prometheus is written by the single-GPU run only; leave out --devices and --p2p');
+  const badModes = (o.modes ?? []).filter((m) => !DEVICES_MODES.includes(m as DevicesMode));
+  if (o.devices && badModes.length)
+    throw new Usage(`with --devices, --modes takes ${DEVICES_MODES.join(', ')}; not ${badModes.join(', ')}`);
+  const badDirs = (o.directions ?? []).filter((d) => !DEVICES_DIRECTIONS.includes(d as DevicesDirection));
+  if (o.devices && badDirs.length)
+    throw new Usage(`with --devices, --directions takes ${DEVICES_DIRECTIONS.join(', ')}; not ${badDirs.join(', ')}`);
+  requireGpu('bench');
+  let devicesReport: DevicesReport | undefined;
+  let p2p: P2pReport | undefined;
+  if (o.devices)
+    devicesReport = await runDevicesBenchmark({
+      devices: o.devices,
+      sizes: o.sizes,
+      modes: o.modes as DevicesMode[] | undefined,
+      directions: o.directions as DevicesDirection[] | undefined,
+      iterations: o.iterations,
+      warmup: o.warmup,
+      onProgress: progressBar(),
+    });
+  if (o.p2p)
+    p2p = await runP2pBenchmark({
+      devices: o.devices,
+      sizes: o.sizes,
+      iterations: o.iterations,
+      warmup: o.warmup,
+      onProgress: progressBar(),
+    });
+  const results = evaluateGates(
+    o.expect ?? [],
+    combineSources(devicesReport && devicesGateSource(devicesReport), p2p && p2pGateSource(p2p)),
+  );
+  const json = JSON.stringify(
+    { devices: devicesReport, p2p, gates: results.map((r) => ({ gate: r.gate.text, pass: r.pass, actual: r.actual, message: r.message })) },
+    null,
+    2,
+  );
+  if (o.json) process.stdout.write(json + '\n');
+  else if (o.csv) process.stdout.write(formatMultiCsv(devicesReport, p2p));
+  else
+    process.stdout.write(
+      [devicesReport && formatDevicesTable(devicesReport), p2p && formatP2pTable(p2p)].filter(Boolean).join('\n\n') + '\n',
+    );
+  if (o.out) fs.writeFileSync(o.out, json + '\n');
+  if (o.html) fs.writeFileSync(o.html, renderMultiHtml(devicesReport, p2p, results));
+  if (o.junit) fs.writeFileSync(o.junit, multiJunit(devicesReport, p2p, results));
+  for (const r of results) process.stderr.write(r.message + '\n');
+  const unverified = [
+    ...(devicesReport?.results ?? [])
+      .filter((r) => !r.verified)
+      .map((r) => `${r.direction} ${r.mode} ${formatBytes(r.bytes)} GPU ${r.device} ${r.scope}`),
+    ...(p2p?.pairs ?? []).filter((r) => !r.verified).map((r) => `p2p ${r.from} -> ${r.to} ${formatBytes(r.bytes)}`),
+    ...(p2p?.bidirectional ?? []).filter((r) => !r.verified).map((r) => `p2p ${r.a} <-> ${r.b} ${formatBytes(r.bytes)}`),
+  ];
+  for (const u of unverified) process.stderr.write(`FAIL data check: ${u} did not arrive intact\n`);
+  return results.every((r) => r.pass) && unverified.length === 0 ? 0 : 1;
+}
+
 async function bench(o: BenchOptions): Promise<number> {
+  if (o.devices !== undefined || o.p2p) return benchDevices(o);
   const staging: Record<string, number> = {};
   if (o.chunk !== undefined) staging.chunkBytes = o.chunk;
   if (o.firstChunk !== undefined) staging.firstChunkBytes = o.firstChunk;
   if (o.threads !== undefined) staging.threads = o.threads;
   if (o.slots !== undefined) staging.slots = o.slots;
   requireGpu('bench');
-  const tty = process.stderr.isTTY;
   const report = await runTransferBenchmark({
     sizes: o.sizes,
     modes: o.modes,
@@ -108,14 +203,7 @@ async function bench(o: BenchOptions): Promise<number> {
     device: o.device,
     staging,
     eventLoopProbe: o.eventLoop,
-    onProgress: tty
-      ? (done, total, label) => {
-          const w = 30;
-          const filled = Math.round((done / total) * w);
-          process.stderr.write(`\r[${'#'.repeat(filled)}${'.'.repeat(w - filled)}] ${done}/${total} ${label.padEnd(28)}`);
-          if (done === total) process.stderr.write('\n');
-        }
-      : undefined,
+    onProgress: progressBar(),
   });
   const results = evaluateGates(o.expect ?? [], gateSource(report));
   const json = JSON.stringify(
@@ -140,15 +228,21 @@ async function bench(o: BenchOptions): Promise<number> {
   return results.every((r) => r.pass) && unverified.length === 0 ? 0 : 1;
 }
 
-function doctor(o: {
+// What commander hands the doctor action.
+interface DoctorCliOptions {
   device?: number;
+  devices?: 'all' | number[];
+  minP2p?: number;
   minPinned?: number;
   minD2d?: number;
   bytes?: number;
   json?: boolean;
   junit?: string;
   prometheus?: string;
-}): number {
+}
+
+function doctor(o: DoctorCliOptions): number {
+  if (o.devices !== undefined || o.minP2p !== undefined) return doctorDevices(o);
   const report = runDoctor({ device: o.device, minPinnedGbps: o.minPinned, minD2dGbps: o.minD2d, bytes: o.bytes });
   if (o.junit) fs.writeFileSync(o.junit, doctorJunit(report));
   if (o.prometheus) {
@@ -162,14 +256,47 @@ function doctor(o: {
   return report.ok ? 0 : 1;
 }
 
+function doctorDevices(o: DoctorCliOptions): number {
+  if (o.device !== undefined) throw new Usage('--device picks one GPU; with several use --devices');
+  if (o.prometheus) throw new Usage('--prometheus is written for one GPU only; leave out --devices');
+  const report = runDoctorDevices({
+    devices: o.devices,
+    minPinnedGbps: o.minPinned,
+    minD2dGbps: o.minD2d,
+    minP2pGbps: o.minP2p,
+    bytes: o.bytes,
+  });
+  if (o.junit) fs.writeFileSync(o.junit, doctorDevicesJunit(report));
+  if (o.json) process.stdout.write(JSON.stringify(report, null, 2) + '\n');
+  else if (status().available) process.stdout.write(formatDoctorDevices(report) + '\n');
+  else requireGpu('doctor');
+  return report.ok ? 0 : 1;
+}
+
 function info(o: { json?: boolean }): number {
   const st = status();
   const list = st.available ? devices() : [];
   const locality = list.map((d) => deviceLocality(d.pciBusId));
   const peers = list.length > 1 ? peerAccess() : [];
+  const placement = list.map((d) => {
+    try {
+      return stagingPlacement(d.index);
+    } catch {
+      return null;
+    }
+  });
   if (o.json) {
     process.stdout.write(
-      JSON.stringify({ status: st, devices: list.map((d, i) => ({ ...d, locality: locality[i] })), peers }, null, 2) + '\n',
+      JSON.stringify(
+        {
+          status: st,
+          cudaVisibleDevices: cudaVisibleDevices(),
+          devices: list.map((d, i) => ({ ...d, locality: locality[i], stagingPlacement: placement[i] })),
+          peers,
+        },
+        null,
+        2,
+      ) + '\n',
     );
     return st.available ? 0 : 2;
   }
@@ -181,24 +308,36 @@ function info(o: { json?: boolean }): number {
   );
   process.stdout.write(`binary: ${st.binary.kind}${st.binary.path ? ` (${st.binary.path})` : ''}\n`);
   if (!st.available) return 2;
+  if (cudaVisibleDevices() !== null)
+    process.stdout.write(
+      `CUDA_VISIBLE_DEVICES=${cudaVisibleDevices()}: CUDA numbers the ${list.length} visible GPU${list.length === 1 ? '' : 's'} from 0\n`,
+    );
   for (const d of list) {
     const link = d.pcie
       ? `PCIe Gen${d.pcie.currentGeneration} x${d.pcie.currentWidth} (max Gen${d.pcie.maxGeneration} x${d.pcie.maxWidth})`
       : 'PCIe link unknown';
     process.stdout.write(
-      `device ${d.index}: ${d.name}, ${formatBytes(d.totalMemory)}, compute capability ${d.computeCapability}, ${d.multiProcessorCount} SMs, ${d.asyncEngineCount} copy engines, ${d.pciBusId}, ${link}, ${d.uuid}\n`,
+      `device ${d.index}: ${d.name}, ${formatBytes(d.totalMemory)}, compute capability ${d.computeCapability}, ${d.multiProcessorCount} SMs, ${d.asyncEngineCount} copy engines, ${d.pciBusId}, ${link}, ${d.uuid}${d.nvmlIndex !== null && d.nvmlIndex !== d.index ? ` (nvidia-smi index ${d.nvmlIndex})` : ''}\n`,
     );
     const l = locality[d.index];
+    const pl = placement[d.index];
     process.stdout.write(
-      `  NUMA node ${l && l.numaNode >= 0 ? l.numaNode : 'unknown'}${l && l.localCpus ? `, local CPUs ${l.localCpus}` : ''}\n`,
+      `  NUMA node ${l && l.numaNode >= 0 ? l.numaNode : 'unknown'}${l && l.localCpus ? `, local CPUs ${l.localCpus}` : ''}; staging placement: ${pl ? (pl.applies ? `on ${pl.reason}, threads ${pl.threadsPinned ? 'pinned' : 'NOT pinned'}` : `none (${pl.reason})`) : 'unknown'}\n`,
     );
   }
   if (peers.length) {
-    process.stdout.write('peer access (from -> to: can access, link rank, native atomics):\n');
-    for (const p of peers)
+    process.stdout.write('peer access (from -> to: can access, link, rank, native atomics):\n');
+    for (const p of peers) {
+      const how =
+        p.linkType === 'nvlink'
+          ? `NVLink x${p.nvlinks}${p.viaNvSwitch ? ' through NVSwitch' : ''}`
+          : p.linkType === 'pcie'
+            ? 'PCIe'
+            : 'link unknown (no NVML)';
       process.stdout.write(
-        `  ${p.from} -> ${p.to}: ${p.canAccess ? 'yes' : 'no'}, rank ${p.performanceRank}, atomics ${p.nativeAtomics ? 'yes' : 'no'}\n`,
+        `  ${p.from} -> ${p.to}: ${p.canAccess ? 'yes' : 'no'}, ${how}, rank ${p.performanceRank}, atomics ${p.nativeAtomics ? 'yes' : 'no'}\n`,
       );
+    }
   }
   return 0;
 }
@@ -286,6 +425,8 @@ function program(): Command {
     .option('--iterations <n>', 'timed copies per size (default 15)', integer(10))
     .option('--warmup <n>', 'untimed copies first (default 3)', integer(0))
     .addOption(device())
+    .option('--devices <list>', "several GPUs: 'all' or 0,1 — each alone, then all at once (modes pinned, staged, pageable)", deviceList)
+    .option('--p2p', 'copies between every pair of GPUs: GB/s both ways and latency, as a matrix (with --devices: those GPUs)')
     .option('--chunk <size>', 'staged path: pinned chunk size (the largest chunk)', wrap(parseSize))
     .option('--first-chunk <size>', 'staged path: the first chunk; later ones double up to --chunk', wrap(parseSize))
     .option('--threads <n>', 'staged path: host copy threads', integer(1))
@@ -299,7 +440,7 @@ function program(): Command {
     .option('--prometheus <file>', "the results in node_exporter's textfile format (name it *.prom)")
     .option(
       '--expect <gate>',
-      "a gate such as 'h2d.pinned>=48GB/s', 'h2d.staged/h2d.pageable>=4', 'h2d.pinned@64MiB>=20GB/s'; repeatable",
+      "a gate such as 'h2d.pinned>=48GB/s', 'h2d.staged/h2d.pageable>=4', 'h2d.pinned@64MiB>=20GB/s'; with --devices 'h2d.pinned.all>=50GB/s', 'h2d.pinned.share>=0.95'; with --p2p 'p2p.0-1>=300GB/s', 'p2p.0-1.bidir>=700GB/s', 'p2p.0-1.latency<=20us'; repeatable",
       collect(wrap(parseGate)),
     )
     .option('--no-event-loop', 'skip the event-loop delay probe')
@@ -319,6 +460,12 @@ function program(): Command {
     .option('--min-pinned <GB/s>', 'lowest pinned rate that passes (default 20)', rate)
     .option('--min-d2d <GB/s>', 'lowest device-to-device read+write rate that passes (default 500)', rate)
     .addOption(device())
+    .option('--devices <list>', "several GPUs: 'all' or 0,1 — each GPU's checks, then peer access and rate for each pair", deviceList)
+    .option(
+      '--min-p2p <GB/s>',
+      'with --devices: lowest copy rate between two GPUs (default: half of 25 GB/s per NVLink on NVLink pairs)',
+      rate,
+    )
     .option('--bytes <size>', 'copy size of the rate checks', wrap(parseSize))
     .option('--json', 'the JSON report on stdout')
     .option('--junit <file>', 'JUnit XML, one testcase per check')
@@ -392,6 +539,10 @@ main(process.argv.slice(2)).then(
   (e: Error) => {
     if (e instanceof CommanderError) process.exit(e.exitCode === 0 ? 0 : 2); // commander printed it
     if (e instanceof TraceError) {
+      process.stderr.write(`cuda-memory: ${e.message}\n`);
+      process.exit(2);
+    }
+    if (e instanceof Usage) {
       process.stderr.write(`cuda-memory: ${e.message}\n`);
       process.exit(2);
     }

@@ -2,8 +2,9 @@
 import { native } from './native';
 import { Memory, resolveMemory } from './memory';
 import { Stream, streamOption } from './stream';
-import { checkBoolean, checkOptions, checkSize } from './validate';
+import { checkBoolean, checkDevice, checkOptions, checkSize } from './validate';
 import { invalidArgument } from './errors';
+import { knownDeviceCount } from './discovery';
 
 /**
  * How a pageable (ordinary Node) buffer is moved to or from the device:
@@ -85,8 +86,10 @@ export function copyAsync(dst: Memory, src: Memory, options?: CopyOptions): Prom
   } catch (e) {
     return Promise.reject(e);
   }
+  const pending = native.copyAsync(p.d.target, p.dstOffset, p.s.target, p.srcOffset, p.n, p.strategy, p.stream);
+  // Captured after the copy is queued (a peer copy starts at once), still in the caller's frame.
   const site = new Error('copyAsync called here');
-  return native.copyAsync(p.d.target, p.dstOffset, p.s.target, p.srcOffset, p.n, p.strategy, p.stream).catch((e: Error) => {
+  return pending.catch((e: Error) => {
     e.stack = `${e.stack ?? e.message}\n    --- copyAsync called from ---\n${(site.stack ?? '').split('\n').slice(1).join('\n')}`;
     throw e;
   });
@@ -159,4 +162,37 @@ export function configureStaging(settings?: StagingUpdate): StagingSettings {
     }
   }
   return native.configureStaging(out);
+}
+
+/** Where the staged path keeps its threads and pinned ring for one GPU (see {@link stagingPlacement}). */
+export interface StagingPlacement {
+  device: number;
+  /** The GPU's NUMA node from sysfs; -1 when the host does not say (common in VMs). */
+  numaNode: number;
+  /** NUMA nodes the host has online (0 when they could not be read). */
+  hostNodes: number;
+  /** Placement is done: several nodes, and the GPU's is known. On one node it is a no-op. */
+  applies: boolean;
+  /** Why it applies or not, for people. */
+  reason: string;
+  /** The node's CPUs the copy threads are kept on (empty when placement does not apply). */
+  cpus: number[];
+  /** Threads of the copy team serving this GPU (counting the caller's). */
+  threads: number;
+  /** Every started team thread was restricted to `cpus`. */
+  threadsPinned: boolean;
+  /**
+   * The pinned rings made so far (one per direction, on the first staged copy): the node their
+   * pages are on (get_mempolicy; -1 unknown) and whether they were asked to go to the GPU's node.
+   */
+  rings: { direction: 'h2d' | 'd2h'; node: number; placed: boolean }[];
+}
+
+/**
+ * Where the staged path for `device` runs: on a host of several NUMA nodes, its copy threads on
+ * the GPU's node's CPUs and its pinned ring in that node's memory, and whether the kernel did as
+ * asked. Throws CudaUnavailableError without CUDA.
+ */
+export function stagingPlacement(device = 0): StagingPlacement {
+  return native.stagingPlacement(checkDevice(device, knownDeviceCount()));
 }

@@ -61,6 +61,11 @@ export interface DeviceInfo {
   integrated: boolean;
   /** Null when NVML is not available. */
   pcie: PcieLink | null;
+  /**
+   * NVML's index of this GPU (nvidia-smi's numbering, which CUDA_VISIBLE_DEVICES does not
+   * change, unlike `index`); null without NVML.
+   */
+  nvmlIndex: number | null;
 }
 
 /** Reports whether CUDA is usable and, if not, why. Never throws. */
@@ -116,6 +121,15 @@ export interface PeerLink {
   performanceRank: number;
   /** cudaDevP2PAttrNativeAtomicSupported: atomics over the link (NVLink has them). */
   nativeAtomics: boolean;
+  /**
+   * How the pair is joined, from NVML: `nvlink` (directly or through NVSwitches), `pcie` (no
+   * NVLink between them), `unknown` without NVML or a driver too old for its NVLink queries.
+   */
+  linkType: 'nvlink' | 'pcie' | 'unknown';
+  /** Active NVLinks joining the pair (nvidia-smi topo's NV#); null when unknown. */
+  nvlinks: number | null;
+  /** The NVLinks go through NVSwitches (every GPU on the fabric reaches every other). */
+  viaNvSwitch: boolean;
 }
 
 /** The peer matrix: one entry per ordered pair of distinct devices. */
@@ -126,6 +140,17 @@ export function peerAccess(): PeerLink[] {
 /** Enables access from device `from` to `to` now (copies do it lazily); returns whether it is on. */
 export function enablePeerAccess(from: number, to: number): boolean {
   return native.enablePeerAccess(from, to);
+}
+
+/**
+ * CUDA_VISIBLE_DEVICES as this process sees it (null when unset). The CUDA runtime applies it
+ * before the library sees any device: device indices everywhere in this library (and
+ * `devices()`, `createAllocators({ devices: 'all' })`) are CUDA's, counted from 0 over the
+ * visible GPUs in the order the variable lists them; `DeviceInfo.nvmlIndex` is the GPU's own.
+ */
+export function cudaVisibleDevices(): string | null {
+  const v = process.env.CUDA_VISIBLE_DEVICES;
+  return v === undefined ? null : v;
 }
 
 /** Where a GPU sits on the host: its NUMA node and the CPUs local to it (from sysfs). */

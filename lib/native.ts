@@ -2,6 +2,8 @@
  * Loads the addon. Loading never throws: if the addon is missing or fails to load, a stand-in
  * reports why through status(), and every GPU call throws CudaUnavailableError.
  */
+import type { StagingPlacement } from './copy';
+import type { PeerLink } from './discovery';
 import * as path from 'path';
 import { CudaError, CudaUnavailableError, InterprocessError, OutOfMemoryError } from './errors';
 
@@ -102,7 +104,14 @@ export interface NativeBinding {
   sharedHostCreate(path: string, bytes: number, device: number): [number, ArrayBuffer];
   sharedHostOpen(path: string, device: number): [number, ArrayBuffer];
   sharedHostUnlink(path: string): boolean;
-  peerAccess(): { from: number; to: number; canAccess: boolean; enabled: boolean; performanceRank: number; nativeAtomics: boolean }[];
+  timeTogether(
+    jobs: { dst: unknown; src: unknown; bytes: number; timing: 'events' | 'clock'; strategy?: string }[],
+    warmup: number,
+    iterations: number,
+  ): { seconds: Float64Array[]; wall: Float64Array };
+  timePeerLatency(dst: number, src: number, count: number, warmup: number, iterations: number): Float64Array;
+  stagingPlacement(device: number): StagingPlacement;
+  peerAccess(): PeerLink[];
   enablePeerAccess(from: number, to: number): boolean;
 }
 
@@ -156,6 +165,9 @@ export const NATIVE_EXPORTS = [
   'timeBidirectional',
   'timeRawPinned',
   'timeHostCopy',
+  'timeTogether',
+  'timePeerLatency',
+  'stagingPlacement',
   'timeRawAlloc',
   'timeHostRegister',
   'groupPath',

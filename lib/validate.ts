@@ -26,7 +26,9 @@ export function checkDevice(value: unknown, deviceCount?: number): number {
   if (deviceCount !== undefined && deviceCount > 0 && value >= deviceCount)
     throw new RangeError(
       `Expected a device index from 0 to ${deviceCount - 1} for device but received ${value} ` +
-        `(this machine has ${deviceCount} CUDA device${deviceCount === 1 ? '' : 's'})`,
+        (process.env.CUDA_VISIBLE_DEVICES === undefined
+          ? `(this machine has ${deviceCount} CUDA device${deviceCount === 1 ? '' : 's'})`
+          : `(CUDA_VISIBLE_DEVICES=${JSON.stringify(process.env.CUDA_VISIBLE_DEVICES)} leaves ${deviceCount} visible device${deviceCount === 1 ? '' : 's'}, numbered from 0)`),
     );
   return value;
 }

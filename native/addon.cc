@@ -12,6 +12,7 @@
 #include "memory.h"
 #include "peer.h"
 #include "shared_host.h"
+#include "staging.h"
 #include "stream_ordered.h"
 #include "streams.h"
 
@@ -42,6 +43,7 @@ Napi::Object RegisterExports(Napi::Env env, Napi::Object exports) {
   cm::InitDiscovery(env, exports);
   cm::InitMemory(env, exports);
   cm::InitCopy(env, exports);
+  cm::InitStaging(env, exports);
   cm::InitStreams(env, exports);
   cm::InitAllocator(env, exports);
   cm::InitGroup(env, exports);
@@ -50,6 +52,7 @@ Napi::Object RegisterExports(Napi::Env env, Napi::Object exports) {
   cm::InitSharedHost(env, exports);
   cm::InitStreamOrdered(env, exports);
   cm::InitBench(env, exports);
+  cm::InitBenchDevices(env, exports);
   return exports;
 }
 

@@ -200,7 +200,7 @@ Napi::Value TimeHostCopy(const Napi::CallbackInfo& info) {
   size_t span = bidir ? 2 * n : n;  // bidir writes each buffer's second half
   if (span > pageable.length || span > pinned.length) ThrowRange(env, "bytes runs past a buffer");
   Instance& inst = GetInstance(env);
-  std::shared_ptr<core::CopyTeam> team = GetStagingTeam(inst);
+  std::shared_ptr<core::CopyTeam> team = GetStagingTeam(inst, pinned.device);
   bool streaming;
   {
     std::lock_guard<std::mutex> lock(inst.staging_mutex);

@@ -6,4 +6,6 @@
 
 namespace cm {
 void InitBench(Napi::Env env, Napi::Object exports);
-}
+// Several GPUs at once, and between GPUs (bench_devices.cc).
+void InitBenchDevices(Napi::Env env, Napi::Object exports);
+}  // namespace cm

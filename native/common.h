@@ -22,7 +22,8 @@ namespace cm {
 
 namespace core {
 class CopyTeam;
-}
+struct NumaPlan;
+}  // namespace core
 
 struct CudaStatus {
   bool available = false;
@@ -39,9 +40,11 @@ struct Instance {
   HandleTable handles;
   std::mutex staging_mutex;
   // One per device and direction (key device * 2 + 1 for device-to-host), made on first use, so
-  // that copies in the two directions overlap; all of them share one team of copy threads.
+  // that copies in the two directions overlap. They share one team of copy threads per NUMA node
+  // the GPUs sit on (key -1: no placement, the host has one node or does not say).
   std::map<int, std::shared_ptr<StagingEngine>> staging;
-  std::shared_ptr<core::CopyTeam> staging_team;
+  std::map<int, std::shared_ptr<core::CopyTeam>> staging_teams;
+  std::map<int, std::shared_ptr<const core::NumaPlan>> numa_plans;  // per device, read once
   struct StagingConfig {
     size_t chunk_bytes = 0;  // 0: the tuned default
     size_t first_chunk_bytes = 0;

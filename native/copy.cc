@@ -96,6 +96,19 @@ Error RegisteredCopy(const Endpoint& dst, const Endpoint& src, size_t n, cudaMem
 
 }  // namespace
 
+Error PeerRoute(Instance& inst, int dst_device, int src_device, Strategy strategy, bool* peer) {
+  // Over the peer link where the pair allows it (both directions enabled, so either device may
+  // drive the copy), else through pinned host memory.
+  *peer = strategy != Strategy::kHost && EnablePeer(inst, dst_device, src_device) &&
+          EnablePeer(inst, src_device, dst_device);
+  if (strategy == Strategy::kPeer && !*peer)
+    return Error{cudaErrorPeerAccessUnsupported, "cudaDeviceCanAccessPeer",
+                 "device " + std::to_string(dst_device) + " and device " +
+                     std::to_string(src_device) +
+                     " cannot access each other's memory; use strategy 'host' or 'auto'"};
+  return Error{};
+}
+
 Error CopyRange(Instance& inst, const Endpoint& dst, const Endpoint& src, size_t n,
                 Strategy strategy, cudaStream_t stream) {
   Error err;
@@ -113,19 +126,13 @@ Error CopyRange(Instance& inst, const Endpoint& dst, const Endpoint& src, size_t
     if (dst.device == src.device || strategy == Strategy::kDriver)
       return DriverCopy(dst.ptr, src.ptr, n, dst.device == src.device ? kind : cudaMemcpyDefault,
                         stream);
-    // Between devices: over the peer link where the pair allows it (both directions enabled, so
-    // either device may drive the copy), else through pinned host memory.
-    bool peer = strategy != Strategy::kHost && EnablePeer(inst, dst.device, src.device) &&
-                EnablePeer(inst, src.device, dst.device);
-    if (strategy == Strategy::kPeer && !peer)
-      return Error{cudaErrorPeerAccessUnsupported, "cudaDeviceCanAccessPeer",
-                   "device " + std::to_string(dst.device) + " and device " +
-                       std::to_string(src.device) +
-                       " cannot access each other's memory; use strategy 'host' or 'auto'"};
+    bool peer = false;
+    err = PeerRoute(inst, dst.device, src.device, strategy, &peer);
+    if (err) return err;
+    if (peer) return PeerCopy(inst, dst.ptr, dst.device, src.ptr, src.device, n, stream);
     if (stream) CM_TRY(err, cudaStreamSynchronize(stream), "cudaStreamSynchronize");
     if (err) return err;
-    return peer ? PeerCopy(inst, dst.ptr, dst.device, src.ptr, src.device, n)
-                : HostStagedPeerCopy(inst, dst.ptr, dst.device, src.ptr, src.device, n);
+    return HostStagedPeerCopy(inst, dst.ptr, dst.device, src.ptr, src.device, n);
   }
   const Endpoint& host = kind == cudaMemcpyHostToDevice ? src : dst;
   if (host.where == Endpoint::kPinned) return DriverCopy(dst.ptr, src.ptr, n, kind, stream);
@@ -204,8 +211,15 @@ Napi::Value Copy(const Napi::CallbackInfo& info) {
 // Runs a copy on the libuv pool; holds the JS buffers (and so their memory) until it settles.
 class CopyWorker : public PromiseWorker {
  public:
-  CopyWorker(Napi::Env env, CopyArgs args, const std::vector<Napi::Value>& keep)
-      : PromiseWorker(env, "cuda-memory:copyAsync"), args_(args), inst_(&GetInstance(env)) {
+  // `queued`: the copy was already queued on the JS thread (a peer copy), and this waits for it;
+  // `failed`: queuing it failed, and the promise rejects with that.
+  CopyWorker(Napi::Env env, CopyArgs args, const std::vector<Napi::Value>& keep,
+             cudaEvent_t queued = nullptr, Error failed = Error{})
+      : PromiseWorker(env, "cuda-memory:copyAsync"),
+        args_(args),
+        inst_(&GetInstance(env)),
+        err_(failed),
+        queued_(queued) {
     // Views and streams stay reachable until the copy settles; handles are kept by `refs`.
     for (const Napi::Value& v : keep)
       if (v.IsObject()) keep_.push_back(Napi::Persistent(v.As<Napi::Object>()));
@@ -217,8 +231,19 @@ class CopyWorker : public PromiseWorker {
       }
   }
 
+  ~CopyWorker() override {
+    if (queued_) cudaEventDestroy(queued_);  // never waited for: the environment went away
+  }
+
  protected:
   void Work() override {
+    if (err_) return;
+    if (queued_) {
+      CM_TRY(err_, cudaEventSynchronize(queued_), "cudaEventSynchronize");
+      cudaEventDestroy(queued_);
+      queued_ = nullptr;
+      return;
+    }
     err_ = CopyRange(*inst_, args_.dst, args_.src, args_.n, args_.strategy, args_.stream);
   }
 
@@ -242,6 +267,7 @@ class CopyWorker : public PromiseWorker {
   CopyArgs args_;
   Instance* inst_;
   Error err_;
+  cudaEvent_t queued_;
   std::vector<Napi::ObjectReference> keep_;
 };
 
@@ -250,7 +276,21 @@ Napi::Value CopyAsync(const Napi::CallbackInfo& info) {
   CopyArgs c = ReadCopyArgs(info);
   std::vector<Napi::Value> keep = {info[0], info[2]};
   if (info.Length() > 6) keep.push_back(info[6]);
-  auto* w = new CopyWorker(env, c, keep);
+  // A peer copy is queued here, on the JS thread, so that copies asked for together start
+  // together (the two directions of a bidirectional transfer would otherwise each wait for a
+  // pool thread); a pool thread only waits for it to finish.
+  cudaEvent_t queued = nullptr;
+  Error failed;
+  if (c.n && c.dst.where == Endpoint::kDevice && c.src.where == Endpoint::kDevice &&
+      c.dst.device != c.src.device && c.strategy != Strategy::kDriver) {
+    Instance& inst = GetInstance(env);
+    bool peer = false;
+    failed = PeerRoute(inst, c.dst.device, c.src.device, c.strategy, &peer);
+    if (!failed && peer)
+      failed = QueuePeerCopy(inst, c.dst.ptr, c.dst.device, c.src.ptr, c.src.device, c.n, c.stream,
+                             &queued);
+  }
+  auto* w = new CopyWorker(env, c, keep, queued, failed);
   Napi::Promise p = w->Promise();
   w->Queue();
   return p;
@@ -329,7 +369,7 @@ Napi::Value ConfigureStaging(const Napi::CallbackInfo& info) {
     std::lock_guard<std::mutex> lock(inst.staging_mutex);
     inst.staging_config = cfg;
     inst.staging.clear();
-    inst.staging_team.reset();
+    inst.staging_teams.clear();
   }
   std::lock_guard<std::mutex> lock(inst.staging_mutex);
   StagingOptions o = StagingOptionsInForce(inst);

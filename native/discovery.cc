@@ -3,7 +3,9 @@
 #include <dlfcn.h>
 
 #include <cstdio>
+#include <cstring>
 #include <mutex>
+#include <type_traits>
 
 namespace cm {
 
@@ -83,14 +85,26 @@ CudaStatus ComputeStatus() {
 namespace {
 
 // The few NVML entry points used, looked up at run time: NVML is never a build or load
-// dependency. Signatures from nvml.h (NVML API version 2+).
+// dependency. Signatures and the one struct from nvml.h (NVML API version 2+); the NVLink calls
+// are optional (older drivers lack the remote-type query).
+struct NvmlPciInfo {  // nvmlPciInfo_t
+  char bus_id_legacy[16];
+  unsigned domain, bus, device, pci_device_id, pci_subsystem_id;
+  char bus_id[32];
+};
+
 struct Nvml {
   using Init = int (*)();
   using ByBusId = int (*)(const char*, void**);
   using LinkQuery = int (*)(void*, unsigned*);
+  using LinkState = int (*)(void*, unsigned, int*);
+  using LinkRemotePci = int (*)(void*, unsigned, NvmlPciInfo*);
   bool ok = false;
   ByBusId by_bus_id = nullptr;
   LinkQuery cur_gen = nullptr, max_gen = nullptr, cur_width = nullptr, max_width = nullptr;
+  LinkQuery index = nullptr;
+  LinkState link_state = nullptr, link_remote_type = nullptr;
+  LinkRemotePci link_remote_pci = nullptr;
 };
 
 const Nvml& LoadNvml() {
@@ -99,20 +113,41 @@ const Nvml& LoadNvml() {
   std::call_once(once, [] {
     void* lib = dlopen("libnvidia-ml.so.1", RTLD_LAZY);
     if (!lib) return;
-    auto init = reinterpret_cast<Nvml::Init>(dlsym(lib, "nvmlInit_v2"));
-    nvml.by_bus_id =
-        reinterpret_cast<Nvml::ByBusId>(dlsym(lib, "nvmlDeviceGetHandleByPciBusId_v2"));
-    nvml.cur_gen =
-        reinterpret_cast<Nvml::LinkQuery>(dlsym(lib, "nvmlDeviceGetCurrPcieLinkGeneration"));
-    nvml.max_gen =
-        reinterpret_cast<Nvml::LinkQuery>(dlsym(lib, "nvmlDeviceGetMaxPcieLinkGeneration"));
-    nvml.cur_width =
-        reinterpret_cast<Nvml::LinkQuery>(dlsym(lib, "nvmlDeviceGetCurrPcieLinkWidth"));
-    nvml.max_width = reinterpret_cast<Nvml::LinkQuery>(dlsym(lib, "nvmlDeviceGetMaxPcieLinkWidth"));
+    auto find = [lib](auto* fn, const char* name) {
+      *fn = reinterpret_cast<std::remove_pointer_t<decltype(fn)>>(dlsym(lib, name));
+    };
+    Nvml::Init init = nullptr;
+    find(&init, "nvmlInit_v2");
+    find(&nvml.by_bus_id, "nvmlDeviceGetHandleByPciBusId_v2");
+    find(&nvml.cur_gen, "nvmlDeviceGetCurrPcieLinkGeneration");
+    find(&nvml.max_gen, "nvmlDeviceGetMaxPcieLinkGeneration");
+    find(&nvml.cur_width, "nvmlDeviceGetCurrPcieLinkWidth");
+    find(&nvml.max_width, "nvmlDeviceGetMaxPcieLinkWidth");
+    find(&nvml.index, "nvmlDeviceGetIndex");
+    find(&nvml.link_state, "nvmlDeviceGetNvLinkState");
+    find(&nvml.link_remote_pci, "nvmlDeviceGetNvLinkRemotePciInfo_v2");
+    find(&nvml.link_remote_type, "nvmlDeviceGetNvLinkRemoteDeviceType");
     nvml.ok = init && nvml.by_bus_id && nvml.cur_gen && nvml.max_gen && nvml.cur_width &&
               nvml.max_width && init() == 0;
   });
   return nvml;
+}
+
+void* NvmlDevice(const Nvml& nvml, const std::string& pci_bus_id) {
+  void* dev = nullptr;
+  if (!nvml.ok || nvml.by_bus_id(pci_bus_id.c_str(), &dev) != 0) return nullptr;
+  return dev;
+}
+
+// Without NVML's remote-type query, the far end's PCI class says: NVSwitches are bridges (0x0680).
+bool IsSwitchBySysfs(const core::PciAddress& a) {
+  std::FILE* f =
+      std::fopen(("/sys/bus/pci/devices/" + core::PciSysfsName(a) + "/class").c_str(), "r");
+  if (!f) return false;
+  char text[32] = "";
+  bool bridge = std::fgets(text, sizeof text, f) && std::strncmp(text, "0x0680", 6) == 0;
+  std::fclose(f);
+  return bridge;
 }
 
 Napi::Value Status(const Napi::CallbackInfo& info) {
@@ -158,6 +193,9 @@ Napi::Value Devices(const Napi::CallbackInfo& info) {
     o.Set("asyncEngineCount", p.asyncEngineCount);
     o.Set("canMapHostMemory", p.canMapHostMemory != 0);
     o.Set("integrated", p.integrated != 0);
+    int nvml_index = NvmlIndex(bus);
+    o.Set("nvmlIndex",
+          nvml_index >= 0 ? Napi::Value(Napi::Number::New(env, nvml_index)) : env.Null());
     PcieLink link = ReadPcieLink(bus);
     if (link.known) {
       Napi::Object l = Napi::Object::New(env);
@@ -193,13 +231,44 @@ Napi::Value MemGetInfo(const Napi::CallbackInfo& info) {
 PcieLink ReadPcieLink(const std::string& pci_bus_id) {
   PcieLink link;
   const Nvml& nvml = LoadNvml();
-  if (!nvml.ok) return link;
-  void* dev = nullptr;
-  if (nvml.by_bus_id(pci_bus_id.c_str(), &dev) != 0) return link;
+  void* dev = NvmlDevice(nvml, pci_bus_id);
+  if (!dev) return link;
   link.known = nvml.cur_gen(dev, &link.current_gen) == 0 && nvml.max_gen(dev, &link.max_gen) == 0 &&
                nvml.cur_width(dev, &link.current_width) == 0 &&
                nvml.max_width(dev, &link.max_width) == 0;
   return link;
+}
+
+int NvmlIndex(const std::string& pci_bus_id) {
+  const Nvml& nvml = LoadNvml();
+  void* dev = NvmlDevice(nvml, pci_bus_id);
+  unsigned index = 0;
+  if (!dev || !nvml.index || nvml.index(dev, &index) != 0) return -1;
+  return static_cast<int>(index);
+}
+
+bool ReadNvLinks(const std::string& pci_bus_id, core::GpuLinks* out) {
+  out->self = core::ParsePciBusId(pci_bus_id);
+  out->active.clear();
+  const Nvml& nvml = LoadNvml();
+  void* dev = NvmlDevice(nvml, pci_bus_id);
+  if (!dev || !nvml.link_state || !nvml.link_remote_pci) return false;
+  // NVML_NVLINK_MAX_LINKS is 18 from Hopper on; a link number past a GPU's last answers an error.
+  for (unsigned link = 0; link < 18; ++link) {
+    int active = 0;
+    if (nvml.link_state(dev, link, &active) != 0 || active != 1) continue;
+    NvmlPciInfo pci{};
+    if (nvml.link_remote_pci(dev, link, &pci) != 0) continue;
+    core::NvLinkEnd end;
+    end.remote = core::ParsePciBusId(pci.bus_id[0] ? pci.bus_id : pci.bus_id_legacy);
+    int type = -1;  // NVML_NVLINK_DEVICE_TYPE_GPU 0, _IBMNPU 1, _SWITCH 2
+    if (nvml.link_remote_type && nvml.link_remote_type(dev, link, &type) == 0)
+      end.to_switch = type == 2;
+    else
+      end.to_switch = end.remote.ok && IsSwitchBySysfs(end.remote);
+    out->active.push_back(end);
+  }
+  return true;
 }
 
 void InitDiscovery(Napi::Env env, Napi::Object exports) {

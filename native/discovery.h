@@ -5,6 +5,7 @@
 #include <napi.h>
 
 #include "common.h"
+#include "core/topology.h"
 
 namespace cm {
 
@@ -20,5 +21,11 @@ struct PcieLink {
 };
 // Reads the link of the GPU at this PCI bus id through NVML, if NVML is present.
 PcieLink ReadPcieLink(const std::string& pci_bus_id);
+// NVML's index of the GPU (nvidia-smi's numbering, which CUDA_VISIBLE_DEVICES does not change);
+// -1 without NVML.
+int NvmlIndex(const std::string& pci_bus_id);
+// The GPU's active NVLinks and what each reaches; false when NVML cannot say (no NVML, or a
+// driver without the NVLink queries), with `out->active` empty.
+bool ReadNvLinks(const std::string& pci_bus_id, core::GpuLinks* out);
 
 }  // namespace cm

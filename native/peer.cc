@@ -1,6 +1,9 @@
 #include "peer.h"
 
 #include <algorithm>
+#include <vector>
+
+#include "discovery.h"
 
 namespace cm {
 
@@ -41,16 +44,51 @@ cudaStream_t PeerStream(Instance& inst, int device, Error* err) {
 }
 }  // namespace
 
-Error PeerCopy(Instance& inst, char* dst, int dst_device, const char* src, int src_device,
-               size_t n) {
-  // The source device drives the copy, on a stream of its own, and copy() returns only once
-  // the bytes are there (cudaMemcpyPeer may return before a device-to-device copy is done).
+Error QueuePeerCopy(Instance& inst, char* dst, int dst_device, const char* src, int src_device,
+                    size_t n, cudaStream_t after, cudaEvent_t* done) {
+  // The source device drives the copy, on a stream of its own; a caller's stream (on either
+  // device) is joined both ways with events, so the copy comes after the stream's earlier work and
+  // what the caller queues there next comes after the copy.
   Error err;
-  CM_TRY(err, cudaSetDevice(src_device), "cudaSetDevice");
+  CM_TRY(err, UseDevice(src_device), "cudaSetDevice");
   cudaStream_t s = err ? nullptr : PeerStream(inst, src_device, &err);
+  cudaEvent_t before = nullptr;
+  if (!err && after) {
+    // An event is recorded on a stream of its own device: make it on the caller's stream's.
+    int after_device = src_device;
+    CM_TRY(err, cudaStreamGetDevice(after, &after_device), "cudaStreamGetDevice");
+    if (!err) CM_TRY(err, UseDevice(after_device), "cudaSetDevice");
+    if (!err)
+      CM_TRY(err, cudaEventCreateWithFlags(&before, cudaEventDisableTiming), "cudaEventCreate");
+    if (!err) CM_TRY(err, cudaEventRecord(before, after), "cudaEventRecord");
+    if (!err) CM_TRY(err, UseDevice(src_device), "cudaSetDevice");
+    if (!err) CM_TRY(err, cudaStreamWaitEvent(s, before, 0), "cudaStreamWaitEvent");
+  }
   if (!err)
     CM_TRY(err, cudaMemcpyPeerAsync(dst, dst_device, src, src_device, n, s), "cudaMemcpyPeerAsync");
-  if (!err) CM_TRY(err, cudaStreamSynchronize(s), "cudaStreamSynchronize");
+  if (!err && (done || after)) {
+    cudaEvent_t ev = nullptr;
+    CM_TRY(err, cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreate");
+    if (!err) CM_TRY(err, cudaEventRecord(ev, s), "cudaEventRecord");
+    if (!err && after) CM_TRY(err, cudaStreamWaitEvent(after, ev, 0), "cudaStreamWaitEvent");
+    if (!err && done)
+      *done = ev;
+    else if (ev)
+      cudaEventDestroy(ev);  // released by CUDA once recorded work completes
+  }
+  if (before) cudaEventDestroy(before);
+  (void)cudaGetLastError();
+  return err;
+}
+
+Error PeerCopy(Instance& inst, char* dst, int dst_device, const char* src, int src_device, size_t n,
+               cudaStream_t after) {
+  // copy() returns only once the bytes are there (cudaMemcpyPeer may return before a
+  // device-to-device copy is done).
+  cudaEvent_t done = nullptr;
+  Error err = QueuePeerCopy(inst, dst, dst_device, src, src_device, n, after, &done);
+  if (!err) CM_TRY(err, cudaEventSynchronize(done), "cudaEventSynchronize");
+  if (done) cudaEventDestroy(done);
   return err;
 }
 
@@ -123,13 +161,28 @@ void ReleasePeerStaging(Instance& inst) noexcept {
 
 namespace {
 
-// peerAccess() -> [{ from, to, canAccess, enabled, performanceRank, nativeAtomics }] for every
-// ordered pair of devices.
+// The NVLinks of every device, read once per call of peerAccess().
+std::vector<core::GpuLinks> AllNvLinks(int count, bool* known) {
+  std::vector<core::GpuLinks> all(count);
+  *known = count > 0;
+  for (int d = 0; d < count; ++d) {
+    char bus[32] = "";
+    if (cudaDeviceGetPCIBusId(bus, sizeof bus, d) != cudaSuccess) (void)cudaGetLastError();
+    *known = ReadNvLinks(bus, &all[d]) && *known;
+  }
+  return all;
+}
+
+// peerAccess() -> [{ from, to, canAccess, enabled, performanceRank, nativeAtomics, linkType,
+// nvlinks, viaNvSwitch }] for every ordered pair of devices. The link comes from NVML ('unknown'
+// and null without it).
 Napi::Value PeerAccess(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   RequireCuda(env);
   Instance& inst = GetInstance(env);
   int count = GetStatus(env).device_count;
+  bool links_known = false;
+  std::vector<core::GpuLinks> links = AllNvLinks(count, &links_known);
   Napi::Array out = Napi::Array::New(env);
   uint32_t k = 0;
   for (int from = 0; from < count; ++from)
@@ -153,6 +206,10 @@ Napi::Value PeerAccess(const Napi::CallbackInfo& info) {
       o.Set("enabled", enabled);
       o.Set("performanceRank", rank);
       o.Set("nativeAtomics", atomics != 0);
+      core::PairLinks pair = core::NvLinksBetween(links, from, to);
+      o.Set("linkType", !links_known ? "unknown" : pair.links ? "nvlink" : "pcie");
+      o.Set("nvlinks", links_known ? Napi::Value(Napi::Number::New(env, pair.links)) : env.Null());
+      o.Set("viaNvSwitch", pair.via_switch);
       out.Set(k++, o);
     }
   return out;

@@ -74,12 +74,16 @@ class CudaRing : public core::StagingTransport {
 };
 
 StagingEngine::StagingEngine(int device, bool to_host, const StagingOptions& options,
-                             std::shared_ptr<core::CopyTeam> team)
+                             std::shared_ptr<core::CopyTeam> team, int node)
     : device_(device), to_host_(to_host), options_(options), team_(std::move(team)) {
   CM_TRY(error_, cudaSetDevice(device), "cudaSetDevice");
   if (!error_)
     CM_TRY(error_, cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking),
            "cudaStreamCreateWithFlags");
+  // cudaHostAlloc faults the pages in on this thread, so they follow its memory policy: prefer
+  // the GPU's node for the allocation, then see where the pages went.
+  core::ScopedPreferredNode prefer(node);
+  ring_placed_ = prefer.ok();
   for (int i = 0; i < options_.slots && !error_; ++i) {
     void* p = nullptr;
     CM_TRY(error_, cudaHostAlloc(&p, options_.chunk_bytes, cudaHostAllocPortable),
@@ -90,6 +94,7 @@ StagingEngine::StagingEngine(int device, bool to_host, const StagingOptions& opt
     CM_TRY(error_, cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreate");
     if (!error_) done_.push_back(ev);
   }
+  if (!slots_.empty()) ring_node_ = core::NodeOfAddress(slots_.front());
 }
 
 StagingEngine::~StagingEngine() {
@@ -113,16 +118,42 @@ Error StagingEngine::Copy(char* device_ptr, char* host, size_t n) {
 }
 
 namespace {
-std::shared_ptr<core::CopyTeam> TeamLocked(Instance& inst) {
-  if (!inst.staging_team)
-    inst.staging_team = std::make_shared<core::CopyTeam>(StagingOptionsInForce(inst).threads);
-  return inst.staging_team;
+std::shared_ptr<const core::NumaPlan> PlacementLocked(Instance& inst, int device) {
+  auto& plan = inst.numa_plans[device];
+  if (!plan) {
+    char bus[32] = "";
+    if (cudaDeviceGetPCIBusId(bus, sizeof bus, device) != cudaSuccess) (void)cudaGetLastError();
+    plan = std::make_shared<const core::NumaPlan>(core::PlanNumaPlacement("/sys", bus));
+  }
+  return plan;
+}
+
+// One team per node the GPUs are on, its threads kept on that node's CPUs (and no larger than
+// them); key -1 when placement does not apply.
+std::shared_ptr<core::CopyTeam> TeamLocked(Instance& inst, int device) {
+  std::shared_ptr<const core::NumaPlan> plan = PlacementLocked(inst, device);
+  int key = plan->applies ? plan->node : -1;
+  auto& team = inst.staging_teams[key];
+  if (!team) {
+    int threads = StagingOptionsInForce(inst).threads;
+    if (plan->applies)
+      team = std::make_shared<core::CopyTeam>(
+          std::min(threads, static_cast<int>(plan->cpus.size())), plan->cpus);
+    else
+      team = std::make_shared<core::CopyTeam>(threads);
+  }
+  return team;
 }
 }  // namespace
 
-std::shared_ptr<core::CopyTeam> GetStagingTeam(Instance& inst) {
+std::shared_ptr<core::CopyTeam> GetStagingTeam(Instance& inst, int device) {
   std::lock_guard<std::mutex> lock(inst.staging_mutex);
-  return TeamLocked(inst);
+  return TeamLocked(inst, device);
+}
+
+std::shared_ptr<const core::NumaPlan> DevicePlacement(Instance& inst, int device) {
+  std::lock_guard<std::mutex> lock(inst.staging_mutex);
+  return PlacementLocked(inst, device);
 }
 
 std::shared_ptr<StagingEngine> GetStagingEngine(Instance& inst, int device, bool to_host,
@@ -131,14 +162,67 @@ std::shared_ptr<StagingEngine> GetStagingEngine(Instance& inst, int device, bool
   const int key = device * 2 + (to_host ? 1 : 0);
   auto it = inst.staging.find(key);
   if (it != inst.staging.end()) return it->second;
-  auto engine = std::make_shared<StagingEngine>(device, to_host, StagingOptionsInForce(inst),
-                                                TeamLocked(inst));
+  std::shared_ptr<const core::NumaPlan> plan = PlacementLocked(inst, device);
+  auto engine =
+      std::make_shared<StagingEngine>(device, to_host, StagingOptionsInForce(inst),
+                                      TeamLocked(inst, device), plan->applies ? plan->node : -1);
   if (engine->error()) {
     *err = engine->error();
     return nullptr;
   }
   inst.staging[key] = engine;
   return engine;
+}
+
+}  // namespace cm
+
+namespace cm {
+
+namespace {
+
+// stagingPlacement(device) -> { device, numaNode, hostNodes, applies, reason, cpus, threads,
+// threadsPinned, rings: [{ direction, node, placed }] }: where the staged path for this GPU keeps
+// its threads and pinned ring, and whether the kernel did as asked. Rings are listed once a
+// staged copy in that direction has made them.
+Napi::Value StagingPlacement(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  RequireCuda(env);
+  int device = ReadInt(env, info[0], "device", 0, 1 << 20);
+  CheckDevice(env, device);
+  Instance& inst = GetInstance(env);
+  std::lock_guard<std::mutex> lock(inst.staging_mutex);
+  std::shared_ptr<const core::NumaPlan> plan = PlacementLocked(inst, device);
+  std::shared_ptr<core::CopyTeam> team = TeamLocked(inst, device);
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("device", device);
+  o.Set("numaNode", plan->node);
+  o.Set("hostNodes", plan->host_nodes);
+  o.Set("applies", plan->applies);
+  o.Set("reason", plan->reason);
+  Napi::Array cpus = Napi::Array::New(env, plan->cpus.size());
+  for (size_t i = 0; i < plan->cpus.size(); ++i) cpus.Set(static_cast<uint32_t>(i), plan->cpus[i]);
+  o.Set("cpus", cpus);
+  o.Set("threads", team->threads());
+  o.Set("threadsPinned", team->pinned());
+  Napi::Array rings = Napi::Array::New(env);
+  uint32_t k = 0;
+  for (bool to_host : {false, true}) {
+    auto it = inst.staging.find(device * 2 + (to_host ? 1 : 0));
+    if (it == inst.staging.end()) continue;
+    Napi::Object r = Napi::Object::New(env);
+    r.Set("direction", to_host ? "d2h" : "h2d");
+    r.Set("node", it->second->ring_node());
+    r.Set("placed", it->second->ring_placed());
+    rings.Set(k++, r);
+  }
+  o.Set("rings", rings);
+  return o;
+}
+
+}  // namespace
+
+void InitStaging(Napi::Env env, Napi::Object exports) {
+  exports.Set("stagingPlacement", Napi::Function::New(env, StagingPlacement, "stagingPlacement"));
 }
 
 }  // namespace cm

@@ -11,6 +11,7 @@
 
 #include "common.h"
 #include "core/copy_team.h"
+#include "core/numa.h"
 #include "core/staging_pipeline.h"
 
 namespace cm {
@@ -36,11 +37,16 @@ size_t StagedThreshold(Instance& inst, bool to_host);
 // The ring, stream and events of one device and direction.
 class StagingEngine {
  public:
-  // Allocates the pinned ring on `device`; check error() afterwards.
+  // Allocates the pinned ring on `device`, its pages preferring `node` where that is >= 0; check
+  // error() afterwards.
   StagingEngine(int device, bool to_host, const StagingOptions& options,
-                std::shared_ptr<core::CopyTeam> team);
+                std::shared_ptr<core::CopyTeam> team, int node);
   ~StagingEngine();
   const Error& error() const { return error_; }
+  // The NUMA node the ring's pages are on (-1 unknown), and whether they were asked to go to one.
+  int ring_node() const { return ring_node_; }
+  bool ring_placed() const { return ring_placed_; }
+  const core::CopyTeam& team() const { return *team_; }
 
   // Blocks until the data has arrived. One transfer at a time per engine; the two directions
   // (two engines) run at once and share the team.
@@ -57,13 +63,19 @@ class StagingEngine {
   cudaStream_t stream_ = nullptr;
   std::vector<char*> slots_;
   std::vector<cudaEvent_t> done_;
+  int ring_node_ = -1;
+  bool ring_placed_ = false;
 };
 
 // The instance's engine for `device` and a direction, made with the instance's configuration on
 // first use. Held by the caller for the copy: configureStaging() may replace it meanwhile.
 std::shared_ptr<StagingEngine> GetStagingEngine(Instance& inst, int device, bool to_host,
                                                 Error* err);
-// The instance's copy team (made on first use).
-std::shared_ptr<core::CopyTeam> GetStagingTeam(Instance& inst);
+// The copy team for `device`'s NUMA node (made on first use).
+std::shared_ptr<core::CopyTeam> GetStagingTeam(Instance& inst, int device);
+// Where `device` sits among the host's NUMA nodes (sysfs, read once per instance and device).
+std::shared_ptr<const core::NumaPlan> DevicePlacement(Instance& inst, int device);
+
+void InitStaging(Napi::Env env, Napi::Object exports);
 
 }  // namespace cm

@@ -4,6 +4,8 @@
  * CUDA's stream-ordered pool), plus a cache of pinned host buffers.
  */
 export { Allocator, createAllocator } from './allocator';
+export { AllocatorSet, createAllocators } from './multi';
+export type { MultiAllocatorOptions, MultiAllocatorStats, AllocatorTotals, MultiAllocOptions } from './multi';
 export type {
   AllocatorOptions,
   AllocatorStats,

@@ -2,13 +2,14 @@
  * `cuda-memory doctor`: a short, standard check of a GPU CI runner. Each check passes, fails or
  * is skipped with a reason; the report is printable, JSON or JUnit.
  */
-import { status, devices, formatCudaVersion, knownDeviceCount } from '../discovery';
+import { status, devices, formatCudaVersion, knownDeviceCount, peerAccess, enablePeerAccess } from '../discovery';
 import { DeviceBuffer, PinnedBuffer } from '../memory';
 import { copy, memset } from '../copy';
 import { native } from '../native';
 import { rateSummary } from './stats';
 import { renderJunit } from './report';
 import { checkDevice } from '../validate';
+import { resolveDevices } from './devices';
 
 /** Options of {@link runDoctor}. */
 export interface DoctorOptions {
@@ -157,4 +158,153 @@ export function doctorJunit(r: DoctorReport): string {
       output: c.status === 'skip' ? `skipped: ${c.detail}` : c.detail,
     })),
   );
+}
+
+/** Options of {@link runDoctorDevices}. */
+export interface DoctorDevicesOptions extends Omit<DoctorOptions, 'device'> {
+  /** `'all'` (default) or device indices. */
+  devices?: 'all' | number[];
+  /**
+   * Least copy() GB/s between two GPUs. Default: on pairs joined by NVLink, half of 25 GB/s per
+   * link (the per-direction rate of one NVLink from the second generation on), so NV18 needs
+   * 225 GB/s; pairs without NVLink get no rate check unless this is given.
+   */
+  minP2pGbps?: number;
+}
+
+/** The checks of one ordered pair of GPUs. */
+export interface DoctorPair {
+  from: number;
+  to: number;
+  checks: DoctorCheck[];
+}
+
+/** The report of {@link runDoctorDevices}: each GPU's checks, then each pair's. */
+export interface DoctorDevicesReport {
+  schema: 'cuda-memory/doctor-devices@1';
+  ok: boolean;
+  devices: number[];
+  gpus: DoctorReport[];
+  pairs: DoctorPair[];
+}
+
+/** GB/s of one NVLink in one direction (NVLink 2 to 4; NVLink 5 doubles it). */
+export const NVLINK_GBPS_PER_LINK = 25;
+
+/**
+ * The doctor for a whole host: every GPU's checks ({@link runDoctor}), then for each ordered pair
+ * whether peer access is there (required where NVML reports NVLink) and, where the pair has
+ * NVLink or `minP2pGbps` is given, whether copy() between them reaches the rate.
+ */
+export function runDoctorDevices(options: DoctorDevicesOptions = {}): DoctorDevicesReport {
+  const { devices: which, minP2pGbps, ...single } = options;
+  const st = status();
+  if (!st.available) {
+    const only = runDoctor(single);
+    return { schema: 'cuda-memory/doctor-devices@1', ok: false, devices: [], gpus: [only], pairs: [] };
+  }
+  const devices = resolveDevices(which, st.deviceCount);
+  const gpus = devices.map((device) => runDoctor({ ...single, device }));
+  const bytes = options.bytes ?? 256 * 2 ** 20;
+  const links = devices.length > 1 ? peerAccess() : [];
+  const pairs: DoctorPair[] = [];
+  for (const from of devices)
+    for (const to of devices) {
+      if (from === to) continue;
+      const link = links.find((l) => l.from === from && l.to === to)!;
+      const nvlink = link.linkType === 'nvlink';
+      const checks: DoctorCheck[] = [];
+      checks.push(
+        timed(`peer access ${from} -> ${to}`, () => {
+          const how = nvlink
+            ? `NVLink x${link.nvlinks}${link.viaNvSwitch ? ' through NVSwitch' : ''}`
+            : link.linkType === 'pcie'
+              ? 'PCIe'
+              : 'link unknown (no NVML)';
+          if (!link.canAccess)
+            return nvlink
+              ? {
+                  status: 'fail',
+                  detail: `${how}, but cudaDeviceCanAccessPeer says no: peer access is off (a VM or driver setting?), so copies go through host memory`,
+                }
+              : { status: 'skip', detail: `${how}: no peer access, so copies between them go through host memory` };
+          const on = enablePeerAccess(from, to);
+          return { status: on ? 'pass' : 'fail', detail: `${how}, peer access ${on ? 'enabled' : 'could not be enabled'}` };
+        }),
+      );
+      const min = minP2pGbps ?? (nvlink && link.nvlinks ? 0.5 * NVLINK_GBPS_PER_LINK * link.nvlinks : undefined);
+      checks.push(
+        timed(`copy ${from} -> ${to}${min !== undefined ? ` >= ${rate(min)} GB/s` : ''}`, () => {
+          if (min === undefined) return { status: 'skip', detail: 'no NVLink between them and no --min-p2p given' };
+          const a = DeviceBuffer.alloc(bytes, { device: from });
+          const b = DeviceBuffer.alloc(bytes, { device: to });
+          try {
+            memset(a, 0x3c);
+            const samples: number[] = [];
+            for (let i = 0; i < 12; i++) {
+              const t0 = process.hrtime.bigint();
+              copy(b, a);
+              if (i >= 2) samples.push(Number(process.hrtime.bigint() - t0) / 1e9);
+            }
+            const probe = new Uint8Array(4096);
+            copy(probe, b, { srcOffset: bytes - 4096 });
+            if (!probe.every((x) => x === 0x3c)) return { status: 'fail', detail: 'the copied bytes did not arrive' };
+            const g = rateSummary(samples, bytes).median;
+            return {
+              status: g >= min ? 'pass' : 'fail',
+              detail: `${rate(g)} GB/s median of 10 copy() calls at ${(bytes / 2 ** 20).toFixed(0)} MiB${minP2pGbps === undefined ? ` (least: half of ${NVLINK_GBPS_PER_LINK} GB/s x ${link.nvlinks} links)` : ''}`,
+              value: g,
+            };
+          } finally {
+            a.free();
+            b.free();
+          }
+        }),
+      );
+      pairs.push({ from, to, checks });
+    }
+  const ok = gpus.every((g) => g.ok) && pairs.every((p) => p.checks.every((c) => c.status !== 'fail'));
+  return { schema: 'cuda-memory/doctor-devices@1', ok, devices, gpus, pairs };
+}
+
+function rate(v: number): string {
+  return v >= 100 ? v.toFixed(1) : v.toFixed(2);
+}
+
+/** Each GPU's checks under its name, then each pair's. */
+export function formatDoctorDevices(r: DoctorDevicesReport): string {
+  const lines: string[] = [];
+  for (const g of r.gpus) {
+    lines.push(`GPU ${g.device}:`);
+    for (const c of g.checks) lines.push(`  ${c.status.toUpperCase().padEnd(4)} ${c.name}: ${c.detail}`);
+  }
+  for (const p of r.pairs) {
+    lines.push(`GPU ${p.from} -> GPU ${p.to}:`);
+    for (const c of p.checks) lines.push(`  ${c.status.toUpperCase().padEnd(4)} ${c.name}: ${c.detail}`);
+  }
+  const failed = [...r.gpus.flatMap((g) => g.checks), ...r.pairs.flatMap((p) => p.checks)].filter((c) => c.status === 'fail').length;
+  lines.push(
+    r.ok
+      ? `doctor: all checks passed on ${r.devices.length} GPU${r.devices.length === 1 ? '' : 's'} and ${r.pairs.length} pair${r.pairs.length === 1 ? '' : 's'}`
+      : `doctor: ${failed} check(s) failed`,
+  );
+  return lines.join('\n');
+}
+
+/** JUnit for the whole host: one testcase per GPU and one per pair, failing with the checks that failed. */
+export function doctorDevicesJunit(r: DoctorDevicesReport): string {
+  const one = (classname: string, name: string, checks: DoctorCheck[]) => {
+    const failed = checks.filter((c) => c.status === 'fail');
+    return {
+      classname,
+      name,
+      seconds: checks.reduce((a, c) => a + c.seconds, 0),
+      failure: failed.length ? failed.map((c) => `${c.name}: ${c.detail}`).join('; ') : undefined,
+      output: checks.map((c) => `${c.status.toUpperCase()} ${c.name}: ${c.detail}`).join('\n'),
+    };
+  };
+  return renderJunit('cuda-memory doctor --devices', [
+    ...r.gpus.map((g) => one(`doctor.gpu${g.device}`, `GPU ${g.device}`, g.checks)),
+    ...r.pairs.map((p) => one(`doctor.p2p`, `GPU ${p.from} -> GPU ${p.to}`, p.checks)),
+  ]);
 }

@@ -1,17 +1,28 @@
 /**
  * Gates for CI: `h2d.pinned>=48GB/s`, `d2d.traffic>=2.8TB/s`, `h2d.staged/h2d.pageable>=4`,
- * `h2d.pinned@64MiB>20GB/s`. Each compares the median rate at the headline size (the largest
- * size measured, at least 256 MiB where there is one) unless `@size` names another.
+ * `h2d.pinned@64MiB>20GB/s`. Each compares the median at the headline size (the largest size
+ * measured) unless `@size` names another.
+ *
+ * Several GPUs (`bench --devices`) add a third part, the scope: `h2d.pinned.0` is GPU 0 alone,
+ * `h2d.pinned.all` the slowest GPU while all run at once, `h2d.pinned.total` their sum, and
+ * `h2d.pinned.share` the lowest of each GPU's rate together over its rate alone (a plain number).
+ * Between GPUs (`bench --p2p`): `p2p.0-1` is 0 to 1 through copy(), `p2p.0-1.bidir` both ways at
+ * once (total), `p2p.0-1.latency` a 4-byte copy() in µs.
  */
 import { formatBytes, parseSize } from '../units';
 
-/** One side of a gate: a result picked by direction, mode and optionally size. */
+/** One side of a gate: a result picked by direction, mode, scope and optionally size. */
 export interface GateMetric {
   direction: string;
-  /** A transfer mode, `baseline`, or for d2d `device` (copy rate) or `traffic` (read+write). */
+  /** A transfer mode, `baseline`, for d2d `device` (copy rate) or `traffic` (read+write), for p2p the pair `0-1`. */
   mode: string;
+  /** A GPU index, `all`, `total` or `share` (several GPUs); `bidir` or `latency` (p2p). */
+  scope?: string;
   size?: number;
 }
+
+/** What a gate's number is: a rate (GB/s), a time (µs) or a plain ratio. */
+export type GateUnit = 'rate' | 'time' | 'ratio';
 
 /** A parsed gate. */
 export interface Gate {
@@ -20,20 +31,26 @@ export interface Gate {
   /** Present for ratio gates (`a/b>=4`). */
   divisor?: GateMetric;
   op: '>=' | '>' | '<=' | '<';
-  /** GB/s for rates; a plain number for ratios. */
+  /** GB/s for rates, µs for times, a plain number for ratios. */
   value: number;
+  unit: GateUnit;
 }
 
 /** The outcome of one gate. */
 export interface GateResult {
   gate: Gate;
   pass: boolean;
-  /** The measured value (GB/s, or the ratio), NaN when the result was missing. */
+  /** The measured value (GB/s, µs or the ratio), NaN when the result was missing. */
   actual: number;
   message: string;
 }
 
-const METRIC = /^([a-z0-9]+)\.([a-z0-9-]+)(?:@([0-9.]+[a-zA-Z]*))?$/;
+const METRIC = /^([a-z0-9]+)\.([a-z0-9-]+)(?:\.([a-z0-9]+))?(?:@([0-9.]+[a-zA-Z]*))?$/;
+
+/** The kind of number a metric is, from its scope. */
+export function metricUnit(m: GateMetric): GateUnit {
+  return m.scope === 'share' ? 'ratio' : m.scope === 'latency' ? 'time' : 'rate';
+}
 
 function parseMetric(text: string, gate: string): GateMetric {
   const m = METRIC.exec(text.trim());
@@ -41,31 +58,73 @@ function parseMetric(text: string, gate: string): GateMetric {
     throw new RangeError(
       `Expected a gate such as 'h2d.pinned>=48GB/s' but received ${JSON.stringify(gate)}: cannot read ${JSON.stringify(text)}`,
     );
-  return { direction: m[1], mode: m[2], size: m[3] ? parseSize(m[3]) : undefined };
+  const metric: GateMetric = { direction: m[1], mode: m[2], size: m[4] ? parseSize(m[4]) : undefined };
+  if (m[3] !== undefined) metric.scope = m[3];
+  return metric;
 }
+
+const UNITS: Record<string, [GateUnit, number]> = {
+  'gb/s': ['rate', 1],
+  'tb/s': ['rate', 1000],
+  'mb/s': ['rate', 0.001],
+  us: ['time', 1],
+  µs: ['time', 1],
+  ms: ['time', 1000],
+  '': ['ratio', 1],
+  x: ['ratio', 1],
+};
+
+const UNIT_WORDS: Record<GateUnit, string> = { rate: 'a rate (GB/s)', time: 'a time (µs)', ratio: 'a plain number' };
 
 /** Parses a gate; throws a RangeError naming what it could not read. */
 export function parseGate(text: string): Gate {
-  const m = /^(.+?)(>=|<=|>|<)\s*([0-9.]+)\s*([a-zA-Z/]*)\s*$/.exec(text);
-  if (!m) throw new RangeError(`Expected a gate such as 'h2d.pinned>=48GB/s' but received ${JSON.stringify(text)}`);
-  const [, lhs, op, num, unit] = m;
+  const m = /^(.+?)(>=|<=|>|<)\s*([0-9.]+)\s*([a-zA-Zµ/]*)\s*$/.exec(text);
+  if (!m || !Number.isFinite(Number(m[3])))
+    throw new RangeError(`Expected a gate such as 'h2d.pinned>=48GB/s' but received ${JSON.stringify(text)}`);
+  const [, lhs, op, num, unitText] = m;
   const parts = lhs.split('/');
+  if (parts.length > 2) throw new RangeError(`Expected at most one '/' in gate ${JSON.stringify(text)}`);
   const metric = parseMetric(parts[0], text);
   const divisor = parts.length === 2 ? parseMetric(parts[1], text) : undefined;
-  if (parts.length > 2) throw new RangeError(`Expected at most one '/' in gate ${JSON.stringify(text)}`);
-  const scale: Record<string, number> = { 'gb/s': 1, 'tb/s': 1000, 'mb/s': 0.001, '': 1, x: 1 };
-  const s = scale[unit.toLowerCase()];
-  if (s === undefined)
-    throw new RangeError(`Expected a unit of MB/s, GB/s or TB/s in gate ${JSON.stringify(text)} but received ${JSON.stringify(unit)}`);
-  if (divisor && unit && unit.toLowerCase() !== 'x')
-    throw new RangeError(`A ratio gate takes a plain number, not ${JSON.stringify(unit)}: ${JSON.stringify(text)}`);
-  if (!divisor && !unit) throw new RangeError(`Expected a unit (GB/s) in gate ${JSON.stringify(text)}`);
-  return { text, metric, divisor, op: op as Gate['op'], value: Number(num) * s };
+  const unit = UNITS[unitText.toLowerCase()];
+  if (unit === undefined)
+    throw new RangeError(
+      `Expected a unit of MB/s, GB/s, TB/s, µs or ms in gate ${JSON.stringify(text)} but received ${JSON.stringify(unitText)}`,
+    );
+  const [kind, scale] = unit;
+  if (divisor) {
+    if (kind !== 'ratio')
+      throw new RangeError(`A ratio gate takes a plain number, not ${JSON.stringify(unitText)}: ${JSON.stringify(text)}`);
+    if (metricUnit(metric) !== metricUnit(divisor))
+      throw new RangeError(`Both sides of ${JSON.stringify(text)} must be the same kind of number`);
+  } else {
+    const want = metricUnit(metric);
+    if (kind !== want) {
+      if (kind === 'ratio' && want === 'rate') throw new RangeError(`Expected a unit (GB/s) in gate ${JSON.stringify(text)}`);
+      throw new RangeError(
+        `${parts[0].trim()} is ${UNIT_WORDS[want]}, so gate ${JSON.stringify(text)} cannot compare it with ${UNIT_WORDS[kind]}`,
+      );
+    }
+  }
+  return { text, metric, divisor, op: op as Gate['op'], value: Number(num) * scale, unit: divisor ? 'ratio' : kind };
 }
 
-/** What gates read: median GB/s by direction, mode and size. */
+/** What gates read: the median by direction, mode, scope and size (GB/s, µs or a ratio). */
 export interface GateSource {
-  lookup(metric: GateMetric): { gbps: number; size: number } | undefined;
+  lookup(metric: GateMetric): { value: number; size: number } | undefined;
+}
+
+/** Answers each lookup from the first source that has the metric. */
+export function combineSources(...sources: (GateSource | undefined)[]): GateSource {
+  return {
+    lookup: (metric) => {
+      for (const s of sources) {
+        const r = s?.lookup(metric);
+        if (r) return r;
+      }
+      return undefined;
+    },
+  };
 }
 
 function compare(a: number, op: Gate['op'], b: number): boolean {
@@ -82,7 +141,11 @@ function compare(a: number, op: Gate['op'], b: number): boolean {
 }
 
 function name(m: GateMetric): string {
-  return `${m.direction}.${m.mode}`;
+  return `${m.direction}.${m.mode}${m.scope === undefined ? '' : `.${m.scope}`}`;
+}
+
+function show(value: number, unit: GateUnit): string {
+  return unit === 'rate' ? `${value.toFixed(2)} GB/s` : unit === 'time' ? `${value.toFixed(2)} µs` : `${value.toFixed(3)}`;
 }
 
 /** Evaluates gates against results. */
@@ -99,12 +162,13 @@ export function evaluateGates(gates: Gate[], source: GateSource): GateResult[] {
         message: `FAIL ${gate.text}: no result for ${name(missing)}${missing.size ? ` at ${formatBytes(missing.size)}` : ''} (was that mode, direction and size measured?)`,
       };
     }
-    const actual = b ? a.gbps / b.gbps : a.gbps;
+    const actual = b ? a.value / b.value : a.value;
     const pass = compare(actual, gate.op, gate.value);
     // Sizes in binary units; a ratio names both sides' sizes, which differ when one side has `@size`.
+    const unit = metricUnit(gate.metric);
     const shown = b
-      ? `${actual.toFixed(2)}x (${a.gbps.toFixed(2)} GB/s at ${formatBytes(a.size)} / ${b.gbps.toFixed(2)} GB/s at ${formatBytes(b.size)})`
-      : `${actual.toFixed(2)} GB/s at ${formatBytes(a.size)}`;
+      ? `${actual.toFixed(2)}x (${show(a.value, unit)} at ${formatBytes(a.size)} / ${show(b.value, unit)} at ${formatBytes(b.size)})`
+      : `${show(actual, unit)} at ${formatBytes(a.size)}`;
     return { gate, pass, actual, message: `${pass ? 'PASS' : 'FAIL'} ${gate.text}: measured ${shown}` };
   });
 }

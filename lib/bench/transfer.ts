@@ -130,8 +130,8 @@ export interface TransferReport {
 const SMALL = 1 << 20;
 const DEFAULT_SIZES = Array.from({ length: 19 }, (_, i) => 4096 * 2 ** i); // 4 KiB .. 1 GiB
 
-// A pattern that differs in every 4-byte word, so a misplaced chunk of any size is caught.
-function fillPattern(buf: Uint8Array, seed: number): void {
+/** @internal A pattern that differs in every 4-byte word, so a misplaced chunk of any size is caught. */
+export function fillPattern(buf: Uint8Array, seed: number): void {
   const words = new Uint32Array(buf.buffer, buf.byteOffset, Math.floor(buf.byteLength / 4));
   let x = (seed * 2654435761) >>> 0 || 1;
   for (let i = 0; i < words.length; i++) {
@@ -143,7 +143,8 @@ function fillPattern(buf: Uint8Array, seed: number): void {
   for (let i = words.length * 4; i < buf.byteLength; i++) buf[i] = (i * 31 + seed) & 0xff;
 }
 
-function equal(a: Uint8Array, b: Uint8Array, n: number): boolean {
+/** @internal The first n bytes of a and b are the same. */
+export function equal(a: Uint8Array, b: Uint8Array, n: number): boolean {
   return Buffer.from(a.buffer, a.byteOffset, n).equals(Buffer.from(b.buffer, b.byteOffset, n));
 }
 
@@ -156,6 +157,7 @@ export function headlineSize(sizes: number[]): number {
 export function gateSource(report: Pick<TransferReport, 'results' | 'headlineBytes'>): GateSource {
   return {
     lookup(metric: GateMetric) {
+      if (metric.scope !== undefined) return undefined; // several GPUs or p2p: other reports
       const size = metric.size ?? report.headlineBytes;
       const r = report.results.find(
         (x) =>
@@ -164,8 +166,8 @@ export function gateSource(report: Pick<TransferReport, 'results' | 'headlineByt
           (x.mode === metric.mode || (metric.direction === 'd2d' && metric.mode === 'traffic' && x.mode === 'device')),
       );
       if (!r) return undefined;
-      const gbps = metric.direction === 'd2d' && metric.mode === 'traffic' ? r.trafficGbps!.median : r.gbps.median;
-      return { gbps, size };
+      const value = metric.direction === 'd2d' && metric.mode === 'traffic' ? r.trafficGbps!.median : r.gbps.median;
+      return { value, size };
     },
   };
 }

@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cstring>
 
+#include "numa.h"
+
 #if defined(__x86_64__)
 #include <emmintrin.h>
 #endif
@@ -41,8 +43,12 @@ void CopyBytes(char* dst, const char* src, size_t n, bool streaming) {
 #endif
 }
 
-CopyTeam::CopyTeam(int threads) : threads_(std::max(1, threads)) {
-  for (int i = 1; i < threads_; ++i) workers_.emplace_back(&CopyTeam::Worker, this, i);
+CopyTeam::CopyTeam(int threads, const std::vector<int>& cpus) : threads_(std::max(1, threads)) {
+  pinned_ = !cpus.empty();
+  for (int i = 1; i < threads_; ++i) {
+    workers_.emplace_back(&CopyTeam::Worker, this, i);
+    if (!cpus.empty()) pinned_ = PinThread(workers_.back().native_handle(), cpus) && pinned_;
+  }
 }
 
 CopyTeam::~CopyTeam() {

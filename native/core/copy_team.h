@@ -39,8 +39,9 @@ class TeamJob {
 
 class CopyTeam {
  public:
-  // `threads` counts the thread that calls Run(); threads - 1 are started here.
-  explicit CopyTeam(int threads);
+  // `threads` counts the thread that calls Run(); threads - 1 are started here, each restricted
+  // to `cpus` when it is not empty (the CPUs of the GPU's NUMA node: numa.h).
+  explicit CopyTeam(int threads, const std::vector<int>& cpus = {});
   ~CopyTeam();
   CopyTeam(const CopyTeam&) = delete;
   CopyTeam& operator=(const CopyTeam&) = delete;
@@ -51,6 +52,8 @@ class CopyTeam {
   // A plain parallel memcpy with the team (CopyBytes over pieces of about n / threads).
   void Copy(char* dst, const char* src, size_t n, bool streaming);
   int threads() const { return threads_; }
+  // Every started thread was restricted to the CPUs asked for (false when none were asked for).
+  bool pinned() const { return pinned_; }
 
   static constexpr int kJobs = 8;
   // How long a team thread keeps looking for work after its last piece before it sleeps: staged
@@ -73,6 +76,7 @@ class CopyTeam {
   };
 
   int threads_;
+  bool pinned_ = false;
   std::vector<std::thread> workers_;
   Place places_[kJobs];
   std::atomic<uint64_t> posted_{0};

@@ -1,0 +1,324 @@
+/**
+ * Several GPUs on one host: each GPU's host transfers alone, then every GPU at once (per GPU and
+ * in total, so host-side contention for memory bandwidth and PCIe shows), with the same threads,
+ * buffers and timing in both. `cuda-memory bench --devices all|0,1`. Timing loops in C++
+ * (native/bench_devices.cc): one thread per copy, all released together each iteration.
+ */
+import * as os from 'os';
+import { native, requireCuda } from '../native';
+import { status, devices as listDevices, formatCudaVersion, deviceLocality, cudaVisibleDevices } from '../discovery';
+import { DeviceBuffer, PinnedBuffer } from '../memory';
+import { copy } from '../copy';
+import { summarize, rateSummary, SampleSummary } from './stats';
+import { GateMetric, GateSource } from './gates';
+import { fillPattern, equal } from './transfer';
+import { checkDevice } from '../validate';
+
+/** How host memory is provided: PinnedBuffers (timed with CUDA events), or an ordinary Node buffer through the staged path or the driver's pageable path (a steady clock). */
+export type DevicesMode = 'pinned' | 'staged' | 'pageable';
+export type DevicesDirection = 'h2d' | 'd2h' | 'bidir';
+export const DEVICES_MODES: DevicesMode[] = ['pinned', 'staged', 'pageable'];
+export const DEVICES_DIRECTIONS: DevicesDirection[] = ['h2d', 'd2h', 'bidir'];
+
+/** Options of {@link runDevicesBenchmark}. */
+export interface DevicesBenchmarkOptions {
+  /** `'all'` (default) or device indices; at least one. */
+  devices?: 'all' | number[];
+  /** Byte sizes (default 64 MiB and 1 GiB). */
+  sizes?: number[];
+  /** Default `['pinned']`. */
+  modes?: DevicesMode[];
+  /** Default all three. */
+  directions?: DevicesDirection[];
+  /** Timed iterations per row (at least 10; default 15). */
+  iterations?: number;
+  /** Untimed iterations first (default 3). */
+  warmup?: number;
+  onProgress?: (done: number, total: number, label: string) => void;
+}
+
+/** One GPU's rate, alone or with every GPU of the run busy at once. */
+export interface DeviceRate {
+  device: number;
+  scope: 'alone' | 'together';
+  mode: DevicesMode;
+  direction: DevicesDirection;
+  bytes: number;
+  timing: 'cuda-events' | 'steady-clock';
+  /** Seconds per iteration (bidir: both copies of the GPU). */
+  seconds: SampleSummary;
+  /** Decimal GB/s; bidir counts both directions. */
+  gbps: SampleSummary;
+  /** together: this GPU's median over its median alone. */
+  shareOfAlone?: number;
+  verified: boolean;
+  samples: number[];
+}
+
+/** Every GPU at once: all bytes moved over the time from the common start to the last finish. */
+export interface DevicesAggregate {
+  mode: DevicesMode;
+  direction: DevicesDirection;
+  bytes: number;
+  devices: number[];
+  gbps: SampleSummary;
+}
+
+/** A GPU of the run and where it sits. */
+export interface BenchGpu {
+  index: number;
+  name: string;
+  uuid: string;
+  pciBusId: string;
+  nvmlIndex: number | null;
+  numaNode: number;
+}
+
+/** What the multi-GPU reports record about the machine. */
+export interface MultiGpuEnvironment {
+  date: string;
+  gpus: BenchGpu[];
+  driverVersion: string;
+  runtimeVersion: string;
+  cudaVisibleDevices: string | null;
+  host: { hostname: string; cpu: string; cpus: number; memoryBytes: number; kernel: string };
+  node: string;
+}
+
+/** The report of {@link runDevicesBenchmark}. */
+export interface DevicesReport {
+  schema: 'cuda-memory/devices-benchmark@1';
+  environment: MultiGpuEnvironment;
+  options: { devices: number[]; sizes: number[]; modes: DevicesMode[]; directions: DevicesDirection[]; iterations: number; warmup: number };
+  results: DeviceRate[];
+  aggregate: DevicesAggregate[];
+  headlineBytes: number;
+}
+
+/** @internal The devices an option names, checked against the devices CUDA sees. */
+export function resolveDevices(which: 'all' | number[] | undefined, count: number): number[] {
+  if (which === undefined || which === 'all') return Array.from({ length: count }, (_, i) => i);
+  if (!Array.isArray(which) || which.length === 0)
+    throw new RangeError("Expected devices to be 'all' or a non-empty list of device indices");
+  const list = which.map((d) => checkDevice(d, count));
+  const twice = list.find((d, i) => list.indexOf(d) !== i);
+  if (twice !== undefined) throw new RangeError(`device ${twice} appears twice in devices`);
+  return list;
+}
+
+/** @internal */
+export function multiGpuEnvironment(indices: number[]): MultiGpuEnvironment {
+  const st = status();
+  const all = listDevices();
+  return {
+    date: new Date().toISOString(),
+    gpus: indices.map((i) => {
+      const d = all[i];
+      return {
+        index: i,
+        name: d.name,
+        uuid: d.uuid,
+        pciBusId: d.pciBusId,
+        nvmlIndex: d.nvmlIndex ?? null,
+        numaNode: deviceLocality(d.pciBusId)?.numaNode ?? -1,
+      };
+    }),
+    driverVersion: formatCudaVersion(st.driverVersion),
+    runtimeVersion: formatCudaVersion(st.runtimeVersion),
+    cudaVisibleDevices: cudaVisibleDevices(),
+    host: {
+      hostname: os.hostname(),
+      cpu: os.cpus()[0]?.model ?? 'unknown',
+      cpus: os.cpus().length,
+      memoryBytes: os.totalmem(),
+      kernel: os.release(),
+    },
+    node: process.version,
+  };
+}
+
+// One GPU's buffers for one size and mode: two device buffers and two host buffers (bidir moves
+// host -> dev while dev2 -> host2).
+interface GpuBuffers {
+  device: number;
+  dev: DeviceBuffer;
+  dev2: DeviceBuffer;
+  host: Uint8Array;
+  host2: Uint8Array;
+  hostTarget: PinnedBuffer | Uint8Array;
+  host2Target: PinnedBuffer | Uint8Array;
+  free(): void;
+}
+
+function allocate(device: number, n: number, mode: DevicesMode, pattern: Uint8Array): GpuBuffers {
+  const made: { free(): void }[] = [];
+  try {
+    const dev = DeviceBuffer.alloc(n, { device });
+    made.push(dev);
+    const dev2 = DeviceBuffer.alloc(n, { device });
+    made.push(dev2);
+    const host = (): [Uint8Array, PinnedBuffer | Uint8Array] => {
+      if (mode === 'pinned') {
+        const p = PinnedBuffer.alloc(n, { device, portable: true });
+        made.push(p);
+        return [p.bytes, p];
+      }
+      const v = new Uint8Array(Buffer.allocUnsafeSlow(n).buffer, 0, n);
+      v.fill(1); // every page touched before timing
+      return [v, v];
+    };
+    const [h, ht] = host();
+    const [h2, h2t] = host();
+    h.set(pattern.subarray(0, n));
+    copy(dev2, pattern.subarray(0, n));
+    return { device, dev, dev2, host: h, host2: h2, hostTarget: ht, host2Target: h2t, free: () => made.forEach((m) => m.free()) };
+  } catch (e) {
+    for (const m of made) m.free();
+    throw e;
+  }
+}
+
+function target(x: PinnedBuffer | Uint8Array | DeviceBuffer): unknown {
+  return x instanceof Uint8Array ? x : x._h;
+}
+
+function jobsOf(b: GpuBuffers, mode: DevicesMode, direction: DevicesDirection, n: number) {
+  const timing = mode === 'pinned' ? ('events' as const) : ('clock' as const);
+  const strategy = mode === 'staged' ? 'staged' : 'driver';
+  const h2d = { dst: target(b.dev), src: target(b.hostTarget), bytes: n, timing, strategy };
+  const d2h = { dst: target(b.host2Target), src: target(b.dev2), bytes: n, timing, strategy };
+  return direction === 'h2d' ? [h2d] : direction === 'd2h' ? [d2h] : [h2d, d2h];
+}
+
+function verify(b: GpuBuffers, direction: DevicesDirection, n: number, pattern: Uint8Array): boolean {
+  let ok = true;
+  if (direction !== 'd2h') {
+    const check = new Uint8Array(n);
+    copy(check, b.dev);
+    ok = equal(check, pattern, n);
+  }
+  if (direction !== 'h2d') ok = ok && equal(b.host2, pattern, n);
+  return ok;
+}
+
+/**
+ * Runs the multi-GPU benchmark: for each size, mode and direction, every GPU alone, then all of
+ * them at once. Throws CudaUnavailableError without CUDA.
+ */
+export async function runDevicesBenchmark(options: DevicesBenchmarkOptions = {}): Promise<DevicesReport> {
+  requireCuda();
+  const devices = resolveDevices(options.devices, status().deviceCount);
+  const sizes = options.sizes ?? [64 * 2 ** 20, 2 ** 30];
+  const modes = options.modes ?? ['pinned'];
+  const directions = options.directions ?? DEVICES_DIRECTIONS;
+  const iterations = options.iterations ?? 15;
+  const warmup = options.warmup ?? 3;
+  if (!Number.isInteger(iterations) || iterations < 10)
+    throw new RangeError(`Expected iterations of at least 10 but received ${iterations}`);
+  if (!Number.isInteger(warmup) || warmup < 0) throw new RangeError(`Expected a non-negative integer warmup but received ${warmup}`);
+  for (const m of modes)
+    if (!DEVICES_MODES.includes(m))
+      throw new RangeError(`Unknown mode ${JSON.stringify(m)} for several GPUs; expected one of ${DEVICES_MODES.join(', ')}`);
+  for (const d of directions)
+    if (!DEVICES_DIRECTIONS.includes(d))
+      throw new RangeError(`Unknown direction ${JSON.stringify(d)} for several GPUs; expected one of ${DEVICES_DIRECTIONS.join(', ')}`);
+  const results: DeviceRate[] = [];
+  const aggregate: DevicesAggregate[] = [];
+  const total = sizes.length * modes.length * directions.length * (devices.length + 1);
+  let done = 0;
+  const progress = (label: string) => options.onProgress?.(++done, total, label);
+  const pattern = new Uint8Array(Math.max(...sizes));
+  fillPattern(pattern, 11);
+  for (const n of sizes)
+    for (const mode of modes) {
+      const buffers: GpuBuffers[] = [];
+      try {
+        for (const d of devices) buffers.push(allocate(d, n, mode, pattern));
+        for (const direction of directions) {
+          const perJob = direction === 'bidir' ? 2 : 1;
+          const base = { mode, direction, bytes: n, timing: mode === 'pinned' ? ('cuda-events' as const) : ('steady-clock' as const) };
+          // A GPU's time per iteration is its slowest copy's (bidir: the two run at once).
+          const gpuSeconds = (seconds: Float64Array[], first: number) =>
+            Float64Array.from(seconds[first], (_, it) => Math.max(...seconds.slice(first, first + perJob).map((s) => s[it])));
+          const alone = new Map<number, DeviceRate>();
+          for (const b of buffers) {
+            b.host2.fill(0);
+            const r = native.timeTogether(jobsOf(b, mode, direction, n), warmup, iterations);
+            const secs = gpuSeconds(r.seconds, 0);
+            const row: DeviceRate = {
+              ...base,
+              device: b.device,
+              scope: 'alone',
+              seconds: summarize(secs),
+              gbps: rateSummary(secs, perJob * n),
+              verified: verify(b, direction, n, pattern),
+              samples: Array.from(secs),
+            };
+            alone.set(b.device, row);
+            results.push(row);
+            progress(`${direction} ${mode} ${n} GPU ${b.device} alone`);
+          }
+          for (const b of buffers) b.host2.fill(0);
+          const r = native.timeTogether(
+            buffers.flatMap((b) => jobsOf(b, mode, direction, n)),
+            warmup,
+            iterations,
+          );
+          buffers.forEach((b, i) => {
+            const secs = gpuSeconds(r.seconds, i * perJob);
+            const gbps = rateSummary(secs, perJob * n);
+            results.push({
+              ...base,
+              device: b.device,
+              scope: 'together',
+              seconds: summarize(secs),
+              gbps,
+              shareOfAlone: gbps.median / alone.get(b.device)!.gbps.median,
+              verified: verify(b, direction, n, pattern),
+              samples: Array.from(secs),
+            });
+          });
+          aggregate.push({ mode, direction, bytes: n, devices, gbps: rateSummary(r.wall, perJob * n * buffers.length) });
+          progress(`${direction} ${mode} ${n} all GPUs`);
+        }
+      } finally {
+        for (const b of buffers) b.free();
+      }
+    }
+  return {
+    schema: 'cuda-memory/devices-benchmark@1',
+    environment: multiGpuEnvironment(devices),
+    options: { devices, sizes, modes, directions, iterations, warmup },
+    results,
+    aggregate,
+    headlineBytes: Math.max(...sizes),
+  };
+}
+
+/**
+ * Gate lookups on a devices report: `h2d.pinned.0` (GPU 0 alone), `h2d.pinned.all` (the slowest
+ * GPU with all at once), `h2d.pinned.total` (their sum over the shared time), `h2d.pinned.share`
+ * (the lowest together/alone share).
+ */
+export function devicesGateSource(report: Pick<DevicesReport, 'results' | 'aggregate' | 'headlineBytes'>): GateSource {
+  return {
+    lookup(metric: GateMetric) {
+      if (metric.scope === undefined) return undefined;
+      const size = metric.size ?? report.headlineBytes;
+      const rows = report.results.filter((r) => r.direction === metric.direction && r.mode === metric.mode && r.bytes === size);
+      if (/^\d+$/.test(metric.scope)) {
+        const r = rows.find((x) => x.scope === 'alone' && x.device === Number(metric.scope));
+        return r && { value: r.gbps.median, size };
+      }
+      const together = rows.filter((x) => x.scope === 'together');
+      if (together.length === 0) return undefined;
+      if (metric.scope === 'all') return { value: Math.min(...together.map((x) => x.gbps.median)), size };
+      if (metric.scope === 'share') return { value: Math.min(...together.map((x) => x.shareOfAlone ?? NaN)), size };
+      if (metric.scope === 'total') {
+        const a = report.aggregate.find((x) => x.direction === metric.direction && x.mode === metric.mode && x.bytes === size);
+        return a && { value: a.gbps.median, size };
+      }
+      return undefined;
+    },
+  };
+}

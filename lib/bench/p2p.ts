@@ -1,0 +1,241 @@
+/**
+ * Copies between GPUs: for every ordered pair, the rate through copy() (what a program gets) and
+ * through cudaMemcpyPeerAsync with nothing in between (the reference), both directions at once
+ * through copyAsync() and raw, and the latency of a 4-byte copy. `cuda-memory bench --p2p`.
+ */
+import { native, requireCuda } from '../native';
+import { status, peerAccess, PeerLink } from '../discovery';
+import { DeviceBuffer } from '../memory';
+import { copy, copyAsync } from '../copy';
+import { summarize, rateSummary, SampleSummary } from './stats';
+import { GateMetric, GateSource } from './gates';
+import { fillPattern, equal } from './transfer';
+import { MultiGpuEnvironment, multiGpuEnvironment, resolveDevices } from './devices';
+
+/** Options of {@link runP2pBenchmark}. */
+export interface P2pBenchmarkOptions {
+  /** `'all'` (default) or at least two device indices. */
+  devices?: 'all' | number[];
+  /** Byte sizes (default 1 GiB); the largest is the headline. */
+  sizes?: number[];
+  /** Timed copies per pair and size (at least 5; default 10). */
+  iterations?: number;
+  /** Untimed copies first (default 2). */
+  warmup?: number;
+  /** Timed 4-byte copies for the latency (default 200). */
+  latencyIterations?: number;
+  onProgress?: (done: number, total: number, label: string) => void;
+}
+
+/** One ordered pair at one size. */
+export interface P2pPair {
+  from: number;
+  to: number;
+  bytes: number;
+  /** What the pair can do (from {@link peerAccess}). */
+  link: Pick<PeerLink, 'canAccess' | 'linkType' | 'nvlinks' | 'viaNvSwitch' | 'performanceRank'>;
+  /** copy() between the two DeviceBuffers, timed around each call from JavaScript. */
+  gbps: SampleSummary;
+  /** cudaMemcpyPeerAsync from C++ on a stream of its own, timed with CUDA events. */
+  rawGbps: SampleSummary;
+  /** gbps median over rawGbps median. */
+  shareOfRaw: number;
+  verified: boolean;
+}
+
+/** Both directions of a pair at once. */
+export interface P2pBidirectional {
+  a: number;
+  b: number;
+  bytes: number;
+  /** Two copyAsync() calls awaited together, timed from JavaScript: both directions' bytes over the time. */
+  gbps: SampleSummary;
+  /** Two cudaMemcpyPeerAsync from C++ threads released together; each iteration's time is the slower copy's (CUDA events). */
+  rawGbps: SampleSummary;
+  /**
+   * The library's synchronous copy (the path copy() takes) from two C++ threads released
+   * together, timed from the release to the later finish: the library without the promise round
+   * trip of copyAsync().
+   */
+  libraryGbps: SampleSummary;
+  shareOfRaw: number;
+  verified: boolean;
+}
+
+/** Latency of a 4-byte copy between a pair. */
+export interface P2pLatency {
+  from: number;
+  to: number;
+  /** copy() of 4 bytes from JavaScript, call to return, µs. */
+  copyUs: SampleSummary;
+  /** 100 cudaMemcpyPeerAsync of 4 bytes back to back between CUDA events, per copy, µs (the link's latency, as p2pBandwidthLatencyTest reports it). */
+  rawUs: SampleSummary;
+}
+
+/** The report of {@link runP2pBenchmark}. */
+export interface P2pReport {
+  schema: 'cuda-memory/p2p-benchmark@1';
+  environment: MultiGpuEnvironment;
+  options: { devices: number[]; sizes: number[]; iterations: number; warmup: number; latencyIterations: number };
+  pairs: P2pPair[];
+  bidirectional: P2pBidirectional[];
+  latency: P2pLatency[];
+  headlineBytes: number;
+}
+
+const secs = (t0: bigint) => Number(process.hrtime.bigint() - t0) / 1e9;
+
+/** Runs the peer benchmark over every pair of the devices. Throws CudaUnavailableError without CUDA. */
+export async function runP2pBenchmark(options: P2pBenchmarkOptions = {}): Promise<P2pReport> {
+  requireCuda();
+  const devices = resolveDevices(options.devices, status().deviceCount);
+  if (devices.length < 2)
+    throw new RangeError(`The peer benchmark needs at least two devices; ${devices.length === 1 ? 'one is' : 'none are'} given or visible`);
+  const sizes = options.sizes ?? [2 ** 30];
+  const iterations = options.iterations ?? 10;
+  const warmup = options.warmup ?? 2;
+  const latencyIterations = options.latencyIterations ?? 200;
+  if (!Number.isInteger(iterations) || iterations < 5) throw new RangeError(`Expected iterations of at least 5 but received ${iterations}`);
+  if (!Number.isInteger(warmup) || warmup < 0) throw new RangeError(`Expected a non-negative integer warmup but received ${warmup}`);
+  if (!Number.isInteger(latencyIterations) || latencyIterations < 1)
+    throw new RangeError(`Expected latencyIterations of at least 1 but received ${latencyIterations}`);
+  const links = peerAccess();
+  const linkOf = (from: number, to: number) => {
+    const l = links.find((p) => p.from === from && p.to === to)!;
+    return {
+      canAccess: l.canAccess,
+      linkType: l.linkType,
+      nvlinks: l.nvlinks,
+      viaNvSwitch: l.viaNvSwitch,
+      performanceRank: l.performanceRank,
+    };
+  };
+  const ordered = devices.flatMap((a) => devices.filter((b) => b !== a).map((b) => [a, b] as const));
+  const unordered = ordered.filter(([a, b]) => a < b);
+  const total = sizes.length * (ordered.length + unordered.length) + ordered.length;
+  let done = 0;
+  const progress = (label: string) => options.onProgress?.(++done, total, label);
+  const pattern = new Uint8Array(Math.max(...sizes));
+  fillPattern(pattern, 13);
+  const pairs: P2pPair[] = [];
+  const bidirectional: P2pBidirectional[] = [];
+  const latency: P2pLatency[] = [];
+  const check = (buf: DeviceBuffer, n: number) => {
+    const host = new Uint8Array(n);
+    copy(host, buf, { byteLength: n });
+    return equal(host, pattern, n);
+  };
+  for (const n of sizes) {
+    // Per device: a source filled with the pattern and a destination.
+    const src = new Map<number, DeviceBuffer>();
+    const dst = new Map<number, DeviceBuffer>();
+    try {
+      for (const d of devices) {
+        src.set(d, DeviceBuffer.alloc(n, { device: d }));
+        dst.set(d, DeviceBuffer.alloc(n, { device: d }));
+        copy(src.get(d)!, pattern.subarray(0, n));
+      }
+      for (const [from, to] of ordered) {
+        const a = src.get(from)!;
+        const b = dst.get(to)!;
+        const samples = new Float64Array(iterations);
+        for (let i = 0; i < warmup + iterations; i++) {
+          const t0 = process.hrtime.bigint();
+          copy(b, a);
+          if (i >= warmup) samples[i - warmup] = secs(t0);
+        }
+        const verified = check(b, n);
+        const raw = native.timeTogether([{ dst: b._h, src: a._h, bytes: n, timing: 'events' }], warmup, iterations).seconds[0];
+        const gbps = rateSummary(samples, n);
+        const rawGbps = rateSummary(raw, n);
+        pairs.push({ from, to, bytes: n, link: linkOf(from, to), gbps, rawGbps, shareOfRaw: gbps.median / rawGbps.median, verified });
+        progress(`p2p ${from}->${to} ${n}`);
+      }
+      for (const [x, y] of unordered) {
+        const samples = new Float64Array(iterations);
+        for (let i = 0; i < warmup + iterations; i++) {
+          const t0 = process.hrtime.bigint();
+          await Promise.all([copyAsync(dst.get(y)!, src.get(x)!), copyAsync(dst.get(x)!, src.get(y)!)]);
+          if (i >= warmup) samples[i - warmup] = secs(t0);
+        }
+        const verified = check(dst.get(y)!, n) && check(dst.get(x)!, n);
+        const r = native.timeTogether(
+          [
+            { dst: dst.get(y)!._h, src: src.get(x)!._h, bytes: n, timing: 'events' },
+            { dst: dst.get(x)!._h, src: src.get(y)!._h, bytes: n, timing: 'events' },
+          ],
+          warmup,
+          iterations,
+        );
+        const rawSeconds = Float64Array.from(r.seconds[0], (s, i) => Math.max(s, r.seconds[1][i]));
+        const lib = native.timeTogether(
+          [
+            { dst: dst.get(y)!._h, src: src.get(x)!._h, bytes: n, timing: 'clock', strategy: 'auto' },
+            { dst: dst.get(x)!._h, src: src.get(y)!._h, bytes: n, timing: 'clock', strategy: 'auto' },
+          ],
+          warmup,
+          iterations,
+        );
+        const gbps = rateSummary(samples, 2 * n);
+        const rawGbps = rateSummary(rawSeconds, 2 * n);
+        const libraryGbps = rateSummary(lib.wall, 2 * n);
+        bidirectional.push({ a: x, b: y, bytes: n, gbps, rawGbps, libraryGbps, shareOfRaw: gbps.median / rawGbps.median, verified });
+        progress(`p2p ${x}<->${y} ${n}`);
+      }
+    } finally {
+      for (const m of [src, dst]) for (const b of m.values()) b.free();
+    }
+  }
+  for (const [from, to] of ordered) {
+    const a = DeviceBuffer.alloc(4, { device: from });
+    const b = DeviceBuffer.alloc(4, { device: to });
+    try {
+      const us = new Float64Array(latencyIterations);
+      for (let i = 0; i < 10 + latencyIterations; i++) {
+        const t0 = process.hrtime.bigint();
+        copy(b, a);
+        if (i >= 10) us[i - 10] = secs(t0) * 1e6;
+      }
+      const raw = native.timePeerLatency(b._h, a._h, 100, 2, 20);
+      latency.push({ from, to, copyUs: summarize(us), rawUs: summarize(Array.from(raw, (s) => s * 1e6)) });
+    } finally {
+      a.free();
+      b.free();
+    }
+    progress(`latency ${from}->${to}`);
+  }
+  return {
+    schema: 'cuda-memory/p2p-benchmark@1',
+    environment: multiGpuEnvironment(devices),
+    options: { devices, sizes, iterations, warmup, latencyIterations },
+    pairs,
+    bidirectional,
+    latency,
+    headlineBytes: Math.max(...sizes),
+  };
+}
+
+/** Gate lookups on a p2p report: `p2p.0-1` (GB/s through copy()), `p2p.0-1.bidir` (total GB/s), `p2p.0-1.latency` (µs). */
+export function p2pGateSource(report: Pick<P2pReport, 'pairs' | 'bidirectional' | 'latency' | 'headlineBytes'>): GateSource {
+  return {
+    lookup(metric: GateMetric) {
+      const m = /^(\d+)-(\d+)$/.exec(metric.mode);
+      if (metric.direction !== 'p2p' || !m) return undefined;
+      const [from, to] = [Number(m[1]), Number(m[2])];
+      const size = metric.size ?? report.headlineBytes;
+      if (metric.scope === undefined) {
+        const p = report.pairs.find((x) => x.from === from && x.to === to && x.bytes === size);
+        return p && { value: p.gbps.median, size };
+      }
+      if (metric.scope === 'bidir') {
+        const b = report.bidirectional.find((x) => ((x.a === from && x.b === to) || (x.a === to && x.b === from)) && x.bytes === size);
+        return b && { value: b.gbps.median, size };
+      }
+      if (metric.scope === 'latency') {
+        const l = report.latency.find((x) => x.from === from && x.to === to);
+        return l && { value: l.copyUs.median, size: 4 };
+      }
+      return undefined;
+    },
+  };
+}

@@ -1,0 +1,182 @@
+// Tests of the host-topology core without a GPU: PCI bus ids as CUDA and NVML write them, CPU
+// lists, NUMA plans read from a made-up sysfs tree, NVLink counts on made-up hosts, and the
+// placement calls on this machine's own node 0.
+#include "../topology.h"
+
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include "../copy_team.h"
+#include "../numa.h"
+#include "check.h"
+
+using namespace cm::core;
+
+namespace {
+
+void Write(const std::string& path, const std::string& text) {
+  std::string dir = path.substr(0, path.rfind('/'));
+  std::string cmd = "mkdir -p '" + dir + "'";
+  CHECK(std::system(cmd.c_str()) == 0);
+  std::ofstream(path) << text << "\n";
+}
+
+void TestPci() {
+  PciAddress cuda = ParsePciBusId("0000:06:00.0");
+  PciAddress nvml = ParsePciBusId("00000000:06:00.0");
+  CHECK(cuda.ok && nvml.ok);
+  CHECK(cuda == nvml);
+  CHECK(cuda.bus == 6 && cuda.device == 0 && cuda.function == 0);
+  CHECK(PciSysfsName(nvml) == "0000:06:00.0");
+  PciAddress upper = ParsePciBusId("0000:C1:1F.7");
+  CHECK(upper.ok && upper.bus == 0xc1 && upper.device == 0x1f && upper.function == 7);
+  CHECK(PciSysfsName(upper) == "0000:c1:1f.7");
+  CHECK(ParsePciBusId("06:00.0").ok);
+  CHECK(!ParsePciBusId("").ok);
+  CHECK(!ParsePciBusId("not a bus id").ok);
+  CHECK(!ParsePciBusId("0000:06:00").ok);
+  CHECK(!ParsePciBusId("0000:06:40.0").ok);  // device numbers stop at 0x1f
+  CHECK(!(ParsePciBusId("0000:06:00.0") == ParsePciBusId("0000:07:00.0")));
+  CHECK(!(PciAddress{} == PciAddress{}));  // unknown addresses never match
+}
+
+void TestCpuList() {
+  std::vector<int> v;
+  CHECK(ParseCpuList("0-3,8,10-11", &v));
+  CHECK((v == std::vector<int>{0, 1, 2, 3, 8, 10, 11}));
+  CHECK(ParseCpuList("5", &v) && v == std::vector<int>{5});
+  CHECK(ParseCpuList("", &v) && v.empty());
+  v = {42};
+  CHECK(!ParseCpuList("3-1", &v) && v == std::vector<int>{42});
+  CHECK(!ParseCpuList("a", &v));
+  CHECK(!ParseCpuList("1,,2", &v));
+  CHECK(!ParseCpuList("1-", &v));
+  CHECK(!ParseCpuList("-1", &v));
+  CHECK(!ParseCpuList("0-99999999", &v));
+}
+
+void TestPlans() {
+  char tmpl[] = "/tmp/cm-sysfs-XXXXXX";
+  std::string root = mkdtemp(tmpl);
+  // Two nodes; GPU a on node 1, GPU b hidden (-1, as VMs write), GPU c absent from sysfs.
+  Write(root + "/devices/system/node/online", "0-1");
+  Write(root + "/devices/system/node/node0/cpulist", "0-15,32-47");
+  Write(root + "/devices/system/node/node1/cpulist", "16-31,48-63");
+  Write(root + "/bus/pci/devices/0000:c1:00.0/numa_node", "1");
+  Write(root + "/bus/pci/devices/0000:06:00.0/numa_node", "-1");
+  NumaPlan a = PlanNumaPlacement(root, "00000000:C1:00.0");
+  CHECK(a.applies && a.node == 1 && a.host_nodes == 2);
+  CHECK(a.cpus.size() == 32 && a.cpus.front() == 16 && a.cpus.back() == 63);
+  NumaPlan b = PlanNumaPlacement(root, "0000:06:00.0");
+  CHECK(!b.applies && b.node == -1 && b.host_nodes == 2);
+  CHECK(b.reason.find("does not say") != std::string::npos);
+  NumaPlan c = PlanNumaPlacement(root, "0000:07:00.0");
+  CHECK(!c.applies && c.node == -1);
+  NumaPlan bad = PlanNumaPlacement(root, "nonsense");
+  CHECK(!bad.applies && bad.reason.find("could not be read") != std::string::npos);
+  // One node: nothing to do, whatever the GPU says.
+  Write(root + "/devices/system/node/online", "0");
+  Write(root + "/bus/pci/devices/0000:c1:00.0/numa_node", "0");
+  NumaPlan one = PlanNumaPlacement(root, "0000:c1:00.0");
+  CHECK(!one.applies && one.host_nodes == 1 &&
+        one.reason.find("one NUMA node") != std::string::npos);
+  std::string cmd = "rm -rf '" + root + "'";
+  CHECK(std::system(cmd.c_str()) == 0);
+  // This machine's own sysfs: a plan is made without crashing whatever the host is.
+  NumaPlan real = PlanNumaPlacement("/sys", "0000:00:00.0");
+  CHECK(real.host_nodes >= 0);
+}
+
+void TestPlacementCalls() {
+  // Node 0 exists on every Linux host; a page touched while it is preferred lands there.
+  {
+    ScopedPreferredNode prefer(0);
+    size_t n = 1 << 20;
+    void* p = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    CHECK(p != MAP_FAILED);
+    static_cast<char*>(p)[0] = 1;
+    if (prefer.ok()) CHECK(NodeOfAddress(p) == 0);
+    munmap(p, n);
+  }
+  ScopedPreferredNode out_of_range(1 << 20);
+  CHECK(!out_of_range.ok());
+  CHECK(NodeOfAddress(nullptr) == -1);
+  // Pin a thread to the CPUs it may run on now, and see it stays runnable.
+  cpu_set_t set;
+  CHECK(sched_getaffinity(0, sizeof set, &set) == 0);
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  bool pinned = false;
+  std::thread t([&] { pinned = PinThread(0, {cpus.front()}) && sched_getcpu() == cpus.front(); });
+  t.join();
+  CHECK(pinned);
+  CHECK(!PinThread(0, {}));
+  // A team restricted to those CPUs says so, and copies as any other.
+  CopyTeam team(3, cpus);
+  CHECK(team.pinned());
+  std::vector<char> from(5 << 20), to(5 << 20);
+  for (size_t i = 0; i < from.size(); ++i) from[i] = static_cast<char>(i * 7 + 3);
+  team.Copy(to.data(), from.data(), from.size(), true);
+  CHECK(from == to);
+  CHECK(!CopyTeam(2).pinned());
+}
+
+GpuLinks Gpu(const char* bus) { return GpuLinks{ParsePciBusId(bus), {}}; }
+void Link(GpuLinks& from, const GpuLinks& to, int n) {
+  for (int i = 0; i < n; ++i) from.active.push_back(NvLinkEnd{to.self, false});
+}
+
+void TestNvLinks() {
+  // Two GPUs joined by 18 links (the lent H200 pair, nvidia-smi NV18).
+  std::vector<GpuLinks> two = {Gpu("0000:06:00.0"), Gpu("0000:07:00.0")};
+  Link(two[0], two[1], 18);
+  Link(two[1], two[0], 18);
+  CHECK(NvLinksBetween(two, 0, 1).links == 18 && !NvLinksBetween(two, 0, 1).via_switch);
+  CHECK(NvLinksBetween(two, 1, 0).links == 18);
+  CHECK(NvLinksBetween(two, 0, 0).links == 0);
+  CHECK(NvLinksBetween(two, 0, 5).links == 0);
+  // Four GPUs, each pair of neighbours with 4 links and the diagonals with 2, as NVML writes
+  // the remote ends with NVML's 8-digit domain.
+  std::vector<GpuLinks> four = {Gpu("00000000:1a:00.0"), Gpu("00000000:1b:00.0"),
+                                Gpu("00000000:3d:00.0"), Gpu("00000000:3e:00.0")};
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 4; ++j)
+      if (i != j) Link(four[i], four[j], (i ^ j) == 3 ? 2 : 4);
+  CHECK(NvLinksBetween(four, 0, 1).links == 4);
+  CHECK(NvLinksBetween(four, 0, 3).links == 2);
+  CHECK(NvLinksBetween(four, 2, 1).links == 2);
+  // Eight GPUs on NVSwitches: 18 links each to the switches; one GPU with two links down.
+  std::vector<GpuLinks> eight;
+  for (int i = 0; i < 8; ++i) {
+    eight.push_back(Gpu(("0000:" + std::to_string(10 + i) + ":00.0").c_str()));
+    for (int l = 0; l < (i == 5 ? 16 : 18); ++l)
+      eight.back().active.push_back(NvLinkEnd{ParsePciBusId("0000:a0:00.0"), true});
+  }
+  CHECK(NvLinksBetween(eight, 0, 7).links == 18 && NvLinksBetween(eight, 0, 7).via_switch);
+  CHECK(NvLinksBetween(eight, 5, 2).links == 16);
+  // PCIe only: nothing.
+  std::vector<GpuLinks> pcie = {Gpu("0000:01:00.0"), Gpu("0000:02:00.0")};
+  CHECK(NvLinksBetween(pcie, 0, 1).links == 0 && !NvLinksBetween(pcie, 0, 1).via_switch);
+}
+
+}  // namespace
+
+int main() {
+  TestPci();
+  TestCpuList();
+  TestPlans();
+  TestPlacementCalls();
+  TestNvLinks();
+  if (failures)
+    std::fprintf(stderr, "%d check(s) failed\n", failures);
+  else
+    std::printf("topology tests passed\n");
+  return failures ? 1 : 0;
+}
