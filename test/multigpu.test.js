@@ -100,6 +100,11 @@ describe('createAllocators on simulated devices', () => {
     expect(() => cm.createAllocators({ simulate: [sim, sim], memoryFraction: 2 })).toThrow(RangeError);
   });
 
+  test('examples/several-gpus.js runs on two simulated devices', () => {
+    const out = execFileSync(process.execPath, [path.join(root, 'examples', 'several-gpus.js'), '--simulate'], { encoding: 'utf8' });
+    expect(out).toBe('allocators on 2 simulated devices: GPU 0 256 MiB of 40 GiB, GPU 1 256 MiB of 40 GiB; in all 512 MiB in use\n');
+  });
+
   test('a device that cannot be made fails the whole set with its own error', () => {
     expect(() =>
       cm.createAllocators({ simulate: [{ totalBytes: 8 * GiB }, { totalBytes: 16 * GiB, freeBytes: GiB }], memoryFraction: 0.5 }),
@@ -526,6 +531,14 @@ describeTwoGpus('several GPUs: links, stream order, allocator sets, benchmarks a
     );
     hog.free();
     expect(Math.abs(cm.memGetInfo(0).free - free0)).toBeLessThan(256 * MiB);
+  });
+
+  test('examples/several-gpus.js copies between the GPUs and finds the data intact', () => {
+    const out = execFileSync(process.execPath, [path.join(root, 'examples', 'several-gpus.js')], { encoding: 'utf8' });
+    expect(out).toMatch(/^GPU 0 -> GPU 1: peer access (yes|no), /m);
+    expect(out).toMatch(/^GPU 0 -> GPU 1: 256 MiB in [\d.]+ ms/m);
+    expect(out).toMatch(/^data back on the host matches$/m);
+    expect(out).toMatch(/^allocators on \d+ devices: GPU 0 256 MiB of /m);
   });
 
   test('runDevicesBenchmark: each GPU alone and all at once, data checked', async () => {

@@ -204,21 +204,20 @@ export function formatMultiCsv(devices?: DevicesReport, p2p?: P2pReport): string
 
 /**
  * An SVG heatmap of an N×N matrix (rows: from, columns: to); `values[i][j]` null on the diagonal
- * or where unmeasured. Higher is darker unless `lowerIsBetter`.
+ * or where unmeasured. Shades are proportional to the value from 0; `lowerIsBetter` says so in the
+ * caption.
  */
 export function renderHeatmap(title: string, labels: string[], values: (number | null)[][], unit: string, lowerIsBetter = false): string {
   const cell = 64;
   const left = 70;
   const top = 48;
   const n = labels.length;
-  const w = left + n * cell + 20;
+  const w = Math.max(left + n * cell + 20, left + Math.ceil(title.length * 7.8));
   const h = top + n * cell + 40;
-  const all = values.flat().filter((v): v is number => v !== null && Number.isFinite(v));
-  const lo = Math.min(...all);
-  const hi = Math.max(...all);
+  // Shades run from 0 to the largest value, so that near-equal cells look near-equal.
+  const hi = Math.max(0, ...values.flat().filter((v): v is number => v !== null && Number.isFinite(v)));
   const shade = (v: number) => {
-    const t = hi > lo ? (v - lo) / (hi - lo) : 1;
-    const k = lowerIsBetter ? 1 - t : t;
+    const k = hi > 0 ? v / hi : 1;
     // from pale to deep blue
     const mix = (a: number, b: number) => Math.round(a + (b - a) * (0.15 + 0.85 * k));
     return `rgb(${mix(235, 8)},${mix(243, 48)},${mix(255, 107)})`;
@@ -242,7 +241,7 @@ export function renderHeatmap(title: string, labels: string[], values: (number |
         continue;
       }
       const fill = shade(v);
-      const dark = (lowerIsBetter ? hi - v : v - lo) > (hi - lo) / 2 || hi === lo;
+      const dark = hi > 0 && v / hi > 0.5;
       parts.push(
         `<rect class="cell" x="${x}" y="${y}" width="${cell}" height="${cell}" fill="${fill}" stroke="#fff"><title>${esc(`${labels[i]} -> ${labels[j]}: ${rate(v)} ${unit}`)}</title></rect>`,
         `<text x="${x + cell / 2}" y="${y + cell / 2 + 4}" font-size="12" text-anchor="middle" fill="${dark ? '#fff' : '#111'}">${esc(unit === 'µs' ? v.toFixed(2) : rate(v))}</text>`,
