@@ -33,6 +33,18 @@ export function checkDevice(value: unknown, deviceCount?: number): number {
   return value;
 }
 
+/**
+ * Checks a non-empty list of distinct device indices (each as {@link checkDevice}, against
+ * `deviceCount` when known); `name` is the option's name in messages.
+ */
+export function checkDeviceList(name: string, list: unknown[], deviceCount?: number): number[] {
+  if (list.length === 0) throw new RangeError(`Expected at least one device in ${name} but received []`);
+  const devices = list.map((d) => checkDevice(d, deviceCount));
+  const twice = devices.find((d, i) => devices.indexOf(d) !== i);
+  if (twice !== undefined) throw new RangeError(`device ${twice} appears twice in ${name}`);
+  return devices;
+}
+
 /** Checks that `options` is undefined or a plain object. */
 export function checkOptions<T extends object>(name: string, value: unknown): Partial<T> {
   if (value === undefined || value === null) return {};

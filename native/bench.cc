@@ -9,18 +9,18 @@
 
 namespace cm {
 
+Napi::Float64Array ToFloat64Array(Napi::Env env, const std::vector<double>& v) {
+  Napi::Float64Array a = Napi::Float64Array::New(env, v.size());
+  for (size_t i = 0; i < v.size(); ++i) a[i] = v[i];
+  return a;
+}
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
 double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
-}
-
-Napi::Float64Array ToArray(Napi::Env env, const std::vector<double>& v) {
-  Napi::Float64Array a = Napi::Float64Array::New(env, v.size());
-  for (size_t i = 0; i < v.size(); ++i) a[i] = v[i];
-  return a;
 }
 
 [[noreturn]] void Fail(Napi::Env env, const Error& e) { ThrowCuda(env, e.code, e.call, e.detail); }
@@ -76,7 +76,7 @@ Napi::Value TimeCopy(const Napi::CallbackInfo& info) {
     }
   }
   if (err) Fail(env, err);
-  return ToArray(env, samples);
+  return ToFloat64Array(env, samples);
 }
 
 // timeBidirectional(h2dDst, h2dSrc, d2hDst, d2hSrc, bytes, warmup, iterations, timing, strategy)
@@ -146,7 +146,7 @@ Napi::Value TimeBidirectional(const Napi::CallbackInfo& info) {
     }
   }
   if (err) Fail(env, err);
-  return ToArray(env, samples);
+  return ToFloat64Array(env, samples);
 }
 
 // timeRawPinned(bytes, warmup, iterations, direction 'h2d'|'d2h', device): the reference that
@@ -179,7 +179,7 @@ Napi::Value TimeRawPinned(const Napi::CallbackInfo& info) {
   if (dev) cudaFree(dev);
   if (host) cudaFreeHost(host);
   if (err) Fail(env, err);
-  return ToArray(env, samples);
+  return ToFloat64Array(env, samples);
 }
 
 // timeHostCopy(pageable, pinned, bytes, warmup, iterations, direction 'h2d'|'d2h'|'bidir')
@@ -221,7 +221,7 @@ Napi::Value TimeHostCopy(const Napi::CallbackInfo& info) {
     auto t1 = Clock::now();
     if (i >= warmup) samples.push_back(Seconds(t0, t1));
   }
-  return ToArray(env, samples);
+  return ToFloat64Array(env, samples);
 }
 
 // timeRawAlloc(kind 'device'|'pinned', bytes, iterations, device) -> seconds per alloc+free pair
@@ -249,7 +249,7 @@ Napi::Value TimeRawAlloc(const Napi::CallbackInfo& info) {
     if (!err) samples.push_back(Seconds(t0, t1));
   }
   if (err) Fail(env, err);
-  return ToArray(env, samples);
+  return ToFloat64Array(env, samples);
 }
 
 // timeHostRegister(view, iterations) -> seconds per cudaHostRegister+cudaHostUnregister
@@ -268,7 +268,7 @@ Napi::Value TimeHostRegister(const Napi::CallbackInfo& info) {
     if (!err) samples.push_back(Seconds(t0, t1));
   }
   if (err) Fail(env, err);
-  return ToArray(env, samples);
+  return ToFloat64Array(env, samples);
 }
 
 }  // namespace

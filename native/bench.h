@@ -4,7 +4,11 @@
 
 #include <napi.h>
 
+#include <vector>
+
 namespace cm {
+// Samples (seconds) as the Float64Array every timing function returns.
+Napi::Float64Array ToFloat64Array(Napi::Env env, const std::vector<double>& v);
 void InitBench(Napi::Env env, Napi::Object exports);
 // Several GPUs at once, and between GPUs (bench_devices.cc).
 void InitBenchDevices(Napi::Env env, Napi::Object exports);

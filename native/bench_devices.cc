@@ -15,12 +15,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-Napi::Float64Array ToArray(Napi::Env env, const std::vector<double>& v) {
-  Napi::Float64Array a = Napi::Float64Array::New(env, v.size());
-  for (size_t i = 0; i < v.size(); ++i) a[i] = v[i];
-  return a;
-}
-
 // One copy repeated in step with the others. 'events': cudaMemcpyAsync (cudaMemcpyPeerAsync
 // between two devices, driven by the source) on a stream of the job's own with events around it,
 // the GPU's own view; 'clock': the library's copy (CopyRange) timed with a steady clock.
@@ -136,12 +130,12 @@ Napi::Value TimeTogether(const Napi::CallbackInfo& info) {
     wall.push_back(std::chrono::duration<double>(last - released[it]).count());
   }
   for (size_t i = 0; i < jobs.size(); ++i)
-    seconds.Set(
-        static_cast<uint32_t>(i),
-        ToArray(env, std::vector<double>(jobs[i].seconds.begin() + warmup, jobs[i].seconds.end())));
+    seconds.Set(static_cast<uint32_t>(i),
+                ToFloat64Array(env, std::vector<double>(jobs[i].seconds.begin() + warmup,
+                                                        jobs[i].seconds.end())));
   Napi::Object out = Napi::Object::New(env);
   out.Set("seconds", seconds);
-  out.Set("wall", ToArray(env, wall));
+  out.Set("wall", ToFloat64Array(env, wall));
   return out;
 }
 
@@ -184,7 +178,7 @@ Napi::Value TimePeerLatency(const Napi::CallbackInfo& info) {
   if (stream) cudaStreamDestroy(stream);
   (void)cudaGetLastError();
   if (err) ThrowCuda(env, err.code, err.call, err.detail);
-  return ToArray(env, samples);
+  return ToFloat64Array(env, samples);
 }
 
 }  // namespace

@@ -96,6 +96,11 @@ Error RegisteredCopy(const Endpoint& dst, const Endpoint& src, size_t n, cudaMem
 
 }  // namespace
 
+bool BetweenDevices(const Endpoint& dst, const Endpoint& src, Strategy strategy) {
+  return dst.where == Endpoint::kDevice && src.where == Endpoint::kDevice &&
+         dst.device != src.device && strategy != Strategy::kDriver;
+}
+
 Error PeerRoute(Instance& inst, int dst_device, int src_device, Strategy strategy, bool* peer) {
   // Over the peer link where the pair allows it (both directions enabled, so either device may
   // drive the copy), else through pinned host memory.
@@ -123,7 +128,7 @@ Error CopyRange(Instance& inst, const Endpoint& dst, const Endpoint& src, size_t
   CM_TRY(err, UseDevice(device), "cudaSetDevice");
   if (err) return err;
   if (kind == cudaMemcpyDeviceToDevice) {
-    if (dst.device == src.device || strategy == Strategy::kDriver)
+    if (!BetweenDevices(dst, src, strategy))
       return DriverCopy(dst.ptr, src.ptr, n, dst.device == src.device ? kind : cudaMemcpyDefault,
                         stream);
     bool peer = false;
@@ -281,8 +286,7 @@ Napi::Value CopyAsync(const Napi::CallbackInfo& info) {
   // pool thread); a pool thread only waits for it to finish.
   cudaEvent_t queued = nullptr;
   Error failed;
-  if (c.n && c.dst.where == Endpoint::kDevice && c.src.where == Endpoint::kDevice &&
-      c.dst.device != c.src.device && c.strategy != Strategy::kDriver) {
+  if (c.n && BetweenDevices(c.dst, c.src, c.strategy)) {
     Instance& inst = GetInstance(env);
     bool peer = false;
     failed = PeerRoute(inst, c.dst.device, c.src.device, c.strategy, &peer);

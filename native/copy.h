@@ -28,6 +28,9 @@ Endpoint ResolveEndpoint(Napi::Env env, Napi::Value v, const char* what);
 // Copies n bytes; blocks until done. Safe off the JS thread. `stream` may be null.
 Error CopyRange(Instance& inst, const Endpoint& dst, const Endpoint& src, size_t n,
                 Strategy strategy, cudaStream_t stream);
+// Device memory on both sides, on two different devices, and not left to cudaMemcpy
+// (strategy 'driver'): a copy that PeerRoute decides.
+bool BetweenDevices(const Endpoint& dst, const Endpoint& src, Strategy strategy);
 // Whether a copy between two devices goes over the peer link (enabling it on first use) or
 // through host memory; an error when `strategy` is kPeer and the pair cannot.
 Error PeerRoute(Instance& inst, int dst_device, int src_device, Strategy strategy, bool* peer);

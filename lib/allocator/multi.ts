@@ -5,7 +5,7 @@
  */
 import { Allocator, AllocatorOptions, AllocatorStats, AllocOptions, SimulatedDevice, createAllocator } from './allocator';
 import { DeviceBuffer } from '../memory';
-import { checkBoolean, checkDevice, checkOptions } from '../validate';
+import { checkBoolean, checkDeviceList, checkOptions } from '../validate';
 import { invalidArgument } from '../errors';
 import { knownDeviceCount } from '../discovery';
 import { formatBytes } from '../units';
@@ -178,11 +178,7 @@ export function createAllocators(options?: MultiAllocatorOptions): AllocatorSet 
       devices = Array.from({ length: count }, (_, i) => i);
     }
   } else if (Array.isArray(which)) {
-    if (which.length === 0) throw new RangeError('Expected at least one device in devices but received []');
-    const count = simulate === undefined ? knownDeviceCount() : undefined;
-    devices = which.map((d) => checkDevice(d, count));
-    const twice = devices.find((d, i) => devices.indexOf(d) !== i);
-    if (twice !== undefined) throw new RangeError(`device ${twice} appears twice in devices`);
+    devices = checkDeviceList('devices', which, simulate === undefined ? knownDeviceCount() : undefined);
     if (specs && specs.length !== devices.length)
       throw new RangeError(`simulate lists ${specs.length} devices but devices lists ${devices.length}`);
   } else {

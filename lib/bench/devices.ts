@@ -12,7 +12,7 @@ import { copy } from '../copy';
 import { summarize, rateSummary, SampleSummary } from './stats';
 import { GateMetric, GateSource } from './gates';
 import { fillPattern, equal } from './transfer';
-import { checkDevice } from '../validate';
+import { checkDeviceList } from '../validate';
 
 /** How host memory is provided: PinnedBuffers (timed with CUDA events), or an ordinary Node buffer through the staged path or the driver's pageable path (a steady clock). */
 export type DevicesMode = 'pinned' | 'staged' | 'pageable';
@@ -98,12 +98,8 @@ export interface DevicesReport {
 /** @internal The devices an option names, checked against the devices CUDA sees. */
 export function resolveDevices(which: 'all' | number[] | undefined, count: number): number[] {
   if (which === undefined || which === 'all') return Array.from({ length: count }, (_, i) => i);
-  if (!Array.isArray(which) || which.length === 0)
-    throw new RangeError("Expected devices to be 'all' or a non-empty list of device indices");
-  const list = which.map((d) => checkDevice(d, count));
-  const twice = list.find((d, i) => list.indexOf(d) !== i);
-  if (twice !== undefined) throw new RangeError(`device ${twice} appears twice in devices`);
-  return list;
+  if (!Array.isArray(which)) throw new RangeError("Expected devices to be 'all' or a list of device indices");
+  return checkDeviceList('devices', which, count);
 }
 
 /** @internal */

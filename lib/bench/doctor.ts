@@ -7,7 +7,7 @@ import { DeviceBuffer, PinnedBuffer } from '../memory';
 import { copy, memset } from '../copy';
 import { native } from '../native';
 import { rateSummary } from './stats';
-import { renderJunit } from './report';
+import { rate, renderJunit } from './report';
 import { checkDevice } from '../validate';
 import { resolveDevices } from './devices';
 
@@ -265,10 +265,6 @@ export function runDoctorDevices(options: DoctorDevicesOptions = {}): DoctorDevi
     }
   const ok = gpus.every((g) => g.ok) && pairs.every((p) => p.checks.every((c) => c.status !== 'fail'));
   return { schema: 'cuda-memory/doctor-devices@1', ok, devices, gpus, pairs };
-}
-
-function rate(v: number): string {
-  return v >= 100 ? v.toFixed(1) : v.toFixed(2);
 }
 
 /** Each GPU's checks under its name, then each pair's. */

@@ -6,12 +6,13 @@
 import { DevicesReport } from './devices';
 import { P2pReport } from './p2p';
 import { GateResult } from './gates';
-import { JunitCase, renderJunit } from './report';
+import { JunitCase, rate as gbps, renderJunit } from './report';
 import { esc } from '../chart';
 import { formatBytes } from '../units';
 
+// A table's GB/s, '-' for a figure that could not be measured.
 function rate(v: number): string {
-  return !Number.isFinite(v) ? '-' : v >= 100 ? v.toFixed(1) : v.toFixed(2);
+  return Number.isFinite(v) ? gbps(v) : '-';
 }
 
 function pct(v: number | undefined): string {

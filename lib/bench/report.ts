@@ -8,7 +8,8 @@ function label(r: TransferResult): string {
   return r.direction === 'd2d' ? 'd2d' : `${r.direction} ${r.mode}`;
 }
 
-function rate(v: number): string {
+/** A GB/s figure for tables: one decimal from 100 up, two below. */
+export function rate(v: number): string {
   return v >= 100 ? v.toFixed(1) : v.toFixed(2);
 }
 
