@@ -100,6 +100,7 @@ interface BenchOptions extends Pick<TransferBenchmarkOptions, 'sizes' | 'modes' 
   p2p?: boolean;
   chunk?: number;
   firstChunk?: number;
+  lastChunk?: number;
   threads?: number;
   slots?: number;
   json?: boolean;
@@ -191,6 +192,7 @@ async function bench(o: BenchOptions): Promise<number> {
   const staging: Record<string, number> = {};
   if (o.chunk !== undefined) staging.chunkBytes = o.chunk;
   if (o.firstChunk !== undefined) staging.firstChunkBytes = o.firstChunk;
+  if (o.lastChunk !== undefined) staging.lastChunkBytes = o.lastChunk;
   if (o.threads !== undefined) staging.threads = o.threads;
   if (o.slots !== undefined) staging.slots = o.slots;
   requireGpu('bench');
@@ -429,6 +431,7 @@ function program(): Command {
     .option('--p2p', 'copies between every pair of GPUs: GB/s both ways and latency, as a matrix (with --devices: those GPUs)')
     .option('--chunk <size>', 'staged path: pinned chunk size (the largest chunk)', wrap(parseSize))
     .option('--first-chunk <size>', 'staged path: the first chunk; later ones double up to --chunk', wrap(parseSize))
+    .option('--last-chunk <size>', 'staged path: the last chunk; chunks halve down to it at the end', wrap(parseSize))
     .option('--threads <n>', 'staged path: host copy threads', integer(1))
     .option('--slots <n>', 'staged path: chunks in the ring', integer(2))
     .addOption(new Option('--json', 'the JSON report on stdout instead of the table').conflicts('csv'))

@@ -201,17 +201,21 @@ Napi::Value TimeHostCopy(const Napi::CallbackInfo& info) {
   if (span > pageable.length || span > pinned.length) ThrowRange(env, "bytes runs past a buffer");
   Instance& inst = GetInstance(env);
   std::shared_ptr<core::CopyTeam> team = GetStagingTeam(inst, pinned.device);
-  bool streaming;
+  Streaming mode;
   {
     std::lock_guard<std::mutex> lock(inst.staging_mutex);
-    streaming = StagingOptionsInForce(inst).streaming;
+    mode = StagingOptionsInForce(inst).streaming;
   }
+  // As a staged copy of n bytes in that direction would store (bidir: each direction's way).
+  const bool streaming = StreamingFor(mode, direction == "d2h", n);
+  const bool streaming_in = StreamingFor(mode, false, n),
+             streaming_out = StreamingFor(mode, true, n);
   std::vector<double> samples;
   for (int i = 0; i < warmup + iters; ++i) {
     auto t0 = Clock::now();
     if (bidir) {
-      std::thread other([&] { team->Copy(pageable.ptr + n, pinned.ptr, n, streaming); });
-      team->Copy(pinned.ptr + n, pageable.ptr, n, streaming);
+      std::thread other([&] { team->Copy(pageable.ptr + n, pinned.ptr, n, streaming_out); });
+      team->Copy(pinned.ptr + n, pageable.ptr, n, streaming_in);
       other.join();
     } else if (direction == "h2d") {
       team->Copy(pinned.ptr, pageable.ptr, n, streaming);

@@ -48,9 +48,10 @@ struct Instance {
   struct StagingConfig {
     size_t chunk_bytes = 0;  // 0: the tuned default
     size_t first_chunk_bytes = 0;
+    size_t last_chunk_bytes = 0;
     int slots = 0;
     int threads = 0;
-    int streaming = -1;     // -1: default
+    int streaming = -1;     // -1: default, 0: off, 1: on, 2: 'auto'
     int64_t auto_h2d = -1;  // -1: default
     int64_t auto_d2h = -1;
   } staging_config;

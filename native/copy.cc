@@ -324,10 +324,10 @@ Napi::Value Memset(const Napi::CallbackInfo& info) {
   return env.Undefined();
 }
 
-// configureStaging({chunkBytes, firstChunkBytes, slots, threads, streaming, autoThreshold:
-// {h2d, d2h}}) -> the settings in force. A field set to null returns to its default. Drops the
-// engines and the team, so the next staged copy builds them with the new settings (copies in
-// flight keep the ones they hold).
+// configureStaging({chunkBytes, firstChunkBytes, lastChunkBytes, slots, threads, streaming,
+// autoThreshold: {h2d, d2h}}) -> the settings in force. A field set to null returns to its default.
+// Drops the engines and the team, so the next staged copy builds them with the new settings (copies
+// in flight keep the ones they hold).
 Napi::Value ConfigureStaging(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Instance& inst = GetInstance(env);
@@ -345,12 +345,17 @@ Napi::Value ConfigureStaging(const Napi::CallbackInfo& info) {
     if (has(o, "firstChunkBytes", &reset))
       cfg.first_chunk_bytes =
           reset ? 0 : ReadSize(env, o.Get("firstChunkBytes"), "firstChunkBytes");
+    if (has(o, "lastChunkBytes", &reset))
+      cfg.last_chunk_bytes = reset ? 0 : ReadSize(env, o.Get("lastChunkBytes"), "lastChunkBytes");
     if (has(o, "slots", &reset))
       cfg.slots = reset ? 0 : ReadInt(env, o.Get("slots"), "slots", 2, 64);
     if (has(o, "threads", &reset))
       cfg.threads = reset ? 0 : ReadInt(env, o.Get("threads"), "threads", 1, 256);
     if (has(o, "streaming", &reset))
-      cfg.streaming = reset ? -1 : (o.Get("streaming").ToBoolean() ? 1 : 0);
+      cfg.streaming = reset                            ? -1
+                      : o.Get("streaming").IsString()  ? 2  // 'auto', checked by the TS layer
+                      : o.Get("streaming").ToBoolean() ? 1
+                                                       : 0;
     if (has(o, "autoThreshold", &reset)) {
       if (reset) {
         cfg.auto_h2d = cfg.auto_d2h = -1;
@@ -370,6 +375,9 @@ Napi::Value ConfigureStaging(const Napi::CallbackInfo& info) {
     if (cfg.first_chunk_bytes &&
         (cfg.first_chunk_bytes < 65536 || cfg.first_chunk_bytes > (1ull << 30)))
       ThrowRange(env, "firstChunkBytes must be from 64 KiB to 1 GiB");
+    if (cfg.last_chunk_bytes &&
+        (cfg.last_chunk_bytes < 65536 || cfg.last_chunk_bytes > (1ull << 30)))
+      ThrowRange(env, "lastChunkBytes must be from 64 KiB to 1 GiB");
     std::lock_guard<std::mutex> lock(inst.staging_mutex);
     inst.staging_config = cfg;
     inst.staging.clear();
@@ -380,9 +388,13 @@ Napi::Value ConfigureStaging(const Napi::CallbackInfo& info) {
   Napi::Object out = Napi::Object::New(env);
   out.Set("chunkBytes", static_cast<double>(o.chunk_bytes));
   out.Set("firstChunkBytes", static_cast<double>(std::min(o.first_chunk_bytes, o.chunk_bytes)));
+  out.Set("lastChunkBytes", static_cast<double>(std::min(o.last_chunk_bytes, o.chunk_bytes)));
   out.Set("slots", o.slots);
   out.Set("threads", o.threads);
-  out.Set("streaming", o.streaming);
+  if (o.streaming == Streaming::kAuto)
+    out.Set("streaming", "auto");
+  else
+    out.Set("streaming", o.streaming == Streaming::kOn);
   Napi::Object t = Napi::Object::New(env);
   t.Set("h2d", static_cast<double>(o.auto_h2d));
   t.Set("d2h", static_cast<double>(o.auto_d2h));

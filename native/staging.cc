@@ -13,17 +13,22 @@ StagingOptions StagingOptionsInForce(const Instance& inst) {
   StagingOptions o;
   o.chunk_bytes = 8u << 20;
   o.first_chunk_bytes = 512u << 10;
+  o.last_chunk_bytes = 512u << 10;
   o.slots = 8;
   o.threads = static_cast<int>(std::clamp(hw * 3 / 4, 1u, 12u));
-  o.streaming = true;
+  o.streaming = Streaming::kAuto;
   o.auto_h2d = 256u << 10;
   o.auto_d2h = 128u << 10;
   const Instance::StagingConfig& c = inst.staging_config;
   if (c.chunk_bytes) o.chunk_bytes = c.chunk_bytes;
   if (c.first_chunk_bytes) o.first_chunk_bytes = c.first_chunk_bytes;
+  if (c.last_chunk_bytes) o.last_chunk_bytes = c.last_chunk_bytes;
   if (c.slots) o.slots = c.slots;
   if (c.threads) o.threads = c.threads;
-  if (c.streaming >= 0) o.streaming = c.streaming == 1;
+  if (c.streaming >= 0)
+    o.streaming = c.streaming == 2   ? Streaming::kAuto
+                  : c.streaming == 1 ? Streaming::kOn
+                                     : Streaming::kOff;
   if (c.auto_h2d >= 0) o.auto_h2d = static_cast<size_t>(c.auto_h2d);
   if (c.auto_d2h >= 0) o.auto_d2h = static_cast<size_t>(c.auto_d2h);
   return o;
@@ -35,20 +40,20 @@ size_t StagedThreshold(Instance& inst, bool to_host) {
   return to_host ? o.auto_d2h : o.auto_h2d;
 }
 
-// The DMA half of the pipeline on CUDA: chunk c moves on the engine's stream between its ring
-// slot and the device, and the slot's event marks when it is done. Issue runs on whichever team
-// thread finished the chunk's last piece, so it sets that thread's device first.
+// The DMA half of the pipeline on CUDA: chunk c moves on the engine's stream between its place in
+// the ring and the device, and the event of its slot marks when it is done. Issue runs on
+// whichever team thread finished the chunk's last piece, so it sets that thread's device first.
 class CudaRing : public core::StagingTransport {
  public:
   CudaRing(StagingEngine& e, char* device_ptr) : e_(e), device_ptr_(device_ptr) {}
-  char* slot(int s) override { return e_.slots_[s]; }
+  char* ring() override { return e_.ring_; }
   core::TransportStatus Issue(const core::StagingChunk& c) override {
     cudaError_t r = UseDevice(e_.device_);
     if (r != cudaSuccess) return Fail(r, "cudaSetDevice");
     char* dev = device_ptr_ + c.offset;
-    r = e_.to_host_
-            ? cudaMemcpyAsync(e_.slots_[c.slot], dev, c.length, cudaMemcpyDeviceToHost, e_.stream_)
-            : cudaMemcpyAsync(dev, e_.slots_[c.slot], c.length, cudaMemcpyHostToDevice, e_.stream_);
+    char* ring = e_.ring_ + c.ring_offset;
+    r = e_.to_host_ ? cudaMemcpyAsync(ring, dev, c.length, cudaMemcpyDeviceToHost, e_.stream_)
+                    : cudaMemcpyAsync(dev, ring, c.length, cudaMemcpyHostToDevice, e_.stream_);
     if (r != cudaSuccess)
       return Fail(r, e_.to_host_ ? "cudaMemcpyAsync (staged device-to-host)"
                                  : "cudaMemcpyAsync (staged host-to-device)");
@@ -84,23 +89,29 @@ StagingEngine::StagingEngine(int device, bool to_host, const StagingOptions& opt
   // the GPU's node for the allocation, then see where the pages went.
   core::ScopedPreferredNode prefer(node);
   ring_placed_ = prefer.ok();
-  for (int i = 0; i < options_.slots && !error_; ++i) {
+  if (!error_) {
     void* p = nullptr;
-    CM_TRY(error_, cudaHostAlloc(&p, options_.chunk_bytes, cudaHostAllocPortable),
+    CM_TRY(error_, cudaHostAlloc(&p, core::StagingRingBytes(Shape()), cudaHostAllocPortable),
            "cudaHostAlloc (staging ring)");
-    if (error_) break;
-    slots_.push_back(static_cast<char*>(p));
+    if (!error_) ring_ = static_cast<char*>(p);
+  }
+  for (int i = 0; i < options_.slots && !error_; ++i) {
     cudaEvent_t ev = nullptr;
     CM_TRY(error_, cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreate");
     if (!error_) done_.push_back(ev);
   }
-  if (!slots_.empty()) ring_node_ = core::NodeOfAddress(slots_.front());
+  if (ring_) ring_node_ = core::NodeOfAddress(ring_);
+}
+
+core::StagingShape StagingEngine::Shape() const {
+  return {options_.first_chunk_bytes, options_.chunk_bytes, options_.slots,
+          options_.last_chunk_bytes};
 }
 
 StagingEngine::~StagingEngine() {
   if (stream_) cudaStreamSynchronize(stream_);
   for (cudaEvent_t ev : done_) cudaEventDestroy(ev);
-  for (char* p : slots_) cudaFreeHost(p);
+  if (ring_) cudaFreeHost(ring_);
   if (stream_) cudaStreamDestroy(stream_);
   (void)cudaGetLastError();
 }
@@ -109,10 +120,9 @@ Error StagingEngine::Copy(char* device_ptr, char* host, size_t n) {
   std::lock_guard<std::mutex> lock(mutex_);
   Error err;
   CudaRing ring(*this, device_ptr);  // its Issue sets the device on whichever thread issues
-  core::StagingShape shape{options_.first_chunk_bytes, options_.chunk_bytes, options_.slots};
   core::TransportStatus s = core::RunStaged(
       *team_, ring, to_host_ ? core::StagingDirection::kToHost : core::StagingDirection::kToDevice,
-      host, n, shape, options_.streaming);
+      host, n, Shape(), StreamingFor(options_.streaming, to_host_, n), &ring_pos_);
   if (!s.ok()) err = Error{static_cast<cudaError_t>(s.code), s.call, ""};
   return err;
 }

@@ -16,12 +16,26 @@
 
 namespace cm {
 
+enum class Streaming { kAuto, kOn, kOff };
+
+// Host-to-device copies from this size up use ordinary stores into the ring under Streaming::kAuto:
+// on the H100 host they measured faster there (50-53 against 44-47 GB/s at 256 MiB and 1 GiB),
+// and slower below (27-28 against 40-41 GB/s at 16 MiB), BENCHMARKS.md.
+constexpr size_t kOrdinaryStoresFrom = 64u << 20;
+
+// Whether a staged copy (or the benchmark's host copy) of n bytes uses non-temporal stores.
+inline bool StreamingFor(Streaming s, bool to_host, size_t n) {
+  if (s != Streaming::kAuto) return s == Streaming::kOn;
+  return to_host || n < kOrdinaryStoresFrom;
+}
+
 struct StagingOptions {
   size_t chunk_bytes;        // one ring slot, the largest chunk
   size_t first_chunk_bytes;  // the first chunk; later ones double up to chunk_bytes
+  size_t last_chunk_bytes;   // the last chunk; chunks halve down to it at the end
   int slots;
-  int threads;     // the team, counting the thread that asked for the copy
-  bool streaming;  // non-temporal stores into and out of the ring
+  int threads;          // the team, counting the thread that asked for the copy
+  Streaming streaming;  // non-temporal stores into and out of the ring
   // Pageable copies from these sizes up take the staged path under strategy 'auto'.
   size_t auto_h2d;
   size_t auto_d2h;
@@ -60,9 +74,11 @@ class StagingEngine {
   std::shared_ptr<core::CopyTeam> team_;
   Error error_;
   std::mutex mutex_;
+  core::StagingShape Shape() const;
   cudaStream_t stream_ = nullptr;
-  std::vector<char*> slots_;
-  std::vector<cudaEvent_t> done_;
+  char* ring_ = nullptr;           // one pinned block, StagingRingBytes(Shape()) bytes
+  size_t ring_pos_ = 0;            // where the next copy starts in it (guarded by mutex_)
+  std::vector<cudaEvent_t> done_;  // one per slot
   int ring_node_ = -1;
   bool ring_placed_ = false;
 };

@@ -1,9 +1,9 @@
 #!/usr/bin/env node
 // Tunes the staged path on this machine.
 //
-// 1. With --sweep: every combination of --chunks, --first and --threads is measured at the --at
-//    sizes (staged against pinned, both directions); the best is the one with the highest
-//    geometric mean of staged/pinned.
+// 1. With --sweep: every combination of --chunks, --first (the last chunk the same size) and
+//    --threads is measured at the --at sizes (staged against pinned, both directions); the best
+//    is the one with the highest geometric mean of staged/pinned.
 // 2. Always: strategy 'auto' thresholds. For each direction, the driver's pageable cudaMemcpy and
 //    the staged path (with the settings from step 1, or those in force) are timed side by side at
 //    --sizes; the threshold is the smallest size from which staged is at least as fast as the
@@ -74,7 +74,8 @@ async function sweep(o, log) {
   for (const chunkBytes of chunks)
     for (const firstChunkBytes of firsts.filter((f) => f <= chunkBytes))
       for (const t of threads) {
-        const r = await measure(o, at, ['staged'], { chunkBytes, firstChunkBytes, threads: t });
+        // The last chunk as small as the first: both ends of a copy are left uncovered alike.
+        const r = await measure(o, at, ['staged'], { chunkBytes, firstChunkBytes, lastChunkBytes: firstChunkBytes, threads: t });
         const shares = [];
         const cells = [];
         for (const n of at)
@@ -124,7 +125,12 @@ async function main() {
   const settings = {};
   if (o.sweep) {
     const best = await sweep(o, log);
-    Object.assign(settings, { chunkBytes: best.chunkBytes, firstChunkBytes: best.firstChunkBytes, threads: best.threads });
+    Object.assign(settings, {
+      chunkBytes: best.chunkBytes,
+      firstChunkBytes: best.firstChunkBytes,
+      lastChunkBytes: best.firstChunkBytes,
+      threads: best.threads,
+    });
     log(`best: chunk ${cm.formatBytes(best.chunkBytes)}, first ${cm.formatBytes(best.firstChunkBytes)}, ${best.threads} threads`);
   }
   settings.autoThreshold = await thresholds(o, settings, log);

@@ -23,16 +23,25 @@ describe('configureStaging', () => {
     before = cm.configureStaging();
   });
   afterAll(() => {
-    cm.configureStaging({ chunkBytes: null, firstChunkBytes: null, slots: null, threads: null, streaming: null, autoThreshold: null });
+    cm.configureStaging({
+      chunkBytes: null,
+      firstChunkBytes: null,
+      lastChunkBytes: null,
+      slots: null,
+      threads: null,
+      streaming: null,
+      autoThreshold: null,
+    });
   });
 
   test('reports the settings in force, thresholds per direction', () => {
     expect(before).toEqual({
       chunkBytes: 8 * MiB,
       firstChunkBytes: 512 * KiB,
+      lastChunkBytes: 512 * KiB,
       slots: 8,
       threads: expect.any(Number),
-      streaming: true,
+      streaming: 'auto',
       autoThreshold: { h2d: expect.any(Number), d2h: expect.any(Number) },
     });
     expect(before.threads).toBeGreaterThanOrEqual(1);
@@ -46,19 +55,30 @@ describe('configureStaging', () => {
     expect(now.autoThreshold).toEqual({ h2d: before.autoThreshold.h2d, d2h: 3 * MiB });
     const back = cm.configureStaging({ firstChunkBytes: null, autoThreshold: { d2h: null }, slots: null });
     expect(back).toEqual(before);
+    expect(cm.configureStaging({ lastChunkBytes: 256 * KiB, streaming: false })).toMatchObject({
+      lastChunkBytes: 256 * KiB,
+      streaming: false,
+    });
+    expect(cm.configureStaging({ streaming: true }).streaming).toBe(true);
+    expect(cm.configureStaging({ streaming: 'auto' }).streaming).toBe('auto');
+    expect(cm.configureStaging({ lastChunkBytes: null, streaming: null })).toEqual(before);
   });
 
-  test('the first chunk is never reported larger than a slot', () => {
-    expect(cm.configureStaging({ chunkBytes: 256 * KiB, firstChunkBytes: MiB }).firstChunkBytes).toBe(256 * KiB);
-    cm.configureStaging({ chunkBytes: null, firstChunkBytes: null });
+  test('the first and last chunks are never reported larger than a slot', () => {
+    expect(cm.configureStaging({ chunkBytes: 256 * KiB, firstChunkBytes: MiB, lastChunkBytes: 2 * MiB })).toMatchObject({
+      firstChunkBytes: 256 * KiB,
+      lastChunkBytes: 256 * KiB,
+    });
+    cm.configureStaging({ chunkBytes: null, firstChunkBytes: null, lastChunkBytes: null });
   });
 
   test('refuses what it cannot use, naming the field', () => {
     expect(() => cm.configureStaging({ firstChunkBytes: 4096 })).toThrow(/firstChunkBytes/);
+    expect(() => cm.configureStaging({ lastChunkBytes: 2 ** 31 })).toThrow(/lastChunkBytes must be from 64 KiB to 1 GiB/);
     expect(() => cm.configureStaging({ chunkBytes: 2 ** 31 })).toThrow(/chunkBytes must be from 64 KiB to 1 GiB/);
     expect(() => cm.configureStaging({ autoThreshold: 5 })).toThrow(/settings\.autoThreshold/);
     expect(() => cm.configureStaging({ autoThreshold: { h2d: -1 } })).toThrow(/autoThreshold\.h2d/);
-    expect(() => cm.configureStaging({ streaming: 'yes' })).toThrow(/streaming/);
+    expect(() => cm.configureStaging({ streaming: 'yes' })).toThrow(/true, false or 'auto' for settings\.streaming/);
     expect(cm.configureStaging()).toEqual(before);
   });
 });
@@ -188,6 +208,26 @@ describe('scripts/tune-staging.js', () => {
     const r = spawnSync(process.execPath, [path.join(__dirname, '..', 'scripts', 'tune-staging.js'), '--bogus'], { env: process.env });
     expect(r.status).toBe(2);
     expect(r.stderr.toString()).toMatch(/unknown argument "--bogus"|CUDA is not available/);
+  });
+});
+
+describeGpu('staged copies one after another go round the ring', () => {
+  afterAll(() => cm.configureStaging({ chunkBytes: null, slots: null, firstChunkBytes: null, lastChunkBytes: null }));
+  test('a small ring (3 x 1 MiB): copies that wrap it, within a copy and between copies, arrive intact', () => {
+    cm.configureStaging({ chunkBytes: MiB, slots: 3, firstChunkBytes: 64 * KiB, lastChunkBytes: 64 * KiB });
+    const sizes = [5 * KiB, 3 * MiB - 4096, 700 * KiB + 3, 10 * MiB + 77, 1, 2 * MiB, 4 * MiB + 5, 64 * KiB];
+    for (const [i, n] of sizes.entries()) {
+      const src = randomBytes(n, 100 + i);
+      const dev = cm.DeviceBuffer.alloc(n);
+      try {
+        cm.copy(dev, src, { strategy: 'staged' });
+        const back = new Uint8Array(n);
+        cm.copy(back, dev, { strategy: 'staged' });
+        expect({ n, same: same(back, src) }).toEqual({ n, same: true });
+      } finally {
+        dev.free();
+      }
+    }
   });
 });
 

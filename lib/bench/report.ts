@@ -21,7 +21,7 @@ function headline(report: TransferReport): string[] {
   return [
     `GPU ${e.gpu.name} (${e.gpu.uuid}, ${e.gpu.pciBusId}), ${pcie}`,
     `driver CUDA ${e.driverVersion}, runtime CUDA ${e.runtimeVersion}; host ${e.host.cpu} x${e.host.cpus}, ${formatBytes(e.host.memoryBytes)}; Node ${e.node}`,
-    `rates in decimal GB/s (1e9 bytes/s), median of ${report.options.iterations}${report.options.smallIterations ? ` (${report.options.smallIterations} up to 1 MiB)` : ''} after ${report.options.warmup} warm-up; staged path: chunks ${formatBytes(e.staging.firstChunkBytes ?? e.staging.chunkBytes)} to ${formatBytes(e.staging.chunkBytes)} x${e.staging.slots}, ${e.staging.threads} threads${autoLine(e.staging)}`,
+    `rates in decimal GB/s (1e9 bytes/s), median of ${report.options.iterations}${report.options.smallIterations ? ` (${report.options.smallIterations} up to 1 MiB)` : ''} after ${report.options.warmup} warm-up; staged path: chunks ${formatBytes(e.staging.firstChunkBytes ?? e.staging.chunkBytes)} to ${formatBytes(e.staging.chunkBytes)}${e.staging.lastChunkBytes ? ` to ${formatBytes(e.staging.lastChunkBytes)}` : ''} x${e.staging.slots}, ${e.staging.threads} threads${autoLine(e.staging)}`,
   ];
 }
 

@@ -20,18 +20,80 @@ size_t PageDown(size_t n) { return n / kPage * kPage; }
 
 }  // namespace
 
-StagingPlan PlanStaging(size_t n, const StagingShape& shape, int threads) {
+namespace {
+
+// Chunk lengths in pages, front to back: doubling from `first` at the front and, with a `last`,
+// doubling from it at the back too (so halving toward the end). The two ends are taken in turn
+// until each has reached `max` or the next one would leave nothing over; what is left between
+// them is cut into equal chunks no larger than the largest beside them.
+std::vector<size_t> ChunkPages(size_t pages, size_t first, size_t last, size_t max) {
+  std::vector<size_t> front, back;
+  const bool taper = last != 0;
+  size_t grow[2] = {first, last}, rest = pages, widest = 0;
+  bool done[2] = {false, false};
+  for (int end = 0; rest > 0 && !(done[0] && done[1]); end = taper ? 1 - end : 0) {
+    if (done[end]) continue;
+    size_t& s = grow[end];
+    if (taper && s >= rest) break;
+    const size_t take = std::min(s, rest);
+    (end == 0 ? front : back).push_back(take);
+    widest = std::max(widest, take);
+    rest -= take;
+    done[end] = taper && take == max;
+    s = std::min(max, s * 2);
+  }
+  if (rest > 0) {
+    if (widest == 0) widest = rest;  // the whole copy fits the first chunk
+    const size_t k = (rest + widest - 1) / widest;
+    for (size_t j = 0; j < k; ++j) front.push_back(rest * (j + 1) / k - rest * j / k);
+  }
+  front.insert(front.end(), back.rbegin(), back.rend());
+  return front;
+}
+
+}  // namespace
+
+size_t StagingRingBytes(const StagingShape& shape) {
+  return std::max(kMinPiece, PageDown(shape.max_chunk)) *
+         static_cast<size_t>(std::max(1, shape.slots));
+}
+
+StagingPlan PlanStaging(size_t n, const StagingShape& shape, int threads, size_t ring_start) {
   StagingPlan plan;
-  const size_t max_chunk = std::max(kMinPiece, PageDown(shape.max_chunk));
+  const size_t ring_bytes = StagingRingBytes(shape);
+  plan.ring_end = PageDown(ring_start) % ring_bytes;
+  if (n == 0) return plan;
+  const size_t max_pages = std::max(kMinPiece, PageDown(shape.max_chunk)) / kPage;
+  auto pages_of = [&](size_t bytes) {
+    return std::clamp(PageDown(bytes), kMinPiece, max_pages * kPage) / kPage;
+  };
+  const size_t last = shape.last_chunk ? pages_of(shape.last_chunk) : 0;
+  const std::vector<size_t> lengths =
+      ChunkPages((n + kPage - 1) / kPage, pages_of(shape.first_chunk), last, max_pages);
   const int slots = std::max(1, shape.slots);
-  size_t size = std::clamp(PageDown(shape.first_chunk), kMinPiece, max_chunk);
-  for (size_t off = 0, i = 0; off < n; ++i) {
+  size_t off = 0, pos = plan.ring_end;
+  for (size_t i = 0; i < lengths.size(); ++i) {
     StagingChunk c;
     c.offset = off;
-    c.length = std::min(size, n - off);
+    c.length = std::min(lengths[i] * kPage, n - off);  // the last page may be partial
     c.slot = static_cast<int>(i % slots);
+    // The ring in turn: where the chunk before ended, or back at the start if it does not fit.
+    const size_t bytes = lengths[i] * kPage;
+    if (pos + bytes > ring_bytes) pos = 0;
+    c.ring_offset = pos;
+    pos = (pos + bytes) % ring_bytes;
+    c.after = static_cast<long>(i) - slots;  // -1 or less: none
+    for (size_t j = i; j-- > 0 && static_cast<long>(j) > c.after;) {
+      const StagingChunk& e = plan.chunks[j];
+      const size_t e_bytes = (e.length + kPage - 1) / kPage * kPage;
+      if (e.ring_offset < c.ring_offset + bytes && c.ring_offset < e.ring_offset + e_bytes) {
+        c.after = static_cast<long>(j);
+        break;
+      }
+    }
+    c.after = std::max(c.after, -1L);
     c.first_piece = plan.pieces.size();
-    const size_t pages = (c.length + kPage - 1) / kPage;
+    const size_t pages = lengths[i];
     const size_t parts =
         std::clamp<size_t>(c.length / kMinPiece, 1, static_cast<size_t>(std::max(1, threads)));
     for (size_t k = 0; k < parts; ++k) {
@@ -42,16 +104,17 @@ StagingPlan PlanStaging(size_t n, const StagingShape& shape, int threads) {
     c.pieces = plan.pieces.size() - c.first_piece;
     plan.chunks.push_back(c);
     off += c.length;
-    size = std::min(max_chunk, size * 2);
   }
+  plan.ring_end = pos;
   return plan;
 }
 
 namespace {
 
 // CUDA_MEMORY_STAGING_TRACE in the environment (read once, at the first staged copy): each copy's
-// timeline on stderr, per chunk when it was issued and landed and when its first piece started
-// and its last piece ended, in microseconds from the start of the copy.
+// timeline on stderr, per chunk when the call that issues it started and returned, when a thread
+// began waiting for it and saw it land, and when its first piece started and its last piece
+// ended, in microseconds from the start of the copy.
 bool TraceWanted() {
   static const bool wanted = std::getenv("CUDA_MEMORY_STAGING_TRACE") != nullptr;
   return wanted;
@@ -60,7 +123,9 @@ bool TraceWanted() {
 class Trace {
  public:
   explicit Trace(size_t chunks) : chunks_(chunks) {}
+  void Issuing(size_t c) { Set(c, &Times::issuing); }
   void Issued(size_t c) { Set(c, &Times::issued); }
+  void Waiting(size_t c) { Set(c, &Times::waiting); }
   void Landed(size_t c) { Set(c, &Times::landed); }
   void PieceStarts(size_t c) {
     double t = Now();
@@ -76,14 +141,16 @@ class Trace {
     std::fprintf(stderr, "cuda-memory staged %s: %zu chunks, %.1f us\n", direction, chunks_.size(),
                  Now());
     for (size_t c = 0; c < chunks_.size(); ++c)
-      std::fprintf(stderr, "  chunk %zu (%zu bytes): issued %.1f, landed %.1f, pieces %.1f..%.1f\n",
-                   c, plan.chunks[c].length, chunks_[c].issued, chunks_[c].landed,
-                   chunks_[c].first_piece, chunks_[c].last_piece);
+      std::fprintf(
+          stderr, "  chunk %zu (%zu bytes): issue %.1f..%.1f, wait %.1f..%.1f, pieces %.1f..%.1f\n",
+          c, plan.chunks[c].length, chunks_[c].issuing, chunks_[c].issued, chunks_[c].waiting,
+          chunks_[c].landed, chunks_[c].first_piece, chunks_[c].last_piece);
   }
 
  private:
   struct Times {
-    double issued = -1, landed = -1, first_piece = 1e18, last_piece = -1;
+    double issuing = -1, issued = -1, waiting = -1, landed = -1, first_piece = 1e18,
+           last_piece = -1;
   };
   double Now() const {
     return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start_)
@@ -102,19 +169,18 @@ class Trace {
 class StagedJob : public TeamJob {
  public:
   StagedJob(const StagingPlan& plan, StagingTransport& transport, StagingDirection direction,
-            char* host, size_t slots, bool streaming)
+            char* host, bool streaming)
       : plan_(plan),
         transport_(transport),
         to_device_(direction == StagingDirection::kToDevice),
         host_(host),
-        slots_(slots),
         streaming_(streaming),
         copied_(new std::atomic<size_t>[plan.chunks.size()]),
         issued_(new std::atomic<bool>[plan.chunks.size()]),
         ready_(new std::atomic<int>[plan.chunks.size()]),
-        issuable_(new std::atomic<bool>[plan.chunks.size()]) {
+        moved_(new std::atomic<bool>[plan.chunks.size()]) {
     for (size_t c = 0; c < plan.chunks.size(); ++c) {
-      issuable_[c].store(false);
+      moved_[c].store(false);
       copied_[c].store(0);
       issued_[c].store(false);
       ready_[c].store(kUnchecked);
@@ -129,33 +195,31 @@ class StagedJob : public TeamJob {
     if (trace_) trace_->Print(direction, plan_);
   }
 
-  // Device-to-host: the first `slots` chunks go to the DMA engine before any thread starts.
-  void IssueFirst() {
-    for (size_t c = 0; c < std::min(slots_, plan_.chunks.size()); ++c) MarkIssuable(c);
-  }
+  // Device-to-host: the chunks that wait for nothing go to the DMA engine before any thread
+  // starts.
+  void IssueFirst() { Pump(); }
 
   void Do(size_t i) override {
     if (failed_.load(std::memory_order_acquire)) return;
     const StagingPiece& p = plan_.pieces[i];
     const StagingChunk& c = plan_.chunks[p.chunk];
-    char* ring = transport_.slot(c.slot) + (p.offset - c.offset);
+    char* ring = transport_.ring() + c.ring_offset + (p.offset - c.offset);
     if (to_device_) {
-      // The slot is free once the chunk that last filled it has reached the device.
-      if (p.chunk >= slots_ && !AwaitSlot(p.chunk)) return;
+      // The ring bytes are free once the chunk that used them before has reached the device.
+      if (c.after >= 0 && !AwaitSlot(p.chunk)) return;
       if (trace_) trace_->PieceStarts(p.chunk);
       CopyBytes(ring, host_ + p.offset, p.length, streaming_);
-      if (trace_) trace_->PieceEnds(p.chunk);
-      if (copied_[p.chunk].fetch_add(1, std::memory_order_acq_rel) + 1 == c.pieces)
-        MarkIssuable(p.chunk);
     } else {
       if (!AwaitSlot(p.chunk)) return;
       if (trace_) trace_->PieceStarts(p.chunk);
       CopyBytes(host_ + p.offset, ring, p.length, streaming_);
-      if (trace_) trace_->PieceEnds(p.chunk);
-      // The slot's last piece is out: the chunk `slots` later may land in it.
-      if (copied_[p.chunk].fetch_add(1, std::memory_order_acq_rel) + 1 == c.pieces &&
-          p.chunk + slots_ < plan_.chunks.size())
-        MarkIssuable(p.chunk + slots_);
+    }
+    if (trace_) trace_->PieceEnds(p.chunk);
+    // The chunk's last piece is in the ring (to the device: the chunk may go) or out of it (to the
+    // host: chunks waiting for its ring bytes may land there).
+    if (copied_[p.chunk].fetch_add(1, std::memory_order_acq_rel) + 1 == c.pieces) {
+      moved_[p.chunk].store(true);
+      Pump();
     }
   }
 
@@ -174,42 +238,58 @@ class StagedJob : public TeamJob {
     return false;
   }
 
+  // Whether chunk c may go to the DMA engine: to the device, once its bytes are in the ring; to
+  // the host, once every chunk up to the one it waits for has been copied out of the ring.
+  bool Ready(size_t c) const {
+    if (to_device_) return moved_[c].load();
+    return plan_.chunks[c].after < static_cast<long>(out_prefix_.load());
+  }
+
   // Chunks go to the DMA engine in order and from one thread at a time: whoever finds the next
   // chunk ready issues it and every ready one after it. Concurrent cudaMemcpyAsync calls from
   // several threads queue inside the driver (7 to 20 us each were measured on the H100 host),
   // and out of order they would make the engine wait for a later chunk. seq_cst on the flags and
   // the re-check after unlocking make sure a chunk marked while another thread held the lock is
   // issued by one of the two.
-  void MarkIssuable(size_t c) {
-    issuable_[c].store(true);
+  void Pump() {
     const size_t n = plan_.chunks.size();
     for (;;) {
       if (!issue_mutex_.try_lock()) return;
+      if (!to_device_) {  // chunks copied out from the first one on, without a gap
+        size_t p = out_prefix_.load();
+        while (p < n && moved_[p].load()) ++p;
+        out_prefix_.store(p);
+      }
       size_t k = next_issue_;
-      while (k < n && issuable_[k].load() && !failed_.load() && IssueChunk(k)) ++k;
+      while (k < n && Ready(k) && !failed_.load() && IssueChunk(k)) ++k;
       next_issue_ = k;
       issue_mutex_.unlock();
-      if (k >= n || !issuable_[k].load() || failed_.load()) return;
+      if (k >= n || failed_.load()) return;
+      const size_t p = out_prefix_.load();
+      if (!Ready(k) && (to_device_ || p >= n || !moved_[p].load())) return;
     }
   }
 
   bool IssueChunk(size_t c) {
+    if (trace_) trace_->Issuing(c);
     if (!Check(transport_.Issue(plan_.chunks[c]))) return false;
     if (trace_) trace_->Issued(c);
     issued_[c].store(true, std::memory_order_release);
     return true;
   }
 
-  // Waits until the slot of chunk c may be touched: its earlier occupant has reached the device
-  // (to the device), or chunk c has landed in it (to the host). One piece's thread asks the
-  // transport; the chunk's other pieces wait on its answer, so the driver sees one wait per chunk
-  // rather than one per thread. False when the copy failed first.
+  // Waits until the ring bytes of chunk c may be touched: the chunk that used them before has
+  // reached the device (to the device), or chunk c has landed in them (to the host). One piece's
+  // thread asks the transport; the chunk's other pieces wait on its answer, so the driver sees
+  // one wait per chunk rather than one per thread. False when the copy failed first.
   bool AwaitSlot(size_t c) {
     int state = ready_[c].load(std::memory_order_acquire);
     if (state == kReady) return true;
     if (state == kUnchecked && ready_[c].compare_exchange_strong(state, kWaiting)) {
-      size_t landing = to_device_ ? c - slots_ : c;
-      if (!(AwaitIssued(landing) && Check(transport_.Wait(plan_.chunks[c].slot)))) return false;
+      const size_t landing = to_device_ ? static_cast<size_t>(plan_.chunks[c].after) : c;
+      if (trace_) trace_->Waiting(landing);
+      if (!(AwaitIssued(landing) && Check(transport_.Wait(plan_.chunks[landing].slot))))
+        return false;
       if (trace_) trace_->Landed(landing);
       ready_[c].store(kReady, std::memory_order_release);
       return true;
@@ -234,13 +314,13 @@ class StagedJob : public TeamJob {
   StagingTransport& transport_;
   const bool to_device_;
   char* const host_;
-  const size_t slots_;
   const bool streaming_;
   std::unique_ptr<std::atomic<size_t>[]> copied_;
   std::unique_ptr<std::atomic<bool>[]> issued_;
   static constexpr int kUnchecked = 0, kWaiting = 1, kReady = 2;
   std::unique_ptr<std::atomic<int>[]> ready_;
-  std::unique_ptr<std::atomic<bool>[]> issuable_;
+  std::unique_ptr<std::atomic<bool>[]> moved_;  // all pieces into (or out of) the ring
+  std::atomic<size_t> out_prefix_{0};           // to the host: chunks [0, out_prefix_) are out
   std::mutex issue_mutex_;
   size_t next_issue_ = 0;  // guarded by issue_mutex_
   std::atomic<bool> failed_{false};
@@ -252,11 +332,12 @@ class StagedJob : public TeamJob {
 }  // namespace
 
 TransportStatus RunStaged(CopyTeam& team, StagingTransport& transport, StagingDirection direction,
-                          char* host, size_t n, const StagingShape& shape, bool streaming) {
+                          char* host, size_t n, const StagingShape& shape, bool streaming,
+                          size_t* ring_pos) {
   if (n == 0) return {};
-  StagingPlan plan = PlanStaging(n, shape, team.threads());
-  StagedJob job(plan, transport, direction, host, static_cast<size_t>(std::max(1, shape.slots)),
-                streaming);
+  StagingPlan plan = PlanStaging(n, shape, team.threads(), *ring_pos);
+  *ring_pos = plan.ring_end;
+  StagedJob job(plan, transport, direction, host, streaming);
   if (direction == StagingDirection::kToHost) job.IssueFirst();
   if (!job.failed()) team.Run(job);
   // Even after a failure: nothing may still be moving into or out of the ring when this returns.

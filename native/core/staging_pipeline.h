@@ -2,11 +2,20 @@
 // transfer each, through one slot of a pinned ring) and pieces (one thread's memcpy each), and the
 // job that runs them on a CopyTeam so the CPU copies and the DMA engine overlap.
 //
-// Chunks grow from `first_chunk`, doubling, to `max_chunk`: the DMA engine (host-to-device) or
-// the CPU (device-to-host) can start after a small first chunk instead of waiting for a whole
-// slot, which is what makes copies of a few MiB fast; later chunks are large, so per-transfer
-// costs vanish at 1 GiB. Each chunk is split into up to `threads` pieces of at least 64 KiB, and
-// the whole team copies it, while earlier chunks are still moving on the DMA engine.
+// Chunks grow from `first_chunk`, doubling, to `max_chunk`, and shrink again, halving, to
+// `last_chunk` at the end. A copy has two parts that nothing overlaps: the first chunk's first
+// stage (the CPU copying it into the ring, or the DMA engine bringing it in) and the last chunk's
+// second stage. Small chunks at both ends keep both short, which is what makes copies of a few
+// MiB fast; chunks in the middle are large, so per-transfer costs vanish at 1 GiB. Each chunk is
+// split into up to `threads` pieces of at least 64 KiB, and the whole team copies it, while
+// earlier chunks are still moving on the DMA engine.
+//
+// The ring is one block of `slots` x `max_chunk` bytes, and chunks take it in turn byte by byte:
+// each chunk goes where the one before it ended, and each copy where the copy before it ended.
+// So ring memory is used again only after a ring's worth of other traffic. A DMA engine writing
+// into lines that a core has just read (and still holds in its cache) ran at a third to half of
+// its speed on the H100 host, as did one reading lines just written with ordinary stores; by the
+// time the ring comes round, those lines have left the cores' caches (BENCHMARKS.md).
 #pragma once
 
 #include <cstddef>
@@ -19,14 +28,20 @@
 namespace cm::core {
 
 struct StagingShape {
-  size_t first_chunk;  // bytes of the first chunk
-  size_t max_chunk;    // bytes of one ring slot, the largest chunk
-  int slots;           // ring slots
+  size_t first_chunk;     // bytes of the first chunk
+  size_t max_chunk;       // bytes of one ring slot, the largest chunk
+  int slots;              // ring slots
+  size_t last_chunk = 0;  // bytes of the last chunk; 0: no shrinking, the last is what is left
 };
 
 struct StagingChunk {
   size_t offset = 0, length = 0;  // within the copy
-  int slot = 0;
+  size_t ring_offset = 0;         // where in the ring it passes
+  int slot = 0;                   // its completion marker: chunk index % slots
+  // The latest earlier chunk that must be done (reached the device, or been copied out of the
+  // ring) before this one may use its ring bytes: the latest that shares any of them, and at
+  // least the one `slots` back, so no more than `slots` chunks are under way. -1: none.
+  long after = -1;
   size_t first_piece = 0, pieces = 0;
 };
 
@@ -38,10 +53,17 @@ struct StagingPiece {
 struct StagingPlan {
   std::vector<StagingChunk> chunks;
   std::vector<StagingPiece> pieces;
+  size_t ring_end = 0;  // where the next copy's first chunk goes
 };
 
-// Cuts n bytes into chunks and pieces. Offsets of chunks and pieces are multiples of 4 KiB.
-StagingPlan PlanStaging(size_t n, const StagingShape& shape, int threads);
+// Bytes of the ring for a shape: slots x max_chunk (rounded down to 4 KiB, at least 64 KiB).
+size_t StagingRingBytes(const StagingShape& shape);
+
+// Cuts n bytes into chunks and pieces, the first chunk at `ring_start` in the ring. Offsets of
+// chunks and pieces are multiples of 4 KiB; no chunk is larger than max_chunk, the first no larger
+// than first_chunk and, when last_chunk is set, the last no larger than last_chunk (each rounded
+// down to 4 KiB, at least 64 KiB).
+StagingPlan PlanStaging(size_t n, const StagingShape& shape, int threads, size_t ring_start = 0);
 
 // A failed DMA call: `code` is the transport's own (a cudaError_t for CUDA), 0 for success.
 struct TransportStatus {
@@ -50,15 +72,17 @@ struct TransportStatus {
   bool ok() const { return code == 0; }
 };
 
-// The DMA half: a ring of `slots` pinned buffers of max_chunk bytes and one queue of transfers.
-// Issue and Wait are called from any team thread, concurrently for different chunks.
+// The DMA half: a pinned ring of StagingRingBytes(shape) bytes and one queue of transfers, which
+// run in the order issued. Issue and Wait are called from any team thread, concurrently for
+// different chunks.
 class StagingTransport {
  public:
   virtual ~StagingTransport() = default;
-  virtual char* slot(int s) = 0;
-  // Starts moving chunk `c` between its slot and the device, in the job's direction.
+  virtual char* ring() = 0;
+  // Starts moving chunk `c` between ring() + c.ring_offset and the device, in the job's
+  // direction, and marks its completion on `c.slot`.
   virtual TransportStatus Issue(const StagingChunk& c) = 0;
-  // Returns once the last transfer issued on slot `s` has finished.
+  // Returns once the last transfer marked on slot `s` has finished.
   virtual TransportStatus Wait(int s) = 0;
   // Returns once every transfer issued has finished.
   virtual TransportStatus Finish() = 0;
@@ -68,8 +92,10 @@ enum class StagingDirection { kToDevice, kToHost };
 
 // Runs one staged copy of n bytes between `host` and the device behind `transport` on `team`
 // (the calling thread takes part), and returns when the data has arrived or the first failure.
-// One copy at a time per transport; copies on different transports may share the team at once.
+// `ring_pos` is where in the ring the copy starts, and is left where the next one should. One
+// copy at a time per transport; copies on different transports may share the team at once.
 TransportStatus RunStaged(CopyTeam& team, StagingTransport& transport, StagingDirection direction,
-                          char* host, size_t n, const StagingShape& shape, bool streaming);
+                          char* host, size_t n, const StagingShape& shape, bool streaming,
+                          size_t* ring_pos);
 
 }  // namespace cm::core

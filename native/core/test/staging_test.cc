@@ -1,6 +1,6 @@
 // Tests of the staged pipeline and the copy team without a GPU: a fake DMA engine on its own
 // thread moves chunks between the ring and a "device" vector after random delays, reading and
-// writing the ring at the moment it runs, so a slot reused too early corrupts the data and the
+// writing the ring at the moment it runs, so ring bytes reused too early corrupt the data and the
 // byte comparison fails.
 #include <algorithm>
 #include <chrono>
@@ -26,7 +26,7 @@ class FakeDma : public StagingTransport {
           unsigned seed)
       : device_(device),
         to_device_(direction == StagingDirection::kToDevice),
-        ring_(shape.slots, std::vector<char>(shape.max_chunk)),
+        ring_(StagingRingBytes(shape)),
         slot_seq_(shape.slots, 0),
         rng_(seed),
         engine_([this] { Run(); }) {}
@@ -39,12 +39,12 @@ class FakeDma : public StagingTransport {
     engine_.join();
   }
 
-  char* slot(int s) override { return ring_[s].data(); }
+  char* ring() override { return ring_.data(); }
 
   TransportStatus Issue(const StagingChunk& c) override {
     std::lock_guard<std::mutex> lock(mutex_);
     if (fail_issue_at && ++issues_ == fail_issue_at) return {7, "fakeIssue"};
-    if (c.length > ring_[c.slot].size()) return {9, "chunk larger than its slot"};
+    if (c.ring_offset + c.length > ring_.size()) return {9, "chunk past the end of the ring"};
     slot_seq_[c.slot] = ++issued_;
     queue_.push_back({c, issued_});
     ++transfers;
@@ -87,7 +87,7 @@ class FakeDma : public StagingTransport {
       int delay = static_cast<int>(rng_() % 40);
       lock.unlock();
       std::this_thread::sleep_for(std::chrono::microseconds(delay));
-      char* ring = ring_[r.chunk.slot].data();
+      char* ring = ring_.data() + r.chunk.ring_offset;
       if (to_device_)
         std::memcpy(device_.data() + r.chunk.offset, ring, r.chunk.length);
       else
@@ -100,7 +100,7 @@ class FakeDma : public StagingTransport {
 
   std::vector<char>& device_;
   const bool to_device_;
-  std::vector<std::vector<char>> ring_;
+  std::vector<char> ring_;
   std::vector<uint64_t> slot_seq_;
   std::mt19937 rng_;
   std::mutex mutex_;
@@ -133,22 +133,69 @@ static void TestPlan() {
   }
   StagingPlan big = PlanStaging(64 * MiB, shape, 12);
   CHECK(big.chunks.back().length <= 8 * MiB && big.chunks[6].length == 8 * MiB);
+
+  // Shrinking to a last chunk: 512K, 1M, then the middle 1M, then 1M, 512K.
+  StagingShape taper{512 * KiB, 8 * MiB, 8, 512 * KiB};
+  std::vector<size_t> want = {512 * KiB, MiB, MiB, MiB, 512 * KiB}, got;
+  for (const StagingChunk& c : PlanStaging(4 * MiB, taper, 12).chunks) got.push_back(c.length);
+  CHECK(got == want);
+  // 64 MiB: 512K..8M up, 8M..512K down (31 MiB), the other 33 MiB in five equal chunks between.
+  got.clear();
+  for (const StagingChunk& c : PlanStaging(64 * MiB, taper, 12).chunks) got.push_back(c.length);
+  CHECK(got.size() == 15 && got[0] == 512 * KiB && got[4] == 8 * MiB && got[10] == 8 * MiB);
+  CHECK(got.back() == 512 * KiB && got[13] == MiB);
+  for (size_t i = 5; i < 10 && got.size() == 15; ++i)
+    CHECK(got[i] <= 8 * MiB && got[i] >= 6 * MiB && got[i] % 4096 == 0);
+  // In the ring (8 x 8 MiB): each chunk where the last ended; a chunk that would run past the end
+  // starts over at 0 and waits for the chunk that used those bytes before.
+  StagingPlan at = PlanStaging(4 * MiB, taper, 12, 62 * MiB);
+  CHECK(at.chunks[0].ring_offset == 62 * MiB && at.chunks[1].ring_offset == 62 * MiB + 512 * KiB);
+  CHECK(at.chunks[2].ring_offset == 0 && at.chunks[2].after == -1);
+  CHECK(at.ring_end == 2 * MiB + 512 * KiB);
+  StagingPlan wrap = PlanStaging(200 * MiB, taper, 12);
+  CHECK(wrap.chunks[10].after == 2 && wrap.chunks[11].ring_offset == 0);
+  CHECK(wrap.chunks[11].after == 4);  // [0, 7.68 MiB) was last used by chunk 4 (7.5 to 15.5)
+  // A copy the first chunk holds is one chunk; a little more ends in a small one.
+  CHECK(PlanStaging(300 * KiB, taper, 12).chunks.size() == 1);
+  StagingPlan two = PlanStaging(700 * KiB + 5, taper, 12);
+  CHECK(two.chunks.size() == 2 && two.chunks[1].length == 188 * KiB + 5);
   // Properties over random sizes and shapes: chunks and pieces tile [0, n) in order, on 4 KiB
   // boundaries, each chunk fits its slot and is cut into at most `threads` pieces.
   std::mt19937 rng(3);
   for (int t = 0; t < 400; ++t) {
     size_t n = rng() % (40 * MiB) + 1;
     StagingShape s{(rng() % (4 * MiB)) + 1, (rng() % (16 * MiB)) + 4096,
-                   static_cast<int>(rng() % 8) + 1};
+                   static_cast<int>(rng() % 8) + 1, t % 3 == 0 ? 0 : (rng() % (4 * MiB)) + 1};
+    const size_t max_chunk = std::max<size_t>(64 * KiB, s.max_chunk / 4096 * 4096);
+    auto bound = [&](size_t bytes) {
+      return std::clamp<size_t>(bytes / 4096 * 4096, 64 * KiB, max_chunk);
+    };
     int threads = static_cast<int>(rng() % 16) + 1;
-    StagingPlan q = PlanStaging(n, s, threads);
+    const size_t ring = StagingRingBytes(s);
+    StagingPlan q = PlanStaging(n, s, threads, rng() % (2 * ring));
     size_t at = 0, piece_at = 0;
     bool ok = true;
     for (size_t c = 0; c < q.chunks.size(); ++c) {
       const StagingChunk& ch = q.chunks[c];
       ok = ok && ch.offset == at && ch.offset % 4096 == 0 && ch.length > 0;
-      ok = ok && ch.length <= std::max<size_t>(64 * KiB, s.max_chunk / 4096 * 4096);
+      ok = ok && ch.length <= max_chunk;
       ok = ok && ch.slot == static_cast<int>(c % s.slots);
+      // In the ring, on a page, after the chunk before (or at the start); it waits for every
+      // earlier chunk that shares its ring bytes and for the one `slots` back.
+      const size_t bytes = (ch.length + 4095) / 4096 * 4096;
+      ok = ok && ch.ring_offset % 4096 == 0 && ch.ring_offset + bytes <= ring;
+      if (c > 0) {
+        const StagingChunk& prev = q.chunks[c - 1];
+        const size_t end = (prev.ring_offset + (prev.length + 4095) / 4096 * 4096) % ring;
+        ok = ok && (ch.ring_offset == end || ch.ring_offset == 0);
+      }
+      ok = ok && ch.after < static_cast<long>(c) && ch.after >= static_cast<long>(c) - s.slots;
+      for (size_t j = 0; j < c; ++j) {
+        const StagingChunk& e = q.chunks[j];
+        const size_t e_bytes = (e.length + 4095) / 4096 * 4096;
+        if (e.ring_offset < ch.ring_offset + bytes && ch.ring_offset < e.ring_offset + e_bytes)
+          ok = ok && static_cast<long>(j) <= ch.after;
+      }
       ok = ok && ch.pieces >= 1 && ch.pieces <= static_cast<size_t>(threads);
       for (size_t k = ch.first_piece; k < ch.first_piece + ch.pieces; ++k) {
         ok = ok && q.pieces[k].chunk == c && q.pieces[k].offset == piece_at;
@@ -157,7 +204,11 @@ static void TestPlan() {
       }
       at += ch.length;
     }
-    ok = ok && at == n && piece_at == n;
+    ok = ok && at == n && piece_at == n && q.ring_end < ring && q.ring_end % 4096 == 0;
+    ok = ok && q.chunks.front().length <= bound(s.first_chunk);
+    // (A copy the first chunk holds is one chunk, whatever the last chunk's size.)
+    if (s.last_chunk && q.chunks.size() > 1)
+      ok = ok && q.chunks.back().length <= bound(s.last_chunk);
     CHECK(ok);
   }
 }
@@ -165,25 +216,59 @@ static void TestPlan() {
 static void RoundTrip(CopyTeam& team, size_t n, const StagingShape& shape, unsigned seed,
                       bool streaming) {
   std::vector<char> src = Pattern(n, seed), back(n, 0), device(n, 0);
+  // Start somewhere in the ring, as a copy after others does.
+  size_t pos = (seed * 7919 * 4096) % StagingRingBytes(shape);
   {
     FakeDma dma(device, StagingDirection::kToDevice, shape, seed);
     TransportStatus s =
-        RunStaged(team, dma, StagingDirection::kToDevice, src.data(), n, shape, streaming);
+        RunStaged(team, dma, StagingDirection::kToDevice, src.data(), n, shape, streaming, &pos);
     CHECK(s.ok() && dma.finished_with_nothing_moving);
   }
   CHECK(device == src);
   {
     FakeDma dma(device, StagingDirection::kToHost, shape, seed + 1);
     TransportStatus s =
-        RunStaged(team, dma, StagingDirection::kToHost, back.data(), n, shape, streaming);
+        RunStaged(team, dma, StagingDirection::kToHost, back.data(), n, shape, streaming, &pos);
     CHECK(s.ok());
   }
   CHECK(back == src);
 }
 
+// Copies one after another through one ring per direction, each starting where the last ended:
+// sizes from a byte to several rings, so chunks wrap round the ring within a copy and between
+// copies, and the FakeDma's delays catch ring bytes used again too early.
+static void TestRingInTurn() {
+  CopyTeam team(5);
+  StagingShape shape{64 * KiB, 512 * KiB, 4, 64 * KiB};
+  const size_t ring = StagingRingBytes(shape);
+  std::mt19937 rng(11);
+  std::vector<char> device(5 * ring);
+  FakeDma up(device, StagingDirection::kToDevice, shape, 21);
+  FakeDma down(device, StagingDirection::kToHost, shape, 22);
+  size_t up_pos = 0, down_pos = 0;
+  for (int k = 0; k < 40; ++k) {
+    const size_t n = k % 5 == 0 ? 1 + rng() % 4096 : 1 + rng() % (5 * ring);
+    std::vector<char> src = Pattern(n, 100 + k), back(n, 0);
+    const size_t expect = PlanStaging(n, shape, team.threads(), up_pos).ring_end;
+    CHECK(
+        RunStaged(team, up, StagingDirection::kToDevice, src.data(), n, shape, k % 2 == 0, &up_pos)
+            .ok());
+    CHECK(up_pos == expect && up_pos % 4096 == 0 && up_pos < ring);
+    CHECK(std::equal(src.begin(), src.end(), device.begin()));
+    CHECK(RunStaged(team, down, StagingDirection::kToHost, back.data(), n, shape, k % 3 == 0,
+                    &down_pos)
+              .ok());
+    CHECK(back == src);
+  }
+  CHECK(up.finished_with_nothing_moving);
+}
+
 static void TestRoundTrips() {
   const size_t sizes[] = {1, 4095, 64 * KiB, MiB + 3, 4 * MiB, 13 * MiB + 77, 40 * MiB};
-  const StagingShape shapes[] = {{256 * KiB, 8 * MiB, 4}, {64 * KiB, 1 * MiB, 2}, {MiB, MiB, 3}};
+  const StagingShape shapes[] = {{256 * KiB, 8 * MiB, 4},
+                                 {64 * KiB, 1 * MiB, 2},
+                                 {MiB, MiB, 3},
+                                 {128 * KiB, 2 * MiB, 5, 64 * KiB}};
   for (int threads : {1, 3, 8}) {
     CopyTeam team(threads);
     unsigned seed = 1;
@@ -198,17 +283,19 @@ static void TestRoundTrips() {
 // Both directions at once on one team, from two threads, as a bidirectional copy runs.
 static void TestBothDirectionsAtOnce() {
   CopyTeam team(6);
-  StagingShape shape{128 * KiB, 2 * MiB, 4};
+  StagingShape shape{128 * KiB, 2 * MiB, 4, 256 * KiB};
   const size_t n = 24 * MiB + 4096 * 3 + 5;
+  size_t p1 = 0, p2 = 0;
   for (int round = 0; round < 4; ++round) {
     std::vector<char> up = Pattern(n, 40 + round), device_up(n, 0);
     std::vector<char> device_down = Pattern(n, 50 + round), down(n, 0);
     FakeDma h2d(device_up, StagingDirection::kToDevice, shape, 1);
     FakeDma d2h(device_down, StagingDirection::kToHost, shape, 2);
     TransportStatus a, b;
-    std::thread other(
-        [&] { b = RunStaged(team, d2h, StagingDirection::kToHost, down.data(), n, shape, true); });
-    a = RunStaged(team, h2d, StagingDirection::kToDevice, up.data(), n, shape, true);
+    std::thread other([&] {
+      b = RunStaged(team, d2h, StagingDirection::kToHost, down.data(), n, shape, true, &p2);
+    });
+    a = RunStaged(team, h2d, StagingDirection::kToDevice, up.data(), n, shape, true, &p1);
     other.join();
     CHECK(a.ok() && b.ok());
     CHECK(device_up == up && down == device_down);
@@ -227,7 +314,8 @@ static void TestFailures() {
       std::vector<char> device(n, 0);
       FakeDma dma(device, dir, shape, at);
       dma.fail_issue_at = at;
-      TransportStatus s = RunStaged(team, dma, dir, host.data(), n, shape, false);
+      size_t pos = 0;
+      TransportStatus s = RunStaged(team, dma, dir, host.data(), n, shape, false, &pos);
       CHECK(s.code == 7 && s.call == "fakeIssue");
       // Chunks already copied may still have been issued by other threads, never all of them.
       CHECK(dma.finished_with_nothing_moving && dma.transfers >= at - 1);
@@ -236,8 +324,9 @@ static void TestFailures() {
     std::vector<char> device(n, 0);
     FakeDma dma(device, StagingDirection::kToHost, shape, at);
     dma.fail_wait_at = at;
+    size_t pos = 0;
     TransportStatus s =
-        RunStaged(team, dma, StagingDirection::kToHost, host.data(), n, shape, false);
+        RunStaged(team, dma, StagingDirection::kToHost, host.data(), n, shape, false, &pos);
     CHECK(s.code == 11 && s.call == "fakeWait");
     CHECK(dma.finished_with_nothing_moving);
   }
@@ -284,6 +373,7 @@ static void TestManyJobsAtOnce() {
 int main() {
   TestPlan();
   TestRoundTrips();
+  TestRingInTurn();
   TestBothDirectionsAtOnce();
   TestFailures();
   TestTeamCopy();
