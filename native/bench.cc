@@ -206,8 +206,7 @@ Napi::Value TimeHostCopy(const Napi::CallbackInfo& info) {
     std::lock_guard<std::mutex> lock(inst.staging_mutex);
     mode = StagingOptionsInForce(inst).streaming;
   }
-  // As a staged copy of n bytes in that direction would store (bidir: each direction's way).
-  const bool streaming = StreamingFor(mode, direction == "d2h", n);
+  // As a staged copy of n bytes would store: into pinned memory (h2d) and out of it (d2h).
   const bool streaming_in = StreamingFor(mode, false, n),
              streaming_out = StreamingFor(mode, true, n);
   std::vector<double> samples;
@@ -218,9 +217,9 @@ Napi::Value TimeHostCopy(const Napi::CallbackInfo& info) {
       team->Copy(pinned.ptr + n, pageable.ptr, n, streaming_in);
       other.join();
     } else if (direction == "h2d") {
-      team->Copy(pinned.ptr, pageable.ptr, n, streaming);
+      team->Copy(pinned.ptr, pageable.ptr, n, streaming_in);
     } else {
-      team->Copy(pageable.ptr, pinned.ptr, n, streaming);
+      team->Copy(pageable.ptr, pinned.ptr, n, streaming_out);
     }
     auto t1 = Clock::now();
     if (i >= warmup) samples.push_back(Seconds(t0, t1));

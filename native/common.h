@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,10 @@ struct CudaStatus {
   int runtime_version = 0;
 };
 
+// Non-temporal stores on the staged path: always, never, or where they measured faster
+// (StreamingFor in staging.h).
+enum class Streaming { kAuto, kOn, kOff };
+
 struct Instance {
   std::unique_ptr<CudaStatus> status;  // computed once, on first use
   Napi::FunctionReference cuda_error, oom_error, unavailable_error, interprocess_error;
@@ -51,8 +56,8 @@ struct Instance {
     size_t last_chunk_bytes = 0;
     int slots = 0;
     int threads = 0;
-    int streaming = -1;     // -1: default, 0: off, 1: on, 2: 'auto'
-    int64_t auto_h2d = -1;  // -1: default
+    std::optional<Streaming> streaming;  // none: the default
+    int64_t auto_h2d = -1;               // -1: default
     int64_t auto_d2h = -1;
   } staging_config;
   // Peer access per (from, to) pair once tried (native/peer.cc), and the pinned bounce buffers of

@@ -352,10 +352,10 @@ Napi::Value ConfigureStaging(const Napi::CallbackInfo& info) {
     if (has(o, "threads", &reset))
       cfg.threads = reset ? 0 : ReadInt(env, o.Get("threads"), "threads", 1, 256);
     if (has(o, "streaming", &reset))
-      cfg.streaming = reset                            ? -1
-                      : o.Get("streaming").IsString()  ? 2  // 'auto', checked by the TS layer
-                      : o.Get("streaming").ToBoolean() ? 1
-                                                       : 0;
+      cfg.streaming = reset ? std::nullopt
+                      : o.Get("streaming").IsString()  // 'auto', checked by the TS layer
+                          ? std::optional<Streaming>(Streaming::kAuto)
+                          : o.Get("streaming").ToBoolean() ? Streaming::kOn : Streaming::kOff;
     if (has(o, "autoThreshold", &reset)) {
       if (reset) {
         cfg.auto_h2d = cfg.auto_d2h = -1;

@@ -25,10 +25,7 @@ StagingOptions StagingOptionsInForce(const Instance& inst) {
   if (c.last_chunk_bytes) o.last_chunk_bytes = c.last_chunk_bytes;
   if (c.slots) o.slots = c.slots;
   if (c.threads) o.threads = c.threads;
-  if (c.streaming >= 0)
-    o.streaming = c.streaming == 2   ? Streaming::kAuto
-                  : c.streaming == 1 ? Streaming::kOn
-                                     : Streaming::kOff;
+  if (c.streaming) o.streaming = *c.streaming;
   if (c.auto_h2d >= 0) o.auto_h2d = static_cast<size_t>(c.auto_h2d);
   if (c.auto_d2h >= 0) o.auto_d2h = static_cast<size_t>(c.auto_d2h);
   return o;

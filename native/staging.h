@@ -16,8 +16,6 @@
 
 namespace cm {
 
-enum class Streaming { kAuto, kOn, kOff };
-
 // Host-to-device copies from this size up use ordinary stores into the ring under Streaming::kAuto:
 // on the H100 host they measured faster there (50-53 against 44-47 GB/s at 256 MiB and 1 GiB),
 // and slower below (27-28 against 40-41 GB/s at 16 MiB), BENCHMARKS.md.

@@ -18,9 +18,10 @@ constexpr size_t kMinPiece = 64u << 10;
 
 size_t PageDown(size_t n) { return n / kPage * kPage; }
 
-}  // namespace
-
-namespace {
+// One slot: the largest chunk, on pages, at least one piece.
+size_t SlotBytes(const StagingShape& shape) {
+  return std::max(kMinPiece, PageDown(shape.max_chunk));
+}
 
 // Chunk lengths in pages, front to back: doubling from `first` at the front and, with a `last`,
 // doubling from it at the back too (so halving toward the end). The two ends are taken in turn
@@ -54,8 +55,7 @@ std::vector<size_t> ChunkPages(size_t pages, size_t first, size_t last, size_t m
 }  // namespace
 
 size_t StagingRingBytes(const StagingShape& shape) {
-  return std::max(kMinPiece, PageDown(shape.max_chunk)) *
-         static_cast<size_t>(std::max(1, shape.slots));
+  return SlotBytes(shape) * static_cast<size_t>(std::max(1, shape.slots));
 }
 
 StagingPlan PlanStaging(size_t n, const StagingShape& shape, int threads, size_t ring_start) {
@@ -63,7 +63,7 @@ StagingPlan PlanStaging(size_t n, const StagingShape& shape, int threads, size_t
   const size_t ring_bytes = StagingRingBytes(shape);
   plan.ring_end = PageDown(ring_start) % ring_bytes;
   if (n == 0) return plan;
-  const size_t max_pages = std::max(kMinPiece, PageDown(shape.max_chunk)) / kPage;
+  const size_t max_pages = SlotBytes(shape) / kPage;
   auto pages_of = [&](size_t bytes) {
     return std::clamp(PageDown(bytes), kMinPiece, max_pages * kPage) / kPage;
   };
@@ -84,9 +84,8 @@ StagingPlan PlanStaging(size_t n, const StagingShape& shape, int threads, size_t
     pos = (pos + bytes) % ring_bytes;
     c.after = static_cast<long>(i) - slots;  // -1 or less: none
     for (size_t j = i; j-- > 0 && static_cast<long>(j) > c.after;) {
-      const StagingChunk& e = plan.chunks[j];
-      const size_t e_bytes = (e.length + kPage - 1) / kPage * kPage;
-      if (e.ring_offset < c.ring_offset + bytes && c.ring_offset < e.ring_offset + e_bytes) {
+      const size_t e_at = plan.chunks[j].ring_offset, e_bytes = lengths[j] * kPage;
+      if (e_at < c.ring_offset + bytes && c.ring_offset < e_at + e_bytes) {
         c.after = static_cast<long>(j);
         break;
       }
