@@ -45,8 +45,8 @@ struct Instance {
   HandleTable handles;
   std::mutex staging_mutex;
   // One per device and direction (key device * 2 + 1 for device-to-host), made on first use, so
-  // that copies in the two directions overlap. They share one team of copy threads per NUMA node
-  // the GPUs sit on (key -1: no placement, the host has one node or does not say).
+  // that copies in the two directions overlap. The two directions share one team of copy threads
+  // per device (key: the device), kept on the device's NUMA node where placement applies.
   std::map<int, std::shared_ptr<StagingEngine>> staging;
   std::map<int, std::shared_ptr<core::CopyTeam>> staging_teams;
   std::map<int, std::shared_ptr<const core::NumaPlan>> numa_plans;  // per device, read once

@@ -135,12 +135,12 @@ std::shared_ptr<const core::NumaPlan> PlacementLocked(Instance& inst, int device
   return plan;
 }
 
-// One team per node the GPUs are on, its threads kept on that node's CPUs (and no larger than
-// them); key -1 when placement does not apply.
+// One team per GPU, so that GPUs copying at once do not share out one team's threads (two H200
+// on one node each got about half of a shared team); on a host of several nodes its threads are
+// kept on the GPU's node's CPUs (and the team is no larger than them).
 std::shared_ptr<core::CopyTeam> TeamLocked(Instance& inst, int device) {
   std::shared_ptr<const core::NumaPlan> plan = PlacementLocked(inst, device);
-  int key = plan->applies ? plan->node : -1;
-  auto& team = inst.staging_teams[key];
+  auto& team = inst.staging_teams[device];
   if (!team) {
     int threads = StagingOptionsInForce(inst).threads;
     if (plan->applies)

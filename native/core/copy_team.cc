@@ -1,6 +1,7 @@
 #include "copy_team.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 
@@ -8,6 +9,11 @@
 
 #if defined(__x86_64__)
 #include <emmintrin.h>
+#endif
+#if defined(__linux__)
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #endif
 
 namespace cm::core {
@@ -87,6 +93,13 @@ bool CopyTeam::TryWork(int first) {
 }
 
 void CopyTeam::Worker(int index) {
+#if defined(__linux__)
+  // Per thread on Linux (PRIO_PROCESS with a thread id); a failure leaves the thread as it was.
+  const int tid = static_cast<int>(syscall(SYS_gettid));
+  errno = 0;
+  const int nice = getpriority(PRIO_PROCESS, tid);
+  if (errno == 0) (void)setpriority(PRIO_PROCESS, tid, std::min(19, nice + kWorkerNice));
+#endif
   unsigned turn = static_cast<unsigned>(index);
   while (!stop_.load()) {
     const uint64_t seen = posted_.load();

@@ -60,6 +60,10 @@ class CopyTeam {
   // copies come back to back, and waking a sleeping thread costs tens of microseconds on bare
   // metal and up to milliseconds in a virtual machine.
   static constexpr int kSpinMicros = 2000;
+  // Nice value of the started threads (Linux): a little below the thread that asked for the copy
+  // and the JavaScript thread, so that when every CPU is busy a timer or a request on the event
+  // loop takes a CPU from a copy thread rather than waiting for its time slice to end.
+  static constexpr int kWorkerNice = 5;
 
  private:
   void Worker(int index);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -15,6 +16,9 @@ namespace {
 
 constexpr size_t kPage = 4096;
 constexpr size_t kMinPiece = 64u << 10;
+// The first chunk to the device is cut finer: nothing moves until it is in the ring, so every
+// thread takes part (on the H100 its 512 KiB went in 6.6 us instead of 16).
+constexpr size_t kMinFirstPiece = 16u << 10;
 
 size_t PageDown(size_t n) { return n / kPage * kPage; }
 
@@ -58,7 +62,8 @@ size_t StagingRingBytes(const StagingShape& shape) {
   return SlotBytes(shape) * static_cast<size_t>(std::max(1, shape.slots));
 }
 
-StagingPlan PlanStaging(size_t n, const StagingShape& shape, int threads, size_t ring_start) {
+StagingPlan PlanStaging(size_t n, const StagingShape& shape, int threads, size_t ring_start,
+                        bool fine_first) {
   StagingPlan plan;
   const size_t ring_bytes = StagingRingBytes(shape);
   plan.ring_end = PageDown(ring_start) % ring_bytes;
@@ -94,7 +99,8 @@ StagingPlan PlanStaging(size_t n, const StagingShape& shape, int threads, size_t
     c.first_piece = plan.pieces.size();
     const size_t pages = lengths[i];
     const size_t parts =
-        std::clamp<size_t>(c.length / kMinPiece, 1, static_cast<size_t>(std::max(1, threads)));
+        std::clamp<size_t>(c.length / (i == 0 && fine_first ? kMinFirstPiece : kMinPiece), 1,
+                           static_cast<size_t>(std::max(1, threads)));
     for (size_t k = 0; k < parts; ++k) {
       size_t begin = std::min(c.length, pages * k / parts * kPage);
       size_t end = std::min(c.length, pages * (k + 1) / parts * kPage);
@@ -121,48 +127,52 @@ bool TraceWanted() {
 
 class Trace {
  public:
-  explicit Trace(size_t chunks) : chunks_(chunks) {}
-  void Issuing(size_t c) { Set(c, &Times::issuing); }
-  void Issued(size_t c) { Set(c, &Times::issued); }
-  void Waiting(size_t c) { Set(c, &Times::waiting); }
-  void Landed(size_t c) { Set(c, &Times::landed); }
-  void PieceStarts(size_t c) {
-    double t = Now();
-    std::lock_guard<std::mutex> lock(mutex_);
-    chunks_[c].first_piece = std::min(chunks_[c].first_piece, t);
-  }
-  void PieceEnds(size_t c) {
-    double t = Now();
-    std::lock_guard<std::mutex> lock(mutex_);
-    chunks_[c].last_piece = std::max(chunks_[c].last_piece, t);
-  }
+  explicit Trace(size_t chunks) : chunks_(new Times[chunks]), count_(chunks) {}
+  void Issuing(size_t c) { chunks_[c].issuing.store(Now()); }
+  void Issued(size_t c) { chunks_[c].issued.store(Now()); }
+  void Waiting(size_t c) { chunks_[c].waiting.store(Now()); }
+  void Landed(size_t c) { chunks_[c].landed.store(Now()); }
+  // Lock-free, so that tracing does not put the team to sleep on a mutex and change the timeline
+  // it records.
+  void PieceStarts(size_t c) { Lower(chunks_[c].first_piece, Now()); }
+  void PieceEnds(size_t c) { Raise(chunks_[c].last_piece, Now()); }
   void Print(const char* direction, const StagingPlan& plan) const {
-    std::fprintf(stderr, "cuda-memory staged %s: %zu chunks, %.1f us\n", direction, chunks_.size(),
-                 Now());
-    for (size_t c = 0; c < chunks_.size(); ++c)
+    std::fprintf(stderr, "cuda-memory staged %s: %zu chunks, %.1f us\n", direction, count_,
+                 Now() / 1e3);
+    auto us = [](const std::atomic<int64_t>& t) { return t.load() / 1e3; };
+    for (size_t c = 0; c < count_; ++c) {
+      const Times& t = chunks_[c];
       std::fprintf(
           stderr, "  chunk %zu (%zu bytes): issue %.1f..%.1f, wait %.1f..%.1f, pieces %.1f..%.1f\n",
-          c, plan.chunks[c].length, chunks_[c].issuing, chunks_[c].issued, chunks_[c].waiting,
-          chunks_[c].landed, chunks_[c].first_piece, chunks_[c].last_piece);
+          c, plan.chunks[c].length, us(t.issuing), us(t.issued), us(t.waiting), us(t.landed),
+          us(t.first_piece), us(t.last_piece));
+    }
   }
 
  private:
+  // Nanoseconds from the start of the copy; -1: never happened.
   struct Times {
-    double issuing = -1, issued = -1, waiting = -1, landed = -1, first_piece = 1e18,
-           last_piece = -1;
+    std::atomic<int64_t> issuing{-1000}, issued{-1000}, waiting{-1000}, landed{-1000},
+        first_piece{INT64_MAX}, last_piece{-1000};
   };
-  double Now() const {
-    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start_)
+  int64_t Now() const {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
+                                                                start_)
         .count();
   }
-  void Set(size_t c, double Times::*field) {
-    double t = Now();
-    std::lock_guard<std::mutex> lock(mutex_);
-    chunks_[c].*field = t;
+  static void Lower(std::atomic<int64_t>& a, int64_t t) {
+    int64_t seen = a.load();
+    while (t < seen && !a.compare_exchange_weak(seen, t)) {
+    }
+  }
+  static void Raise(std::atomic<int64_t>& a, int64_t t) {
+    int64_t seen = a.load();
+    while (t > seen && !a.compare_exchange_weak(seen, t)) {
+    }
   }
   const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
-  mutable std::mutex mutex_;
-  std::vector<Times> chunks_;
+  std::unique_ptr<Times[]> chunks_;
+  size_t count_;
 };
 
 class StagedJob : public TeamJob {
@@ -334,7 +344,8 @@ TransportStatus RunStaged(CopyTeam& team, StagingTransport& transport, StagingDi
                           char* host, size_t n, const StagingShape& shape, bool streaming,
                           size_t* ring_pos) {
   if (n == 0) return {};
-  StagingPlan plan = PlanStaging(n, shape, team.threads(), *ring_pos);
+  StagingPlan plan =
+      PlanStaging(n, shape, team.threads(), *ring_pos, direction == StagingDirection::kToDevice);
   *ring_pos = plan.ring_end;
   StagedJob job(plan, transport, direction, host, streaming);
   if (direction == StagingDirection::kToHost) job.IssueFirst();

@@ -63,7 +63,10 @@ size_t StagingRingBytes(const StagingShape& shape);
 // chunks and pieces are multiples of 4 KiB; no chunk is larger than max_chunk, the first no larger
 // than first_chunk and, when last_chunk is set, the last no larger than last_chunk (each rounded
 // down to 4 KiB, at least 64 KiB).
-StagingPlan PlanStaging(size_t n, const StagingShape& shape, int threads, size_t ring_start = 0);
+// `fine_first`: the first chunk is cut for every thread, down to 16 KiB pieces (to the device,
+// where nothing moves until it is in the ring); otherwise every chunk in pieces of 64 KiB or more.
+StagingPlan PlanStaging(size_t n, const StagingShape& shape, int threads, size_t ring_start = 0,
+                        bool fine_first = false);
 
 // A failed DMA call: `code` is the transport's own (a cudaError_t for CUDA), 0 for success.
 struct TransportStatus {

@@ -129,7 +129,11 @@ static void TestPlan() {
     CHECK(p.chunks[0].length == 256 * KiB && p.chunks[1].length == 512 * KiB);
     CHECK(p.chunks[2].length == MiB && p.chunks[3].length == 2 * MiB);
     CHECK(p.chunks[4].length == 256 * KiB && p.chunks[4].slot == 0);
-    CHECK(p.chunks[0].pieces == 4 && p.chunks[3].pieces == 12);
+    CHECK(p.chunks[0].pieces == 4 && p.chunks[1].pieces == 8 && p.chunks[3].pieces == 12);
+    // Cut finely (to the device), the first chunk goes to every thread, in pieces down to 16 KiB.
+    StagingPlan fine = PlanStaging(4 * MiB, shape, 12, 0, true);
+    CHECK(fine.chunks[0].pieces == 12 && fine.chunks[1].pieces == 8);
+    CHECK(PlanStaging(32 * KiB, shape, 12, 0, true).chunks[0].pieces == 2);
   }
   StagingPlan big = PlanStaging(64 * MiB, shape, 12);
   CHECK(big.chunks.back().length <= 8 * MiB && big.chunks[6].length == 8 * MiB);
