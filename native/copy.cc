@@ -16,7 +16,7 @@ namespace cm {
 
 Endpoint ResolveEndpoint(Napi::Env env, Napi::Value v, const char* what) {
   Endpoint e;
-  if (v.IsNumber()) {
+  if (v.Type() == napi_number) {
     Allocation* a = UnwrapAllocation(env, v, what);
     if (a->simulated) {
       Napi::Error err = Napi::Error::New(
@@ -42,8 +42,9 @@ Endpoint ResolveEndpoint(Napi::Env env, Napi::Value v, const char* what) {
 }
 
 Strategy ReadStrategy(Napi::Env env, Napi::Value v) {
-  if (v.IsUndefined() || v.IsNull()) return Strategy::kAuto;
-  std::string s = v.IsString() ? v.As<Napi::String>().Utf8Value() : "";
+  const napi_valuetype type = v.Type();
+  if (type == napi_undefined || type == napi_null) return Strategy::kAuto;
+  std::string s = type == napi_string ? v.As<Napi::String>().Utf8Value() : "";
   if (s == "auto") return Strategy::kAuto;
   if (s == "driver") return Strategy::kDriver;
   if (s == "staged") return Strategy::kStaged;
@@ -175,8 +176,10 @@ CopyArgs ReadCopyArgs(const Napi::CallbackInfo& info) {
   uint64_t src_off = ReadSize(env, info[3], "srcOffset");
   uint64_t n = ReadSize(env, info[4], "byteLength");
   c.strategy = ReadStrategy(env, info[5]);
-  if (info.Length() > 6 && !info[6].IsUndefined() && !info[6].IsNull())
-    c.stream = UnwrapStream(env, info[6]);
+  if (info.Length() > 6) {
+    const napi_valuetype type = info[6].Type();
+    if (type != napi_undefined && type != napi_null) c.stream = UnwrapStream(env, info[6]);
+  }
   if (dst_off > c.dst.length || n > c.dst.length - dst_off)
     ThrowRange(env, "dstOffset + byteLength (" + std::to_string(dst_off) + " + " +
                         std::to_string(n) + ") runs past the end of dst (" +

@@ -62,8 +62,9 @@ Napi::Value WrapAllocation(Napi::Env env, Allocation* a) {
 
 Allocation* UnwrapAllocation(Napi::Env env, Napi::Value v, const char* what, bool allow_released) {
   bool stale = false;
-  Allocation* a = v.IsNumber()
-                      ? GetInstance(env).handles.Find(v.As<Napi::Number>().DoubleValue(), &stale)
+  double h = 0;
+  Allocation* a = napi_get_value_double(env, v, &h) == napi_ok
+                      ? GetInstance(env).handles.Find(h, &stale)
                       : nullptr;
   if (a && !a->free_requested) return a;
   if (!a && !stale) ThrowType(env, std::string(what) + " must be a buffer handle of this library");

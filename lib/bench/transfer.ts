@@ -4,7 +4,9 @@
  * CUDA events around asynchronous copies of pinned and device memory, a steady clock around
  * synchronous copies of pageable memory. Method: DESIGN.md, "Transfer benchmark".
  */
+import * as fs from 'fs';
 import * as os from 'os';
+import { PerformanceObserver } from 'perf_hooks';
 import { native, requireCuda } from '../native';
 import { status, devices, DeviceInfo, formatCudaVersion } from '../discovery';
 import { DeviceBuffer, PinnedBuffer, registerHost, RegisteredBuffer, Memory } from '../memory';
@@ -121,8 +123,22 @@ export interface TransferReport {
     device: number;
   };
   results: TransferResult[];
-  /** Worst delay of a 1 ms timer while a large pageable copyAsync ran. */
-  eventLoop?: { copyBytes: number; copySeconds: number; timerFires: number; worstDelayMs: number };
+  /**
+   * Worst delay of a 1 ms timer while large pageable copyAsync calls ran (after an untimed pair),
+   * and the garbage-collection pauses V8 reported in that window (count, longest in ms).
+   */
+  eventLoop?: {
+    copyBytes: number;
+    copySeconds: number;
+    timerFires: number;
+    worstDelayMs: number;
+    /** When the worst tick came, in ms from the start of the window. */
+    worstAtMs?: number;
+    gcPauses?: number;
+    longestGcMs?: number;
+    /** Times the JavaScript thread was preempted in the window (Linux only). */
+    preemptions?: number;
+  };
   /** The size headline figures and gates use. */
   headlineBytes: number;
 }
@@ -230,6 +246,33 @@ function timeCalls(dst: Memory, src: Memory, n: number, warmup: number, iteratio
   return samples;
 }
 
+// copy() from JavaScript and, where a baseline is wanted, plain cudaMemcpy from C++ taken in turn
+// in four blocks, so that both see the same state of the host (a slow minute of the machine lands
+// on both, not on one). The C++ samples go into `beside` under the direction.
+function timeCallsBeside(
+  dst: Memory,
+  src: Memory,
+  n: number,
+  warmup: number,
+  iterations: number,
+  direction: 'h2d' | 'd2h',
+  device: number,
+  beside: Map<string, Float64Array> | null,
+): Float64Array {
+  if (!beside) return timeCalls(dst, src, n, warmup, iterations);
+  const blocks = 4;
+  const calls = new Float64Array(iterations);
+  const raw = new Float64Array(iterations);
+  for (let b = 0, at = 0; b < blocks; b++) {
+    const count = Math.round((iterations * (b + 1)) / blocks) - at;
+    calls.set(timeCalls(dst, src, n, warmup, count), at);
+    raw.set(native.timeRawPinned(n, warmup, count, direction, device), at);
+    at += count;
+  }
+  beside.set(direction, raw);
+  return calls;
+}
+
 function result(base: Omit<TransferResult, 'seconds' | 'gbps' | 'samples'>, samples: Float64Array, movedBytes: number): TransferResult {
   return { ...base, seconds: summarize(samples), gbps: rateSummary(samples, movedBytes), samples: Array.from(samples) };
 }
@@ -259,6 +302,9 @@ export async function runTransferBenchmark(options: TransferBenchmarkOptions = {
     if (!ALL_DIRECTIONS.includes(d))
       throw new RangeError(`Unknown direction ${JSON.stringify(d)}; expected one of ${ALL_DIRECTIONS.join(', ')}`);
   const staging = configureStaging(options.staging);
+  // copy() timed from JavaScript (and its C++ reference beside it) is measured once V8 has
+  // compiled the calling code: a few warm-up calls would leave it in the interpreter.
+  const jsWarmup = Math.max(warmup, 100);
   const gpu = devices()[device];
   const hostDirs = directions.filter((d) => d !== 'd2d');
   const baseline = (options.baseline ?? true) && modes.includes('pinned');
@@ -281,6 +327,8 @@ export async function runTransferBenchmark(options: TransferBenchmarkOptions = {
   for (const n of sizes) {
     const iters = n <= SMALL ? smallIterations : iterations;
     const src = pattern.subarray(0, n);
+    // The baseline taken in turn with `pinned-call`, per direction (see timeCallsBeside).
+    const besideCalls = new Map<string, Float64Array>();
     const dev = DeviceBuffer.alloc(n, { device });
     const dev2 = DeviceBuffer.alloc(n, { device });
     const check = PinnedBuffer.alloc(n, { device });
@@ -297,7 +345,16 @@ export async function runTransferBenchmark(options: TransferBenchmarkOptions = {
             const base = { mode, direction, bytes: n, timing: TIMING_NAME[timing], verified: false };
             const time = (dst: DeviceBuffer | Host, from: DeviceBuffer | Host) =>
               timing === 'js'
-                ? timeCalls(memoryOf(dst), memoryOf(from), n, warmup, iters)
+                ? timeCallsBeside(
+                    memoryOf(dst),
+                    memoryOf(from),
+                    n,
+                    jsWarmup,
+                    iters,
+                    direction as 'h2d' | 'd2h',
+                    device,
+                    baseline ? besideCalls : null,
+                  )
                 : native.timeCopy(handleOf(dst), handleOf(from), n, warmup, iters, timing, strategyOf(mode));
             let r: TransferResult;
             if (direction === 'h2d') {
@@ -346,7 +403,7 @@ export async function runTransferBenchmark(options: TransferBenchmarkOptions = {
       }
       if (baseline) {
         for (const direction of hostDirs.filter((d) => d !== 'bidir') as ('h2d' | 'd2h')[]) {
-          const samples = native.timeRawPinned(n, warmup, iters, direction, device);
+          const samples = besideCalls.get(direction) ?? native.timeRawPinned(n, jsWarmup, iters, direction, device);
           results.push(result({ mode: 'baseline', direction, bytes: n, timing: 'steady-clock', verified: true }, samples, n));
           progress(`${direction} baseline ${n}`);
         }
@@ -499,29 +556,72 @@ function coldCopy(mode: TransferMode, direction: 'h2d' | 'd2h', n: number, dev: 
   return n / (Number(process.hrtime.bigint() - t0) / 1e9) / 1e9;
 }
 
-// Runs a 1 ms interval while a large pageable copyAsync is in flight; the worst gap between
-// ticks, less the 1 ms asked for, is how long the event loop was held up.
-async function probeEventLoop(n: number, device: number, pattern: Uint8Array): Promise<TransferReport['eventLoop']> {
+// Times the JavaScript thread was taken off its CPU against its will so far (Linux: the thread's
+// nonvoluntary_ctxt_switches); undefined where the system does not say.
+function preemptions(): number | undefined {
+  try {
+    const m = /nonvoluntary_ctxt_switches:\s*(\d+)/.exec(fs.readFileSync('/proc/thread-self/status', 'utf8'));
+    return m ? Number(m[1]) : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+// Runs a 1 ms interval while large pageable copyAsync calls are in flight (one h2d then one d2h,
+// `rounds` times, after one untimed pair); the worst gap between ticks, less the 1 ms asked for,
+// is how long the event loop was held up. Garbage-collection pauses inside the window are counted
+// apart, so a report can tell the copies' share from V8's.
+async function probeEventLoop(n: number, device: number, pattern: Uint8Array, rounds = 3): Promise<TransferReport['eventLoop']> {
   const dev = DeviceBuffer.alloc(n, { device });
   const host = new Uint8Array(Buffer.allocUnsafeSlow(n).buffer, 0, n);
   host.set(pattern.subarray(0, n));
+  const gcPauses: number[] = [];
+  const observer = new PerformanceObserver((list) => {
+    for (const e of list.getEntries()) gcPauses.push(e.duration);
+  });
   try {
+    // Untimed: the first pair meets one-time costs (the ring, the team, and the collection V8
+    // schedules for a new 1 GiB Buffer), which are not what a copy does to the loop.
+    await copyAsync(dev, host);
+    await copyAsync(host, dev);
+    observer.observe({ entryTypes: ['gc'] });
+    const switched = preemptions();
     let last = process.hrtime.bigint();
+    let worstAt = 0;
     let worst = 0;
     let fires = 0;
+    const t0 = process.hrtime.bigint();
     const timer = setInterval(() => {
       const now = process.hrtime.bigint();
-      worst = Math.max(worst, Number(now - last) / 1e6 - 1);
+      const delay = Number(now - last) / 1e6 - 1;
+      if (delay > worst) {
+        worst = delay;
+        worstAt = Number(now - t0) / 1e6;
+      }
       last = now;
       fires++;
     }, 1);
-    const t0 = process.hrtime.bigint();
-    await copyAsync(dev, host);
-    await copyAsync(host, dev);
+    for (let r = 0; r < rounds; r++) {
+      await copyAsync(dev, host);
+      await copyAsync(host, dev);
+    }
     const seconds = Number(process.hrtime.bigint() - t0) / 1e9;
     clearInterval(timer);
-    return { copyBytes: 2 * n, copySeconds: seconds, timerFires: fires, worstDelayMs: Math.max(0, worst) };
+    const after = preemptions();
+    // Entries are delivered after the window; a macrotask lets the last ones arrive.
+    await new Promise((resolve) => setImmediate(resolve));
+    return {
+      copyBytes: 2 * rounds * n,
+      copySeconds: seconds,
+      timerFires: fires,
+      worstDelayMs: Math.max(0, worst),
+      worstAtMs: worstAt,
+      gcPauses: gcPauses.length,
+      longestGcMs: gcPauses.length ? Math.max(...gcPauses) : 0,
+      ...(switched !== undefined && after !== undefined ? { preemptions: after - switched } : {}),
+    };
   } finally {
+    observer.disconnect();
     dev.free();
   }
 }
