@@ -272,7 +272,7 @@ Napi::Value AllocatorStats(const Napi::CallbackInfo& info) {
 Napi::Value AllocatorRecord(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   PoolBinding* p = UnwrapPool(env, info[0]);
-  if (info[1].IsNull() || info[1].IsUndefined()) {
+  if (Absent(info[1])) {
     p->pool->SetRecorder(nullptr);
     return env.Undefined();
   }

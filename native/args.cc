@@ -27,6 +27,11 @@ bool HostView(Napi::Env env, Napi::Value v, char** data, size_t* length) {
   return true;
 }
 
+bool Absent(Napi::Value v) {
+  const napi_valuetype type = v.Type();
+  return type == napi_undefined || type == napi_null;
+}
+
 uint64_t ReadSize(Napi::Env env, Napi::Value v, const char* what) {
   constexpr double kMaxSafe = 9007199254740991.0;
   // One Node-API call for the common case (a number): every copy reads three sizes.

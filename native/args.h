@@ -13,6 +13,9 @@ namespace cm {
 // `v` is neither.
 bool HostView(Napi::Env env, Napi::Value v, char** data, size_t* length);
 
+// An optional argument left out: undefined or null (one Node-API call).
+bool Absent(Napi::Value v);
+
 // Reads a non-negative safe integer (a Number or BigInt) naming `what` in the error.
 uint64_t ReadSize(Napi::Env env, Napi::Value v, const char* what);
 int ReadInt(Napi::Env env, Napi::Value v, const char* what, int lo, int hi);

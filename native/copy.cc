@@ -42,9 +42,8 @@ Endpoint ResolveEndpoint(Napi::Env env, Napi::Value v, const char* what) {
 }
 
 Strategy ReadStrategy(Napi::Env env, Napi::Value v) {
-  const napi_valuetype type = v.Type();
-  if (type == napi_undefined || type == napi_null) return Strategy::kAuto;
-  std::string s = type == napi_string ? v.As<Napi::String>().Utf8Value() : "";
+  if (Absent(v)) return Strategy::kAuto;
+  std::string s = v.IsString() ? v.As<Napi::String>().Utf8Value() : "";
   if (s == "auto") return Strategy::kAuto;
   if (s == "driver") return Strategy::kDriver;
   if (s == "staged") return Strategy::kStaged;
@@ -176,10 +175,7 @@ CopyArgs ReadCopyArgs(const Napi::CallbackInfo& info) {
   uint64_t src_off = ReadSize(env, info[3], "srcOffset");
   uint64_t n = ReadSize(env, info[4], "byteLength");
   c.strategy = ReadStrategy(env, info[5]);
-  if (info.Length() > 6) {
-    const napi_valuetype type = info[6].Type();
-    if (type != napi_undefined && type != napi_null) c.stream = UnwrapStream(env, info[6]);
-  }
+  if (info.Length() > 6 && !Absent(info[6])) c.stream = UnwrapStream(env, info[6]);
   if (dst_off > c.dst.length || n > c.dst.length - dst_off)
     ThrowRange(env, "dstOffset + byteLength (" + std::to_string(dst_off) + " + " +
                         std::to_string(n) + ") runs past the end of dst (" +

@@ -155,7 +155,7 @@ Napi::Value AsyncAlloc(const Napi::CallbackInfo& info) {
   uint64_t bytes = ReadSize(env, info[1], "bytes");
   if (bytes == 0) ThrowRange(env, "bytes must be at least 1, got 0");
   StreamRec* rec = nullptr;
-  if (info.Length() > 2 && !info[2].IsUndefined() && !info[2].IsNull()) {
+  if (info.Length() > 2 && !Absent(info[2])) {
     rec = UnwrapStreamRec(env, info[2]);
     if (rec->device != p->device)
       ThrowRange(env, "the stream is on device " + std::to_string(rec->device) +

@@ -105,8 +105,7 @@ Napi::Value EventCreate(const Napi::CallbackInfo& info) {
 Napi::Value EventRecord(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   EventRec* e = Unwrap<EventRec>(env, info[0], &kEventTag, "event");
-  cudaStream_t stream =
-      info[1].IsUndefined() || info[1].IsNull() ? nullptr : UnwrapStream(env, info[1]);
+  cudaStream_t stream = Absent(info[1]) ? nullptr : UnwrapStream(env, info[1]);
   cudaError_t err = cudaSetDevice(e->device);
   if (err == cudaSuccess) err = cudaEventRecord(e->event, stream);
   if (err != cudaSuccess) ThrowCuda(env, err, "cudaEventRecord");

@@ -66,14 +66,14 @@ export function formatTable(report: TransferReport): string {
   if (report.eventLoop)
     out.push(
       '',
-      `event loop during ${formatBytes(report.eventLoop.copyBytes)} of pageable copyAsync (${report.eventLoop.copySeconds.toFixed(2)} s): worst 1 ms timer delay ${report.eventLoop.worstDelayMs.toFixed(2)} ms over ${report.eventLoop.timerFires} ticks${gcNote(report.eventLoop)}`,
+      `event loop during ${formatBytes(report.eventLoop.copyBytes)} of pageable copyAsync (${report.eventLoop.copySeconds.toFixed(2)} s): worst 1 ms timer delay ${report.eventLoop.worstDelayMs.toFixed(2)} ms over ${report.eventLoop.timerFires} ticks${probeNote(report.eventLoop)}`,
     );
   return out.join('\n');
 }
 
 // " at 12.0 ms, 1 GC pause (longest 1.20 ms), JavaScript thread preempted 0 times": when the worst
 // tick came, the collections V8 reported inside the probe's window, and preemptions (Linux).
-function gcNote(e: NonNullable<TransferReport['eventLoop']>): string {
+function probeNote(e: NonNullable<TransferReport['eventLoop']>): string {
   const at = e.worstAtMs === undefined ? '' : ` at ${e.worstAtMs.toFixed(1)} ms`;
   const preempted =
     e.preemptions === undefined ? '' : `, JavaScript thread preempted ${e.preemptions} time${e.preemptions === 1 ? '' : 's'}`;
@@ -228,7 +228,7 @@ ${stagedSection(report)}
 <table><tr><th>direction</th><th>mode</th><th>size</th><th>median GB/s</th><th>p10</th><th>p90</th><th>cv</th><th>d2d traffic GB/s</th><th>cold GB/s</th><th>auto path</th><th>limit GB/s (share)</th><th>verified</th></tr>
 ${rows}
 </table>
-${report.eventLoop ? `<p>Event loop: worst 1 ms timer delay ${report.eventLoop.worstDelayMs.toFixed(2)} ms during ${esc(formatBytes(report.eventLoop.copyBytes))} of asynchronous pageable copies${esc(gcNote(report.eventLoop))}.</p>` : ''}
+${report.eventLoop ? `<p>Event loop: worst 1 ms timer delay ${report.eventLoop.worstDelayMs.toFixed(2)} ms during ${esc(formatBytes(report.eventLoop.copyBytes))} of asynchronous pageable copies${esc(probeNote(report.eventLoop))}.</p>` : ''}
 <script type="application/json" id="report">${JSON.stringify({ ...report, results: report.results.map((r) => ({ ...r, samples: r.samples })) }).replace(/</g, '\\u003c')}</script>
 </body></html>
 `;

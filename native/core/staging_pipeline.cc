@@ -150,7 +150,7 @@ class Trace {
   }
 
  private:
-  // Nanoseconds from the start of the copy; -1: never happened.
+  // Nanoseconds from the start of the copy; -1000 (printed -1.0): never happened.
   struct Times {
     std::atomic<int64_t> issuing{-1000}, issued{-1000}, waiting{-1000}, landed{-1000},
         first_piece{INT64_MAX}, last_piece{-1000};
