@@ -118,11 +118,13 @@ void CopyTeam::Worker(int index) {
   }
 }
 
-void CopyTeam::Run(TeamJob& job) {
+void CopyTeam::Run(TeamJob& job) { Run(job, nullptr); }
+
+void CopyTeam::Run(TeamJob& job, const std::function<void()>& beside) {
   const size_t total = job.pieces();
-  if (total == 0) return;
-  if (workers_.empty() || total == 1) {
+  if (workers_.empty() || (total <= 1 && !beside)) {
     Work(job);
+    if (beside) beside();
     return;
   }
   int at = -1;
@@ -138,6 +140,7 @@ void CopyTeam::Run(TeamJob& job) {
     std::lock_guard<std::mutex> lock(mutex_);
     wake_.notify_all();
   }
+  if (beside) beside();
   Work(job);
   while (job.done_.load(std::memory_order_acquire) < total) std::this_thread::yield();
   places_[at].job.store(nullptr);

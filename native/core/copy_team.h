@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -49,6 +50,10 @@ class CopyTeam {
   // Runs `job` to the end, the calling thread taking part. Safe to call from several threads at
   // once (up to kJobs jobs run together; more wait for a place).
   void Run(TeamJob& job);
+  // Runs `job` on the started threads while the calling thread runs `beside` (which may wait for
+  // pieces the team does), then takes any pieces left and waits for the job to end. Without
+  // started threads, the caller does every piece first and runs `beside` after.
+  void Run(TeamJob& job, const std::function<void()>& beside);
   // A plain parallel memcpy with the team (CopyBytes over pieces of about n / threads).
   void Copy(char* dst, const char* src, size_t n, bool streaming);
   int threads() const { return threads_; }

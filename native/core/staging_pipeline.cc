@@ -125,6 +125,14 @@ bool TraceWanted() {
   return wanted;
 }
 
+constexpr unsigned kSpinsBeforeYield = 4096;
+
+inline void Relax() {
+#if defined(__x86_64__)
+  __builtin_ia32_pause();
+#endif
+}
+
 class Trace {
  public:
   explicit Trace(size_t chunks) : chunks_(new Times[chunks]), count_(chunks) {}
@@ -178,10 +186,11 @@ class Trace {
 class StagedJob : public TeamJob {
  public:
   StagedJob(const StagingPlan& plan, StagingTransport& transport, StagingDirection direction,
-            char* host, bool streaming)
+            char* host, bool streaming, bool issuer)
       : plan_(plan),
         transport_(transport),
         to_device_(direction == StagingDirection::kToDevice),
+        issuer_(issuer),
         host_(host),
         streaming_(streaming),
         copied_(new std::atomic<size_t>[plan.chunks.size()]),
@@ -228,7 +237,25 @@ class StagedJob : public TeamJob {
     // host: chunks waiting for its ring bytes may land there).
     if (copied_[p.chunk].fetch_add(1, std::memory_order_acq_rel) + 1 == c.pieces) {
       moved_[p.chunk].store(true);
-      Pump();
+      if (!issuer_) Pump();
+    }
+  }
+
+  // With an issuer (to the device): the thread that runs this issues every chunk, in order, as
+  // soon as its last piece is in the ring, and copies nothing itself. Returns when all are issued
+  // or the copy failed.
+  void IssueInOrder() {
+    for (size_t k = 0; k < plan_.chunks.size(); ++k) {
+      // Spins (a chunk is a few to a few hundred microseconds of copying), but yields once it has
+      // waited long, so that on a busy host it does not keep a CPU from the threads it waits for.
+      for (unsigned spins = 0; !moved_[k].load(std::memory_order_acquire); ++spins) {
+        if (failed_.load(std::memory_order_acquire)) return;
+        if (spins < kSpinsBeforeYield)
+          Relax();
+        else
+          std::this_thread::yield();
+      }
+      if (!IssueChunk(k)) return;
     }
   }
 
@@ -322,6 +349,7 @@ class StagedJob : public TeamJob {
   const StagingPlan& plan_;
   StagingTransport& transport_;
   const bool to_device_;
+  const bool issuer_;
   char* const host_;
   const bool streaming_;
   std::unique_ptr<std::atomic<size_t>[]> copied_;
@@ -342,14 +370,21 @@ class StagedJob : public TeamJob {
 
 TransportStatus RunStaged(CopyTeam& team, StagingTransport& transport, StagingDirection direction,
                           char* host, size_t n, const StagingShape& shape, bool streaming,
-                          size_t* ring_pos) {
+                          size_t* ring_pos, IssueMode issue) {
   if (n == 0) return {};
   StagingPlan plan =
       PlanStaging(n, shape, team.threads(), *ring_pos, direction == StagingDirection::kToDevice);
   *ring_pos = plan.ring_end;
-  StagedJob job(plan, transport, direction, host, streaming);
+  // (One piece: the caller copies it and issues it itself, with no team thread woken.)
+  const bool issuer =
+      direction == StagingDirection::kToDevice && team.threads() > 1 && plan.pieces.size() > 1 &&
+      (issue == IssueMode::kCaller || (issue == IssueMode::kAuto && n < kCallerIssuesBelow));
+  StagedJob job(plan, transport, direction, host, streaming, issuer);
   if (direction == StagingDirection::kToHost) job.IssueFirst();
-  if (!job.failed()) team.Run(job);
+  if (issuer)
+    team.Run(job, [&job] { job.IssueInOrder(); });
+  else if (!job.failed())
+    team.Run(job);
   // Even after a failure: nothing may still be moving into or out of the ring when this returns.
   TransportStatus finish = transport.Finish();
   job.Dump(direction == StagingDirection::kToHost ? "d2h" : "h2d");

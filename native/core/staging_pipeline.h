@@ -93,12 +93,25 @@ class StagingTransport {
 
 enum class StagingDirection { kToDevice, kToHost };
 
+// Who hands chunks to the DMA engine on the way to the device.
+// - kAnyThread: whichever team thread finishes a chunk's last piece issues it (and every ready
+//   chunk after it).
+// - kCaller: the thread that asked for the copy issues every chunk, in order, the moment its
+//   last piece is in the ring, and copies nothing itself, so an issue never waits for a thread
+//   to finish its next piece. On the H100 it gained 2 to 7% at 2 to 16 MiB (BENCHMARKS.md).
+// - kAuto: kCaller below kCallerIssuesBelow, kAnyThread from there. From 64 MiB up it measured
+//   the same within noise, and large copies are bound by the host's copy rate, so there the
+//   caller copies too.
+// Copies to the host always issue from whichever thread frees a chunk's ring bytes.
+enum class IssueMode { kAuto, kCaller, kAnyThread };
+constexpr size_t kCallerIssuesBelow = 64u << 20;
+
 // Runs one staged copy of n bytes between `host` and the device behind `transport` on `team`
 // (the calling thread takes part), and returns when the data has arrived or the first failure.
 // `ring_pos` is where in the ring the copy starts, and is left where the next one should. One
 // copy at a time per transport; copies on different transports may share the team at once.
 TransportStatus RunStaged(CopyTeam& team, StagingTransport& transport, StagingDirection direction,
                           char* host, size_t n, const StagingShape& shape, bool streaming,
-                          size_t* ring_pos);
+                          size_t* ring_pos, IssueMode issue = IssueMode::kAuto);
 
 }  // namespace cm::core

@@ -45,6 +45,10 @@ class FakeDma : public StagingTransport {
     std::lock_guard<std::mutex> lock(mutex_);
     if (fail_issue_at && ++issues_ == fail_issue_at) return {7, "fakeIssue"};
     if (c.ring_offset + c.length > ring_.size()) return {9, "chunk past the end of the ring"};
+    in_order = in_order && c.offset == next_offset_;
+    next_offset_ = c.offset + c.length;
+    if (std::find(issuers.begin(), issuers.end(), std::this_thread::get_id()) == issuers.end())
+      issuers.push_back(std::this_thread::get_id());
     slot_seq_[c.slot] = ++issued_;
     queue_.push_back({c, issued_});
     ++transfers;
@@ -70,6 +74,10 @@ class FakeDma : public StagingTransport {
   int fail_issue_at = 0, fail_wait_at = 0;
   int transfers = 0;
   bool finished_with_nothing_moving = false;
+  // Chunks were issued front to back (meaningful for a FakeDma used for one copy), and by which
+  // threads.
+  bool in_order = true;
+  std::vector<std::thread::id> issuers;
 
  private:
   struct Request {
@@ -107,6 +115,7 @@ class FakeDma : public StagingTransport {
   std::condition_variable queued_, done_;
   std::deque<Request> queue_;
   uint64_t issued_ = 0, completed_ = 0;
+  size_t next_offset_ = 0;
   int issues_ = 0, waits_ = 0;
   bool stop_ = false;
   std::thread engine_;
@@ -218,15 +227,19 @@ static void TestPlan() {
 }
 
 static void RoundTrip(CopyTeam& team, size_t n, const StagingShape& shape, unsigned seed,
-                      bool streaming) {
+                      bool streaming, IssueMode issue = IssueMode::kAuto) {
   std::vector<char> src = Pattern(n, seed), back(n, 0), device(n, 0);
   // Start somewhere in the ring, as a copy after others does.
   size_t pos = (seed * 7919 * 4096) % StagingRingBytes(shape);
   {
     FakeDma dma(device, StagingDirection::kToDevice, shape, seed);
-    TransportStatus s =
-        RunStaged(team, dma, StagingDirection::kToDevice, src.data(), n, shape, streaming, &pos);
-    CHECK(s.ok() && dma.finished_with_nothing_moving);
+    TransportStatus s = RunStaged(team, dma, StagingDirection::kToDevice, src.data(), n, shape,
+                                  streaming, &pos, issue);
+    CHECK(s.ok() && dma.finished_with_nothing_moving && dma.in_order);
+    // The caller as issuer: every chunk from this thread (a copy of one piece, or a team of one,
+    // runs on this thread anyway).
+    if (issue == IssueMode::kCaller)
+      CHECK(dma.issuers.size() == 1 && dma.issuers[0] == std::this_thread::get_id());
   }
   CHECK(device == src);
   {
@@ -273,14 +286,28 @@ static void TestRoundTrips() {
                                  {64 * KiB, 1 * MiB, 2},
                                  {MiB, MiB, 3},
                                  {128 * KiB, 2 * MiB, 5, 64 * KiB}};
-  for (int threads : {1, 3, 8}) {
-    CopyTeam team(threads);
-    unsigned seed = 1;
-    for (const StagingShape& shape : shapes)
-      for (size_t n : sizes) {
-        RoundTrip(team, n, shape, seed, seed % 2 == 0);
-        ++seed;
-      }
+  for (int threads : {1, 3, 8})
+    for (IssueMode issue : {IssueMode::kCaller, IssueMode::kAnyThread}) {
+      CopyTeam team(threads);
+      unsigned seed = 1;
+      for (const StagingShape& shape : shapes)
+        for (size_t n : sizes) {
+          RoundTrip(team, n, shape, seed, seed % 2 == 0, issue);
+          ++seed;
+        }
+    }
+  // kAuto: the caller issues below kCallerIssuesBelow, team threads from there.
+  CopyTeam team(4);
+  const StagingShape shape{512 * KiB, 8 * MiB, 8, 512 * KiB};
+  for (size_t n : {4 * MiB, kCallerIssuesBelow}) {
+    std::vector<char> src = Pattern(n, 3), device(n, 0);
+    FakeDma dma(device, StagingDirection::kToDevice, shape, 5);
+    size_t pos = 0;
+    CHECK(RunStaged(team, dma, StagingDirection::kToDevice, src.data(), n, shape, true, &pos).ok());
+    CHECK(device == src && dma.in_order);
+    const bool caller_only =
+        dma.issuers.size() == 1 && dma.issuers[0] == std::this_thread::get_id();
+    CHECK(caller_only == (n < kCallerIssuesBelow));
   }
 }
 
@@ -314,12 +341,14 @@ static void TestFailures() {
   const size_t n = 9 * MiB;
   std::vector<char> host = Pattern(n, 9);
   for (int at : {1, 2, 5, 9}) {
-    for (StagingDirection dir : {StagingDirection::kToDevice, StagingDirection::kToHost}) {
+    for (auto [dir, issue] : {std::pair{StagingDirection::kToDevice, IssueMode::kCaller},
+                              std::pair{StagingDirection::kToDevice, IssueMode::kAnyThread},
+                              std::pair{StagingDirection::kToHost, IssueMode::kAuto}}) {
       std::vector<char> device(n, 0);
       FakeDma dma(device, dir, shape, at);
       dma.fail_issue_at = at;
       size_t pos = 0;
-      TransportStatus s = RunStaged(team, dma, dir, host.data(), n, shape, false, &pos);
+      TransportStatus s = RunStaged(team, dma, dir, host.data(), n, shape, false, &pos, issue);
       CHECK(s.code == 7 && s.call == "fakeIssue");
       // Chunks already copied may still have been issued by other threads, never all of them.
       CHECK(dma.finished_with_nothing_moving && dma.transfers >= at - 1);
