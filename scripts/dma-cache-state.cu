@@ -18,15 +18,8 @@
 #include <thread>
 #include <atomic>
 #include <chrono>
+#include "nt-copy.h"
 #define CK(x) do { cudaError_t e = (x); if (e) { printf("%s: %s\n", #x, cudaGetErrorString(e)); exit(1); } } while (0)
-static void nt_copy(char* d, const char* s, size_t n) {
-  for (size_t i = 0; i < n; i += 64) {
-    const __m128i* p = (const __m128i*)(s + i); __m128i* o = (__m128i*)(d + i);
-    __m128i a = _mm_loadu_si128(p), b = _mm_loadu_si128(p + 1), c = _mm_loadu_si128(p + 2), e = _mm_loadu_si128(p + 3);
-    _mm_stream_si128(o, a); _mm_stream_si128(o + 1, b); _mm_stream_si128(o + 2, c); _mm_stream_si128(o + 3, e);
-  }
-  _mm_sfence();
-}
 static void par(int t, size_t n, void (*f)(char*, const char*, size_t), char* d, const char* s) {
   std::vector<std::thread> th; size_t per = n / t;
   for (int i = 0; i < t; i++) th.emplace_back([=] { f(d + i * per, s + i * per, per); });
