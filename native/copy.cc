@@ -369,14 +369,12 @@ Napi::Value ConfigureStaging(const Napi::CallbackInfo& info) {
               r ? -1 : static_cast<int64_t>(ReadSize(env, t.Get("d2h"), "autoThreshold.d2h"));
       }
     }
-    if (cfg.chunk_bytes && (cfg.chunk_bytes < 65536 || cfg.chunk_bytes > (1ull << 30)))
-      ThrowRange(env, "chunkBytes must be from 64 KiB to 1 GiB");
-    if (cfg.first_chunk_bytes &&
-        (cfg.first_chunk_bytes < 65536 || cfg.first_chunk_bytes > (1ull << 30)))
-      ThrowRange(env, "firstChunkBytes must be from 64 KiB to 1 GiB");
-    if (cfg.last_chunk_bytes &&
-        (cfg.last_chunk_bytes < 65536 || cfg.last_chunk_bytes > (1ull << 30)))
-      ThrowRange(env, "lastChunkBytes must be from 64 KiB to 1 GiB");
+    // Chunk sizes: 0 (the default) or from 64 KiB to 1 GiB.
+    for (auto [bytes, name] : {std::pair{cfg.chunk_bytes, "chunkBytes"},
+                               std::pair{cfg.first_chunk_bytes, "firstChunkBytes"},
+                               std::pair{cfg.last_chunk_bytes, "lastChunkBytes"}})
+      if (bytes && (bytes < 65536 || bytes > (1ull << 30)))
+        ThrowRange(env, std::string(name) + " must be from 64 KiB to 1 GiB");
     std::lock_guard<std::mutex> lock(inst.staging_mutex);
     inst.staging_config = cfg;
     inst.staging.clear();

@@ -38,8 +38,9 @@ size_t StagedThreshold(Instance& inst, bool to_host) {
 }
 
 // The DMA half of the pipeline on CUDA: chunk c moves on the engine's stream between its place in
-// the ring and the device, and the event of its slot marks when it is done. Issue runs on
-// whichever team thread finished the chunk's last piece, so it sets that thread's device first.
+// the ring and the device, and the event of its slot marks when it is done. Issue runs on the
+// thread that asked for the copy or on a team thread (core::IssueMode), so it sets that thread's
+// device first.
 class CudaRing : public core::StagingTransport {
  public:
   CudaRing(StagingEngine& e, char* device_ptr) : e_(e), device_ptr_(device_ptr) {}

@@ -76,8 +76,8 @@ struct TransportStatus {
 };
 
 // The DMA half: a pinned ring of StagingRingBytes(shape) bytes and one queue of transfers, which
-// run in the order issued. Issue and Wait are called from any team thread, concurrently for
-// different chunks.
+// run in the order issued. Issue and Wait are called from the thread that runs the copy or any
+// team thread, concurrently for different chunks.
 class StagingTransport {
  public:
   virtual ~StagingTransport() = default;
