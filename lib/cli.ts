@@ -431,7 +431,11 @@ function program(): Command {
     .option('--p2p', 'copies between every pair of GPUs: GB/s both ways and latency, as a matrix (with --devices: those GPUs)')
     .option('--chunk <size>', 'staged path: pinned chunk size (the largest chunk)', wrap(parseSize))
     .option('--first-chunk <size>', 'staged path: the first chunk; later ones double up to --chunk', wrap(parseSize))
-    .option('--last-chunk <size>', 'staged path: the last chunk; chunks halve down to it at the end', wrap(parseSize))
+    .option(
+      '--last-chunk <size>',
+      'staged path: the last chunk; chunks halve down to it at the end (not to the device below 64 MiB)',
+      wrap(parseSize),
+    )
     .option('--threads <n>', 'staged path: host copy threads', integer(1))
     .option('--slots <n>', 'staged path: chunks in the ring', integer(2))
     .addOption(new Option('--json', 'the JSON report on stdout instead of the table').conflicts('csv'))

@@ -124,7 +124,10 @@ export interface StagingSettings {
   chunkBytes: number;
   /** Size of the first chunk; later ones double up to chunkBytes (so a copy of a few MiB starts moving early). */
   firstChunkBytes: number;
-  /** Size of the last chunk; chunks halve down to it at the end (so little is left to do once the last chunk has moved). */
+  /**
+   * Size of the last chunk; chunks halve down to it at the end (so little is left to do once the
+   * last chunk has moved). Not used by copies to the device below 64 MiB, whose chunks only grow.
+   */
   lastChunkBytes: number;
   /** Chunks in the ring. */
   slots: number;

@@ -30,7 +30,8 @@ inline bool StreamingFor(Streaming s, bool to_host, size_t n) {
 struct StagingOptions {
   size_t chunk_bytes;        // one ring slot, the largest chunk
   size_t first_chunk_bytes;  // the first chunk; later ones double up to chunk_bytes
-  size_t last_chunk_bytes;   // the last chunk; chunks halve down to it at the end
+  size_t last_chunk_bytes;   // the last chunk; chunks halve down to it at the end (see
+                             // core::PlanOptions for where they only grow)
   int slots;
   int threads;          // the team, counting the thread that asked for the copy
   Streaming streaming;  // non-temporal stores into and out of the ring

@@ -31,8 +31,11 @@ size_t SlotBytes(const StagingShape& shape) {
 // doubling from it at the back too (so halving toward the end). The two ends are taken in turn
 // until each has reached `max` or the next one would leave nothing over; what is left between
 // them is cut into equal chunks no larger than the largest beside them.
-std::vector<size_t> ChunkPages(size_t pages, size_t first, size_t last, size_t max) {
+// `to_end` (no `last`): doubling from `first` until what is left is no more than twice the next
+// chunk; that rest is the last chunk, or equal chunks of at most `max`.
+std::vector<size_t> ChunkPages(size_t pages, size_t first, size_t last, size_t max, bool to_end) {
   std::vector<size_t> front, back;
+  if (to_end) last = 0;
   const bool taper = last != 0;
   size_t grow[2] = {first, last}, rest = pages, widest = 0;
   bool done[2] = {false, false};
@@ -40,6 +43,7 @@ std::vector<size_t> ChunkPages(size_t pages, size_t first, size_t last, size_t m
     if (done[end]) continue;
     size_t& s = grow[end];
     if (taper && s >= rest) break;
+    if (to_end && !front.empty() && rest <= 2 * s) break;
     const size_t take = std::min(s, rest);
     (end == 0 ? front : back).push_back(take);
     widest = std::max(widest, take);
@@ -49,6 +53,7 @@ std::vector<size_t> ChunkPages(size_t pages, size_t first, size_t last, size_t m
   }
   if (rest > 0) {
     if (widest == 0) widest = rest;  // the whole copy fits the first chunk
+    if (to_end) widest = max;
     const size_t k = (rest + widest - 1) / widest;
     for (size_t j = 0; j < k; ++j) front.push_back(rest * (j + 1) / k - rest * j / k);
   }
@@ -62,8 +67,14 @@ size_t StagingRingBytes(const StagingShape& shape) {
   return SlotBytes(shape) * static_cast<size_t>(std::max(1, shape.slots));
 }
 
-StagingPlan PlanStaging(size_t n, const StagingShape& shape, int threads, size_t ring_start,
-                        bool fine_first) {
+bool CallerIssues(StagingDirection direction, IssueMode issue, size_t n, int threads) {
+  return direction == StagingDirection::kToDevice && threads > 1 &&
+         (issue == IssueMode::kCaller || (issue == IssueMode::kAuto && n < kCallerIssuesBelow));
+}
+
+StagingPlan PlanStaging(size_t n, const StagingShape& shape, int threads, const PlanOptions& o) {
+  const size_t ring_start = o.ring_start;
+  const bool fine_first = o.fine_first;
   StagingPlan plan;
   const size_t ring_bytes = StagingRingBytes(shape);
   plan.ring_end = PageDown(ring_start) % ring_bytes;
@@ -73,8 +84,8 @@ StagingPlan PlanStaging(size_t n, const StagingShape& shape, int threads, size_t
     return std::clamp(PageDown(bytes), kMinPiece, max_pages * kPage) / kPage;
   };
   const size_t last = shape.last_chunk ? pages_of(shape.last_chunk) : 0;
-  const std::vector<size_t> lengths =
-      ChunkPages((n + kPage - 1) / kPage, pages_of(shape.first_chunk), last, max_pages);
+  const std::vector<size_t> lengths = ChunkPages(
+      (n + kPage - 1) / kPage, pages_of(shape.first_chunk), last, max_pages, o.grow_to_end);
   const int slots = std::max(1, shape.slots);
   size_t off = 0, pos = plan.ring_end;
   for (size_t i = 0; i < lengths.size(); ++i) {
@@ -372,13 +383,12 @@ TransportStatus RunStaged(CopyTeam& team, StagingTransport& transport, StagingDi
                           char* host, size_t n, const StagingShape& shape, bool streaming,
                           size_t* ring_pos, IssueMode issue) {
   if (n == 0) return {};
-  StagingPlan plan =
-      PlanStaging(n, shape, team.threads(), *ring_pos, direction == StagingDirection::kToDevice);
+  const bool caller = CallerIssues(direction, issue, n, team.threads());
+  const bool to_device = direction == StagingDirection::kToDevice;
+  StagingPlan plan = PlanStaging(n, shape, team.threads(), {*ring_pos, to_device, caller});
   *ring_pos = plan.ring_end;
   // (One piece: the caller copies it and issues it itself, with no team thread woken.)
-  const bool issuer =
-      direction == StagingDirection::kToDevice && team.threads() > 1 && plan.pieces.size() > 1 &&
-      (issue == IssueMode::kCaller || (issue == IssueMode::kAuto && n < kCallerIssuesBelow));
+  const bool issuer = caller && plan.pieces.size() > 1;
   StagedJob job(plan, transport, direction, host, streaming, issuer);
   if (direction == StagingDirection::kToHost) job.IssueFirst();
   if (issuer)

@@ -10,6 +10,12 @@
 // split into up to `threads` pieces of at least 64 KiB, and the whole team copies it, while
 // earlier chunks are still moving on the DMA engine.
 //
+// To the device below kCallerIssuesBelow (where the caller issues, see IssueMode) chunks only
+// grow, and the last takes what is left. There the team fills the ring twice as fast as the DMA
+// engine empties it, so the last chunk is in the ring long before the engine reaches it and a
+// small one gains nothing, while every transfer costs the engine about 2 us (4 MiB in one call
+// took 84.6 us, in five 95.7). 4 MiB goes in three chunks instead of five (BENCHMARKS.md).
+//
 // The ring is one block of `slots` x `max_chunk` bytes, and chunks take it in turn byte by byte:
 // each chunk goes where the one before it ended, and each copy where the copy before it ended.
 // So ring memory is used again only after a ring's worth of other traffic. A DMA engine writing
@@ -59,14 +65,23 @@ struct StagingPlan {
 // Bytes of the ring for a shape: slots x max_chunk (rounded down to 4 KiB, at least 64 KiB).
 size_t StagingRingBytes(const StagingShape& shape);
 
-// Cuts n bytes into chunks and pieces, the first chunk at `ring_start` in the ring. Offsets of
-// chunks and pieces are multiples of 4 KiB; no chunk is larger than max_chunk, the first no larger
-// than first_chunk and, when last_chunk is set, the last no larger than last_chunk (each rounded
+struct PlanOptions {
+  size_t ring_start = 0;  // where in the ring the first chunk goes
+  // The first chunk is cut for every thread, down to 16 KiB pieces (to the device, where nothing
+  // moves until it is in the ring); otherwise every chunk in pieces of 64 KiB or more.
+  bool fine_first = false;
+  // Chunks only grow: doubling from first_chunk until what is left is no more than twice the
+  // next one, which is then the last chunk (or equal chunks of at most max_chunk); last_chunk
+  // is not used.
+  bool grow_to_end = false;
+};
+
+// Cuts n bytes into chunks and pieces. Offsets of chunks and pieces are multiples of 4 KiB; no
+// chunk is larger than max_chunk, the first no larger than first_chunk and, when last_chunk is
+// set (and chunks do not grow to the end), the last no larger than last_chunk (each rounded
 // down to 4 KiB, at least 64 KiB).
-// `fine_first`: the first chunk is cut for every thread, down to 16 KiB pieces (to the device,
-// where nothing moves until it is in the ring); otherwise every chunk in pieces of 64 KiB or more.
-StagingPlan PlanStaging(size_t n, const StagingShape& shape, int threads, size_t ring_start = 0,
-                        bool fine_first = false);
+StagingPlan PlanStaging(size_t n, const StagingShape& shape, int threads,
+                        const PlanOptions& options = {});
 
 // A failed DMA call: `code` is the transport's own (a cudaError_t for CUDA), 0 for success.
 struct TransportStatus {
@@ -105,6 +120,10 @@ enum class StagingDirection { kToDevice, kToHost };
 // Copies to the host always issue from whichever thread frees a chunk's ring bytes.
 enum class IssueMode { kAuto, kCaller, kAnyThread };
 constexpr size_t kCallerIssuesBelow = 64u << 20;
+
+// Whether RunStaged has the caller issue a copy of n bytes (when it has more than one piece), and
+// so plans it with chunks that grow to the end.
+bool CallerIssues(StagingDirection direction, IssueMode issue, size_t n, int threads);
 
 // Runs one staged copy of n bytes between `host` and the device behind `transport` on `team`
 // (the calling thread takes part), and returns when the data has arrived or the first failure.

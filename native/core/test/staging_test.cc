@@ -140,9 +140,9 @@ static void TestPlan() {
     CHECK(p.chunks[4].length == 256 * KiB && p.chunks[4].slot == 0);
     CHECK(p.chunks[0].pieces == 4 && p.chunks[1].pieces == 8 && p.chunks[3].pieces == 12);
     // Cut finely (to the device), the first chunk goes to every thread, in pieces down to 16 KiB.
-    StagingPlan fine = PlanStaging(4 * MiB, shape, 12, 0, true);
+    StagingPlan fine = PlanStaging(4 * MiB, shape, 12, {0, true});
     CHECK(fine.chunks[0].pieces == 12 && fine.chunks[1].pieces == 8);
-    CHECK(PlanStaging(32 * KiB, shape, 12, 0, true).chunks[0].pieces == 2);
+    CHECK(PlanStaging(32 * KiB, shape, 12, {0, true}).chunks[0].pieces == 2);
   }
   StagingPlan big = PlanStaging(64 * MiB, shape, 12);
   CHECK(big.chunks.back().length <= 8 * MiB && big.chunks[6].length == 8 * MiB);
@@ -161,7 +161,7 @@ static void TestPlan() {
     CHECK(got[i] <= 8 * MiB && got[i] >= 6 * MiB && got[i] % 4096 == 0);
   // In the ring (8 x 8 MiB): each chunk where the last ended; a chunk that would run past the end
   // starts over at 0 and waits for the chunk that used those bytes before.
-  StagingPlan at = PlanStaging(4 * MiB, taper, 12, 62 * MiB);
+  StagingPlan at = PlanStaging(4 * MiB, taper, 12, {62 * MiB});
   CHECK(at.chunks[0].ring_offset == 62 * MiB && at.chunks[1].ring_offset == 62 * MiB + 512 * KiB);
   CHECK(at.chunks[2].ring_offset == 0 && at.chunks[2].after == -1);
   CHECK(at.ring_end == 2 * MiB + 512 * KiB);
@@ -172,6 +172,25 @@ static void TestPlan() {
   CHECK(PlanStaging(300 * KiB, taper, 12).chunks.size() == 1);
   StagingPlan two = PlanStaging(700 * KiB + 5, taper, 12);
   CHECK(two.chunks.size() == 2 && two.chunks[1].length == 188 * KiB + 5);
+  // Growing to the end (to the device, where the caller issues): doubling from the first chunk
+  // until the rest is at most twice the next, which is then the last chunk; last_chunk unused.
+  auto grown = [&](size_t n) {
+    std::vector<size_t> lengths;
+    for (const StagingChunk& c : PlanStaging(n, taper, 12, {0, true, true}).chunks)
+      lengths.push_back(c.length);
+    return lengths;
+  };
+  CHECK(grown(MiB) == (std::vector<size_t>{512 * KiB, 512 * KiB}));
+  CHECK(grown(2 * MiB) == (std::vector<size_t>{512 * KiB, 1536 * KiB}));
+  CHECK(grown(4 * MiB) == (std::vector<size_t>{512 * KiB, MiB, 2560 * KiB}));
+  CHECK(grown(16 * MiB) ==
+        (std::vector<size_t>{512 * KiB, MiB, 2 * MiB, 4 * MiB, 4352 * KiB, 4352 * KiB}));
+  // Past the largest chunk: 8 MiB chunks, then the last 12.5 MiB in two equal ones.
+  std::vector<size_t> long_run = grown(36 * MiB);
+  CHECK(long_run.size() == 8 && long_run[4] == 8 * MiB && long_run[5] == 8 * MiB &&
+        long_run[6] == 6400 * KiB && long_run[7] == 6400 * KiB);
+  CHECK(grown(300 * KiB) == (std::vector<size_t>{300 * KiB}));
+  CHECK(grown(700 * KiB + 5) == (std::vector<size_t>{512 * KiB, 188 * KiB + 5}));
   // Properties over random sizes and shapes: chunks and pieces tile [0, n) in order, on 4 KiB
   // boundaries, each chunk fits its slot and is cut into at most `threads` pieces.
   std::mt19937 rng(3);
@@ -185,7 +204,8 @@ static void TestPlan() {
     };
     int threads = static_cast<int>(rng() % 16) + 1;
     const size_t ring = StagingRingBytes(s);
-    StagingPlan q = PlanStaging(n, s, threads, rng() % (2 * ring));
+    const bool grow = t % 4 == 1;
+    StagingPlan q = PlanStaging(n, s, threads, {rng() % (2 * ring), t % 2 == 0, grow});
     size_t at = 0, piece_at = 0;
     bool ok = true;
     for (size_t c = 0; c < q.chunks.size(); ++c) {
@@ -220,8 +240,18 @@ static void TestPlan() {
     ok = ok && at == n && piece_at == n && q.ring_end < ring && q.ring_end % 4096 == 0;
     ok = ok && q.chunks.front().length <= bound(s.first_chunk);
     // (A copy the first chunk holds is one chunk, whatever the last chunk's size.)
-    if (s.last_chunk && q.chunks.size() > 1)
+    if (s.last_chunk && !grow && q.chunks.size() > 1)
       ok = ok && q.chunks.back().length <= bound(s.last_chunk);
+    // Growing: chunks never shrink but for the last two (what was left, cut in two when it is
+    // over the largest chunk), and those are at least half the chunk before them, unless the
+    // copy is the first chunk and a little more.
+    for (size_t c = 1; grow && c < q.chunks.size(); ++c) {
+      const size_t len = q.chunks[c].length, before = q.chunks[c - 1].length;
+      if (c + 2 < q.chunks.size())
+        ok = ok && len >= before;
+      else if (q.chunks.size() > 2)
+        ok = ok && 2 * len + 8192 >= before;
+    }
     CHECK(ok);
   }
 }
@@ -266,7 +296,11 @@ static void TestRingInTurn() {
   for (int k = 0; k < 40; ++k) {
     const size_t n = k % 5 == 0 ? 1 + rng() % 4096 : 1 + rng() % (5 * ring);
     std::vector<char> src = Pattern(n, 100 + k), back(n, 0);
-    const size_t expect = PlanStaging(n, shape, team.threads(), up_pos).ring_end;
+    // Planned as RunStaged plans it: to the device, first chunk cut finely, growing where the
+    // caller issues.
+    const bool caller =
+        CallerIssues(StagingDirection::kToDevice, IssueMode::kAuto, n, team.threads());
+    const size_t expect = PlanStaging(n, shape, team.threads(), {up_pos, true, caller}).ring_end;
     CHECK(
         RunStaged(team, up, StagingDirection::kToDevice, src.data(), n, shape, k % 2 == 0, &up_pos)
             .ok());
@@ -308,6 +342,9 @@ static void TestRoundTrips() {
     const bool caller_only =
         dma.issuers.size() == 1 && dma.issuers[0] == std::this_thread::get_id();
     CHECK(caller_only == (n < kCallerIssuesBelow));
+    // Where the caller issues, chunks grow to the end: 512K, 1M, 2.5M; from 64 MiB they shrink
+    // again toward the end (15 chunks, as in TestPlan).
+    CHECK(dma.transfers == (n < kCallerIssuesBelow ? 3 : 15));
   }
 }
 
@@ -352,7 +389,9 @@ static void TestFailures() {
       CHECK(s.code == 7 && s.call == "fakeIssue");
       // Chunks already copied may still have been issued by other threads, never all of them.
       CHECK(dma.finished_with_nothing_moving && dma.transfers >= at - 1);
-      CHECK(dma.transfers < static_cast<int>(PlanStaging(n, shape, 4).chunks.size()));
+      const bool caller = CallerIssues(dir, issue, n, team.threads());
+      CHECK(dma.transfers <
+            static_cast<int>(PlanStaging(n, shape, 4, {0, false, caller}).chunks.size()));
     }
     std::vector<char> device(n, 0);
     FakeDma dma(device, StagingDirection::kToHost, shape, at);
