@@ -28,6 +28,10 @@ export interface NativeBinding {
   handleInfo(handle: number): { address?: bigint; devicePointer?: bigint | null; released: boolean; simulated?: boolean };
   liveCount(): number;
   copy(dst: unknown, dstOffset: number, src: unknown, srcOffset: number, n: number, strategy?: string, stream?: unknown): void;
+  /** The memory copyHandles() reads its three numbers from (see copy() in copy.ts). */
+  copyArgs(): ArrayBuffer;
+  /** copy() of byteLength bytes between the two handles written into copyArgs(), from offset 0. */
+  copyHandles(): void;
   copyAsync(
     dst: unknown,
     dstOffset: number,
@@ -128,6 +132,8 @@ export const NATIVE_EXPORTS = [
   'handleInfo',
   'liveCount',
   'copy',
+  'copyArgs',
+  'copyHandles',
   'copyAsync',
   'memset',
   'configureStaging',

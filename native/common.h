@@ -43,6 +43,9 @@ struct Instance {
   std::unique_ptr<CudaStatus> status;  // computed once, on first use
   Napi::FunctionReference cuda_error, oom_error, unavailable_error, interprocess_error;
   HandleTable handles;
+  // What copyHandles() reads (dst handle, src handle, byte count), written by the JavaScript
+  // layer: made by copyArgs() on first use.
+  Napi::Reference<Napi::ArrayBuffer> copy_args;
   std::mutex staging_mutex;
   // One per device and direction (key device * 2 + 1 for device-to-host), made on first use, so
   // that copies in the two directions overlap. The two directions share one team of copy threads

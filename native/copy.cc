@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <string>
 
@@ -14,27 +15,33 @@
 
 namespace cm {
 
-Endpoint ResolveEndpoint(Napi::Env env, Napi::Value v, const char* what) {
+namespace {
+
+Endpoint EndpointOf(Napi::Env env, Allocation* a, const char* what) {
   Endpoint e;
-  if (v.Type() == napi_number) {
-    Allocation* a = UnwrapAllocation(env, v, what);
-    if (a->simulated) {
-      Napi::Error err = Napi::Error::New(
-          env, std::string(what) +
-                   " lives on a simulated device, which has no memory behind its addresses");
-      err.Set("code", "ERR_SIMULATED_MEMORY");
-      throw err;
-    }
-    e.alloc = a;
-    e.ptr = static_cast<char*>(a->ptr);
-    e.length = a->bytes;
-    e.device = a->device;
-    e.where = (a->kind == MemKind::kDevice || a->kind == MemKind::kPool ||
-               a->kind == MemKind::kAsync || a->kind == MemKind::kIpc)
-                  ? Endpoint::kDevice
-                  : Endpoint::kPinned;
-    return e;
+  if (a->simulated) {
+    Napi::Error err = Napi::Error::New(
+        env, std::string(what) +
+                 " lives on a simulated device, which has no memory behind its addresses");
+    err.Set("code", "ERR_SIMULATED_MEMORY");
+    throw err;
   }
+  e.alloc = a;
+  e.ptr = static_cast<char*>(a->ptr);
+  e.length = a->bytes;
+  e.device = a->device;
+  e.where = (a->kind == MemKind::kDevice || a->kind == MemKind::kPool ||
+             a->kind == MemKind::kAsync || a->kind == MemKind::kIpc)
+                ? Endpoint::kDevice
+                : Endpoint::kPinned;
+  return e;
+}
+
+}  // namespace
+
+Endpoint ResolveEndpoint(Napi::Env env, Napi::Value v, const char* what) {
+  if (v.Type() == napi_number) return EndpointOf(env, UnwrapAllocation(env, v, what), what);
+  Endpoint e;
   if (HostView(env, v, &e.ptr, &e.length)) return e;
   ThrowType(env, std::string(what) +
                      " must be a DeviceBuffer, PinnedBuffer, ArrayBuffer, SharedArrayBuffer or "
@@ -166,16 +173,9 @@ struct CopyArgs {
 
 // (dst, dstOffset, src, srcOffset, byteLength, strategy, stream?) — checked again here although
 // the JS layer validates, so that no call can reach CUDA with a bad range.
-CopyArgs ReadCopyArgs(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  CopyArgs c;
-  c.dst = ResolveEndpoint(env, info[0], "dst");
-  uint64_t dst_off = ReadSize(env, info[1], "dstOffset");
-  c.src = ResolveEndpoint(env, info[2], "src");
-  uint64_t src_off = ReadSize(env, info[3], "srcOffset");
-  uint64_t n = ReadSize(env, info[4], "byteLength");
-  c.strategy = ReadStrategy(env, info[5]);
-  if (info.Length() > 6 && !Absent(info[6])) c.stream = UnwrapStream(env, info[6]);
+// The checks on what was read, shared by copy() and copyHandles(): ranges, overlap, CUDA, and a
+// stream-ordered block's allocation reached.
+void CheckCopyArgs(Napi::Env env, CopyArgs& c, uint64_t dst_off, uint64_t src_off, uint64_t n) {
   if (dst_off > c.dst.length || n > c.dst.length - dst_off)
     ThrowRange(env, "dstOffset + byteLength (" + std::to_string(dst_off) + " + " +
                         std::to_string(n) + ") runs past the end of dst (" +
@@ -201,14 +201,63 @@ CopyArgs ReadCopyArgs(const Napi::CallbackInfo& info) {
   // stream has reached its allocation.
   AwaitAllocation(c.dst.alloc, c.stream);
   AwaitAllocation(c.src.alloc, c.stream);
+}
+
+CopyArgs ReadCopyArgs(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  CopyArgs c;
+  c.dst = ResolveEndpoint(env, info[0], "dst");
+  uint64_t dst_off = ReadSize(env, info[1], "dstOffset");
+  c.src = ResolveEndpoint(env, info[2], "src");
+  uint64_t src_off = ReadSize(env, info[3], "srcOffset");
+  uint64_t n = ReadSize(env, info[4], "byteLength");
+  c.strategy = ReadStrategy(env, info[5]);
+  if (info.Length() > 6 && !Absent(info[6])) c.stream = UnwrapStream(env, info[6]);
+  CheckCopyArgs(env, c, dst_off, src_off, n);
   return c;
 }
 
-Napi::Value Copy(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  CopyArgs c = ReadCopyArgs(info);
+void RunCopy(Napi::Env env, const CopyArgs& c) {
   Error err = CopyRange(GetInstance(env), c.dst, c.src, c.n, c.strategy, c.stream);
   if (err) ThrowCuda(env, err.code, err.call, err.detail);
+}
+
+Napi::Value Copy(const Napi::CallbackInfo& info) {
+  RunCopy(info.Env(), ReadCopyArgs(info));
+  return info.Env().Undefined();
+}
+
+constexpr size_t kCopyArgs = 3;
+
+// copyArgs() -> the ArrayBuffer of kCopyArgs doubles that copyHandles() reads: made once per
+// instance of the addon, and kept by it, so its memory stays where it is.
+Napi::Value CopyArgsBuffer(const Napi::CallbackInfo& info) {
+  Instance& inst = GetInstance(info.Env());
+  if (inst.copy_args.IsEmpty()) {
+    Napi::ArrayBuffer ab = Napi::ArrayBuffer::New(info.Env(), kCopyArgs * sizeof(double));
+    inst.copy_args = Napi::Persistent(ab);
+  }
+  return inst.copy_args.Value();
+}
+
+// copyHandles(): copy() between two buffer handles, whole ranges from offset 0, with no strategy
+// or stream: the handles of dst and src and the byte count are read from copyArgs(), written
+// there by the JavaScript layer just before. A Node-API call that reads five arguments cost more
+// than the rest of the library's share of a 4 KiB copy on the H100 (BENCHMARKS.md). The same
+// checks as copy() run on what is read.
+Napi::Value CopyHandles(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Instance& inst = GetInstance(env);
+  if (inst.copy_args.IsEmpty()) ThrowType(env, "copyHandles() before copyArgs()");
+  const double* a = static_cast<const double*>(inst.copy_args.Value().Data());
+  const double n = a[2];
+  if (!(n >= 0) || n != std::floor(n) || n > 9007199254740991.0)
+    ThrowRange(env, "byteLength must be an integer from 0 to 2^53-1");
+  CopyArgs c;
+  c.dst = EndpointOf(env, UnwrapHandle(env, a[0], "dst"), "dst");
+  c.src = EndpointOf(env, UnwrapHandle(env, a[1], "src"), "src");
+  CheckCopyArgs(env, c, 0, 0, static_cast<uint64_t>(n));
+  RunCopy(env, c);
   return env.Undefined();
 }
 
@@ -403,6 +452,8 @@ Napi::Value ConfigureStaging(const Napi::CallbackInfo& info) {
 
 void InitCopy(Napi::Env env, Napi::Object exports) {
   exports.Set("copy", Napi::Function::New(env, Copy, "copy"));
+  exports.Set("copyArgs", Napi::Function::New(env, CopyArgsBuffer, "copyArgs"));
+  exports.Set("copyHandles", Napi::Function::New(env, CopyHandles, "copyHandles"));
   exports.Set("copyAsync", Napi::Function::New(env, CopyAsync, "copyAsync"));
   exports.Set("memset", Napi::Function::New(env, Memset, "memset"));
   exports.Set("configureStaging", Napi::Function::New(env, ConfigureStaging, "configureStaging"));

@@ -61,11 +61,14 @@ Napi::Value WrapAllocation(Napi::Env env, Allocation* a) {
 }
 
 Allocation* UnwrapAllocation(Napi::Env env, Napi::Value v, const char* what, bool allow_released) {
+  double h = -1;  // not a number: no handle
+  if (napi_get_value_double(env, v, &h) != napi_ok) h = -1;
+  return UnwrapHandle(env, h, what, allow_released);
+}
+
+Allocation* UnwrapHandle(Napi::Env env, double h, const char* what, bool allow_released) {
   bool stale = false;
-  double h = 0;
-  Allocation* a = napi_get_value_double(env, v, &h) == napi_ok
-                      ? GetInstance(env).handles.Find(h, &stale)
-                      : nullptr;
+  Allocation* a = GetInstance(env).handles.Find(h, &stale);
   if (a && !a->free_requested) return a;
   if (!a && !stale) ThrowType(env, std::string(what) + " must be a buffer handle of this library");
   // Freed: its slot moved on, or free() waits for an asynchronous copy to finish.

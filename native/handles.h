@@ -94,6 +94,9 @@ Napi::Value WrapAllocation(Napi::Env env, Allocation* a);
 // and a CudaError (ERR_BUFFER_FREED) if it was freed, unless allow_released.
 Allocation* UnwrapAllocation(Napi::Env env, Napi::Value v, const char* what,
                              bool allow_released = false);
+// The same for a handle already read as a number.
+Allocation* UnwrapHandle(Napi::Env env, double handle, const char* what,
+                         bool allow_released = false);
 // Releases the memory (not the record). Never throws.
 void ReleaseAllocation(Napi::Env env, Allocation* a) noexcept;
 void DropReference(Allocation* a) noexcept;

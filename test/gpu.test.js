@@ -76,6 +76,49 @@ describeGpu('copies in every direction', () => {
     }
   }
 
+  test('whole buffers between handles (the short way) arrive byte for byte, and mistakes are refused as before', () => {
+    const { native } = require('../dist/native');
+    const size = 64 * 1024 + 5;
+    const data = randomBytes(size, 7);
+    const p = cm.PinnedBuffer.alloc(size);
+    const q = cm.PinnedBuffer.alloc(size);
+    const d = cm.DeviceBuffer.alloc(size);
+    const e = cm.DeviceBuffer.alloc(size + 100);
+    const r = cm.registerHost(Buffer.alloc(size));
+    try {
+      p.bytes.set(data);
+      cm.copy(d, p); // pinned -> device, the source's length
+      cm.copy(e, d, { byteLength: size }); // device -> device
+      cm.copy(r, e, { byteLength: size }); // device -> registered
+      cm.copy(q, r); // registered -> pinned, on the host
+      expect(same(q.bytes, data)).toBe(true);
+      q.bytes.fill(0);
+      cm.copy(q, d, { byteLength: 0 });
+      expect(q.bytes.every((x) => x === 0)).toBe(true);
+      cm.copy(q, d, { byteLength: 4096 });
+      expect(same(q.bytes.subarray(0, 4096), data.subarray(0, 4096))).toBe(true);
+      expect(q.bytes[4096]).toBe(0);
+      // What the addon reads is checked there too.
+      const args = new Float64Array(native.copyArgs());
+      args.set([q._h, 0.5, 16]);
+      expect(() => native.copyHandles()).toThrow(/^src must be a buffer handle/);
+      args.set([q._h, e._h, size + 100]);
+      expect(() => native.copyHandles()).toThrow(/runs past the end of dst/);
+      args.set([e._h, q._h, size + 1]);
+      expect(() => native.copyHandles()).toThrow(/runs past the end of src/);
+      // copy() sends mistakes the general way, with its messages.
+      expect(() => cm.copy(q, e)).toThrow(/runs past the end of dst/);
+      expect(() => cm.copy(q, d, { byteLength: size + 1 })).toThrow(/runs past the end of src/);
+      expect(() => cm.copy(q, d, { byteLength: -1 })).toThrow(RangeError);
+      expect(() => cm.copy(d, d)).toThrow(/overlap/);
+      d.free();
+      expect(() => cm.copy(q, d)).toThrow(/freed/);
+    } finally {
+      for (const m of [p, q, d, e]) m.free();
+      r.unregister();
+    }
+  });
+
   test('device-to-device within one buffer, and overlapping ranges are refused', () => {
     const d = cm.DeviceBuffer.alloc(8 * MiB);
     const data = randomBytes(2 * MiB, 99);

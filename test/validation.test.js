@@ -120,6 +120,39 @@ describe('argument validation (no GPU needed)', () => {
     c.free();
   });
 
+  test('copyHandles() checks the numbers it reads from copyArgs() as copy() checks its arguments', () => {
+    const { native } = require('../dist/native');
+    expect(native.copyArgs()).toBe(native.copyArgs()); // one buffer, kept by the addon
+    const args = new Float64Array(native.copyArgs());
+    const a = cm.createAllocator({ simulate: { totalBytes: 2 ** 30 }, allowGrowth: true });
+    const b = a.alloc(4096);
+    const c = a.alloc(4096);
+    const read = (values) => {
+      args.set(values);
+      return () => native.copyHandles();
+    };
+    expect(read([123456789, c._h, 16])).toThrow(/^dst must be a buffer handle/);
+    for (const n of [NaN, -1, 1.5, 2 ** 53, Infinity]) expect(read([b._h, c._h, n])).toThrow(/^byteLength must be an integer/);
+    expect(read([b._h, c._h, 16])).toThrow(/^dst lives on a simulated device/);
+    // copy() between the two takes that way and says the same.
+    expect(() => cm.copy(b, c)).toThrow(/^dst lives on a simulated device/);
+    const stale = b._h;
+    b.free();
+    let e;
+    try {
+      read([stale, c._h, 16])();
+    } catch (x) {
+      e = x;
+    }
+    expect(e && e.code).toBe('ERR_BUFFER_FREED');
+    expect(e.message).toMatch(/^dst was freed/);
+    // A freed buffer, a byte count past an end or an offset send copy() the general way.
+    expect(() => cm.copy(b, c)).toThrow(/freed/);
+    expect(() => cm.copy(c, c, { byteLength: 4097 })).toThrow(/runs past the end of src/);
+    expect(() => cm.copy(c, c, { byteLength: 64, dstOffset: 32 })).toThrow(/overlap/);
+    c.free();
+  });
+
   test('errors are the library classes with codes', () => {
     const e = new cm.CudaError('x', { code: 'cudaErrorInvalidValue', cudaCode: 1, call: 'cudaMemcpy' });
     expect(e).toBeInstanceOf(Error);
