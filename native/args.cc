@@ -33,7 +33,6 @@ bool Absent(Napi::Value v) {
 }
 
 uint64_t ReadSize(Napi::Env env, Napi::Value v, const char* what) {
-  constexpr double kMaxSafe = 9007199254740991.0;
   // One Node-API call for the common case (a number): every copy reads three sizes.
   double d = 0;
   napi_status s = napi_get_value_double(env, v, &d);
@@ -44,7 +43,7 @@ uint64_t ReadSize(Napi::Env env, Napi::Value v, const char* what) {
     return n;
   }
   if (s != napi_ok) ThrowType(env, std::string(what) + " must be a number");
-  if (!(d >= 0 && d <= kMaxSafe) || d != std::floor(d))
+  if (!IsSafeSize(d))
     ThrowRange(
         env, std::string(what) + " must be a non-negative safe integer, got " + std::to_string(d));
   return static_cast<uint64_t>(d);

@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 #include <string>
 
@@ -251,8 +250,7 @@ Napi::Value CopyHandles(const Napi::CallbackInfo& info) {
   if (inst.copy_args.IsEmpty()) ThrowType(env, "copyHandles() before copyArgs()");
   const double* a = static_cast<const double*>(inst.copy_args.Value().Data());
   const double n = a[2];
-  if (!(n >= 0) || n != std::floor(n) || n > 9007199254740991.0)
-    ThrowRange(env, "byteLength must be an integer from 0 to 2^53-1");
+  if (!IsSafeSize(n)) ThrowRange(env, "byteLength must be an integer from 0 to 2^53-1");
   CopyArgs c;
   c.dst = EndpointOf(env, UnwrapHandle(env, a[0], "dst"), "dst");
   c.src = EndpointOf(env, UnwrapHandle(env, a[1], "src"), "src");

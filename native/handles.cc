@@ -3,8 +3,6 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include <cmath>
-
 #include "allocator.h"
 #include "common.h"
 #include "ipc.h"
@@ -29,7 +27,7 @@ double HandleTable::Add(Allocation* a) {
 
 Allocation* HandleTable::Find(double handle, bool* stale) const {
   *stale = false;
-  if (!(handle >= 0) || handle != std::floor(handle) || handle > 9007199254740991.0) return nullptr;
+  if (!IsSafeSize(handle)) return nullptr;
   uint64_t h = static_cast<uint64_t>(handle);
   uint64_t slot = h % static_cast<uint64_t>(kSlotSpan);
   uint64_t generation = h / static_cast<uint64_t>(kSlotSpan);

@@ -57,8 +57,7 @@ core::IpcDescriptor ReadDescriptor(Napi::Env env, Napi::Value v) {
   auto num = [&](const char* key) {
     Napi::Value n = o.Get(key);
     double x = n.IsNumber() ? n.As<Napi::Number>().DoubleValue() : -1;
-    if (!(x >= 0) || x > 9007199254740991.0 || x != static_cast<double>(static_cast<uint64_t>(x)))
-      Malformed(env, std::string(key) + " must be a non-negative integer");
+    if (!IsSafeSize(x)) Malformed(env, std::string(key) + " must be a non-negative integer");
     return static_cast<uint64_t>(x);
   };
   d.record = str("record");
