@@ -248,7 +248,11 @@ Napi::Value CopyHandles(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Instance& inst = GetInstance(env);
   if (inst.copy_args.IsEmpty()) ThrowType(env, "copyHandles() before copyArgs()");
-  const double* a = static_cast<const double*>(inst.copy_args.Value().Data());
+  Napi::ArrayBuffer args = inst.copy_args.Value();
+  // Transferred away (postMessage, structuredClone): nothing left to read.
+  if (args.ByteLength() < kCopyArgs * sizeof(double))
+    ThrowType(env, "the buffer of copyArgs() was detached; copyHandles() has nothing to read");
+  const double* a = static_cast<const double*>(args.Data());
   const double n = a[2];
   if (!IsSafeSize(n)) ThrowRange(env, "byteLength must be an integer from 0 to 2^53-1");
   CopyArgs c;

@@ -1,7 +1,7 @@
 'use strict';
 // Bad input gets a TypeError/RangeError/CudaError naming the argument, before CUDA is touched;
 // host-to-host copies (which need no GPU) are checked byte for byte.
-const { cm, gpu, randomBytes } = require('./helpers');
+const { cm, gpu, randomBytes, root } = require('./helpers');
 
 const badSizes = [
   [-1, RangeError],
@@ -134,6 +134,18 @@ describe('argument validation (no GPU needed)', () => {
     expect(read([123456789, c._h, 16])).toThrow(/^dst must be a buffer handle/);
     for (const n of [NaN, -1, 1.5, 2 ** 53, Infinity]) expect(read([b._h, c._h, n])).toThrow(/^byteLength must be an integer/);
     expect(read([b._h, c._h, 16])).toThrow(/^dst lives on a simulated device/);
+    // Transferred away, the buffer leaves nothing to read: an error, in a process of its own.
+    const detached = require('child_process').spawnSync(
+      process.execPath,
+      [
+        '-e',
+        `const { native } = require('./dist/native'); const ab = native.copyArgs(); structuredClone(ab, { transfer: [ab] });
+         try { native.copyHandles(); } catch (e) { console.log(e.message); }`,
+      ],
+      { cwd: root, encoding: 'utf8' },
+    );
+    expect(detached.status).toBe(0);
+    expect(detached.stdout).toMatch(/^the buffer of copyArgs\(\) was detached/);
     // copy() between the two takes that way and says the same.
     expect(() => cm.copy(b, c)).toThrow(/^dst lives on a simulated device/);
     const stale = b._h;
