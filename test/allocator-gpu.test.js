@@ -2,6 +2,8 @@
 // Allocators on the device, every test that is not particular to one backend run for both: the
 // BFC pool ('bfc') and CUDA's stream-ordered pool ('async'); then what only the stream-ordered
 // backend does (stream order, its own pool's figures, the device's default pool).
+const path = require('path');
+const { spawnSync } = require('child_process');
 const { cm, describeGpu, randomBytes, rng, same } = require('./helpers');
 
 const MiB = 2 ** 20;
@@ -294,5 +296,23 @@ describeGpu("what only the 'async' backend does", () => {
     expect(b.freed).toBe(true);
     expect(cm.memGetInfo(0).free).toBe(before);
     s.dispose();
+  });
+});
+
+describeGpu('a full device', () => {
+  // Filled with plain DeviceBuffers down to the last 256 bytes (in a child process, which gives
+  // it all back on exit). A small request used to spin for ever in the BFC pool's back-off.
+  test('every allocator kind answers 1 byte to 4 KiB with OutOfMemoryError within a second', () => {
+    const r = spawnSync(process.execPath, [path.join(__dirname, 'fixtures', 'full-device.js')], { encoding: 'utf8', timeout: 120000 });
+    expect({ signal: r.signal, status: r.status, stderr: r.stderr }).toEqual({ signal: null, status: 0, stderr: '' });
+    const out = JSON.parse(r.stdout);
+    console.log(
+      `full device: ${out.filledGiB} GiB of DeviceBuffers; slowest answer per kind (ms): ${JSON.stringify(Object.fromEntries(Object.entries(out.kinds).map(([k, v]) => [k, v.slowestMs])))}`,
+    );
+    expect(Object.keys(out.kinds)).toHaveLength(6);
+    for (const [kind, v] of Object.entries(out.kinds)) {
+      expect({ kind, answers: v.answers }).toEqual({ kind, answers: ['OutOfMemoryError'] });
+      expect(v.slowestMs).toBeLessThan(1000);
+    }
   });
 });

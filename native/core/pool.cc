@@ -154,6 +154,14 @@ Pool::Chunk* Pool::FindFree(size_t rounded) {
   return nullptr;
 }
 
+size_t BackoffStep(size_t bytes, size_t rounded) {
+  // 0.9x rounded up to a block can give back the same size (any size up to 2,304 bytes does):
+  // each step takes at least one block off, so the loop ends, and the last try is the request
+  // itself. TensorFlow's BFC test ExtendTerminatesWhenSubAllocatorAlwaysFails covers the same.
+  size_t next = std::min(RoundBytes(static_cast<size_t>(bytes * 0.9)), bytes - kMinBlock);
+  return std::max(next, rounded);
+}
+
 bool Pool::Extend(size_t rounded) {
   // The growth rule of TensorFlow's BFCAllocator::Extend.
   uint64_t available = (options_.limit - stats_.pool_bytes) / kMinBlock * kMinBlock;
@@ -167,9 +175,8 @@ bool Pool::Extend(size_t rounded) {
   uint64_t address = 0;
   UpstreamStatus st = upstream_->Allocate(bytes, &address);
   // Back off in 0.9x steps when the device cannot give the full region, never below the request.
-  while (st.kind == UpstreamStatus::kOutOfMemory) {
-    bytes = RoundBytes(static_cast<size_t>(bytes * 0.9));
-    if (bytes < rounded) break;
+  while (st.kind == UpstreamStatus::kOutOfMemory && bytes > rounded) {
+    bytes = BackoffStep(bytes, rounded);
     st = upstream_->Allocate(bytes, &address);
   }
   if (st.kind == UpstreamStatus::kError) throw UpstreamError{st};

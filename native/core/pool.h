@@ -33,6 +33,11 @@ inline size_t RoundBytes(size_t n) {
   return (n + kMinBlock - 1) / kMinBlock * kMinBlock;
 }
 
+// The next region size to try after the upstream refused `bytes`: 0.9x, rounded to a block, at
+// least one block smaller, and never below `rounded` (the request). Starting from any size above
+// the request, repeated steps reach the request in a bounded number of tries.
+size_t BackoffStep(size_t bytes, size_t rounded);
+
 struct PoolOptions {
   uint64_t limit = 0;              // bytes the pool may take from the upstream, in all
   std::string limit_source;        // how the limit was chosen, for messages

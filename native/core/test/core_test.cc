@@ -160,6 +160,114 @@ static void TestBackoff() {
         RoundBytes(static_cast<size_t>(RoundBytes(static_cast<size_t>(2 * MiB * 0.9)) * 0.9)));
 }
 
+// Counts what the pool asks of the device, and can refuse everything.
+class CountingUpstream final : public Upstream {
+ public:
+  explicit CountingUpstream(Upstream* inner) : inner_(inner) {}
+  UpstreamStatus Allocate(size_t bytes, uint64_t* address) override {
+    ++calls;
+    return inner_->Allocate(bytes, address);
+  }
+  void Deallocate(uint64_t address, size_t bytes) noexcept override {
+    inner_->Deallocate(address, bytes);
+  }
+  MemInfo GetMemInfo() override { return inner_->GetMemInfo(); }
+  int device() const override { return 0; }
+  int ccMajor() const override { return 9; }
+  int ccMinor() const override { return 0; }
+  bool simulated() const override { return true; }
+  int calls = 0;
+
+ private:
+  Upstream* inner_;
+};
+
+// Every request on a device that cannot serve it ends in out of memory after a bounded number of
+// device calls. 0.9x of a size up to 2,304 bytes rounds back up to the same size, and the back-off
+// loop used to spin there forever (TensorFlow's BFC test
+// ExtendTerminatesWhenSubAllocatorAlwaysFails guards against the same).
+static void TestExtendTerminates() {
+  for (size_t step_from : {size_t{256}, size_t{2304}, size_t{2560}, size_t{2 * MiB}, size_t{GiB}})
+    for (size_t request : {size_t{256}, size_t{512}, size_t{2048}, size_t{2304}}) {
+      if (request > step_from) continue;
+      size_t bytes = step_from;
+      int steps = 0;
+      while (bytes > request) {
+        size_t next = BackoffStep(bytes, request);
+        CHECK(next < bytes && next >= request && next % kMinBlock == 0);
+        bytes = next;
+        ++steps;
+      }
+      CHECK(bytes == request && steps <= 200);
+    }
+  // allowGrowth, a 1 GiB limit, 1,000 bytes free: every size from 1 byte to 4 KiB. The back-off
+  // ends at the request itself, so up to 768 bytes (three blocks) still fits.
+  int wrong = 0;
+  for (size_t request = 1; request <= 4096; ++request) {
+    SimulatedUpstream device(80 * GiB, 1000, 9, 0);
+    CountingUpstream counting(&device);
+    Pool pool(&counting, {GiB, "t", true, true});
+    OomInfo oom;
+    bool fits = RoundBytes(request) <= 1000;
+    Pool::Chunk* c = pool.Allocate(request, &oom);
+    if ((c != nullptr) != fits || counting.calls <= 0 || counting.calls > 200) ++wrong;
+    if (c) {
+      uint64_t region = pool.Stats().pool_bytes;  // the first step that fits: 768 bytes
+      if (region < RoundBytes(request) || region > 1000) ++wrong;
+      pool.Free(c);
+    } else if (oom.rounded != RoundBytes(request) || oom.device_free != 1000 ||
+               pool.Stats().num_ooms != 1 || pool.Stats().pool_bytes != 0) {
+      ++wrong;
+    }
+  }
+  CHECK(wrong == 0);
+  // The same with garbage collection off, and with a region size grown large before the device
+  // filled up: the back-off starts from 1 GiB.
+  {
+    SimulatedUpstream device(80 * GiB, 80 * GiB, 9, 0);
+    CountingUpstream counting(&device);
+    Pool pool(&counting, {64 * GiB, "t", true, false});
+    OomInfo oom;
+    Pool::Chunk* big = pool.Allocate(GiB, &oom);
+    CHECK(big != nullptr);
+    device.FailNext(1 << 30);
+    counting.calls = 0;
+    CHECK(pool.Allocate(GiB, &oom) == nullptr);  // no room left in the region
+    CHECK(counting.calls > 0 && counting.calls <= 200);
+    pool.Free(big);
+  }
+  // Preallocation of 2,048 bytes on a device with nothing free: creation fails at once.
+  {
+    SimulatedUpstream device(80 * GiB, 0, 9, 0);
+    CountingUpstream counting(&device);
+    bool threw = false;
+    try {
+      Pool pool(&counting, {2048, "memoryLimit 2.00 KiB", false, true});
+    } catch (const OomInfo& o) {
+      threw = o.rounded == 2048;
+    }
+    CHECK(threw && counting.calls == 1);
+  }
+  // The shape of RMM's PoolTest.ForceGrowth: a pool of at most 8,192 bytes over a device with
+  // 6,000 free.
+  {
+    SimulatedUpstream device(80 * GiB, 6000, 9, 0);
+    Pool pool(&device, {8192, "t", true, true});
+    OomInfo oom;
+    CHECK(pool.Allocate(1000, &oom) != nullptr);  // backs off to a 5,888-byte region
+    CHECK(pool.Stats().pool_bytes == 5888);
+    // 4,000 bytes take the whole 4,864-byte rest: TensorFlow splits a chunk only when it is at
+    // least twice the request.
+    Pool::Chunk* b = pool.Allocate(4000, &oom);
+    CHECK(b != nullptr);
+    CHECK(pool.Allocate(500, &oom) == nullptr);  // 112 bytes left on the device
+    CHECK(pool.Allocate(2000, &oom) == nullptr);
+    CHECK(pool.Stats().num_ooms == 2 && pool.Stats().pool_bytes == 5888);
+    pool.Free(b);
+    CHECK(pool.Allocate(500, &oom) != nullptr);
+  }
+}
+
 static void TestPolicy() {
   CHECK(DefaultReserve(GiB, 9) == 225 * MiB);
   CHECK(DefaultReserve(8 * GiB, 6) == 500 * MiB);
@@ -231,6 +339,7 @@ int main() {
   TestGrowthSequence();
   TestPreallocateAndOom();
   TestBackoff();
+  TestExtendTerminates();
   TestPolicy();
   TestRandomized();
   std::printf("core tests: %s (%d failure%s)\n", failures ? "FAILED" : "passed", failures,
