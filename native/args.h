@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <string>
 
+#include "core/safe_size.h"
+
 namespace cm {
 
 // The bytes of a TypedArray or DataView (over an ArrayBuffer or a SharedArrayBuffer); false if
@@ -17,9 +19,7 @@ bool HostView(Napi::Env env, Napi::Value v, char** data, size_t* length);
 // An optional argument left out: undefined or null (one Node-API call).
 bool Absent(Napi::Value v);
 
-// A whole number from 0 to 2^53-1: a byte count, an offset or a handle read as a double (NaN and
-// the infinities are not).
-inline bool IsSafeSize(double d) { return d >= 0 && d <= 9007199254740991.0 && d == std::floor(d); }
+using core::IsSafeSize;
 
 // Reads a non-negative safe integer (a Number or BigInt) naming `what` in the error.
 uint64_t ReadSize(Napi::Env env, Napi::Value v, const char* what);

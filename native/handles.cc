@@ -10,52 +10,16 @@
 
 namespace cm {
 
-double HandleTable::Add(Allocation* a) {
-  uint32_t slot;
-  if (!free_.empty()) {
-    slot = free_.back();
-    free_.pop_back();
-  } else {
-    slot = static_cast<uint32_t>(slots_.size());
-    slots_.emplace_back();
-  }
-  slots_[slot].alloc = a;
-  a->slot = slot;
-  ++live_;
-  return slot + kSlotSpan * slots_[slot].generation;
-}
-
-Allocation* HandleTable::Find(double handle, bool* stale) const {
-  *stale = false;
-  if (!IsSafeSize(handle)) return nullptr;
-  uint64_t h = static_cast<uint64_t>(handle);
-  uint64_t slot = h % static_cast<uint64_t>(kSlotSpan);
-  uint64_t generation = h / static_cast<uint64_t>(kSlotSpan);
-  if (slot >= slots_.size()) return nullptr;
-  const Slot& s = slots_[slot];
-  if (s.generation == generation && s.alloc) return s.alloc;
-  *stale = generation < s.generation;
-  return nullptr;
-}
-
-void HandleTable::Remove(Allocation* a) {
-  Slot& s = slots_[a->slot];
-  if (s.alloc != a) return;
-  s.alloc = nullptr;
-  s.generation++;
-  free_.push_back(a->slot);
-  --live_;
-}
-
-std::vector<Allocation*> HandleTable::Live() const {
-  std::vector<Allocation*> out;
-  for (const Slot& s : slots_)
-    if (s.alloc) out.push_back(s.alloc);
-  return out;
-}
-
 Napi::Value WrapAllocation(Napi::Env env, Allocation* a) {
-  return Napi::Number::New(env, GetInstance(env).handles.Add(a));
+  double h = GetInstance(env).handles.Add(a, &a->slot);
+  if (h < 0) {
+    ReleaseAllocation(env, a);
+    Napi::Error e = Napi::RangeError::New(
+        env, "too many buffers are live at once (16,777,216 in this thread); free some first");
+    e.Set("code", "ERR_TOO_MANY_BUFFERS");
+    throw e;
+  }
+  return Napi::Number::New(env, h);
 }
 
 Allocation* UnwrapAllocation(Napi::Env env, Napi::Value v, const char* what, bool allow_released) {
@@ -139,7 +103,7 @@ void ReleaseAllocation(Napi::Env env, Allocation* a) noexcept {
   }
   void* inst = nullptr;
   if (napi_get_instance_data(env, &inst) == napi_ok && inst)
-    static_cast<Instance*>(inst)->handles.Remove(a);
+    static_cast<Instance*>(inst)->handles.Remove(a, a->slot);
   DropReference(a);  // the handle table's reference
 }
 

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/handle_table.h"
 #include "core/ipc_record.h"
 #include "cuda.h"
 
@@ -32,8 +33,8 @@ struct Allocation {
   bool simulated = false;
   int device = 0;
   int refs = 1;
-  int pending = 0;    // asynchronous operations using it; free() waits for them
-  uint32_t slot = 0;  // its place in the HandleTable
+  int pending = 0;  // asynchronous operations using it; free() waits for them
+  uint32_t slot = core::HandleTable<Allocation>::kNoSlot;  // its place in the HandleTable
   bool free_requested = false;
   unsigned flags = 0;          // cudaHostAlloc / cudaHostRegister flags
   void* ptr = nullptr;         // device address, or host address for pinned and registered
@@ -63,32 +64,12 @@ struct Allocation {
   bool shm_owner = false;
 };
 
-// Buffer handles are plain numbers, slot + generation * 2^24, indexing this table. A number is
-// far cheaper to make than an External with a finalizer (about 20 ns against 700 ns), which is
-// what lets a pooled alloc+free cost well under a microsecond; the generation makes a stale or
-// forged number fail the lookup instead of reaching another buffer. The table also lists what an
-// exiting environment (a worker thread) still holds, for its cleanup hook.
-class HandleTable {
- public:
-  static constexpr double kSlotSpan = 16777216.0;  // 2^24 slots
-  double Add(Allocation* a);
-  // nullptr if `handle` is not a live handle; *stale is set when it was one once.
-  Allocation* Find(double handle, bool* stale) const;
-  void Remove(Allocation* a);
-  std::vector<Allocation*> Live() const;
-  size_t size() const { return live_; }
+// Buffer handles: see core/handle_table.h. The table also lists what an exiting environment (a
+// worker thread) still holds, for its cleanup hook.
+using HandleTable = core::HandleTable<Allocation>;
 
- private:
-  struct Slot {
-    Allocation* alloc = nullptr;
-    uint32_t generation = 0;
-  };
-  std::vector<Slot> slots_;
-  std::vector<uint32_t> free_;
-  size_t live_ = 0;
-};
-
-// Enters the allocation in the handle table and returns its handle.
+// Enters the allocation in the handle table and returns its handle. With 2^24 buffers live
+// already, releases the allocation and throws a RangeError (ERR_TOO_MANY_BUFFERS).
 Napi::Value WrapAllocation(Napi::Env env, Allocation* a);
 // Returns the allocation behind a handle; throws a TypeError naming `what` if it is not one,
 // and a CudaError (ERR_BUFFER_FREED) if it was freed, unless allow_released.
