@@ -168,6 +168,7 @@ struct CopyArgs {
   size_t n = 0;
   Strategy strategy = Strategy::kAuto;
   cudaStream_t stream = nullptr;
+  StreamRec* stream_rec = nullptr;  // the record behind `stream`, if one was given
 };
 
 // (dst, dstOffset, src, srcOffset, byteLength, strategy, stream?) — checked again here although
@@ -211,7 +212,10 @@ CopyArgs ReadCopyArgs(const Napi::CallbackInfo& info) {
   uint64_t src_off = ReadSize(env, info[3], "srcOffset");
   uint64_t n = ReadSize(env, info[4], "byteLength");
   c.strategy = ReadStrategy(env, info[5]);
-  if (info.Length() > 6 && !Absent(info[6])) c.stream = UnwrapStream(env, info[6]);
+  if (info.Length() > 6 && !Absent(info[6])) {
+    c.stream_rec = UnwrapStreamRec(env, info[6]);
+    c.stream = c.stream_rec->stream;
+  }
   CheckCopyArgs(env, c, dst_off, src_off, n);
   return c;
 }
@@ -284,6 +288,8 @@ class CopyWorker : public PromiseWorker {
         a->pending++;
         a->refs++;
       }
+    // A dispose() of the stream meanwhile destroys it only once this copy has settled.
+    if (args_.stream_rec) HoldStream(args_.stream_rec);
   }
 
   ~CopyWorker() override {
@@ -309,6 +315,10 @@ class CopyWorker : public PromiseWorker {
       if (!a) continue;
       if (--a->pending == 0 && a->free_requested) ReleaseAllocation(env, a);
       DropReference(a);
+    }
+    if (args_.stream_rec) {
+      DropStream(args_.stream_rec);
+      args_.stream_rec = nullptr;
     }
   }
 

@@ -14,7 +14,14 @@ struct EventRec {
   bool recorded = false;
 };
 
-bool Live(const StreamRec* r) { return r->stream != nullptr; }
+bool Live(const StreamRec* r) { return !r->disposed; }
+
+void DestroyStream(StreamRec* r) noexcept {
+  if (!r->stream) return;
+  cudaStreamDestroy(r->stream);  // CUDA lets work already queued there finish first
+  (void)cudaGetLastError();
+  r->stream = nullptr;
+}
 bool Live(const EventRec* r) { return r->event != nullptr; }
 
 template <typename T>
@@ -44,8 +51,11 @@ Napi::Value StreamCreate(const Napi::CallbackInfo& info) {
     ThrowCuda(env, err, "cudaStreamCreateWithFlags");
   }
   auto ext = Napi::External<StreamRec>::New(env, r, [](Napi::Env, StreamRec* s) {
-    if (s->stream) cudaStreamDestroy(s->stream);
-    (void)cudaGetLastError();
+    // Work holding the record keeps its JS handle reachable, but an environment torn down with
+    // work in flight collects everything: the last user then deletes the record.
+    s->disposed = s->handle_gone = true;
+    if (s->users > 0) return;
+    DestroyStream(s);
     delete s;
   });
   ext.TypeTag(&kStreamTag);
@@ -72,11 +82,12 @@ Napi::Value StreamQuery(const Napi::CallbackInfo& info) {
 
 Napi::Value StreamDestroy(const Napi::CallbackInfo& info) {
   StreamRec* s = Unwrap<StreamRec>(info.Env(), info[0], &kStreamTag, "stream", true);
-  if (!s->stream) return Napi::Boolean::New(info.Env(), false);
-  cudaStreamSynchronize(s->stream);
-  cudaStreamDestroy(s->stream);
-  (void)cudaGetLastError();
-  s->stream = nullptr;
+  if (s->disposed) return Napi::Boolean::New(info.Env(), false);
+  s->disposed = true;
+  if (s->users == 0) {  // nothing queued holds it
+    cudaStreamSynchronize(s->stream);
+    DestroyStream(s);
+  }
   return Napi::Boolean::New(info.Env(), true);
 }
 
@@ -156,6 +167,14 @@ Napi::Value EventDestroy(const Napi::CallbackInfo& info) {
 }
 
 }  // namespace
+
+void HoldStream(StreamRec* r) noexcept { ++r->users; }
+
+void DropStream(StreamRec* r) noexcept {
+  if (--r->users > 0 || !r->disposed) return;
+  DestroyStream(r);  // disposed while work held it: that work is done now
+  if (r->handle_gone) delete r;
+}
 
 cudaStream_t UnwrapStream(Napi::Env env, Napi::Value v) { return UnwrapStreamRec(env, v)->stream; }
 

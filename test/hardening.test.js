@@ -165,6 +165,33 @@ describeGpu('hardening on the device', () => {
     alloc.close();
   });
 
+  test('a stream disposed with copies queued on it: the copies finish, new streams work, the disposed one refuses', () => {
+    // The stream used to be destroyed under the queued copies, which then ran on a destroyed (and
+    // perhaps reused) stream. In a child process, so that a crash shows as a signal.
+    const code = `const cm = require('.');
+      const n = 64 << 20;
+      const src = Buffer.alloc(n); for (let i = 0; i < n; i += 4096) src[i] = (i >> 12) & 0xff;
+      const s = new cm.Stream();
+      const devs = Array.from({ length: 8 }, () => cm.DeviceBuffer.alloc(n));
+      const copies = devs.map((d, i) => cm.copyAsync(d, src, { stream: s, strategy: i % 2 ? 'staged' : 'driver' }));
+      s.dispose();
+      const refused = cm.copyAsync(devs[0], src, { stream: s }).then(() => 'accepted', (e) => e.code);
+      global.gc();
+      // New streams meanwhile: CUDA may hand out the destroyed stream's value again.
+      const others = Array.from({ length: 16 }, () => new cm.Stream());
+      const more = others.map((o, i) => cm.copyAsync(devs[i % 8], src, { stream: o }));
+      Promise.all([...copies, ...more, refused]).then(async (done) => {
+        const late = await cm.copyAsync(devs[0], src, { stream: s }).then(() => 'accepted', (e) => e.code);
+        const back = Buffer.alloc(n); let ok = true;
+        for (const d of devs) { cm.copy(back, d); ok = ok && back.equals(src); d.free(); }
+        for (const o of others) o.dispose();
+        console.log(JSON.stringify({ refused: done[done.length - 1], late, ok, disposed: s.disposed }));
+      });`;
+    const r = spawnSync(process.execPath, ['--expose-gc', '-e', code], { cwd: root, encoding: 'utf8', timeout: 60000 });
+    expect({ signal: r.signal, status: r.status, stderr: r.stderr }).toEqual({ signal: null, status: 0, stderr: '' });
+    expect(JSON.parse(r.stdout)).toEqual({ refused: 'ERR_DISPOSED', late: 'ERR_DISPOSED', ok: true, disposed: true });
+  });
+
   test.each([
     ['process.exit() with live buffers, streams, events and pending copies', 'process.exit(0);'],
     ['the script ending with live buffers and pending copies', ''],
