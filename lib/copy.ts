@@ -5,6 +5,7 @@ import { Stream, streamOption } from './stream';
 import { checkDevice, checkOptions, checkSize } from './validate';
 import { invalidArgument } from './errors';
 import { knownDeviceCount } from './discovery';
+import { checkHoldable, holdBuffer, releaseBuffer } from './detach';
 
 /**
  * How a pageable (ordinary Node) buffer is moved to or from the device:
@@ -130,22 +131,47 @@ export function copy(dst: Memory, src: Memory, options?: CopyOptions): void {
 /**
  * Like {@link copy}, off the JavaScript thread: the event loop keeps running. Both sides stay
  * referenced (and a free() of either waits) until the promise settles; a rejection's stack
- * includes the caller's.
+ * includes the caller's. A Node buffer's memory is held in place meanwhile: its ArrayBuffer is
+ * marked untransferable and its `transfer()` throws `ERR_BUFFER_IN_USE` until the copy settles;
+ * a resizable ArrayBuffer is refused (see the README, "Buffers in use").
  */
 export function copyAsync(dst: Memory, src: Memory, options?: CopyOptions): Promise<void> {
   let p: ReturnType<typeof prepare>;
+  // The Node buffers among dst and src: their memory must stay where it is until the copy settles.
+  const views: ArrayBufferView[] = [];
+  let pending: Promise<void>;
   try {
     p = prepare(dst, src, options);
+    for (const [name, t] of [
+      ['dst', p.d.target],
+      ['src', p.s.target],
+    ] as const)
+      if (typeof t !== 'number') {
+        checkHoldable(name, t);
+        views.push(t);
+      }
+    for (const v of views) holdBuffer(v);
+    try {
+      pending = native.copyAsync(p.d.target, p.dstOffset, p.s.target, p.srcOffset, p.n, p.strategy, p.stream);
+    } catch (e) {
+      for (const v of views) releaseBuffer(v);
+      throw e;
+    }
   } catch (e) {
     return Promise.reject(e);
   }
-  const pending = native.copyAsync(p.d.target, p.dstOffset, p.s.target, p.srcOffset, p.n, p.strategy, p.stream);
   // Captured after the copy is queued (a peer copy starts at once), still in the caller's frame.
   const site = new Error('copyAsync called here');
-  return pending.catch((e: Error) => {
-    e.stack = `${e.stack ?? e.message}\n    --- copyAsync called from ---\n${(site.stack ?? '').split('\n').slice(1).join('\n')}`;
-    throw e;
-  });
+  return pending.then(
+    () => {
+      for (const v of views) releaseBuffer(v);
+    },
+    (e: Error) => {
+      for (const v of views) releaseBuffer(v);
+      e.stack = `${e.stack ?? e.message}\n    --- copyAsync called from ---\n${(site.stack ?? '').split('\n').slice(1).join('\n')}`;
+      throw e;
+    },
+  );
 }
 
 /** Options of {@link memset}. */

@@ -9,6 +9,7 @@ import { checkBoolean, checkDevice, checkOptions, checkSize } from './validate';
 import { knownDeviceCount } from './discovery';
 import { IpcHandle, inUseError, parseIpcHandle } from './ipc';
 import { shmDir } from './shm';
+import { checkHoldable, holdBuffer, releaseBuffer } from './detach';
 
 // The safety net for forgotten buffers. A JS FinalizationRegistry costs about 0.3 µs per buffer
 // where a native finalizer costs about 0.7, which matters for pooled allocations.
@@ -256,6 +257,9 @@ export class PinnedBuffer {
     this.mapped = (flags & FLAG_MAPPED) !== 0;
     this.writeCombined = (flags & FLAG_WRITE_COMBINED) !== 0;
     this.pinnedBy = pinnedBy;
+    // Memory the addon made (cudaHostAlloc, shared memory) is marked untransferable by Node and
+    // detached by the addon at free(); a registered V8 buffer is marked here.
+    holdBuffer(bytes, pinnedBy === 'cudaHostRegister');
     if (pinnedBy === 'cudaHostRegister') watchLater(this);
   }
 
@@ -305,6 +309,7 @@ export class PinnedBuffer {
     this._freed = true;
     unwatch(this);
     native.free(this._h);
+    releaseBuffer(this.bytes);
   }
 
   [Symbol.dispose](): void {
@@ -344,6 +349,7 @@ export class RegisteredBuffer {
     this.view = view;
     this.byteLength = view.byteLength;
     this.device = device;
+    holdBuffer(view);
     watchLater(this);
   }
 
@@ -357,6 +363,7 @@ export class RegisteredBuffer {
     this._freed = true;
     unwatch(this);
     native.free(this._h);
+    releaseBuffer(this.view);
   }
 
   /** Same as unregister(). */
@@ -378,6 +385,7 @@ export function registerHost(memory: ArrayBufferLike | ArrayBufferView, options?
   else
     throw new TypeError(`Expected an ArrayBuffer, SharedArrayBuffer or ArrayBuffer view for memory but received ${describeValue(memory)}`);
   if (view.byteLength === 0) throw new RangeError('Expected a non-empty buffer for memory but received one of 0 bytes');
+  checkHoldable('memory', view);
   const o = checkOptions<RegisterOptions>('options', options);
   const flags =
     (checkBoolean('options.portable', o.portable, false) ? FLAG_PORTABLE : 0) |
