@@ -101,7 +101,7 @@ export interface NativeBinding {
   timeRawAlloc(kind: string, bytes: number, iterations: number, device: number): Float64Array;
   timeHostRegister(view: ArrayBufferView, iterations: number): Float64Array;
   groupPath(dir: string, name: string, device: string): string;
-  groupRead(path: string): any;
+  groupRead(path: string, lockTimeoutMs: number): any;
   ipcExport(handle: number, dir: string): any;
   ipcImport(descriptor: object, dir: string, device: number): [number, number];
   ipcImporters(handle: number): number[];

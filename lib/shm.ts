@@ -16,3 +16,23 @@ export function checkShmName(what: string, name: unknown): string {
     );
   return name;
 }
+
+/** The default wait for a shared file's lock, in milliseconds. */
+export const DEFAULT_LOCK_TIMEOUT_MS = 5000;
+
+/**
+ * @internal How long to wait for a shared file's lock: the option, else CUDA_MEMORY_LOCK_TIMEOUT_MS,
+ * else `fallback` ({@link DEFAULT_LOCK_TIMEOUT_MS}). A wait that runs out is an InterprocessError
+ * ERR_SHM_LOCK_TIMEOUT naming the file and what was waiting.
+ */
+export function lockTimeoutMs(name: string, value: unknown, fallback = DEFAULT_LOCK_TIMEOUT_MS): number {
+  const check = (what: string, v: unknown): number => {
+    if (typeof v !== 'number' || !Number.isInteger(v) || v < 0 || v > 86400000)
+      throw new RangeError(`Expected an integer from 0 to 86400000 (milliseconds) for ${what} but received ${JSON.stringify(v)}`);
+    return v;
+  };
+  if (value !== undefined) return check(name, value);
+  const env = process.env.CUDA_MEMORY_LOCK_TIMEOUT_MS;
+  if (env !== undefined && env !== '') return check('CUDA_MEMORY_LOCK_TIMEOUT_MS', Number(env));
+  return fallback;
+}

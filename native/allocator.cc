@@ -145,17 +145,19 @@ Napi::Value CreateAllocator(const Napi::CallbackInfo& info) {
     CheckDevice(env, device);
     binding->upstream = std::make_unique<CudaUpstream>(device);
   }
-  // shared: { dir, name, device (uuid or "simulated"), budget (0: the group's), budgetSource }
+  // shared: { dir, name, device (uuid or "simulated"), budget (0: the group's), budgetSource,
+  // lockTimeoutMs }
   Napi::Value shared = o.Get("shared");
   if (shared.IsObject()) {
     Napi::Object g = shared.As<Napi::Object>();
     try {
-      std::unique_ptr<core::Ledger> ledger(
-          core::Ledger::Join(ReadString(env, g.Get("dir"), "shared.dir"),
-                             ReadString(env, g.Get("name"), "shared.name"),
-                             ReadString(env, g.Get("device"), "shared.device"),
-                             ReadSize(env, g.Get("budget"), "shared.budget"),
-                             ReadString(env, g.Get("budgetSource"), "shared.budgetSource"), 0));
+      std::unique_ptr<core::Ledger> ledger(core::Ledger::Join(
+          ReadString(env, g.Get("dir"), "shared.dir"),
+          ReadString(env, g.Get("name"), "shared.name"),
+          ReadString(env, g.Get("device"), "shared.device"),
+          ReadSize(env, g.Get("budget"), "shared.budget"),
+          ReadString(env, g.Get("budgetSource"), "shared.budgetSource"), 0,
+          ReadInt(env, g.Get("lockTimeoutMs"), "shared.lockTimeoutMs", 0, 86400000)));
       auto up =
           std::make_unique<core::GroupUpstream>(std::move(binding->upstream), std::move(ledger));
       binding->group = up.get();

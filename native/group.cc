@@ -41,12 +41,13 @@ Napi::Value GroupPath(const Napi::CallbackInfo& info) {
                                  ReadString(env, info[2], "device")));
 }
 
-// groupRead(path) -> the group object (dead members' slots cleared on the way)
+// groupRead(path, lockTimeoutMs) -> the group object (dead members' slots cleared on the way)
 Napi::Value GroupRead(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   std::string path = ReadString(env, info[0], "path");
+  int timeout = ReadInt(env, info[1], "lockTimeoutMs", 0, 86400000);
   try {
-    return GroupObject(env, core::Ledger::Read(path));
+    return GroupObject(env, core::Ledger::Read(path, timeout));
   } catch (const core::ShmError& e) {
     ThrowInterprocess(env, e);
   }

@@ -124,6 +124,29 @@ Napi::Value IpcExport(const Napi::CallbackInfo& info) {
   return DescriptorObject(env, d);
 }
 
+// The size of the allocation that holds `p` (cuMemGetAddressRange, reached through the runtime
+// so that the binary needs only the driver); false if it cannot be had.
+bool AllocationBytes(void* p, uint64_t* bytes) {
+  using GetRange = int (*)(unsigned long long*, size_t*, unsigned long long);
+  static GetRange get_range = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, 12000, cudaEnableDefault,
+                                         &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();
+      fn = nullptr;
+    }
+    return reinterpret_cast<GetRange>(fn);
+  }();
+  unsigned long long base = 0;
+  size_t size = 0;
+  if (!get_range || get_range(&base, &size, reinterpret_cast<unsigned long long>(p)) != 0)
+    return false;
+  *bytes = size - (reinterpret_cast<unsigned long long>(p) - base);
+  return true;
+}
+
 // ipcImport(descriptor, dir, device | -1) -> [handle, device]
 Napi::Value IpcImport(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
@@ -165,6 +188,24 @@ Napi::Value IpcImport(const Napi::CallbackInfo& info) {
   if (err != cudaSuccess) {
     (void)cudaGetLastError();
     ThrowCuda(env, err, "cudaIpcOpenMemHandle");
+  }
+  // The record's offset and size against the allocation the driver opened: the record is the
+  // exporter's word, and a wrong one would let this process reach past the buffer.
+  uint64_t allocation = 0;
+  if (!AllocationBytes(base, &allocation) || d.offset > allocation ||
+      d.bytes > allocation - d.offset) {
+    cudaIpcCloseMemHandle(base);
+    (void)cudaGetLastError();
+    ThrowInterprocess(
+        env, core::ShmError("ERR_IPC_HANDLE_INVALID",
+                            allocation == 0
+                                ? "the IPC handle's size could not be checked against the "
+                                  "allocation it opens (cuMemGetAddressRange is unavailable)"
+                                : "the IPC handle's range (offset " + std::to_string(d.offset) +
+                                      ", " + std::to_string(d.bytes) +
+                                      " bytes) runs past the allocation it opens (" +
+                                      std::to_string(allocation) + " bytes)",
+                            d.record));
   }
   Allocation* a = new Allocation();
   a->kind = MemKind::kIpc;

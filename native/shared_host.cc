@@ -80,11 +80,17 @@ Napi::Value SharedHostOpen(const Napi::CallbackInfo& info) {
   std::string path = ReadString(env, info[0], "path");
   int device = ReadInt(env, info[1], "device", 0, 1 << 20);
   CheckDevice(env, device);
-  int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+  int fd;
+  try {
+    // Another user's file, a link or a file others may write is refused before it is mapped.
+    fd = core::shm::OpenTrusted(path, 0, "ERR_SHM_OPEN");
+  } catch (const core::ShmError& e) {
+    ThrowInterprocess(env, e);
+  }
   if (fd < 0)
-    ThrowInterprocess(env,
-                      core::ShmError(errno == ENOENT ? "ERR_SHM_NOT_FOUND" : "ERR_SHM_OPEN",
-                                     "could not open " + path + ": " + std::strerror(errno), path));
+    ThrowInterprocess(
+        env, core::ShmError("ERR_SHM_NOT_FOUND",
+                            "could not open " + path + ": " + std::strerror(ENOENT), path));
   struct stat st;
   if (fstat(fd, &st) != 0 || st.st_size <= 0) {
     close(fd);

@@ -10,7 +10,7 @@ import * as path from 'path';
 import { native } from '../native';
 import { InterprocessError, invalidArgument } from '../errors';
 import { checkOptions, checkSize } from '../validate';
-import { checkShmName, shmDir } from '../shm';
+import { checkShmName, lockTimeoutMs, shmDir } from '../shm';
 import { formatBytes } from '../units';
 
 /** The `shared` option of createAllocator. */
@@ -21,6 +21,12 @@ export interface SharedBudgetOptions {
   limit?: number;
   /** The group's budget as a share of the device's total memory, in (0, 1]. */
   fraction?: number;
+  /**
+   * How long to wait for the ledger's lock (joining, each region charged or given back, stats),
+   * in milliseconds; default CUDA_MEMORY_LOCK_TIMEOUT_MS, else 5000. A wait that runs out throws
+   * InterprocessError ERR_SHM_LOCK_TIMEOUT naming the file.
+   */
+  lockTimeoutMs?: number;
 }
 
 /** One process (one allocator) in a group. */
@@ -62,6 +68,17 @@ export interface GroupStatsOptions {
   device?: number;
   /** The group of allocators on simulated devices. */
   simulated?: boolean;
+  /** How long to wait for the ledger's lock, in milliseconds (see {@link SharedBudgetOptions.lockTimeoutMs}). */
+  lockTimeoutMs?: number;
+}
+
+/** Options of {@link listGroups}. */
+export interface ListGroupsOptions {
+  /**
+   * How long to wait for each ledger's lock before listing it as busy, in milliseconds; default
+   * CUDA_MEMORY_LOCK_TIMEOUT_MS, else 500 (a listing goes on past a busy file).
+   */
+  lockTimeoutMs?: number;
 }
 
 const PREFIX = 'cuda-memory-group.';
@@ -80,8 +97,9 @@ function uuidOf(info: { uuid?: string } | undefined, device: number): string {
 export function resolveShared(value: unknown, device: number, totalBytes: number | null): object {
   const s = checkOptions<SharedBudgetOptions>('shared', value);
   for (const k of Object.keys(s))
-    if (!['name', 'limit', 'fraction'].includes(k))
-      throw new TypeError(`Unknown shared option ${JSON.stringify(k)}; expected name, limit or fraction`);
+    if (!['name', 'limit', 'fraction', 'lockTimeoutMs'].includes(k))
+      throw new TypeError(`Unknown shared option ${JSON.stringify(k)}; expected name, limit, fraction or lockTimeoutMs`);
+  const timeout = lockTimeoutMs('shared.lockTimeoutMs', s.lockTimeoutMs);
   const name = checkShmName('shared.name', s.name);
   if (s.limit !== undefined && s.fraction !== undefined)
     throw new RangeError('shared.limit and shared.fraction were both given; choose one');
@@ -100,7 +118,7 @@ export function resolveShared(value: unknown, device: number, totalBytes: number
     budget = Math.floor(total * s.fraction);
     budgetSource = `fraction ${s.fraction} of ${formatBytes(total)}`;
   }
-  return { dir: shmDir(), name, device: key, budget, budgetSource };
+  return { dir: shmDir(), name, device: key, budget, budgetSource, lockTimeoutMs: timeout };
 }
 
 /**
@@ -111,10 +129,14 @@ export function groupStats(name: string, options?: GroupStatsOptions): GroupStat
   checkShmName('name', name);
   const o = checkOptions<GroupStatsOptions>('options', options);
   const device = o.device === undefined ? 0 : checkSize('options.device', o.device);
-  return native.groupRead(native.groupPath(shmDir(), name, deviceKey(device, o.simulated === true))) as GroupStats;
+  const timeout = lockTimeoutMs('options.lockTimeoutMs', o.lockTimeoutMs);
+  return native.groupRead(native.groupPath(shmDir(), name, deviceKey(device, o.simulated === true)), timeout) as GroupStats;
 }
 
-/** A ledger file that could not be read (damaged, foreign, another version). */
+/**
+ * A ledger file that could not be read: damaged, foreign, another version, another user's or
+ * open to others (ERR_SHM_UNTRUSTED), or busy (ERR_SHM_LOCK_TIMEOUT).
+ */
 export interface UnreadableGroup {
   path: string;
   code: string;
@@ -122,7 +144,9 @@ export interface UnreadableGroup {
 }
 
 /** Every group with a ledger in the shared-memory folder, and the ledgers that could not be read. */
-export function listGroups(): { groups: GroupStats[]; unreadable: UnreadableGroup[] } {
+export function listGroups(options?: ListGroupsOptions): { groups: GroupStats[]; unreadable: UnreadableGroup[] } {
+  const o = checkOptions<ListGroupsOptions>('options', options);
+  const timeout = lockTimeoutMs('options.lockTimeoutMs', o.lockTimeoutMs, 500);
   const dir = shmDir();
   let names: string[];
   try {
@@ -136,7 +160,7 @@ export function listGroups(): { groups: GroupStats[]; unreadable: UnreadableGrou
     if (!f.startsWith(PREFIX) || f.includes('.tmp-')) continue;
     const file = path.join(dir, f);
     try {
-      groups.push(native.groupRead(file) as GroupStats);
+      groups.push(native.groupRead(file, timeout) as GroupStats);
     } catch (e) {
       const err = e as InterprocessError;
       if (err.code === 'ERR_GROUP_NOT_FOUND') continue; // its last member left meanwhile

@@ -33,6 +33,8 @@ struct RecordFile {
   int64_t importers[IpcExportRecord::kMaxImporters];  // pid per slot, 0 when free
 };
 
+static_assert(sizeof(RecordFile) == kIpcRecordBytes, "the record's size is part of its format");
+
 uint64_t Sum(const RecordFile& r) { return shm::Fnv1a(&r, offsetof(RecordFile, checksum)); }
 
 [[noreturn]] void Invalid(const std::string& why) {
@@ -41,17 +43,29 @@ uint64_t Sum(const RecordFile& r) { return shm::Fnv1a(&r, offsetof(RecordFile, c
 
 bool HolderAlive(int fd) { return shm::HeldByOther(fd, shm::kOwnerByte); }
 
-// Removes records whose exporter is gone and that no importer holds.
-void SweepStale(const std::string& dir) {
+}  // namespace
+
+// Removes records whose exporter is gone and that no importer holds. Files it may not trust
+// (another user's, a link, a wrong mode or size) are left alone and counted.
+int SweepStaleIpcRecords(const std::string& dir) {
+  int skipped = 0;
   DIR* d = opendir(dir.c_str());
-  if (!d) return;
+  if (!d) return 0;
   while (struct dirent* e = readdir(d)) {
     std::string name = e->d_name;
     if (!ValidRecordName(name)) continue;
     std::string path = shm::Join(dir, name);
-    int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
-    if (fd < 0) continue;
-    if (shm::Lock(fd, shm::kMutexByte, false) == 0) {
+    int fd = open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0) {
+      skipped += errno != ENOENT;
+      continue;
+    }
+    if (!shm::Untrusted(fd, sizeof(RecordFile)).empty()) {
+      ++skipped;
+      close(fd);
+      continue;
+    }
+    if (shm::TryLock(fd, shm::kMutexByte) == 0) {
       bool held = HolderAlive(fd);
       for (int i = 0; i < IpcExportRecord::kMaxImporters && !held; ++i)
         held = shm::HeldByOther(fd, shm::kSlotBytes + i);
@@ -61,9 +75,8 @@ void SweepStale(const std::string& dir) {
     close(fd);
   }
   closedir(d);
+  return skipped;
 }
-
-}  // namespace
 
 std::string ToHex(const uint8_t* bytes, size_t n) {
   static const char* digits = "0123456789abcdef";
@@ -104,7 +117,7 @@ bool ValidRecordName(const std::string& name) {
 }
 
 IpcExportRecord* IpcExportRecord::Create(const std::string& dir, IpcDescriptor* d) {
-  SweepStale(dir);
+  SweepStaleIpcRecords(dir);
   std::random_device rd;
   std::unique_ptr<IpcExportRecord> r(new IpcExportRecord());
   d->pid = getpid();
@@ -137,7 +150,8 @@ IpcExportRecord* IpcExportRecord::Create(const std::string& dir, IpcDescriptor* 
 std::vector<int64_t> IpcExportRecord::Importers() {
   std::vector<int64_t> pids;
   if (fd_ < 0) return pids;
-  shm::MutexGuard lock(fd_);
+  shm::MutexGuard lock(fd_, path_, "counting the importers of an exported buffer",
+                       shm::DefaultLockTimeoutMs());
   for (int i = 0; i < kMaxImporters; ++i) {
     if (!shm::HeldByOther(fd_, shm::kSlotBytes + i)) continue;
     int64_t pid = 0;
@@ -163,14 +177,13 @@ IpcImportRecord* IpcImportRecord::Open(const std::string& dir, const IpcDescript
   std::string path = shm::Join(dir, d.record);
   std::unique_ptr<IpcImportRecord> r(new IpcImportRecord());
   r->record_ = d.record;
-  r->fd_ = open(path.c_str(), O_RDWR | O_CLOEXEC);
-  if (r->fd_ < 0 && errno == ENOENT)
+  r->fd_ = shm::OpenTrusted(path, 0, "ERR_IPC_EXPORT");
+  if (r->fd_ < 0)
     throw ShmError("ERR_IPC_EXPORT_GONE",
                    "the exported buffer is gone: process " + std::to_string(d.pid) +
                        " freed it or exited (no record " + path + ")",
                    path);
-  if (r->fd_ < 0) shm::ThrowErrno("ERR_IPC_EXPORT", "could not open the IPC record", path, errno);
-  shm::MutexGuard lock(r->fd_);
+  shm::MutexGuard lock(r->fd_, path, "opening an exported buffer", shm::DefaultLockTimeoutMs());
   struct stat st;
   if (fstat(r->fd_, &st) != 0 || st.st_nlink == 0)
     throw ShmError("ERR_IPC_EXPORT_GONE",
@@ -200,7 +213,7 @@ IpcImportRecord* IpcImportRecord::Open(const std::string& dir, const IpcDescript
                    "by address too)",
                    path);
   for (int i = 0; i < IpcExportRecord::kMaxImporters; ++i) {
-    if (shm::Lock(r->fd_, shm::kSlotBytes + i, false) != 0) continue;
+    if (shm::TryLock(r->fd_, shm::kSlotBytes + i) != 0) continue;
     int64_t pid = getpid();
     if (pwrite(r->fd_, &pid, sizeof pid, offsetof(RecordFile, importers) + i * sizeof pid) !=
         static_cast<ssize_t>(sizeof pid)) {
@@ -218,7 +231,9 @@ IpcImportRecord* IpcImportRecord::Open(const std::string& dir, const IpcDescript
 
 void IpcImportRecord::Close() noexcept {
   if (fd_ < 0) return;
-  if (slot_ >= 0 && shm::Lock(fd_, shm::kMutexByte, true) == 0) {
+  // Bounded: if the lock is not had, the slot's pid stays written, but the slot lock drops with
+  // the descriptor, and a slot counts only while its lock is held.
+  if (slot_ >= 0 && shm::LockWithin(fd_, shm::kMutexByte, shm::DefaultLockTimeoutMs()) == 0) {
     int64_t zero = 0;
     (void)!pwrite(fd_, &zero, sizeof zero, offsetof(RecordFile, importers) + slot_ * sizeof zero);
     shm::Unlock(fd_, shm::kMutexByte);

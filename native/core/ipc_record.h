@@ -71,6 +71,13 @@ class IpcImportRecord {
 // Hex of bytes, and back (false if `hex` is not exactly 2*n hex digits).
 std::string ToHex(const uint8_t* bytes, size_t n);
 bool FromHex(const std::string& hex, uint8_t* bytes, size_t n);
+// The size of a record file.
+constexpr size_t kIpcRecordBytes = 720;
+
+// Removes the records in `dir` whose exporter is gone and that no importer holds (an export does
+// this first). Files it may not trust (another user's, a link, a wrong mode or size) are left
+// alone; returns how many.
+int SweepStaleIpcRecords(const std::string& dir);
 // True for names of the form "cuda-memory-ipc.<pid>.<16 hex>".
 bool ValidRecordName(const std::string& name);
 

@@ -1,7 +1,6 @@
 #include "ledger.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -59,48 +58,15 @@ void CopyField(char* dst, size_t n, const std::string& s) {
 
 std::string Field(const char* s, size_t n) { return std::string(s, strnlen(s, n)); }
 
-// Maps an open ledger and checks what can be checked without the lock held by a writer: the size,
-// the magic and the version. The checksum is checked under the lock.
-void* MapChecked(int fd, const std::string& path) {
-  struct stat st;
-  if (fstat(fd, &st) != 0) shm::ThrowErrno("ERR_GROUP_LEDGER", "could not stat", path, errno);
-  if (st.st_size >= static_cast<off_t>(sizeof kMagic)) {
-    char magic[16] = {0};
-    if (pread(fd, magic, sizeof magic, 0) == static_cast<ssize_t>(sizeof magic) &&
-        std::memcmp(magic, kMagic, sizeof kMagic) != 0)
-      throw ShmError("ERR_GROUP_LEDGER_FOREIGN",
-                     path +
-                         " is not a cuda-memory group ledger (its first bytes differ); it was "
-                         "left untouched. Use another group name, or remove the file if "
-                         "nothing uses it.",
-                     path);
-  }
-  if (st.st_size != static_cast<off_t>(kFileSize))
-    throw ShmError("ERR_GROUP_LEDGER_CORRUPT",
-                   "the group ledger " + path + " has " + std::to_string(st.st_size) +
-                       " bytes where " + std::to_string(kFileSize) +
-                       " were expected; it was not trusted. Remove it once no process uses it.",
-                   path);
-  void* map = mmap(nullptr, kFileSize, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (map == MAP_FAILED) shm::ThrowErrno("ERR_GROUP_LEDGER", "could not map", path, errno);
-  const auto* h = static_cast<const Ledger::Header*>(map);
-  if (h->version != Ledger::kVersion) {
-    uint32_t v = h->version;
-    munmap(map, kFileSize);
-    throw ShmError("ERR_GROUP_LEDGER_VERSION",
-                   "the group ledger " + path + " has format version " + std::to_string(v) +
-                       " and this cuda-memory reads version " + std::to_string(Ledger::kVersion) +
-                       "; every member of a group must use the same cuda-memory version",
-                   path);
-  }
-  return map;
-}
-
 [[noreturn]] void Corrupt(const std::string& path, const std::string& what) {
   throw ShmError("ERR_GROUP_LEDGER_CORRUPT",
                  "the group ledger " + path + " is damaged (" + what +
                      "); it was not trusted. Remove it once no process uses it.",
                  path);
+}
+
+off_t SlotOffset(uint32_t i) {
+  return static_cast<off_t>(sizeof(Ledger::Header) + i * sizeof(Ledger::Slot));
 }
 
 struct Fd {
@@ -137,16 +103,16 @@ std::string Ledger::PathFor(const std::string& dir, const std::string& name,
 }
 
 Ledger* Ledger::Join(const std::string& dir, const std::string& name, const std::string& device,
-                     uint64_t budget, const std::string& budget_source, uint64_t limit) {
+                     uint64_t budget, const std::string& budget_source, uint64_t limit,
+                     int lock_timeout_ms) {
   if (!shm::ValidName(name))
     throw ShmError("ERR_GROUP_NAME", "group name '" + name +
                                          "' must be 1 to 64 of A-Z a-z 0-9 . _ - (no leading dot)");
   std::string path = PathFor(dir, name, device);
+  std::string waiting = "joining group '" + name + "'";
   for (int attempt = 0; attempt < 100; ++attempt) {
     Fd fd;
-    fd.fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
-    if (fd.fd < 0 && errno != ENOENT)
-      shm::ThrowErrno("ERR_GROUP_LEDGER", "could not open the group ledger", path, errno);
+    fd.fd = shm::OpenTrusted(path, 0, "ERR_GROUP_LEDGER");
     if (fd.fd < 0) {
       if (budget == 0)
         throw ShmError("ERR_GROUP_NOT_FOUND",
@@ -164,29 +130,26 @@ Ledger* Ledger::Join(const std::string& dir, const std::string& name, const std:
       CopyField(h.device, sizeof h.device, device);
       CopyField(h.budget_source, sizeof h.budget_source, budget_source);
       h.checksum = HeaderSum(h);
-      fd.fd = shm::CreateComplete(path, kFileSize, &h, sizeof h);
+      // Made with its mutex held, so that the file is never seen without its creator joining.
+      fd.fd = shm::CreateComplete(path, kFileSize, &h, sizeof h, 0600, shm::kMutexByte);
       if (fd.fd < 0) continue;  // another process created it first: open theirs
     }
+    shm::TryLockShared(fd.fd, shm::kOpenerByte);  // nobody write-locks it: cannot fail
     std::unique_ptr<Ledger> l(new Ledger());
     l->path_ = path;
     l->name_ = name;
+    l->timeout_ms_ = lock_timeout_ms;
     l->fd_ = fd.release();
-    shm::MutexGuard lock(l->fd_);  // released before `l` closes the descriptor
+    shm::MutexGuard lock(l->fd_, path, waiting.c_str(), lock_timeout_ms);
     struct stat st;
     if (fstat(l->fd_, &st) == 0 && st.st_nlink == 0) continue;  // removed by its last member
-    l->Map();
     uint64_t reaped = 0;
     l->CheckAndReap(&reaped);
-    Header* h = l->header_;
+    Header* h = l->header_.get();
     if (Field(h->name, sizeof h->name) != name || Field(h->device, sizeof h->device) != device)
       Corrupt(path, "it names another group or device");
-    int live = 0, free_slot = -1;
-    for (uint32_t i = 0; i < kSlots; ++i) {
-      if (l->slots_[i].state == kMember)
-        ++live;
-      else if (free_slot < 0)
-        free_slot = static_cast<int>(i);
-    }
+    int live = 0;
+    for (uint32_t i = 0; i < kSlots; ++i) live += l->slots_[i].state == kMember;
     if (budget != 0 && budget != h->budget) {
       if (live > 0)
         throw ShmError("ERR_GROUP_BUDGET_MISMATCH",
@@ -200,69 +163,128 @@ Ledger* Ledger::Join(const std::string& dir, const std::string& name, const std:
       h->budget = budget;  // an empty group takes the budget of whoever joins next
       CopyField(h->budget_source, sizeof h->budget_source, budget_source);
       h->checksum = HeaderSum(*h);
+      l->WriteHeader();
     }
-    if (free_slot < 0)
-      throw ShmError("ERR_GROUP_FULL",
-                     "group '" + name + "' already has " + std::to_string(kSlots) + " members",
-                     path);
-    if (shm::Lock(l->fd_, shm::kSlotBytes + free_slot, false) != 0)
-      Corrupt(path, "a free slot is held by a live process");
-    Slot& s = l->slots_[free_slot];
-    s.pid = getpid();
-    s.pool_bytes = 0;
-    s.peak_pool_bytes = 0;
-    s.limit = limit;
-    s.joined_unix_ms = shm::NowUnixMs();
-    __atomic_store_n(&s.bytes_in_use, 0, __ATOMIC_RELAXED);
-    s.state = kMember;
-    s.checksum = SlotSum(s);
-    l->slot_ = free_slot;
-    return l.release();
+    // The first free slot whose lock is free too: a member that is leaving right now may still
+    // hold the lock of the slot it has just cleared; that slot is skipped, not taken for damage.
+    for (uint32_t i = 0; i < kSlots; ++i) {
+      if (l->slots_[i].state != 0 || shm::TryLock(l->fd_, shm::kSlotBytes + i) != 0) continue;
+      Slot& s = l->slots_[i];
+      std::memset(&s, 0, sizeof s);
+      s.pid = getpid();
+      s.limit = limit;
+      s.joined_unix_ms = shm::NowUnixMs();
+      s.state = kMember;
+      s.checksum = SlotSum(s);
+      l->slot_ = static_cast<int>(i);
+      l->WriteSlot(i);
+      shm::Unlock(l->fd_, shm::kOpenerByte);  // a member now: its slot keeps the file
+      return l.release();
+    }
+    throw ShmError("ERR_GROUP_FULL",
+                   "group '" + name + "' already has " + std::to_string(kSlots) + " members", path);
   }
   throw ShmError("ERR_GROUP_LEDGER",
                  "the group ledger " + path + " kept being removed and recreated; try again", path);
 }
 
-void Ledger::Map() {
-  map_ = MapChecked(fd_, path_);
-  header_ = static_cast<Header*>(map_);
-  slots_ = reinterpret_cast<Slot*>(static_cast<char*>(map_) + sizeof(Header));
+void Ledger::Load() {
+  if (broken_) Corrupt(path_, "it was found damaged before");
+  if (!header_) {
+    header_.reset(new Header());
+    slots_.reset(new Slot[kSlots]);
+  }
+  // One read of the whole file, which pread cannot fault on however the file changes; its size
+  // is checked after the read too, so a file cut or grown meanwhile is caught either way.
+  struct stat st;
+  if (fstat(fd_, &st) != 0 || st.st_size != static_cast<off_t>(kFileSize)) {
+    char magic[sizeof kMagic] = {0};
+    if (pread(fd_, magic, sizeof magic, 0) == static_cast<ssize_t>(sizeof magic) &&
+        std::memcmp(magic, kMagic, sizeof kMagic) != 0)
+      Foreign();  // another kind of file says so first
+    broken_ = true;
+    Corrupt(path_, "it has " + std::to_string(st.st_size) + " bytes where " +
+                       std::to_string(kFileSize) + " were expected");
+  }
+  std::unique_ptr<char[]> buf(new char[kFileSize]);
+  ssize_t got = pread(fd_, buf.get(), kFileSize, 0);
+  if (got != static_cast<ssize_t>(kFileSize) || fstat(fd_, &st) != 0 ||
+      st.st_size != static_cast<off_t>(kFileSize)) {
+    broken_ = true;
+    Corrupt(path_, "its size changed while it was read");
+  }
+  std::memcpy(header_.get(), buf.get(), sizeof(Header));
+  std::memcpy(slots_.get(), buf.get() + sizeof(Header), kSlots * sizeof(Slot));
 }
 
-bool Ledger::SizeOk() const {
-  struct stat st;
-  return fstat(fd_, &st) == 0 && st.st_size == static_cast<off_t>(kFileSize);
+void Ledger::Foreign() {
+  broken_ = true;
+  throw ShmError("ERR_GROUP_LEDGER_FOREIGN",
+                 path_ +
+                     " is not a cuda-memory group ledger (its first bytes differ); it was left "
+                     "untouched. Use another group name, or remove the file if nothing uses it.",
+                 path_);
+}
+
+void Ledger::CheckFormat() {
+  if (std::memcmp(header_->magic, kMagic, sizeof kMagic) != 0) Foreign();
+  if (header_->version != kVersion)
+    throw ShmError("ERR_GROUP_LEDGER_VERSION",
+                   "the group ledger " + path_ + " has format version " +
+                       std::to_string(header_->version) + " and this cuda-memory reads version " +
+                       std::to_string(kVersion) +
+                       "; every member of a group must use the same cuda-memory version",
+                   path_);
+}
+
+void Ledger::WriteHeader() {
+  if (pwrite(fd_, header_.get(), sizeof(Header), 0) != static_cast<ssize_t>(sizeof(Header)))
+    shm::ThrowErrno("ERR_GROUP_LEDGER", "could not write", path_, errno);
+}
+
+void Ledger::WriteSlot(uint32_t i) {
+  if (static_cast<int>(i) == slot_) slots_[i].bytes_in_use = in_use_;
+  if (pwrite(fd_, &slots_[i], sizeof(Slot), SlotOffset(i)) != static_cast<ssize_t>(sizeof(Slot)))
+    shm::ThrowErrno("ERR_GROUP_LEDGER", "could not write", path_, errno);
 }
 
 uint64_t Ledger::CheckAndReap(uint64_t* reaped) {
-  if (broken_ || !SizeOk()) {
-    broken_ = true;
-    Corrupt(path_, "its size changed");
-  }
+  Load();
+  CheckFormat();
   broken_ = true;  // until every check below has passed
   if (HeaderSum(*header_) != header_->checksum) Corrupt(path_, "its header checksum is wrong");
   if (header_->slot_count != kSlots) Corrupt(path_, "its slot count is wrong");
   uint64_t sum = 0;
   for (uint32_t i = 0; i < kSlots; ++i) {
     Slot& s = slots_[i];
-    if (static_cast<int>(i) == slot_) {
-      sum += s.pool_bytes;
-      continue;
-    }
-    if (s.state == 0) continue;
-    if (!shm::HeldByOther(fd_, shm::kSlotBytes + i)) {
-      // Its member is gone (a live member always holds its slot): the charge comes back.
-      std::memset(&s, 0, sizeof s);
-      ++*reaped;
-      continue;
+    bool own = static_cast<int>(i) == slot_;
+    if (!own) {
+      if (s.state == 0) continue;
+      if (!shm::HeldByOther(fd_, shm::kSlotBytes + i)) {
+        // Its member is gone (a live member always holds its slot): the charge comes back.
+        std::memset(&s, 0, sizeof s);
+        WriteSlot(i);
+        ++*reaped;
+        continue;
+      }
     }
     if (s.state != kMember || SlotSum(s) != s.checksum)
       Corrupt(path_, "slot " + std::to_string(i) + " fails its checksum");
-    sum += s.pool_bytes;
+    if (__builtin_add_overflow(sum, s.pool_bytes, &sum))
+      Corrupt(path_, "its members' charges overflow");
   }
   if (sum > header_->budget)
     Corrupt(path_, "its members hold " + FormatBytes(sum) + ", more than the budget");
   broken_ = false;
+  if (slot_ >= 0 && pending_release_) {  // releases that could not get the lock before
+    Slot& own = slots_[slot_];
+    uint64_t back = std::min(pending_release_, own.pool_bytes);
+    own.pool_bytes -= back;
+    own.checksum = SlotSum(own);
+    sum -= back;
+    pending_release_ = 0;
+    WriteSlot(static_cast<uint32_t>(slot_));
+  }
   return sum;
 }
 
@@ -281,25 +303,26 @@ GroupSnapshot Ledger::SnapshotLocked(uint64_t reaped) {
     m.pid = s.pid;
     m.pool_bytes = s.pool_bytes;
     m.peak_pool_bytes = s.peak_pool_bytes;
-    m.bytes_in_use = __atomic_load_n(&s.bytes_in_use, __ATOMIC_RELAXED);
+    m.bytes_in_use = static_cast<int>(i) == slot_ ? in_use_ : s.bytes_in_use;
     m.limit = s.limit;
     m.joined_unix_ms = s.joined_unix_ms;
     m.self = static_cast<int>(i) == slot_;
-    g.charged += s.pool_bytes;
+    g.charged += s.pool_bytes;  // no overflow: CheckAndReap summed the same values
     g.members.push_back(m);
   }
   return g;
 }
 
 bool Ledger::Charge(uint64_t bytes, GroupRefusal* refusal) {
-  shm::MutexGuard lock(fd_);
+  shm::MutexGuard lock(fd_, path_, "charging a region to the group", timeout_ms_);
   uint64_t reaped = 0;
-  uint64_t sum = CheckAndReap(&reaped);
+  uint64_t sum = CheckAndReap(&reaped);  // the budget and the sum come from one read
   if (bytes <= header_->budget - sum) {
     Slot& s = slots_[slot_];
-    s.pool_bytes += bytes;
+    s.pool_bytes += bytes;  // within the budget: no overflow
     if (s.pool_bytes > s.peak_pool_bytes) s.peak_pool_bytes = s.pool_bytes;
     s.checksum = SlotSum(s);
+    WriteSlot(static_cast<uint32_t>(slot_));
     return true;
   }
   if (refusal) {
@@ -310,28 +333,32 @@ bool Ledger::Charge(uint64_t bytes, GroupRefusal* refusal) {
 }
 
 void Ledger::Release(uint64_t bytes) noexcept {
-  if (slot_ < 0) return;
+  if (slot_ < 0 || broken_) return;
+  pending_release_ += bytes;
   try {
-    shm::MutexGuard lock(fd_);
-    if (broken_ || !SizeOk()) return;
-    Slot& s = slots_[slot_];
-    s.pool_bytes -= std::min(bytes, s.pool_bytes);
-    s.checksum = SlotSum(s);
+    shm::MutexGuard lock(fd_, path_, "giving a region back to the group", timeout_ms_);
+    uint64_t reaped = 0;
+    CheckAndReap(&reaped);  // applies pending_release_
   } catch (...) {
-    // The lock cannot fail on an open descriptor; if it ever did, the charge stays until Leave.
+    // Not had in time, or the ledger is damaged: the charge goes back at the next operation that
+    // gets the lock, or when this member leaves (its slot is then cleared).
   }
 }
 
 void Ledger::SetLimit(uint64_t limit) {
-  shm::MutexGuard lock(fd_);
-  if (slot_ < 0 || broken_ || !SizeOk()) return;
+  shm::MutexGuard lock(fd_, path_, "recording a member's limit", timeout_ms_);
+  if (slot_ < 0) return;
+  uint64_t reaped = 0;
+  CheckAndReap(&reaped);
   slots_[slot_].limit = limit;
   slots_[slot_].checksum = SlotSum(slots_[slot_]);
+  WriteSlot(static_cast<uint32_t>(slot_));
 }
 
 void Ledger::PublishInUse(uint64_t bytes) noexcept {
+  in_use_ = bytes;
   if (slot_ >= 0 && !broken_)
-    __atomic_store_n(&slots_[slot_].bytes_in_use, bytes, __ATOMIC_RELAXED);
+    (void)!pwrite(fd_, &bytes, sizeof bytes, SlotOffset(slot_) + offsetof(Slot, bytes_in_use));
 }
 
 GroupSnapshot Ledger::CheckedSnapshot() {
@@ -341,7 +368,7 @@ GroupSnapshot Ledger::CheckedSnapshot() {
 }
 
 GroupSnapshot Ledger::Snapshot() {
-  shm::MutexGuard lock(fd_);
+  shm::MutexGuard lock(fd_, path_, "reading the group", timeout_ms_);
   return CheckedSnapshot();
 }
 
@@ -349,39 +376,48 @@ uint64_t Ledger::budget() const { return header_->budget; }
 
 void Ledger::Leave() noexcept {
   if (fd_ < 0) return;
-  if (slot_ >= 0 && map_ && !broken_ && shm::Lock(fd_, shm::kMutexByte, true) == 0) {
-    if (SizeOk()) {
+  if (slot_ >= 0 && !broken_ && shm::LockWithin(fd_, shm::kMutexByte, timeout_ms_) == 0) {
+    try {
+      Load();
       std::memset(&slots_[slot_], 0, sizeof(Slot));
-      bool anyone = false;
+      in_use_ = 0;
+      WriteSlot(static_cast<uint32_t>(slot_));
+      // The slot's lock goes before the mutex: a process that joins next finds the slot free in
+      // both senses (it used to find it cleared but still held, and took that for damage).
+      shm::Unlock(fd_, shm::kSlotBytes + slot_);
+      bool anyone = shm::HeldByOther(fd_, shm::kOpenerByte);  // someone about to join or read
       for (uint32_t i = 0; i < kSlots && !anyone; ++i)
         anyone = slots_[i].state != 0 && shm::HeldByOther(fd_, shm::kSlotBytes + i);
       // The last member removes the file; a process waiting to join sees it unlinked and retries.
       if (!anyone) unlink(path_.c_str());
+    } catch (...) {
+      // Damaged: left as it is; closing drops the slot lock, so others clear the slot.
     }
     shm::Unlock(fd_, shm::kMutexByte);
   }
   slot_ = -1;
-  if (map_) munmap(map_, kFileSize);
-  map_ = nullptr;
   close(fd_);  // drops the slot lock too
   fd_ = -1;
 }
 
 Ledger::~Ledger() { Leave(); }
 
-GroupSnapshot Ledger::Read(const std::string& path) {
+GroupSnapshot Ledger::Read(const std::string& path, int lock_timeout_ms) {
   for (int attempt = 0; attempt < 100; ++attempt) {
     std::unique_ptr<Ledger> l(new Ledger());  // a reader: no slot of its own
     l->path_ = path;
-    l->fd_ = open(path.c_str(), O_RDWR | O_CLOEXEC);
-    if (l->fd_ < 0 && errno == ENOENT)
-      throw ShmError("ERR_GROUP_NOT_FOUND", "there is no group ledger " + path, path);
-    if (l->fd_ < 0) shm::ThrowErrno("ERR_GROUP_LEDGER", "could not open", path, errno);
-    shm::MutexGuard lock(l->fd_);
+    l->timeout_ms_ = lock_timeout_ms;
+    l->fd_ = shm::OpenTrusted(path, 0, "ERR_GROUP_LEDGER");
+    if (l->fd_ < 0) throw ShmError("ERR_GROUP_NOT_FOUND", "there is no group ledger " + path, path);
+    shm::TryLockShared(l->fd_, shm::kOpenerByte);  // held until closed
+    shm::MutexGuard lock(l->fd_, path, "reading the group", lock_timeout_ms);
     struct stat st;
     if (fstat(l->fd_, &st) == 0 && st.st_nlink == 0) continue;
-    l->Map();
-    return l->CheckedSnapshot();
+    GroupSnapshot g = l->CheckedSnapshot();
+    // The last member left while someone was reading or joining: whoever finds the group empty
+    // and nobody else about to use it removes the file, as that member would have.
+    if (g.members.empty() && !shm::HeldByOther(l->fd_, shm::kOpenerByte)) unlink(path.c_str());
+    return g;
   }
   throw ShmError("ERR_GROUP_LEDGER", "the group ledger " + path + " kept changing", path);
 }

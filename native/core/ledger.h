@@ -6,14 +6,19 @@
 // Crash safety: a member holds an open-file-description lock on its slot (shm.h); when it dies,
 // however it dies, the kernel drops the lock, and the next process to touch the ledger (a charge,
 // a join, groupStats) finds the slot unheld and clears it, so its charge returns at once.
-// Nothing is trusted that does not check out: a foreign file (wrong magic), another version, a
-// damaged header (checksum) or slot, a wrong size, or a sum above the budget is reported, not
-// used. The size is checked under the lock before every use of the mapping; a process that
-// truncates the file without taking the lock could still fault a member between two checks, so
-// the file is created 0600 and only processes of the same user can open it.
+//
+// Trust: the file is made by this user with mode 0600 and opened without following links, then
+// checked for owner, type, mode and size (shm::OpenTrusted); another user's file is refused. The
+// file is never mapped: it is read and written with pread/pwrite under its lock, so a file that
+// shrinks under a member is a damaged ledger (ERR_GROUP_LEDGER_CORRUPT) and never a SIGBUS. Nothing
+// is used that does not check out: a foreign file (wrong magic), another version, a damaged header
+// (checksum) or slot, a wrong size, or a sum above the budget (added with overflow checks, from one
+// read of the file) is reported, not used. Every wait for the lock is bounded
+// (ERR_SHM_LOCK_TIMEOUT).
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -57,10 +62,13 @@ class Ledger {
   // ledger is new or has no live member, and must equal it otherwise (ERR_GROUP_BUDGET_MISMATCH);
   // budget == 0 joins whatever budget the group has (ERR_GROUP_NOT_FOUND if none). `limit` is
   // the member's own limit, for display. Throws ShmError.
+  // Waits for the lock at most lock_timeout_ms, then and at every later operation.
   static Ledger* Join(const std::string& dir, const std::string& name, const std::string& device,
-                      uint64_t budget, const std::string& budget_source, uint64_t limit);
+                      uint64_t budget, const std::string& budget_source, uint64_t limit,
+                      int lock_timeout_ms = shm::kDefaultLockTimeoutMs);
   // Reads a ledger (clearing dead members' slots). Throws ShmError (ERR_GROUP_NOT_FOUND if absent).
-  static GroupSnapshot Read(const std::string& path);
+  static GroupSnapshot Read(const std::string& path,
+                            int lock_timeout_ms = shm::kDefaultLockTimeoutMs);
 
   ~Ledger();  // leaves the group (see Leave)
   Ledger(const Ledger&) = delete;
@@ -69,13 +77,16 @@ class Ledger {
   // Charges `bytes` to this member if the group stays within its budget. Otherwise returns false
   // and fills *refusal. Throws ShmError if the ledger is found damaged.
   bool Charge(uint64_t bytes, GroupRefusal* refusal);
-  // Gives back a charge. Never throws.
+  // Gives back a charge. Never throws: if the lock cannot be had in time, the charge is given back
+  // at this member's next operation that gets it (or when it leaves).
   void Release(uint64_t bytes) noexcept;
   // Records this member's own limit, for display.
   void SetLimit(uint64_t limit);
-  // Publishes the bytes this member's buffers use (for display; no lock, one relaxed store).
+  // Publishes the bytes this member's buffers use (for display; no lock, one 8-byte pwrite into
+  // its own slot).
   void PublishInUse(uint64_t bytes) noexcept;
-  // Clears this member's slot, and removes the file if no member is left. Never throws.
+  // Clears this member's slot, and removes the file if no member is left. Never throws; a lock not
+  // had in time leaves the slot to be cleared by the next process that finds it unheld.
   void Leave() noexcept;
 
   GroupSnapshot Snapshot();
@@ -88,24 +99,30 @@ class Ledger {
 
  private:
   Ledger() = default;
-  // Maps the open file (checking size, magic and version).
-  void Map();
-  // With the mutex held: checks the file, clears dead members' slots, returns the sum charged.
+  // With the mutex held: reads the whole file into header_ and slots_ (ERR_GROUP_LEDGER_CORRUPT
+  // if it is not exactly the ledger's size).
+  void Load();
+  // Checks magic and version of what Load read.
+  void CheckFormat();
+  [[noreturn]] void Foreign();
+  // With the mutex held: Load, check, clear dead members' slots, return the sum charged.
   uint64_t CheckAndReap(uint64_t* reaped);
   GroupSnapshot SnapshotLocked(uint64_t reaped);
   // With the mutex held: CheckAndReap, then the snapshot.
   GroupSnapshot CheckedSnapshot();
+  void WriteHeader();
+  void WriteSlot(uint32_t i);
 
   std::string path_, name_;
   int fd_ = -1;
-  void* map_ = nullptr;
-  Header* header_ = nullptr;
-  Slot* slots_ = nullptr;
+  int timeout_ms_ = shm::kDefaultLockTimeoutMs;
+  std::unique_ptr<Header> header_;
+  std::unique_ptr<Slot[]> slots_;
   int slot_ = -1;
-  // Set once the file was found damaged: the mapping is no longer touched (a file truncated under
-  // a mapping faults on access), only unmapped and closed.
+  uint64_t in_use_ = 0;           // what PublishInUse last wrote
+  uint64_t pending_release_ = 0;  // released while the lock could not be had
+  // Set once the file was found damaged: it is no longer written, only closed.
   bool broken_ = false;
-  bool SizeOk() const;
 };
 
 }  // namespace cm::core

@@ -30,20 +30,36 @@ namespace shm {
 // Byte offsets used as locks (beyond the data; a lock may cover bytes past the end of a file).
 constexpr off_t kMutexByte = 1 << 20;  // held while a process reads or changes the file
 constexpr off_t kOwnerByte = kMutexByte + 1;
+// Read-locked (shared) by each process between opening a file and joining it: the last member
+// leaving removes the file only when nobody holds this byte, so a joiner is not left holding a
+// removed file over and over while others come and go.
+constexpr off_t kOpenerByte = kMutexByte + 2;
 constexpr off_t kSlotBytes = kMutexByte + 16;  // slot i is held at kSlotBytes + i
 
-// Takes an exclusive lock on one byte. wait: block until it is free (retrying on EINTR).
-// Returns 0, or the errno (EAGAIN when it is held and !wait).
-int Lock(int fd, off_t byte, bool wait);
+// How long a lock is waited for when nothing else is said: CUDA_MEMORY_LOCK_TIMEOUT_MS, else
+// kDefaultLockTimeoutMs. Holders keep a lock for microseconds; a wait of seconds means a stopped,
+// hung or hostile holder, and ends in ERR_SHM_LOCK_TIMEOUT instead of blocking the thread.
+constexpr int kDefaultLockTimeoutMs = 5000;
+int DefaultLockTimeoutMs();
+
+// Takes an exclusive lock on one byte without waiting. Returns 0, or the errno (EAGAIN when it
+// is held).
+int TryLock(int fd, off_t byte);
+// Takes a shared (read) lock on one byte without waiting; 0 or the errno.
+int TryLockShared(int fd, off_t byte);
+// Takes it, waiting up to timeout_ms (polling, from 50 µs to 10 ms apart). Returns 0, ETIMEDOUT,
+// or another errno.
+int LockWithin(int fd, off_t byte, int timeout_ms);
 void Unlock(int fd, off_t byte) noexcept;
 // True when another open file description holds a lock on the byte. A lock held through `fd`
 // itself never counts, so a process never sees its own slot as held this way.
 bool HeldByOther(int fd, off_t byte);
 
-// Holds the file's mutex byte for a scope.
+// Holds the file's mutex byte for a scope. Throws ShmError ERR_SHM_LOCK_TIMEOUT naming the file
+// and `waiting_for` ("joining group 'x'") when it is not had within timeout_ms.
 class MutexGuard {
  public:
-  explicit MutexGuard(int fd);
+  MutexGuard(int fd, const std::string& path, const char* waiting_for, int timeout_ms);
   ~MutexGuard() { Unlock(fd_, kMutexByte); }
   MutexGuard(const MutexGuard&) = delete;
   MutexGuard& operator=(const MutexGuard&) = delete;
@@ -51,6 +67,22 @@ class MutexGuard {
  private:
   int fd_;
 };
+
+// The ShmError for a lock not had in time.
+[[noreturn]] void ThrowLockTimeout(const std::string& path, const char* waiting_for,
+                                   int timeout_ms);
+
+// Opens a shared file that this library made, read-write, without following a symbolic link,
+// and checks it before anything is read: a regular file, owned by this process's effective uid,
+// with no permission for group or others, and (expected_size > 0) exactly that size. Returns the
+// descriptor, or -1 with errno ENOENT when there is no such file. Anything else is a ShmError:
+// ERR_SHM_UNTRUSTED (naming the file, its owner and mode, and what to do) or `open_code` for a
+// failed open.
+int OpenTrusted(const std::string& path, off_t expected_size, const std::string& open_code);
+// The same checks on an open descriptor: an empty string when it passes, else why not.
+std::string Untrusted(int fd, off_t expected_size);
+// The ShmError for a file that fails those checks.
+[[noreturn]] void ThrowUntrusted(const std::string& path, const std::string& why);
 
 // FNV-1a, for the checksums that detect a damaged or foreign file.
 uint64_t Fnv1a(const void* data, size_t n, uint64_t h = 0xcbf29ce484222325ull);
@@ -61,7 +93,9 @@ bool ValidName(const std::string& name);
 std::string Join(const std::string& dir, const std::string& file);
 // Creates `path` with `size` bytes reserved (posix_fallocate, so a full tmpfs is an error now and
 // not a SIGBUS later) and `init` written at its start, published atomically: the content is
-// complete before the name appears. hold_byte >= 0: that byte is locked before the name appears,
+// complete before the name appears. The file is made with O_EXCL | O_NOFOLLOW and gets exactly
+// `mode` (whatever the umask), and the name is made with link(), which never follows a link
+// planted under it. hold_byte >= 0: that byte is locked before the name appears,
 // so no other process ever sees the file without its holder. Returns the open descriptor, or -1
 // with errno EEXIST when the name exists. Throws ShmError for anything else.
 int CreateComplete(const std::string& path, size_t size, const void* init, size_t init_size,

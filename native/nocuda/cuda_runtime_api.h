@@ -80,6 +80,8 @@ struct cudaMemPoolProps {
 #define cudaEventDefault 0x00
 #define cudaEventDisableTiming 0x02
 #define cudaStreamPerThread ((cudaStream_t)0x2)
+#define cudaEnableDefault 0x0
+enum cudaDriverEntryPointQueryResult { cudaDriverEntryPointSuccess = 0 };
 
 #define CM_NOCUDA_FN(name, ...) \
   inline cudaError_t name(__VA_ARGS__) { return cudaErrorNoDevice; }
@@ -127,6 +129,8 @@ CM_NOCUDA_FN(cudaFreeAsync, void*, cudaStream_t)
 CM_NOCUDA_FN(cudaIpcGetMemHandle, cudaIpcMemHandle_t*, void*)
 CM_NOCUDA_FN(cudaIpcOpenMemHandle, void**, cudaIpcMemHandle_t, unsigned)
 CM_NOCUDA_FN(cudaIpcCloseMemHandle, void*)
+CM_NOCUDA_FN(cudaGetDriverEntryPointByVersion, const char*, void**, unsigned int,
+             unsigned long long, cudaDriverEntryPointQueryResult*)
 CM_NOCUDA_FN(cudaDeviceCanAccessPeer, int*, int, int)
 CM_NOCUDA_FN(cudaDeviceEnablePeerAccess, int, unsigned)
 CM_NOCUDA_FN(cudaDeviceGetP2PAttribute, int*, cudaDeviceP2PAttr, int, int)
