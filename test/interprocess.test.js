@@ -123,7 +123,14 @@ describe('group budgets on simulated devices', () => {
 
   test('a foreign or damaged ledger is reported, never trusted, and top shows it', () => {
     const file = path.join(dir, 'cuda-memory-group.junk.simulated');
-    fs.writeFileSync(file, 'not a ledger at all, just some bytes');
+    // Open to others (the umask's 0644): not even read.
+    fs.writeFileSync(file, 'not a ledger at all, just some bytes', { mode: 0o644 });
+    fs.chmodSync(file, 0o644);
+    expect(() => cm.createAllocator({ simulate: sim, allowGrowth: true, shared: { name: 'junk', limit: MiB } })).toThrow(
+      expect.objectContaining({ code: 'ERR_SHM_UNTRUSTED', path: file, message: expect.stringContaining('mode 0644') }),
+    );
+    // This user's, 0600, but not a ledger: read, found foreign, left alone.
+    fs.chmodSync(file, 0o600);
     expect(() => cm.createAllocator({ simulate: sim, allowGrowth: true, shared: { name: 'junk', limit: MiB } })).toThrow(
       expect.objectContaining({ code: 'ERR_GROUP_LEDGER_FOREIGN', path: file }),
     );

@@ -21,25 +21,12 @@
 #include "../ledger.h"
 #include "../pool.h"
 #include "check.h"
+#include "shared_dir.h"
 
 using namespace cm::core;
 
 constexpr uint64_t MiB = 1ull << 20;
 static std::string dir;
-
-static std::string ErrorCode(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const ShmError& e) {
-    return e.code;
-  }
-  return "";
-}
-
-static bool Exists(const std::string& path) {
-  struct stat st;
-  return stat(path.c_str(), &st) == 0;
-}
 
 static void TestJoinChargeRelease() {
   std::unique_ptr<Ledger> a(Ledger::Join(dir, "basic", "simulated", 100 * MiB, "limit", 0));
@@ -170,7 +157,7 @@ static void TestDamagedFiles() {
   CHECK(pwrite(fd, &huge, sizeof huge, 24) == static_cast<ssize_t>(sizeof huge));
   CHECK(ErrorCode([&] { a->Charge(MiB, nullptr); }) == "ERR_GROUP_LEDGER_CORRUPT");
   CHECK(ErrorCode([&] { Ledger::Read(path); }) == "ERR_GROUP_LEDGER_CORRUPT");
-  // A truncated file is refused before it is mapped.
+  // A truncated file is refused (it is read with pread, never mapped).
   CHECK(ftruncate(fd, 100) == 0);
   CHECK(ErrorCode([&] { Ledger::Read(path); }) == "ERR_GROUP_LEDGER_CORRUPT");
   close(fd);
@@ -334,11 +321,7 @@ static void TestIpcRecords() {
 }
 
 int main() {
-  char tmpl[] = "/dev/shm/cuda-memory-ledger-test-XXXXXX";
-  char tmpl2[] = "/tmp/cuda-memory-ledger-test-XXXXXX";
-  char* d = mkdtemp(tmpl);
-  if (!d) d = mkdtemp(tmpl2);
-  dir = d;
+  dir = MakeSharedDir("cuda-memory-ledger-test");
   TestJoinChargeRelease();
   TestKilledMemberReturns();
   TestConcurrentMembers();
