@@ -171,20 +171,21 @@ Napi::Value CreateAllocator(const Napi::CallbackInfo& info) {
   if (!o.Get("memoryLimit").IsUndefined() && !o.Get("memoryLimit").IsNull())
     policy.memory_limit = ReadSize(env, o.Get("memoryLimit"), "memoryLimit");
   core::MemInfo mi = binding->upstream->GetMemInfo();
-  core::ResolvedLimit limit;
-  try {
-    limit =
-        core::ResolveLimit(policy, mi, binding->upstream->ccMajor(), binding->upstream->ccMinor());
-  } catch (const std::invalid_argument& e) {
-    ThrowRange(env, e.what());
-  }
   core::PoolOptions po;
-  po.limit = limit.bytes;
-  po.limit_source = limit.source;
   if (binding->group && !policy.memory_fraction && !policy.memory_limit) {
-    // A member of a group may, by default, use up to the whole group budget.
+    // A member of a group may, by default, use up to the whole group budget; the device's free
+    // memory at this moment (which the default limit would come from) does not matter.
     po.limit = std::min<uint64_t>(binding->group->ledger().budget(), mi.total);
     po.limit_source = "the budget of group '" + binding->group->ledger().name() + "'";
+  } else {
+    try {
+      core::ResolvedLimit limit = core::ResolveLimit(policy, mi, binding->upstream->ccMajor(),
+                                                     binding->upstream->ccMinor());
+      po.limit = limit.bytes;
+      po.limit_source = limit.source;
+    } catch (const std::invalid_argument& e) {
+      ThrowRange(env, e.what());
+    }
   }
   po.allow_growth = o.Get("allowGrowth").ToBoolean();
   po.garbage_collection =
