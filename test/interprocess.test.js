@@ -35,6 +35,17 @@ function runCheck(args, timeout = 120000) {
 }
 
 describe('group budgets on simulated devices', () => {
+  test('a member without a limit of its own joins on a nearly full device, limited by the group budget', () => {
+    const a = cm.createAllocator({
+      simulate: { totalBytes: 16 * 2 ** 30, freeBytes: 1000 },
+      allowGrowth: true,
+      shared: { name: 'busy', limit: 2 ** 30 },
+    });
+    expect([a.limitBytes, a.limitSource]).toEqual([2 ** 30, "the budget of group 'busy'"]);
+    expect(() => a.alloc(4096)).toThrow(expect.objectContaining({ name: 'OutOfMemoryError' }));
+    a.close();
+  });
+
   test('allocators in one process share the budget; the refusal says it was the group and lists the members', () => {
     const a = cm.createAllocator({ simulate: sim, allowGrowth: true, shared: { name: 'two', limit: 64 * MiB } });
     const b = cm.createAllocator({ simulate: sim, allowGrowth: true, shared: { name: 'two' } });
