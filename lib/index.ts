@@ -6,6 +6,7 @@
  * call throws {@link CudaUnavailableError}.
  * @packageDocumentation
  */
+import './disposable';
 export { CudaError, OutOfMemoryError, CudaUnavailableError, InterprocessError } from './errors';
 export type { UnavailableReason, OutOfMemoryDetails } from './errors';
 export { status, devices, memGetInfo, formatCudaVersion, peerAccess, enablePeerAccess, cudaVisibleDevices } from './discovery';

@@ -23,7 +23,8 @@ bytes=$(stat -c %s "$tgz")
 files=$(tar tzf "$tgz")
 echo "tarball $(basename "$tgz"): $bytes bytes ($((bytes / 1024)) KiB), $(echo "$files" | wc -l) files, $(tar xzOf "$tgz" | wc -c) bytes unpacked"
 for must in package/prebuilds/linux-x64/cuda-memory.napi.glibc.node package/dist/index.js package/dist/index.d.ts \
-  package/dist/index.mjs package/dist/index.d.mts package/dist/cli.js package/binding.gyp package/scripts/install.js package/README.md; do
+  package/dist/index.mjs package/dist/index.d.mts package/dist/cli.js package/binding.gyp package/scripts/install.js package/README.md \
+  package/LICENSE package/CHANGELOG.md; do
   echo "$files" | grep -qxF "$must" || { echo "FAIL: the tarball lacks $must"; exit 1; }
 done
 if echo "$files" | grep -E '^package/(test|build|build-cmake|build-nocuda|docs|examples|\.gpu|native/core/test|node_modules)/|\.tsbuildinfo$|\.o$'; then
@@ -63,27 +64,8 @@ node --input-type=module -e "
 echo "cuda-memory --version: $(npx --no-install cuda-memory --version)"
 npx --no-install cuda-memory info || true # exits 2 where CUDA is unavailable
 
-echo "== types: require, import, node16 and bundler resolution"
-cat >check-cjs.cts <<'TS'
-import cm = require('cuda-memory');
-const s: cm.CudaStatus = cm.status();
-const kind: 'prebuilt' | 'source' | 'no-cuda' | 'none' = s.binary.kind;
-const b: cm.DeviceBuffer | null = s.available ? cm.DeviceBuffer.alloc(16) : null;
-export { kind, b };
-TS
-cat >check-esm.mts <<'TS'
-import cm, { status, createAllocator, type CudaStatus, type AllocatorOptions } from 'cuda-memory';
-const s: CudaStatus = status();
-const o: AllocatorOptions = { allowGrowth: true, simulate: { totalBytes: 2 ** 30 } };
-const a = createAllocator(o);
-export const inUse: number = a.stats().bytesInUse + (cm.status() === s ? 0 : 1);
-TS
-cp check-esm.mts check-bundler.ts
-tsc="$root/node_modules/.bin/tsc"
-common=(--noEmit --strict --skipLibCheck false --typeRoots "$root/node_modules/@types" --types node --target es2022)
-"$tsc" "${common[@]}" --module node16 --moduleResolution node16 check-cjs.cts check-esm.mts
-"$tsc" "${common[@]}" --module esnext --moduleResolution bundler check-bundler.ts
-echo "types: node16 (require and import) and bundler resolve"
+echo "== types: strict, nodenext and bundler, TypeScript 5 and the latest, with and without @types/node"
+node "$root/scripts/check-typings.js" "$tgz"
 
 echo "== forced source build (CUDA_MEMORY_BUILD_FROM_SOURCE=1)"
 if [ -z "${SKIP_SOURCE_BUILD:-}" ]; then

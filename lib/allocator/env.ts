@@ -15,7 +15,7 @@ export interface EnvAllocatorOptions extends AllocatorOptions {
  * reported and ignored), and TF_GPU_ALLOCATOR, where exactly "cuda_malloc_async" selects the
  * stream-ordered backend.
  */
-export function allocatorOptionsFromEnv(env: NodeJS.ProcessEnv = process.env): EnvAllocatorOptions {
+export function allocatorOptionsFromEnv(env: Record<string, string | undefined> = process.env): EnvAllocatorOptions {
   const out: EnvAllocatorOptions = { warnings: [] };
   const growth = env.CUDA_MEMORY_ALLOW_GROWTH;
   if (growth !== undefined && growth !== '') {
