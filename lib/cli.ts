@@ -79,6 +79,25 @@ const deviceList = (v: string): 'all' | number[] => {
     throw new InvalidArgumentError("Expected 'all' or a comma-separated list of device indices such as 0,1.");
   return items.map(Number);
 };
+// A file to write: its folder must exist and be writable, checked when the options are read,
+// before any measurement or CUDA call.
+const outFile = (v: string): string => {
+  const dir = path.dirname(path.resolve(v));
+  let st: fs.Stats;
+  try {
+    st = fs.statSync(dir);
+  } catch {
+    throw new InvalidArgumentError(`The folder ${dir} does not exist.`);
+  }
+  if (!st.isDirectory()) throw new InvalidArgumentError(`${dir} is not a folder.`);
+  try {
+    fs.accessSync(dir, fs.constants.W_OK);
+  } catch {
+    throw new InvalidArgumentError(`The folder ${dir} is not writable.`);
+  }
+  if (fs.existsSync(v) && fs.statSync(v).isDirectory()) throw new InvalidArgumentError(`${v} is a folder, not a file.`);
+  return v;
+};
 const collect =
   <T>(parse: (v: string) => T) =>
   (v: string, prev: T[] | undefined): T[] => [...(prev ?? []), parse(v)];
@@ -255,7 +274,13 @@ function doctor(o: DoctorCliOptions): number {
   if (o.json) process.stdout.write(JSON.stringify(report, null, 2) + '\n');
   else if (status().available) process.stdout.write(formatDoctor(report) + '\n');
   else requireGpu('doctor'); // one line saying why, exit 2 (the files above record the failure)
-  return report.ok ? 0 : 1;
+  return doctorExit(report.ok);
+}
+
+// 0 ok, 1 a failed check, 2 no CUDA (with --json too, where no line says why).
+function doctorExit(ok: boolean): number {
+  if (!status().available) return 2;
+  return ok ? 0 : 1;
 }
 
 function doctorDevices(o: DoctorCliOptions): number {
@@ -272,7 +297,7 @@ function doctorDevices(o: DoctorCliOptions): number {
   if (o.json) process.stdout.write(JSON.stringify(report, null, 2) + '\n');
   else if (status().available) process.stdout.write(formatDoctorDevices(report) + '\n');
   else requireGpu('doctor');
-  return report.ok ? 0 : 1;
+  return doctorExit(report.ok);
 }
 
 function info(o: { json?: boolean }): number {
@@ -441,10 +466,10 @@ function program(): Command {
     .addOption(new Option('--json', 'the JSON report on stdout instead of the table').conflicts('csv'))
     .option('--csv', 'CSV on stdout instead of the table')
     .option('--chart', 'a terminal chart of GB/s by size after the table')
-    .option('--html <file>', 'a self-contained HTML report with SVG charts')
-    .option('--junit <file>', 'JUnit XML, one testcase per result and gate')
-    .option('--out <file>', 'also write the JSON report here')
-    .option('--prometheus <file>', "the results in node_exporter's textfile format (name it *.prom)")
+    .option('--html <file>', 'a self-contained HTML report with SVG charts', outFile)
+    .option('--junit <file>', 'JUnit XML, one testcase per result and gate', outFile)
+    .option('--out <file>', 'also write the JSON report here', outFile)
+    .option('--prometheus <file>', "the results in node_exporter's textfile format (name it *.prom)", outFile)
     .option(
       '--expect <gate>',
       "a gate such as 'h2d.pinned>=48GB/s', 'h2d.staged/h2d.pageable>=4', 'h2d.pinned@64MiB>=20GB/s'; with --devices 'h2d.pinned.all>=50GB/s', 'h2d.pinned.share>=0.95'; with --p2p 'p2p.0-1>=300GB/s', 'p2p.0-1.bidir>=700GB/s', 'p2p.0-1.latency<=20us'; repeatable",
@@ -475,8 +500,8 @@ function program(): Command {
     )
     .option('--bytes <size>', 'copy size of the rate checks', wrap(parseSize))
     .option('--json', 'the JSON report on stdout')
-    .option('--junit <file>', 'JUnit XML, one testcase per check')
-    .option('--prometheus <file>', "the checks in node_exporter's textfile format (name it *.prom)")
+    .option('--junit <file>', 'JUnit XML, one testcase per check', outFile)
+    .option('--prometheus <file>', "the checks in node_exporter's textfile format (name it *.prom)", outFile)
     .action((o) => {
       exit = doctor(o);
     });
@@ -506,7 +531,7 @@ function program(): Command {
       'draws a trace or PyTorch snapshot as one self-contained HTML page: active memory timeline, pool size and limit, regions at the end',
     )
     .argument('<trace>', 'trace file')
-    .requiredOption('--out <file>', 'the HTML file to write')
+    .requiredOption('--out <file>', 'the HTML file to write', outFile)
     .addOption(policyOption())
     .addOption(deviceMemoryOption())
     .action((file: string, o) => {

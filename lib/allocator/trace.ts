@@ -152,16 +152,28 @@ export function fromPyTorchSnapshot(snapshot: unknown, device?: number): Trace {
 export function loadTrace(input: string | object, options: { device?: number } = {}): Trace {
   let data: unknown = input;
   if (typeof input === 'string') {
-    let text: string;
+    let bytes: Buffer;
     try {
-      text = fs.readFileSync(input, 'utf8');
+      bytes = fs.readFileSync(input);
     } catch (e) {
       throw new TraceError(`cannot read ${input}: ${(e as Error).message}`);
     }
+    // A binary file (a pickle from torch.cuda.memory._dump_snapshot, say) is described, never
+    // echoed into the terminal.
+    const head = bytes.subarray(0, 4096);
+    if (head.includes(0) || head.some((b) => b < 0x09 || (b > 0x0d && b < 0x20)))
+      throw new TraceError(
+        `${input} is a binary file (${bytes.length} bytes, starting ${[...bytes.subarray(0, 4)].map((b) => '0x' + b.toString(16).padStart(2, '0')).join(' ')}), not JSON: ` +
+          'a trace is cuda-memory/trace@1 JSON or a PyTorch snapshot converted to JSON (scripts/pytorch-trace.py converts a pickle)',
+      );
     try {
-      data = JSON.parse(text);
+      data = JSON.parse(bytes.toString('utf8'));
     } catch (e) {
-      throw new TraceError(`${input} is not valid JSON (${(e as Error).message}); was the file cut short?`);
+      // The position only: the parser's message quotes the text around it.
+      const where = /position (\d+)/.exec((e as Error).message);
+      throw new TraceError(
+        `${input} is not valid JSON (${where ? `at byte ${where[1]}` : 'it ends early or holds a stray character'}); was the file cut short?`,
+      );
     }
   }
   if (data && typeof data === 'object' && 'device_traces' in data) return fromPyTorchSnapshot(data, options.device);
