@@ -4,4 +4,6 @@ module.exports = {
   testTimeout: 120000,
   // GPU tests share one device; running files one at a time keeps memory figures meaningful.
   maxWorkers: 1,
+  // jest's summary, then which groups were skipped and why (test/reporters/skipped.js).
+  reporters: ['default', '<rootDir>/test/reporters/skipped.js'],
 };

@@ -23,7 +23,9 @@ afterAll(() => fs.rmSync(dir, { recursive: true, force: true }));
 
 const ledgerOf = (name) => path.join(dir, `cuda-memory-group.${name}.simulated`);
 const canSwitchUser = process.getuid?.() === 0 && spawnSync('setpriv', ['--version']).status === 0;
-const asOther = canSwitchUser ? test : test.skip;
+// Named so that a skip says why.
+const asOther = (name, fn) =>
+  canSwitchUser ? test(name, fn) : test.skip(`${name} — skipped: needs root and setpriv to act as a second user`, fn);
 
 // Runs a snippet as the second user (setpriv), with the package and this suite's folder.
 function runAsOther(code) {
