@@ -24,7 +24,7 @@ export type { SavedStagingSettings } from './staging-settings';
 export { Stream, Event } from './stream';
 export * from './allocator';
 export { parseSize, parseSizeList, formatBytes, formatRate } from './units';
-export { runTransferBenchmark } from './bench/transfer';
+export { runTransferBenchmark, gateSource } from './bench/transfer';
 export type { TransferBenchmarkOptions, TransferReport, TransferResult, TransferMode, Direction } from './bench/transfer';
 export { runDoctor, runDoctorDevices } from './bench/doctor';
 export type { DoctorOptions, DoctorReport, DoctorCheck, DoctorDevicesOptions, DoctorDevicesReport, DoctorPair } from './bench/doctor';
