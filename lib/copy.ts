@@ -69,7 +69,7 @@ function prepare(dst: unknown, src: unknown, options: unknown) {
 // Where copy() between two buffers of this library hands over its numbers (dst handle, src
 // handle, byte count): memory the addon reads, made on the first such copy. A 4 KiB copy between
 // pinned and device memory takes a few microseconds, and a Node-API call that reads five
-// arguments, with the checks of the general path, was a tenth of that on the H100 (BENCHMARKS.md).
+// arguments, with the checks of the general path, was a tenth of that on the H100 (docs/transfers.md, and the history of BENCHMARKS.md).
 let handleArgs: Float64Array | undefined;
 
 type HandleMemory = DeviceBuffer | PinnedBuffer | RegisteredBuffer;
@@ -133,7 +133,7 @@ export function copy(dst: Memory, src: Memory, options?: CopyOptions): void {
  * referenced (and a free() of either waits) until the promise settles; a rejection's stack
  * includes the caller's. A Node buffer's memory is held in place meanwhile: its ArrayBuffer is
  * marked untransferable and its `transfer()` throws `ERR_BUFFER_IN_USE` until the copy settles;
- * a resizable ArrayBuffer is refused (see the README, "Buffers in use").
+ * a resizable ArrayBuffer is refused (see docs/api-guide.md, "Lifetime").
  */
 export function copyAsync(dst: Memory, src: Memory, options?: CopyOptions): Promise<void> {
   let p: ReturnType<typeof prepare>;

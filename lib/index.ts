@@ -12,7 +12,7 @@ export type { UnavailableReason, OutOfMemoryDetails } from './errors';
 export { status, devices, memGetInfo, formatCudaVersion, peerAccess, enablePeerAccess, cudaVisibleDevices } from './discovery';
 export type { CudaStatus, DeviceInfo, PcieLink, AddonBinary, PeerLink } from './discovery';
 export { DeviceBuffer, PinnedBuffer, RegisteredBuffer, registerHost } from './memory';
-export type { Memory, DeviceAllocOptions, PinnedAllocOptions, RegisterOptions, FreeOptions, ImportIpcOptions } from './memory';
+export type { Memory, LentMemory, DeviceAllocOptions, PinnedAllocOptions, RegisterOptions, FreeOptions, ImportIpcOptions } from './memory';
 export type { IpcHandle } from './ipc';
 export { SharedPinnedBuffer, createSharedPinned, openSharedPinned, unlinkSharedPinned } from './shared-pinned';
 export type { SharedPinnedOptions } from './shared-pinned';
@@ -25,15 +25,31 @@ export { Stream, Event } from './stream';
 export * from './allocator';
 export { parseSize, parseSizeList, formatBytes, formatRate } from './units';
 export { runTransferBenchmark, gateSource } from './bench/transfer';
-export type { TransferBenchmarkOptions, TransferReport, TransferResult, TransferMode, Direction } from './bench/transfer';
+export type {
+  TransferBenchmarkOptions,
+  TransferReport,
+  TransferResult,
+  TransferMode,
+  Direction,
+  TransferEnvironment,
+} from './bench/transfer';
 export { runDoctor, runDoctorDevices } from './bench/doctor';
 export type { DoctorOptions, DoctorReport, DoctorCheck, DoctorDevicesOptions, DoctorDevicesReport, DoctorPair } from './bench/doctor';
 export { runDevicesBenchmark } from './bench/devices';
-export type { DevicesBenchmarkOptions, DevicesReport, DeviceRate, DevicesAggregate, DevicesMode, DevicesDirection } from './bench/devices';
+export type {
+  DevicesBenchmarkOptions,
+  DevicesReport,
+  DeviceRate,
+  DevicesAggregate,
+  DevicesMode,
+  DevicesDirection,
+  MultiGpuEnvironment,
+  BenchGpu,
+} from './bench/devices';
 export { runP2pBenchmark } from './bench/p2p';
 export type { P2pBenchmarkOptions, P2pReport, P2pPair, P2pBidirectional, P2pLatency } from './bench/p2p';
 export { parseGate, evaluateGates } from './bench/gates';
-export type { Gate, GateResult } from './bench/gates';
+export type { Gate, GateResult, GateMetric, GateUnit, GateSource } from './bench/gates';
 export { summarize } from './bench/stats';
 export { registerMetrics, metricsText } from './metrics';
 export type { MetricsSources, Named, PromRegistry, RegisterMetricsOptions } from './metrics';

@@ -397,7 +397,10 @@ export function registerHost(memory: ArrayBufferLike | ArrayBufferView, options?
 
 /** @internal Implemented by memory lent from a pool (a pinned block used at a shorter length). */
 export const kLentMemory = Symbol('cuda-memory.lent');
-/** @internal */
+/**
+ * Memory lent from a pool: a pinned block used at a shorter length (what `PinnedPool.alloc`
+ * returns). `copy()` and `copyAsync()` take it as either side.
+ */
 export interface LentMemory {
   [kLentMemory](): { buffer: PinnedBuffer; byteLength: number; freed: boolean };
 }

@@ -30,4 +30,4 @@ export { renderMemoryHtml } from './memory-html';
 export type { MemoryHtmlOptions } from './memory-html';
 export type { ReplayPolicy, ReplayOptions, ReplayResult } from './replay';
 export { groupStats, listGroups, formatGroups } from './group';
-export type { SharedBudgetOptions, GroupStats, GroupMember, GroupStatsOptions, UnreadableGroup } from './group';
+export type { SharedBudgetOptions, GroupStats, GroupMember, GroupStatsOptions, ListGroupsOptions, UnreadableGroup } from './group';

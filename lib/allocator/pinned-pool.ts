@@ -53,7 +53,7 @@ export class PinnedPool {
 
   /**
    * A pinned buffer of at least `bytes`, its `bytes` view exactly `bytes` long. Give it back
-   * with {@link PinnedPool.release} (or pooled.free()); do not keep views past that.
+   * with its `free()`; do not keep views past that.
    */
   alloc(bytes: number): PooledPinnedBuffer {
     if (this._closed) throw Object.assign(new Error('the pinned pool was closed'), { code: 'ERR_POOL_CLOSED' });

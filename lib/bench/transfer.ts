@@ -248,7 +248,7 @@ function timeCalls(dst: Memory, src: Memory, n: number, warmup: number, iteratio
 
 // V8 hands copy()'s code to its optimizing compiler only after thousands of calls (with Node 20,
 // about 8,000 between two buffers of the library). Until then that JavaScript costs about half a
-// microsecond more per call (BENCHMARKS.md), which a program that copies often pays only at its
+// microsecond more per call (docs/transfers.md, and the history of BENCHMARKS.md), which a program that copies often pays only at its
 // start. `pinned-call` reports the rest, so before its first row in each direction copy() is
 // called up to TIER_UP_CALLS times, for at most TIER_UP_SECONDS.
 const TIER_UP_CALLS = 20000;
