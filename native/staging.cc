@@ -7,8 +7,9 @@ namespace cm {
 
 StagingOptions StagingOptionsInForce(const Instance& inst) {
   // The defaults were chosen with the transfer benchmark and scripts/tune-staging.js on the H100
-  // (BENCHMARKS.md); hardware threads bound the team. configureStaging() overrides each one.
-  // Asked once: every pageable copy under 'auto' comes here for its threshold.
+  // (docs/transfers.md, and the history of BENCHMARKS.md); hardware threads bound the team.
+  // configureStaging() overrides each one. Asked once: every pageable copy under 'auto' comes here
+  // for its threshold.
   static const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
   StagingOptions o;
   o.chunk_bytes = 8u << 20;
