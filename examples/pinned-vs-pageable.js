@@ -36,7 +36,7 @@ time('3. pageable Buffer, registered for each copy (strategy register)', () => c
 // 4. Register once, copy many times: pinned speed for memory you already have.
 const registered = cm.registerHost(pageable);
 time('4. the Buffer registered once (registerHost)', () => cm.copy(device, registered));
-registered.unregister();
+registered.free();
 // 5. Memory allocated pinned: the DMA engine reads it directly.
 const pinned = cm.PinnedBuffer.alloc(n);
 pinned.bytes.fill(1);

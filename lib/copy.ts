@@ -3,7 +3,7 @@ import { native } from './native';
 import { DeviceBuffer, Memory, PinnedBuffer, RegisteredBuffer, resolveMemory } from './memory';
 import { Stream, streamOption } from './stream';
 import { checkDevice, checkOptions, checkSize } from './validate';
-import { invalidArgument } from './errors';
+import { invalidArgument, argRangeError } from './errors';
 import { knownDeviceCount } from './discovery';
 import { checkHoldable, holdBuffer, releaseBuffer } from './detach';
 
@@ -47,16 +47,16 @@ function prepare(dst: unknown, src: unknown, options: unknown) {
   const dstOffset = o.dstOffset === undefined ? 0 : checkSize('options.dstOffset', o.dstOffset);
   const srcOffset = o.srcOffset === undefined ? 0 : checkSize('options.srcOffset', o.srcOffset);
   if (srcOffset > s.length)
-    throw new RangeError(`Expected options.srcOffset of at most ${s.length} (the source's length) but received ${srcOffset}`);
+    throw argRangeError(`Expected options.srcOffset of at most ${s.length} (the source's length) but received ${srcOffset}`);
   if (dstOffset > d.length)
-    throw new RangeError(`Expected options.dstOffset of at most ${d.length} (the destination's length) but received ${dstOffset}`);
+    throw argRangeError(`Expected options.dstOffset of at most ${d.length} (the destination's length) but received ${dstOffset}`);
   const n = o.byteLength === undefined ? s.length - srcOffset : checkSize('options.byteLength', o.byteLength);
   if (srcOffset + n > s.length)
-    throw new RangeError(`srcOffset + byteLength (${srcOffset} + ${n}) runs past the end of src (${s.length} bytes)`);
+    throw argRangeError(`srcOffset + byteLength (${srcOffset} + ${n}) runs past the end of src (${s.length} bytes)`);
   if (dstOffset + n > d.length)
-    throw new RangeError(`dstOffset + byteLength (${dstOffset} + ${n}) runs past the end of dst (${d.length} bytes)`);
+    throw argRangeError(`dstOffset + byteLength (${dstOffset} + ${n}) runs past the end of dst (${d.length} bytes)`);
   if (d.device && s.device && d.buffer === s.buffer && n > 0 && dstOffset < srcOffset + n && srcOffset < dstOffset + n)
-    throw new RangeError(
+    throw argRangeError(
       `the device-to-device ranges overlap: [${srcOffset}, ${srcOffset + n}) and [${dstOffset}, ${dstOffset + n}) of the same buffer; cudaMemcpy does not support overlapping copies`,
     );
   if (o.strategy !== undefined && !STRATEGIES.has(o.strategy as string))
@@ -188,9 +188,9 @@ export function memset(target: Memory, value: number, options?: MemsetOptions): 
     throw invalidArgument('value', 'an integer from 0 to 255', value, typeof value === 'number' ? RangeError : TypeError);
   const o = checkOptions<MemsetOptions>('options', options);
   const offset = o.offset === undefined ? 0 : checkSize('options.offset', o.offset);
-  if (offset > t.length) throw new RangeError(`Expected options.offset of at most ${t.length} but received ${offset}`);
+  if (offset > t.length) throw argRangeError(`Expected options.offset of at most ${t.length} but received ${offset}`);
   const n = o.byteLength === undefined ? t.length - offset : checkSize('options.byteLength', o.byteLength);
-  if (offset + n > t.length) throw new RangeError(`offset + byteLength (${offset} + ${n}) runs past the end of target (${t.length} bytes)`);
+  if (offset + n > t.length) throw argRangeError(`offset + byteLength (${offset} + ${n}) runs past the end of target (${t.length} bytes)`);
   native.memset(t.target, offset, n, value);
 }
 

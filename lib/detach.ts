@@ -21,6 +21,7 @@
  *   during that copy. SharedArrayBuffers cannot be detached or shrunk and need none of this.
  */
 import { markAsUntransferable } from 'node:worker_threads';
+import { argTypeError } from './errors';
 
 // How many holders each buffer has; a WeakMap, so a held buffer can still be collected once
 // nothing else refers to it (a copy keeps its buffers referenced until it settles).
@@ -29,9 +30,9 @@ let guarded = false;
 
 function inUseError(method: string): TypeError {
   return Object.assign(
-    new TypeError(
+    argTypeError(
       `Cannot ${method}() this ArrayBuffer: cuda-memory is using its memory (an asynchronous copy, a registration ` +
-        'or a pinned buffer). Wait for the copy, unregister or free the buffer first, or transfer a copy (slice()).',
+        'or a pinned buffer). Wait for the copy, or free the registration or the pinned buffer first, or transfer a copy (slice()).',
     ),
     { code: 'ERR_BUFFER_IN_USE' },
   );
@@ -71,7 +72,7 @@ export function checkHoldable(name: string, memory: ArrayBufferLike | ArrayBuffe
   const buffer = bufferOf(memory);
   if (!isShared(buffer) && (buffer as { resizable?: boolean }).resizable === true)
     throw Object.assign(
-      new TypeError(
+      argTypeError(
         `Expected a fixed-length buffer for ${name} but received a view of a resizable ArrayBuffer, which could shrink ` +
           'while the work runs. Use copy() (synchronous), or copy into a fixed-length or pinned buffer first.',
       ),

@@ -87,8 +87,12 @@ export function status(): CudaStatus {
   }
 }
 
-/** Lists the CUDA devices. Throws CudaUnavailableError without CUDA. */
+/**
+ * Lists the CUDA devices: an empty list without CUDA (as `cuda-memory info --json` shows it;
+ * {@link status} says why), never an error.
+ */
 export function devices(): DeviceInfo[] {
+  if (!status().available) return [];
   return native.devices() as DeviceInfo[];
 }
 

@@ -6,18 +6,32 @@
 /** Why CUDA cannot be used, as reported by {@link status}. */
 export type UnavailableReason = 'NOT_BUILT_WITH_CUDA' | 'NO_DRIVER' | 'INSUFFICIENT_DRIVER' | 'NO_DEVICE' | 'ADDON_NOT_LOADED';
 
-/** A CUDA call failed, or a buffer was used after it was freed. */
-export class CudaError extends Error {
-  /** CUDA's error name (`cudaErrorMemoryAllocation`) or a library code (`ERR_BUFFER_FREED`). */
+/**
+ * The base class of every error the library defines, each with a stable `code` to branch on.
+ * Argument errors are Node's own `TypeError`/`RangeError`, also with a `code`
+ * (`ERR_INVALID_ARG_TYPE`, `ERR_OUT_OF_RANGE`, `ERR_INVALID_ARG_VALUE`), as Node core makes them.
+ */
+export class CudaMemoryError extends Error {
+  /** What went wrong, stable across versions: `ERR_ALLOCATOR_CLOSED`, `cudaErrorMemoryAllocation`, ... */
   code: string;
+  constructor(message: string, code: string) {
+    super(message);
+    this.name = 'CudaMemoryError';
+    this.code = code;
+  }
+}
+
+/** A CUDA call failed, or a buffer was used after it was freed. */
+export class CudaError extends CudaMemoryError {
+  /** CUDA's error name (`cudaErrorMemoryAllocation`) or a library code (`ERR_BUFFER_FREED`). */
+  declare code: string;
   /** The numeric `cudaError_t`, where a CUDA call failed. */
   cudaCode: number;
   /** The call that failed, e.g. `cudaMemcpy`. */
   call: string;
   constructor(message: string, details: { code: string; cudaCode?: number; call?: string }) {
-    super(message);
+    super(message, details.code);
     this.name = 'CudaError';
-    this.code = details.code;
     this.cudaCode = details.cudaCode ?? 0;
     this.call = details.call ?? '';
   }
@@ -89,11 +103,10 @@ export class OutOfMemoryError extends CudaError {
 }
 
 /** CUDA cannot be used here; `reason` says why (see {@link status}). */
-export class CudaUnavailableError extends Error {
-  code = 'ERR_CUDA_UNAVAILABLE';
+export class CudaUnavailableError extends CudaMemoryError {
   reason: UnavailableReason;
   constructor(reason: UnavailableReason, message: string) {
-    super(`CUDA is not available (${reason}): ${message}`);
+    super(`CUDA is not available (${reason}): ${message}`, 'ERR_CUDA_UNAVAILABLE');
     this.name = 'CudaUnavailableError';
     this.reason = reason;
   }
@@ -104,15 +117,13 @@ export class CudaUnavailableError extends Error {
  * (`ERR_IPC_*`) or shared pinned memory (`ERR_SHM_*`). `code` says which; `path` names the file
  * in shared memory where there is one.
  */
-export class InterprocessError extends Error {
-  code: string;
+export class InterprocessError extends CudaMemoryError {
   path: string;
   /** ERR_IPC_IN_USE: the pids of the processes that have the buffer open. */
   importers?: number[];
   constructor(message: string, details: { code: string; path?: string; importers?: number[] }) {
-    super(message);
+    super(message, details.code);
     this.name = 'InterprocessError';
-    this.code = details.code;
     this.path = details.path ?? '';
     if (details.importers) this.importers = details.importers;
   }
@@ -128,7 +139,18 @@ export function invalidArgument(
   actual: unknown,
   Kind: typeof TypeError | typeof RangeError = TypeError,
 ): Error {
-  return new Kind(`Expected ${expected} for ${name} but received ${describe(actual)}`);
+  const message = `Expected ${expected} for ${name} but received ${describe(actual)}`;
+  return Kind === RangeError ? argRangeError(message) : argTypeError(message);
+}
+
+/** @internal A TypeError for an argument of the wrong type (code ERR_INVALID_ARG_TYPE, or `code`). */
+export function argTypeError(message: string, code = 'ERR_INVALID_ARG_TYPE'): TypeError {
+  return Object.assign(new TypeError(message), { code });
+}
+
+/** @internal A RangeError for an argument out of range (code ERR_OUT_OF_RANGE, or `code`). */
+export function argRangeError(message: string, code = 'ERR_OUT_OF_RANGE'): RangeError {
+  return Object.assign(new RangeError(message), { code });
 }
 
 /** A short, safe description of any value for error messages. */

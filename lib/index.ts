@@ -7,7 +7,7 @@
  * @packageDocumentation
  */
 import './disposable';
-export { CudaError, OutOfMemoryError, CudaUnavailableError, InterprocessError } from './errors';
+export { CudaMemoryError, CudaError, OutOfMemoryError, CudaUnavailableError, InterprocessError } from './errors';
 export type { UnavailableReason, OutOfMemoryDetails } from './errors';
 export { status, devices, memGetInfo, formatCudaVersion, peerAccess, enablePeerAccess, cudaVisibleDevices } from './discovery';
 export type { CudaStatus, DeviceInfo, PcieLink, AddonBinary, PeerLink } from './discovery';

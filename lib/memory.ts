@@ -2,7 +2,7 @@
  * Device memory, pinned host memory and page-locked Node buffers. Every buffer has an explicit,
  * idempotent free() and [Symbol.dispose]; garbage collection frees only what was forgotten.
  */
-import { CudaError, describe as describeValue } from './errors';
+import { CudaError, describe as describeValue, argTypeError, argRangeError } from './errors';
 import { Stream, streamOption } from './stream';
 import { native, requireCuda } from './native';
 import { checkBoolean, checkDevice, checkOptions, checkSize } from './validate';
@@ -10,6 +10,7 @@ import { knownDeviceCount } from './discovery';
 import { IpcHandle, inUseError, parseIpcHandle } from './ipc';
 import { shmDir } from './shm';
 import { checkHoldable, holdBuffer, releaseBuffer } from './detach';
+import { checkInternal, kInternal } from './internal';
 
 // The safety net for forgotten buffers. A JS FinalizationRegistry costs about 0.3 µs per buffer
 // where a native finalizer costs about 0.7, which matters for pooled allocations.
@@ -107,7 +108,8 @@ export class DeviceBuffer {
   /** @internal */ _watched = false;
 
   /** @internal Use {@link DeviceBuffer.alloc} or an allocator's alloc(). */
-  constructor(handle: number, byteLength: number, device: number, simulated: boolean, owner: object | null) {
+  constructor(token: symbol, handle: number, byteLength: number, device: number, simulated: boolean, owner: object | null) {
+    checkInternal(token, 'DeviceBuffer', 'DeviceBuffer.alloc() or an allocator');
     this._h = handle;
     this.byteLength = byteLength;
     this.device = device;
@@ -122,7 +124,7 @@ export class DeviceBuffer {
     const o = checkOptions<DeviceAllocOptions>('options', options);
     const device = checkDevice(o.device, knownDeviceCount());
     requireCuda();
-    return new DeviceBuffer(native.deviceAlloc(n, device), n, device, false, null);
+    return new DeviceBuffer(kInternal, native.deviceAlloc(n, device), n, device, false, null);
   }
 
   /** True once freed. */
@@ -198,7 +200,7 @@ export class DeviceBuffer {
     const o = checkOptions<ImportIpcOptions>('options', options);
     const wanted = o.device === undefined ? -1 : checkDevice(o.device, knownDeviceCount());
     const [bh, device] = native.ipcImport(h, shmDir(), wanted);
-    return new DeviceBuffer(bh, h.byteLength, device, false, null);
+    return new DeviceBuffer(kInternal, bh, h.byteLength, device, false, null);
   }
 
   [Symbol.dispose](): void {
@@ -248,7 +250,8 @@ export class PinnedBuffer {
   /** @internal */ _watched = false;
 
   /** @internal */
-  constructor(handle: number, bytes: Uint8Array, device: number, flags: number, pinnedBy: PinnedBuffer['pinnedBy']) {
+  constructor(token: symbol, handle: number, bytes: Uint8Array, device: number, flags: number, pinnedBy: PinnedBuffer['pinnedBy']) {
+    checkInternal(token, 'PinnedBuffer', 'PinnedBuffer.alloc() or createSharedPinned()');
     this._h = handle;
     this.bytes = bytes;
     this.byteLength = bytes.byteLength;
@@ -276,7 +279,7 @@ export class PinnedBuffer {
     if (!externalBuffersRefused()) {
       try {
         const [h, ab] = native.pinnedAlloc(n, flags, device);
-        return new PinnedBuffer(h, new Uint8Array(ab), device, flags, 'cudaHostAlloc');
+        return new PinnedBuffer(kInternal, h, new Uint8Array(ab), device, flags, 'cudaHostAlloc');
       } catch (e) {
         if ((e as { code?: string }).code !== 'ERR_EXTERNAL_BUFFERS_NOT_ALLOWED') throw e;
         externalRefused = true;
@@ -290,7 +293,7 @@ export class PinnedBuffer {
       });
     const view = new Uint8Array(new ArrayBuffer(n));
     const h = native.registerHost(view, flags & (FLAG_PORTABLE | FLAG_MAPPED), device);
-    return new PinnedBuffer(h, view, device, flags & ~FLAG_WRITE_COMBINED, 'cudaHostRegister');
+    return new PinnedBuffer(kInternal, h, view, device, flags & ~FLAG_WRITE_COMBINED, 'cudaHostRegister');
   }
 
   get freed(): boolean {
@@ -332,7 +335,8 @@ export interface RegisterOptions {
 
 /**
  * A Node buffer page-locked in place with cudaHostRegister. Copies from and to it run at pinned
- * speed. The buffer is kept alive while registered; call unregister() when done.
+ * speed. The buffer is kept alive while registered; call free() when done (it unpins, and the
+ * Node buffer stays yours).
  */
 export class RegisteredBuffer {
   /** @internal */ _h: number;
@@ -344,7 +348,8 @@ export class RegisteredBuffer {
   /** @internal */ _watched = false;
 
   /** @internal */
-  constructor(handle: number, view: ArrayBufferView, device: number) {
+  constructor(token: symbol, handle: number, view: ArrayBufferView, device: number) {
+    checkInternal(token, 'RegisteredBuffer', 'registerHost()');
     this._h = handle;
     this.view = view;
     this.byteLength = view.byteLength;
@@ -357,8 +362,8 @@ export class RegisteredBuffer {
     return this._freed;
   }
 
-  /** Unpins the memory (cudaHostUnregister). Idempotent. */
-  unregister(): void {
+  /** Unpins the memory (cudaHostUnregister); the Node buffer stays yours. Idempotent. */
+  free(): void {
     if (this._freed) return;
     this._freed = true;
     unwatch(this);
@@ -366,13 +371,8 @@ export class RegisteredBuffer {
     releaseBuffer(this.view);
   }
 
-  /** Same as unregister(). */
-  free(): void {
-    this.unregister();
-  }
-
   [Symbol.dispose](): void {
-    this.unregister();
+    this.free();
   }
 }
 
@@ -383,8 +383,8 @@ export function registerHost(memory: ArrayBufferLike | ArrayBufferView, options?
   else if (memory instanceof ArrayBuffer || (typeof SharedArrayBuffer !== 'undefined' && memory instanceof SharedArrayBuffer))
     view = new Uint8Array(memory);
   else
-    throw new TypeError(`Expected an ArrayBuffer, SharedArrayBuffer or ArrayBuffer view for memory but received ${describeValue(memory)}`);
-  if (view.byteLength === 0) throw new RangeError('Expected a non-empty buffer for memory but received one of 0 bytes');
+    throw argTypeError(`Expected an ArrayBuffer, SharedArrayBuffer or ArrayBuffer view for memory but received ${describeValue(memory)}`);
+  if (view.byteLength === 0) throw argRangeError('Expected a non-empty buffer for memory but received one of 0 bytes');
   checkHoldable('memory', view);
   const o = checkOptions<RegisterOptions>('options', options);
   const flags =
@@ -392,7 +392,7 @@ export function registerHost(memory: ArrayBufferLike | ArrayBufferView, options?
     (checkBoolean('options.mapped', o.mapped, false) ? FLAG_MAPPED : 0);
   const device = checkDevice(o.device, knownDeviceCount());
   requireCuda();
-  return new RegisteredBuffer(native.registerHost(view, flags, device), view, device);
+  return new RegisteredBuffer(kInternal, native.registerHost(view, flags, device), view, device);
 }
 
 /** @internal Implemented by memory lent from a pool (a pinned block used at a shorter length). */
@@ -429,7 +429,7 @@ export function resolveMemory(
   }
   if (m instanceof ArrayBuffer || (typeof SharedArrayBuffer !== 'undefined' && m instanceof SharedArrayBuffer))
     return { target: new Uint8Array(m), length: m.byteLength, device: false, buffer: m };
-  throw new TypeError(
+  throw argTypeError(
     `Expected a DeviceBuffer, PinnedBuffer, RegisteredBuffer, ArrayBuffer, SharedArrayBuffer or ArrayBuffer view for ${name} but received ${describeValue(m)}`,
   );
 }

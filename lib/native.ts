@@ -5,7 +5,7 @@
 import type { StagingPlacement } from './copy';
 import type { PeerLink } from './discovery';
 import * as path from 'path';
-import { CudaError, CudaUnavailableError, InterprocessError, OutOfMemoryError } from './errors';
+import { CudaError, CudaMemoryError, CudaUnavailableError, InterprocessError, OutOfMemoryError } from './errors';
 
 /** The native exports; `test/exports.test.js` checks this list against the addon. */
 export interface NativeBinding {
@@ -255,7 +255,7 @@ function load(): { binding: NativeBinding; path: string | null } {
     try {
       // eslint-disable-next-line @typescript-eslint/no-var-requires
       const binding = require(file) as NativeBinding;
-      binding.init({ CudaError, OutOfMemoryError, CudaUnavailableError, InterprocessError });
+      binding.init({ CudaMemoryError, CudaError, OutOfMemoryError, CudaUnavailableError, InterprocessError });
       return { binding, path: file };
     } catch (e) {
       errors.push(`${file}: ${(e as Error).message.split('\n')[0]}`);

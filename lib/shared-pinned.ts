@@ -10,6 +10,7 @@ import { native, requireCuda } from './native';
 import { checkDevice, checkOptions, checkSize } from './validate';
 import { knownDeviceCount } from './discovery';
 import { checkShmName, shmDir } from './shm';
+import { kInternal } from './internal';
 
 /** Options of {@link createSharedPinned} and {@link openSharedPinned}. */
 export interface SharedPinnedOptions {
@@ -33,8 +34,8 @@ export class SharedPinnedBuffer extends PinnedBuffer {
   readonly path: string;
 
   /** @internal */
-  constructor(handle: number, bytes: Uint8Array, device: number, name: string, creator: boolean, file: string) {
-    super(handle, bytes, device, 1, 'sharedMemory');
+  constructor(token: symbol, handle: number, bytes: Uint8Array, device: number, name: string, creator: boolean, file: string) {
+    super(token, handle, bytes, device, 1, 'sharedMemory');
     this.name = name;
     this.creator = creator;
     this.path = file;
@@ -53,7 +54,7 @@ export function createSharedPinned(name: string, bytes: number, options?: Shared
   const device = checkDevice(checkOptions<SharedPinnedOptions>('options', options).device, knownDeviceCount());
   requireCuda();
   const [h, ab] = native.sharedHostCreate(file, n, device);
-  return new SharedPinnedBuffer(h, new Uint8Array(ab), device, name, true, file);
+  return new SharedPinnedBuffer(kInternal, h, new Uint8Array(ab), device, name, true, file);
 }
 
 /** Opens shared pinned memory another process created (ERR_SHM_NOT_FOUND if there is none). */
@@ -62,7 +63,7 @@ export function openSharedPinned(name: string, options?: SharedPinnedOptions): S
   const device = checkDevice(checkOptions<SharedPinnedOptions>('options', options).device, knownDeviceCount());
   requireCuda();
   const [h, ab] = native.sharedHostOpen(file, device);
-  return new SharedPinnedBuffer(h, new Uint8Array(ab), device, name, false, file);
+  return new SharedPinnedBuffer(kInternal, h, new Uint8Array(ab), device, name, false, file);
 }
 
 /**

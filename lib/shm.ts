@@ -1,3 +1,4 @@
+import { argTypeError, argRangeError } from './errors';
 /**
  * Where files that processes share live: `CUDA_MEMORY_SHM_DIR`, or /dev/shm (a tmpfs on Linux).
  * Every cooperating process must see the same folder.
@@ -11,7 +12,7 @@ const NAME = /^[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}$/;
 /** @internal Checks a name that becomes part of a file name. */
 export function checkShmName(what: string, name: unknown): string {
   if (typeof name !== 'string' || !NAME.test(name))
-    throw new TypeError(
+    throw argTypeError(
       `Expected 1 to 64 of A-Z a-z 0-9 . _ - (not starting with a dot) for ${what} but received ${typeof name === 'string' ? JSON.stringify(name) : typeof name}`,
     );
   return name;
@@ -28,7 +29,7 @@ export const DEFAULT_LOCK_TIMEOUT_MS = 5000;
 export function lockTimeoutMs(name: string, value: unknown, fallback = DEFAULT_LOCK_TIMEOUT_MS): number {
   const check = (what: string, v: unknown): number => {
     if (typeof v !== 'number' || !Number.isInteger(v) || v < 0 || v > 86400000)
-      throw new RangeError(`Expected an integer from 0 to 86400000 (milliseconds) for ${what} but received ${JSON.stringify(v)}`);
+      throw argRangeError(`Expected an integer from 0 to 86400000 (milliseconds) for ${what} but received ${JSON.stringify(v)}`);
     return v;
   };
   if (value !== undefined) return check(name, value);

@@ -2,10 +2,10 @@
 import { native } from './native';
 import { checkBoolean, checkDevice, checkOptions } from './validate';
 import { knownDeviceCount } from './discovery';
-import { invalidArgument } from './errors';
+import { invalidArgument, argTypeError, CudaMemoryError } from './errors';
 
 function disposedError(what: string): Error {
-  return Object.assign(new Error(`the ${what} was disposed`), { code: 'ERR_DISPOSED' });
+  return new CudaMemoryError(`the ${what} was disposed`, 'ERR_DISPOSED');
 }
 
 /**
@@ -82,7 +82,7 @@ export class Event {
 
   /** Records the event in `stream` (default: the legacy default stream). */
   record(stream?: Stream): this {
-    if (stream !== undefined && !(stream instanceof Stream)) throw new TypeError('Expected a Stream for stream');
+    if (stream !== undefined && !(stream instanceof Stream)) throw argTypeError('Expected a Stream for stream');
     native.eventRecord(this.handle(), stream ? stream.handle() : undefined);
     return this;
   }
@@ -99,7 +99,7 @@ export class Event {
 
   /** Milliseconds between two recorded events (cudaEventElapsedTime). */
   static elapsedTime(start: Event, end: Event): number {
-    if (!(start instanceof Event) || !(end instanceof Event)) throw new TypeError('Expected two Events for start and end');
+    if (!(start instanceof Event) || !(end instanceof Event)) throw argTypeError('Expected two Events for start and end');
     return native.eventElapsed(start.handle(), end.handle());
   }
 

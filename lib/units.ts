@@ -1,3 +1,4 @@
+import { argRangeError } from './errors';
 /** Sizes and rates for people: binary units for bytes, decimal GB/s for rates. */
 
 const UNITS: Record<string, number> = {
@@ -20,15 +21,15 @@ const UNITS: Record<string, number> = {
 /** Parses "64MiB", "1.5GiB", "4096", "4k" (k, m, g alone are binary; kB, MB, GB decimal). */
 export function parseSize(text: string | number): number {
   if (typeof text === 'number') {
-    if (!Number.isSafeInteger(text) || text < 0) throw new RangeError(`Expected a non-negative integer size but received ${text}`);
+    if (!Number.isSafeInteger(text) || text < 0) throw argRangeError(`Expected a non-negative integer size but received ${text}`);
     return text;
   }
   const m = /^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$/.exec(String(text));
   const unit = m ? UNITS[m[2].toLowerCase()] : undefined;
   if (!m || unit === undefined)
-    throw new RangeError(`Expected a size such as 4096, 64KiB, 256MiB or 1GiB but received ${JSON.stringify(text)}`);
+    throw argRangeError(`Expected a size such as 4096, 64KiB, 256MiB or 1GiB but received ${JSON.stringify(text)}`);
   const value = Number(m[1]) * unit;
-  if (!Number.isSafeInteger(Math.round(value))) throw new RangeError(`size ${JSON.stringify(text)} is too large`);
+  if (!Number.isSafeInteger(Math.round(value))) throw argRangeError(`size ${JSON.stringify(text)} is too large`);
   return Math.round(value);
 }
 
@@ -46,17 +47,17 @@ export function parseSizeList(text: string): number[] {
     if (range.length === 2) {
       const lo = parseSize(range[0]);
       const hi = parseSize(range[1]);
-      if (lo < 1 || hi < lo) throw new RangeError(`Expected a range low..high with 1 <= low <= high but received ${JSON.stringify(part)}`);
+      if (lo < 1 || hi < lo) throw argRangeError(`Expected a range low..high with 1 <= low <= high but received ${JSON.stringify(part)}`);
       for (let s = lo; s <= hi; s *= 2) out.push(s);
     } else if (range.length === 1) {
       const s = parseSize(part);
-      if (s < 1) throw new RangeError(`Expected sizes of at least 1 byte but received ${JSON.stringify(part)}`);
+      if (s < 1) throw argRangeError(`Expected sizes of at least 1 byte but received ${JSON.stringify(part)}`);
       out.push(s);
     } else {
-      throw new RangeError(`Expected a size or a range low..high but received ${JSON.stringify(part)}`);
+      throw argRangeError(`Expected a size or a range low..high but received ${JSON.stringify(part)}`);
     }
   }
-  if (out.length === 0) throw new RangeError('Expected at least one size');
+  if (out.length === 0) throw argRangeError('Expected at least one size');
   return [...new Set(out)].sort((a, b) => a - b);
 }
 

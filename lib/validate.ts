@@ -1,5 +1,5 @@
 /** Argument checks that run before anything reaches CUDA; each names the argument. */
-import { invalidArgument } from './errors';
+import { invalidArgument, argRangeError } from './errors';
 
 /** Checks a byte count: a non-negative safe integer (a number or bigint), at least `min`. */
 export function checkSize(name: string, value: unknown, min = 0): number {
@@ -24,7 +24,7 @@ export function checkDevice(value: unknown, deviceCount?: number): number {
   if (typeof value !== 'number' || !Number.isInteger(value) || value < 0)
     throw invalidArgument('device', 'a non-negative integer device index', value, typeof value === 'number' ? RangeError : TypeError);
   if (deviceCount !== undefined && deviceCount > 0 && value >= deviceCount)
-    throw new RangeError(
+    throw argRangeError(
       `Expected a device index from 0 to ${deviceCount - 1} for device but received ${value} ` +
         (process.env.CUDA_VISIBLE_DEVICES === undefined
           ? `(this machine has ${deviceCount} CUDA device${deviceCount === 1 ? '' : 's'})`
@@ -38,10 +38,10 @@ export function checkDevice(value: unknown, deviceCount?: number): number {
  * `deviceCount` when known); `name` is the option's name in messages.
  */
 export function checkDeviceList(name: string, list: unknown[], deviceCount?: number): number[] {
-  if (list.length === 0) throw new RangeError(`Expected at least one device in ${name} but received []`);
+  if (list.length === 0) throw argRangeError(`Expected at least one device in ${name} but received []`);
   const devices = list.map((d) => checkDevice(d, deviceCount));
   const twice = devices.find((d, i) => devices.indexOf(d) !== i);
-  if (twice !== undefined) throw new RangeError(`device ${twice} appears twice in ${name}`);
+  if (twice !== undefined) throw argRangeError(`device ${twice} appears twice in ${name}`);
   return devices;
 }
 

@@ -18,12 +18,14 @@
 
 namespace {
 
-// init({CudaError, OutOfMemoryError, CudaUnavailableError, InterprocessError}): the JS error
-// classes that native code constructs, so every error carries the library's types and `code`.
+// init({CudaMemoryError, CudaError, OutOfMemoryError, CudaUnavailableError, InterprocessError}):
+// the JS error classes that native code constructs, so every error carries the library's types
+// and `code`.
 Napi::Value Init(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   cm::Instance& inst = cm::GetInstance(env);
   Napi::Object o = info[0].As<Napi::Object>();
+  inst.library_error = Napi::Persistent(o.Get("CudaMemoryError").As<Napi::Function>());
   inst.cuda_error = Napi::Persistent(o.Get("CudaError").As<Napi::Function>());
   inst.oom_error = Napi::Persistent(o.Get("OutOfMemoryError").As<Napi::Function>());
   inst.unavailable_error = Napi::Persistent(o.Get("CudaUnavailableError").As<Napi::Function>());

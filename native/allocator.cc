@@ -52,17 +52,16 @@ core::MemInfo DeviceMemInfo(int device) {
 core::MemInfo CudaUpstream::GetMemInfo() { return DeviceMemInfo(device_); }
 
 void ThrowAllocatorClosed(Napi::Env env) {
-  Napi::Error e = Napi::Error::New(env, "the allocator was closed and can no longer be used");
-  e.Set("code", "ERR_ALLOCATOR_CLOSED");
-  throw e;
+  throw LibraryError(env, "ERR_ALLOCATOR_CLOSED",
+                     "the allocator was closed and can no longer be used");
 }
 
 void ThrowAllocatorBusy(Napi::Env env, uint64_t live, uint64_t bytes_in_use) {
   Napi::Error e =
-      Napi::Error::New(env, "the allocator still has " + std::to_string(live) + " live buffer" +
-                                (live == 1 ? "" : "s") + " (" + core::FormatBytes(bytes_in_use) +
-                                "); free them first, or close({ force: true }) to invalidate them");
-  e.Set("code", "ERR_ALLOCATOR_BUSY");
+      LibraryError(env, "ERR_ALLOCATOR_BUSY",
+                   "the allocator still has " + std::to_string(live) + " live buffer" +
+                       (live == 1 ? "" : "s") + " (" + core::FormatBytes(bytes_in_use) +
+                       "); free them first, or close({ force: true }) to invalidate them");
   e.Set("liveBuffers", static_cast<double>(live));
   throw e;
 }

@@ -41,7 +41,8 @@ enum class Streaming { kAuto, kOn, kOff };
 
 struct Instance {
   std::unique_ptr<CudaStatus> status;  // computed once, on first use
-  Napi::FunctionReference cuda_error, oom_error, unavailable_error, interprocess_error;
+  Napi::FunctionReference library_error, cuda_error, oom_error, unavailable_error,
+      interprocess_error;
   HandleTable handles;
   // What copyHandles() reads (dst handle, src handle, byte count), written by the JavaScript
   // layer: made by copyArgs() on first use.

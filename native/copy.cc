@@ -19,11 +19,10 @@ namespace {
 Endpoint EndpointOf(Napi::Env env, Allocation* a, const char* what) {
   Endpoint e;
   if (a->simulated) {
-    Napi::Error err = Napi::Error::New(
-        env, std::string(what) +
-                 " lives on a simulated device, which has no memory behind its addresses");
-    err.Set("code", "ERR_SIMULATED_MEMORY");
-    throw err;
+    throw LibraryError(
+        env, "ERR_SIMULATED_MEMORY",
+        std::string(what) +
+            " lives on a simulated device, which has no memory behind its addresses");
   }
   e.alloc = a;
   e.ptr = static_cast<char*>(a->ptr);

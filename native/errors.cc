@@ -49,12 +49,27 @@ void ThrowCuda(Napi::Env env, cudaError_t err, const std::string& call, const st
   ThrowValue(env, MakeCudaError(env, err, call, detail));
 }
 
+Napi::Error LibraryError(Napi::Env env, const std::string& code, const std::string& message) {
+  Instance& inst = GetInstance(env);
+  if (inst.library_error.IsEmpty()) {
+    Napi::Error e = Napi::Error::New(env, message);
+    e.Set("code", code);
+    return e;
+  }
+  return Napi::Error(
+      env, inst.library_error.New({Napi::String::New(env, message), Napi::String::New(env, code)}));
+}
+
 void ThrowType(Napi::Env env, const std::string& message) {
-  throw Napi::TypeError::New(env, message);
+  Napi::TypeError e = Napi::TypeError::New(env, message);
+  e.Set("code", "ERR_INVALID_ARG_TYPE");
+  throw e;
 }
 
 void ThrowRange(Napi::Env env, const std::string& message) {
-  throw Napi::RangeError::New(env, message);
+  Napi::RangeError e = Napi::RangeError::New(env, message);
+  e.Set("code", "ERR_OUT_OF_RANGE");
+  throw e;
 }
 
 }  // namespace cm

@@ -23,6 +23,11 @@ Napi::Value MakeUnavailableError(Napi::Env env, const std::string& reason,
 Napi::Value MakeInterprocessError(Napi::Env env, const core::ShmError& e);
 [[noreturn]] void ThrowInterprocess(Napi::Env env, const core::ShmError& e);
 [[noreturn]] void ThrowValue(Napi::Env env, Napi::Value error);
+// A CudaMemoryError with `code` (ERR_ALLOCATOR_CLOSED, ERR_DISPOSED, ...), the base class of the
+// library's errors; a plain Error with that code before the classes are known.
+Napi::Error LibraryError(Napi::Env env, const std::string& code, const std::string& message);
+// Argument errors as Node core makes them: TypeError with ERR_INVALID_ARG_TYPE, RangeError with
+// ERR_OUT_OF_RANGE.
 [[noreturn]] void ThrowType(Napi::Env env, const std::string& message);
 [[noreturn]] void ThrowRange(Napi::Env env, const std::string& message);
 

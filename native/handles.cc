@@ -14,10 +14,9 @@ Napi::Value WrapAllocation(Napi::Env env, Allocation* a) {
   double h = GetInstance(env).handles.Add(a, &a->slot);
   if (h < 0) {
     ReleaseAllocation(env, a);
-    Napi::Error e = Napi::RangeError::New(
-        env, "too many buffers are live at once (16,777,216 in this thread); free some first");
-    e.Set("code", "ERR_TOO_MANY_BUFFERS");
-    throw e;
+    throw LibraryError(
+        env, "ERR_TOO_MANY_BUFFERS",
+        "too many buffers are live at once (16,777,216 in this thread); free some first");
   }
   return Napi::Number::New(env, h);
 }

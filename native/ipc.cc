@@ -21,9 +21,7 @@ void ReleaseIpcImport(Allocation* a) noexcept {
 namespace {
 
 [[noreturn]] void NotSupported(Napi::Env env, const std::string& message) {
-  Napi::Error e = Napi::Error::New(env, message);
-  e.Set("code", "ERR_NOT_SUPPORTED");
-  throw e;
+  throw LibraryError(env, "ERR_NOT_SUPPORTED", message);
 }
 
 Napi::Object DescriptorObject(Napi::Env env, const core::IpcDescriptor& d) {

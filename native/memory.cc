@@ -71,9 +71,8 @@ Napi::Value ExposeHostMemory(Napi::Env env, Allocation* a) {
     // than a silent copy; the JS layer falls back to registering a V8-owned buffer.
     a->refs = 1;
     ReleaseAllocation(env, a);
-    Napi::Error e = Napi::Error::New(env, "external ArrayBuffers are not allowed in this runtime");
-    e.Set("code", "ERR_EXTERNAL_BUFFERS_NOT_ALLOWED");
-    throw e;
+    throw LibraryError(env, "ERR_EXTERNAL_BUFFERS_NOT_ALLOWED",
+                       "external ArrayBuffers are not allowed in this runtime");
   }
   napi_create_reference(env, ab, 0, &a->host_ref);
   TrackExternal(env, a, static_cast<int64_t>(a->bytes));

@@ -31,9 +31,7 @@ T* Unwrap(Napi::Env env, Napi::Value v, const napi_type_tag* tag, const char* wh
     ThrowType(env, std::string(what) + " must be a " + what + " handle of this library");
   T* r = v.As<Napi::External<T>>().Data();
   if (!allow_destroyed && !Live(r)) {
-    Napi::Error e = Napi::Error::New(env, std::string("the ") + what + " was disposed");
-    e.Set("code", "ERR_DISPOSED");
-    throw e;
+    throw LibraryError(env, "ERR_DISPOSED", std::string("the ") + what + " was disposed");
   }
   return r;
 }

@@ -115,7 +115,7 @@ describeGpu('copies in every direction', () => {
       expect(() => cm.copy(q, d)).toThrow(/freed/);
     } finally {
       for (const m of [p, q, d, e]) m.free();
-      r.unregister();
+      r.free();
     }
   });
 
@@ -167,7 +167,7 @@ describeGpu('pinned, mapped and registered memory', () => {
     p.free();
   });
 
-  test('registerHost page-locks a Node buffer in place until unregister()', () => {
+  test('registerHost page-locks a Node buffer in place until free()', () => {
     const buf = Buffer.alloc(4 * MiB);
     const r = cm.registerHost(buf);
     const d = cm.DeviceBuffer.alloc(4 * MiB);
@@ -177,11 +177,11 @@ describeGpu('pinned, mapped and registered memory', () => {
     cm.copy(out, d);
     expect(out.equals(buf)).toBe(true);
     expect(() => cm.registerHost(buf)).toThrow(/cudaHostRegister/); // already registered
-    r.unregister();
-    r.unregister();
+    r.free();
+    r.free();
     expect(() => cm.copy(d, r)).toThrow(/freed/);
     const again = cm.registerHost(buf); // registrable again
-    again.unregister();
+    again.free();
     d.free();
   });
 

@@ -99,6 +99,10 @@ function fuzz(steps, seed, withGpu) {
     } catch (e) {
       const ok = e && (TYPED.has(e.name) || CODES.has(e.code));
       if (!ok) throw new Error(`step ${i}: an untyped error escaped: ${e && e.stack}`);
+      // Every error carries a code: Node's for arguments, the library's (on CudaMemoryError) else.
+      const argument = e.name === 'TypeError' || e.name === 'RangeError';
+      if (typeof e.code !== 'string' || (argument ? !/^ERR_/.test(e.code) : !(e instanceof cm.CudaMemoryError)))
+        throw new Error(`step ${i}: an error without the library's base class or a code: ${e.name} ${e.code}: ${e.message}`);
       typedErrors++;
     }
   }

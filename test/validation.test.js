@@ -222,3 +222,60 @@ describe('host-to-host copies (no GPU needed)', () => {
     await expect(cm.copyAsync(dst, src, { byteLength: (1 << 16) + 1 })).rejects.toThrow(RangeError);
   });
 });
+
+describe('one error base class, a code on every error', () => {
+  test('argument errors carry Node codes, library errors are CudaMemoryError with a code', () => {
+    const caught = (f) => {
+      try {
+        f();
+      } catch (e) {
+        return e;
+      }
+      throw new Error('did not throw');
+    };
+    expect(caught(() => cm.DeviceBuffer.alloc('1'))).toMatchObject({ name: 'TypeError', code: 'ERR_INVALID_ARG_TYPE' });
+    expect(caught(() => cm.DeviceBuffer.alloc(-1))).toMatchObject({ name: 'RangeError', code: 'ERR_OUT_OF_RANGE' });
+    expect(caught(() => cm.copy(new Uint8Array(4), new Uint8Array(8)))).toMatchObject({ name: 'RangeError', code: 'ERR_OUT_OF_RANGE' });
+    const a = cm.createAllocator({ simulate: { totalBytes: 2 ** 30 }, allowGrowth: true, memoryLimit: 2 ** 20 });
+    const oom = caught(() => a.alloc(2 ** 21));
+    expect(oom).toBeInstanceOf(cm.OutOfMemoryError);
+    expect(oom).toBeInstanceOf(cm.CudaMemoryError);
+    expect(oom.code).toBe('cudaErrorMemoryAllocation');
+    const b = a.alloc(1024);
+    const sim = caught(() => cm.copy(new Uint8Array(1024), b));
+    expect(sim).toBeInstanceOf(cm.CudaMemoryError);
+    expect(sim.code).toBe('ERR_SIMULATED_MEMORY');
+    a.close({ force: true });
+    const closed = caught(() => a.alloc(1));
+    expect(closed).toBeInstanceOf(cm.CudaMemoryError);
+    expect(closed.code).toBe('ERR_ALLOCATOR_CLOSED');
+    const trace = caught(() => cm.loadTrace({ schema: 'x' }));
+    expect(trace).toBeInstanceOf(cm.CudaMemoryError);
+    expect(trace.code).toBe('ERR_BAD_TRACE');
+    if (!gpu) {
+      const un = caught(() => cm.DeviceBuffer.alloc(16));
+      expect(un).toBeInstanceOf(cm.CudaUnavailableError);
+      expect(un).toBeInstanceOf(cm.CudaMemoryError);
+      expect(un.code).toBe('ERR_CUDA_UNAVAILABLE');
+    }
+  });
+});
+
+test('constructors users must not call refuse at once (ERR_ILLEGAL_CONSTRUCTOR), naming the factory', () => {
+  for (const [Class, factory] of [
+    [cm.DeviceBuffer, 'DeviceBuffer.alloc()'],
+    [cm.PinnedBuffer, 'PinnedBuffer.alloc()'],
+    [cm.RegisteredBuffer, 'registerHost()'],
+    [cm.SharedPinnedBuffer, 'PinnedBuffer.alloc() or createSharedPinned()'],
+    [cm.Allocator, 'createAllocator()'],
+    [cm.AllocatorSet, 'createAllocators()'],
+    [cm.PooledPinnedBuffer, "a pinned pool's alloc()"],
+  ])
+    expect(() => new Class(1, 1024, 0, false, null)).toThrow(
+      expect.objectContaining({ name: 'TypeError', code: 'ERR_ILLEGAL_CONSTRUCTOR', message: expect.stringContaining(factory) }),
+    );
+});
+
+(gpu ? test.skip : test)('devices() is an empty list without CUDA, as info --json shows it', () => {
+  expect(cm.devices()).toEqual([]);
+});

@@ -8,11 +8,12 @@ import { native, requireCuda } from '../native';
 import { DeviceBuffer } from '../memory';
 import { Stream, streamOption } from '../stream';
 import { checkBoolean, checkDevice, checkOptions, checkSize } from '../validate';
-import { invalidArgument } from '../errors';
+import { invalidArgument, argTypeError, argRangeError, CudaMemoryError } from '../errors';
 import { knownDeviceCount } from '../discovery';
 import { formatBytes } from '../units';
 import { Trace, TraceEvent, saveTrace as writeTrace } from './trace';
 import { GroupStats, SharedBudgetOptions, resolveShared } from './group';
+import { checkInternal, kInternal } from '../internal';
 
 /** A device that exists only as numbers, for running allocator policies without a GPU. */
 export interface SimulatedDevice {
@@ -232,7 +233,8 @@ export class Allocator {
   private _initialRegions: RegionInfo[] = [];
 
   /** @internal Use {@link createAllocator}. */
-  constructor(handle: unknown, backend: AllocatorBackend = 'bfc') {
+  constructor(token: symbol, handle: unknown, backend: AllocatorBackend = 'bfc') {
+    checkInternal(token, 'Allocator', 'createAllocator()');
     this._a = handle;
     this.backend = backend;
     this._b = BACKENDS[backend];
@@ -260,18 +262,19 @@ export class Allocator {
       const o = checkOptions<AllocOptions>('options', options);
       stream = streamOption(o.stream);
       if (o.stream !== undefined && o.stream.device !== this.device)
-        throw new RangeError(`options.stream is on device ${o.stream.device} but the allocator on device ${this.device}`);
+        throw argRangeError(`options.stream is on device ${o.stream.device} but the allocator on device ${this.device}`);
     }
     const h = this._b.alloc(this._a, bytes, stream);
     if (this._stacks !== null) this._stacks.set(native.blockId(h), (new Error().stack ?? '').split('\n').slice(2).join('\n'));
-    return new DeviceBuffer(h, bytes, this.device, this.simulated, this);
+    return new DeviceBuffer(kInternal, h, bytes, this.device, this.simulated, this);
   }
 
   private bfcOnly(what: string): void {
     if (this.backend !== 'bfc')
-      throw Object.assign(new Error(`${what} needs the 'bfc' backend: CUDA's stream-ordered pool does not report its blocks and regions`), {
-        code: 'ERR_NOT_SUPPORTED',
-      });
+      throw new CudaMemoryError(
+        `${what} needs the 'bfc' backend: CUDA's stream-ordered pool does not report its blocks and regions`,
+        'ERR_NOT_SUPPORTED',
+      );
   }
 
   /**
@@ -479,9 +482,9 @@ export function createAllocator(options?: AllocatorOptions): Allocator {
     'shared',
   ]);
   for (const k of Object.keys(o))
-    if (!known.has(k)) throw new TypeError(`Unknown allocator option ${JSON.stringify(k)}; expected one of ${[...known].join(', ')}`);
+    if (!known.has(k)) throw argTypeError(`Unknown allocator option ${JSON.stringify(k)}; expected one of ${[...known].join(', ')}`);
   if (o.memoryFraction !== undefined && o.memoryLimit !== undefined)
-    throw new RangeError(
+    throw argRangeError(
       'memoryFraction and memoryLimit were both given; choose one: memoryFraction is a share of total device memory, memoryLimit a number of bytes',
     );
   if (o.memoryFraction !== undefined && (typeof o.memoryFraction !== 'number' || !(o.memoryFraction > 0 && o.memoryFraction <= 1)))
@@ -496,9 +499,9 @@ export function createAllocator(options?: AllocatorOptions): Allocator {
   const backend = o.backend ?? 'bfc';
   if (backend !== 'bfc' && backend !== 'async') throw invalidArgument('backend', "'bfc' or 'async'", o.backend, RangeError);
   const asyncDefaultPool = checkBoolean('asyncDefaultPool', o.asyncDefaultPool, false);
-  if (o.asyncDefaultPool !== undefined && backend !== 'async') throw new RangeError("asyncDefaultPool applies to backend 'async' only");
+  if (o.asyncDefaultPool !== undefined && backend !== 'async') throw argRangeError("asyncDefaultPool applies to backend 'async' only");
   if (backend === 'async' && o.simulate !== undefined)
-    throw new RangeError(
+    throw argRangeError(
       "backend 'async' cannot run on a simulated device: CUDA's stream-ordered pool lives in the driver, with no policy code of ours to simulate; use backend 'bfc' with simulate, or a GPU",
     );
   const garbageCollection = checkBoolean('garbageCollection', o.garbageCollection, true);
@@ -509,7 +512,7 @@ export function createAllocator(options?: AllocatorOptions): Allocator {
     const totalBytes = checkSize('simulate.totalBytes', s.totalBytes, 1);
     const freeBytes = s.freeBytes === undefined ? totalBytes : checkSize('simulate.freeBytes', s.freeBytes);
     if (freeBytes > totalBytes)
-      throw new RangeError(`simulate.freeBytes (${freeBytes}) must not exceed simulate.totalBytes (${totalBytes})`);
+      throw argRangeError(`simulate.freeBytes (${freeBytes}) must not exceed simulate.totalBytes (${totalBytes})`);
     const cc = s.computeCapability ?? '9.0';
     const m = /^(\d+)\.(\d+)$/.exec(String(cc));
     if (!m) throw invalidArgument('simulate.computeCapability', 'a string such as "9.0"', cc);
@@ -522,7 +525,7 @@ export function createAllocator(options?: AllocatorOptions): Allocator {
   if (o.shared !== undefined) {
     if (backend === 'async')
       throw Object.assign(
-        new RangeError(
+        argRangeError(
           "shared budgets need backend 'bfc': CUDA's stream-ordered pool grows its reservation inside the driver, so there is no region to charge to the group before it is taken",
         ),
         { code: 'ERR_NOT_SUPPORTED' },
@@ -533,11 +536,13 @@ export function createAllocator(options?: AllocatorOptions): Allocator {
   if (backend === 'async') {
     requireCuda();
     return new Allocator(
+      kInternal,
       native.createAsyncAllocator({ device, allowGrowth, memoryFraction: o.memoryFraction, memoryLimit, defaultPool: asyncDefaultPool }),
       'async',
     );
   }
   return new Allocator(
+    kInternal,
     native.createAllocator({ device, allowGrowth, memoryFraction: o.memoryFraction, memoryLimit, garbageCollection, simulate, shared }),
   );
 }

@@ -8,7 +8,7 @@
 import * as fs from 'fs';
 import * as path from 'path';
 import { native } from '../native';
-import { InterprocessError, invalidArgument } from '../errors';
+import { InterprocessError, invalidArgument, argTypeError, argRangeError } from '../errors';
 import { checkOptions, checkSize } from '../validate';
 import { checkShmName, lockTimeoutMs, shmDir } from '../shm';
 import { formatBytes } from '../units';
@@ -89,7 +89,7 @@ export function deviceKey(device: number, simulated: boolean): string {
 }
 
 function uuidOf(info: { uuid?: string } | undefined, device: number): string {
-  if (!info?.uuid) throw new RangeError(`device ${device} has no uuid to name its group by`);
+  if (!info?.uuid) throw argRangeError(`device ${device} has no uuid to name its group by`);
   return info.uuid;
 }
 
@@ -98,11 +98,11 @@ export function resolveShared(value: unknown, device: number, totalBytes: number
   const s = checkOptions<SharedBudgetOptions>('shared', value);
   for (const k of Object.keys(s))
     if (!['name', 'limit', 'fraction', 'lockTimeoutMs'].includes(k))
-      throw new TypeError(`Unknown shared option ${JSON.stringify(k)}; expected name, limit, fraction or lockTimeoutMs`);
+      throw argTypeError(`Unknown shared option ${JSON.stringify(k)}; expected name, limit, fraction or lockTimeoutMs`);
   const timeout = lockTimeoutMs('shared.lockTimeoutMs', s.lockTimeoutMs);
   const name = checkShmName('shared.name', s.name);
   if (s.limit !== undefined && s.fraction !== undefined)
-    throw new RangeError('shared.limit and shared.fraction were both given; choose one');
+    throw argRangeError('shared.limit and shared.fraction were both given; choose one');
   // A GPU's properties, read once (a simulated device has its total given).
   const info = totalBytes === null ? (native.devices()[device] as { uuid?: string; totalMemory: number } | undefined) : undefined;
   const key = totalBytes !== null ? 'simulated' : uuidOf(info, device);

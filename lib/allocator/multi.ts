@@ -6,9 +6,10 @@
 import { Allocator, AllocatorOptions, AllocatorStats, AllocOptions, SimulatedDevice, createAllocator } from './allocator';
 import { DeviceBuffer } from '../memory';
 import { checkBoolean, checkDeviceList, checkOptions } from '../validate';
-import { invalidArgument } from '../errors';
+import { invalidArgument, argTypeError, argRangeError, CudaMemoryError } from '../errors';
 import { knownDeviceCount } from '../discovery';
 import { formatBytes } from '../units';
+import { checkInternal, kInternal } from '../internal';
 
 /** Options of {@link createAllocators}: the policy of {@link createAllocator}, for several devices. */
 export interface MultiAllocatorOptions extends Omit<AllocatorOptions, 'device' | 'simulate'> {
@@ -70,7 +71,8 @@ export class AllocatorSet implements Iterable<Allocator> {
   readonly devices: readonly number[];
 
   /** @internal Use {@link createAllocators}. */
-  constructor(allocators: Allocator[]) {
+  constructor(token: symbol, allocators: Allocator[]) {
+    checkInternal(token, 'AllocatorSet', 'createAllocators()');
     this.allocators = Object.freeze([...allocators]);
     this.devices = Object.freeze(allocators.map((a) => a.device));
   }
@@ -78,8 +80,7 @@ export class AllocatorSet implements Iterable<Allocator> {
   /** The allocator of `device`; a RangeError naming the set's devices when it has none there. */
   get(device: number): Allocator {
     const i = this.devices.indexOf(device);
-    if (i < 0)
-      throw new RangeError(`Expected one of the set's devices (${this.devices.join(', ')}) but received ${JSON.stringify(device)}`);
+    if (i < 0) throw argRangeError(`Expected one of the set's devices (${this.devices.join(', ')}) but received ${JSON.stringify(device)}`);
     return this.allocators[i];
   }
 
@@ -132,11 +133,9 @@ export class AllocatorSet implements Iterable<Allocator> {
     if (!force) {
       const busy = this.allocators.filter((a) => !a.closed && a.stats().numAllocs > a.stats().numFrees);
       if (busy.length)
-        throw Object.assign(
-          new Error(
-            `the allocators of device${busy.length === 1 ? '' : 's'} ${busy.map((a) => a.device).join(', ')} still have live buffers; free them first, or close({ force: true })`,
-          ),
-          { code: 'ERR_ALLOCATOR_BUSY' },
+        throw new CudaMemoryError(
+          `the allocators of device${busy.length === 1 ? '' : 's'} ${busy.map((a) => a.device).join(', ')} still have live buffers; free them first, or close({ force: true })`,
+          'ERR_ALLOCATOR_BUSY',
         );
     }
     return this.allocators.reduce((sum, a) => sum + a.close({ force }), 0);
@@ -161,7 +160,7 @@ export class AllocatorSet implements Iterable<Allocator> {
 export function createAllocators(options?: MultiAllocatorOptions): AllocatorSet {
   const o = checkOptions<MultiAllocatorOptions>('options', options);
   const { devices: which, simulate, ...policy } = o;
-  if ('device' in o) throw new TypeError("createAllocators takes devices ('all' or a list), not device; createAllocator makes one");
+  if ('device' in o) throw argTypeError("createAllocators takes devices ('all' or a list), not device; createAllocator makes one");
   const specs = simulate === undefined ? undefined : Array.isArray(simulate) ? simulate : null;
   let devices: number[];
   if (which === undefined || which === 'all') {
@@ -170,7 +169,7 @@ export function createAllocators(options?: MultiAllocatorOptions): AllocatorSet 
       const count = knownDeviceCount();
       if (count === undefined) {
         if (simulate !== undefined)
-          throw new RangeError(
+          throw argRangeError(
             "devices 'all' with one simulate spec needs a GPU to count; give devices as a list (devices: [0, 1]) or simulate as an array",
           );
         throw invalidArgument('devices', "'all' or a list of device indices, with CUDA available", which);
@@ -180,7 +179,7 @@ export function createAllocators(options?: MultiAllocatorOptions): AllocatorSet 
   } else if (Array.isArray(which)) {
     devices = checkDeviceList('devices', which, simulate === undefined ? knownDeviceCount() : undefined);
     if (specs && specs.length !== devices.length)
-      throw new RangeError(`simulate lists ${specs.length} devices but devices lists ${devices.length}`);
+      throw argRangeError(`simulate lists ${specs.length} devices but devices lists ${devices.length}`);
   } else {
     throw invalidArgument('devices', "'all' or an array of device indices", which);
   }
@@ -194,5 +193,5 @@ export function createAllocators(options?: MultiAllocatorOptions): AllocatorSet 
     for (const a of made) a.close({ force: true });
     throw e;
   }
-  return new AllocatorSet(made);
+  return new AllocatorSet(kInternal, made);
 }

@@ -2,7 +2,8 @@
 import { formatBytes } from '../units';
 import { PinnedBuffer, PinnedAllocOptions, kLentMemory, LentMemory } from '../memory';
 import { checkOptions, checkSize } from '../validate';
-import { OutOfMemoryError } from '../errors';
+import { OutOfMemoryError, CudaMemoryError } from '../errors';
+import { checkInternal, kInternal } from '../internal';
 
 /** Options of {@link createPinnedPool}. */
 export interface PinnedPoolOptions extends Omit<PinnedAllocOptions, 'device'> {
@@ -56,7 +57,7 @@ export class PinnedPool {
    * with its `free()`; do not keep views past that.
    */
   alloc(bytes: number): PooledPinnedBuffer {
-    if (this._closed) throw Object.assign(new Error('the pinned pool was closed'), { code: 'ERR_POOL_CLOSED' });
+    if (this._closed) throw new CudaMemoryError('the pinned pool was closed', 'ERR_POOL_CLOSED');
     const n = checkSize('bytes', bytes, 1);
     const cls = sizeClass(n);
     const list = this.free.get(cls);
@@ -85,7 +86,7 @@ export class PinnedPool {
     }
     this.s.bytesInUse += cls;
     this.live.set(block, cls);
-    return new PooledPinnedBuffer(this, block, n);
+    return new PooledPinnedBuffer(kInternal, this, block, n);
   }
 
   /** @internal */
@@ -144,8 +145,9 @@ export class PooledPinnedBuffer implements LentMemory {
   readonly buffer: PinnedBuffer;
   private _pool: PinnedPool | null;
 
-  /** @internal */
-  constructor(pool: PinnedPool, block: PinnedBuffer, bytes: number) {
+  /** @internal Use {@link PinnedPool.alloc}. */
+  constructor(token: symbol, pool: PinnedPool, block: PinnedBuffer, bytes: number) {
+    checkInternal(token, 'PooledPinnedBuffer', "a pinned pool's alloc()");
     this._pool = pool;
     this.buffer = block;
     this.bytes = block.bytes.subarray(0, bytes);

@@ -5,7 +5,7 @@
  */
 import { Allocator, AllocatorOptions, createAllocator } from './allocator';
 import { DeviceBuffer } from '../memory';
-import { OutOfMemoryError } from '../errors';
+import { OutOfMemoryError, argTypeError, argRangeError } from '../errors';
 import { Trace, loadTrace } from './trace';
 import { formatBytes, parseSize } from '../units';
 
@@ -71,19 +71,19 @@ export function parsePolicy(spec: string): ReplayPolicy {
     else if (k === 'limit' && v !== undefined) p.memoryLimit = parseSize(v);
     else if (k === 'gc' && (v === 'on' || v === 'off')) p.garbageCollection = v === 'on';
     else
-      throw new RangeError(
+      throw argRangeError(
         `Expected a policy such as 'growth', 'prealloc,fraction=0.5', 'growth,limit=8GiB' or 'prealloc,gc=off' but received ${JSON.stringify(spec)}: cannot read ${JSON.stringify(part)}`,
       );
   }
   if (p.memoryFraction !== undefined && p.memoryLimit !== undefined)
-    throw new RangeError(`policy ${JSON.stringify(spec)} gives both fraction and limit`);
+    throw argRangeError(`policy ${JSON.stringify(spec)} gives both fraction and limit`);
   return p;
 }
 
 function deviceOf(trace: Trace, p: ReplayPolicy): { totalBytes: number; computeCapability: string } {
   const totalBytes = p.simulate?.totalBytes ?? p.deviceBytes ?? trace.device?.totalBytes;
   if (!totalBytes)
-    throw new RangeError(
+    throw argRangeError(
       `the trace does not say its device's size, and policy ${JSON.stringify(p.name ?? p)} gives none: set deviceBytes or simulate`,
     );
   return { totalBytes, computeCapability: p.simulate?.computeCapability ?? trace.device?.computeCapability ?? '9.0' };
@@ -165,7 +165,7 @@ function runOnce(trace: Trace, p: ReplayPolicy, deviceBytes: number, computeCapa
 export function replayTrace(trace: Trace | string, policies: ReplayPolicy[], options: ReplayOptions = {}): ReplayResult[] {
   const t = typeof trace === 'string' ? loadTrace(trace) : trace;
   if (!Array.isArray(policies) || policies.length === 0)
-    throw new TypeError('Expected policies to be a non-empty array of allocator options');
+    throw argTypeError('Expected policies to be a non-empty array of allocator options');
   return policies.map((p) => {
     const { totalBytes, computeCapability } = deviceOf(t, p);
     const r = runOnce(t, p, totalBytes, computeCapability);

@@ -3,6 +3,7 @@
  * and the memory page read, PyTorch's `torch.cuda.memory._snapshot()` files included.
  */
 import * as fs from 'fs';
+import { CudaMemoryError } from '../errors';
 
 /** One event of a trace. Only `action` and, for alloc/free, `id` (and `bytes` for alloc) are required. */
 export interface TraceEvent {
@@ -39,13 +40,12 @@ export interface Trace {
 }
 
 /** A trace file or object that cannot be read; `eventIndex` says where, when it is one event. */
-export class TraceError extends Error {
-  readonly code = 'ERR_BAD_TRACE';
+export class TraceError extends CudaMemoryError {
   constructor(
     message: string,
     readonly eventIndex: number | null = null,
   ) {
-    super(message);
+    super(message, 'ERR_BAD_TRACE');
     this.name = 'TraceError';
   }
 }

@@ -13,6 +13,7 @@ import { summarize, rateSummary, SampleSummary } from './stats';
 import { GateMetric, GateSource } from './gates';
 import { fillPattern, equal } from './transfer';
 import { checkDeviceList } from '../validate';
+import { argRangeError } from '../errors';
 
 /** How host memory is provided: PinnedBuffers (timed with CUDA events), or an ordinary Node buffer through the staged path or the driver's pageable path (a steady clock). */
 export type DevicesMode = 'pinned' | 'staged' | 'pageable';
@@ -98,7 +99,7 @@ export interface DevicesReport {
 /** @internal The devices an option names, checked against the devices CUDA sees. */
 export function resolveDevices(which: 'all' | number[] | undefined, count: number): number[] {
   if (which === undefined || which === 'all') return Array.from({ length: count }, (_, i) => i);
-  if (!Array.isArray(which)) throw new RangeError("Expected devices to be 'all' or a list of device indices");
+  if (!Array.isArray(which)) throw argRangeError("Expected devices to be 'all' or a list of device indices");
   return checkDeviceList('devices', which, count);
 }
 
@@ -210,14 +211,14 @@ export async function runDevicesBenchmark(options: DevicesBenchmarkOptions = {})
   const iterations = options.iterations ?? 15;
   const warmup = options.warmup ?? 3;
   if (!Number.isInteger(iterations) || iterations < 10)
-    throw new RangeError(`Expected iterations of at least 10 but received ${iterations}`);
-  if (!Number.isInteger(warmup) || warmup < 0) throw new RangeError(`Expected a non-negative integer warmup but received ${warmup}`);
+    throw argRangeError(`Expected iterations of at least 10 but received ${iterations}`);
+  if (!Number.isInteger(warmup) || warmup < 0) throw argRangeError(`Expected a non-negative integer warmup but received ${warmup}`);
   for (const m of modes)
     if (!DEVICES_MODES.includes(m))
-      throw new RangeError(`Unknown mode ${JSON.stringify(m)} for several GPUs; expected one of ${DEVICES_MODES.join(', ')}`);
+      throw argRangeError(`Unknown mode ${JSON.stringify(m)} for several GPUs; expected one of ${DEVICES_MODES.join(', ')}`);
   for (const d of directions)
     if (!DEVICES_DIRECTIONS.includes(d))
-      throw new RangeError(`Unknown direction ${JSON.stringify(d)} for several GPUs; expected one of ${DEVICES_DIRECTIONS.join(', ')}`);
+      throw argRangeError(`Unknown direction ${JSON.stringify(d)} for several GPUs; expected one of ${DEVICES_DIRECTIONS.join(', ')}`);
   const results: DeviceRate[] = [];
   const aggregate: DevicesAggregate[] = [];
   const total = sizes.length * modes.length * directions.length * (devices.length + 1);

@@ -10,6 +10,7 @@
  * once (total), `p2p.0-1.latency` a 4-byte copy() in µs.
  */
 import { formatBytes, parseSize } from '../units';
+import { argRangeError } from '../errors';
 
 /** One side of a gate: a result picked by direction, mode, scope and optionally size. */
 export interface GateMetric {
@@ -55,7 +56,7 @@ export function metricUnit(m: GateMetric): GateUnit {
 function parseMetric(text: string, gate: string): GateMetric {
   const m = METRIC.exec(text.trim());
   if (!m)
-    throw new RangeError(
+    throw argRangeError(
       `Expected a gate such as 'h2d.pinned>=48GB/s' but received ${JSON.stringify(gate)}: cannot read ${JSON.stringify(text)}`,
     );
   const metric: GateMetric = { direction: m[1], mode: m[2], size: m[4] ? parseSize(m[4]) : undefined };
@@ -80,28 +81,28 @@ const UNIT_WORDS: Record<GateUnit, string> = { rate: 'a rate (GB/s)', time: 'a t
 export function parseGate(text: string): Gate {
   const m = /^(.+?)(>=|<=|>|<)\s*([0-9.]+)\s*([a-zA-Zµ/]*)\s*$/.exec(text);
   if (!m || !Number.isFinite(Number(m[3])))
-    throw new RangeError(`Expected a gate such as 'h2d.pinned>=48GB/s' but received ${JSON.stringify(text)}`);
+    throw argRangeError(`Expected a gate such as 'h2d.pinned>=48GB/s' but received ${JSON.stringify(text)}`);
   const [, lhs, op, num, unitText] = m;
   const parts = lhs.split('/');
-  if (parts.length > 2) throw new RangeError(`Expected at most one '/' in gate ${JSON.stringify(text)}`);
+  if (parts.length > 2) throw argRangeError(`Expected at most one '/' in gate ${JSON.stringify(text)}`);
   const metric = parseMetric(parts[0], text);
   const divisor = parts.length === 2 ? parseMetric(parts[1], text) : undefined;
   const unit = UNITS[unitText.toLowerCase()];
   if (unit === undefined)
-    throw new RangeError(
+    throw argRangeError(
       `Expected a unit of MB/s, GB/s, TB/s, µs or ms in gate ${JSON.stringify(text)} but received ${JSON.stringify(unitText)}`,
     );
   const [kind, scale] = unit;
   if (divisor) {
     if (kind !== 'ratio')
-      throw new RangeError(`A ratio gate takes a plain number, not ${JSON.stringify(unitText)}: ${JSON.stringify(text)}`);
+      throw argRangeError(`A ratio gate takes a plain number, not ${JSON.stringify(unitText)}: ${JSON.stringify(text)}`);
     if (metricUnit(metric) !== metricUnit(divisor))
-      throw new RangeError(`Both sides of ${JSON.stringify(text)} must be the same kind of number`);
+      throw argRangeError(`Both sides of ${JSON.stringify(text)} must be the same kind of number`);
   } else {
     const want = metricUnit(metric);
     if (kind !== want) {
-      if (kind === 'ratio' && want === 'rate') throw new RangeError(`Expected a unit (GB/s) in gate ${JSON.stringify(text)}`);
-      throw new RangeError(
+      if (kind === 'ratio' && want === 'rate') throw argRangeError(`Expected a unit (GB/s) in gate ${JSON.stringify(text)}`);
+      throw argRangeError(
         `${parts[0].trim()} is ${UNIT_WORDS[want]}, so gate ${JSON.stringify(text)} cannot compare it with ${UNIT_WORDS[kind]}`,
       );
     }

@@ -11,6 +11,7 @@ import { summarize, rateSummary, SampleSummary } from './stats';
 import { GateMetric, GateSource } from './gates';
 import { fillPattern, equal } from './transfer';
 import { MultiGpuEnvironment, multiGpuEnvironment, resolveDevices } from './devices';
+import { argRangeError } from '../errors';
 
 /** Options of {@link runP2pBenchmark}. */
 export interface P2pBenchmarkOptions {
@@ -90,15 +91,15 @@ export async function runP2pBenchmark(options: P2pBenchmarkOptions = {}): Promis
   requireCuda();
   const devices = resolveDevices(options.devices, status().deviceCount);
   if (devices.length < 2)
-    throw new RangeError(`The peer benchmark needs at least two devices; ${devices.length === 1 ? 'one is' : 'none are'} given or visible`);
+    throw argRangeError(`The peer benchmark needs at least two devices; ${devices.length === 1 ? 'one is' : 'none are'} given or visible`);
   const sizes = options.sizes ?? [2 ** 30];
   const iterations = options.iterations ?? 10;
   const warmup = options.warmup ?? 2;
   const latencyIterations = options.latencyIterations ?? 200;
-  if (!Number.isInteger(iterations) || iterations < 5) throw new RangeError(`Expected iterations of at least 5 but received ${iterations}`);
-  if (!Number.isInteger(warmup) || warmup < 0) throw new RangeError(`Expected a non-negative integer warmup but received ${warmup}`);
+  if (!Number.isInteger(iterations) || iterations < 5) throw argRangeError(`Expected iterations of at least 5 but received ${iterations}`);
+  if (!Number.isInteger(warmup) || warmup < 0) throw argRangeError(`Expected a non-negative integer warmup but received ${warmup}`);
   if (!Number.isInteger(latencyIterations) || latencyIterations < 1)
-    throw new RangeError(`Expected latencyIterations of at least 1 but received ${latencyIterations}`);
+    throw argRangeError(`Expected latencyIterations of at least 1 but received ${latencyIterations}`);
   const links = peerAccess();
   const linkOf = (from: number, to: number) => {
     const l = links.find((p) => p.from === from && p.to === to)!;

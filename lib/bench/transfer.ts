@@ -14,6 +14,7 @@ import { copy, copyAsync, configureStaging, StagingSettings, CopyStrategy } from
 import { summarize, rateSummary, SampleSummary } from './stats';
 import { GateMetric, GateSource } from './gates';
 import { checkDevice } from '../validate';
+import { argRangeError } from '../errors';
 
 /**
  * How host memory is provided and moved: `pageable` is an ordinary Node buffer through the
@@ -217,7 +218,7 @@ function makeHost(mode: TransferMode, n: number, device: number): Host {
       const t0 = process.hrtime.bigint();
       const r = registerHost(view, { device, portable: true });
       const registrationSeconds = Number(process.hrtime.bigint() - t0) / 1e9;
-      return { view, target: r, registrationSeconds, dispose: () => r.unregister() };
+      return { view, target: r, registrationSeconds, dispose: () => r.free() };
     }
   }
 }
@@ -308,16 +309,16 @@ export async function runTransferBenchmark(options: TransferBenchmarkOptions = {
   const iterations = options.iterations ?? 15;
   const warmup = options.warmup ?? 3;
   if (!Number.isInteger(iterations) || iterations < 10)
-    throw new RangeError(`Expected iterations of at least 10 but received ${iterations}`);
+    throw argRangeError(`Expected iterations of at least 10 but received ${iterations}`);
   const smallIterations = Math.max(iterations, options.smallIterations ?? 200);
   if (!Number.isInteger(smallIterations))
-    throw new RangeError(`Expected an integer smallIterations but received ${options.smallIterations}`);
-  if (!Number.isInteger(warmup) || warmup < 0) throw new RangeError(`Expected a non-negative integer warmup but received ${warmup}`);
+    throw argRangeError(`Expected an integer smallIterations but received ${options.smallIterations}`);
+  if (!Number.isInteger(warmup) || warmup < 0) throw argRangeError(`Expected a non-negative integer warmup but received ${warmup}`);
   for (const m of modes)
-    if (!ALL_MODES.includes(m)) throw new RangeError(`Unknown mode ${JSON.stringify(m)}; expected one of ${ALL_MODES.join(', ')}`);
+    if (!ALL_MODES.includes(m)) throw argRangeError(`Unknown mode ${JSON.stringify(m)}; expected one of ${ALL_MODES.join(', ')}`);
   for (const d of directions)
     if (!ALL_DIRECTIONS.includes(d))
-      throw new RangeError(`Unknown direction ${JSON.stringify(d)}; expected one of ${ALL_DIRECTIONS.join(', ')}`);
+      throw argRangeError(`Unknown direction ${JSON.stringify(d)}; expected one of ${ALL_DIRECTIONS.join(', ')}`);
   const staging = configureStaging(options.staging);
   // copy() timed from JavaScript (and its C++ reference beside it) is measured once V8 has
   // compiled the calling code: a few warm-up calls would leave it in the interpreter. Each

@@ -4,6 +4,7 @@
  */
 import * as fs from 'fs';
 import * as path from 'path';
+import { argRangeError } from '../errors';
 
 /** One sample of a metric family. */
 export interface MetricSample {
@@ -41,12 +42,12 @@ function formatValue(v: number): string {
 export function formatExposition(families: MetricFamily[]): string {
   const lines: string[] = [];
   for (const f of families) {
-    if (!NAME.test(f.name)) throw new RangeError(`Expected a Prometheus metric name but received ${JSON.stringify(f.name)}`);
+    if (!NAME.test(f.name)) throw argRangeError(`Expected a Prometheus metric name but received ${JSON.stringify(f.name)}`);
     if (f.samples.length === 0) continue;
     lines.push(`# HELP ${f.name} ${escapeHelp(f.help)}`, `# TYPE ${f.name} ${f.type}`);
     for (const s of f.samples) {
       const labels = Object.entries(s.labels).map(([k, v]) => {
-        if (!LABEL.test(k)) throw new RangeError(`Expected a Prometheus label name but received ${JSON.stringify(k)}`);
+        if (!LABEL.test(k)) throw argRangeError(`Expected a Prometheus label name but received ${JSON.stringify(k)}`);
         return `${k}="${escapeLabel(String(v))}"`;
       });
       lines.push(`${f.name}${labels.length ? `{${labels.join(',')}}` : ''} ${formatValue(s.value)}`);

@@ -14,6 +14,7 @@ import {
 } from './families';
 import type { MetricsSources } from './families';
 import { formatExposition } from './exposition';
+import { argTypeError } from '../errors';
 
 export type { MetricsSources, Named } from './families';
 export type { MetricFamily, MetricSample } from './exposition';
@@ -65,7 +66,7 @@ function loadPromClient(given: unknown): PromModule {
  */
 export function registerMetrics(registry: PromRegistry, options: RegisterMetricsOptions = {}): () => void {
   if (!registry || typeof registry.registerMetric !== 'function')
-    throw new TypeError('Expected registry to be a prom-client Registry (with registerMetric) but received ' + typeof registry);
+    throw argTypeError('Expected registry to be a prom-client Registry (with registerMetric) but received ' + typeof registry);
   const prom = loadPromClient(options.promClient);
   const names: string[] = [];
   const add = <S>(
