@@ -19,7 +19,7 @@ const allocator = cm.createAllocator(
     ? { simulate: { totalBytes: 80 * 2 ** 30 }, allowGrowth: true, memoryLimit: 8 * 2 ** 30 }
     : { allowGrowth: true, memoryLimit: 8 * 2 ** 30 },
 );
-const pinnedPool = simulate ? null : cm.createPinnedPool({ limit: 256 * MiB });
+const pinnedPool = simulate ? null : cm.createPinnedPool({ memoryLimit: 256 * MiB });
 
 const registry = new client.Registry();
 client.collectDefaultMetrics({ register: registry });

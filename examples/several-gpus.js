@@ -51,7 +51,7 @@ if (real) {
 const s = set.stats();
 console.log(
   `allocators on ${set.devices.length} ${real ? '' : 'simulated '}devices: ` +
-    s.devices.map((d) => `GPU ${d.device} ${cm.formatBytes(d.bytesInUse)} of ${cm.formatBytes(d.bytesLimit)}`).join(', ') +
+    s.devices.map((d) => `GPU ${d.device} ${cm.formatBytes(d.bytesInUse)} of ${cm.formatBytes(d.limitBytes)}`).join(', ') +
     `; in all ${cm.formatBytes(s.total.bytesInUse)} in use`,
 );
 a.free();

@@ -19,7 +19,7 @@ const WORKERS = 3;
 if (cluster.isPrimary) {
   // The first member sets the budget; the primary stays a member (with an empty pool) so the
   // group lives for the whole demo.
-  const own = cm.createAllocator({ ...device, allowGrowth: true, shared: { name: 'demo', limit: 1024 * MiB } });
+  const own = cm.createAllocator({ ...device, allowGrowth: true, shared: { name: 'demo', memoryLimit: 1024 * MiB } });
   // Workers start one after another, each once the previous one has grown, so that which ones
   // fit and which one the group refuses does not depend on who starts first.
   const workers = [];

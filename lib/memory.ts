@@ -132,10 +132,13 @@ export class DeviceBuffer {
     return this._freed;
   }
 
-  /** The device address, for interop with other CUDA code. */
-  get address(): bigint {
+  /**
+   * The device address, for interop with other CUDA code: a number, as every address the library
+   * reports (snapshots and traces too); addresses stay below 2^53.
+   */
+  get address(): number {
     if (this._freed) throw freedError('buffer');
-    return native.handleInfo(this._h).address as bigint;
+    return native.handleInfo(this._h).address as number;
   }
 
   /**
@@ -301,9 +304,9 @@ export class PinnedBuffer {
   }
 
   /** The address the GPU uses for mapped memory (null unless `mapped`). */
-  get devicePointer(): bigint | null {
+  get devicePointer(): number | null {
     if (this._freed) throw freedError('buffer');
-    return (native.handleInfo(this._h).devicePointer as bigint | null) ?? null;
+    return (native.handleInfo(this._h).devicePointer as number | null) ?? null;
   }
 
   /** Unpins and frees the memory; every view over it becomes empty. Idempotent. */

@@ -25,7 +25,7 @@ export interface NativeBinding {
   pinnedAlloc(bytes: number, flags: number, device: number): [number, ArrayBuffer];
   registerHost(view: ArrayBufferView, flags: number, device: number): number;
   free(handle: number): boolean;
-  handleInfo(handle: number): { address?: bigint; devicePointer?: bigint | null; released: boolean; simulated?: boolean };
+  handleInfo(handle: number): { address?: number; devicePointer?: number | null; released: boolean; simulated?: boolean };
   liveCount(): number;
   copy(dst: unknown, dstOffset: number, src: unknown, srcOffset: number, n: number, strategy?: string, stream?: unknown): void;
   /** The memory copyHandles() reads its three numbers from (see copy() in copy.ts). */

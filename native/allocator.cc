@@ -257,7 +257,7 @@ Napi::Value AllocatorStats(const Napi::CallbackInfo& info) {
   o.Set("requestedBytesInUse", static_cast<double>(s.requested_bytes_in_use));
   o.Set("poolBytes", static_cast<double>(s.pool_bytes));
   o.Set("peakPoolBytes", static_cast<double>(s.peak_pool_bytes));
-  o.Set("bytesLimit", static_cast<double>(s.bytes_limit));
+  o.Set("limitBytes", static_cast<double>(s.bytes_limit));
   o.Set("numAllocs", static_cast<double>(s.num_allocs));
   o.Set("numFrees", static_cast<double>(s.num_frees));
   o.Set("numOoms", static_cast<double>(s.num_ooms));

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cstdio>
 #include <vector>
 
 #include "allocator.h"
@@ -161,7 +162,22 @@ Napi::Value Free(const Napi::CallbackInfo& info) {
   return Napi::Boolean::New(env, true);
 }
 
-// handleInfo(handle) -> { address: bigint, devicePointer: bigint|null, released, simulated }
+// An address as a JavaScript number, as every address the library reports is (snapshots and traces
+// too): exact below 2^53, which device and host addresses on x86-64 and arm64 are. One that is
+// not is refused rather than rounded.
+Napi::Value AddressValue(Napi::Env env, const void* p) {
+  uint64_t v = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(p));
+  if (v > 9007199254740991ull) {
+    char hex[24];
+    std::snprintf(hex, sizeof hex, "0x%llx", static_cast<unsigned long long>(v));
+    throw LibraryError(
+        env, "ERR_ADDRESS_RANGE",
+        std::string("the address ") + hex + " is beyond 2^53 and has no exact JavaScript number");
+  }
+  return Napi::Number::New(env, static_cast<double>(v));
+}
+
+// handleInfo(handle) -> { address: number, devicePointer: number|null, released, simulated }
 Napi::Value HandleInfo(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Allocation* a = UnwrapAllocation(env, info[0], "buffer", true);
@@ -170,12 +186,8 @@ Napi::Value HandleInfo(const Napi::CallbackInfo& info) {
     o.Set("released", true);
     return o;
   }
-  o.Set("address",
-        Napi::BigInt::New(env, static_cast<uint64_t>(reinterpret_cast<uintptr_t>(a->ptr))));
-  o.Set("devicePointer",
-        a->device_ptr ? Napi::Value(Napi::BigInt::New(
-                            env, static_cast<uint64_t>(reinterpret_cast<uintptr_t>(a->device_ptr))))
-                      : env.Null());
+  o.Set("address", AddressValue(env, a->ptr));
+  o.Set("devicePointer", a->device_ptr ? AddressValue(env, a->device_ptr) : env.Null());
   o.Set("released", false);
   o.Set("simulated", a->simulated);
   return o;

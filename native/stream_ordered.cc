@@ -212,7 +212,7 @@ Napi::Value AsyncStats(const Napi::CallbackInfo& info) {
   o.Set("requestedBytesInUse", static_cast<double>(s.requested_bytes_in_use));
   o.Set("poolBytes", static_cast<double>(reserved));
   o.Set("peakPoolBytes", static_cast<double>(reserved_high));
-  o.Set("bytesLimit", static_cast<double>(s.bytes_limit));
+  o.Set("limitBytes", static_cast<double>(s.bytes_limit));
   o.Set("numAllocs", static_cast<double>(s.num_allocs));
   o.Set("numFrees", static_cast<double>(s.num_frees));
   o.Set("numOoms", static_cast<double>(s.num_ooms));

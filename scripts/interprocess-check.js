@@ -120,7 +120,7 @@ async function groupCheck(o) {
   const owner = cm.createAllocator({
     simulate: simulate ? { totalBytes: cm.parseSize(simulate) } : undefined,
     allowGrowth: true,
-    shared: { name, limit: budget },
+    shared: { name, memoryLimit: budget },
   });
   const deviceUsed = () => {
     const m = cm.memGetInfo(0);

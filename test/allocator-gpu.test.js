@@ -66,7 +66,7 @@ for (const backend of ['bfc', 'async']) {
       expect(a.stats().poolBytes).toBeGreaterThan(0);
       blocks.forEach((b, i) => cm.memset(b, i + 1));
       blocks.forEach((b, i) => expect(readBack(b).every((x) => x === i + 1)).toBe(true));
-      const ranges = blocks.map((b) => [b.address, BigInt(b.byteLength)]).sort((x, y) => (x[0] < y[0] ? -1 : 1));
+      const ranges = blocks.map((b) => [b.address, b.byteLength]).sort((x, y) => (x[0] < y[0] ? -1 : 1));
       for (let i = 1; i < ranges.length; i++) expect(ranges[i][0] >= ranges[i - 1][0] + ranges[i - 1][1]).toBe(true);
       blocks.forEach((b) => b.free());
       const released = a.emptyCache();

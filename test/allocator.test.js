@@ -481,11 +481,11 @@ describe('the backend option', () => {
 
 describe('pinned pool (validation without a GPU)', () => {
   test('bad sizes and a closed pool are refused', () => {
-    const p = cm.createPinnedPool({ limit: MiB });
+    const p = cm.createPinnedPool({ memoryLimit: MiB });
     expect(() => p.alloc(0)).toThrow(RangeError);
     expect(() => p.alloc('x')).toThrow(TypeError);
     p.close();
     expect(() => p.alloc(16)).toThrow(/closed/);
-    expect(() => cm.createPinnedPool({ limit: -1 })).toThrow(/limit/);
+    expect(() => cm.createPinnedPool({ memoryLimit: -1 })).toThrow(/memoryLimit/);
   });
 });

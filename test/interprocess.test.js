@@ -39,7 +39,7 @@ describe('group budgets on simulated devices', () => {
     const a = cm.createAllocator({
       simulate: { totalBytes: 16 * 2 ** 30, freeBytes: 1000 },
       allowGrowth: true,
-      shared: { name: 'busy', limit: 2 ** 30 },
+      shared: { name: 'busy', memoryLimit: 2 ** 30 },
     });
     expect([a.limitBytes, a.limitSource]).toEqual([2 ** 30, "the budget of group 'busy'"]);
     expect(() => a.alloc(4096)).toThrow(expect.objectContaining({ name: 'OutOfMemoryError' }));
@@ -47,7 +47,7 @@ describe('group budgets on simulated devices', () => {
   });
 
   test('allocators in one process share the budget; the refusal says it was the group and lists the members', () => {
-    const a = cm.createAllocator({ simulate: sim, allowGrowth: true, shared: { name: 'two', limit: 64 * MiB } });
+    const a = cm.createAllocator({ simulate: sim, allowGrowth: true, shared: { name: 'two', memoryLimit: 64 * MiB } });
     const b = cm.createAllocator({ simulate: sim, allowGrowth: true, shared: { name: 'two' } });
     expect(b.limitBytes).toBe(64 * MiB);
     expect(b.limitSource).toBe("the budget of group 'two'");
@@ -59,7 +59,7 @@ describe('group budgets on simulated devices', () => {
       err = e;
     }
     expect(err).toBeInstanceOf(cm.OutOfMemoryError);
-    expect(err.message).toContain("The group 'two' has a budget of 64.00 MiB (limit 64 MiB) and its 2 members hold 32.00 MiB");
+    expect(err.message).toContain("The group 'two' has a budget of 64.00 MiB (memoryLimit 64 MiB) and its 2 members hold 32.00 MiB");
     expect(err.message).toContain(`pid ${process.pid} pool 32.00 MiB, in use 32.00 MiB`);
     expect(err.message).toContain('(this allocator) pool 0 bytes');
     expect(err.group.budgetBytes).toBe(64 * MiB);
@@ -74,7 +74,7 @@ describe('group budgets on simulated devices', () => {
     expect(g.chargedBytes).toBeLessThanOrEqual(64 * MiB);
     expect(g.freeBytes).toBe(64 * MiB - g.chargedBytes);
     expect(a.group().members.find((m) => m.self).poolBytes).toBe(a.stats().poolBytes);
-    expect(a.memorySummary()).toMatch(/group two: budget 64 MiB \(limit 64 MiB\), 2 members hold/);
+    expect(a.memorySummary()).toMatch(/group two: budget 64 MiB \(memoryLimit 64 MiB\), 2 members hold/);
     // Freeing and emptying the cache gives the charge back to the group.
     x.free();
     expect(a.emptyCache()).toBe(32 * MiB);
@@ -91,7 +91,7 @@ describe('group budgets on simulated devices', () => {
   });
 
   test('preallocation must fit in the group', () => {
-    const a = cm.createAllocator({ simulate: sim, memoryLimit: 48 * MiB, shared: { name: 'pre', limit: 64 * MiB } });
+    const a = cm.createAllocator({ simulate: sim, memoryLimit: 48 * MiB, shared: { name: 'pre', memoryLimit: 64 * MiB } });
     expect(a.stats().poolBytes).toBe(48 * MiB);
     expect(() => cm.createAllocator({ simulate: sim, memoryLimit: 32 * MiB, shared: { name: 'pre' } })).toThrow(
       expect.objectContaining({ name: 'OutOfMemoryError', group: expect.objectContaining({ chargedBytes: 48 * MiB }) }),
@@ -103,31 +103,31 @@ describe('group budgets on simulated devices', () => {
   });
 
   test('bad options and mismatched budgets are refused with reasons', () => {
-    expect(() => cm.createAllocator({ simulate: sim, shared: { name: '../etc', limit: MiB } })).toThrow(TypeError);
-    expect(() => cm.createAllocator({ simulate: sim, shared: { name: 'x', limit: MiB, fraction: 0.5 } })).toThrow(/choose one/);
-    expect(() => cm.createAllocator({ simulate: sim, shared: { name: 'x', fraction: 1.5 } })).toThrow(RangeError);
+    expect(() => cm.createAllocator({ simulate: sim, shared: { name: '../etc', memoryLimit: MiB } })).toThrow(TypeError);
+    expect(() => cm.createAllocator({ simulate: sim, shared: { name: 'x', memoryLimit: MiB, memoryFraction: 0.5 } })).toThrow(/choose one/);
+    expect(() => cm.createAllocator({ simulate: sim, shared: { name: 'x', memoryFraction: 1.5 } })).toThrow(RangeError);
     expect(() => cm.createAllocator({ simulate: sim, shared: { name: 'x', budget: 5 } })).toThrow(/Unknown shared option "budget"/);
-    expect(() => cm.createAllocator({ backend: 'async', shared: { name: 'x', limit: MiB } })).toThrow(
+    expect(() => cm.createAllocator({ backend: 'async', shared: { name: 'x', memoryLimit: MiB } })).toThrow(
       expect.objectContaining({ code: 'ERR_NOT_SUPPORTED' }),
     );
     expect(() => cm.createAllocator({ simulate: sim, allowGrowth: true, shared: { name: 'nobody' } })).toThrow(
       expect.objectContaining({ code: 'ERR_GROUP_NOT_FOUND' }),
     );
-    const a = cm.createAllocator({ simulate: sim, allowGrowth: true, shared: { name: 'fixed', fraction: 0.25 } });
+    const a = cm.createAllocator({ simulate: sim, allowGrowth: true, shared: { name: 'fixed', memoryFraction: 0.25 } });
     expect(a.group().budgetBytes).toBe(20 * 2 ** 30);
-    expect(a.group().budgetSource).toBe('fraction 0.25 of 80 GiB');
+    expect(a.group().budgetSource).toBe('memoryFraction 0.25 of 80 GiB');
     let err;
     try {
-      cm.createAllocator({ simulate: sim, allowGrowth: true, shared: { name: 'fixed', limit: 10 * MiB } });
+      cm.createAllocator({ simulate: sim, allowGrowth: true, shared: { name: 'fixed', memoryLimit: 10 * MiB } });
     } catch (e) {
       err = e;
     }
     expect(err).toBeInstanceOf(cm.InterprocessError);
     expect(err.code).toBe('ERR_GROUP_BUDGET_MISMATCH');
-    expect(err.message).toMatch(/already has a budget of 20.00 GiB \(fraction 0.25 of 80 GiB\) and 1 live member/);
+    expect(err.message).toMatch(/already has a budget of 20.00 GiB \(memoryFraction 0.25 of 80 GiB\) and 1 live member/);
     a.close();
     // An empty group takes the budget of whoever comes next.
-    const b = cm.createAllocator({ simulate: sim, allowGrowth: true, shared: { name: 'fixed', limit: 10 * MiB } });
+    const b = cm.createAllocator({ simulate: sim, allowGrowth: true, shared: { name: 'fixed', memoryLimit: 10 * MiB } });
     expect(b.group().budgetBytes).toBe(10 * MiB);
     b.close();
   });
@@ -137,17 +137,17 @@ describe('group budgets on simulated devices', () => {
     // Open to others (the umask's 0644): not even read.
     fs.writeFileSync(file, 'not a ledger at all, just some bytes', { mode: 0o644 });
     fs.chmodSync(file, 0o644);
-    expect(() => cm.createAllocator({ simulate: sim, allowGrowth: true, shared: { name: 'junk', limit: MiB } })).toThrow(
+    expect(() => cm.createAllocator({ simulate: sim, allowGrowth: true, shared: { name: 'junk', memoryLimit: MiB } })).toThrow(
       expect.objectContaining({ code: 'ERR_SHM_UNTRUSTED', path: file, message: expect.stringContaining('mode 0644') }),
     );
     // This user's, 0600, but not a ledger: read, found foreign, left alone.
     fs.chmodSync(file, 0o600);
-    expect(() => cm.createAllocator({ simulate: sim, allowGrowth: true, shared: { name: 'junk', limit: MiB } })).toThrow(
+    expect(() => cm.createAllocator({ simulate: sim, allowGrowth: true, shared: { name: 'junk', memoryLimit: MiB } })).toThrow(
       expect.objectContaining({ code: 'ERR_GROUP_LEDGER_FOREIGN', path: file }),
     );
     expect(fs.readFileSync(file, 'utf8')).toBe('not a ledger at all, just some bytes'); // untouched
     // A real ledger whose budget was overwritten: the header checksum catches it.
-    const a = cm.createAllocator({ simulate: sim, allowGrowth: true, shared: { name: 'scribbled', limit: 64 * MiB } });
+    const a = cm.createAllocator({ simulate: sim, allowGrowth: true, shared: { name: 'scribbled', memoryLimit: 64 * MiB } });
     const ledger = a.group().path;
     const fd = fs.openSync(ledger, 'r+');
     const b = Buffer.alloc(8);
@@ -166,10 +166,10 @@ describe('group budgets on simulated devices', () => {
   });
 
   test('cuda-memory top shows every member of a live group, as a table and as JSON', () => {
-    const a = cm.createAllocator({ simulate: sim, allowGrowth: true, shared: { name: 'shown', limit: 256 * MiB } });
+    const a = cm.createAllocator({ simulate: sim, allowGrowth: true, shared: { name: 'shown', memoryLimit: 256 * MiB } });
     const x = a.alloc(3 * MiB);
     const out = execFileSync(process.execPath, [cli, 'top'], { encoding: 'utf8', env: process.env });
-    expect(out).toContain('group shown on simulated: budget 256 MiB (limit 256 MiB), charged 4 MiB (1.6%), free 252 MiB, 1 member');
+    expect(out).toContain('group shown on simulated: budget 256 MiB (memoryLimit 256 MiB), charged 4 MiB (1.6%), free 252 MiB, 1 member');
     expect(out).toMatch(new RegExp(`\\n\\s+${process.pid}\\s+4 MiB\\s+4 MiB\\s+4 MiB\\s+256 MiB\\s+\\d{4}-`));
     const lines = execFileSync(process.execPath, [cli, 'top', '--json', '--watch', '0.1', '--count', '2'], {
       encoding: 'utf8',
@@ -192,7 +192,7 @@ describe('group budgets on simulated devices', () => {
   });
 
   test('a SIGKILLed member gets its charge back at once', async () => {
-    const a = cm.createAllocator({ simulate: sim, allowGrowth: true, shared: { name: 'killed', limit: 64 * MiB } });
+    const a = cm.createAllocator({ simulate: sim, allowGrowth: true, shared: { name: 'killed', memoryLimit: 64 * MiB } });
     const c = fork(path.join(__dirname, 'fixtures', 'group-holder.js'), [root, 'killed'], { env: process.env });
     await new Promise((r) => c.on('message', r));
     expect(() => a.alloc(40 * MiB)).toThrow(cm.OutOfMemoryError);

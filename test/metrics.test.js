@@ -103,7 +103,7 @@ describe('registerMetrics with prom-client', () => {
         requested: s.requestedBytesInUse,
         pool: s.poolBytes,
         poolPeak: s.peakPoolBytes,
-        limit: s.bytesLimit,
+        limit: s.limitBytes,
         largestFree: s.largestFreeBlock,
         largestAlloc: s.largestAllocSize,
         fragmentation: s.fragmentation,
@@ -288,7 +288,7 @@ describeGpu('metrics on the device', () => {
   test('device free and total memory, a real allocator and a pinned pool, registered together', async () => {
     const registry = new client.Registry();
     const a = cm.createAllocator({ allowGrowth: true, memoryLimit: 256 * MiB });
-    const pool = cm.createPinnedPool({ limit: 64 * MiB });
+    const pool = cm.createPinnedPool({ memoryLimit: 64 * MiB });
     cm.registerMetrics(registry, { allocators: { main: a }, pinnedPools: { staging: pool }, devices: true, promClient: client });
     const block = a.alloc(32 * MiB);
     pool.alloc(MiB).free();

@@ -61,7 +61,7 @@ describe('createAllocators on simulated devices', () => {
     expect(s.devices.map((d) => d.bytesInUse)).toEqual([1024, 4 * 2 ** 20 + 256]);
     expect(s.total.bytesInUse).toBe(1024 + 4 * 2 ** 20 + 256);
     expect(s.total.requestedBytesInUse).toBe(1000 + 3 * 2 ** 20 + 100);
-    expect(s.total.bytesLimit).toBe(6 * GiB);
+    expect(s.total.limitBytes).toBe(6 * GiB);
     expect(s.total.numAllocs).toBe(3);
     expect(s.total.poolBytes).toBe(s.devices[0].poolBytes + s.devices[1].poolBytes);
     const summary = set.memorySummary();

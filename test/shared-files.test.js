@@ -70,7 +70,7 @@ describe('shared files: what another user or process cannot do', () => {
           process.execPath,
           '-e',
           `const cm = require('.');
-         const a = cm.createAllocator({ simulate: { totalBytes: 2 ** 30 }, allowGrowth: true, shared: { name: 'planted', limit: 1 << 26 } });
+         const a = cm.createAllocator({ simulate: { totalBytes: 2 ** 30 }, allowGrowth: true, shared: { name: 'planted', memoryLimit: 1 << 26 } });
          require('fs').chmodSync(a.group().path, 0o666);
          console.log('ready'); setTimeout(() => a.close(), 20000);`,
         ],
@@ -82,7 +82,7 @@ describe('shared files: what another user or process cannot do', () => {
         expect(fs.statSync(file).uid).toBe(OTHER);
         let err;
         try {
-          cm.createAllocator({ simulate: sim, allowGrowth: true, shared: { name: 'planted', limit: 64 * MiB } });
+          cm.createAllocator({ simulate: sim, allowGrowth: true, shared: { name: 'planted', memoryLimit: 64 * MiB } });
         } catch (e) {
           err = e;
         }
@@ -102,10 +102,10 @@ describe('shared files: what another user or process cannot do', () => {
   );
 
   asOther("this user's ledger cannot be joined by another user, and a link planted by another user is not followed", () => {
-    const a = cm.createAllocator({ simulate: sim, allowGrowth: true, shared: { name: 'mine', limit: 64 * MiB } });
+    const a = cm.createAllocator({ simulate: sim, allowGrowth: true, shared: { name: 'mine', memoryLimit: 64 * MiB } });
     try {
       const r = runAsOther(`const cm = require('.');
-        try { cm.createAllocator({ simulate: { totalBytes: 2 ** 30 }, allowGrowth: true, shared: { name: 'mine', limit: 1 << 26 } }); console.log('joined'); }
+        try { cm.createAllocator({ simulate: { totalBytes: 2 ** 30 }, allowGrowth: true, shared: { name: 'mine', memoryLimit: 1 << 26 } }); console.log('joined'); }
         catch (e) { console.log(e.code); }`);
       expect(r.stdout.trim()).toBe('ERR_SHM_UNTRUSTED');
     } finally {
@@ -119,7 +119,7 @@ describe('shared files: what another user or process cannot do', () => {
       `require('fs').symlinkSync(${JSON.stringify(target)}, ${JSON.stringify(ledgerOf('linked'))}); console.log('planted');`,
     );
     expect(r.stdout.trim()).toBe('planted');
-    expect(() => cm.createAllocator({ simulate: sim, allowGrowth: true, shared: { name: 'linked', limit: 64 * MiB } })).toThrow(
+    expect(() => cm.createAllocator({ simulate: sim, allowGrowth: true, shared: { name: 'linked', memoryLimit: 64 * MiB } })).toThrow(
       expect.objectContaining({ code: 'ERR_SHM_UNTRUSTED', message: expect.stringContaining('symbolic link') }),
     );
     expect(fs.readFileSync(target, 'utf8')).toBe('keep');
@@ -128,8 +128,12 @@ describe('shared files: what another user or process cannot do', () => {
   });
 
   test('a lock held by a stopped process: joining, stats, listings and top end within the wait and name the file', async () => {
-    const a = cm.createAllocator({ simulate: sim, allowGrowth: true, shared: { name: 'stuck', limit: 64 * MiB, lockTimeoutMs: 150 } });
-    const b = cm.createAllocator({ simulate: sim, allowGrowth: true, shared: { name: 'fine', limit: 64 * MiB } });
+    const a = cm.createAllocator({
+      simulate: sim,
+      allowGrowth: true,
+      shared: { name: 'stuck', memoryLimit: 64 * MiB, lockTimeoutMs: 150 },
+    });
+    const b = cm.createAllocator({ simulate: sim, allowGrowth: true, shared: { name: 'fine', memoryLimit: 64 * MiB } });
     const file = ledgerOf('stuck');
     const holder = await holdMutex(file);
     try {
@@ -173,16 +177,16 @@ describe('shared files: what another user or process cannot do', () => {
     block.free();
     a.close();
     b.close();
-    expect(() => cm.createAllocator({ simulate: sim, shared: { name: 'x', limit: MiB, lockTimeoutMs: -1 } })).toThrow(RangeError);
+    expect(() => cm.createAllocator({ simulate: sim, shared: { name: 'x', memoryLimit: MiB, lockTimeoutMs: -1 } })).toThrow(RangeError);
   });
 
   test('workers restarting: 2 processes x 20,000 join/leave beside a third member, no refusal', () => {
-    const keeper = cm.createAllocator({ simulate: sim, allowGrowth: true, shared: { name: 'restart', limit: 256 * MiB } });
+    const keeper = cm.createAllocator({ simulate: sim, allowGrowth: true, shared: { name: 'restart', memoryLimit: 256 * MiB } });
     const code = `const cm = require('.');
       let refused = 0, first = '';
       for (let i = 0; i < 20000; i++) {
         try {
-          const a = cm.createAllocator({ simulate: { totalBytes: 80 * 2 ** 30 }, allowGrowth: true, shared: { name: 'restart', limit: 256 * 2 ** 20 } });
+          const a = cm.createAllocator({ simulate: { totalBytes: 80 * 2 ** 30 }, allowGrowth: true, shared: { name: 'restart', memoryLimit: 256 * 2 ** 20 } });
           if (i % 16 === 0) a.alloc(2 ** 20).free();
           a.close();
         } catch (e) { if (!refused++) first = e.code + ': ' + e.message; }

@@ -78,7 +78,7 @@ export interface AllocatorStats {
   /** Bytes the pool holds from the device. */
   poolBytes: number;
   peakPoolBytes: number;
-  bytesLimit: number;
+  limitBytes: number;
   numAllocs: number;
   numFrees: number;
   numOoms: number;

@@ -18,9 +18,9 @@ export interface SharedBudgetOptions {
   /** The group's name: the same name on the same GPU is the same group. */
   name: string;
   /** The group's budget in bytes. */
-  limit?: number;
+  memoryLimit?: number;
   /** The group's budget as a share of the device's total memory, in (0, 1]. */
-  fraction?: number;
+  memoryFraction?: number;
   /**
    * How long to wait for the ledger's lock (joining, each region charged or given back, stats),
    * in milliseconds; default CUDA_MEMORY_LOCK_TIMEOUT_MS, else 5000. A wait that runs out throws
@@ -97,26 +97,31 @@ function uuidOf(info: { uuid?: string } | undefined, device: number): string {
 export function resolveShared(value: unknown, device: number, totalBytes: number | null): object {
   const s = checkOptions<SharedBudgetOptions>('shared', value);
   for (const k of Object.keys(s))
-    if (!['name', 'limit', 'fraction', 'lockTimeoutMs'].includes(k))
-      throw argTypeError(`Unknown shared option ${JSON.stringify(k)}; expected name, limit, fraction or lockTimeoutMs`);
+    if (!['name', 'memoryLimit', 'memoryFraction', 'lockTimeoutMs'].includes(k))
+      throw argTypeError(`Unknown shared option ${JSON.stringify(k)}; expected name, memoryLimit, memoryFraction or lockTimeoutMs`);
   const timeout = lockTimeoutMs('shared.lockTimeoutMs', s.lockTimeoutMs);
   const name = checkShmName('shared.name', s.name);
-  if (s.limit !== undefined && s.fraction !== undefined)
-    throw argRangeError('shared.limit and shared.fraction were both given; choose one');
+  if (s.memoryLimit !== undefined && s.memoryFraction !== undefined)
+    throw argRangeError('shared.memoryLimit and shared.memoryFraction were both given; choose one', 'ERR_INVALID_ARG_VALUE');
   // A GPU's properties, read once (a simulated device has its total given).
   const info = totalBytes === null ? (native.devices()[device] as { uuid?: string; totalMemory: number } | undefined) : undefined;
   const key = totalBytes !== null ? 'simulated' : uuidOf(info, device);
   let budget = 0;
   let budgetSource = '';
-  if (s.limit !== undefined) {
-    budget = checkSize('shared.limit', s.limit, 256);
-    budgetSource = `limit ${formatBytes(budget)}`;
-  } else if (s.fraction !== undefined) {
-    if (typeof s.fraction !== 'number' || !(s.fraction > 0 && s.fraction <= 1))
-      throw invalidArgument('shared.fraction', 'a number in (0, 1]', s.fraction, typeof s.fraction === 'number' ? RangeError : TypeError);
+  if (s.memoryLimit !== undefined) {
+    budget = checkSize('shared.memoryLimit', s.memoryLimit, 256);
+    budgetSource = `memoryLimit ${formatBytes(budget)}`;
+  } else if (s.memoryFraction !== undefined) {
+    if (typeof s.memoryFraction !== 'number' || !(s.memoryFraction > 0 && s.memoryFraction <= 1))
+      throw invalidArgument(
+        'shared.memoryFraction',
+        'a number in (0, 1]',
+        s.memoryFraction,
+        typeof s.memoryFraction === 'number' ? RangeError : TypeError,
+      );
     const total = totalBytes ?? (info as { totalMemory: number }).totalMemory;
-    budget = Math.floor(total * s.fraction);
-    budgetSource = `fraction ${s.fraction} of ${formatBytes(total)}`;
+    budget = Math.floor(total * s.memoryFraction);
+    budgetSource = `memoryFraction ${s.memoryFraction} of ${formatBytes(total)}`;
   }
   return { dir: shmDir(), name, device: key, budget, budgetSource, lockTimeoutMs: timeout };
 }

@@ -32,7 +32,7 @@ export interface AllocatorTotals {
   peakBytesInUse: number;
   requestedBytesInUse: number;
   poolBytes: number;
-  bytesLimit: number;
+  limitBytes: number;
   numAllocs: number;
   numFrees: number;
   numOoms: number;
@@ -56,7 +56,7 @@ const TOTAL_KEYS: (keyof AllocatorTotals)[] = [
   'peakBytesInUse',
   'requestedBytesInUse',
   'poolBytes',
-  'bytesLimit',
+  'limitBytes',
   'numAllocs',
   'numFrees',
   'numOoms',
@@ -113,7 +113,7 @@ export class AllocatorSet implements Iterable<Allocator> {
     const t = this.stats().total;
     const head =
       `cuda-memory allocators on ${this.devices.length} device${this.devices.length === 1 ? '' : 's'} (${this.devices.join(', ')}): ` +
-      `${formatBytes(t.bytesInUse)} in use, pools ${formatBytes(t.poolBytes)} of limits ${formatBytes(t.bytesLimit)}, ` +
+      `${formatBytes(t.bytesInUse)} in use, pools ${formatBytes(t.poolBytes)} of limits ${formatBytes(t.limitBytes)}, ` +
       `${t.numAllocs} allocs / ${t.numFrees} frees / ${t.numOoms} OOMs`;
     return [head, ...this.allocators.map((a) => a.memorySummary())].join('\n\n');
   }

@@ -9,7 +9,7 @@ import { checkInternal, kInternal } from '../internal';
 export interface PinnedPoolOptions extends Omit<PinnedAllocOptions, 'device'> {
   device?: number;
   /** Most pinned bytes the pool holds, in use and cached together. Default: no limit. */
-  limit?: number;
+  memoryLimit?: number;
 }
 
 /** Statistics of a pinned pool. */
@@ -18,7 +18,8 @@ export interface PinnedPoolStats {
   bytesInUse: number;
   /** Bytes cached for reuse. */
   cachedBytes: number;
-  limit: number;
+  /** The pool's `memoryLimit` (Infinity without one). */
+  limitBytes: number;
   hits: number;
   misses: number;
   /** cudaHostAlloc calls made. */
@@ -41,15 +42,15 @@ export class PinnedPool {
   private readonly free = new Map<number, PinnedBuffer[]>();
   private readonly live = new Map<PinnedBuffer, number>();
   private readonly allocOptions: PinnedAllocOptions;
-  readonly limit: number;
+  readonly limitBytes: number;
   private s = { bytesInUse: 0, cachedBytes: 0, hits: 0, misses: 0, allocations: 0, releases: 0 };
   private _closed = false;
 
   /** @internal Use {@link createPinnedPool}. */
   constructor(options: PinnedPoolOptions) {
-    const { limit, ...rest } = options;
+    const { memoryLimit, ...rest } = options;
     this.allocOptions = rest;
-    this.limit = limit === undefined ? Infinity : checkSize('limit', limit, 1);
+    this.limitBytes = memoryLimit === undefined ? Infinity : checkSize('memoryLimit', memoryLimit, 1);
   }
 
   /**
@@ -67,14 +68,14 @@ export class PinnedPool {
       this.s.cachedBytes -= cls;
     } else {
       this.s.misses++;
-      if (this.s.bytesInUse + this.s.cachedBytes + cls > this.limit) this.emptyCache();
-      if (this.s.bytesInUse + cls > this.limit)
+      if (this.s.bytesInUse + this.s.cachedBytes + cls > this.limitBytes) this.emptyCache();
+      if (this.s.bytesInUse + cls > this.limitBytes)
         throw new OutOfMemoryError({
-          message: `pinned pool limit reached: tried to allocate ${formatBytes(n)} (size class ${formatBytes(cls)}) with ${formatBytes(this.s.bytesInUse)} in use under a limit of ${formatBytes(this.limit)}`,
+          message: `pinned pool limit reached: tried to allocate ${formatBytes(n)} (size class ${formatBytes(cls)}) with ${formatBytes(this.s.bytesInUse)} in use under a limit of ${formatBytes(this.limitBytes)}`,
           requestedBytes: n,
           roundedBytes: cls,
           device: this.allocOptions.device ?? 0,
-          limitBytes: this.limit,
+          limitBytes: this.limitBytes,
           limitSource: 'pinned pool limit',
           bytesInUse: this.s.bytesInUse,
           deviceFree: 0,
@@ -122,7 +123,7 @@ export class PinnedPool {
   }
 
   stats(): PinnedPoolStats {
-    return { ...this.s, limit: this.limit };
+    return { ...this.s, limitBytes: this.limitBytes };
   }
 
   /** Frees the cache now and each live buffer when it is given back. */

@@ -67,7 +67,7 @@ export const ALLOCATOR_METRICS: Def<AllocatorStats>[] = [
     name: 'cuda_memory_allocator_limit_bytes',
     help: 'The allocator cap (memoryLimit, memoryFraction or the preallocation default).',
     type: 'gauge',
-    value: (s) => s.bytesLimit,
+    value: (s) => s.limitBytes,
   },
   {
     name: 'cuda_memory_allocator_largest_free_block_bytes',
@@ -119,7 +119,7 @@ export const PINNED_POOL_METRICS: Def<PinnedPoolStats>[] = [
     value: (s) => s.bytesInUse,
   },
   { name: 'cuda_memory_pinned_pool_cached_bytes', help: 'Pinned host bytes cached for reuse.', type: 'gauge', value: (s) => s.cachedBytes },
-  { name: 'cuda_memory_pinned_pool_limit_bytes', help: 'The cap on the bytes cached.', type: 'gauge', value: (s) => s.limit },
+  { name: 'cuda_memory_pinned_pool_limit_bytes', help: 'The cap on the bytes cached.', type: 'gauge', value: (s) => s.limitBytes },
   { name: 'cuda_memory_pinned_pool_hits_total', help: 'Requests served from the cache.', type: 'counter', value: (s) => s.hits },
   {
     name: 'cuda_memory_pinned_pool_misses_total',
