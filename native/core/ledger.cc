@@ -1,12 +1,15 @@
 #include "ledger.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <memory>
+#include <set>
+#include <thread>
 
 #include "pool.h"  // FormatBytes
 
@@ -80,6 +83,50 @@ struct Fd {
     return f;
   }
 };
+
+}  // namespace
+
+namespace {
+
+// The members of this process whose in-use figure waits to be written, and the thread that
+// writes them. Process-wide and never destroyed: members come and go from any environment.
+struct Publisher {
+  std::mutex mutex;
+  std::set<Ledger*> members;
+  bool running = false;
+};
+Publisher& ThePublisher() {
+  static Publisher* p = [] {
+    auto* made = new Publisher();
+    // A child forked while the thread held the lock would wait for ever: the lock is taken
+    // around fork, and the child starts a thread of its own when it needs one.
+    pthread_atfork([] { ThePublisher().mutex.lock(); }, [] { ThePublisher().mutex.unlock(); },
+                   [] {
+                     Publisher& q = ThePublisher();
+                     q.running = false;
+                     q.members.clear();
+                     q.mutex.unlock();
+                   });
+    return made;
+  }();
+  return *p;
+}
+
+void PublishLoop() {
+  Publisher& p = ThePublisher();
+  for (;;) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    std::lock_guard<std::mutex> lock(p.mutex);
+    for (Ledger* l : p.members) l->FlushInUse();
+  }
+}
+
+// Writes every waiting figure of this process now (before a read of a ledger).
+void FlushAll() {
+  Publisher& p = ThePublisher();
+  std::lock_guard<std::mutex> lock(p.mutex);
+  for (Ledger* l : p.members) l->FlushInUse();
+}
 
 }  // namespace
 
@@ -179,6 +226,13 @@ Ledger* Ledger::Join(const std::string& dir, const std::string& name, const std:
       l->slot_ = static_cast<int>(i);
       l->WriteSlot(i);
       shm::Unlock(l->fd_, shm::kOpenerByte);  // a member now: its slot keeps the file
+      Publisher& p = ThePublisher();
+      std::lock_guard<std::mutex> members(p.mutex);
+      p.members.insert(l.get());
+      if (!p.running) {
+        std::thread(PublishLoop).detach();
+        p.running = true;
+      }
       return l.release();
     }
     throw ShmError("ERR_GROUP_FULL",
@@ -243,7 +297,8 @@ void Ledger::WriteHeader() {
 }
 
 void Ledger::WriteSlot(uint32_t i) {
-  if (static_cast<int>(i) == slot_) slots_[i].bytes_in_use = in_use_;
+  if (static_cast<int>(i) == slot_)
+    slots_[i].bytes_in_use = in_use_.load(std::memory_order_relaxed);
   if (pwrite(fd_, &slots_[i], sizeof(Slot), SlotOffset(i)) != static_cast<ssize_t>(sizeof(Slot)))
     shm::ThrowErrno("ERR_GROUP_LEDGER", "could not write", path_, errno);
 }
@@ -303,7 +358,8 @@ GroupSnapshot Ledger::SnapshotLocked(uint64_t reaped) {
     m.pid = s.pid;
     m.pool_bytes = s.pool_bytes;
     m.peak_pool_bytes = s.peak_pool_bytes;
-    m.bytes_in_use = static_cast<int>(i) == slot_ ? in_use_ : s.bytes_in_use;
+    m.bytes_in_use =
+        static_cast<int>(i) == slot_ ? in_use_.load(std::memory_order_relaxed) : s.bytes_in_use;
     m.limit = s.limit;
     m.joined_unix_ms = s.joined_unix_ms;
     m.self = static_cast<int>(i) == slot_;
@@ -356,9 +412,27 @@ void Ledger::SetLimit(uint64_t limit) {
 }
 
 void Ledger::PublishInUse(uint64_t bytes) noexcept {
-  in_use_ = bytes;
-  if (slot_ >= 0 && !broken_)
-    (void)!pwrite(fd_, &bytes, sizeof bytes, SlotOffset(slot_) + offsetof(Slot, bytes_in_use));
+  in_use_.store(bytes, std::memory_order_relaxed);
+  if (slot_ < 0 || broken_) return;
+  auto now = std::chrono::steady_clock::now();
+  if (now - last_publish_ < std::chrono::milliseconds(1)) {
+    in_use_dirty_.store(true, std::memory_order_release);
+    return;
+  }
+  last_publish_ = now;
+  in_use_dirty_.store(true, std::memory_order_release);
+  FlushInUse();
+}
+
+bool Ledger::FlushInUse() noexcept {
+  if (!in_use_dirty_.load(std::memory_order_acquire)) return false;
+  std::lock_guard<std::mutex> lock(publish_mutex_);
+  if (!in_use_dirty_.exchange(false, std::memory_order_acq_rel) || slot_ < 0 || fd_ < 0)
+    return false;
+  // pwrite, never a store through a mapping: a file cut short is extended, not a SIGBUS.
+  uint64_t v = in_use_.load(std::memory_order_relaxed);
+  (void)!pwrite(fd_, &v, sizeof v, SlotOffset(slot_) + offsetof(Slot, bytes_in_use));
+  return true;
 }
 
 GroupSnapshot Ledger::CheckedSnapshot() {
@@ -368,6 +442,7 @@ GroupSnapshot Ledger::CheckedSnapshot() {
 }
 
 GroupSnapshot Ledger::Snapshot() {
+  FlushAll();
   shm::MutexGuard lock(fd_, path_, "reading the group", timeout_ms_);
   return CheckedSnapshot();
 }
@@ -376,11 +451,17 @@ uint64_t Ledger::budget() const { return header_->budget; }
 
 void Ledger::Leave() noexcept {
   if (fd_ < 0) return;
+  {
+    // Out of the publisher's list first: it never writes through a closed descriptor.
+    Publisher& p = ThePublisher();
+    std::lock_guard<std::mutex> lock(p.mutex);
+    p.members.erase(this);
+  }
   if (slot_ >= 0 && !broken_ && shm::LockWithin(fd_, shm::kMutexByte, timeout_ms_) == 0) {
     try {
       Load();
       std::memset(&slots_[slot_], 0, sizeof(Slot));
-      in_use_ = 0;
+      in_use_.store(0, std::memory_order_relaxed);
       WriteSlot(static_cast<uint32_t>(slot_));
       // The slot's lock goes before the mutex: a process that joins next finds the slot free in
       // both senses (it used to find it cleared but still held, and took that for damage).
@@ -403,6 +484,7 @@ void Ledger::Leave() noexcept {
 Ledger::~Ledger() { Leave(); }
 
 GroupSnapshot Ledger::Read(const std::string& path, int lock_timeout_ms) {
+  FlushAll();  // this process's own members' latest figures first
   for (int attempt = 0; attempt < 100; ++attempt) {
     std::unique_ptr<Ledger> l(new Ledger());  // a reader: no slot of its own
     l->path_ = path;

@@ -17,8 +17,11 @@
 // (ERR_SHM_LOCK_TIMEOUT).
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -82,9 +85,13 @@ class Ledger {
   void Release(uint64_t bytes) noexcept;
   // Records this member's own limit, for display.
   void SetLimit(uint64_t limit);
-  // Publishes the bytes this member's buffers use (for display; no lock, one 8-byte pwrite into
-  // its own slot).
+  // Publishes the bytes this member's buffers use (for display). At most one 8-byte pwrite into
+  // its own slot a millisecond from the calling thread (a syscall costs more than a pooled
+  // alloc+free); a change within that millisecond is written by a background thread within a few
+  // milliseconds, and before any read of a ledger by this process.
   void PublishInUse(uint64_t bytes) noexcept;
+  // Writes a published value still waiting; false if there was none. Thread-safe.
+  bool FlushInUse() noexcept;
   // Clears this member's slot, and removes the file if no member is left. Never throws; a lock not
   // had in time leaves the slot to be cleared by the next process that finds it unheld.
   void Leave() noexcept;
@@ -119,7 +126,10 @@ class Ledger {
   std::unique_ptr<Header> header_;
   std::unique_ptr<Slot[]> slots_;
   int slot_ = -1;
-  uint64_t in_use_ = 0;           // what PublishInUse last wrote
+  std::atomic<uint64_t> in_use_{0};  // what PublishInUse was last given
+  std::atomic<bool> in_use_dirty_{false};
+  std::mutex publish_mutex_;  // one writer of the in-use field at a time
+  std::chrono::steady_clock::time_point last_publish_{};
   uint64_t pending_release_ = 0;  // released while the lock could not be had
   // Set once the file was found damaged: it is no longer written, only closed.
   bool broken_ = false;

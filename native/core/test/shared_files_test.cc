@@ -263,6 +263,37 @@ static void TestChargesOverflow() {
   unlink(path.c_str());
 }
 
+// A member publishes its in-use figure thousands of times a second, then stops: within a few
+// milliseconds another process reads the last figure (the thread that writes what the calling
+// thread left waiting), though the calling thread writes at most once a millisecond.
+static void TestPublishedInUseSettles() {
+  std::unique_ptr<Ledger> keeper(Ledger::Join(dir, "publish", "simulated", 64 * MiB, "limit", 0));
+  std::string path = Ledger::PathFor(dir, "publish", "simulated");
+  int ready[2];
+  CHECK(pipe(ready) == 0);
+  pid_t child = fork();
+  if (child == 0) {
+    std::unique_ptr<Ledger> l(Ledger::Join(dir, "publish", "simulated", 0, "", 0));
+    for (uint64_t i = 1; i <= 100000; ++i) l->PublishInUse(i);
+    l->PublishInUse(777);
+    usleep(50000);
+    char done = 1;
+    (void)!write(ready[1], &done, 1);
+    usleep(500000);  // stays a member while the parent reads
+    _exit(0);
+  }
+  char done = 0;
+  CHECK(read(ready[0], &done, 1) == 1);
+  GroupSnapshot g = Ledger::Read(path);
+  bool seen = false;
+  for (const GroupMember& m : g.members) seen = seen || (m.pid == child && m.bytes_in_use == 777);
+  CHECK(seen);
+  int status = 0;
+  waitpid(child, &status, 0);
+  close(ready[0]);
+  close(ready[1]);
+}
+
 // IPC records: an importer refuses a record it may not trust; the sweep of stale records leaves
 // other users' files alone and says how many it skipped.
 static void TestIpcRecordTrust() {
@@ -302,6 +333,7 @@ int main() {
   TestJoinBesideLeaver();
   TestJoinLeaveRace();
   TestChargesOverflow();
+  TestPublishedInUseSettles();
   TestIpcRecordTrust();
   rmdir(dir.c_str());
   std::printf("shared files tests: %s (%d failure%s)\n", failures ? "FAILED" : "passed", failures,
