@@ -139,6 +139,9 @@ export function copyAsync(dst: Memory, src: Memory, options?: CopyOptions): Prom
   let p: ReturnType<typeof prepare>;
   // The Node buffers among dst and src: their memory must stay where it is until the copy settles.
   const views: ArrayBufferView[] = [];
+  const release = () => {
+    for (const v of views) releaseBuffer(v);
+  };
   let pending: Promise<void>;
   try {
     p = prepare(dst, src, options);
@@ -154,7 +157,7 @@ export function copyAsync(dst: Memory, src: Memory, options?: CopyOptions): Prom
     try {
       pending = native.copyAsync(p.d.target, p.dstOffset, p.s.target, p.srcOffset, p.n, p.strategy, p.stream);
     } catch (e) {
-      for (const v of views) releaseBuffer(v);
+      release();
       throw e;
     }
   } catch (e) {
@@ -162,16 +165,11 @@ export function copyAsync(dst: Memory, src: Memory, options?: CopyOptions): Prom
   }
   // Captured after the copy is queued (a peer copy starts at once), still in the caller's frame.
   const site = new Error('copyAsync called here');
-  return pending.then(
-    () => {
-      for (const v of views) releaseBuffer(v);
-    },
-    (e: Error) => {
-      for (const v of views) releaseBuffer(v);
-      e.stack = `${e.stack ?? e.message}\n    --- copyAsync called from ---\n${(site.stack ?? '').split('\n').slice(1).join('\n')}`;
-      throw e;
-    },
-  );
+  return pending.then(release, (e: Error) => {
+    release();
+    e.stack = `${e.stack ?? e.message}\n    --- copyAsync called from ---\n${(site.stack ?? '').split('\n').slice(1).join('\n')}`;
+    throw e;
+  });
 }
 
 /** Options of {@link memset}. */

@@ -29,12 +29,10 @@ const held = new WeakMap<ArrayBuffer, number>();
 let guarded = false;
 
 function inUseError(method: string): TypeError {
-  return Object.assign(
-    argTypeError(
-      `Cannot ${method}() this ArrayBuffer: cuda-memory is using its memory (an asynchronous copy, a registration ` +
-        'or a pinned buffer). Wait for the copy, or free the registration or the pinned buffer first, or transfer a copy (slice()).',
-    ),
-    { code: 'ERR_BUFFER_IN_USE' },
+  return argTypeError(
+    `Cannot ${method}() this ArrayBuffer: cuda-memory is using its memory (an asynchronous copy, a registration ` +
+      'or a pinned buffer). Wait for the copy, or free the registration or the pinned buffer first, or transfer a copy (slice()).',
+    'ERR_BUFFER_IN_USE',
   );
 }
 
@@ -71,12 +69,10 @@ function isShared(buffer: ArrayBufferLike): boolean {
 export function checkHoldable(name: string, memory: ArrayBufferLike | ArrayBufferView): void {
   const buffer = bufferOf(memory);
   if (!isShared(buffer) && (buffer as { resizable?: boolean }).resizable === true)
-    throw Object.assign(
-      argTypeError(
-        `Expected a fixed-length buffer for ${name} but received a view of a resizable ArrayBuffer, which could shrink ` +
-          'while the work runs. Use copy() (synchronous), or copy into a fixed-length or pinned buffer first.',
-      ),
-      { code: 'ERR_INVALID_ARG_VALUE' },
+    throw argTypeError(
+      `Expected a fixed-length buffer for ${name} but received a view of a resizable ArrayBuffer, which could shrink ` +
+        'while the work runs. Use copy() (synchronous), or copy into a fixed-length or pinned buffer first.',
+      'ERR_INVALID_ARG_VALUE',
     );
 }
 

@@ -524,11 +524,9 @@ export function createAllocator(options?: AllocatorOptions): Allocator {
   let shared: object | undefined;
   if (o.shared !== undefined) {
     if (backend === 'async')
-      throw Object.assign(
-        argRangeError(
-          "shared budgets need backend 'bfc': CUDA's stream-ordered pool grows its reservation inside the driver, so there is no region to charge to the group before it is taken",
-        ),
-        { code: 'ERR_NOT_SUPPORTED' },
+      throw argRangeError(
+        "shared budgets need backend 'bfc': CUDA's stream-ordered pool grows its reservation inside the driver, so there is no region to charge to the group before it is taken",
+        'ERR_NOT_SUPPORTED',
       );
     if (simulate === undefined) requireCuda();
     shared = resolveShared(o.shared, device, simulate === undefined ? null : (simulate as { totalBytes: number }).totalBytes);
