@@ -60,8 +60,17 @@ export interface OutOfMemoryDetails {
   group?: import('./allocator/group').GroupStats;
 }
 
-function mib(bytes: number): string {
-  return `${(bytes / 2 ** 20).toFixed(2)} MiB`;
+// Sizes as PyTorch's out-of-memory sentence prints them ("20.00 MiB"), and as the addon's does.
+function sentenceBytes(bytes: number): string {
+  if (bytes < 1024) return `${bytes} bytes`;
+  const units = ['KiB', 'MiB', 'GiB', 'TiB'];
+  let v = bytes / 1024;
+  let i = 0;
+  while (v >= 1024 && i < units.length - 1) {
+    v /= 1024;
+    i++;
+  }
+  return `${v.toFixed(2)} ${units[i]}`;
 }
 
 /** An allocation did not fit: on the device (`cudaMalloc`) or under an allocator's limit. */
@@ -82,9 +91,9 @@ export class OutOfMemoryError extends CudaError {
   constructor(details: OutOfMemoryDetails) {
     const message =
       details.message ??
-      `CUDA out of memory on device ${details.device}: tried to allocate ` +
-        `${mib(details.requestedBytes)} (${details.requestedBytes} bytes); the device has ` +
-        `${mib(details.deviceFree)} free of ${mib(details.deviceTotal)}.`;
+      // PyTorch's sentence, which services grep logs for; the allocator's own message leads with it too.
+      `CUDA out of memory. Tried to allocate ${sentenceBytes(details.requestedBytes)}. GPU ${details.device} has a total capacity of ` +
+        `${sentenceBytes(details.deviceTotal)} of which ${sentenceBytes(details.deviceFree)} is free (${details.call ?? 'cudaMalloc'} of ${details.requestedBytes} bytes).`;
     super(message, { code: 'cudaErrorMemoryAllocation', cudaCode: 2, call: details.call ?? 'cudaMalloc' });
     this.name = 'OutOfMemoryError';
     this.requestedBytes = details.requestedBytes;

@@ -54,18 +54,22 @@ export interface NativeBinding {
   eventElapsed(a: unknown, b: unknown): number;
   eventDestroy(e: unknown): boolean;
   createAllocator(options: object): unknown;
-  allocatorAlloc(a: unknown, bytes: number): number;
+  allocatorAlloc(a: unknown, bytes: number, alignment?: number): number;
   allocatorStats(a: unknown): any;
   allocatorRegions(a: unknown): any[];
   allocatorInfo(a: unknown): any;
   allocatorResetPeak(a: unknown): void;
+  allocatorResetAccumulated(a: unknown): void;
+  allocatorSetFraction(a: unknown, fraction: number): number;
   allocatorEmptyCache(a: unknown): number;
   allocatorClose(a: unknown, force: boolean): number;
   createAsyncAllocator(options: object): unknown;
-  asyncAlloc(a: unknown, bytes: number, stream?: unknown): number;
+  asyncAlloc(a: unknown, bytes: number, stream?: unknown, alignment?: number): number;
   asyncStats(a: unknown): any;
   asyncInfo(a: unknown): any;
   asyncResetPeak(a: unknown): void;
+  asyncResetAccumulated(a: unknown): void;
+  asyncSetFraction(a: unknown, fraction: number): number;
   asyncEmptyCache(a: unknown): number;
   asyncClose(a: unknown, force: boolean): number;
   freeOn(handle: number, stream: unknown): boolean;
@@ -153,6 +157,8 @@ export const NATIVE_EXPORTS = [
   'allocatorRegions',
   'allocatorInfo',
   'allocatorResetPeak',
+  'allocatorResetAccumulated',
+  'allocatorSetFraction',
   'allocatorEmptyCache',
   'allocatorClose',
   'createAsyncAllocator',
@@ -160,6 +166,8 @@ export const NATIVE_EXPORTS = [
   'asyncStats',
   'asyncInfo',
   'asyncResetPeak',
+  'asyncResetAccumulated',
+  'asyncSetFraction',
   'asyncEmptyCache',
   'asyncClose',
   'freeOn',

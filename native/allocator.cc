@@ -95,6 +95,58 @@ Napi::Value OomError(Napi::Env env, const core::OomInfo& oom, const core::GroupS
   return GetInstance(env).oom_error.New({d});
 }
 
+Napi::Object StatsObject(Napi::Env env, const core::PoolStats& s) {
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("bytesInUse", static_cast<double>(s.bytes_in_use));
+  o.Set("peakBytesInUse", static_cast<double>(s.peak_bytes_in_use));
+  o.Set("requestedBytesInUse", static_cast<double>(s.requested_bytes_in_use));
+  o.Set("poolBytes", static_cast<double>(s.pool_bytes));
+  o.Set("peakPoolBytes", static_cast<double>(s.peak_pool_bytes));
+  o.Set("limitBytes", static_cast<double>(s.bytes_limit));
+  o.Set("numAllocs", static_cast<double>(s.num_allocs));
+  o.Set("numFrees", static_cast<double>(s.num_frees));
+  o.Set("numOoms", static_cast<double>(s.num_ooms));
+  o.Set("numAllocRetries", static_cast<double>(s.counters.num_alloc_retries));
+  o.Set("largestAllocSize", static_cast<double>(s.largest_alloc_size));
+  o.Set("largestFreeBlock", static_cast<double>(s.largest_free_block));
+  o.Set("regions", static_cast<double>(s.regions));
+  o.Set("fragmentation", s.fragmentation);
+  o.Set("numRegionAllocs", static_cast<double>(s.num_region_allocs));
+  o.Set("gcReleasedBytes", static_cast<double>(s.gc_released_bytes));
+  auto counter = [&](const char* name, const core::Counter& c) {
+    Napi::Object x = Napi::Object::New(env);
+    x.Set("current", static_cast<double>(c.current));
+    x.Set("peak", static_cast<double>(c.peak));
+    x.Set("total", static_cast<double>(c.allocated));
+    x.Set("freed", static_cast<double>(c.freed));
+    o.Set(name, x);
+  };
+  counter("requestedBytes", s.counters.requested_bytes);
+  counter("allocatedBytes", s.counters.allocated_bytes);
+  counter("allocations", s.counters.allocations);
+  counter("reservedBytes", s.counters.reserved_bytes);
+  counter("segments", s.counters.segments);
+  return o;
+}
+
+core::ResolvedLimit ReadFractionLimit(Napi::Env env, Napi::Value v, uint64_t total) {
+  double fraction = v.IsNumber() ? v.As<Napi::Number>().DoubleValue() : -1;
+  try {
+    return core::FractionLimit(fraction, total);
+  } catch (const std::invalid_argument& e) {
+    ThrowRange(env, e.what());
+  }
+}
+
+size_t ReadAlignment(Napi::Env env, Napi::Value v) {
+  if (Absent(v)) return core::kMinBlock;
+  uint64_t a = ReadSize(env, v, "options.alignment");
+  if (a == 0 || (a & (a - 1)) != 0 || a > core::kMaxAlignment)
+    ThrowRange(
+        env, "options.alignment must be a power of two from 1 to 1 GiB, got " + std::to_string(a));
+  return std::max<size_t>(a, core::kMinBlock);
+}
+
 namespace {
 
 PoolBinding* UnwrapPool(Napi::Env env, Napi::Value v) {
@@ -187,6 +239,16 @@ Napi::Value CreateAllocator(const Napi::CallbackInfo& info) {
     }
   }
   po.allow_growth = o.Get("allowGrowth").ToBoolean();
+  if (!Absent(o.Get("initialPoolBytes"))) {
+    po.initial_bytes = ReadSize(env, o.Get("initialPoolBytes"), "initialPoolBytes");
+    if (po.initial_bytes % core::kMinBlock)
+      ThrowRange(env, "initialPoolBytes must be a multiple of 256, got " +
+                          std::to_string(po.initial_bytes));
+    if (po.initial_bytes > po.limit)
+      ThrowRange(env, "initialPoolBytes (" + core::FormatBytes(po.initial_bytes) +
+                          ") is above the limit of " + core::FormatBytes(po.limit) + " (" +
+                          po.limit_source + "): the limit is the pool's maximum size");
+  }
   po.garbage_collection =
       !o.Get("garbageCollection").IsBoolean() || o.Get("garbageCollection").ToBoolean();
   binding->allow_growth = po.allow_growth;
@@ -224,11 +286,12 @@ Napi::Value AllocatorAlloc(const Napi::CallbackInfo& info) {
   PoolBinding* p = UnwrapPool(env, info[0]);
   uint64_t bytes = ReadSize(env, info[1], "bytes");
   if (bytes == 0) ThrowRange(env, "bytes must be at least 1, got 0");
+  size_t alignment = info.Length() > 2 ? ReadAlignment(env, info[2]) : core::kMinBlock;
   core::OomInfo oom;
   core::Pool::Chunk* block;
   if (p->group) p->group->ClearRefusal();
   try {
-    block = p->pool->Allocate(bytes, &oom);
+    block = p->pool->Allocate(bytes, &oom, alignment);
   } catch (const core::UpstreamError& e) {
     ThrowUpstream(env, e);
   } catch (const core::ShmError& e) {
@@ -250,24 +313,7 @@ Napi::Value AllocatorAlloc(const Napi::CallbackInfo& info) {
 
 Napi::Value AllocatorStats(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  core::PoolStats s = UnwrapPool(env, info[0])->pool->Stats();
-  Napi::Object o = Napi::Object::New(env);
-  o.Set("bytesInUse", static_cast<double>(s.bytes_in_use));
-  o.Set("peakBytesInUse", static_cast<double>(s.peak_bytes_in_use));
-  o.Set("requestedBytesInUse", static_cast<double>(s.requested_bytes_in_use));
-  o.Set("poolBytes", static_cast<double>(s.pool_bytes));
-  o.Set("peakPoolBytes", static_cast<double>(s.peak_pool_bytes));
-  o.Set("limitBytes", static_cast<double>(s.bytes_limit));
-  o.Set("numAllocs", static_cast<double>(s.num_allocs));
-  o.Set("numFrees", static_cast<double>(s.num_frees));
-  o.Set("numOoms", static_cast<double>(s.num_ooms));
-  o.Set("largestAllocSize", static_cast<double>(s.largest_alloc_size));
-  o.Set("largestFreeBlock", static_cast<double>(s.largest_free_block));
-  o.Set("regions", static_cast<double>(s.regions));
-  o.Set("fragmentation", s.fragmentation);
-  o.Set("numRegionAllocs", static_cast<double>(s.num_region_allocs));
-  o.Set("gcReleasedBytes", static_cast<double>(s.gc_released_bytes));
-  return o;
+  return StatsObject(env, UnwrapPool(env, info[0])->pool->Stats());
 }
 
 // allocatorRecord(handle, maxEvents | null): starts recording afresh (a number) or stops (null).
@@ -378,6 +424,7 @@ Napi::Value AllocatorInfo(const Napi::CallbackInfo& info) {
   o.Set("garbageCollection", p->pool->options().garbage_collection);
   o.Set("limitBytes", static_cast<double>(p->pool->options().limit));
   o.Set("limitSource", p->pool->options().limit_source);
+  o.Set("initialPoolBytes", static_cast<double>(p->pool->options().initial_bytes));
   o.Set("deviceFree", static_cast<double>(mi.free));
   o.Set("deviceTotal", static_cast<double>(mi.total));
   o.Set("computeCapability",
@@ -396,6 +443,27 @@ Napi::Value AllocatorInfo(const Napi::CallbackInfo& info) {
 Napi::Value AllocatorResetPeak(const Napi::CallbackInfo& info) {
   UnwrapPool(info.Env(), info[0])->pool->ResetPeakStats();
   return info.Env().Undefined();
+}
+
+Napi::Value AllocatorResetAccumulated(const Napi::CallbackInfo& info) {
+  UnwrapPool(info.Env(), info[0])->pool->ResetAccumulatedStats();
+  return info.Env().Undefined();
+}
+
+// allocatorSetFraction(handle, fraction in [0, 1]) -> the new limit in bytes
+Napi::Value AllocatorSetFraction(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  PoolBinding* p = UnwrapPool(env, info[0]);
+  core::ResolvedLimit limit = ReadFractionLimit(env, info[1], p->upstream->GetMemInfo().total);
+  if (p->group) {
+    try {
+      p->group->ledger().SetLimit(limit.bytes);
+    } catch (const core::ShmError& e) {
+      ThrowInterprocess(env, e);
+    }
+  }
+  p->pool->SetLimit(limit.bytes, limit.source);
+  return Napi::Number::New(env, static_cast<double>(limit.bytes));
 }
 
 Napi::Value AllocatorEmptyCache(const Napi::CallbackInfo& info) {
@@ -436,6 +504,10 @@ void InitAllocator(Napi::Env env, Napi::Object exports) {
   exports.Set("allocatorInfo", Napi::Function::New(env, AllocatorInfo, "allocatorInfo"));
   exports.Set("allocatorResetPeak",
               Napi::Function::New(env, AllocatorResetPeak, "allocatorResetPeak"));
+  exports.Set("allocatorResetAccumulated",
+              Napi::Function::New(env, AllocatorResetAccumulated, "allocatorResetAccumulated"));
+  exports.Set("allocatorSetFraction",
+              Napi::Function::New(env, AllocatorSetFraction, "allocatorSetFraction"));
   exports.Set("allocatorEmptyCache",
               Napi::Function::New(env, AllocatorEmptyCache, "allocatorEmptyCache"));
   exports.Set("allocatorClose", Napi::Function::New(env, AllocatorClose, "allocatorClose"));

@@ -8,6 +8,7 @@
 
 #include "common.h"
 #include "core/group_upstream.h"
+#include "core/policy.h"
 #include "core/pool.h"
 
 namespace cm {
@@ -54,6 +55,16 @@ Napi::Value OomError(Napi::Env env, const core::OomInfo& oom,
                      const core::GroupSnapshot* group = nullptr);
 // Returns a pool block to its pool (called when its buffer is released).
 void ReleasePoolBlock(Allocation* a) noexcept;
+
+// The statistics both backends report: the named figures and the counters (RMM's and PyTorch's
+// current, peak, allocated/total and freed).
+Napi::Object StatsObject(Napi::Env env, const core::PoolStats& s);
+
+// setMemoryFraction's argument as a limit of `total` bytes; a RangeError outside [0, 1].
+core::ResolvedLimit ReadFractionLimit(Napi::Env env, Napi::Value v, uint64_t total);
+
+// An alloc()'s alignment argument: absent gives 256, else a power of two up to 1 GiB.
+size_t ReadAlignment(Napi::Env env, Napi::Value v);
 void InitAllocator(Napi::Env env, Napi::Object exports);
 
 }  // namespace cm

@@ -53,6 +53,10 @@ struct Allocation {
   cudaEvent_t ready = nullptr;
   bool free_on_stream = false;
   cudaStream_t free_stream = nullptr;
+  // kAsync with an alignment above 256: what cudaMallocFromPoolAsync returned (ptr is raised
+  // from it to the alignment), and the bytes charged to the budget, padding included.
+  void* async_base = nullptr;
+  size_t async_charged = 0;
   // Exported by IPC: its record, removed when the memory goes.
   std::unique_ptr<core::IpcExportRecord> ipc_export;
   // kIpc: the importer's slot in the exporter's record, and the base the handle opened (CUDA

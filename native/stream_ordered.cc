@@ -82,6 +82,18 @@ Napi::Value CreateAsyncAllocator(const Napi::CallbackInfo& info) {
   p->cc_minor = minor;
   p->allow_growth = o.Get("allowGrowth").ToBoolean();
   p->own = !o.Get("defaultPool").ToBoolean();
+  // What is reserved at creation and kept: the whole limit without growth, else initialPoolBytes.
+  uint64_t keep = p->allow_growth ? 0 : limit.bytes;
+  if (p->allow_growth && !Absent(o.Get("initialPoolBytes"))) {
+    keep = ReadSize(env, o.Get("initialPoolBytes"), "initialPoolBytes");
+    if (keep % core::kMinBlock)
+      ThrowRange(env, "initialPoolBytes must be a multiple of 256, got " + std::to_string(keep));
+    if (keep > limit.bytes)
+      ThrowRange(env, "initialPoolBytes (" + core::FormatBytes(keep) + ") is above the limit of " +
+                          core::FormatBytes(limit.bytes) + " (" + limit.source +
+                          "): the limit is the pool's maximum size");
+  }
+  p->initial_bytes = p->allow_growth ? keep : 0;
   cudaError_t err = cudaSetDevice(device);
   if (err == cudaSuccess && p->own) {
     cudaMemPoolProps props{};
@@ -98,19 +110,20 @@ Napi::Value CreateAsyncAllocator(const Napi::CallbackInfo& info) {
     (void)cudaGetLastError();
     ThrowCuda(env, err, p->own ? "cudaMemPoolCreate" : "cudaDeviceGetDefaultMemPool");
   }
-  // allowGrowth: give unused memory back at each synchronization (threshold 0). Preallocation:
-  // reserve the whole limit now and keep it (threshold = limit), as the BFC pool takes it.
-  SetPoolAttr(p->pool, cudaMemPoolAttrReleaseThreshold, p->allow_growth ? 0 : limit.bytes);
-  if (!p->allow_growth && limit.bytes > 0) {
+  // allowGrowth: give unused memory back at each synchronization (threshold 0, or the initial
+  // pool). Preallocation: reserve the whole limit now and keep it (threshold = limit), as the BFC
+  // pool takes it.
+  SetPoolAttr(p->pool, cudaMemPoolAttrReleaseThreshold, keep);
+  if (keep > 0) {
     void* ptr = nullptr;
-    err = cudaMallocFromPoolAsync(&ptr, limit.bytes, p->pool, nullptr);
+    err = cudaMallocFromPoolAsync(&ptr, keep, p->pool, nullptr);
     if (err == cudaSuccess) err = cudaFreeAsync(ptr, nullptr);
     if (err == cudaSuccess) err = cudaStreamSynchronize(nullptr);
     if (err != cudaSuccess) {
       (void)cudaGetLastError();
       if (err == cudaErrorMemoryAllocation) {
         p->budget.CountOom();
-        ThrowValue(env, OomError(env, Report(*p, limit.bytes)));
+        ThrowValue(env, OomError(env, Report(*p, keep)));
       }
       ThrowCuda(env, err, "cudaMallocFromPoolAsync", "reserving the allocator's limit");
     }
@@ -161,17 +174,30 @@ Napi::Value AsyncAlloc(const Napi::CallbackInfo& info) {
       ThrowRange(env, "the stream is on device " + std::to_string(rec->device) +
                           " but the allocator on device " + std::to_string(p->device));
   }
-  if (!p->budget.Charge(bytes)) ThrowValue(env, OomError(env, Report(*p, bytes)));
+  size_t alignment = info.Length() > 3 ? ReadAlignment(env, info[3]) : core::kMinBlock;
+  // cudaMallocFromPoolAsync aligns to 256 bytes: a larger alignment takes room for the padding
+  // (RMM's aligned_resource_adaptor does the same) and the budget is charged for it.
+  uint64_t charged = bytes;
+  if (alignment > core::kMinBlock) {
+    if (bytes > UINT64_MAX - alignment) ThrowRange(env, "bytes plus alignment overflow");
+    charged = bytes + alignment - core::kMinBlock;
+  }
+  auto oom_report = [&]() {
+    core::OomInfo o = Report(*p, bytes);
+    o.alignment = alignment;
+    return o;
+  };
+  if (!p->budget.Charge(charged)) ThrowValue(env, OomError(env, oom_report()));
   cudaStream_t s = rec ? rec->stream : nullptr;
   void* ptr = nullptr;
   cudaError_t err = cudaSetDevice(p->device);
-  if (err == cudaSuccess) err = cudaMallocFromPoolAsync(&ptr, bytes, p->pool, s);
+  if (err == cudaSuccess) err = cudaMallocFromPoolAsync(&ptr, charged, p->pool, s);
   if (err != cudaSuccess) {
     (void)cudaGetLastError();
-    p->budget.Uncharge(bytes);
+    p->budget.Uncharge(charged);
     if (err == cudaErrorMemoryAllocation) {
       p->budget.CountOom();
-      core::OomInfo o = Report(*p, bytes);
+      core::OomInfo o = oom_report();
       Napi::Value e = OomError(env, o);
       e.As<Napi::Object>().Set("call", "cudaMallocFromPoolAsync");
       ThrowValue(env, e);
@@ -182,6 +208,12 @@ Napi::Value AsyncAlloc(const Napi::CallbackInfo& info) {
   a->kind = MemKind::kAsync;
   a->device = p->device;
   a->ptr = ptr;
+  a->async_charged = charged;
+  if (alignment > core::kMinBlock) {
+    uintptr_t at = reinterpret_cast<uintptr_t>(ptr);
+    a->async_base = ptr;
+    a->ptr = reinterpret_cast<void*>((at + alignment - 1) / alignment * alignment);
+  }
   a->bytes = bytes;
   a->async_pool = *info[0].As<Napi::External<AsyncPoolRef>>().Data();
   if (rec) {
@@ -206,22 +238,12 @@ Napi::Value AsyncStats(const Napi::CallbackInfo& info) {
   uint64_t reserved = PoolAttr(p->pool, cudaMemPoolAttrReservedMemCurrent);
   uint64_t reserved_high = PoolAttr(p->pool, cudaMemPoolAttrReservedMemHigh);
   uint64_t used = PoolAttr(p->pool, cudaMemPoolAttrUsedMemCurrent);
-  Napi::Object o = Napi::Object::New(env);
-  o.Set("bytesInUse", static_cast<double>(s.bytes_in_use));
-  o.Set("peakBytesInUse", static_cast<double>(s.peak_bytes_in_use));
-  o.Set("requestedBytesInUse", static_cast<double>(s.requested_bytes_in_use));
-  o.Set("poolBytes", static_cast<double>(reserved));
-  o.Set("peakPoolBytes", static_cast<double>(reserved_high));
-  o.Set("limitBytes", static_cast<double>(s.bytes_limit));
-  o.Set("numAllocs", static_cast<double>(s.num_allocs));
-  o.Set("numFrees", static_cast<double>(s.num_frees));
-  o.Set("numOoms", static_cast<double>(s.num_ooms));
-  o.Set("largestAllocSize", static_cast<double>(s.largest_alloc_size));
-  o.Set("largestFreeBlock", static_cast<double>(reserved > used ? reserved - used : 0));
-  o.Set("regions", 0);
-  o.Set("fragmentation", 0);
-  o.Set("numRegionAllocs", 0);
-  o.Set("gcReleasedBytes", 0);
+  // The driver keeps the reservation: its current and high-water figures are the pool's; how
+  // much it took and gave back over time, and in how many pieces, it does not say.
+  s.pool_bytes = s.counters.reserved_bytes.current = reserved;
+  s.peak_pool_bytes = s.counters.reserved_bytes.peak = reserved_high;
+  s.largest_free_block = reserved > used ? reserved - used : 0;
+  Napi::Object o = StatsObject(env, s);
   Napi::Object m = Napi::Object::New(env);
   m.Set("reservedBytes", static_cast<double>(reserved));
   m.Set("reservedPeakBytes", static_cast<double>(reserved_high));
@@ -244,6 +266,7 @@ Napi::Value AsyncInfo(const Napi::CallbackInfo& info) {
   o.Set("garbageCollection", false);
   o.Set("limitBytes", static_cast<double>(p->budget.limit()));
   o.Set("limitSource", p->budget.limit_source());
+  o.Set("initialPoolBytes", static_cast<double>(p->initial_bytes));
   o.Set("deviceFree", static_cast<double>(mi.free));
   o.Set("deviceTotal", static_cast<double>(mi.total));
   o.Set("computeCapability", std::to_string(p->cc_major) + "." + std::to_string(p->cc_minor));
@@ -260,6 +283,21 @@ Napi::Value AsyncResetPeak(const Napi::CallbackInfo& info) {
   SetPoolAttr(p->pool, cudaMemPoolAttrReservedMemHigh, 0);
   SetPoolAttr(p->pool, cudaMemPoolAttrUsedMemHigh, 0);
   return info.Env().Undefined();
+}
+
+Napi::Value AsyncResetAccumulated(const Napi::CallbackInfo& info) {
+  UnwrapAsyncPool(info.Env(), info[0])->budget.ResetAccumulated();
+  return info.Env().Undefined();
+}
+
+// asyncSetFraction(allocator, fraction in [0, 1]) -> the new limit in bytes. The reservation is
+// left as it is: lowering the limit frees nothing, it refuses new blocks past it.
+Napi::Value AsyncSetFraction(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  AsyncPool* p = UnwrapAsyncPool(env, info[0]);
+  core::ResolvedLimit limit = ReadFractionLimit(env, info[1], DeviceMemInfo(p->device).total);
+  p->budget.SetLimit(limit.bytes, limit.source);
+  return Napi::Number::New(env, static_cast<double>(limit.bytes));
 }
 
 // Gives back every byte the pool holds that no block uses: after the device's queued work, so
@@ -352,8 +390,8 @@ void ReleaseAsyncBlock(napi_env env, Allocation* a) noexcept {
     s = a->free_stream;
   }
   if (p && p->pool) {
-    cudaFreeAsync(a->ptr, s);
-    p->budget.Release(a->bytes);
+    cudaFreeAsync(a->async_base ? a->async_base : a->ptr, s);
+    p->budget.Release(a->async_charged);
   }
   (void)cudaGetLastError();
   if (a->host_ref) {
@@ -380,6 +418,9 @@ void InitStreamOrdered(Napi::Env env, Napi::Object exports) {
   exports.Set("asyncStats", Napi::Function::New(env, AsyncStats, "asyncStats"));
   exports.Set("asyncInfo", Napi::Function::New(env, AsyncInfo, "asyncInfo"));
   exports.Set("asyncResetPeak", Napi::Function::New(env, AsyncResetPeak, "asyncResetPeak"));
+  exports.Set("asyncResetAccumulated",
+              Napi::Function::New(env, AsyncResetAccumulated, "asyncResetAccumulated"));
+  exports.Set("asyncSetFraction", Napi::Function::New(env, AsyncSetFraction, "asyncSetFraction"));
   exports.Set("asyncEmptyCache", Napi::Function::New(env, AsyncEmptyCache, "asyncEmptyCache"));
   exports.Set("asyncClose", Napi::Function::New(env, AsyncClose, "asyncClose"));
   exports.Set("freeOn", Napi::Function::New(env, FreeOn, "freeOn"));

@@ -19,6 +19,7 @@ struct AsyncPool {
   bool own = true;  // a pool of our own, not the device's default pool
   bool allow_growth = false;
   bool closed = false;
+  uint64_t initial_bytes = 0;  // reserved at creation and kept through synchronizations
   int cc_major = 0, cc_minor = 0;
   core::Budget budget;
   std::vector<cudaEvent_t> idle_events;  // for marking allocations made on a user stream

@@ -131,7 +131,9 @@ describe('policies on a simulated device', () => {
     expect(e.fragmentation).toBeCloseTo(before.fragmentation, 12);
     expect(e.deviceFree).toBe(70 * GiB - before.poolBytes);
     expect(e.deviceTotal).toBe(80 * GiB);
-    expect(e.message).toMatch(/tried to allocate 40.00 MiB \(rounded to 40.00 MiB\)/);
+    expect(e.message).toMatch(
+      /^CUDA out of memory\. Tried to allocate 40\.00 MiB\. Simulated GPU 0 has a total capacity of 80\.00 GiB of which 69\.94 GiB is free\. /,
+    );
     expect(e.message).toMatch(/limit is 64.00 MiB \(memoryLimit 64.00 MiB\)/);
     expect(e.message).toMatch(/largest free block is/);
     expect(e.message).toMatch(/fragmentation \d+\.\d%/);
@@ -275,7 +277,11 @@ class Model {
       }
     return best;
   }
-  release() {
+  release(rounded) {
+    // TensorFlow's rule: only when the limit would then leave room for the request.
+    const free = this.regions.filter((r) => r.chunks.length === 1 && !r.chunks[0].used).reduce((x, r) => x + r.size, 0);
+    const kept = this.pool - free;
+    if (free === 0 || kept >= this.limit || rounded > this.limit - kept) return 0;
     let n = 0;
     this.regions = this.regions.filter((r) => {
       const free = r.chunks.length === 1 && !r.chunks[0].used;
@@ -290,7 +296,7 @@ class Model {
     let f = this.find(rounded);
     if (!f) {
       if (this.extend(rounded)) f = this.find(rounded);
-      else if (this.gc && this.release() > 0 && this.extend(rounded)) f = this.find(rounded);
+      else if (this.gc && this.release(rounded) > 0 && this.extend(rounded)) f = this.find(rounded);
     }
     if (!f) return null;
     const { r, i, c } = f;

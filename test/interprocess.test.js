@@ -231,7 +231,9 @@ test('examples/shared-gpu.js: two workers fit, the third is refused by the group
     timeout: 60000,
   });
   expect(out.match(/refused by its own limit/g)).toHaveLength(2);
-  expect(out).toMatch(/refused by the group budget\n {2}CUDA out of memory .* The group 'demo' has a budget of 1.00 GiB/);
+  expect(out).toMatch(
+    /refused by the group budget\n {2}CUDA out of memory\. Tried to allocate .* The group 'demo' has a budget of 1.00 GiB/,
+  );
   expect(out).toMatch(/charged 1 GiB \(100.0%\), free 0 B, 4 members/);
   if (gpu) expect(out).toContain(`opened worker 0's block by IPC and read "hello from worker 0"`);
   expect(out).toContain('all workers left');

@@ -111,7 +111,9 @@ describe('createAllocators on simulated devices', () => {
     ).toThrow(
       expect.objectContaining({
         name: 'OutOfMemoryError',
-        message: expect.stringMatching(/simulated device 1: tried to allocate 8\.00 GiB/),
+        message: expect.stringMatching(
+          /^CUDA out of memory\. Tried to allocate 8\.00 GiB\. Simulated GPU 1 has a total capacity of 16\.00 GiB/,
+        ),
       }),
     );
   });

@@ -171,7 +171,7 @@ describe('replay', () => {
     expect([pre.survived, pre.minLimitBytes, pre.peakBytesInUse, pre.regionAllocations]).toEqual([true, 20 * MiB, 20 * MiB, 1]);
     expect([grow.survived, grow.minLimitBytes, grow.peakBytesInUse, grow.peakPoolBytes]).toEqual([true, 26 * MiB, 32 * MiB, 32 * MiB]);
     expect([tight.survived, tight.failedAt, tight.minLimitBytes]).toEqual([false, 1, 26 * MiB]);
-    expect(tight.error).toMatch(/CUDA out of memory on simulated device 0: tried to allocate 10.00 MiB/);
+    expect(tight.error).toMatch(/^CUDA out of memory\. Tried to allocate 10\.00 MiB\. Simulated GPU 0 has a total capacity/);
     expect([pre19.survived, pre19.failedAt]).toEqual([false, 1]);
     expect(pre.policy).toBe('prealloc on 80 GiB');
     const [big] = cm.replayTrace(minimal([A('a', 30 * GiB)]), [{ allowGrowth: true, deviceBytes: 24 * GiB }], { findMinLimit: true });

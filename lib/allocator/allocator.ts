@@ -53,7 +53,17 @@ export interface AllocatorOptions {
   memoryFraction?: number;
   /** Limit in bytes. Exclusive with memoryFraction. */
   memoryLimit?: number;
-  /** Give wholly free regions back to the device before failing an allocation. Default true. */
+  /**
+   * With allowGrowth: bytes taken at creation as one region (RMM's initial_pool_size; the limit
+   * plays its maximum_pool_size), a multiple of 256 no larger than the limit. Past it the pool
+   * grows as allowGrowth does. `async`: reserved at creation and kept through synchronizations.
+   * Default 0.
+   */
+  initialPoolBytes?: number;
+  /**
+   * Give wholly free regions back to the device before failing an allocation, when that can make
+   * room for it under the limit (TensorFlow's rule). Default true.
+   */
   garbageCollection?: boolean;
   /** Run on a simulated device instead of a GPU. */
   simulate?: SimulatedDevice;
@@ -66,6 +76,19 @@ export interface AllocatorOptions {
    * limit is the group budget. Allocators on simulated devices form their own groups.
    */
   shared?: SharedBudgetOptions;
+}
+
+/**
+ * One statistic kept as RMM and PyTorch keep it. `total` is RMM's total and PyTorch's
+ * `allocated`: everything added since the allocator was made or its accumulated figures were
+ * reset; `freed` what was taken away over the same time.
+ */
+export interface Counter {
+  current: number;
+  /** The highest `current` since the allocator was made or its peaks were reset. */
+  peak: number;
+  total: number;
+  freed: number;
 }
 
 /** Statistics of an allocator (bytes unless named otherwise). */
@@ -82,6 +105,8 @@ export interface AllocatorStats {
   numAllocs: number;
   numFrees: number;
   numOoms: number;
+  /** Times garbage collection gave regions back and the allocation was tried again (0 for `async`). */
+  numAllocRetries: number;
   largestAllocSize: number;
   largestFreeBlock: number;
   /** Regions taken from the device. */
@@ -92,6 +117,16 @@ export interface AllocatorStats {
   numRegionAllocs: number;
   /** Bytes garbage collection gave back to make room for an allocation (0 for `async`). */
   gcReleasedBytes: number;
+  /** Bytes the callers asked for (RMM's statistics adaptor counts these). */
+  requestedBytes: Counter;
+  /** Bytes of the blocks handed out: requests rounded to 256, or whole unsplit blocks. */
+  allocatedBytes: Counter;
+  /** Live allocations, a count. */
+  allocations: Counter;
+  /** Memory held from the device. `async`: current and peak only (the driver keeps the rest). */
+  reservedBytes: Counter;
+  /** Regions held from the device, a count (0 for `async`). */
+  segments: Counter;
   /** Which backend these figures come from. */
   backend: AllocatorBackend;
   /** `async` only: the CUDA memory pool's own figures (cudaMemPoolGetAttribute). */
@@ -174,14 +209,23 @@ export interface AllocOptions {
    * `bfc`: blocks are not stream-ordered; the stream must be on the allocator's device.
    */
   stream?: Stream;
+  /**
+   * The block's address is a multiple of this: a power of two from 1 to 1 GiB; default 256,
+   * which every block has. `bfc` finds a free block where the aligned start fits and keeps the
+   * bytes skipped as a free block; `async` takes `alignment - 256` bytes more from its pool and
+   * charges them to the limit.
+   */
+  alignment?: number;
 }
 
 // The native calls of each backend.
 interface Backend {
-  alloc(h: unknown, bytes: number, stream?: unknown): number;
+  alloc(h: unknown, bytes: number, stream?: unknown, alignment?: number): number;
   stats(h: unknown): AllocatorStats;
   info(h: unknown): any;
   resetPeak(h: unknown): void;
+  resetAccumulated(h: unknown): void;
+  setFraction(h: unknown, fraction: number): number;
   emptyCache(h: unknown): number;
   close(h: unknown, force: boolean): number;
   regions(h: unknown): RegionInfo[];
@@ -189,19 +233,23 @@ interface Backend {
 
 const BACKENDS: Record<AllocatorBackend, Backend> = {
   bfc: {
-    alloc: (h, bytes) => native.allocatorAlloc(h, bytes),
+    alloc: (h, bytes, _stream, alignment) => native.allocatorAlloc(h, bytes, alignment),
     stats: (h) => ({ ...native.allocatorStats(h), backend: 'bfc' }),
     info: (h) => native.allocatorInfo(h),
     resetPeak: (h) => native.allocatorResetPeak(h),
+    resetAccumulated: (h) => native.allocatorResetAccumulated(h),
+    setFraction: (h, f) => native.allocatorSetFraction(h, f),
     emptyCache: (h) => native.allocatorEmptyCache(h),
     close: (h, force) => native.allocatorClose(h, force),
     regions: (h) => native.allocatorRegions(h),
   },
   async: {
-    alloc: (h, bytes, stream) => native.asyncAlloc(h, bytes, stream),
+    alloc: (h, bytes, stream, alignment) => native.asyncAlloc(h, bytes, stream, alignment),
     stats: (h) => ({ ...native.asyncStats(h), backend: 'async' }),
     info: (h) => native.asyncInfo(h),
     resetPeak: (h) => native.asyncResetPeak(h),
+    resetAccumulated: (h) => native.asyncResetAccumulated(h),
+    setFraction: (h, f) => native.asyncSetFraction(h, f),
     emptyCache: (h) => native.asyncEmptyCache(h),
     close: (h, force) => native.asyncClose(h, force),
     regions: () => [],
@@ -225,15 +273,18 @@ export class Allocator {
   readonly device: number;
   readonly simulated: boolean;
   readonly allowGrowth: boolean;
-  /** The byte limit and how it was chosen. */
-  readonly limitBytes: number;
-  readonly limitSource: string;
+  /** Bytes taken at creation as the first region (see AllocatorOptions.initialPoolBytes). */
+  readonly initialPoolBytes: number;
+  private _limitBytes: number;
+  private _limitSource: string;
+  private _fraction: number | null;
+  private readonly _deviceTotal: number;
   private _closed = false;
   private _stacks: Map<number, string> | null = null;
   private _initialRegions: RegionInfo[] = [];
 
   /** @internal Use {@link createAllocator}. */
-  constructor(token: symbol, handle: unknown, backend: AllocatorBackend = 'bfc') {
+  constructor(token: symbol, handle: unknown, backend: AllocatorBackend = 'bfc', fraction?: number) {
     checkInternal(token, 'Allocator', 'createAllocator()');
     this._a = handle;
     this.backend = backend;
@@ -242,8 +293,46 @@ export class Allocator {
     this.device = info.device;
     this.simulated = info.simulated;
     this.allowGrowth = info.allowGrowth;
-    this.limitBytes = info.limitBytes;
-    this.limitSource = info.limitSource;
+    this.initialPoolBytes = info.initialPoolBytes;
+    this._limitBytes = info.limitBytes;
+    this._limitSource = info.limitSource;
+    this._deviceTotal = info.deviceTotal;
+    this._fraction = fraction ?? null;
+  }
+
+  /** The byte limit in force: new regions (and, for `async`, new blocks) are held to it. */
+  get limitBytes(): number {
+    return this._limitBytes;
+  }
+
+  /** How the limit was chosen, rounding included ("memoryLimit 1000031 bytes rounded down to 999936 …"). */
+  get limitSource(): string {
+    return this._limitSource;
+  }
+
+  /**
+   * The limit as a share of the device's total memory: the fraction last given (as
+   * memoryFraction or to setMemoryFraction), else limitBytes / total (PyTorch's
+   * get_per_process_memory_fraction).
+   */
+  get memoryFraction(): number {
+    return this._fraction ?? (this._deviceTotal > 0 ? this._limitBytes / this._deviceTotal : 0);
+  }
+
+  /**
+   * Changes the limit of this live allocator to `fraction` of the device's total memory, in
+   * [0, 1] (PyTorch's set_per_process_memory_fraction; 0 refuses every new region). Nothing is
+   * freed: lowering it below what the pool holds keeps what it holds, hands out its free blocks
+   * still, and takes no new region (`async`: no new block) past the limit. Returns the new limit
+   * in bytes.
+   */
+  setMemoryFraction(fraction: number): number {
+    if (typeof fraction !== 'number') throw invalidArgument('fraction', 'a number in [0, 1]', fraction, TypeError);
+    if (!(fraction >= 0 && fraction <= 1)) throw invalidArgument('fraction', 'a number in [0, 1]', fraction, RangeError);
+    this._limitBytes = this._b.setFraction(this._a, fraction);
+    this._limitSource = this._b.info(this._a).limitSource;
+    this._fraction = fraction;
+    return this._limitBytes;
   }
 
   get closed(): boolean {
@@ -258,13 +347,19 @@ export class Allocator {
   alloc(bytes: number, options?: AllocOptions): DeviceBuffer {
     if (typeof bytes !== 'number' || !Number.isSafeInteger(bytes) || bytes < 1) checkSize('bytes', bytes, 1);
     let stream: unknown;
+    let alignment: number | undefined;
     if (options !== undefined) {
       const o = checkOptions<AllocOptions>('options', options);
       stream = streamOption(o.stream);
       if (o.stream !== undefined && o.stream.device !== this.device)
         throw argRangeError(`options.stream is on device ${o.stream.device} but the allocator on device ${this.device}`);
+      if (o.alignment !== undefined) {
+        alignment = checkSize('options.alignment', o.alignment, 1);
+        if ((alignment & (alignment - 1)) !== 0 || alignment > 2 ** 30)
+          throw invalidArgument('options.alignment', 'a power of two from 1 to 1 GiB', o.alignment, RangeError);
+      }
     }
-    const h = this._b.alloc(this._a, bytes, stream);
+    const h = this._b.alloc(this._a, bytes, stream, alignment);
     if (this._stacks !== null) this._stacks.set(native.blockId(h), (new Error().stack ?? '').split('\n').slice(2).join('\n'));
     return new DeviceBuffer(kInternal, h, bytes, this.device, this.simulated, this);
   }
@@ -385,9 +480,47 @@ export class Allocator {
     return (this._b.info(this._a).group as GroupStats | undefined) ?? null;
   }
 
-  /** Sets peakBytesInUse and peakPoolBytes to their current values. */
+  /**
+   * PyTorch's `memory_stats()`: the statistics under PyTorch's flat keys, sorted
+   * (`allocated_bytes.all.current`, `reserved_bytes.all.peak`, `num_ooms`, …), for code and
+   * dashboards written against PyTorch. Only the `all` pool is kept (there is no small/large
+   * split); `active_*` equal `allocated_*`, as every block is active until freed.
+   */
+  memoryStats(): Record<string, number> {
+    const s = this.stats();
+    const out: Record<string, number> = {};
+    const put = (name: string, c: Counter) => {
+      out[`${name}.all.allocated`] = c.total;
+      out[`${name}.all.current`] = c.current;
+      out[`${name}.all.freed`] = c.freed;
+      out[`${name}.all.peak`] = c.peak;
+    };
+    put('active', s.allocations);
+    put('active_bytes', s.allocatedBytes);
+    put('allocated_bytes', s.allocatedBytes);
+    put('allocation', s.allocations);
+    put('requested_bytes', s.requestedBytes);
+    put('reserved_bytes', s.reservedBytes);
+    put('segment', s.segments);
+    out.num_alloc_retries = s.numAllocRetries;
+    out.num_device_alloc = s.segments.total;
+    out.num_device_free = s.segments.freed;
+    out.num_ooms = s.numOoms;
+    return Object.fromEntries(Object.entries(out).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)));
+  }
+
+  /** Sets every peak (peakBytesInUse, peakPoolBytes, each counter's `peak`) to its current value. */
   resetPeakStats(): void {
     this._b.resetPeak(this._a);
+  }
+
+  /**
+   * Sets the accumulated figures to 0: each counter's `total` and `freed` (so numAllocs,
+   * numFrees, numRegionAllocs), numOoms, numAllocRetries and gcReleasedBytes (PyTorch's
+   * reset_accumulated_memory_stats). Current values and peaks stay.
+   */
+  resetAccumulatedStats(): void {
+    this._b.resetAccumulated(this._a);
   }
 
   /** The BFC pool's regions; the stream-ordered pool does not report its own (empty). */
@@ -478,6 +611,7 @@ export function createAllocator(options?: AllocatorOptions): Allocator {
     'memoryFraction',
     'memoryLimit',
     'garbageCollection',
+    'initialPoolBytes',
     'simulate',
     'shared',
   ]);
@@ -496,6 +630,16 @@ export function createAllocator(options?: AllocatorOptions): Allocator {
     );
   const memoryLimit = o.memoryLimit === undefined ? undefined : checkSize('memoryLimit', o.memoryLimit, 256);
   const allowGrowth = checkBoolean('allowGrowth', o.allowGrowth, false);
+  let initialPoolBytes: number | undefined;
+  if (o.initialPoolBytes !== undefined) {
+    initialPoolBytes = checkSize('initialPoolBytes', o.initialPoolBytes);
+    if (initialPoolBytes % 256 !== 0)
+      throw invalidArgument('initialPoolBytes', 'a multiple of 256 (the block size)', o.initialPoolBytes, RangeError);
+    if (!allowGrowth)
+      throw argRangeError(
+        'initialPoolBytes needs allowGrowth: true; without growth the whole limit is taken at creation (set memoryLimit to the pool size you want instead)',
+      );
+  }
   const backend = o.backend ?? 'bfc';
   if (backend !== 'bfc' && backend !== 'async') throw invalidArgument('backend', "'bfc' or 'async'", o.backend, RangeError);
   const asyncDefaultPool = checkBoolean('asyncDefaultPool', o.asyncDefaultPool, false);
@@ -535,12 +679,31 @@ export function createAllocator(options?: AllocatorOptions): Allocator {
     requireCuda();
     return new Allocator(
       kInternal,
-      native.createAsyncAllocator({ device, allowGrowth, memoryFraction: o.memoryFraction, memoryLimit, defaultPool: asyncDefaultPool }),
+      native.createAsyncAllocator({
+        device,
+        allowGrowth,
+        memoryFraction: o.memoryFraction,
+        memoryLimit,
+        initialPoolBytes,
+        defaultPool: asyncDefaultPool,
+      }),
       'async',
+      o.memoryFraction,
     );
   }
   return new Allocator(
     kInternal,
-    native.createAllocator({ device, allowGrowth, memoryFraction: o.memoryFraction, memoryLimit, garbageCollection, simulate, shared }),
+    native.createAllocator({
+      device,
+      allowGrowth,
+      memoryFraction: o.memoryFraction,
+      memoryLimit,
+      initialPoolBytes,
+      garbageCollection,
+      simulate,
+      shared,
+    }),
+    'bfc',
+    o.memoryFraction,
   );
 }

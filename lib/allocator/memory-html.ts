@@ -6,7 +6,7 @@
  */
 import { axisBytes, byteTicks, esc } from '../chart';
 import { formatBytes } from '../units';
-import { Trace, TraceEvent } from './trace';
+import { Trace, TraceEvent, loadTrace } from './trace';
 import { ReplayPolicy, replayRecorded } from './replay';
 
 /** Options of {@link renderMemoryHtml}. */
@@ -133,8 +133,12 @@ function stepPath(points: [number, number][], x: (k: number) => number, y: (v: n
   return d.trim();
 }
 
-/** Renders a trace as the memory page. */
-export function renderMemoryHtml(trace: Trace, options: MemoryHtmlOptions = {}): string {
+/**
+ * Renders a trace as the memory page: a Trace, a PyTorch `_snapshot()` object or a file of
+ * either, checked as {@link loadTrace} checks it (a TraceError names what is wrong).
+ */
+export function renderMemoryHtml(input: Trace | object | string, options: MemoryHtmlOptions = {}): string {
+  const trace = loadTrace(input);
   const maxBands = options.maxBands ?? 3000;
   const hasRegions = trace.events.some((e) => e.action === 'region_alloc');
   const hasPlaces = trace.events.some((e) => e.action === 'alloc' && e.region !== undefined);

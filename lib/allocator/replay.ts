@@ -157,13 +157,14 @@ function runOnce(trace: Trace, p: ReplayPolicy, deviceBytes: number, computeCapa
 }
 
 /**
- * Replays `trace` (a Trace, or a file path, ours or PyTorch's) under each policy on a simulated
- * device and reports what happened; with `findMinLimit`, also the smallest memoryLimit (to 1 MiB)
- * under which each policy survives. Allocations and frees are replayed, and emptyCache calls;
- * refused requests and the original's region events are not.
+ * Replays a trace under each policy on a simulated device and reports what happened; with
+ * `findMinLimit`, also the smallest memoryLimit (to 1 MiB) under which each policy survives.
+ * `trace` is a Trace, a PyTorch `_snapshot()` object, or a file of either: every form is checked
+ * as {@link loadTrace} checks it, and a TraceError names the first fault. Allocations and frees
+ * are replayed, and emptyCache calls; refused requests and the original's region events are not.
  */
-export function replayTrace(trace: Trace | string, policies: ReplayPolicy[], options: ReplayOptions = {}): ReplayResult[] {
-  const t = typeof trace === 'string' ? loadTrace(trace) : trace;
+export function replayTrace(trace: Trace | object | string, policies: ReplayPolicy[], options: ReplayOptions = {}): ReplayResult[] {
+  const t = loadTrace(trace);
   if (!Array.isArray(policies) || policies.length === 0)
     throw argTypeError('Expected policies to be a non-empty array of allocator options');
   return policies.map((p) => {
@@ -195,7 +196,11 @@ export function replayTrace(trace: Trace | string, policies: ReplayPolicy[], opt
  * Replays `trace` under one policy with recording on: the trace the simulated allocator wrote
  * (regions, offsets and all), for drawing a trace that lacks them.
  */
-export function replayRecorded(trace: Trace, policy: ReplayPolicy): { recorded: Trace; failedAt: number | null; policy: string } {
+export function replayRecorded(
+  input: Trace | object | string,
+  policy: ReplayPolicy,
+): { recorded: Trace; failedAt: number | null; policy: string } {
+  const trace = loadTrace(input);
   const { totalBytes, computeCapability } = deviceOf(trace, policy);
   const r = runOnce(trace, policy, totalBytes, computeCapability, true);
   if (!r.recorded) throw new Error(r.error ?? 'the replay did not record');

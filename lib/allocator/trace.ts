@@ -115,19 +115,25 @@ export function fromPyTorchSnapshot(snapshot: unknown, device?: number): Trace {
   const index = device ?? traces.reduce((best, t, i) => ((t?.length ?? 0) > (traces[best]?.length ?? 0) ? i : best), 0);
   const entries = traces[index];
   if (!Array.isArray(entries)) throw new TraceError(`the PyTorch snapshot has no trace for device ${index}`);
-  const completes = entries.some((e) => e.action === 'free_completed');
+  const completes = entries.some((e) => e?.action === 'free_completed');
   const freeAction = completes ? 'free_completed' : 'free_requested';
   const live = new Map<number, number>();
   const events: TraceEvent[] = [];
-  const t0 = entries.find((e) => typeof e.time_us === 'number')?.time_us ?? 0;
+  const t0 = entries.find((e) => typeof e?.time_us === 'number')?.time_us ?? 0;
   let next = 1;
   entries.forEach((e, i) => {
     if (typeof e !== 'object' || e === null || typeof e.action !== 'string')
       throw new TraceError(`PyTorch event ${i}: not an object with an action`, i);
     const time = typeof e.time_us === 'number' ? e.time_us - t0 : undefined;
     const stack = e.frames?.length ? e.frames.map((f) => `${f.name} (${f.filename}:${f.line})`).join('\n') : undefined;
+    const known = ['alloc', freeAction, 'segment_alloc', 'segment_free', 'oom'];
+    if (known.includes(e.action)) {
+      if (!isSize(e.size, e.action === 'oom' ? 0 : 1))
+        throw new TraceError(`PyTorch event ${i}: ${e.action} of ${JSON.stringify(e.size)} bytes`, i);
+      if (e.action !== 'oom' && !isSize(e.addr, 0))
+        throw new TraceError(`PyTorch event ${i}: ${e.action} at address ${JSON.stringify(e.addr)}, not a non-negative safe integer`, i);
+    }
     if (e.action === 'alloc') {
-      if (!isSize(e.size)) throw new TraceError(`PyTorch event ${i}: alloc of ${JSON.stringify(e.size)} bytes`, i);
       const id = next++;
       live.set(e.addr, id);
       events.push({ action: 'alloc', id, bytes: e.size, time, ...(stack ? { stack } : {}) });
@@ -150,6 +156,10 @@ export function fromPyTorchSnapshot(snapshot: unknown, device?: number): Trace {
  * TraceError with the reason (and the event index where one event is at fault).
  */
 export function loadTrace(input: string | object, options: { device?: number } = {}): Trace {
+  if (typeof input !== 'string' && (typeof input !== 'object' || input === null))
+    throw new TraceError(
+      `a trace must be a file path, a trace object or a PyTorch snapshot; got ${input === null ? 'null' : typeof input}`,
+    );
   let data: unknown = input;
   if (typeof input === 'string') {
     let bytes: Buffer;
@@ -176,7 +186,7 @@ export function loadTrace(input: string | object, options: { device?: number } =
       );
     }
   }
-  if (data && typeof data === 'object' && 'device_traces' in data) return fromPyTorchSnapshot(data, options.device);
+  if (data && typeof data === 'object' && 'device_traces' in data) return checkTrace(fromPyTorchSnapshot(data, options.device));
   return checkTrace(data);
 }
 

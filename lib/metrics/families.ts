@@ -108,6 +108,54 @@ export const ALLOCATOR_METRICS: Def<AllocatorStats>[] = [
     type: 'counter',
     value: (s) => s.gcReleasedBytes,
   },
+  {
+    name: 'cuda_memory_allocator_requested_peak_bytes',
+    help: 'Peak of the bytes asked for by live buffers since creation or the last resetPeakStats().',
+    type: 'gauge',
+    value: (s) => s.requestedBytes.peak,
+  },
+  {
+    name: 'cuda_memory_allocator_live_allocations',
+    help: 'Live buffers carved from the pool.',
+    type: 'gauge',
+    value: (s) => s.allocations.current,
+  },
+  {
+    name: 'cuda_memory_allocator_live_allocations_peak',
+    help: 'Peak of the live buffers since creation or the last resetPeakStats().',
+    type: 'gauge',
+    value: (s) => s.allocations.peak,
+  },
+  {
+    name: 'cuda_memory_allocator_requested_bytes_total',
+    help: 'Bytes asked for by every allocation served (RMM total_bytes, PyTorch requested_bytes.all.allocated).',
+    type: 'counter',
+    value: (s) => s.requestedBytes.total,
+  },
+  {
+    name: 'cuda_memory_allocator_allocated_bytes_total',
+    help: 'Bytes of every block handed out (PyTorch allocated_bytes.all.allocated).',
+    type: 'counter',
+    value: (s) => s.allocatedBytes.total,
+  },
+  {
+    name: 'cuda_memory_allocator_freed_bytes_total',
+    help: 'Bytes of every block returned (PyTorch allocated_bytes.all.freed).',
+    type: 'counter',
+    value: (s) => s.allocatedBytes.freed,
+  },
+  {
+    name: 'cuda_memory_allocator_region_frees_total',
+    help: 'Regions given back to the device (cudaFree calls; 0 for the async backend).',
+    type: 'counter',
+    value: (s) => s.segments.freed,
+  },
+  {
+    name: 'cuda_memory_allocator_alloc_retries_total',
+    help: 'Allocations retried after garbage collection gave regions back (PyTorch num_alloc_retries).',
+    type: 'counter',
+    value: (s) => s.numAllocRetries,
+  },
 ];
 
 /** @internal The pinned pool figures. */

@@ -6,43 +6,40 @@ namespace cm::core {
 
 bool Budget::Charge(uint64_t requested) {
   uint64_t rounded = Round(requested);
-  if (rounded > limit_ || in_use_ > limit_ - rounded) {
-    ++num_ooms_;
+  uint64_t in_use = counters_.allocated_bytes.current;
+  if (rounded > limit_ || in_use > limit_ - rounded) {
+    ++counters_.num_ooms;
     return false;
   }
-  in_use_ += rounded;
-  requested_ += requested;
-  peak_in_use_ = std::max(peak_in_use_, in_use_);
-  largest_ = std::max(largest_, rounded);
-  ++live_;
-  ++num_allocs_;
+  counters_.allocated_bytes.Add(rounded);
+  counters_.requested_bytes.Add(requested);
+  counters_.allocations.Add(1);
+  counters_.largest_alloc_size = std::max(counters_.largest_alloc_size, rounded);
   return true;
 }
 
 void Budget::Uncharge(uint64_t requested) {
-  in_use_ -= Round(requested);
-  requested_ -= requested;
-  --live_;
-  --num_allocs_;
+  // Not an allocation after all: taken back from the totals too, not counted as a free.
+  uint64_t rounded = Round(requested);
+  counters_.allocated_bytes.current -= rounded;
+  counters_.allocated_bytes.allocated -= rounded;
+  counters_.requested_bytes.current -= requested;
+  counters_.requested_bytes.allocated -= requested;
+  counters_.allocations.current -= 1;
+  counters_.allocations.allocated -= 1;
 }
 
 void Budget::Release(uint64_t requested) {
-  in_use_ -= Round(requested);
-  requested_ -= requested;
-  --live_;
-  ++num_frees_;
+  counters_.allocated_bytes.Sub(Round(requested));
+  counters_.requested_bytes.Sub(requested);
+  counters_.allocations.Sub(1);
 }
 
 PoolStats Budget::Stats() const {
   PoolStats s;
-  s.bytes_in_use = in_use_;
-  s.peak_bytes_in_use = peak_in_use_;
-  s.requested_bytes_in_use = requested_;
+  s.counters = counters_;
+  s.FromCounters();
   s.bytes_limit = limit_;
-  s.num_allocs = num_allocs_;
-  s.num_frees = num_frees_;
-  s.num_ooms = num_ooms_;
-  s.largest_alloc_size = largest_;
   return s;
 }
 
@@ -52,7 +49,7 @@ OomInfo Budget::Oom(uint64_t requested) const {
   o.rounded = Round(requested);
   o.limit = limit_;
   o.limit_source = source_;
-  o.bytes_in_use = in_use_;
+  o.bytes_in_use = counters_.allocated_bytes.current;
   return o;
 }
 

@@ -29,13 +29,19 @@ class Budget {
   void Uncharge(uint64_t requested);
   // The buffer was freed.
   void Release(uint64_t requested);
-  void CountOom() { ++num_ooms_; }
-  void ResetPeak() { peak_in_use_ = in_use_; }
+  void CountOom() { ++counters_.num_ooms; }
+  void ResetPeak() { counters_.ResetPeak(); }
+  void ResetAccumulated() { counters_.ResetAccumulated(); }
+  // A new limit (setMemoryFraction): later charges are held to it; lowering it frees nothing.
+  void SetLimit(uint64_t limit, std::string source) {
+    limit_ = limit / kMinBlock * kMinBlock;
+    source_ = std::move(source);
+  }
 
   uint64_t limit() const { return limit_; }
   const std::string& limit_source() const { return source_; }
-  uint64_t in_use() const { return in_use_; }
-  uint64_t live() const { return live_; }
+  uint64_t in_use() const { return counters_.allocated_bytes.current; }
+  uint64_t live() const { return counters_.allocations.current; }
   // Everything but the pool's own figures (pool bytes, free blocks), which the caller fills in.
   PoolStats Stats() const;
   // The out-of-memory report for `requested`, the pool's figures filled in by the caller.
@@ -44,8 +50,8 @@ class Budget {
  private:
   uint64_t limit_;
   std::string source_;
-  uint64_t in_use_ = 0, peak_in_use_ = 0, requested_ = 0, live_ = 0;
-  uint64_t num_allocs_ = 0, num_frees_ = 0, num_ooms_ = 0, largest_ = 0;
+  // reserved_bytes and segments stay 0: the driver keeps the reservation.
+  PoolCounters counters_;
 };
 
 }  // namespace cm::core

@@ -16,6 +16,32 @@ uint64_t DefaultReserve(uint64_t free_bytes, int cc_major) {
   return 1800 * MiB;
 }
 
+namespace {
+// Limits are whole 256-byte blocks; when that changes the figure asked for, the source says so
+// (nothing is clamped silently).
+void RoundDown(ResolvedLimit* out) {
+  uint64_t rounded = out->bytes / kMinBlock * kMinBlock;
+  if (rounded != out->bytes)
+    out->source += ", " + std::to_string(out->bytes) + " bytes rounded down to " +
+                   std::to_string(rounded) + " (a multiple of 256)";
+  out->bytes = rounded;
+}
+}  // namespace
+
+ResolvedLimit FractionLimit(double fraction, uint64_t total) {
+  if (!(fraction >= 0 && fraction <= 1))
+    throw std::invalid_argument("memoryFraction must be a number in [0, 1], got " +
+                                std::to_string(fraction));
+  ResolvedLimit out;
+  out.bytes = static_cast<uint64_t>(std::floor(fraction * static_cast<double>(total)));
+  char text[160];
+  std::snprintf(text, sizeof text, "memoryFraction %g of %s total", fraction,
+                FormatBytes(total).c_str());
+  out.source = text;
+  RoundDown(&out);
+  return out;
+}
+
 ResolvedLimit ResolveLimit(const PolicyOptions& options, const MemInfo& device, int cc_major,
                            int cc_minor) {
   if (options.memory_fraction && options.memory_limit)
@@ -29,10 +55,7 @@ ResolvedLimit ResolveLimit(const PolicyOptions& options, const MemInfo& device, 
     if (!(f > 0 && f <= 1))
       throw std::invalid_argument("memoryFraction must be a number in (0, 1], got " +
                                   std::to_string(f));
-    out.bytes = static_cast<uint64_t>(std::floor(f * static_cast<double>(device.total)));
-    std::snprintf(text, sizeof text, "memoryFraction %g of %s total", f,
-                  FormatBytes(device.total).c_str());
-    out.source = text;
+    return FractionLimit(f, device.total);
   } else if (options.memory_limit) {
     if (*options.memory_limit > device.total)
       throw std::invalid_argument("memoryLimit " + std::to_string(*options.memory_limit) +
@@ -57,7 +80,7 @@ ResolvedLimit ResolveLimit(const PolicyOptions& options, const MemInfo& device, 
         FormatBytes(device.free).c_str(), FormatBytes(reserve).c_str(), cc_major, cc_minor);
     out.source = text;
   }
-  out.bytes = out.bytes / kMinBlock * kMinBlock;
+  RoundDown(&out);
   return out;
 }
 

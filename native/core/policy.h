@@ -25,6 +25,10 @@ struct ResolvedLimit {
 // 225 MiB when less than 2 GiB is free, else by compute capability.
 uint64_t DefaultReserve(uint64_t free_bytes, int cc_major);
 
+// The limit for a share of `total` in [0, 1] (setMemoryFraction on a live allocator allows 0),
+// rounded down to whole blocks; throws std::invalid_argument outside [0, 1].
+ResolvedLimit FractionLimit(double fraction, uint64_t total);
+
 // Throws std::invalid_argument (with a message naming the option) for conflicting or
 // impossible options.
 ResolvedLimit ResolveLimit(const PolicyOptions& options, const MemInfo& device, int cc_major,

@@ -67,22 +67,27 @@ std::string FormatBytes(uint64_t bytes) {
 }
 
 std::string OomInfo::Message() const {
+  // PyTorch's sentence first, so that what services grep logs for matches here too; then what
+  // this library knows besides: the limit and where it came from, the pool's free blocks.
   char frag[32];
   std::snprintf(frag, sizeof frag, "%.1f%%", fragmentation * 100);
-  std::string m = "CUDA out of memory";
-  m += simulated ? " on simulated device " : " on device ";
-  m += std::to_string(device) + ": tried to allocate " + FormatBytes(requested);
-  if (rounded != requested) m += " (rounded to " + FormatBytes(rounded) + ")";
-  m += ". The allocator's limit is " + FormatBytes(limit) + " (" + limit_source + "); " +
-       FormatBytes(bytes_in_use) + " is in use by live buffers and the pool holds " +
-       FormatBytes(pool_bytes) + ", whose largest free block is " +
-       FormatBytes(largest_free_block) + " (fragmentation " + frag + "). The device has " +
-       FormatBytes(device_free) + " free of " + FormatBytes(device_total) + ".";
+  uint64_t reserved_free = pool_bytes > bytes_in_use ? pool_bytes - bytes_in_use : 0;
+  std::string m = "CUDA out of memory. Tried to allocate " + FormatBytes(requested) + ". " +
+                  (simulated ? "Simulated GPU " : "GPU ") + std::to_string(device) +
+                  " has a total capacity of " + FormatBytes(device_total) + " of which " +
+                  FormatBytes(device_free) + " is free. Of the allocated memory " +
+                  FormatBytes(bytes_in_use) + " is allocated by this allocator, and " +
+                  FormatBytes(reserved_free) + " is reserved by it but unallocated.";
+  m += " The allocator's limit is " + FormatBytes(limit) + " (" + limit_source + ")";
+  if (rounded != requested) m += "; the request rounds to " + FormatBytes(rounded);
+  if (alignment > kMinBlock) m += ", aligned to " + FormatBytes(alignment);
+  m += "; the pool holds " + FormatBytes(pool_bytes) + ", whose largest free block is " +
+       FormatBytes(largest_free_block) + " (fragmentation " + frag + ").";
   if (!group_sentence.empty())
     m += " " + group_sentence +
          " Other members must free memory or empty their caches (their pools count against the"
          " group), or the group needs a larger budget.";
-  else if (bytes_in_use + rounded <= limit)
+  else if (bytes_in_use <= limit && rounded <= limit - bytes_in_use)
     m += " The limit would allow it: free memory on the device or fragmentation stopped it;"
          " emptyCache() or freeing buffers may help.";
   else
@@ -90,17 +95,45 @@ std::string OomInfo::Message() const {
   return m;
 }
 
+void PoolCounters::ResetPeak() {
+  for (Counter* c : {&allocated_bytes, &requested_bytes, &allocations, &reserved_bytes, &segments})
+    c->ResetPeak();
+}
+
+void PoolCounters::ResetAccumulated() {
+  for (Counter* c : {&allocated_bytes, &requested_bytes, &allocations, &reserved_bytes, &segments})
+    c->ResetAccumulated();
+  num_ooms = num_alloc_retries = gc_released_bytes = 0;
+}
+
+void PoolStats::FromCounters() {
+  bytes_in_use = counters.allocated_bytes.current;
+  peak_bytes_in_use = counters.allocated_bytes.peak;
+  requested_bytes_in_use = counters.requested_bytes.current;
+  pool_bytes = counters.reserved_bytes.current;
+  peak_pool_bytes = counters.reserved_bytes.peak;
+  num_allocs = counters.allocations.allocated;
+  num_frees = counters.allocations.freed;
+  num_ooms = counters.num_ooms;
+  largest_alloc_size = counters.largest_alloc_size;
+  regions = counters.segments.current;
+  num_region_allocs = counters.segments.allocated;
+  gc_released_bytes = counters.gc_released_bytes;
+}
+
 Pool::Pool(Upstream* upstream, PoolOptions options)
     : upstream_(upstream), options_(std::move(options)) {
+  // The limit arrives in whole blocks (ResolveLimit rounds it and says so in the source).
   options_.limit = options_.limit / kMinBlock * kMinBlock;
-  stats_.bytes_limit = options_.limit;
   // TensorFlow starts growth at min(limit, 2 MiB); without growth the first region is the limit.
   next_region_size_ = options_.allow_growth
                           ? RoundBytes(std::min<uint64_t>(options_.limit, kFirstGrowthRegion))
                           : options_.limit;
-  if (!options_.allow_growth && options_.limit > 0 && !Extend(options_.limit)) {
+  next_region_size_ = std::max(next_region_size_, kMinBlock);
+  uint64_t first = options_.allow_growth ? options_.initial_bytes : options_.limit;
+  if (first > 0 && !AddRegion(first, first)) {
     OomInfo oom;
-    FillOom(options_.limit, options_.limit, &oom);
+    FillOom(first, first, &oom);
     throw oom;
   }
 }
@@ -164,7 +197,8 @@ size_t BackoffStep(size_t bytes, size_t rounded) {
 
 bool Pool::Extend(size_t rounded) {
   // The growth rule of TensorFlow's BFCAllocator::Extend.
-  uint64_t available = (options_.limit - stats_.pool_bytes) / kMinBlock * kMinBlock;
+  uint64_t held = counters_.reserved_bytes.current;
+  uint64_t available = held < options_.limit ? (options_.limit - held) / kMinBlock * kMinBlock : 0;
   if (rounded > available) return false;
   bool increased = false;
   while (rounded > next_region_size_) {
@@ -172,29 +206,32 @@ bool Pool::Extend(size_t rounded) {
     increased = true;
   }
   size_t bytes = std::min<uint64_t>(next_region_size_, available);
+  if (!AddRegion(bytes, rounded)) return false;
+  // Doubling stops once the step reaches the limit: regions are cut to the limit anyway, and an
+  // unbounded step would overflow after enough release-and-regrow cycles.
+  if (!increased && next_region_size_ < options_.limit) next_region_size_ *= 2;
+  return true;
+}
+
+bool Pool::AddRegion(size_t bytes, size_t at_least) {
   uint64_t address = 0;
   UpstreamStatus st = upstream_->Allocate(bytes, &address);
   // Back off in 0.9x steps when the device cannot give the full region, never below the request.
-  while (st.kind == UpstreamStatus::kOutOfMemory && bytes > rounded) {
-    bytes = BackoffStep(bytes, rounded);
+  while (st.kind == UpstreamStatus::kOutOfMemory && bytes > at_least) {
+    bytes = BackoffStep(bytes, at_least);
     st = upstream_->Allocate(bytes, &address);
   }
   if (st.kind == UpstreamStatus::kError) throw UpstreamError{st};
   if (st.kind != UpstreamStatus::kOk) return false;
-  // Doubling stops once the step reaches the limit: regions are cut to the limit anyway, and an
-  // unbounded step would overflow after enough release-and-regrow cycles.
-  if (!increased && next_region_size_ < options_.limit) next_region_size_ *= 2;
-
   Chunk* c = NewChunk();
   c->address = address;
   c->size = bytes;
   c->region = address;
   c->id = 0;
   regions_[address] = Region{address, bytes, c};
-  stats_.pool_bytes += bytes;
-  stats_.num_region_allocs++;
+  counters_.reserved_bytes.Add(bytes);
+  counters_.segments.Add(1);
   if (recorder_) recorder_->Add(TraceAction::kRegionAlloc, 0, bytes, bytes, address, 0);
-  stats_.peak_pool_bytes = std::max(stats_.peak_pool_bytes, stats_.pool_bytes);
   InsertFree(c);
   return true;
 }
@@ -210,7 +247,8 @@ uint64_t Pool::ReleaseFreeRegions() noexcept {
         recorder_->Add(TraceAction::kRegionFree, 0, it->second.size, it->second.size,
                        it->second.address, 0);
       released += it->second.size;
-      stats_.pool_bytes -= it->second.size;
+      counters_.reserved_bytes.Sub(it->second.size);
+      counters_.segments.Sub(1);
       DeleteChunk(c);
       it = regions_.erase(it);
     } else {
@@ -220,28 +258,84 @@ uint64_t Pool::ReleaseFreeRegions() noexcept {
   return released;
 }
 
+uint64_t Pool::CollectFor(size_t rounded) noexcept {
+  uint64_t free_regions = 0;
+  for (const auto& [address, region] : regions_) {
+    const Chunk* c = region.first;
+    if (!c->in_use && c->next == nullptr) free_regions += region.size;
+  }
+  if (free_regions == 0) return 0;
+  // TensorFlow's estimate: after giving them back, would the limit leave room for the request?
+  // If not, the regions stay (they serve later, smaller requests) and the request fails.
+  uint64_t kept = counters_.reserved_bytes.current - free_regions;
+  if (kept >= options_.limit || rounded > options_.limit - kept) return 0;
+  return ReleaseFreeRegions();
+}
+
 uint64_t Pool::Address(const Chunk* block) { return block->address; }
 size_t Pool::BlockSize(const Chunk* block) { return block->size; }
 
-Pool::Chunk* Pool::Allocate(size_t bytes, OomInfo* oom) {
+Pool::Chunk* Pool::FindFreeAligned(size_t rounded, size_t alignment) {
+  Chunk probe;
+  probe.size = rounded;
+  probe.address = 0;
+  for (uint32_t left = nonempty_bins_ & (~0u << BinFor(rounded)); left; left &= left - 1) {
+    int b = __builtin_ctz(left);
+    for (auto it = bins_[b].lower_bound(&probe); it != bins_[b].end(); ++it) {
+      Chunk* c = *it;
+      uint64_t pad = (alignment - c->address % alignment) % alignment;
+      if (c->size >= pad && c->size - pad >= rounded) return c;
+    }
+  }
+  return nullptr;
+}
+
+Pool::Chunk* Pool::Allocate(size_t bytes, OomInfo* oom, size_t alignment) {
   size_t rounded = RoundBytes(bytes);
-  Chunk* c = rounded ? FindFree(rounded) : nullptr;
-  if (!c && rounded) {
-    if (Extend(rounded)) {
-      c = FindFree(rounded);
+  bool aligned = alignment > kMinBlock;
+  // A region large enough for the block wherever its start falls.
+  size_t need = rounded;
+  if (aligned)
+    need = rounded && rounded <= SIZE_MAX - alignment ? rounded + alignment - kMinBlock : 0;
+  auto find = [&]() { return aligned ? FindFreeAligned(rounded, alignment) : FindFree(rounded); };
+  Chunk* c = need ? find() : nullptr;
+  if (!c && need) {
+    if (Extend(need)) {
+      c = find();
     } else if (options_.garbage_collection) {
-      uint64_t released = ReleaseFreeRegions();
-      stats_.gc_released_bytes += released;
-      if (released > 0 && Extend(rounded)) c = FindFree(rounded);
+      uint64_t released = CollectFor(need);
+      if (released > 0) {
+        counters_.gc_released_bytes += released;
+        ++counters_.num_alloc_retries;
+        if (Extend(need)) c = find();
+      }
     }
   }
   if (!c) {
-    ++stats_.num_ooms;
+    ++counters_.num_ooms;
     if (recorder_) Record(TraceAction::kOom, nullptr, bytes, rounded);
-    FillOom(bytes, rounded, oom);
+    FillOom(bytes, rounded, oom, alignment);
     return nullptr;
   }
   RemoveFree(c);
+  if (aligned && c->address % alignment) {
+    // The start moves up to the alignment; what is skipped stays a free block of its own.
+    uint64_t pad = alignment - c->address % alignment;
+    Chunk* front = NewChunk();
+    front->address = c->address;
+    front->size = pad;
+    front->region = c->region;
+    front->prev = c->prev;
+    front->next = c;
+    if (c->prev)
+      c->prev->next = front;
+    else
+      regions_[c->region].first = front;
+    c->prev = front;
+    c->address += pad;
+    c->size -= pad;
+    InsertFree(front);
+  }
   if (c->size >= rounded * 2 || c->size - rounded >= kMaxInternalFragmentation) {
     Chunk* rest = NewChunk();
     rest->address = c->address + rounded;
@@ -257,12 +351,10 @@ Pool::Chunk* Pool::Allocate(size_t bytes, OomInfo* oom) {
   }
   c->in_use = true;
   c->requested = bytes;
-  live_blocks_++;
-  stats_.num_allocs++;
-  stats_.bytes_in_use += c->size;
-  stats_.requested_bytes_in_use += bytes;
-  stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
-  stats_.largest_alloc_size = std::max<uint64_t>(stats_.largest_alloc_size, c->size);
+  counters_.allocations.Add(1);
+  counters_.allocated_bytes.Add(c->size);
+  counters_.requested_bytes.Add(bytes);
+  if (c->size > counters_.largest_alloc_size) counters_.largest_alloc_size = c->size;
   if (recorder_) {
     c->id = ++next_id_;
     Record(TraceAction::kAlloc, c, bytes, c->size);
@@ -275,10 +367,9 @@ Pool::Chunk* Pool::Allocate(size_t bytes, OomInfo* oom) {
 void Pool::Free(Chunk* c) noexcept {
   if (recorder_ && c->id) Record(TraceAction::kFree, c, c->requested, c->size);
   c->id = 0;
-  live_blocks_--;
-  stats_.num_frees++;
-  stats_.bytes_in_use -= c->size;
-  stats_.requested_bytes_in_use -= c->requested;
+  counters_.allocations.Sub(1);
+  counters_.allocated_bytes.Sub(c->size);
+  counters_.requested_bytes.Sub(c->requested);
   c->in_use = false;
   c->requested = 0;
   if (c->next && !c->next->in_use) {
@@ -318,13 +409,15 @@ void Pool::ReleaseAll() noexcept {
     if (recorder_)
       recorder_->Add(TraceAction::kRegionFree, 0, region.size, region.size, address, 0);
   }
+  // Everything goes back at once: the live blocks count as freed, the regions as released.
+  counters_.reserved_bytes.Sub(counters_.reserved_bytes.current);
+  counters_.segments.Sub(counters_.segments.current);
+  counters_.allocations.Sub(counters_.allocations.current);
+  counters_.allocated_bytes.Sub(counters_.allocated_bytes.current);
+  counters_.requested_bytes.Sub(counters_.requested_bytes.current);
   regions_.clear();
   for (auto& bin : bins_) bin.clear();
   nonempty_bins_ = 0;
-  live_blocks_ = 0;
-  stats_.pool_bytes = 0;
-  stats_.bytes_in_use = 0;
-  stats_.requested_bytes_in_use = 0;
 }
 
 uint64_t Pool::LargestFreeBlock() const {
@@ -334,7 +427,10 @@ uint64_t Pool::LargestFreeBlock() const {
 }
 
 PoolStats Pool::Stats() const {
-  PoolStats s = stats_;
+  PoolStats s;
+  s.counters = counters_;
+  s.FromCounters();
+  s.bytes_limit = options_.limit;
   s.largest_free_block = LargestFreeBlock();
   s.regions = regions_.size();
   uint64_t free_bytes = s.pool_bytes - s.bytes_in_use;
@@ -342,9 +438,13 @@ PoolStats Pool::Stats() const {
   return s;
 }
 
-void Pool::ResetPeakStats() {
-  stats_.peak_bytes_in_use = stats_.bytes_in_use;
-  stats_.peak_pool_bytes = stats_.pool_bytes;
+void Pool::ResetPeakStats() { counters_.ResetPeak(); }
+
+void Pool::ResetAccumulatedStats() { counters_.ResetAccumulated(); }
+
+void Pool::SetLimit(uint64_t limit, std::string source) {
+  options_.limit = limit / kMinBlock * kMinBlock;
+  options_.limit_source = std::move(source);
 }
 
 std::vector<BlockInfo> Pool::Blocks(uint64_t address) const {
@@ -369,8 +469,9 @@ std::vector<RegionInfo> Pool::Regions() const {
   return out;
 }
 
-void Pool::FillOom(size_t bytes, size_t rounded, OomInfo* oom) {
+void Pool::FillOom(size_t bytes, size_t rounded, OomInfo* oom, size_t alignment) {
   if (!oom) return;
+  oom->alignment = alignment;
   PoolStats s = Stats();
   MemInfo mi = upstream_->GetMemInfo();
   oom->requested = bytes;

@@ -38,14 +38,57 @@ inline size_t RoundBytes(size_t n) {
 // the request, repeated steps reach the request in a bounded number of tries.
 size_t BackoffStep(size_t bytes, size_t rounded);
 
+// The largest per-allocation alignment a pool accepts (a power of two; 256 and below cost nothing,
+// as every block is 256-aligned).
+constexpr size_t kMaxAlignment = size_t{1} << 30;
+
 struct PoolOptions {
   uint64_t limit = 0;              // bytes the pool may take from the upstream, in all
   std::string limit_source;        // how the limit was chosen, for messages
   bool allow_growth = false;       // false: the whole limit is taken at creation
   bool garbage_collection = true;  // release free regions before reporting out of memory
+  // With allow_growth: a first region of exactly this many bytes (a multiple of kMinBlock, at
+  // most the limit) is taken at creation, RMM's initial_pool_size; growth past it follows the
+  // usual rule. 0: none.
+  uint64_t initial_bytes = 0;
+};
+
+// One statistic as RMM and PyTorch keep it: the value now, its high-water mark since the last
+// peak reset, and what was added (RMM's total, PyTorch's allocated) and taken away (freed) since
+// the last reset of the accumulated figures.
+struct Counter {
+  uint64_t current = 0, peak = 0, allocated = 0, freed = 0;
+  void Add(uint64_t n) {
+    current += n;
+    allocated += n;
+    if (current > peak) peak = current;
+  }
+  void Sub(uint64_t n) {
+    current -= n;
+    freed += n;
+  }
+  void ResetPeak() { peak = current; }
+  void ResetAccumulated() { allocated = freed = 0; }
+};
+
+// What the pool has done, in PyTorch's terms (memory_stats()):
+struct PoolCounters {
+  Counter allocated_bytes;  // blocks handed out (requests rounded, or whole unsplit chunks)
+  Counter requested_bytes;  // what the callers asked for
+  Counter allocations;      // live blocks (a count)
+  Counter reserved_bytes;   // memory held from the upstream
+  Counter segments;         // regions held (a count)
+  uint64_t num_ooms = 0;
+  uint64_t num_alloc_retries = 0;  // garbage collection released regions and the pool retried
+  uint64_t gc_released_bytes = 0;  // given back by garbage collection before an allocation
+  uint64_t largest_alloc_size = 0;
+  void ResetPeak();
+  void ResetAccumulated();
 };
 
 struct PoolStats {
+  PoolCounters counters;
+  // The figures above under the names the library has always reported.
   uint64_t bytes_in_use = 0, peak_bytes_in_use = 0, requested_bytes_in_use = 0;
   uint64_t pool_bytes = 0, peak_pool_bytes = 0, bytes_limit = 0;
   uint64_t num_allocs = 0, num_frees = 0, num_ooms = 0;
@@ -54,6 +97,8 @@ struct PoolStats {
   double fragmentation = 0;        // 1 - largest free block / free bytes in the pool
   uint64_t num_region_allocs = 0;  // regions taken from the upstream (cudaMalloc calls)
   uint64_t gc_released_bytes = 0;  // given back by garbage collection before an allocation
+  // Fills the named figures from `counters`.
+  void FromCounters();
 };
 
 // One block of a region, for snapshots.
@@ -74,6 +119,7 @@ struct OomInfo {
   uint64_t limit = 0;
   std::string limit_source;
   uint64_t bytes_in_use = 0, pool_bytes = 0, largest_free_block = 0;
+  uint64_t alignment = 0;  // when a request asked for more than the 256 every block has
   double fragmentation = 0;
   uint64_t device_free = 0, device_total = 0;
   bool simulated = false;
@@ -102,8 +148,9 @@ class Pool {
 
   // Returns the block, or nullptr with *oom filled when the request cannot be met within the
   // limit; the pool is then unchanged apart from num_ooms and released free regions.
-  // `bytes` must be at least 1. The block stays valid until Free or ReleaseAll.
-  Chunk* Allocate(size_t bytes, OomInfo* oom);
+  // `bytes` must be at least 1; `alignment` a power of two up to kMaxAlignment (the block's
+  // address is a multiple of it). The block stays valid until Free or ReleaseAll.
+  Chunk* Allocate(size_t bytes, OomInfo* oom, size_t alignment = kMinBlock);
   // Returns a block. The caller hands each block back once (the bindings guarantee it).
   void Free(Chunk* block) noexcept;
   static uint64_t Address(const Chunk* block);
@@ -114,7 +161,12 @@ class Pool {
   void ReleaseAll() noexcept;      // returns every region, live blocks included (forced close)
 
   PoolStats Stats() const;
-  void ResetPeakStats();
+  void ResetPeakStats();         // every peak to its current value
+  void ResetAccumulatedStats();  // allocated/freed totals, OOMs, retries, gc bytes to 0
+  // A new limit for a live pool (setMemoryFraction): later regions are charged against it.
+  // Lowering it below what the pool holds frees nothing; the pool takes no new region until it
+  // holds less than the limit again, and its free blocks are still handed out.
+  void SetLimit(uint64_t limit, std::string source);
   std::vector<RegionInfo> Regions() const;
   // The blocks of the region at `address`, in address order.
   std::vector<BlockInfo> Blocks(uint64_t address) const;
@@ -123,8 +175,8 @@ class Pool {
   void SetRecorder(Recorder* recorder) { recorder_ = recorder; }
   // The id of the block (0 if it was allocated while not recording).
   static uint64_t BlockId(const Chunk* block);
-  uint64_t live_blocks() const { return live_blocks_; }
-  uint64_t bytes_in_use() const { return stats_.bytes_in_use; }
+  uint64_t live_blocks() const { return counters_.allocations.current; }
+  uint64_t bytes_in_use() const { return counters_.allocated_bytes.current; }
   // The address of the region the block was carved from.
   static uint64_t RegionOf(const Chunk* block);
   const PoolOptions& options() const { return options_; }
@@ -142,14 +194,21 @@ class Pool {
 
   static int BinFor(size_t size);
   Chunk* FindFree(size_t rounded);
+  // The best fit whose address can be raised to a multiple of `alignment` (above kMinBlock).
+  Chunk* FindFreeAligned(size_t rounded, size_t alignment);
   bool Extend(size_t rounded);
+  // Takes one region of `bytes` from the upstream, backing off to no less than `at_least`.
+  bool AddRegion(size_t bytes, size_t at_least);
+  // TensorFlow's DeallocateFreeRegions: wholly free regions go back only when that can make
+  // room for `rounded` under the limit. Returns the bytes released.
+  uint64_t CollectFor(size_t rounded) noexcept;
   uint64_t ReleaseFreeRegions() noexcept;
   void InsertFree(Chunk* c);
   void RemoveFree(Chunk* c);
   Chunk* NewChunk();
   void DeleteChunk(Chunk* c);
   uint64_t LargestFreeBlock() const;
-  void FillOom(size_t bytes, size_t rounded, OomInfo* oom);
+  void FillOom(size_t bytes, size_t rounded, OomInfo* oom, size_t alignment = kMinBlock);
 
   Upstream* upstream_;
   PoolOptions options_;
@@ -158,9 +217,8 @@ class Pool {
   std::array<std::set<Chunk*, BySizeThenAddress>, kNumBins> bins_;
   uint32_t nonempty_bins_ = 0;  // bit b set when bins_[b] holds a chunk
   static_assert(kNumBins <= 32, "nonempty_bins_ has a bit per bin");
-  uint64_t live_blocks_ = 0;
   std::vector<Chunk*> spare_;
-  PoolStats stats_;
+  PoolCounters counters_;
   Recorder* recorder_ = nullptr;
   uint64_t next_id_ = 0;
   void Record(TraceAction action, const Chunk* c, uint64_t requested, uint64_t size);

@@ -136,7 +136,9 @@ static void TestPreallocateAndOom() {
   OomInfo oom;
   CHECK(pool.Allocate(GiB + 1, &oom) == nullptr);
   CHECK(oom.requested == GiB + 1 && oom.rounded == GiB + 256 && oom.limit == GiB);
-  CHECK(oom.Message().find("tried to allocate") != std::string::npos);
+  CHECK(oom.Message().rfind("CUDA out of memory. Tried to allocate 1.00 GiB. Simulated GPU 0 has "
+                            "a total capacity of 16.00 GiB of which 15.00 GiB is free.",
+                            0) == 0);
   CHECK(pool.Stats().num_ooms == 1 && pool.Stats().bytes_in_use == 0);
   // A preallocation the device cannot give is an error at creation.
   SimulatedUpstream small(16 * GiB, 512 * MiB, 8, 0);
