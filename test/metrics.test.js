@@ -97,6 +97,14 @@ describe('registerMetrics with prom-client', () => {
         ooms: value(f, 'cuda_memory_allocator_ooms_total', labels),
         regionAllocs: value(f, 'cuda_memory_allocator_region_allocs_total', labels),
         gcReleased: value(f, 'cuda_memory_allocator_gc_released_bytes_total', labels),
+        requestedPeak: value(f, 'cuda_memory_allocator_requested_peak_bytes', labels),
+        live: value(f, 'cuda_memory_allocator_live_allocations', labels),
+        livePeak: value(f, 'cuda_memory_allocator_live_allocations_peak', labels),
+        requestedTotal: value(f, 'cuda_memory_allocator_requested_bytes_total', labels),
+        allocatedTotal: value(f, 'cuda_memory_allocator_allocated_bytes_total', labels),
+        freedTotal: value(f, 'cuda_memory_allocator_freed_bytes_total', labels),
+        regionFrees: value(f, 'cuda_memory_allocator_region_frees_total', labels),
+        retries: value(f, 'cuda_memory_allocator_alloc_retries_total', labels),
       }).toEqual({
         inUse: s.bytesInUse,
         peak: s.peakBytesInUse,
@@ -113,8 +121,20 @@ describe('registerMetrics with prom-client', () => {
         ooms: s.numOoms,
         regionAllocs: s.numRegionAllocs,
         gcReleased: s.gcReleasedBytes,
+        requestedPeak: s.requestedBytes.peak,
+        live: s.allocations.current,
+        livePeak: s.allocations.peak,
+        requestedTotal: s.requestedBytes.total,
+        allocatedTotal: s.allocatedBytes.total,
+        freedTotal: s.allocatedBytes.freed,
+        regionFrees: s.segments.freed,
+        retries: s.numAllocRetries,
       });
     }
+    // The new counters carry figures, not zeros: main asked for 103 MiB + 5 bytes in all and freed 3 MiB + 5.
+    expect(value(f, 'cuda_memory_allocator_requested_bytes_total', { allocator: 'main' })).toBe(103 * MiB + 5);
+    expect(value(f, 'cuda_memory_allocator_live_allocations_peak', { allocator: 'main' })).toBe(2);
+    expect(f.cuda_memory_allocator_freed_bytes_total.type).toBe('COUNTER');
     expect(value(f, 'cuda_memory_allocator_requested_bytes', { allocator: 'main' })).toBe(100 * MiB);
     expect(value(f, 'cuda_memory_allocator_ooms_total', { allocator: 'small' })).toBe(1);
     expect(f.cuda_memory_allocator_allocs_total.type).toBe('COUNTER');

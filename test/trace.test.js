@@ -231,6 +231,13 @@ describe('replay', () => {
     const [r] = cm.replayTrace(t, [{ allowGrowth: true, deviceBytes: 80 * GiB }], { findMinLimit: true });
     expect(r.survived).toBe(true);
     expect(r.minLimitBytes).toBeGreaterThan(0);
+    // The _snapshot() object itself, the file, and the converted trace replay alike.
+    const object = JSON.parse(fs.readFileSync(fixture, 'utf8'));
+    const policy = [{ allowGrowth: true, deviceBytes: 80 * GiB }];
+    const fromObject = cm.replayTrace(object, policy);
+    expect(fromObject).toEqual(cm.replayTrace(fixture, policy));
+    expect(fromObject).toEqual(cm.replayTrace(t, policy));
+    expect(cm.loadTrace(object)).toEqual(t);
   });
 
   test.each([
@@ -263,6 +270,33 @@ describe('replay', () => {
     expect(r.status).toBe(2);
     expect(r.stderr.split('\n')[0]).toMatch(/^cuda-memory: /);
     expect(r.stderr).not.toMatch(/\n\s+at /);
+    // The object itself, to replayTrace and the memory page: the same check.
+    if (typeof input !== 'string') {
+      const policy = { allowGrowth: true, deviceBytes: GiB };
+      for (const call of [() => cm.replayTrace(input, [policy]), () => cm.renderMemoryHtml(input)]) {
+        let objErr;
+        try {
+          call();
+        } catch (e) {
+          objErr = e;
+        }
+        expect(objErr).toBeInstanceOf(cm.TraceError);
+        expect([objErr.message, objErr.eventIndex]).toEqual([err.message, err.eventIndex]);
+      }
+    }
+  });
+
+  test.each([
+    ['no events', { schema: 'cuda-memory/trace@1' }, /a trace needs an events array/],
+    ['null', null, /a trace must be a file path, a trace object or a PyTorch snapshot; got null/],
+    ['a number', 42, /got number/],
+    ['a PyTorch snapshot without device_traces', { segments: [] }, /expected schema/],
+    ['a PyTorch entry without a size', { device_traces: [[{ action: 'alloc', addr: 4096 }]] }, /PyTorch event 0: alloc of undefined bytes/],
+    ['a PyTorch entry that is null', { device_traces: [[null]] }, /PyTorch event 0: not an object with an action/],
+  ])('replayTrace of an object with %s is a TraceError, never a TypeError', (_, input, message) => {
+    expect(() => cm.replayTrace(input, [{ allowGrowth: true, deviceBytes: GiB }])).toThrow(
+      expect.objectContaining({ name: 'TraceError', code: 'ERR_BAD_TRACE', message: expect.stringMatching(message) }),
+    );
   });
 
   test('policy specs', () => {

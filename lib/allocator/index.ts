@@ -9,6 +9,7 @@ export type { MultiAllocatorOptions, MultiAllocatorStats, AllocatorTotals, Multi
 export type {
   AllocatorOptions,
   AllocatorStats,
+  Counter,
   AllocatorBackend,
   AsyncPoolStats,
   AllocOptions,
