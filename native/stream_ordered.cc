@@ -113,7 +113,10 @@ Napi::Value CreateAsyncAllocator(const Napi::CallbackInfo& info) {
   // allowGrowth: give unused memory back at each synchronization (threshold 0, or the initial
   // pool). Preallocation: reserve the whole limit now and keep it (threshold = limit), as the BFC
   // pool takes it.
-  SetPoolAttr(p->pool, cudaMemPoolAttrReleaseThreshold, keep);
+  // The driver reserves in granules of its own: while the reservation is made nothing is given
+  // back, and then the threshold is what it reserved, so that a synchronization keeps all of it
+  // (a threshold below the granule would let it give the whole granule back).
+  SetPoolAttr(p->pool, cudaMemPoolAttrReleaseThreshold, keep ? UINT64_MAX : 0);
   if (keep > 0) {
     void* ptr = nullptr;
     err = cudaMallocFromPoolAsync(&ptr, keep, p->pool, nullptr);
@@ -127,6 +130,8 @@ Napi::Value CreateAsyncAllocator(const Napi::CallbackInfo& info) {
       }
       ThrowCuda(env, err, "cudaMallocFromPoolAsync", "reserving the allocator's limit");
     }
+    SetPoolAttr(p->pool, cudaMemPoolAttrReleaseThreshold,
+                std::max(keep, PoolAttr(p->pool, cudaMemPoolAttrReservedMemCurrent)));
   }
   auto ext =
       Napi::External<AsyncPoolRef>::New(env, new AsyncPoolRef(p), [](Napi::Env, AsyncPoolRef* ref) {
