@@ -37,6 +37,7 @@
         "native/shared_host.cc",
         "native/bench.cc",
         "native/bench_devices.cc",
+        "native/vmm.cc",
         "native/core/budget.cc",
         "native/core/copy_team.cc",
         "native/core/group_upstream.cc",

@@ -41,6 +41,32 @@ void CudaUpstream::Deallocate(uint64_t address, size_t) noexcept {
   (void)cudaGetLastError();
 }
 
+uint64_t CudaUpstream::Granularity() const {
+  if (!vmm_checked_) {
+    granule_ = vmm::Granularity(device_, &why_);
+    vmm_checked_ = true;
+  }
+  return granule_;
+}
+
+core::UpstreamStatus CudaUpstream::Reserve(uint64_t bytes, uint64_t* address) {
+  if (!space_) space_ = std::make_unique<vmm::Space>(device_, Granularity());
+  return space_->Reserve(bytes, address);
+}
+
+void CudaUpstream::Unreserve(uint64_t address, uint64_t bytes) noexcept {
+  if (space_) space_->Unreserve(address, bytes);
+}
+
+core::UpstreamStatus CudaUpstream::Map(uint64_t address, uint64_t bytes) {
+  return space_ ? space_->Map(address, bytes)
+                : core::UpstreamStatus{core::UpstreamStatus::kError, 1, "cuMemMap"};
+}
+
+void CudaUpstream::Unmap(uint64_t address, uint64_t bytes) noexcept {
+  if (space_) space_->Unmap(address, bytes);
+}
+
 core::MemInfo DeviceMemInfo(int device) {
   size_t free_b = 0, total_b = 0;
   cudaSetDevice(device);
@@ -189,9 +215,12 @@ Napi::Value CreateAllocator(const Napi::CallbackInfo& info) {
     uint64_t total = ReadSize(env, s.Get("totalBytes"), "simulate.totalBytes");
     uint64_t free_b = ReadSize(env, s.Get("freeBytes"), "simulate.freeBytes");
     if (free_b > total) ThrowRange(env, "simulate.freeBytes must not exceed simulate.totalBytes");
-    binding->upstream = std::make_unique<core::SimulatedUpstream>(
+    auto sim_up = std::make_unique<core::SimulatedUpstream>(
         total, free_b, static_cast<int>(Opt(s, "ccMajor", 9)),
         static_cast<int>(Opt(s, "ccMinor", 0)), device);
+    if (!Absent(s.Get("granularity")))
+      sim_up->SetGranularity(ReadSize(env, s.Get("granularity"), "simulate.granularity"));
+    binding->upstream = std::move(sim_up);
   } else {
     CheckDevice(env, device);
     binding->upstream = std::make_unique<CudaUpstream>(device);
@@ -251,6 +280,14 @@ Napi::Value CreateAllocator(const Napi::CallbackInfo& info) {
   }
   po.garbage_collection =
       !o.Get("garbageCollection").IsBoolean() || o.Get("garbageCollection").ToBoolean();
+  po.expandable = o.Get("expandableSegments").ToBoolean();
+  if (po.expandable) {
+    po.allow_growth = true;
+    if (binding->upstream->Granularity() == 0)
+      throw LibraryError(env, "ERR_NOT_SUPPORTED",
+                         "expandableSegments needs CUDA virtual memory management, and " +
+                             binding->upstream->Why() + "; use allowGrowth without it");
+  }
   binding->allow_growth = po.allow_growth;
   if (binding->group) {
     try {
@@ -425,6 +462,9 @@ Napi::Value AllocatorInfo(const Napi::CallbackInfo& info) {
   o.Set("limitBytes", static_cast<double>(p->pool->options().limit));
   o.Set("limitSource", p->pool->options().limit_source);
   o.Set("initialPoolBytes", static_cast<double>(p->pool->options().initial_bytes));
+  o.Set("expandableSegments", p->pool->options().expandable);
+  o.Set("granularity", static_cast<double>(p->pool->granularity()));
+  o.Set("reservedRange", static_cast<double>(p->pool->reserved_range()));
   o.Set("deviceFree", static_cast<double>(mi.free));
   o.Set("deviceTotal", static_cast<double>(mi.total));
   o.Set("computeCapability",

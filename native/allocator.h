@@ -10,6 +10,7 @@
 #include "core/group_upstream.h"
 #include "core/policy.h"
 #include "core/pool.h"
+#include "vmm.h"
 
 namespace cm {
 
@@ -24,9 +25,20 @@ class CudaUpstream final : public core::Upstream {
   int ccMajor() const override { return major_; }
   int ccMinor() const override { return minor_; }
   bool simulated() const override { return false; }
+  // Expandable segments through CUDA virtual memory management (vmm.h).
+  uint64_t Granularity() const override;
+  std::string Why() const override { return why_; }
+  core::UpstreamStatus Reserve(uint64_t bytes, uint64_t* address) override;
+  void Unreserve(uint64_t address, uint64_t bytes) noexcept override;
+  core::UpstreamStatus Map(uint64_t address, uint64_t bytes) override;
+  void Unmap(uint64_t address, uint64_t bytes) noexcept override;
 
  private:
   int device_, major_ = 0, minor_ = 0;
+  mutable bool vmm_checked_ = false;
+  mutable uint64_t granule_ = 0;
+  mutable std::string why_;
+  std::unique_ptr<vmm::Space> space_;
 };
 
 class PoolBinding {

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "args.h"
-#include "cuda.h"
+#include "cuda_api.h"
 #include "errors.h"
 #include "handles.h"
 

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "core/shm.h"
-#include "cuda.h"
+#include "cuda_api.h"
 
 namespace cm {
 

@@ -10,7 +10,7 @@
 
 #include "core/handle_table.h"
 #include "core/ipc_record.h"
-#include "cuda.h"
+#include "cuda_api.h"
 
 namespace cm {
 

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "allocator.h"
 #include "common.h"
 #include "core/pool.h"
 #include "discovery.h"
@@ -85,6 +86,12 @@ Napi::Value IpcExport(const Napi::CallbackInfo& info) {
     case MemKind::kDevice:
       break;
     case MemKind::kPool: {
+      if (a->pool && a->pool->pool && a->pool->pool->options().expandable)
+        NotSupported(env,
+                     "a block of an allocator with expandableSegments cannot be exported: its "
+                     "memory is mapped with cuMemCreate, which cudaIpcGetMemHandle cannot share "
+                     "(that would take a POSIX file descriptor handle sent over a Unix socket); "
+                     "allocate what other processes open from an allocator without it");
       // A block shares its region (one cudaMalloc) and says where in it the block lies.
       uint64_t region = core::Pool::RegionOf(static_cast<const core::Pool::Chunk*>(a->block));
       offset = reinterpret_cast<uintptr_t>(a->ptr) - region;

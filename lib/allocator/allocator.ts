@@ -23,6 +23,11 @@ export interface SimulatedDevice {
   freeBytes?: number;
   /** Compute capability, e.g. "9.0" (default), which picks the default reserve. */
   computeCapability?: string;
+  /**
+   * The granule of its virtual memory, for expandableSegments: default 2 MiB (the H100's); 0
+   * makes a device without virtual memory management.
+   */
+  granularity?: number;
 }
 
 /**
@@ -67,6 +72,15 @@ export interface AllocatorOptions {
   garbageCollection?: boolean;
   /** Run on a simulated device instead of a GPU. */
   simulate?: SimulatedDevice;
+  /**
+   * `bfc` only: one segment per allocator on CUDA virtual memory (PyTorch's
+   * `expandable_segments:True`): an address range the size of the device is reserved, and
+   * memory is mapped at its end in the device's granules (2 MiB on the H100) as the pool grows
+   * and unmapped from its free end by emptyCache(), so that freed blocks coalesce across what
+   * would have been region boundaries and a request does not fail for want of one large enough
+   * region. Implies growth. Blocks cannot be exported by IPC. Default false.
+   */
+  expandableSegments?: boolean;
   /**
    * Join a group budget (`bfc` only): every allocator with the same `name` on the same GPU, in
    * any process, charges its regions to one budget kept in shared memory, and a region is only
@@ -278,6 +292,10 @@ export class Allocator {
   readonly allowGrowth: boolean;
   /** Bytes taken at creation as the first region (see AllocatorOptions.initialPoolBytes). */
   readonly initialPoolBytes: number;
+  /** One segment on CUDA virtual memory (see AllocatorOptions.expandableSegments). */
+  readonly expandableSegments: boolean;
+  /** With expandableSegments: the granule memory is mapped in (bytes); else 0. */
+  readonly granularity: number;
   private _limitBytes: number;
   private _limitSource: string;
   private _fraction: number | null;
@@ -297,6 +315,8 @@ export class Allocator {
     this.simulated = info.simulated;
     this.allowGrowth = info.allowGrowth;
     this.initialPoolBytes = info.initialPoolBytes;
+    this.expandableSegments = info.expandableSegments ?? false;
+    this.granularity = info.granularity ?? 0;
     this._limitBytes = info.limitBytes;
     this._limitSource = info.limitSource;
     this._deviceTotal = info.deviceTotal;
@@ -433,6 +453,7 @@ export class Allocator {
         limitBytes: this.limitBytes,
         limitSource: this.limitSource,
         garbageCollection: info.garbageCollection,
+        ...(this.expandableSegments ? { expandableSegments: true } : {}),
       },
       droppedEvents: c.dropped,
       events,
@@ -551,7 +572,9 @@ export class Allocator {
       `backend: ${
         this.backend === 'async'
           ? `async (CUDA stream-ordered pool, ${info.defaultPool ? "the device's default pool" : 'a pool of its own'})`
-          : 'bfc (best-fit with coalescing over cudaMalloc regions)'
+          : this.expandableSegments
+            ? `bfc (best-fit with coalescing in one expandable segment, mapped in ${formatBytes(this.granularity)} granules)`
+            : 'bfc (best-fit with coalescing over cudaMalloc regions)'
       }`,
       `policy: ${this.allowGrowth ? 'allowGrowth' : 'preallocate'}; limit ${formatBytes(this.limitBytes)} (${this.limitSource})`,
       line,
@@ -617,6 +640,7 @@ export function createAllocator(options?: AllocatorOptions): Allocator {
     'memoryLimit',
     'garbageCollection',
     'initialPoolBytes',
+    'expandableSegments',
     'simulate',
     'shared',
   ]);
@@ -634,7 +658,10 @@ export function createAllocator(options?: AllocatorOptions): Allocator {
       typeof o.memoryFraction === 'number' ? RangeError : TypeError,
     );
   const memoryLimit = o.memoryLimit === undefined ? undefined : checkSize('memoryLimit', o.memoryLimit, 256);
-  const allowGrowth = checkBoolean('allowGrowth', o.allowGrowth, false);
+  const expandableSegments = checkBoolean('expandableSegments', o.expandableSegments, false);
+  if (expandableSegments && o.allowGrowth === false)
+    throw argRangeError('expandableSegments grows the pool as it needs; it cannot be combined with allowGrowth: false');
+  const allowGrowth = checkBoolean('allowGrowth', o.allowGrowth, false) || expandableSegments;
   let initialPoolBytes: number | undefined;
   if (o.initialPoolBytes !== undefined) {
     initialPoolBytes = checkSize('initialPoolBytes', o.initialPoolBytes);
@@ -649,6 +676,11 @@ export function createAllocator(options?: AllocatorOptions): Allocator {
   if (backend !== 'bfc' && backend !== 'async') throw invalidArgument('backend', "'bfc' or 'async'", o.backend, RangeError);
   const asyncDefaultPool = checkBoolean('asyncDefaultPool', o.asyncDefaultPool, false);
   if (o.asyncDefaultPool !== undefined && backend !== 'async') throw argRangeError("asyncDefaultPool applies to backend 'async' only");
+  if (backend === 'async' && expandableSegments)
+    throw argRangeError(
+      "expandableSegments needs backend 'bfc': CUDA's stream-ordered pool maps its own memory (it grows and shrinks inside the driver)",
+      'ERR_NOT_SUPPORTED',
+    );
   if (backend === 'async' && o.simulate !== undefined)
     throw argRangeError(
       "backend 'async' cannot run on a simulated device: CUDA's stream-ordered pool lives in the driver, with no policy code of ours to simulate; use backend 'bfc' with simulate, or a GPU",
@@ -665,7 +697,10 @@ export function createAllocator(options?: AllocatorOptions): Allocator {
     const cc = s.computeCapability ?? '9.0';
     const m = /^(\d+)\.(\d+)$/.exec(String(cc));
     if (!m) throw invalidArgument('simulate.computeCapability', 'a string such as "9.0"', cc);
-    simulate = { totalBytes, freeBytes, ccMajor: Number(m[1]), ccMinor: Number(m[2]) };
+    const granularity = s.granularity === undefined ? undefined : checkSize('simulate.granularity', s.granularity);
+    if (granularity !== undefined && granularity % 256 !== 0)
+      throw invalidArgument('simulate.granularity', 'a multiple of 256 bytes', s.granularity, RangeError);
+    simulate = { totalBytes, freeBytes, ccMajor: Number(m[1]), ccMinor: Number(m[2]), granularity };
     device = checkDevice(o.device);
   } else {
     device = checkDevice(o.device, knownDeviceCount());
@@ -705,6 +740,7 @@ export function createAllocator(options?: AllocatorOptions): Allocator {
       memoryLimit,
       initialPoolBytes,
       garbageCollection,
+      expandableSegments,
       simulate,
       shared,
     }),

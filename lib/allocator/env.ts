@@ -13,7 +13,9 @@ export interface EnvAllocatorOptions extends AllocatorOptions {
  * CUDA_MEMORY_BACKEND (bfc or async), then TensorFlow's variables as TensorFlow reads them:
  * TF_FORCE_GPU_ALLOW_GROWTH, where only "true" or "false" override allowGrowth (any other value is
  * reported and ignored), and TF_GPU_ALLOCATOR, where exactly "cuda_malloc_async" selects the
- * stream-ordered backend.
+ * stream-ordered backend; and PyTorch's PYTORCH_CUDA_ALLOC_CONF, where `expandable_segments:True`
+ * turns on expandableSegments and `backend:cudaMallocAsync` selects the stream-ordered backend
+ * (other keys are reported in `warnings` and ignored).
  */
 export function allocatorOptionsFromEnv(env: Record<string, string | undefined> = process.env): EnvAllocatorOptions {
   const out: EnvAllocatorOptions = { warnings: [] };
@@ -70,6 +72,35 @@ export function allocatorOptionsFromEnv(env: Record<string, string | undefined> 
       out.warnings.push(
         `TF_GPU_ALLOCATOR=${JSON.stringify(tfAllocator)} is not "cuda_malloc_async"; as in TensorFlow, the BFC allocator is kept`,
       );
+  }
+  // PyTorch's PYTORCH_CUDA_ALLOC_CONF (c10/cuda/CUDAAllocatorConfig): comma-separated key:value
+  // pairs. expandable_segments:True|False and backend:native|cudaMallocAsync have equivalents
+  // here; the other keys tune PyTorch's own caching allocator and are reported as ignored.
+  // TensorFlow has no variable for its virtual-memory sub-allocator.
+  const torch = env.PYTORCH_CUDA_ALLOC_CONF;
+  if (torch !== undefined && torch !== '') {
+    for (const raw of torch.split(',')) {
+      const pair = raw.trim();
+      if (!pair) continue;
+      const [key, value] = pair.split(':', 2).map((x) => x.trim());
+      if (key === 'expandable_segments' && (value === 'True' || value === 'False')) out.expandableSegments = value === 'True';
+      else if (key === 'backend' && value === 'cudaMallocAsync') out.backend = 'async';
+      else if (key === 'backend' && value === 'native') out.backend = 'bfc';
+      else if (key === 'expandable_segments' || key === 'backend')
+        out.warnings.push(
+          `PYTORCH_CUDA_ALLOC_CONF ${JSON.stringify(pair)}: PyTorch accepts ${key === 'backend' ? 'native or cudaMallocAsync' : 'True or False'} there; ignored`,
+        );
+      else
+        out.warnings.push(
+          `PYTORCH_CUDA_ALLOC_CONF ${JSON.stringify(pair)} tunes PyTorch's own allocator and has no equivalent here; ignored`,
+        );
+    }
+    if (out.expandableSegments && out.backend === 'async') {
+      out.warnings.push(
+        'PYTORCH_CUDA_ALLOC_CONF asks for expandable_segments with backend:cudaMallocAsync; expandable segments need the bfc backend and were left off',
+      );
+      delete out.expandableSegments;
+    }
   }
   return out;
 }

@@ -149,7 +149,13 @@ export function renderMemoryHtml(input: Trace | object | string, options: Memory
   if (!hasRegions || !hasPlaces) {
     const policy: ReplayPolicy =
       options.policy ??
-      (trace.policy ? { allowGrowth: trace.policy.allowGrowth, memoryLimit: trace.policy.limitBytes } : { allowGrowth: true });
+      (trace.policy
+        ? {
+            allowGrowth: trace.policy.allowGrowth,
+            memoryLimit: trace.policy.limitBytes,
+            ...(trace.policy.expandableSegments ? { expandableSegments: true } : {}),
+          }
+        : { allowGrowth: true });
     if (!policy.deviceBytes && !policy.simulate && !trace.device) policy.deviceBytes = 80 * 2 ** 30;
     const r = replayRecorded(trace, policy);
     drawn = r.recorded;

@@ -53,12 +53,13 @@ export function policyName(p: ReplayPolicy, deviceBytes: number): string {
   if (p.memoryFraction !== undefined) parts.push(`fraction ${p.memoryFraction}`);
   if (p.memoryLimit !== undefined) parts.push(`limit ${formatBytes(p.memoryLimit)}`);
   if (p.garbageCollection === false) parts.push('no gc');
+  if (p.expandableSegments) parts.push('expandable');
   return `${parts.join(', ')} on ${formatBytes(deviceBytes)}`;
 }
 
 /**
- * Reads a policy from the command line's form: comma-separated `growth` or `prealloc`,
- * `fraction=0.5`, `limit=8GiB`, `gc=off`. Throws a RangeError naming what it cannot read.
+ * Reads a policy from the command line's form: comma-separated `growth`, `prealloc` or
+ * `expandable`, `fraction=0.5`, `limit=8GiB`, `gc=off`. Throws a RangeError naming what it cannot read.
  */
 export function parsePolicy(spec: string): ReplayPolicy {
   const p: ReplayPolicy = { allowGrowth: false };
@@ -66,13 +67,16 @@ export function parsePolicy(spec: string): ReplayPolicy {
     const part = raw.trim();
     const [k, v] = part.split('=', 2) as [string, string | undefined];
     if (part === 'growth' || part === 'allow_growth') p.allowGrowth = true;
-    else if (part === 'prealloc' || part === 'preallocate') p.allowGrowth = false;
+    else if (part === 'expandable' || part === 'expandable_segments') {
+      p.expandableSegments = true;
+      p.allowGrowth = true;
+    } else if (part === 'prealloc' || part === 'preallocate') p.allowGrowth = false;
     else if (k === 'fraction' && v !== undefined && Number(v) > 0 && Number(v) <= 1) p.memoryFraction = Number(v);
     else if (k === 'limit' && v !== undefined) p.memoryLimit = parseSize(v);
     else if (k === 'gc' && (v === 'on' || v === 'off')) p.garbageCollection = v === 'on';
     else
       throw argRangeError(
-        `Expected a policy such as 'growth', 'prealloc,fraction=0.5', 'growth,limit=8GiB' or 'prealloc,gc=off' but received ${JSON.stringify(spec)}: cannot read ${JSON.stringify(part)}`,
+        `Expected a policy such as 'growth', 'prealloc,fraction=0.5', 'growth,limit=8GiB', 'expandable' or 'prealloc,gc=off' but received ${JSON.stringify(spec)}: cannot read ${JSON.stringify(part)}`,
       );
   }
   if (p.memoryFraction !== undefined && p.memoryLimit !== undefined)

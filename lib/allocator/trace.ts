@@ -32,7 +32,15 @@ export interface Trace {
   /** Where it was recorded. */
   device?: { index: number; simulated: boolean; totalBytes: number; computeCapability: string };
   /** The recording allocator's policy. */
-  policy?: { backend: 'bfc'; allowGrowth: boolean; limitBytes: number; limitSource: string; garbageCollection: boolean };
+  policy?: {
+    backend: 'bfc';
+    allowGrowth: boolean;
+    limitBytes: number;
+    limitSource: string;
+    garbageCollection: boolean;
+    /** Recorded in one expandable segment: its region events are the mappings at its end. */
+    expandableSegments?: boolean;
+  };
   /** Events not kept because maxEvents was reached. */
   droppedEvents?: number;
   /** What the trace was read from, for a PyTorch file ("pytorch _snapshot(), device 0"). */

@@ -116,6 +116,37 @@ export async function runAllocBenchmark(options: { device?: number; pairs?: numb
   );
   pool.close({ force: true });
 
+  // One expandable segment: a pair that needs no mapping, and what mapping costs (an alloc that
+  // maps, its free, and the emptyCache that unmaps, each pair timed alone).
+  const exp = createAllocator({ device, expandableSegments: true, memoryLimit: 1024 * MiB });
+  add(
+    'allocator.alloc + free, expandableSegments (cached size, device)',
+    MiB,
+    batches(pairs, () => exp.alloc(MiB).free()),
+  );
+  next = 0;
+  add(
+    'allocator.alloc + free, expandableSegments (mixed sizes 4 KiB-8 MiB)',
+    sizes[0],
+    batches(pairs, () => exp.alloc(sizes[next++ & 1023]).free()),
+  );
+  exp.emptyCache();
+  for (const [granules, times] of [
+    [1, 200],
+    [32, 50],
+  ] as const) {
+    const bytes = granules * exp.granularity;
+    const us: number[] = [];
+    for (let i = 0; i < times + 5; i++) {
+      const t0 = process.hrtime.bigint();
+      exp.alloc(bytes).free();
+      exp.emptyCache();
+      if (i >= 5) us.push(Number(process.hrtime.bigint() - t0) / 1000);
+    }
+    add(`expandableSegments: map + unmap ${granules} granule${granules === 1 ? '' : 's'} (alloc, free, emptyCache)`, bytes, us);
+  }
+  exp.close({ force: true });
+
   // The stream-ordered backend, preallocated (its release threshold keeps the reservation, as
   // PyTorch's cudaMallocAsync backend keeps its pool).
   const asyncPool = createAllocator({ device, backend: 'async', memoryLimit: 1024 * MiB });

@@ -24,6 +24,17 @@ class GroupUpstream final : public Upstream {
   int ccMajor() const override { return inner_->ccMajor(); }
   int ccMinor() const override { return inner_->ccMinor(); }
   bool simulated() const override { return inner_->simulated(); }
+  // Expandable segments: each mapped granule is charged to the group like a region.
+  uint64_t Granularity() const override { return inner_->Granularity(); }
+  std::string Why() const override { return inner_->Why(); }
+  UpstreamStatus Reserve(uint64_t bytes, uint64_t* address) override {
+    return inner_->Reserve(bytes, address);
+  }
+  void Unreserve(uint64_t address, uint64_t bytes) noexcept override {
+    inner_->Unreserve(address, bytes);
+  }
+  UpstreamStatus Map(uint64_t address, uint64_t bytes) override;
+  void Unmap(uint64_t address, uint64_t bytes) noexcept override;
 
   Ledger& ledger() { return *ledger_; }
   Upstream& inner() { return *inner_; }
@@ -34,6 +45,11 @@ class GroupUpstream final : public Upstream {
   const GroupRefusal& refusal() const { return refusal_; }
 
  private:
+  // Charges `bytes` to the group, then takes them (take() returns the upstream's answer); the
+  // charge is given back if the upstream refuses.
+  template <typename Take>
+  UpstreamStatus Charged(uint64_t bytes, Take take);
+
   std::unique_ptr<Upstream> inner_;
   std::unique_ptr<Ledger> ledger_;
   bool refused_ = false;

@@ -130,6 +130,25 @@ Pool::Pool(Upstream* upstream, PoolOptions options)
                           ? RoundBytes(std::min<uint64_t>(options_.limit, kFirstGrowthRegion))
                           : options_.limit;
   next_region_size_ = std::max(next_region_size_, kMinBlock);
+  if (options_.expandable) {
+    options_.allow_growth = true;
+    granule_ = upstream_->Granularity();
+    if (granule_ == 0 || granule_ % kMinBlock)
+      throw UpstreamError{{UpstreamStatus::kError, 801, "granularity"}};
+    uint64_t range = std::max<uint64_t>(upstream_->GetMemInfo().total, options_.limit);
+    range = (range + granule_ - 1) / granule_ * granule_;
+    UpstreamStatus st = upstream_->Reserve(range, &seg_base_);
+    if (st.kind != UpstreamStatus::kOk) throw UpstreamError{st};
+    seg_reserved_ = range;
+    if (options_.initial_bytes > 0 && !GrowSegment(options_.initial_bytes)) {
+      upstream_->Unreserve(seg_base_, seg_reserved_);
+      seg_reserved_ = 0;
+      OomInfo oom;
+      FillOom(options_.initial_bytes, options_.initial_bytes, &oom);
+      throw oom;
+    }
+    return;
+  }
   uint64_t first = options_.allow_growth ? options_.initial_bytes : options_.limit;
   if (first > 0 && !AddRegion(first, first)) {
     OomInfo oom;
@@ -140,6 +159,7 @@ Pool::Pool(Upstream* upstream, PoolOptions options)
 
 Pool::~Pool() {
   ReleaseAll();
+  if (seg_reserved_) upstream_->Unreserve(seg_base_, seg_reserved_);
   for (Chunk* c : spare_) delete c;
 }
 
@@ -196,6 +216,7 @@ size_t BackoffStep(size_t bytes, size_t rounded) {
 }
 
 bool Pool::Extend(size_t rounded) {
+  if (options_.expandable) return GrowSegment(rounded);
   // The growth rule of TensorFlow's BFCAllocator::Extend.
   uint64_t held = counters_.reserved_bytes.current;
   uint64_t available = held < options_.limit ? (options_.limit - held) / kMinBlock * kMinBlock : 0;
@@ -236,7 +257,86 @@ bool Pool::AddRegion(size_t bytes, size_t at_least) {
   return true;
 }
 
+Pool::Chunk* Pool::SegmentTail() const {
+  auto it = regions_.find(seg_base_);
+  if (it == regions_.end()) return nullptr;
+  Chunk* c = it->second.first;
+  while (c->next) c = c->next;
+  return c;
+}
+
+bool Pool::GrowSegment(size_t rounded) {
+  Chunk* tail = SegmentTail();
+  uint64_t tail_free = tail && !tail->in_use ? tail->size : 0;
+  uint64_t need = rounded > tail_free ? rounded - tail_free : granule_;
+  uint64_t bytes = (need + granule_ - 1) / granule_ * granule_;
+  uint64_t held = counters_.reserved_bytes.current;
+  if (bytes > seg_reserved_ - seg_mapped_ || held > options_.limit || bytes > options_.limit - held)
+    return false;
+  uint64_t at = seg_base_ + seg_mapped_;
+  UpstreamStatus st = upstream_->Map(at, bytes);
+  if (st.kind == UpstreamStatus::kError) throw UpstreamError{st};
+  if (st.kind != UpstreamStatus::kOk) return false;
+  if (!tail) {
+    Chunk* c = NewChunk();
+    c->address = seg_base_;
+    c->size = bytes;
+    c->region = seg_base_;
+    regions_[seg_base_] = Region{seg_base_, bytes, c};
+    counters_.segments.Add(1);
+    InsertFree(c);
+  } else if (!tail->in_use) {
+    RemoveFree(tail);
+    tail->size += bytes;
+    InsertFree(tail);
+    regions_[seg_base_].size += bytes;
+  } else {
+    Chunk* c = NewChunk();
+    c->address = at;
+    c->size = bytes;
+    c->region = seg_base_;
+    c->prev = tail;
+    tail->next = c;
+    regions_[seg_base_].size += bytes;
+    InsertFree(c);
+  }
+  seg_mapped_ += bytes;
+  counters_.reserved_bytes.Add(bytes);
+  if (recorder_)
+    recorder_->Add(TraceAction::kRegionAlloc, 0, bytes, bytes, seg_base_, at - seg_base_);
+  return true;
+}
+
+uint64_t Pool::ShrinkSegment() noexcept {
+  Chunk* tail = SegmentTail();
+  if (!tail || tail->in_use) return 0;
+  uint64_t from = (tail->address - seg_base_ + granule_ - 1) / granule_ * granule_;
+  if (from >= seg_mapped_) return 0;
+  uint64_t bytes = seg_mapped_ - from;
+  upstream_->Unmap(seg_base_ + from, bytes);
+  if (recorder_) recorder_->Add(TraceAction::kRegionFree, 0, bytes, bytes, seg_base_, from);
+  RemoveFree(tail);
+  if (tail->address == seg_base_ + from) {
+    if (tail->prev) {
+      tail->prev->next = nullptr;
+      regions_[seg_base_].size -= bytes;
+    } else {
+      regions_.erase(seg_base_);
+      counters_.segments.Sub(1);
+    }
+    DeleteChunk(tail);
+  } else {
+    tail->size -= bytes;
+    regions_[seg_base_].size -= bytes;
+    InsertFree(tail);
+  }
+  seg_mapped_ = from;
+  counters_.reserved_bytes.Sub(bytes);
+  return bytes;
+}
+
 uint64_t Pool::ReleaseFreeRegions() noexcept {
+  if (options_.expandable) return ShrinkSegment();
   uint64_t released = 0;
   for (auto it = regions_.begin(); it != regions_.end();) {
     Chunk* c = it->second.first;
@@ -259,6 +359,8 @@ uint64_t Pool::ReleaseFreeRegions() noexcept {
 }
 
 uint64_t Pool::CollectFor(size_t rounded) noexcept {
+  // One segment grows by its free end already: giving that end back cannot make room.
+  if (options_.expandable) return 0;
   uint64_t free_regions = 0;
   for (const auto& [address, region] : regions_) {
     const Chunk* c = region.first;
@@ -336,7 +438,8 @@ Pool::Chunk* Pool::Allocate(size_t bytes, OomInfo* oom, size_t alignment) {
     c->size -= pad;
     InsertFree(front);
   }
-  if (c->size >= rounded * 2 || c->size - rounded >= kMaxInternalFragmentation) {
+  if (c->size >= rounded * 2 || c->size - rounded >= kMaxInternalFragmentation ||
+      (options_.expandable && c->size - rounded >= kExpandableSplit)) {
     Chunk* rest = NewChunk();
     rest->address = c->address + rounded;
     rest->size = c->size - rounded;
@@ -405,7 +508,10 @@ void Pool::ReleaseAll() noexcept {
       DeleteChunk(c);
       c = n;
     }
-    upstream_->Deallocate(address, region.size);
+    if (options_.expandable)
+      upstream_->Unmap(address, region.size);
+    else
+      upstream_->Deallocate(address, region.size);
     if (recorder_)
       recorder_->Add(TraceAction::kRegionFree, 0, region.size, region.size, address, 0);
   }
@@ -416,6 +522,7 @@ void Pool::ReleaseAll() noexcept {
   counters_.allocated_bytes.Sub(counters_.allocated_bytes.current);
   counters_.requested_bytes.Sub(counters_.requested_bytes.current);
   regions_.clear();
+  seg_mapped_ = 0;
   for (auto& bin : bins_) bin.clear();
   nonempty_bins_ = 0;
 }

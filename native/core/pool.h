@@ -26,6 +26,10 @@ constexpr size_t kFirstGrowthRegion = 2u << 20;
 // max_internal_fragmentation_bytes).
 constexpr size_t kMaxInternalFragmentation = 128u << 20;
 constexpr int kNumBins = 21;
+// In an expandable segment a block's free remainder of at least this much is split off too
+// (PyTorch's rule for large blocks), since mapped memory at the end would otherwise be handed
+// out whole with a request that does not need it.
+constexpr size_t kExpandableSplit = 1u << 20;
 
 // Rounds up to kMinBlock; returns 0 when that would overflow.
 inline size_t RoundBytes(size_t n) {
@@ -51,6 +55,12 @@ struct PoolOptions {
   // most the limit) is taken at creation, RMM's initial_pool_size; growth past it follows the
   // usual rule. 0: none.
   uint64_t initial_bytes = 0;
+  // Expandable segments (PyTorch's expandable_segments, TensorFlow's GpuVirtualMemAllocator): one
+  // address range is reserved (the device's total memory, or the limit if larger) and memory is
+  // mapped at its end in the upstream's granules as the pool grows, so that the pool is one
+  // segment and free neighbours coalesce across what would have been region boundaries. The
+  // free end is unmapped by EmptyCache. Implies growth; the upstream must have Granularity().
+  bool expandable = false;
 };
 
 // One statistic as RMM and PyTorch keep it: the value now, its high-water mark since the last
@@ -158,7 +168,10 @@ class Pool {
   static size_t BlockSize(const Chunk* block);
 
   uint64_t EmptyCache() noexcept;  // releases every wholly free region; returns bytes released
-  void ReleaseAll() noexcept;      // returns every region, live blocks included (forced close)
+  // Expandable segments: the granule, and the reserved range (0 for a pool of regions).
+  uint64_t granularity() const { return granule_; }
+  uint64_t reserved_range() const { return seg_reserved_; }
+  void ReleaseAll() noexcept;  // returns every region, live blocks included (forced close)
 
   PoolStats Stats() const;
   void ResetPeakStats();         // every peak to its current value
@@ -202,6 +215,11 @@ class Pool {
   // TensorFlow's DeallocateFreeRegions: wholly free regions go back only when that can make
   // room for `rounded` under the limit. Returns the bytes released.
   uint64_t CollectFor(size_t rounded) noexcept;
+  // Expandable segments: maps granules at the end of the segment until its free end holds
+  // `rounded` bytes; unmaps the whole granules of the free end. Both keep the segment one region.
+  bool GrowSegment(size_t rounded);
+  uint64_t ShrinkSegment() noexcept;
+  Chunk* SegmentTail() const;
   uint64_t ReleaseFreeRegions() noexcept;
   void InsertFree(Chunk* c);
   void RemoveFree(Chunk* c);
@@ -219,6 +237,7 @@ class Pool {
   static_assert(kNumBins <= 32, "nonempty_bins_ has a bit per bin");
   std::vector<Chunk*> spare_;
   PoolCounters counters_;
+  uint64_t granule_ = 0, seg_base_ = 0, seg_reserved_ = 0, seg_mapped_ = 0;
   Recorder* recorder_ = nullptr;
   uint64_t next_id_ = 0;
   void Record(TraceAction action, const Chunk* c, uint64_t requested, uint64_t size);

@@ -37,4 +37,33 @@ void SimulatedUpstream::Deallocate(uint64_t address, size_t) noexcept {
   live_.erase(it);
 }
 
+UpstreamStatus SimulatedUpstream::Reserve(uint64_t bytes, uint64_t* address) {
+  if (granularity_ == 0) return {UpstreamStatus::kError, 801, "simulated cuMemAddressReserve"};
+  *address = next_address_;
+  next_address_ += (bytes + kRegionAlign - 1) / kRegionAlign * kRegionAlign + kRegionAlign;
+  reserved_[*address] = bytes;
+  return UpstreamStatus::Ok();
+}
+
+void SimulatedUpstream::Unreserve(uint64_t address, uint64_t) noexcept { reserved_.erase(address); }
+
+UpstreamStatus SimulatedUpstream::Map(uint64_t address, uint64_t bytes) {
+  if (fail_next_ > 0 || bytes > free_) {
+    if (fail_next_ > 0) --fail_next_;
+    return {UpstreamStatus::kOutOfMemory, 2, "simulated cuMemCreate"};
+  }
+  for (uint64_t a = address; a < address + bytes; a += granularity_) granules_[a] = true;
+  free_ -= bytes;
+  mapped_ += bytes;
+  return UpstreamStatus::Ok();
+}
+
+void SimulatedUpstream::Unmap(uint64_t address, uint64_t bytes) noexcept {
+  for (uint64_t a = address; a < address + bytes; a += granularity_)
+    if (granules_.erase(a)) {
+      free_ += granularity_;
+      mapped_ -= granularity_;
+    }
+}
+
 }  // namespace cm::core

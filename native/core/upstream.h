@@ -35,6 +35,33 @@ class Upstream {
   virtual int ccMajor() const = 0;
   virtual int ccMinor() const = 0;
   virtual bool simulated() const = 0;
+
+  // Expandable segments (CUDA virtual memory management): an address range is reserved once and
+  // physical memory is mapped into it, and out of it, in granules. Granularity() is 0 where the
+  // upstream cannot do this; Why() then says why.
+  virtual uint64_t Granularity() const { return 0; }
+  virtual std::string Why() const { return "this upstream has no virtual memory management"; }
+  virtual UpstreamStatus Reserve(uint64_t bytes, uint64_t* address) {
+    (void)bytes;
+    (void)address;
+    return {UpstreamStatus::kError, 0, "reserve"};
+  }
+  virtual void Unreserve(uint64_t address, uint64_t bytes) noexcept {
+    (void)address;
+    (void)bytes;
+  }
+  // Maps `bytes` (a multiple of Granularity()) at `address` inside a reservation, a granule at a
+  // time, so that any run of granules can later be unmapped on its own; on failure nothing of
+  // it stays mapped.
+  virtual UpstreamStatus Map(uint64_t address, uint64_t bytes) {
+    (void)address;
+    (void)bytes;
+    return {UpstreamStatus::kError, 0, "map"};
+  }
+  virtual void Unmap(uint64_t address, uint64_t bytes) noexcept {
+    (void)address;
+    (void)bytes;
+  }
 };
 
 // A device that exists only as numbers: it hands out disjoint, never reused address ranges and
@@ -52,6 +79,16 @@ class SimulatedUpstream final : public Upstream {
   size_t liveAllocations() const { return live_.size(); }
   // Makes the next `n` allocations fail as out of memory, whatever is free (fault injection).
   void FailNext(int n) { fail_next_ = n; }
+  // Virtual memory as the H100 has it: 2 MiB granules unless set otherwise (0 turns it off).
+  void SetGranularity(uint64_t g) { granularity_ = g; }
+  uint64_t Granularity() const override { return granularity_; }
+  std::string Why() const override { return "the simulated device was made without granules"; }
+  UpstreamStatus Reserve(uint64_t bytes, uint64_t* address) override;
+  void Unreserve(uint64_t address, uint64_t bytes) noexcept override;
+  UpstreamStatus Map(uint64_t address, uint64_t bytes) override;
+  void Unmap(uint64_t address, uint64_t bytes) noexcept override;
+  uint64_t mappedBytes() const { return mapped_; }
+  size_t reservations() const { return reserved_.size(); }
 
  private:
   uint64_t total_, free_;
@@ -59,6 +96,10 @@ class SimulatedUpstream final : public Upstream {
   uint64_t next_address_;
   int fail_next_ = 0;
   std::map<uint64_t, size_t> live_;
+  uint64_t granularity_ = 2ull << 20;
+  uint64_t mapped_ = 0;
+  std::map<uint64_t, uint64_t> reserved_;  // base -> size
+  std::map<uint64_t, bool> granules_;      // mapped granules, by address
 };
 
 }  // namespace cm::core

@@ -8,8 +8,8 @@
 // memory_reserved() stats().poolBytes, max_memory_reserved() stats().peakPoolBytes.
 //
 // Not translated: the caching allocator's stream cases (record_stream, cross-stream reuse:
-// bfc blocks are not stream-ordered; the async backend's are CUDA's own), the CUDA graph pool
-// cases, and the expandable-segments cases (not in this library yet).
+// bfc blocks are not stream-ordered; the async backend's are CUDA's own) and the CUDA graph pool
+// cases. Expandable segments have their own tests (test/expandable.test.js).
 const { describeGpu, rng } = require('../helpers');
 const { cm, MiB, GiB, sim } = require('./util');
 

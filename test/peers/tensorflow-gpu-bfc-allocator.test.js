@@ -9,9 +9,9 @@
 //
 // Not translated: BinDebugInfo and Log2FloorNonZeroSlow (they read private members of
 // BFCAllocator), TracksSizes (always true here: the snapshot reports every block's request),
-// DISABLED_AllocatorReceivesZeroMemory (disabled upstream), the benchmarks (npm run bench-alloc
-// measures the same loop), and VirtualAllocatorPromotesReuse / TestNoRegionDeallocation, which
-// need a virtual-memory sub-allocator (expandable segments).
+// DISABLED_AllocatorReceivesZeroMemory (disabled upstream) and the benchmarks (npm run
+// bench-alloc measures the same loop). TensorFlow's virtual-memory sub-allocator is
+// expandableSegments here (VirtualAllocatorPromotesReuse, TestNoRegionDeallocation).
 const { rng } = require('../helpers');
 const { cm, MiB, GiB, sim, expectDisjoint } = require('./util');
 
@@ -142,6 +142,30 @@ describe('TensorFlow GPUBFCAllocatorTest', () => {
     expect(a.regions()).toHaveLength(1);
     const blocks = a.snapshot().segments.flatMap((s) => s.blocks);
     expect(blocks.filter((b) => b.state === 'inactive')).toHaveLength(1);
+    bufs[127].free();
+  });
+
+  test('VirtualAllocatorPromotesReuse: in one expandable segment, 508 MiB fits after the same frees', () => {
+    const a = sim({ expandableSegments: true, memoryLimit: 512 * MiB });
+    const bufs = [];
+    for (let s = 0; s < 128; s++) bufs.push(a.alloc(4 * MiB));
+    for (let i = 0; i < 127; i++) bufs[i].free();
+    const big = a.alloc(512 * MiB - 4 * MiB);
+    expect(a.regions()).toHaveLength(1);
+    big.free();
+    bufs[127].free();
+  });
+
+  test('TestNoRegionDeallocation: one expandable segment, so no free region to give back while a block lives at its end', () => {
+    const a = sim({ expandableSegments: true, memoryLimit: 2 * GiB });
+    const bufs = [];
+    for (let s = 0; s < 128; s++) bufs.push(a.alloc(4 * MiB));
+    expect(a.regions()).toHaveLength(1);
+    for (let i = 0; i < 127; i++) bufs[i].free();
+    // TensorFlow's DeallocateFreeRegions returns false; emptyCache gives back nothing, as the
+    // segment's free memory lies before its last, live block.
+    expect(a.emptyCache()).toBe(0);
+    expect(a.regions()).toHaveLength(1);
     bufs[127].free();
   });
 

@@ -266,7 +266,129 @@ static void TestCollectionRule() {
   pool.Free(live[127]);
 }
 
+static PoolOptions Expandable(uint64_t limit) {
+  PoolOptions o = Growth(limit);
+  o.expandable = true;
+  return o;
+}
+
+// Expandable segments on the simulated device (2 MiB granules, as the H100's).
+static void TestExpandable() {
+  OomInfo oom;
+  {
+    // TensorFlow's VirtualAllocatorPromotesReuse: what fails with regions (TestCollectionRule)
+    // succeeds in one segment, as the freed blocks coalesce into one.
+    SimulatedUpstream up(80 * GiB, 80 * GiB, 9, 0);
+    Pool pool(&up, Expandable(512 * MiB));
+    std::vector<Pool::Chunk*> live;
+    for (int i = 0; i < 128; ++i) live.push_back(pool.Allocate(4 * MiB, &oom));
+    CHECK(pool.Regions().size() == 1 && pool.Stats().pool_bytes == 512 * MiB);
+    for (int i = 0; i < 127; ++i) pool.Free(live[i]);
+    Pool::Chunk* big = pool.Allocate(512 * MiB - 4 * MiB, &oom);
+    CHECK(big && pool.Regions().size() == 1 && pool.Stats().pool_bytes == 512 * MiB);
+    CHECK(pool.reserved_range() == 80 * GiB && pool.granularity() == 2 * MiB);
+    pool.Free(big);
+    pool.Free(live[127]);
+    CHECK(pool.EmptyCache() == 512 * MiB && up.mappedBytes() == 0);
+    CHECK(pool.Regions().empty() && pool.Stats().counters.segments.current == 0);
+  }
+  {
+    // Growth in granules at the end; the free end merges with what is mapped next.
+    SimulatedUpstream up(80 * GiB, 80 * GiB, 9, 0);
+    Pool pool(&up, Expandable(GiB));
+    Pool::Chunk* a = pool.Allocate(1024, &oom);
+    CHECK(a && pool.Stats().pool_bytes == 2 * MiB && up.mappedBytes() == 2 * MiB);
+    Pool::Chunk* b = pool.Allocate(5 * MiB, &oom);  // 2 MiB - 1 KiB free at the end: 4 MiB more
+    CHECK(b && pool.Stats().pool_bytes == 6 * MiB && Pool::Address(b) == Pool::Address(a) + 1024);
+    // Less than 1 MiB would be left after it: the whole free end is handed out.
+    CHECK(Pool::BlockSize(b) == 6 * MiB - 1024);
+    std::vector<RegionInfo> r = pool.Regions();
+    CHECK(r.size() == 1 && r[0].size == 6 * MiB && r[0].chunks == 2);
+    Pool::Chunk* d = pool.Allocate(MiB, &oom);  // 2 MiB more; the 1 MiB after it is split off
+    CHECK(d && Pool::BlockSize(d) == MiB && pool.Regions()[0].chunks == 4);
+    pool.Free(d);
+    // emptyCache unmaps the whole granules of the free end only.
+    pool.Free(b);
+    CHECK(pool.EmptyCache() == 6 * MiB && pool.Stats().pool_bytes == 2 * MiB);
+    CHECK(pool.Blocks(Pool::RegionOf(a)).size() == 2);
+    pool.Free(a);
+    CHECK(pool.EmptyCache() == 2 * MiB && pool.Regions().empty() && up.mappedBytes() == 0);
+    // Nothing mapped is held past the limit, in whole granules: 5 MiB allows two.
+    pool.SetLimit(5 * MiB, "five");
+    Pool::Chunk* c = pool.Allocate(4 * MiB, &oom);
+    CHECK(c && pool.Stats().pool_bytes == 4 * MiB);
+    CHECK(!pool.Allocate(1024, &oom) && oom.limit == 5 * MiB);
+    pool.Free(c);
+  }
+  {
+    // A full device refuses the mapping: the request fails and the pool is as it was.
+    SimulatedUpstream up(80 * GiB, 3 * MiB, 9, 0);
+    Pool pool(&up, Expandable(GiB));
+    Pool::Chunk* a = pool.Allocate(MiB, &oom);
+    CHECK(a && !pool.Allocate(2 * MiB, &oom) && pool.Stats().pool_bytes == 2 * MiB);
+    CHECK(pool.Stats().num_ooms == 1 && up.mappedBytes() == 2 * MiB);
+    pool.Free(a);
+  }
+  {
+    // Recording: each mapping is a region event at its place in the segment.
+    SimulatedUpstream up(80 * GiB, 80 * GiB, 9, 0);
+    Pool pool(&up, Expandable(GiB));
+    Recorder rec(100);
+    pool.SetRecorder(&rec);
+    Pool::Chunk* a = pool.Allocate(3 * MiB, &oom);
+    pool.Free(a);
+    pool.EmptyCache();
+    pool.SetRecorder(nullptr);
+    const auto& e = rec.events();
+    CHECK(e.size() == 5 && e[0].action == TraceAction::kRegionAlloc && e[0].size == 4 * MiB &&
+          e[3].action == TraceAction::kRegionFree && e[3].size == 4 * MiB);
+  }
+  {
+    // An initial pool maps at creation; alignment works across the segment; everything goes back.
+    SimulatedUpstream up(80 * GiB, 80 * GiB, 9, 0);
+    PoolOptions o = Expandable(64 * GiB);
+    o.initial_bytes = 64 * MiB;
+    {
+      Pool pool(&up, o);
+      CHECK(up.mappedBytes() == 64 * MiB && up.reservations() == 1);
+      std::mt19937 rng(7);
+      std::vector<Pool::Chunk*> live;
+      for (int i = 0; i < 2000; ++i) {
+        if (!live.empty() && rng() % 3 == 0) {
+          size_t k = rng() % live.size();
+          pool.Free(live[k]);
+          live.erase(live.begin() + k);
+        } else {
+          size_t al = size_t{256} << (rng() % 6);
+          Pool::Chunk* c = pool.Allocate(1 + rng() % (8 * MiB), &oom, al);
+          CHECK(c && Pool::Address(c) % al == 0);
+          if (c) live.push_back(c);
+        }
+      }
+      CHECK(pool.Regions().size() == 1);
+      uint64_t inuse = 0;
+      for (const BlockInfo& b : pool.Blocks(pool.Regions()[0].address))
+        inuse += b.in_use ? b.size : 0;
+      CHECK(inuse == pool.Stats().bytes_in_use);
+    }  // destroyed with live blocks: all unmapped, the range given back
+    CHECK(up.mappedBytes() == 0 && up.reservations() == 0);
+  }
+  {
+    // An upstream without granules cannot have expandable segments.
+    SimulatedUpstream up(80 * GiB, 80 * GiB, 9, 0);
+    up.SetGranularity(0);
+    bool threw = false;
+    try {
+      Pool pool(&up, Expandable(GiB));
+    } catch (const UpstreamError&) {
+      threw = true;
+    }
+    CHECK(threw);
+  }
+}
+
 int main() {
+  TestExpandable();
   TestCounters();
   TestAlignment();
   TestInitialPool();
