@@ -150,6 +150,18 @@ describe('expandable segments on the simulated device', () => {
     const t = e.stopRecording();
     expect(t.policy.expandableSegments).toBe(true);
     expect(t.events.map((x) => x.action)).toEqual(['region_alloc', 'alloc', 'free', 'region_free', 'empty_cache']);
+    expect(t.events.filter((x) => x.action.startsWith('region')).map((x) => [x.offset, x.size])).toEqual([
+      [0, 4 * MiB],
+      [0, 4 * MiB],
+    ]);
+    // The memory page draws the segment as one region, as large as what is mapped.
+    const g = sim({ memoryLimit: GiB });
+    g.startRecording();
+    const kept = [g.alloc(3 * MiB), g.alloc(5 * MiB), g.alloc(MiB)];
+    kept[1].free();
+    const html = cm.renderMemoryHtml(g.stopRecording());
+    expect(html.match(/region 0x[0-9a-f]+: [^<]*/g)).toEqual([`region 0x${kept[0].address.toString(16)}: 10 MiB`]);
+    expect(html).toMatch(/policy: expandable segments/);
   });
 
   test('options: implies growth, refuses allowGrowth: false, the async backend, and a device without granules', () => {

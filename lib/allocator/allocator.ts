@@ -441,7 +441,11 @@ export class Allocator {
         if (stack) e.stack = stack;
       } else if (action === 'oom') e = { action, bytes: c.requested[i], size: c.size[i], time };
       else if (action === 'empty_cache') e = { action, size: c.size[i], time };
-      else e = { action, region: c.region[i], size: c.size[i], time };
+      else {
+        e = { action, region: c.region[i], size: c.size[i], time };
+        // In an expandable segment a region event maps or unmaps the part at this offset.
+        if (this.expandableSegments) e.offset = c.offset[i];
+      }
       events.push(e);
     }
     return {

@@ -107,7 +107,12 @@ function finalRegions(
   >();
   const where = new Map<number | string, number>();
   for (const e of events) {
-    if (e.action === 'region_alloc') regions.set(e.region!, { address: e.region!, size: e.size!, blocks: new Map() });
+    // A region event with an offset maps or unmaps part of an expandable segment.
+    const grown = e.offset !== undefined ? regions.get(e.region!) : undefined;
+    if (e.action === 'region_alloc' && grown) grown.size = Math.max(grown.size, e.offset! + e.size!);
+    else if (e.action === 'region_alloc')
+      regions.set(e.region!, { address: e.region!, size: (e.offset ?? 0) + e.size!, blocks: new Map() });
+    else if (e.action === 'region_free' && grown && e.offset! > 0) grown.size = e.offset!;
     else if (e.action === 'region_free') regions.delete(e.region!);
     else if (e.action === 'alloc' && e.region !== undefined) {
       regions.get(e.region)?.blocks.set(e.id!, { offset: e.offset!, size: e.size!, id: e.id!, bytes: e.bytes! });
@@ -283,7 +288,7 @@ export function renderMemoryHtml(input: Trace | object | string, options: Memory
         ? `recorded on ${trace.device.simulated ? 'a simulated ' : ''}device ${trace.device.index} (${formatBytes(trace.device.totalBytes)})`
         : 'a trace',
     trace.policy
-      ? `policy: ${trace.policy.allowGrowth ? 'allowGrowth' : 'preallocate'}, limit ${formatBytes(trace.policy.limitBytes)} (${trace.policy.limitSource})`
+      ? `policy: ${trace.policy.expandableSegments ? 'expandable segments' : trace.policy.allowGrowth ? 'allowGrowth' : 'preallocate'}, limit ${formatBytes(trace.policy.limitBytes)} (${trace.policy.limitSource})`
       : '',
     `${trace.events.length} events: ${counts.alloc} allocations, ${counts.free} frees, ${counts.oom ?? 0} refused; peak in use ${formatBytes(peakInUse)}`,
     trace.droppedEvents ? `${trace.droppedEvents} events were not kept (maxEvents)` : '',

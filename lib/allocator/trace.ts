@@ -19,7 +19,8 @@ export interface TraceEvent {
   time?: number;
   /** The region's address (alloc, free, region events). */
   region?: number;
-  /** The block's offset in its region (alloc, free). */
+  /** The block's offset in its region (alloc, free); for the region events of an expandable
+   *  segment, where in the segment the mapping or unmapping lies. */
   offset?: number;
   /** The JavaScript stack of the allocation, when recorded with `stacks: true`. */
   stack?: string;
