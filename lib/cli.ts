@@ -28,7 +28,7 @@ import { formatDevicesTable, formatP2pTable, formatMultiCsv, renderMultiHtml, mu
 import { runAllocBenchmark, formatAllocReport } from './bench/alloc';
 import { parseSizeList, parseSize, formatBytes } from './units';
 import { writeTextfile } from './metrics/exposition';
-import { benchFamilies, doctorFamilies } from './metrics/families';
+import { benchFamilies, doctorFamilies, multiBenchFamilies } from './metrics/families';
 import { loadTrace, TraceError } from './allocator/trace';
 import { formatReplay, parsePolicy, replayTrace, ReplayPolicy } from './allocator/replay';
 import { renderMemoryHtml } from './allocator/memory-html';
@@ -148,7 +148,6 @@ class Usage extends Error {}
 // bench --devices and/or --p2p: several GPUs alone and at once, and the peer matrix.
 async function benchDevices(o: BenchOptions): Promise<number> {
   if (o.device !== undefined) throw new Usage('--device picks one GPU; with several use --devices');
-  if (o.prometheus) throw new Usage('--prometheus is written by the single-GPU run only; leave out --devices and --p2p');
   const badModes = (o.modes ?? []).filter((m) => !DEVICES_MODES.includes(m as DevicesMode));
   if (o.devices && badModes.length)
     throw new Usage(`with --devices, --modes takes ${DEVICES_MODES.join(', ')}; not ${badModes.join(', ')}`);
@@ -194,6 +193,7 @@ async function benchDevices(o: BenchOptions): Promise<number> {
   if (o.out) fs.writeFileSync(o.out, json + '\n');
   if (o.html) fs.writeFileSync(o.html, renderMultiHtml(devicesReport, p2p, results));
   if (o.junit) fs.writeFileSync(o.junit, multiJunit(devicesReport, p2p, results));
+  if (o.prometheus) writeTextfile(o.prometheus, multiBenchFamilies(devicesReport, p2p, results));
   for (const r of results) process.stderr.write(r.message + '\n');
   const unverified = [
     ...(devicesReport?.results ?? [])

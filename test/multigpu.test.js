@@ -236,6 +236,38 @@ describe('several-GPU reports and gates without a GPU', () => {
     expect(res[13].message).toMatch(/no result for h2d.pinned /);
   });
 
+  test('one Prometheus textfile for every GPU, the totals, every pair and the latencies', () => {
+    const parsePrometheus = require('parse-prometheus-text-format');
+    const { multiBenchFamilies } = require(path.join(root, 'dist', 'metrics', 'families'));
+    const { formatExposition } = require(path.join(root, 'dist', 'metrics', 'exposition'));
+    const gates = cm.evaluateGates([cm.parseGate('p2p.0-1>=400GB/s')], p2pGateSource(p2pReport));
+    const text = formatExposition(multiBenchFamilies(devicesReport, p2pReport, gates, 1_800_000_000));
+    const fams = Object.fromEntries(parsePrometheus(text).map((f) => [f.name, f.metrics]));
+    const get = (name, labels) =>
+      fams[name].filter((m) => Object.entries(labels).every(([k, v]) => (m.labels || {})[k] === v)).map((m) => Number(m.value));
+    expect(
+      get('cuda_memory_bench_device_transfer_bytes_per_second', { device: '1', uuid: 'GPU-1', scope: 'together', stat: 'median' }),
+    ).toEqual([52.25e9]);
+    expect(fams.cuda_memory_bench_device_transfer_bytes_per_second).toHaveLength(4 * 3);
+    expect(get('cuda_memory_bench_devices_total_bytes_per_second', { devices: '0,1', stat: 'median' })).toEqual([106.1e9]);
+    expect(get('cuda_memory_bench_p2p_bytes_per_second', { src_device: '0', dst_uuid: 'GPU-1', path: 'raw', stat: 'median' })).toEqual([
+      395e9,
+    ]);
+    expect(get('cuda_memory_bench_p2p_bytes_per_second', { src_device: '1', path: 'library', stat: 'median' })).toEqual([391e9]);
+    expect(
+      get('cuda_memory_bench_p2p_bidirectional_bytes_per_second', { a_device: '0', b_device: '1', path: 'library', stat: 'median' }),
+    ).toEqual([770e9]);
+    expect(get('cuda_memory_bench_p2p_latency_seconds', { src_device: '1', path: 'library', stat: 'median' })[0]).toBeCloseTo(13.5e-6, 12);
+    expect(get('cuda_memory_bench_gate_passed', { gate: 'p2p.0-1>=400GB/s' })).toEqual([0]);
+    // The pair 1 -> 0 did not arrive intact, so the run is not verified and not ok.
+    expect([fams.cuda_memory_bench_data_verified[0].value, fams.cuda_memory_bench_ok[0].value]).toEqual(['0', '0']);
+    expect(fams.cuda_memory_bench_last_run_timestamp_seconds[0].value).toBe('1800000000');
+    // Devices only, or pairs only: the families of what ran.
+    const onlyP2p = formatExposition(multiBenchFamilies(undefined, p2pReport, []));
+    expect(onlyP2p).not.toMatch(/device_transfer/);
+    expect(onlyP2p).toMatch(/cuda_memory_bench_p2p_latency_seconds/);
+  });
+
   test('tables, CSV, the HTML page with four heatmaps, and JUnit', () => {
     const t = mr.formatDevicesTable(devicesReport);
     expect(t).toMatch(/GPU 1: Test GPU \(GPU-1, 0000:07:00.0, NVML index 3\), NUMA node unknown/);
@@ -310,7 +342,6 @@ describe('several-GPU reports and gates without a GPU', () => {
       [['bench', '--devices', 'all', '--modes', 'registered'], /with --devices, --modes takes pinned, staged, pageable; not registered/],
       [['bench', '--devices', 'all', '--directions', 'd2d'], /with --devices, --directions takes h2d, d2h, bidir; not d2d/],
       [['bench', '--p2p', '--device', '1'], /--device picks one GPU; with several use --devices/],
-      [['bench', '--p2p', '--prometheus', 'x.prom'], /--prometheus is written by the single-GPU run only/],
       [['doctor', '--devices', 'all', '--device', '0'], /--device picks one GPU; with several use --devices/],
       [['bench', '--p2p', '--expect', 'p2p.0-1.latency>=3GB/s'], /is a time \(µs\)/],
     ]) {

@@ -8,6 +8,8 @@ import type { Allocator, AllocatorStats, PinnedPool, PinnedPoolStats } from '../
 import type { TransferReport } from '../bench/transfer';
 import type { GateResult } from '../bench/gates';
 import type { DoctorReport } from '../bench/doctor';
+import type { DevicesReport } from '../bench/devices';
+import type { P2pReport } from '../bench/p2p';
 import { devices as listDevices, memGetInfo, status } from '../discovery';
 import type { MetricFamily } from './exposition';
 
@@ -313,6 +315,112 @@ export function benchFamilies(report: TransferReport, gates: GateResult[], nowSe
       type: 'gauge',
       samples: [{ labels: gpu, value: report.eventLoop.worstDelayMs / 1000 }],
     });
+  return out;
+}
+
+type Stats = { median: number; p10: number; p90: number };
+
+// One sample per statistic of a summary, scaled (GB/s to bytes per second, µs to seconds).
+function statSamples(labels: Record<string, string>, s: Stats, scale: number) {
+  return (['median', 'p10', 'p90'] as const).map((stat) => ({ labels: { ...labels, stat }, value: s[stat] * scale }));
+}
+
+/**
+ * @internal The several-GPU benchmark (bench --devices and/or --p2p) as metric families: every
+ * GPU alone and together, the totals, every ordered pair (through copy() and through
+ * cudaMemcpyPeerAsync from C++), both directions at once, and the latencies, with the gates and
+ * whether every copy arrived intact. One textfile for the whole host.
+ */
+export function multiBenchFamilies(
+  devices: DevicesReport | undefined,
+  p2p: P2pReport | undefined,
+  gates: GateResult[],
+  nowSeconds = Date.now() / 1000,
+): MetricFamily[] {
+  const env = devices?.environment ?? p2p?.environment;
+  const uuid = new Map((env?.gpus ?? []).map((g) => [g.index, g.uuid]));
+  const gpu = (d: number, prefix = '') => ({ [`${prefix}device`]: String(d), ...(uuid.has(d) ? { [`${prefix}uuid`]: uuid.get(d)! } : {}) });
+  const family = (name: string, help: string, samples: MetricFamily['samples']): MetricFamily => ({ name, help, type: 'gauge', samples });
+  // The library's figure and the C++ baseline's, each by statistic.
+  const paths = (labels: Record<string, string>, library: Stats, raw: Stats, scale: number) => [
+    ...statSamples({ ...labels, path: 'library' }, library, scale),
+    ...statSamples({ ...labels, path: 'raw' }, raw, scale),
+  ];
+  const out: MetricFamily[] = [];
+  if (devices) {
+    out.push(
+      family(
+        'cuda_memory_bench_device_transfer_bytes_per_second',
+        'Transfer rate of each GPU measured by cuda-memory bench --devices, alone or with every GPU of the run at once (scope), by statistic.',
+        devices.results.flatMap((r) =>
+          statSamples({ ...gpu(r.device), scope: r.scope, direction: r.direction, mode: r.mode, size_bytes: String(r.bytes) }, r.gbps, 1e9),
+        ),
+      ),
+      family(
+        'cuda_memory_bench_devices_total_bytes_per_second',
+        'All bytes moved by every GPU of the run at once over the time from the common start to the last finish, by statistic.',
+        devices.aggregate.flatMap((a) =>
+          statSamples({ devices: a.devices.join(','), direction: a.direction, mode: a.mode, size_bytes: String(a.bytes) }, a.gbps, 1e9),
+        ),
+      ),
+    );
+  }
+  if (p2p) {
+    out.push(
+      family(
+        'cuda_memory_bench_p2p_bytes_per_second',
+        'Copy rate from one GPU to another: through copy() from JavaScript (path="library") and cudaMemcpyPeerAsync from C++ (path="raw"), by statistic.',
+        p2p.pairs.flatMap((r) =>
+          (['library', 'raw'] as const).flatMap((path) =>
+            statSamples(
+              { ...gpu(r.from, 'src_'), ...gpu(r.to, 'dst_'), size_bytes: String(r.bytes), path },
+              path === 'raw' ? r.rawGbps : r.gbps,
+              1e9,
+            ),
+          ),
+        ),
+      ),
+      family(
+        'cuda_memory_bench_p2p_bidirectional_bytes_per_second',
+        'Both directions of a pair at once: copyAsync() from JavaScript (path="library"), cudaMemcpyPeerAsync from C++ (path="raw"), by statistic.',
+        p2p.bidirectional.flatMap((r) =>
+          (['library', 'raw'] as const).flatMap((path) =>
+            statSamples(
+              { ...gpu(r.a, 'a_'), ...gpu(r.b, 'b_'), size_bytes: String(r.bytes), path },
+              path === 'raw' ? r.rawGbps : r.gbps,
+              1e9,
+            ),
+          ),
+        ),
+      ),
+      family(
+        'cuda_memory_bench_p2p_latency_seconds',
+        'Time of a 4-byte copy from one GPU to another: copy() call to return (path="library"), back-to-back cudaMemcpyPeerAsync (path="raw"), by statistic.',
+        p2p.latency.flatMap((r) => paths({ ...gpu(r.from, 'src_'), ...gpu(r.to, 'dst_') }, r.copyUs, r.rawUs, 1e-6)),
+      ),
+    );
+  }
+  const verified = [
+    ...(devices?.results ?? []).map((r) => r.verified),
+    ...(p2p?.pairs ?? []).map((r) => r.verified),
+    ...(p2p?.bidirectional ?? []).map((r) => r.verified),
+  ];
+  out.push(
+    family(
+      'cuda_memory_bench_gate_passed',
+      'Whether each --expect gate passed (1) or failed (0).',
+      gates.map((g) => ({ labels: { gate: g.gate.text }, value: g.pass ? 1 : 0 })),
+    ),
+    family('cuda_memory_bench_data_verified', 'Whether every copy of the run arrived intact (1) or not (0).', [
+      { labels: {}, value: verified.every(Boolean) ? 1 : 0 },
+    ]),
+    family('cuda_memory_bench_ok', 'Whether every gate passed and every copy was verified (1) or not (0).', [
+      { labels: {}, value: gates.every((g) => g.pass) && verified.every(Boolean) ? 1 : 0 },
+    ]),
+    family('cuda_memory_bench_last_run_timestamp_seconds', 'When cuda-memory bench wrote this file (Unix time).', [
+      { labels: {}, value: Math.round(nowSeconds) },
+    ]),
+  );
   return out;
 }
 
