@@ -164,6 +164,19 @@ core::ResolvedLimit ReadFractionLimit(Napi::Env env, Napi::Value v, uint64_t tot
   }
 }
 
+uint64_t ReadInitialPoolBytes(Napi::Env env, Napi::Value v, uint64_t limit,
+                              const std::string& limit_source) {
+  if (Absent(v)) return 0;
+  uint64_t bytes = ReadSize(env, v, "initialPoolBytes");
+  if (bytes % core::kMinBlock)
+    ThrowRange(env, "initialPoolBytes must be a multiple of 256, got " + std::to_string(bytes));
+  if (bytes > limit)
+    ThrowRange(env, "initialPoolBytes (" + core::FormatBytes(bytes) + ") is above the limit of " +
+                        core::FormatBytes(limit) + " (" + limit_source +
+                        "): the limit is the pool's maximum size");
+  return bytes;
+}
+
 size_t ReadAlignment(Napi::Env env, Napi::Value v) {
   if (Absent(v)) return core::kMinBlock;
   uint64_t a = ReadSize(env, v, "options.alignment");
@@ -268,27 +281,15 @@ Napi::Value CreateAllocator(const Napi::CallbackInfo& info) {
     }
   }
   po.allow_growth = o.Get("allowGrowth").ToBoolean();
-  if (!Absent(o.Get("initialPoolBytes"))) {
-    po.initial_bytes = ReadSize(env, o.Get("initialPoolBytes"), "initialPoolBytes");
-    if (po.initial_bytes % core::kMinBlock)
-      ThrowRange(env, "initialPoolBytes must be a multiple of 256, got " +
-                          std::to_string(po.initial_bytes));
-    if (po.initial_bytes > po.limit)
-      ThrowRange(env, "initialPoolBytes (" + core::FormatBytes(po.initial_bytes) +
-                          ") is above the limit of " + core::FormatBytes(po.limit) + " (" +
-                          po.limit_source + "): the limit is the pool's maximum size");
-  }
+  po.initial_bytes =
+      ReadInitialPoolBytes(env, o.Get("initialPoolBytes"), po.limit, po.limit_source);
   po.garbage_collection =
       !o.Get("garbageCollection").IsBoolean() || o.Get("garbageCollection").ToBoolean();
   po.expandable = o.Get("expandableSegments").ToBoolean();
-  if (po.expandable) {
-    po.allow_growth = true;
-    if (binding->upstream->Granularity() == 0)
-      throw LibraryError(env, "ERR_NOT_SUPPORTED",
-                         "expandableSegments needs CUDA virtual memory management, and " +
-                             binding->upstream->Why() + "; use allowGrowth without it");
-  }
-  binding->allow_growth = po.allow_growth;
+  if (po.expandable && binding->upstream->Granularity() == 0)
+    throw LibraryError(env, "ERR_NOT_SUPPORTED",
+                       "expandableSegments needs CUDA virtual memory management, and " +
+                           binding->upstream->Why() + "; use allowGrowth without it");
   if (binding->group) {
     try {
       binding->group->ledger().SetLimit(po.limit);

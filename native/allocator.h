@@ -47,7 +47,6 @@ class PoolBinding {
   std::unique_ptr<core::Pool> pool;
   std::unique_ptr<core::Recorder> recorder;  // while recording, and after, until the next start
   bool closed = false;
-  bool allow_growth = false;
   core::GroupUpstream* group = nullptr;  // the upstream, when the pool charges a group budget
   // Publishes the bytes in use to the group ledger, if there is one.
   void PublishInUse() noexcept {
@@ -74,6 +73,11 @@ Napi::Object StatsObject(Napi::Env env, const core::PoolStats& s);
 
 // setMemoryFraction's argument as a limit of `total` bytes; a RangeError outside [0, 1].
 core::ResolvedLimit ReadFractionLimit(Napi::Env env, Napi::Value v, uint64_t total);
+
+// createAllocator's initialPoolBytes (absent: 0): a multiple of 256, at most `limit` (a
+// RangeError naming `limit_source` otherwise).
+uint64_t ReadInitialPoolBytes(Napi::Env env, Napi::Value v, uint64_t limit,
+                              const std::string& limit_source);
 
 // An alloc()'s alignment argument: absent gives 256, else a power of two up to 1 GiB.
 size_t ReadAlignment(Napi::Env env, Napi::Value v);

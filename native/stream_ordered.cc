@@ -83,16 +83,9 @@ Napi::Value CreateAsyncAllocator(const Napi::CallbackInfo& info) {
   p->allow_growth = o.Get("allowGrowth").ToBoolean();
   p->own = !o.Get("defaultPool").ToBoolean();
   // What is reserved at creation and kept: the whole limit without growth, else initialPoolBytes.
-  uint64_t keep = p->allow_growth ? 0 : limit.bytes;
-  if (p->allow_growth && !Absent(o.Get("initialPoolBytes"))) {
-    keep = ReadSize(env, o.Get("initialPoolBytes"), "initialPoolBytes");
-    if (keep % core::kMinBlock)
-      ThrowRange(env, "initialPoolBytes must be a multiple of 256, got " + std::to_string(keep));
-    if (keep > limit.bytes)
-      ThrowRange(env, "initialPoolBytes (" + core::FormatBytes(keep) + ") is above the limit of " +
-                          core::FormatBytes(limit.bytes) + " (" + limit.source +
-                          "): the limit is the pool's maximum size");
-  }
+  uint64_t keep = p->allow_growth ? ReadInitialPoolBytes(env, o.Get("initialPoolBytes"),
+                                                         limit.bytes, limit.source)
+                                  : limit.bytes;
   p->initial_bytes = p->allow_growth ? keep : 0;
   cudaError_t err = cudaSetDevice(device);
   if (err == cudaSuccess && p->own) {

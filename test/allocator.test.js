@@ -1,15 +1,11 @@
 'use strict';
 // Allocator policies on the simulated device: exact semantics, checked without a GPU.
-const { cm, rng } = require('./helpers');
+const { cm, rng, simAllocator: sim } = require('./helpers');
 const { native } = require('../dist/native');
 
 const KiB = 1024;
 const MiB = 2 ** 20;
 const GiB = 2 ** 30;
-
-function sim(opts = {}, device = {}) {
-  return cm.createAllocator({ ...opts, simulate: { totalBytes: 80 * GiB, ...device } });
-}
 
 describe('policies on a simulated device', () => {
   test('allowGrowth: 1 KiB makes a 2 MiB pool, then 4, 8 MiB regions; 100 MiB on a 4 MiB step makes 128 MiB', () => {

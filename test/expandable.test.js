@@ -3,14 +3,12 @@
 const os = require('os');
 const fs = require('fs');
 const path = require('path');
-const { cm, describeGpu, rng } = require('./helpers');
+const { cm, describeGpu, rng, simAllocator } = require('./helpers');
 
 const MiB = 2 ** 20;
 const GiB = 2 ** 30;
 
-function sim(opts = {}, device = {}) {
-  return cm.createAllocator({ expandableSegments: true, ...opts, simulate: { totalBytes: 80 * GiB, ...device } });
-}
+const sim = (opts = {}, device = {}) => simAllocator({ expandableSegments: true, ...opts }, device);
 
 // A workload that fragments a pool of regions: 128 blocks of 4 MiB, all but the last freed,
 // then one block of nearly the whole limit (TensorFlow's VirtualAllocatorPromotesReuse).

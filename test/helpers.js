@@ -26,6 +26,11 @@ function describeGpu(name, fn) {
 }
 
 // Deterministic pseudo-random bytes (xorshift32), different for each seed.
+/** An allocator on a simulated 80 GiB device (the H100's size); `device` overrides its fields. */
+function simAllocator(opts = {}, device = {}) {
+  return cm.createAllocator({ ...opts, simulate: { totalBytes: 80 * 2 ** 30, ...device } });
+}
+
 function randomBytes(n, seed = 1) {
   const out = new Uint8Array(n);
   let x = seed >>> 0 || 0x9e3779b9;
@@ -57,4 +62,4 @@ function same(a, b) {
   return Buffer.compare(Buffer.from(a.buffer, a.byteOffset, a.byteLength), Buffer.from(b.buffer, b.byteOffset, b.byteLength)) === 0;
 }
 
-module.exports = { cm, root, st, gpu, requireGpu, describeGpu, randomBytes, rng, same };
+module.exports = { cm, root, st, gpu, requireGpu, describeGpu, simAllocator, randomBytes, rng, same };

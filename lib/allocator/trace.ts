@@ -126,6 +126,7 @@ export function fromPyTorchSnapshot(snapshot: unknown, device?: number): Trace {
   if (!Array.isArray(entries)) throw new TraceError(`the PyTorch snapshot has no trace for device ${index}`);
   const completes = entries.some((e) => e?.action === 'free_completed');
   const freeAction = completes ? 'free_completed' : 'free_requested';
+  const checked = new Set(['alloc', freeAction, 'segment_alloc', 'segment_free', 'oom']);
   const live = new Map<number, number>();
   const events: TraceEvent[] = [];
   const t0 = entries.find((e) => typeof e?.time_us === 'number')?.time_us ?? 0;
@@ -135,8 +136,7 @@ export function fromPyTorchSnapshot(snapshot: unknown, device?: number): Trace {
       throw new TraceError(`PyTorch event ${i}: not an object with an action`, i);
     const time = typeof e.time_us === 'number' ? e.time_us - t0 : undefined;
     const stack = e.frames?.length ? e.frames.map((f) => `${f.name} (${f.filename}:${f.line})`).join('\n') : undefined;
-    const known = ['alloc', freeAction, 'segment_alloc', 'segment_free', 'oom'];
-    if (known.includes(e.action)) {
+    if (checked.has(e.action)) {
       if (!isSize(e.size, e.action === 'oom' ? 0 : 1))
         throw new TraceError(`PyTorch event ${i}: ${e.action} of ${JSON.stringify(e.size)} bytes`, i);
       if (e.action !== 'oom' && !isSize(e.addr, 0))

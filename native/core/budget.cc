@@ -20,13 +20,9 @@ bool Budget::Charge(uint64_t requested) {
 
 void Budget::Uncharge(uint64_t requested) {
   // Not an allocation after all: taken back from the totals too, not counted as a free.
-  uint64_t rounded = Round(requested);
-  counters_.allocated_bytes.current -= rounded;
-  counters_.allocated_bytes.allocated -= rounded;
-  counters_.requested_bytes.current -= requested;
-  counters_.requested_bytes.allocated -= requested;
-  counters_.allocations.current -= 1;
-  counters_.allocations.allocated -= 1;
+  counters_.allocated_bytes.Cancel(Round(requested));
+  counters_.requested_bytes.Cancel(requested);
+  counters_.allocations.Cancel(1);
 }
 
 void Budget::Release(uint64_t requested) {

@@ -77,6 +77,11 @@ struct Counter {
     current -= n;
     freed += n;
   }
+  // Takes back an Add that did not become real (neither a free nor a new total); the peak stays.
+  void Cancel(uint64_t n) {
+    current -= n;
+    allocated -= n;
+  }
   void ResetPeak() { peak = current; }
   void ResetAccumulated() { allocated = freed = 0; }
 };

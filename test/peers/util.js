@@ -1,16 +1,11 @@
 'use strict';
 // What the peer translations share: sizes, an allocator on a simulated device, and the
 // no-duplicate, no-overlap check the peers' own tests make on their pointers.
-const { cm } = require('../helpers');
+const { cm, simAllocator: sim } = require('../helpers');
 
 const KiB = 1024;
 const MiB = 2 ** 20;
 const GiB = 2 ** 30;
-
-/** An allocator on a simulated 80 GiB device (the H100's size) unless `device` says otherwise. */
-function sim(opts = {}, device = {}) {
-  return cm.createAllocator({ ...opts, simulate: { totalBytes: 80 * GiB, ...device } });
-}
 
 /** Sorted by address, no two buffers share an address and none reaches into the next. */
 function expectDisjoint(buffers) {
