@@ -311,7 +311,7 @@ describeGpu('a full device', () => {
     console.log(
       `full device: ${out.filledGiB} GiB of DeviceBuffers; slowest answer per kind (ms): ${JSON.stringify(Object.fromEntries(Object.entries(out.kinds).map(([k, v]) => [k, v.slowestMs])))}`,
     );
-    expect(Object.keys(out.kinds)).toHaveLength(6);
+    expect(Object.keys(out.kinds)).toHaveLength(7);
     for (const [kind, v] of Object.entries(out.kinds)) {
       expect({ kind, answers: v.answers }).toEqual({ kind, answers: ['OutOfMemoryError'] });
       expect(v.slowestMs).toBeLessThan(1000);
