@@ -349,7 +349,7 @@ function info(o: { json?: boolean }): number {
     const l = locality[d.index];
     const pl = placement[d.index];
     process.stdout.write(
-      `  NUMA node ${l && l.numaNode >= 0 ? l.numaNode : 'unknown'}${l && l.localCpus ? `, local CPUs ${l.localCpus}` : ''}; staging placement: ${pl ? (pl.applies ? `on ${pl.reason}, threads ${pl.threadsPinned ? 'pinned' : 'NOT pinned'}` : `none (${pl.reason})`) : 'unknown'}\n`,
+      `  NUMA node ${l && l.numaNode >= 0 ? l.numaNode : 'unknown'}${l && l.localCpus ? `, local CPUs ${l.localCpus}` : ''}; staging placement: ${pl ? (pl.applies ? `on ${pl.reason}, threads ${pl.threadsPinned ? 'pinned' : 'NOT pinned'}` : `none (${pl.reason})`) : 'unknown'}${pl ? `; copy team of ${pl.threads} threads on ${pl.sharedCpus} CPUs shared with the other GPUs' teams` : ''}\n`,
     );
   }
   if (peers.length) {

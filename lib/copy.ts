@@ -273,6 +273,12 @@ export interface StagingPlacement {
   /** Every started team thread was restricted to `cpus`. */
   threadsPinned: boolean;
   /**
+   * The CPUs this GPU's team shares with the teams of the other GPUs on them (the node's, or all
+   * the process may use): while k of those GPUs copy at once, each team runs at most
+   * max(2, sharedCpus / k) threads.
+   */
+  sharedCpus: number;
+  /**
    * The pinned rings made so far (one per direction, on the first staged copy): the node their
    * pages are on (get_mempolicy; -1 unknown) and whether they were asked to go to the GPU's node.
    */

@@ -1,6 +1,7 @@
 #include "staging.h"
 
 #include <algorithm>
+#include <map>
 #include <thread>
 
 namespace cm {
@@ -137,9 +138,25 @@ std::shared_ptr<const core::NumaPlan> PlacementLocked(Instance& inst, int device
   return plan;
 }
 
+// The CPUs that the copy teams draw on: one share per NUMA node the teams are kept on, or one for
+// the CPUs the process may use. Process-wide, so that the teams of every addon instance (worker
+// threads) are counted together.
+std::shared_ptr<core::CpuShare> CpuShareFor(const core::NumaPlan& plan) {
+  static std::mutex mutex;
+  static std::map<int, std::shared_ptr<core::CpuShare>> shares;  // by node; -1 unplaced
+  std::lock_guard<std::mutex> lock(mutex);
+  const int key = plan.applies ? plan.node : -1;
+  auto& share = shares[key];
+  if (!share)
+    share = std::make_shared<core::CpuShare>(plan.applies ? static_cast<int>(plan.cpus.size())
+                                                          : core::UsableCpus());
+  return share;
+}
+
 // One team per GPU, so that GPUs copying at once do not share out one team's threads (two H200
 // on one node each got about half of a shared team); on a host of several nodes its threads are
-// kept on the GPU's node's CPUs (and the team is no larger than them).
+// kept on the GPU's node's CPUs (and the team is no larger than them). Teams on the same CPUs
+// share them while they copy at once (core::CpuShare).
 std::shared_ptr<core::CopyTeam> TeamLocked(Instance& inst, int device) {
   std::shared_ptr<const core::NumaPlan> plan = PlacementLocked(inst, device);
   auto& team = inst.staging_teams[device];
@@ -147,9 +164,9 @@ std::shared_ptr<core::CopyTeam> TeamLocked(Instance& inst, int device) {
     int threads = StagingOptionsInForce(inst).threads;
     if (plan->applies)
       team = std::make_shared<core::CopyTeam>(
-          std::min(threads, static_cast<int>(plan->cpus.size())), plan->cpus);
+          std::min(threads, static_cast<int>(plan->cpus.size())), plan->cpus, CpuShareFor(*plan));
     else
-      team = std::make_shared<core::CopyTeam>(threads);
+      team = std::make_shared<core::CopyTeam>(threads, std::vector<int>{}, CpuShareFor(*plan));
   }
   return team;
 }
@@ -213,6 +230,7 @@ Napi::Value StagingPlacement(const Napi::CallbackInfo& info) {
   o.Set("cpus", cpus);
   o.Set("threads", team->threads());
   o.Set("threadsPinned", team->pinned());
+  o.Set("sharedCpus", team->share() ? team->share()->cpus() : 0);
   Napi::Array rings = Napi::Array::New(env);
   uint32_t k = 0;
   for (bool to_host : {false, true}) {

@@ -457,6 +457,8 @@ describeGpu('placement, CUDA_VISIBLE_DEVICES and createAllocators on this host',
     d.free();
     const p = cm.stagingPlacement(0);
     expect(p.rings.map((r) => r.direction).sort()).toEqual(['d2h', 'h2d']);
+    // The team shares the node's CPUs when placed, else every CPU the process may use.
+    expect(p.sharedCpus).toBe(p.applies ? p.cpus.length : require('os').availableParallelism());
     if (p.applies) {
       expect(p.threadsPinned).toBe(true);
       expect(p.cpus.length).toBeGreaterThan(0);

@@ -49,7 +49,10 @@ void CopyBytes(char* dst, const char* src, size_t n, bool streaming) {
 #endif
 }
 
-CopyTeam::CopyTeam(int threads, const std::vector<int>& cpus) : threads_(std::max(1, threads)) {
+int CpuShare::PerTeam() const { return std::max(2, cpus_ / std::max(1, active())); }
+
+CopyTeam::CopyTeam(int threads, const std::vector<int>& cpus, std::shared_ptr<CpuShare> share)
+    : threads_(std::max(1, threads)), share_(std::move(share)) {
   pinned_ = !cpus.empty();
   for (int i = 1; i < threads_; ++i) {
     workers_.emplace_back(&CopyTeam::Worker, this, i);
@@ -67,9 +70,10 @@ CopyTeam::~CopyTeam() {
   for (auto& t : workers_) t.join();
 }
 
-void CopyTeam::Work(TeamJob& job) {
+void CopyTeam::Work(TeamJob& job, int index) {
   const size_t total = job.pieces();
   for (;;) {
+    if (index > 0 && !Allowed(index)) return;
     size_t i = job.next_.fetch_add(1, std::memory_order_relaxed);
     if (i >= total) return;
     job.Do(i);
@@ -78,14 +82,14 @@ void CopyTeam::Work(TeamJob& job) {
 }
 
 // Looks at every place once, starting at `first`, and works on the first job with pieces left.
-bool CopyTeam::TryWork(int first) {
+bool CopyTeam::TryWork(int first, int index) {
   for (int k = 0; k < kJobs; ++k) {
     Place& p = places_[(first + k) % kJobs];
     if (!p.job.load(std::memory_order_relaxed)) continue;
     p.users.fetch_add(1);
     TeamJob* job = p.job.load();
     bool work = job && job->next_.load(std::memory_order_relaxed) < job->pieces();
-    if (work) Work(*job);
+    if (work) Work(*job, index);
     p.users.fetch_sub(1);
     if (work) return true;
   }
@@ -103,10 +107,13 @@ void CopyTeam::Worker(int index) {
   unsigned turn = static_cast<unsigned>(index);
   while (!stop_.load()) {
     const uint64_t seen = posted_.load();
-    if (TryWork(static_cast<int>(turn++ % kJobs))) continue;
+    // A thread the share leaves out neither works nor waits busily: it sleeps until the next job.
+    const bool allowed = Allowed(index);
+    if (allowed && TryWork(static_cast<int>(turn++ % kJobs), index)) continue;
     auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(kSpinMicros);
     bool posted = false;
-    while (!(posted = posted_.load() != seen) && std::chrono::steady_clock::now() < until)
+    while (allowed && !(posted = posted_.load() != seen) &&
+           std::chrono::steady_clock::now() < until)
       std::this_thread::yield();
     if (posted) continue;
     sleepers_.fetch_add(1);
@@ -118,15 +125,25 @@ void CopyTeam::Worker(int index) {
   }
 }
 
+void CopyTeam::JobStarts() {
+  if (running_.fetch_add(1) == 0 && share_) share_->Enter();
+}
+
+void CopyTeam::JobEnds() {
+  if (running_.fetch_sub(1) == 1 && share_) share_->Leave();
+}
+
 void CopyTeam::Run(TeamJob& job) { Run(job, nullptr); }
 
 void CopyTeam::Run(TeamJob& job, const std::function<void()>& beside) {
   const size_t total = job.pieces();
   if (workers_.empty() || (total <= 1 && !beside)) {
-    Work(job);
+    Work(job, 0);
     if (beside) beside();
     return;
   }
+  // Counted before the job is posted, so that the threads that look at it see this team running.
+  JobStarts();
   int at = -1;
   while (at < 0) {
     for (int k = 0; k < kJobs && at < 0; ++k) {
@@ -141,10 +158,11 @@ void CopyTeam::Run(TeamJob& job, const std::function<void()>& beside) {
     wake_.notify_all();
   }
   if (beside) beside();
-  Work(job);
+  Work(job, 0);
   while (job.done_.load(std::memory_order_acquire) < total) std::this_thread::yield();
   places_[at].job.store(nullptr);
   while (places_[at].users.load() != 0) std::this_thread::yield();
+  JobEnds();
 }
 
 namespace {

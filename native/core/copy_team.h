@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -23,6 +24,30 @@ namespace cm::core {
 void CopyBytes(char* dst, const char* src, size_t n, bool streaming);
 
 class CopyTeam;
+
+// The CPUs that several copy teams (one per GPU) draw on. While k of its teams run a job, each
+// runs at most max(2, cpus / k) threads, the caller counted: a lone team keeps its full size, and
+// eight GPUs copying at once on 16 CPUs run 16 copy threads, not 96. On a 16-CPU host, eight
+// teams of 12 threads copying at once moved 63.1 GB/s in total unshared and 65.8 shared, and a
+// thread sleeping 1 ms meanwhile woke 3.3 ms late at the 99th percentile unshared, 0.15 ms shared
+// (medians of three runs; docs/several-gpus.md). The floor of 2 keeps one started thread working,
+// which a caller that waits for the team's pieces (CopyTeam::Run with `beside`) needs.
+class CpuShare {
+ public:
+  explicit CpuShare(int cpus) : cpus_(cpus < 1 ? 1 : cpus) {}
+  int cpus() const { return cpus_; }
+  // Teams running a job now.
+  int active() const { return active_.load(std::memory_order_relaxed); }
+  // The threads, caller counted, that one running team may have at work now.
+  int PerTeam() const;
+  // A team starts or ends running jobs (CopyTeam calls these; public for tests).
+  void Enter() { active_.fetch_add(1); }
+  void Leave() { active_.fetch_sub(1); }
+
+ private:
+  const int cpus_;
+  std::atomic<int> active_{0};
+};
 
 // One job: `pieces()` numbered units of work, run by Do(i) exactly once each, in any order and on
 // any team thread. Do must not throw.
@@ -41,8 +66,10 @@ class TeamJob {
 class CopyTeam {
  public:
   // `threads` counts the thread that calls Run(); threads - 1 are started here, each restricted
-  // to `cpus` when it is not empty (the CPUs of the GPU's NUMA node: numa.h).
-  explicit CopyTeam(int threads, const std::vector<int>& cpus = {});
+  // to `cpus` when it is not empty (the CPUs of the GPU's NUMA node: numa.h). With `share`, the
+  // team's threads at work are capped while other teams of that share run jobs too.
+  explicit CopyTeam(int threads, const std::vector<int>& cpus = {},
+                    std::shared_ptr<CpuShare> share = nullptr);
   ~CopyTeam();
   CopyTeam(const CopyTeam&) = delete;
   CopyTeam& operator=(const CopyTeam&) = delete;
@@ -57,6 +84,7 @@ class CopyTeam {
   // A plain parallel memcpy with the team (CopyBytes over pieces of about n / threads).
   void Copy(char* dst, const char* src, size_t n, bool streaming);
   int threads() const { return threads_; }
+  const CpuShare* share() const { return share_.get(); }
   // Every started thread was restricted to the CPUs asked for (false when none were asked for).
   bool pinned() const { return pinned_; }
 
@@ -72,8 +100,13 @@ class CopyTeam {
 
  private:
   void Worker(int index);
-  static void Work(TeamJob& job);
-  bool TryWork(int first);
+  // Claims and does pieces until none are left, or (for a started thread, index > 0) until the
+  // share no longer lets this thread work.
+  void Work(TeamJob& job, int index);
+  bool TryWork(int first, int index);
+  bool Allowed(int index) const { return !share_ || index < share_->PerTeam(); }
+  void JobStarts();
+  void JobEnds();
 
   // Jobs are published lock-free: a thread that finds a job announces itself in `users` before
   // reading `job`, and Run() waits for users to drain after clearing `job`, so the job outlives
@@ -86,6 +119,8 @@ class CopyTeam {
 
   int threads_;
   bool pinned_ = false;
+  std::shared_ptr<CpuShare> share_;
+  std::atomic<int> running_{0};  // jobs of this team in Run() now
   std::vector<std::thread> workers_;
   Place places_[kJobs];
   std::atomic<uint64_t> posted_{0};

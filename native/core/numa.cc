@@ -162,4 +162,12 @@ bool PinThread(unsigned long thread, const std::vector<int>& cpus) {
   return pthread_setaffinity_np(t, sizeof set, &set) == 0;
 }
 
+int UsableCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+  long online = sysconf(_SC_NPROCESSORS_ONLN);
+  return online > 0 ? static_cast<int>(online) : 1;
+}
+
 }  // namespace cm::core

@@ -65,4 +65,8 @@ int NodeOfAddress(const void* p);
 // pthread_t.
 bool PinThread(unsigned long thread, const std::vector<int>& cpus);
 
+// The CPUs this process may run on (its affinity mask, as a container's cpuset or taskset leaves
+// it); the online CPUs if the kernel does not say, and at least 1.
+int UsableCpus();
+
 }  // namespace cm::core

@@ -3,10 +3,12 @@
 // writing the ring at the moment it runs, so ring bytes reused too early corrupt the data and the
 // byte comparison fails.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -442,6 +444,86 @@ static void TestManyJobsAtOnce() {
   CHECK(same);
 }
 
+// A job whose pieces take a while without using a CPU, counting how many threads are in it at once.
+class SlowJob : public TeamJob {
+ public:
+  explicit SlowJob(size_t pieces) : pieces_(pieces) {}
+  size_t pieces() const override { return pieces_; }
+  void Do(size_t) override {
+    int now = inside_.fetch_add(1) + 1;
+    int seen = most_.load();
+    while (now > seen && !most_.compare_exchange_weak(seen, now)) {
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+    inside_.fetch_sub(1);
+  }
+  int most() const { return most_.load(); }
+
+ private:
+  size_t pieces_;
+  std::atomic<int> inside_{0}, most_{0};
+};
+
+// Teams on one CpuShare: alone, a team runs all its threads; while others run too, at most
+// max(2, cpus / k) of them; and the staged pipeline, whose caller waits for the team's pieces,
+// still ends when the share leaves the team only one started thread.
+static void TestCpuShare() {
+  auto share = std::make_shared<CpuShare>(8);
+  CHECK(share->PerTeam() == 8);
+  share->Enter();
+  CHECK(share->PerTeam() == 8);
+  share->Enter();
+  share->Enter();
+  CHECK(share->PerTeam() == 2 && share->active() == 3);
+  share->Leave();
+  share->Leave();
+  share->Leave();
+  CHECK(share->active() == 0 && CpuShare(0).cpus() == 1 && CpuShare(3).PerTeam() == 3);
+
+  CopyTeam team(6, {}, share);
+  {
+    SlowJob alone(300);
+    team.Run(alone);
+    CHECK(alone.most() > 2 && alone.most() <= 6);
+    CHECK(share->active() == 0);
+  }
+  // Three other teams running: this one may have 8 / 4 = 2 threads at work, the caller counted.
+  for (int i = 0; i < 3; ++i) share->Enter();
+  {
+    SlowJob crowded(300);
+    team.Run(crowded);
+    CHECK(crowded.most() <= 2);
+  }
+  // Seven others: the floor of 2, so the caller that issues in order gets its pieces done.
+  for (int i = 0; i < 4; ++i) share->Enter();
+  CHECK(share->PerTeam() == 2);
+  const StagingShape shape{64 * KiB, 1 * MiB, 3};
+  for (IssueMode issue : {IssueMode::kCaller, IssueMode::kAnyThread})
+    RoundTrip(team, 5 * MiB + 7, shape, 41, true, issue);
+  for (int i = 0; i < 7; ++i) share->Leave();
+  CHECK(share->active() == 0);
+
+  // Four real teams at once on the share, each copying its own buffers: all bytes arrive.
+  std::vector<std::unique_ptr<CopyTeam>> teams;
+  for (int i = 0; i < 4; ++i) teams.emplace_back(new CopyTeam(5, {}, share));
+  const size_t n = 3 * MiB + 5;
+  std::vector<std::vector<char>> src, dst;
+  for (int i = 0; i < 4; ++i) {
+    src.push_back(Pattern(n, 500 + i));
+    dst.emplace_back(n, 0);
+  }
+  std::vector<std::thread> callers;
+  for (int i = 0; i < 4; ++i)
+    callers.emplace_back([&, i] {
+      for (int round = 0; round < 10; ++round)
+        teams[i]->Copy(dst[i].data(), src[i].data(), n, round % 2 == 0);
+    });
+  for (auto& t : callers) t.join();
+  bool same = true;
+  for (int i = 0; i < 4; ++i) same = same && dst[i] == src[i];
+  CHECK(same && share->active() == 0);
+}
+
 int main() {
   TestPlan();
   TestRoundTrips();
@@ -450,6 +532,7 @@ int main() {
   TestFailures();
   TestTeamCopy();
   TestManyJobsAtOnce();
+  TestCpuShare();
   if (failures) std::fprintf(stderr, "staging tests: %d failures\n", failures);
   return failures ? 1 : 0;
 }
