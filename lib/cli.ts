@@ -8,7 +8,7 @@
 import * as fs from 'fs';
 import * as path from 'path';
 import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';
-import { status, devices, formatCudaVersion, peerAccess, deviceLocality, cudaVisibleDevices } from './discovery';
+import { status, devices, formatCudaVersion, peerAccess, deviceLocality, cudaVisibleDevices, describeLink } from './discovery';
 import { stagingPlacement } from './copy';
 import { runTransferBenchmark, gateSource, ALL_MODES, ALL_DIRECTIONS, TransferBenchmarkOptions } from './bench/transfer';
 import { formatTable, formatCsv, formatChart, renderHtml, benchmarkJunit } from './bench/report';
@@ -355,14 +355,9 @@ function info(o: { json?: boolean }): number {
   if (peers.length) {
     process.stdout.write('peer access (from -> to: can access, link, rank, native atomics):\n');
     for (const p of peers) {
-      const how =
-        p.linkType === 'nvlink'
-          ? `NVLink x${p.nvlinks}${p.viaNvSwitch ? ' through NVSwitch' : ''}`
-          : p.linkType === 'pcie'
-            ? 'PCIe'
-            : 'link unknown (no NVML)';
+      const rateNote = p.nvlinkRate ? ` (${p.nvlinkRate.gbpsPerLink} GB/s per link each way, ${p.nvlinkRate.source})` : '';
       process.stdout.write(
-        `  ${p.from} -> ${p.to}: ${p.canAccess ? 'yes' : 'no'}, ${how}, rank ${p.performanceRank}, atomics ${p.nativeAtomics ? 'yes' : 'no'}\n`,
+        `  ${p.from} -> ${p.to}: ${p.canAccess ? 'yes' : 'no'}, ${describeLink(p)}${rateNote}, rank ${p.performanceRank}, atomics ${p.nativeAtomics ? 'yes' : 'no'}\n`,
       );
     }
   }

@@ -134,6 +134,35 @@ export interface PeerLink {
   nvlinks: number | null;
   /** The NVLinks go through NVSwitches (every GPU on the fabric reaches every other). */
   viaNvSwitch: boolean;
+  /** The NVLink generation and its rate, for pairs joined by NVLink; null otherwise. */
+  nvlinkRate: NvLinkRate | null;
+}
+
+/**
+ * The generation of a pair's NVLinks and the rate of one link in one direction. NVML says the
+ * generation (the oldest among the pair's links); where the GPU's architecture has one
+ * generation only and NVML says another (some drivers report 5.0 on Hopper), the
+ * architecture's is used, and `source` says so.
+ */
+export interface NvLinkRate {
+  /** "1.0" to "5.0"; null when neither NVML nor the compute capability says. */
+  generation: string | null;
+  /** GB/s of one link in one direction: 20 for 1.0, 25 for 2.0 to 4.0, 50 for 5.0; 25 when assumed. */
+  gbpsPerLink: number;
+  /** Where the generation came from: "reported by NVML", "from compute capability 9.0 (NVML reported 5.0)", "25 GB/s assumed: …". */
+  source: string;
+}
+
+/**
+ * How a pair is joined, for people: "NVLink 4.0 x18 through NVSwitch", "PCIe", "link unknown (no
+ * NVML)". Takes a link as peerAccess() gives it, or as an older report kept it (no `nvlinkRate`).
+ */
+export function describeLink(link: Pick<PeerLink, 'linkType' | 'nvlinks' | 'viaNvSwitch'> & { nvlinkRate?: NvLinkRate | null }): string {
+  if (link.linkType === 'nvlink') {
+    const generation = link.nvlinkRate?.generation ? `${link.nvlinkRate.generation} ` : '';
+    return `NVLink ${generation}x${link.nvlinks}${link.viaNvSwitch ? ' through NVSwitch' : ''}`;
+  }
+  return link.linkType === 'pcie' ? 'PCIe' : 'link unknown (no NVML)';
 }
 
 /** The peer matrix: one entry per ordered pair of distinct devices. */

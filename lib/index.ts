@@ -10,7 +10,7 @@ import './disposable';
 export { CudaMemoryError, CudaError, OutOfMemoryError, CudaUnavailableError, InterprocessError } from './errors';
 export type { UnavailableReason, OutOfMemoryDetails } from './errors';
 export { status, devices, memGetInfo, formatCudaVersion, peerAccess, enablePeerAccess, cudaVisibleDevices } from './discovery';
-export type { CudaStatus, DeviceInfo, PcieLink, AddonBinary, PeerLink } from './discovery';
+export type { CudaStatus, DeviceInfo, PcieLink, AddonBinary, PeerLink, NvLinkRate } from './discovery';
 export { DeviceBuffer, PinnedBuffer, RegisteredBuffer, registerHost } from './memory';
 export type { Memory, LentMemory, DeviceAllocOptions, PinnedAllocOptions, RegisterOptions, FreeOptions, ImportIpcOptions } from './memory';
 export type { IpcHandle } from './ipc';

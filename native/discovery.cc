@@ -99,12 +99,14 @@ struct Nvml {
   using LinkQuery = int (*)(void*, unsigned*);
   using LinkState = int (*)(void*, unsigned, int*);
   using LinkRemotePci = int (*)(void*, unsigned, NvmlPciInfo*);
+  using LinkVersion = int (*)(void*, unsigned, unsigned*);
   bool ok = false;
   ByBusId by_bus_id = nullptr;
   LinkQuery cur_gen = nullptr, max_gen = nullptr, cur_width = nullptr, max_width = nullptr;
   LinkQuery index = nullptr;
   LinkState link_state = nullptr, link_remote_type = nullptr;
   LinkRemotePci link_remote_pci = nullptr;
+  LinkVersion link_version = nullptr;
 };
 
 const Nvml& LoadNvml() {
@@ -127,6 +129,7 @@ const Nvml& LoadNvml() {
     find(&nvml.link_state, "nvmlDeviceGetNvLinkState");
     find(&nvml.link_remote_pci, "nvmlDeviceGetNvLinkRemotePciInfo_v2");
     find(&nvml.link_remote_type, "nvmlDeviceGetNvLinkRemoteDeviceType");
+    find(&nvml.link_version, "nvmlDeviceGetNvLinkVersion");
     nvml.ok = init && nvml.by_bus_id && nvml.cur_gen && nvml.max_gen && nvml.cur_width &&
               nvml.max_width && init() == 0;
   });
@@ -266,6 +269,8 @@ bool ReadNvLinks(const std::string& pci_bus_id, core::GpuLinks* out) {
       end.to_switch = type == 2;
     else
       end.to_switch = end.remote.ok && IsSwitchBySysfs(end.remote);
+    unsigned version = 0;  // nvmlNvlinkVersion_t
+    if (nvml.link_version && nvml.link_version(dev, link, &version) == 0) end.version = version;
     out->active.push_back(end);
   }
   return true;

@@ -173,9 +173,31 @@ std::vector<core::GpuLinks> AllNvLinks(int count, bool* known) {
   return all;
 }
 
+// The generation and per-link rate of a pair's NVLinks (core::NvLinkRateFor): the lower of the
+// two GPUs' answers, should their architectures differ.
+Napi::Value PairRate(Napi::Env env, const core::PairLinks& pair, int from, int to) {
+  core::NvLinkRate rate;
+  bool first = true;
+  for (int d : {from, to}) {
+    int major = 0, minor = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, d) != cudaSuccess)
+      (void)cudaGetLastError();
+    core::NvLinkRate r = core::NvLinkRateFor(pair.version, major, minor);
+    if (first || r.gbps_per_link < rate.gbps_per_link) rate = r;
+    first = false;
+  }
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("generation",
+        rate.generation.empty() ? env.Null() : Napi::String::New(env, rate.generation));
+  o.Set("gbpsPerLink", rate.gbps_per_link);
+  o.Set("source", rate.source);
+  return o;
+}
+
 // peerAccess() -> [{ from, to, canAccess, enabled, performanceRank, nativeAtomics, linkType,
-// nvlinks, viaNvSwitch }] for every ordered pair of devices. The link comes from NVML ('unknown'
-// and null without it).
+// nvlinks, viaNvSwitch, nvlinkRate }] for every ordered pair of devices. The link comes from NVML
+// ('unknown' and null without it).
 Napi::Value PeerAccess(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   RequireCuda(env);
@@ -210,6 +232,7 @@ Napi::Value PeerAccess(const Napi::CallbackInfo& info) {
       o.Set("linkType", !links_known ? "unknown" : pair.links ? "nvlink" : "pcie");
       o.Set("nvlinks", links_known ? Napi::Value(Napi::Number::New(env, pair.links)) : env.Null());
       o.Set("viaNvSwitch", pair.via_switch);
+      o.Set("nvlinkRate", pair.links ? PairRate(env, pair, from, to) : env.Null());
       out.Set(k++, o);
     }
   return out;

@@ -299,6 +299,56 @@ describe('several-GPU reports and gates without a GPU', () => {
     expect(junit).toMatch(/classname="p2p.1-0".*<failure message="copied data did not match"/);
   });
 
+  test("doctor --devices asks of an NVLink pair half its links' rate at their generation, and says which", () => {
+    const { peerCopyFloor } = require(path.join(root, 'dist', 'bench', 'doctor'));
+    const { describeLink } = require(path.join(root, 'dist', 'discovery'));
+    const hopper = {
+      linkType: 'nvlink',
+      nvlinks: 18,
+      viaNvSwitch: true,
+      nvlinkRate: { generation: '4.0', gbpsPerLink: 25, source: 'reported by NVML' },
+    };
+    expect(peerCopyFloor(hopper)).toEqual({
+      min: 225,
+      why: 'least: half of 25 GB/s per link x 18 links; NVLink 4.0 reported by NVML',
+    });
+    expect(describeLink(hopper)).toBe('NVLink 4.0 x18 through NVSwitch');
+    // NVLink 5.0 doubles the rate per link: 18 links need 450 GB/s.
+    const blackwell = {
+      linkType: 'nvlink',
+      nvlinks: 18,
+      viaNvSwitch: false,
+      nvlinkRate: { generation: '5.0', gbpsPerLink: 50, source: 'reported by NVML' },
+    };
+    expect(peerCopyFloor(blackwell).min).toBe(450);
+    // A Hopper that NVML calls 5.0: the architecture's rate, and the detail says what NVML said.
+    const misreported = {
+      ...hopper,
+      nvlinkRate: { generation: '4.0', gbpsPerLink: 25, source: 'from compute capability 9.0 (NVML reported 5.0)' },
+    };
+    expect(peerCopyFloor(misreported).why).toMatch(/NVLink 4\.0 from compute capability 9\.0 \(NVML reported 5\.0\)$/);
+    const unknown = {
+      linkType: 'nvlink',
+      nvlinks: 4,
+      nvlinkRate: {
+        generation: null,
+        gbpsPerLink: 25,
+        source: '25 GB/s assumed: neither NVML nor compute capability 12.0 says the generation',
+      },
+    };
+    expect(peerCopyFloor(unknown)).toEqual({
+      min: 50,
+      why: 'least: half of 25 GB/s per link x 4 links; NVLink generation unknown, 25 GB/s assumed: neither NVML nor compute capability 12.0 says the generation',
+    });
+    // --min-p2p wins; PCIe pairs and unknown links have no floor of their own.
+    expect(peerCopyFloor(blackwell, 100)).toEqual({ min: 100, why: '' });
+    expect(peerCopyFloor({ linkType: 'pcie', nvlinks: 0, nvlinkRate: null })).toEqual({ min: undefined, why: '' });
+    expect(peerCopyFloor({ linkType: 'unknown', nvlinks: null, nvlinkRate: null }).min).toBeUndefined();
+    // Reports written before the generation was read still describe their links.
+    expect(describeLink({ linkType: 'nvlink', nvlinks: 18, viaNvSwitch: false })).toBe('NVLink x18');
+    expect(describeLink({ linkType: 'pcie', nvlinks: 0, viaNvSwitch: false })).toBe('PCIe');
+  });
+
   test('doctor --devices: one JUnit testcase per GPU and per pair', () => {
     const check = (name, status) => ({ name, status, detail: `${name} ${status}`, seconds: 0.5 });
     const report = {
@@ -377,6 +427,12 @@ describeTwoGpus('copies between two devices', () => {
     for (const p of m) {
       expect(p.from).not.toBe(p.to);
       expect(typeof p.canAccess).toBe('boolean');
+      // Pairs joined by NVLink say its generation and rate; the others have none.
+      if (p.linkType === 'nvlink') {
+        expect(p.nvlinkRate.gbpsPerLink).toBeGreaterThan(0);
+        expect(p.nvlinkRate.generation === null || /^\d\.\d$/.test(p.nvlinkRate.generation)).toBe(true);
+        expect(p.nvlinkRate.source).toMatch(/^(reported by NVML|from compute capability|25 GB\/s assumed)/);
+      } else expect(p.nvlinkRate).toBeNull();
     }
     if (m.find((p) => p.from === 0 && p.to === 1).canAccess) expect(cm.enablePeerAccess(0, 1)).toBe(true);
     expect(cm.peerAccess().find((p) => p.from === 0 && p.to === 1).enabled).toBe(
@@ -434,7 +490,9 @@ describeTwoGpus('copies between two devices', () => {
     expect(out).toMatch(/device 1: /);
     expect(out).toMatch(/NUMA node/);
     expect(out).toMatch(/peer access \(from -> to/);
-    expect(out).toMatch(/ {2}0 -> 1: (yes|no), (NVLink x\d+( through NVSwitch)?|PCIe|link unknown \(no NVML\)), rank \d+/);
+    expect(out).toMatch(
+      / {2}0 -> 1: (yes|no), (NVLink (\d\.\d )?x\d+( through NVSwitch)? \([\d.]+ GB\/s per link each way, .+\)|PCIe|link unknown \(no NVML\)), rank \d+/,
+    );
     expect(out).toMatch(/staging placement: /);
     const json = JSON.parse(execFileSync(process.execPath, [path.join(root, 'dist', 'cli.js'), 'info', '--json'], { encoding: 'utf8' }));
     expect(json.peers).toHaveLength(count * (count - 1));

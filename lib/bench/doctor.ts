@@ -2,7 +2,8 @@
  * `cuda-memory doctor`: a short, standard check of a GPU CI runner. Each check passes, fails or
  * is skipped with a reason; the report is printable, JSON or JUnit.
  */
-import { status, devices, formatCudaVersion, knownDeviceCount, peerAccess, enablePeerAccess } from '../discovery';
+import { status, devices, formatCudaVersion, knownDeviceCount, peerAccess, enablePeerAccess, describeLink } from '../discovery';
+import type { PeerLink } from '../discovery';
 import { DeviceBuffer, PinnedBuffer } from '../memory';
 import { copy, memset } from '../copy';
 import { native } from '../native';
@@ -165,9 +166,10 @@ export interface DoctorDevicesOptions extends Omit<DoctorOptions, 'device'> {
   /** `'all'` (default) or device indices. */
   devices?: 'all' | number[];
   /**
-   * Least copy() GB/s between two GPUs. Default: on pairs joined by NVLink, half of 25 GB/s per
-   * link (the per-direction rate of one NVLink from the second generation on), so NV18 needs
-   * 225 GB/s; pairs without NVLink get no rate check unless this is given.
+   * Least copy() GB/s between two GPUs. Default: on pairs joined by NVLink, half of the links'
+   * rate in one direction, by the generation NVML reports ({@link NvLinkRate}: 25 GB/s per link
+   * for NVLink 2.0 to 4.0, so H100 or H200 with NV18 need 225 GB/s; 50 for NVLink 5.0); pairs
+   * without NVLink get no rate check unless this is given.
    */
   minP2pGbps?: number;
 }
@@ -188,8 +190,24 @@ export interface DoctorDevicesReport {
   pairs: DoctorPair[];
 }
 
-/** GB/s of one NVLink in one direction (NVLink 2 to 4; NVLink 5 doubles it). */
-export const NVLINK_GBPS_PER_LINK = 25;
+/**
+ * The least copy() GB/s the doctor asks of a pair, and why: `minP2pGbps` when given; else, for a
+ * pair joined by NVLink, half the rate of its links in one direction at their generation's rate
+ * ({@link NvLinkRate}); else none.
+ */
+export function peerCopyFloor(
+  link: Pick<PeerLink, 'linkType' | 'nvlinks' | 'nvlinkRate'>,
+  minP2pGbps?: number,
+): { min: number | undefined; why: string } {
+  if (minP2pGbps !== undefined) return { min: minP2pGbps, why: '' };
+  const r = link.linkType === 'nvlink' && link.nvlinks ? link.nvlinkRate : null;
+  if (!r) return { min: undefined, why: '' };
+  const generation = r.generation ? `NVLink ${r.generation} ${r.source}` : `NVLink generation unknown, ${r.source}`;
+  return {
+    min: 0.5 * r.gbpsPerLink * link.nvlinks!,
+    why: `least: half of ${r.gbpsPerLink} GB/s per link x ${link.nvlinks} links; ${generation}`,
+  };
+}
 
 /**
  * The doctor for a whole host: every GPU's checks ({@link runDoctor}), then for each ordered pair
@@ -216,11 +234,7 @@ export function runDoctorDevices(options: DoctorDevicesOptions = {}): DoctorDevi
       const checks: DoctorCheck[] = [];
       checks.push(
         timed(`peer access ${from} -> ${to}`, () => {
-          const how = nvlink
-            ? `NVLink x${link.nvlinks}${link.viaNvSwitch ? ' through NVSwitch' : ''}`
-            : link.linkType === 'pcie'
-              ? 'PCIe'
-              : 'link unknown (no NVML)';
+          const how = describeLink(link);
           if (!link.canAccess)
             return nvlink
               ? {
@@ -232,7 +246,7 @@ export function runDoctorDevices(options: DoctorDevicesOptions = {}): DoctorDevi
           return { status: on ? 'pass' : 'fail', detail: `${how}, peer access ${on ? 'enabled' : 'could not be enabled'}` };
         }),
       );
-      const min = minP2pGbps ?? (nvlink && link.nvlinks ? 0.5 * NVLINK_GBPS_PER_LINK * link.nvlinks : undefined);
+      const { min, why } = peerCopyFloor(link, minP2pGbps);
       checks.push(
         timed(`copy ${from} -> ${to}${min !== undefined ? ` >= ${rate(min)} GB/s` : ''}`, () => {
           if (min === undefined) return { status: 'skip', detail: 'no NVLink between them and no --min-p2p given' };
@@ -252,7 +266,7 @@ export function runDoctorDevices(options: DoctorDevicesOptions = {}): DoctorDevi
             const g = rateSummary(samples, bytes).median;
             return {
               status: g >= min ? 'pass' : 'fail',
-              detail: `${rate(g)} GB/s median of 10 copy() calls at ${(bytes / 2 ** 20).toFixed(0)} MiB${minP2pGbps === undefined ? ` (least: half of ${NVLINK_GBPS_PER_LINK} GB/s x ${link.nvlinks} links)` : ''}`,
+              detail: `${rate(g)} GB/s median of 10 copy() calls at ${(bytes / 2 ** 20).toFixed(0)} MiB${why ? ` (${why})` : ''}`,
               value: g,
             };
           } finally {

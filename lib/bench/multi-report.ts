@@ -9,6 +9,7 @@ import { GateResult } from './gates';
 import { JunitCase, rate as gbps, renderJunit } from './report';
 import { esc } from '../chart';
 import { formatBytes } from '../units';
+import { describeLink } from '../discovery';
 
 // A table's GB/s, '-' for a figure that could not be measured.
 function rate(v: number): string {
@@ -76,7 +77,7 @@ function p2pRows(r: P2pReport): { uni: string[][]; bidir: string[][]; latency: s
     uni: r.pairs.map((p) => [
       `${p.from} -> ${p.to}`,
       formatBytes(p.bytes),
-      p.link.linkType === 'nvlink' ? `NVLink x${p.link.nvlinks}${p.link.viaNvSwitch ? ' (NVSwitch)' : ''}` : p.link.linkType,
+      describeLink(p.link),
       p.link.canAccess ? 'yes' : 'no',
       rate(p.gbps.median),
       rate(p.rawGbps.median),

@@ -34,7 +34,7 @@ export interface P2pPair {
   to: number;
   bytes: number;
   /** What the pair can do (from {@link peerAccess}). */
-  link: Pick<PeerLink, 'canAccess' | 'linkType' | 'nvlinks' | 'viaNvSwitch' | 'performanceRank'>;
+  link: Pick<PeerLink, 'canAccess' | 'linkType' | 'nvlinks' | 'viaNvSwitch' | 'performanceRank'> & Partial<Pick<PeerLink, 'nvlinkRate'>>;
   /** copy() between the two DeviceBuffers, timed around each call from JavaScript. */
   gbps: SampleSummary;
   /** cudaMemcpyPeerAsync from C++ on a stream of its own, timed with CUDA events. */
@@ -109,6 +109,7 @@ export async function runP2pBenchmark(options: P2pBenchmarkOptions = {}): Promis
       nvlinks: l.nvlinks,
       viaNvSwitch: l.viaNvSwitch,
       performanceRank: l.performanceRank,
+      nvlinkRate: l.nvlinkRate,
     };
   };
   const ordered = devices.flatMap((a) => devices.filter((b) => b !== a).map((b) => [a, b] as const));

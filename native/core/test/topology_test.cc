@@ -129,8 +129,8 @@ void TestPlacementCalls() {
 }
 
 GpuLinks Gpu(const char* bus) { return GpuLinks{ParsePciBusId(bus), {}}; }
-void Link(GpuLinks& from, const GpuLinks& to, int n) {
-  for (int i = 0; i < n; ++i) from.active.push_back(NvLinkEnd{to.self, false});
+void Link(GpuLinks& from, const GpuLinks& to, int n, unsigned version = 0) {
+  for (int i = 0; i < n; ++i) from.active.push_back(NvLinkEnd{to.self, false, version});
 }
 
 void TestNvLinks() {
@@ -164,6 +164,60 @@ void TestNvLinks() {
   // PCIe only: nothing.
   std::vector<GpuLinks> pcie = {Gpu("0000:01:00.0"), Gpu("0000:02:00.0")};
   CHECK(NvLinksBetween(pcie, 0, 1).links == 0 && !NvLinksBetween(pcie, 0, 1).via_switch);
+  CHECK(NvLinksBetween(pcie, 0, 1).version == 0);
+}
+
+// The generation a pair's links report: the oldest of them, direct or through the switches.
+void TestNvLinkVersions() {
+  std::vector<GpuLinks> two = {Gpu("0000:06:00.0"), Gpu("0000:07:00.0")};
+  Link(two[0], two[1], 17, 6);
+  Link(two[0], two[1], 1, 4);  // one link trained at an older generation
+  Link(two[1], two[0], 18, 6);
+  CHECK(NvLinksBetween(two, 0, 1).version == 4 && NvLinksBetween(two, 1, 0).version == 6);
+  std::vector<GpuLinks> unreported = {Gpu("0000:06:00.0"), Gpu("0000:07:00.0")};
+  Link(unreported[0], unreported[1], 4);
+  CHECK(NvLinksBetween(unreported, 0, 1).links == 4 &&
+        NvLinksBetween(unreported, 0, 1).version == 0);
+  std::vector<GpuLinks> switched;
+  for (int i = 0; i < 2; ++i) {
+    switched.push_back(Gpu(i ? "0000:0b:00.0" : "0000:0a:00.0"));
+    for (int l = 0; l < 18; ++l)
+      switched.back().active.push_back(NvLinkEnd{ParsePciBusId("0000:a0:00.0"), true, i ? 7u : 6u});
+  }
+  CHECK(NvLinksBetween(switched, 0, 1).version == 6 && NvLinksBetween(switched, 1, 0).version == 6);
+}
+
+void TestNvLinkRates() {
+  // NVML and the architecture agree: NVML's generation.
+  NvLinkRate h100 = NvLinkRateFor(6, 9, 0);
+  CHECK(h100.generation == "4.0" && h100.gbps_per_link == 25 && h100.source == "reported by NVML");
+  NvLinkRate b200 = NvLinkRateFor(7, 10, 0);
+  CHECK(b200.generation == "5.0" && b200.gbps_per_link == 50 && b200.source == "reported by NVML");
+  CHECK(NvLinkRateFor(1, 6, 0).gbps_per_link == 20 && NvLinkRateFor(2, 7, 0).generation == "2.0");
+  // Hopper reported as 5.0: the architecture's 4.0, and the detail says NVML said otherwise.
+  NvLinkRate misreported = NvLinkRateFor(7, 9, 0);
+  CHECK(misreported.generation == "4.0" && misreported.gbps_per_link == 25);
+  CHECK(misreported.source == "from compute capability 9.0 (NVML reported 5.0)");
+  // No version from NVML: the architecture's, or 25 GB/s assumed for an architecture not known.
+  NvLinkRate nothing = NvLinkRateFor(0, 10, 0);
+  CHECK(nothing.generation == "5.0" && nothing.gbps_per_link == 50);
+  CHECK(nothing.source == "from compute capability 10.0 (NVML reported no version)");
+  NvLinkRate unknown = NvLinkRateFor(0, 12, 0);
+  CHECK(unknown.generation.empty() && unknown.gbps_per_link == 25);
+  CHECK(unknown.source ==
+        "25 GB/s assumed: neither NVML nor compute capability 12.0 says the generation");
+  NvLinkRate newer = NvLinkRateFor(9, 11, 0);
+  CHECK(newer.generation.empty() && newer.gbps_per_link == 25);
+  CHECK(newer.source ==
+        "25 GB/s assumed: NVML reported an unknown version 9 for compute capability 11.0");
+  // An architecture not in the table: NVML's word.
+  NvLinkRate other = NvLinkRateFor(4, 8, 9);
+  CHECK(other.generation == "3.0" && other.gbps_per_link == 25 &&
+        other.source == "reported by NVML");
+  // GA10x bridges: 3.0 as NVML says, at the bridges' rate.
+  NvLinkRate bridge = NvLinkRateFor(4, 8, 6);
+  CHECK(bridge.generation == "3.0" && bridge.gbps_per_link == 14.0625);
+  CHECK(bridge.source == "reported by NVML, at the rate of compute capability 8.6");
 }
 
 }  // namespace
@@ -173,6 +227,8 @@ int main() {
   TestCpuList();
   TestPlans();
   TestPlacementCalls();
+  TestNvLinkVersions();
+  TestNvLinkRates();
   TestNvLinks();
   if (failures)
     std::fprintf(stderr, "%d check(s) failed\n", failures);
