@@ -490,7 +490,7 @@ function program(): Command {
     .option('--devices <list>', "several GPUs: 'all' or 0,1 — each GPU's checks, then peer access and rate for each pair", deviceList)
     .option(
       '--min-p2p <GB/s>',
-      'with --devices: lowest copy rate between two GPUs (default: half of 25 GB/s per NVLink on NVLink pairs)',
+      'with --devices: lowest copy rate between two GPUs (default on NVLink pairs: half the rate of its links at the generation NVML reports)',
       rate,
     )
     .option('--bytes <size>', 'copy size of the rate checks', wrap(parseSize))
