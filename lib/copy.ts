@@ -205,7 +205,11 @@ export interface StagingSettings {
   lastChunkBytes: number;
   /** Chunks in the ring. */
   slots: number;
-  /** Host threads copying between the Node buffer and the ring, counting the thread that asked for the copy. */
+  /**
+   * Host threads copying between the Node buffer and the ring, counting the thread that asked for
+   * the copy. At most as many as the CPUs the team shares run at once, fewer while other GPUs'
+   * teams copy too ({@link StagingPlacement.sharedCpus}).
+   */
   threads: number;
   /**
    * Non-temporal (cache-bypassing) stores into and out of the ring. `'auto'` (the default): on,
