@@ -162,11 +162,9 @@ std::shared_ptr<core::CopyTeam> TeamLocked(Instance& inst, int device) {
   auto& team = inst.staging_teams[device];
   if (!team) {
     int threads = StagingOptionsInForce(inst).threads;
-    if (plan->applies)
-      team = std::make_shared<core::CopyTeam>(
-          std::min(threads, static_cast<int>(plan->cpus.size())), plan->cpus, CpuShareFor(*plan));
-    else
-      team = std::make_shared<core::CopyTeam>(threads, std::vector<int>{}, CpuShareFor(*plan));
+    if (plan->applies) threads = std::min(threads, static_cast<int>(plan->cpus.size()));
+    team = std::make_shared<core::CopyTeam>(
+        threads, plan->applies ? plan->cpus : std::vector<int>{}, CpuShareFor(*plan));
   }
   return team;
 }

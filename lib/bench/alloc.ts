@@ -3,7 +3,7 @@
  * and a pinned pool hit against cudaMallocHost, measured in one run.
  */
 import { native } from '../native';
-import { createAllocator, createPinnedPool } from '../allocator';
+import { Allocator, createAllocator, createPinnedPool } from '../allocator';
 import { Stream } from '../stream';
 import { devices, knownDeviceCount } from '../discovery';
 import { summarize, SampleSummary } from './stats';
@@ -108,6 +108,20 @@ export async function runAllocBenchmark(options: { device?: number; pairs?: numb
   );
   pool.stopRecording();
   const sizes = mixedSizes();
+  // A pair at one cached size, then pairs cycling through the mixed sizes.
+  const cachedAndMixed = (a: Allocator, cachedName: string, mixedName: string) => {
+    add(
+      cachedName,
+      MiB,
+      batches(pairs, () => a.alloc(MiB).free()),
+    );
+    let k = 0;
+    add(
+      mixedName,
+      sizes[0],
+      batches(pairs, () => a.alloc(sizes[k++ & 1023]).free()),
+    );
+  };
   let next = 0;
   add(
     'allocator.alloc + free (mixed sizes 4 KiB-8 MiB, device)',
@@ -119,16 +133,10 @@ export async function runAllocBenchmark(options: { device?: number; pairs?: numb
   // One expandable segment: a pair that needs no mapping, and what mapping costs (an alloc that
   // maps, its free, and the emptyCache that unmaps, each pair timed alone).
   const exp = createAllocator({ device, expandableSegments: true, memoryLimit: 1024 * MiB });
-  add(
+  cachedAndMixed(
+    exp,
     'allocator.alloc + free, expandableSegments (cached size, device)',
-    MiB,
-    batches(pairs, () => exp.alloc(MiB).free()),
-  );
-  next = 0;
-  add(
     'allocator.alloc + free, expandableSegments (mixed sizes 4 KiB-8 MiB)',
-    sizes[0],
-    batches(pairs, () => exp.alloc(sizes[next++ & 1023]).free()),
   );
   exp.emptyCache();
   for (const [granules, times] of [
@@ -150,16 +158,10 @@ export async function runAllocBenchmark(options: { device?: number; pairs?: numb
   // The stream-ordered backend, preallocated (its release threshold keeps the reservation, as
   // PyTorch's cudaMallocAsync backend keeps its pool).
   const asyncPool = createAllocator({ device, backend: 'async', memoryLimit: 1024 * MiB });
-  add(
+  cachedAndMixed(
+    asyncPool,
     "allocator.alloc + free, backend 'async' (cached size)",
-    MiB,
-    batches(pairs, () => asyncPool.alloc(MiB).free()),
-  );
-  next = 0;
-  add(
     "allocator.alloc + free, backend 'async' (mixed sizes 4 KiB-8 MiB)",
-    sizes[0],
-    batches(pairs, () => asyncPool.alloc(sizes[next++ & 1023]).free()),
   );
   const s1 = new Stream({ device, nonBlocking: true });
   const s2 = new Stream({ device, nonBlocking: true });

@@ -80,23 +80,25 @@ NvLinkRate NvLinkRateFor(unsigned nvml_version, int cc_major, int cc_minor) {
   const Generation* arch = ByArchitecture(cc_major, cc_minor);
   const std::string cc =
       "compute capability " + std::to_string(cc_major) + "." + std::to_string(cc_minor);
+  // The architecture's generation where it has one (the same as NVML's when they agree), else
+  // NVML's; only the words say which agreed.
+  const Generation* used = arch ? arch : nvml;
+  const bool same_name = arch && nvml && std::string(nvml->name) == arch->name;
   NvLinkRate r;
-  if (arch && nvml && std::string(nvml->name) == arch->name && nvml->gbps != arch->gbps) {
-    r.generation = arch->name;
-    r.gbps_per_link = arch->gbps;
+  if (used) {
+    r.generation = used->name;
+    r.gbps_per_link = used->gbps;
+  }
+  if (nvml && (!arch || (same_name && nvml->gbps == arch->gbps))) {
+    r.source = "reported by NVML";
+  } else if (same_name) {
     r.source = "reported by NVML, at the rate of " + cc;
-  } else if (arch && (!nvml || std::string(nvml->name) != arch->name)) {
-    r.generation = arch->name;
-    r.gbps_per_link = arch->gbps;
+  } else if (arch) {
     r.source =
         "from " + cc +
         (nvml           ? std::string(" (NVML reported ") + nvml->name + ")"
          : nvml_version ? " (NVML reported an unknown version " + std::to_string(nvml_version) + ")"
                         : std::string(" (NVML reported no version)"));
-  } else if (nvml) {
-    r.generation = nvml->name;
-    r.gbps_per_link = nvml->gbps;
-    r.source = "reported by NVML";
   } else {
     r.source = nvml_version ? "25 GB/s assumed: NVML reported an unknown version " +
                                   std::to_string(nvml_version) + " for " + cc
