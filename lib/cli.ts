@@ -8,10 +8,10 @@
 import * as fs from 'fs';
 import * as path from 'path';
 import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';
-import { status, devices, formatCudaVersion, peerAccess, deviceLocality, cudaVisibleDevices, describeLink } from './discovery';
-import { stagingPlacement } from './copy';
+import { status, devices, formatCudaVersion, peerAccess, deviceLocality, cudaVisibleDevices, describeLink } from './device/discovery';
+import { stagingPlacement } from './transfer/copy';
 import { runTransferBenchmark, gateSource, ALL_MODES, ALL_DIRECTIONS, TransferBenchmarkOptions } from './bench/transfer';
-import { formatTable, formatCsv, formatChart, renderHtml, benchmarkJunit } from './bench/report';
+import { formatTable, formatCsv, formatChart, renderHtml, benchmarkJunit } from './report/bench';
 import { parseGate, evaluateGates, combineSources, Gate } from './bench/gates';
 import { runDoctor, formatDoctor, doctorJunit, runDoctorDevices, formatDoctorDevices, doctorDevicesJunit } from './bench/doctor';
 import {
@@ -24,17 +24,17 @@ import {
   DevicesReport,
 } from './bench/devices';
 import { runP2pBenchmark, p2pGateSource, P2pReport } from './bench/p2p';
-import { formatDevicesTable, formatP2pTable, formatMultiCsv, renderMultiHtml, multiJunit } from './bench/multi-report';
+import { formatDevicesTable, formatP2pTable, formatMultiCsv, renderMultiHtml, multiJunit } from './report/devices';
 import { runAllocBenchmark, formatAllocReport } from './bench/alloc';
-import { parseSizeList, parseSize, formatBytes } from './units';
+import { parseSizeList, parseSize, formatBytes } from './base/units';
 import { writeTextfile } from './metrics/exposition';
 import { benchFamilies, doctorFamilies, multiBenchFamilies } from './metrics/families';
 import { loadTrace, TraceError } from './allocator/trace';
 import { formatReplay, parsePolicy, replayTrace, ReplayPolicy } from './allocator/replay';
-import { renderMemoryHtml } from './allocator/memory-html';
+import { renderMemoryHtml } from './report/memory-html';
 import { formatGroups, listGroups } from './allocator/group';
-import { shmDir } from './shm';
-import { applySavedStagingSettings } from './staging-settings';
+import { shmDir } from './base/shm';
+import { applySavedStagingSettings } from './transfer/staging-settings';
 
 // The same saved staged-path settings a program's require('cuda-memory') applies.
 applySavedStagingSettings();

@@ -6,24 +6,32 @@
  * call throws {@link CudaUnavailableError}.
  * @packageDocumentation
  */
-import './disposable';
-export { CudaMemoryError, CudaError, OutOfMemoryError, CudaUnavailableError, InterprocessError } from './errors';
-export type { UnavailableReason, OutOfMemoryDetails } from './errors';
-export { status, devices, memGetInfo, formatCudaVersion, peerAccess, enablePeerAccess, cudaVisibleDevices } from './discovery';
-export type { CudaStatus, DeviceInfo, PcieLink, AddonBinary, PeerLink, NvLinkRate } from './discovery';
-export { DeviceBuffer, PinnedBuffer, RegisteredBuffer, registerHost } from './memory';
-export type { Memory, LentMemory, DeviceAllocOptions, PinnedAllocOptions, RegisterOptions, FreeOptions, ImportIpcOptions } from './memory';
-export type { IpcHandle } from './ipc';
-export { SharedPinnedBuffer, createSharedPinned, openSharedPinned, unlinkSharedPinned } from './shared-pinned';
-export type { SharedPinnedOptions } from './shared-pinned';
-export { shmDir } from './shm';
-export { copy, copyAsync, memset, configureStaging, stagingPlacement } from './copy';
-export type { CopyOptions, CopyStrategy, MemsetOptions, StagingSettings, StagingUpdate, StagingPlacement } from './copy';
-export { stagingSettingsPath, saveStagingSettings, loadStagingSettings } from './staging-settings';
-export type { SavedStagingSettings } from './staging-settings';
-export { Stream, Event } from './stream';
+import './base/disposable';
+export { CudaMemoryError, CudaError, OutOfMemoryError, CudaUnavailableError, InterprocessError } from './base/errors';
+export type { UnavailableReason, OutOfMemoryDetails } from './base/errors';
+export { status, devices, memGetInfo, formatCudaVersion, peerAccess, enablePeerAccess, cudaVisibleDevices } from './device/discovery';
+export type { CudaStatus, DeviceInfo, PcieLink, AddonBinary, PeerLink, NvLinkRate } from './device/discovery';
+export { DeviceBuffer, PinnedBuffer, RegisteredBuffer, registerHost } from './memory/buffers';
+export type {
+  Memory,
+  LentMemory,
+  DeviceAllocOptions,
+  PinnedAllocOptions,
+  RegisterOptions,
+  FreeOptions,
+  ImportIpcOptions,
+} from './memory/buffers';
+export type { IpcHandle } from './memory/ipc';
+export { SharedPinnedBuffer, createSharedPinned, openSharedPinned, unlinkSharedPinned } from './memory/shared-pinned';
+export type { SharedPinnedOptions } from './memory/shared-pinned';
+export { shmDir } from './base/shm';
+export { copy, copyAsync, memset, configureStaging, stagingPlacement } from './transfer/copy';
+export type { CopyOptions, CopyStrategy, MemsetOptions, StagingSettings, StagingUpdate, StagingPlacement } from './transfer/copy';
+export { stagingSettingsPath, saveStagingSettings, loadStagingSettings } from './transfer/staging-settings';
+export type { SavedStagingSettings } from './transfer/staging-settings';
+export { Stream, Event } from './device/stream';
 export * from './allocator';
-export { parseSize, parseSizeList, formatBytes, formatRate } from './units';
+export { parseSize, parseSizeList, formatBytes, formatRate } from './base/units';
 export { runTransferBenchmark, gateSource } from './bench/transfer';
 export type {
   TransferBenchmarkOptions,
@@ -55,8 +63,8 @@ export { registerMetrics, metricsText } from './metrics';
 export type { MetricsSources, Named, PromRegistry, RegisterMetricsOptions } from './metrics';
 export type { SampleSummary } from './bench/stats';
 
-import { native } from './native';
-import { applySavedStagingSettings } from './staging-settings';
+import { native } from './binding/native';
+import { applySavedStagingSettings } from './transfer/staging-settings';
 applySavedStagingSettings();
 
 /** Buffers and handles this thread's addon instance still holds (for leak checks). */

@@ -1,20 +1,20 @@
 // Registers the addon's exports; each concern lives in its own file.
 #include <napi.h>
 
-#include "allocator.h"
-#include "async.h"
-#include "bench.h"
-#include "common.h"
-#include "copy.h"
-#include "discovery.h"
-#include "group.h"
-#include "ipc.h"
-#include "memory.h"
-#include "peer.h"
-#include "shared_host.h"
-#include "staging.h"
-#include "stream_ordered.h"
-#include "streams.h"
+#include "allocator/allocator.h"
+#include "allocator/group.h"
+#include "allocator/stream_ordered.h"
+#include "bench/bench.h"
+#include "binding/instance.h"
+#include "binding/promise_worker.h"
+#include "device/discovery.h"
+#include "device/peers.h"
+#include "device/streams.h"
+#include "memory/buffers.h"
+#include "memory/ipc.h"
+#include "memory/shared_pinned.h"
+#include "transfer/copy.h"
+#include "transfer/staging.h"
 
 namespace {
 

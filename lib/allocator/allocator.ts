@@ -4,16 +4,16 @@
  * default) and CUDA's stream-ordered pool (`async`, cudaMallocAsync, TensorFlow's
  * `TF_GPU_ALLOCATOR=cuda_malloc_async`).
  */
-import { native, requireCuda } from '../native';
-import { DeviceBuffer } from '../memory';
-import { Stream, streamOption } from '../stream';
-import { checkBoolean, checkDevice, checkOptions, checkSize } from '../validate';
-import { invalidArgument, argTypeError, argRangeError, CudaMemoryError } from '../errors';
-import { knownDeviceCount } from '../discovery';
-import { formatBytes } from '../units';
+import { native, requireCuda } from '../binding/native';
+import { DeviceBuffer } from '../memory/buffers';
+import { Stream, streamOption } from '../device/stream';
+import { checkBoolean, checkDevice, checkOptions, checkSize } from '../base/validate';
+import { invalidArgument, argTypeError, argRangeError, CudaMemoryError } from '../base/errors';
+import { knownDeviceCount } from '../device/discovery';
+import { formatBytes } from '../base/units';
 import { Trace, TraceEvent, saveTrace as writeTrace } from './trace';
 import { GroupStats, SharedBudgetOptions, resolveShared } from './group';
-import { checkInternal, kInternal } from '../internal';
+import { checkInternal, kInternal } from '../base/internal';
 
 /** A device that exists only as numbers, for running allocator policies without a GPU. */
 export interface SimulatedDevice {

@@ -1,6 +1,6 @@
 /** Allocator options from the environment, TensorFlow's variables included. */
 import type { AllocatorOptions } from './allocator';
-import { parseSize } from '../units';
+import { parseSize } from '../base/units';
 
 /** What {@link allocatorOptionsFromEnv} found, with anything it ignored and why. */
 export interface EnvAllocatorOptions extends AllocatorOptions {

@@ -7,11 +7,11 @@
  */
 import * as fs from 'fs';
 import * as path from 'path';
-import { native } from '../native';
-import { InterprocessError, invalidArgument, argTypeError, argRangeError } from '../errors';
-import { checkOptions, checkSize } from '../validate';
-import { checkShmName, lockTimeoutMs, shmDir } from '../shm';
-import { formatBytes } from '../units';
+import { native } from '../binding/native';
+import { InterprocessError, invalidArgument, argTypeError, argRangeError } from '../base/errors';
+import { checkOptions, checkSize } from '../base/validate';
+import { checkShmName, lockTimeoutMs, shmDir } from '../base/shm';
+import { formatBytes } from '../base/units';
 
 /** The `shared` option of createAllocator. */
 export interface SharedBudgetOptions {

@@ -4,12 +4,12 @@
  * a share of each GPU's own memory), with statistics and a summary over all of them.
  */
 import { Allocator, AllocatorOptions, AllocatorStats, AllocOptions, SimulatedDevice, createAllocator } from './allocator';
-import { DeviceBuffer } from '../memory';
-import { checkBoolean, checkDeviceList, checkOptions } from '../validate';
-import { invalidArgument, argTypeError, argRangeError, CudaMemoryError } from '../errors';
-import { knownDeviceCount } from '../discovery';
-import { formatBytes } from '../units';
-import { checkInternal, kInternal } from '../internal';
+import { DeviceBuffer } from '../memory/buffers';
+import { checkBoolean, checkDeviceList, checkOptions } from '../base/validate';
+import { invalidArgument, argTypeError, argRangeError, CudaMemoryError } from '../base/errors';
+import { knownDeviceCount } from '../device/discovery';
+import { formatBytes } from '../base/units';
+import { checkInternal, kInternal } from '../base/internal';
 
 /** Options of {@link createAllocators}: the policy of {@link createAllocator}, for several devices. */
 export interface MultiAllocatorOptions extends Omit<AllocatorOptions, 'device' | 'simulate'> {

@@ -1,9 +1,9 @@
 /** A cache of pinned host buffers. */
-import { formatBytes } from '../units';
-import { PinnedBuffer, PinnedAllocOptions, kLentMemory, LentMemory } from '../memory';
-import { checkOptions, checkSize } from '../validate';
-import { OutOfMemoryError, CudaMemoryError } from '../errors';
-import { checkInternal, kInternal } from '../internal';
+import { formatBytes } from '../base/units';
+import { PinnedBuffer, PinnedAllocOptions, kLentMemory, LentMemory } from '../memory/buffers';
+import { checkOptions, checkSize } from '../base/validate';
+import { OutOfMemoryError, CudaMemoryError } from '../base/errors';
+import { checkInternal, kInternal } from '../base/internal';
 
 /** Options of {@link createPinnedPool}. */
 export interface PinnedPoolOptions extends Omit<PinnedAllocOptions, 'device'> {

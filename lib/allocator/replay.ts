@@ -4,10 +4,10 @@
  * smallest limit that it survives.
  */
 import { Allocator, AllocatorOptions, createAllocator } from './allocator';
-import { DeviceBuffer } from '../memory';
-import { OutOfMemoryError, argTypeError, argRangeError } from '../errors';
+import { DeviceBuffer } from '../memory/buffers';
+import { OutOfMemoryError, argTypeError, argRangeError } from '../base/errors';
 import { Trace, loadTrace } from './trace';
-import { formatBytes, parseSize } from '../units';
+import { formatBytes, parseSize } from '../base/units';
 
 /** A policy to replay under: allocator options, the device's size given by `simulate` or `deviceBytes`. */
 export interface ReplayPolicy extends Omit<AllocatorOptions, 'backend' | 'asyncDefaultPool'> {

@@ -3,7 +3,7 @@
  * and the memory page read, PyTorch's `torch.cuda.memory._snapshot()` files included.
  */
 import * as fs from 'fs';
-import { CudaMemoryError } from '../errors';
+import { CudaMemoryError } from '../base/errors';
 
 /** One event of a trace. Only `action` and, for alloc/free, `id` (and `bytes` for alloc) are required. */
 export interface TraceEvent {

@@ -2,13 +2,13 @@
  * The allocator benchmark: what a pooled allocation costs from JavaScript against cudaMalloc,
  * and a pinned pool hit against cudaMallocHost, measured in one run.
  */
-import { native } from '../native';
+import { native } from '../binding/native';
 import { Allocator, createAllocator, createPinnedPool } from '../allocator';
-import { Stream } from '../stream';
-import { devices, knownDeviceCount } from '../discovery';
+import { Stream } from '../device/stream';
+import { devices, knownDeviceCount } from '../device/discovery';
 import { summarize, SampleSummary } from './stats';
-import { checkDevice } from '../validate';
-import { formatBytes } from '../units';
+import { checkDevice } from '../base/validate';
+import { formatBytes } from '../base/units';
 
 /** One row of the allocator benchmark; times in microseconds per alloc+free pair. */
 export interface AllocRow {

@@ -5,15 +5,15 @@
  * (native/bench_devices.cc): one thread per copy, all released together each iteration.
  */
 import * as os from 'os';
-import { native, requireCuda } from '../native';
-import { status, devices as listDevices, formatCudaVersion, deviceLocality, cudaVisibleDevices } from '../discovery';
-import { DeviceBuffer, PinnedBuffer } from '../memory';
-import { copy } from '../copy';
+import { native, requireCuda } from '../binding/native';
+import { status, devices as listDevices, formatCudaVersion, deviceLocality, cudaVisibleDevices } from '../device/discovery';
+import { DeviceBuffer, PinnedBuffer } from '../memory/buffers';
+import { copy } from '../transfer/copy';
 import { summarize, rateSummary, SampleSummary } from './stats';
 import { GateMetric, GateSource } from './gates';
 import { fillPattern, equal } from './transfer';
-import { checkDeviceList } from '../validate';
-import { argRangeError } from '../errors';
+import { checkDeviceList } from '../base/validate';
+import { argRangeError } from '../base/errors';
 
 /** How host memory is provided: PinnedBuffers (timed with CUDA events), or an ordinary Node buffer through the staged path or the driver's pageable path (a steady clock). */
 export type DevicesMode = 'pinned' | 'staged' | 'pageable';

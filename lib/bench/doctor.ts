@@ -2,14 +2,14 @@
  * `cuda-memory doctor`: a short, standard check of a GPU CI runner. Each check passes, fails or
  * is skipped with a reason; the report is printable, JSON or JUnit.
  */
-import { status, devices, formatCudaVersion, knownDeviceCount, peerAccess, enablePeerAccess, describeLink } from '../discovery';
-import type { PeerLink } from '../discovery';
-import { DeviceBuffer, PinnedBuffer } from '../memory';
-import { copy, memset } from '../copy';
-import { native } from '../native';
+import { status, devices, formatCudaVersion, knownDeviceCount, peerAccess, enablePeerAccess, describeLink } from '../device/discovery';
+import type { PeerLink } from '../device/discovery';
+import { DeviceBuffer, PinnedBuffer } from '../memory/buffers';
+import { copy, memset } from '../transfer/copy';
+import { native } from '../binding/native';
 import { rateSummary } from './stats';
-import { rate, renderJunit } from './report';
-import { checkDevice } from '../validate';
+import { rate, renderJunit } from '../report/bench';
+import { checkDevice } from '../base/validate';
 import { resolveDevices } from './devices';
 
 /** Options of {@link runDoctor}. */

@@ -9,8 +9,8 @@
  * Between GPUs (`bench --p2p`): `p2p.0-1` is 0 to 1 through copy(), `p2p.0-1.bidir` both ways at
  * once (total), `p2p.0-1.latency` a 4-byte copy() in µs.
  */
-import { formatBytes, parseSize } from '../units';
-import { argRangeError } from '../errors';
+import { formatBytes, parseSize } from '../base/units';
+import { argRangeError } from '../base/errors';
 
 /** One side of a gate: a result picked by direction, mode, scope and optionally size. */
 export interface GateMetric {

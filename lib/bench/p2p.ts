@@ -3,15 +3,15 @@
  * through cudaMemcpyPeerAsync with nothing in between (the reference), both directions at once
  * through copyAsync() and raw, and the latency of a 4-byte copy. `cuda-memory bench --p2p`.
  */
-import { native, requireCuda } from '../native';
-import { status, peerAccess, PeerLink } from '../discovery';
-import { DeviceBuffer } from '../memory';
-import { copy, copyAsync } from '../copy';
+import { native, requireCuda } from '../binding/native';
+import { status, peerAccess, PeerLink } from '../device/discovery';
+import { DeviceBuffer } from '../memory/buffers';
+import { copy, copyAsync } from '../transfer/copy';
 import { summarize, rateSummary, SampleSummary } from './stats';
 import { GateMetric, GateSource } from './gates';
 import { fillPattern, equal } from './transfer';
 import { MultiGpuEnvironment, multiGpuEnvironment, resolveDevices } from './devices';
-import { argRangeError } from '../errors';
+import { argRangeError } from '../base/errors';
 
 /** Options of {@link runP2pBenchmark}. */
 export interface P2pBenchmarkOptions {

@@ -7,14 +7,14 @@
 import * as fs from 'fs';
 import * as os from 'os';
 import { PerformanceObserver } from 'perf_hooks';
-import { native, requireCuda } from '../native';
-import { status, devices, DeviceInfo, formatCudaVersion } from '../discovery';
-import { DeviceBuffer, PinnedBuffer, registerHost, RegisteredBuffer, Memory } from '../memory';
-import { copy, copyAsync, configureStaging, StagingSettings, CopyStrategy } from '../copy';
+import { native, requireCuda } from '../binding/native';
+import { status, devices, DeviceInfo, formatCudaVersion } from '../device/discovery';
+import { DeviceBuffer, PinnedBuffer, registerHost, RegisteredBuffer, Memory } from '../memory/buffers';
+import { copy, copyAsync, configureStaging, StagingSettings, CopyStrategy } from '../transfer/copy';
 import { summarize, rateSummary, SampleSummary } from './stats';
 import { GateMetric, GateSource } from './gates';
-import { checkDevice } from '../validate';
-import { argRangeError } from '../errors';
+import { checkDevice } from '../base/validate';
+import { argRangeError } from '../base/errors';
 
 /**
  * How host memory is provided and moved: `pageable` is an ordinary Node buffer through the

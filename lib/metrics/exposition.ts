@@ -4,7 +4,7 @@
  */
 import * as fs from 'fs';
 import * as path from 'path';
-import { argRangeError } from '../errors';
+import { argRangeError } from '../base/errors';
 
 /** One sample of a metric family. */
 export interface MetricSample {

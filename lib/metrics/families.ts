@@ -10,7 +10,7 @@ import type { GateResult } from '../bench/gates';
 import type { DoctorReport } from '../bench/doctor';
 import type { DevicesReport } from '../bench/devices';
 import type { P2pReport } from '../bench/p2p';
-import { devices as listDevices, memGetInfo, status } from '../discovery';
+import { devices as listDevices, memGetInfo, status } from '../device/discovery';
 import type { MetricFamily } from './exposition';
 
 /** Allocators to export, by name (a record) or by position (an array, named "0", "1", …). */

@@ -14,7 +14,7 @@ import {
 } from './families';
 import type { MetricsSources } from './families';
 import { formatExposition } from './exposition';
-import { argTypeError } from '../errors';
+import { argTypeError } from '../base/errors';
 
 export type { MetricsSources, Named } from './families';
 export type { MetricFamily, MetricSample } from './exposition';

@@ -8,7 +8,7 @@
 #include <functional>
 #include <string>
 
-#include "../shm.h"
+#include "core/base/shm.h"
 
 inline std::string MakeSharedDir(const char* name) {
   std::string shm = std::string("/dev/shm/") + name + "-XXXXXX";

@@ -1,0 +1,177 @@
+/**
+ * Error classes of cuda-memory. The native addon constructs these same classes, so every error
+ * that crosses from C++ carries one of these types and a machine-readable `code`.
+ */
+
+/** Why CUDA cannot be used, as reported by {@link status}. */
+export type UnavailableReason = 'NOT_BUILT_WITH_CUDA' | 'NO_DRIVER' | 'INSUFFICIENT_DRIVER' | 'NO_DEVICE' | 'ADDON_NOT_LOADED';
+
+/**
+ * The base class of every error the library defines, each with a stable `code` to branch on.
+ * Argument errors are Node's own `TypeError`/`RangeError`, also with a `code`
+ * (`ERR_INVALID_ARG_TYPE`, `ERR_OUT_OF_RANGE`, `ERR_INVALID_ARG_VALUE`), as Node core makes them.
+ */
+export class CudaMemoryError extends Error {
+  /** What went wrong, stable across versions: `ERR_ALLOCATOR_CLOSED`, `cudaErrorMemoryAllocation`, ... */
+  code: string;
+  constructor(message: string, code: string) {
+    super(message);
+    this.name = 'CudaMemoryError';
+    this.code = code;
+  }
+}
+
+/** A CUDA call failed, or a buffer was used after it was freed. */
+export class CudaError extends CudaMemoryError {
+  /** CUDA's error name (`cudaErrorMemoryAllocation`) or a library code (`ERR_BUFFER_FREED`). */
+  declare code: string;
+  /** The numeric `cudaError_t`, where a CUDA call failed. */
+  cudaCode: number;
+  /** The call that failed, e.g. `cudaMemcpy`. */
+  call: string;
+  constructor(message: string, details: { code: string; cudaCode?: number; call?: string }) {
+    super(message, details.code);
+    this.name = 'CudaError';
+    this.cudaCode = details.cudaCode ?? 0;
+    this.call = details.call ?? '';
+  }
+}
+
+/** Everything an out-of-memory error reports; fields absent for a plain `cudaMalloc` are 0. */
+export interface OutOfMemoryDetails {
+  message?: string;
+  requestedBytes: number;
+  /** The request rounded to the allocator's 256-byte blocks. */
+  roundedBytes?: number;
+  device: number;
+  /** The allocator's limit and how it was chosen (allocators only). */
+  limitBytes?: number;
+  limitSource?: string;
+  bytesInUse?: number;
+  poolBytes?: number;
+  largestFreeBlock?: number;
+  fragmentation?: number;
+  /** Free and total memory on the device at the time of the failure. */
+  deviceFree: number;
+  deviceTotal: number;
+  simulated?: boolean;
+  call?: string;
+  /** The group budget that refused the region, when that is why (see `shared` in createAllocator). */
+  group?: import('../allocator/group').GroupStats;
+}
+
+// Sizes as PyTorch's out-of-memory sentence prints them ("20.00 MiB"), and as the addon's does.
+function sentenceBytes(bytes: number): string {
+  if (bytes < 1024) return `${bytes} bytes`;
+  const units = ['KiB', 'MiB', 'GiB', 'TiB'];
+  let v = bytes / 1024;
+  let i = 0;
+  while (v >= 1024 && i < units.length - 1) {
+    v /= 1024;
+    i++;
+  }
+  return `${v.toFixed(2)} ${units[i]}`;
+}
+
+/** An allocation did not fit: on the device (`cudaMalloc`) or under an allocator's limit. */
+export class OutOfMemoryError extends CudaError {
+  requestedBytes: number;
+  roundedBytes: number;
+  device: number;
+  limitBytes: number;
+  limitSource: string;
+  bytesInUse: number;
+  poolBytes: number;
+  largestFreeBlock: number;
+  fragmentation: number;
+  deviceFree: number;
+  deviceTotal: number;
+  /** Set when a group budget refused the memory: the group at that moment, members listed. */
+  group?: import('../allocator/group').GroupStats;
+  constructor(details: OutOfMemoryDetails) {
+    const message =
+      details.message ??
+      // PyTorch's sentence, which services grep logs for; the allocator's own message leads with it too.
+      `CUDA out of memory. Tried to allocate ${sentenceBytes(details.requestedBytes)}. GPU ${details.device} has a total capacity of ` +
+        `${sentenceBytes(details.deviceTotal)} of which ${sentenceBytes(details.deviceFree)} is free (${details.call ?? 'cudaMalloc'} of ${details.requestedBytes} bytes).`;
+    super(message, { code: 'cudaErrorMemoryAllocation', cudaCode: 2, call: details.call ?? 'cudaMalloc' });
+    this.name = 'OutOfMemoryError';
+    this.requestedBytes = details.requestedBytes;
+    this.roundedBytes = details.roundedBytes ?? details.requestedBytes;
+    this.device = details.device;
+    this.limitBytes = details.limitBytes ?? 0;
+    this.limitSource = details.limitSource ?? '';
+    this.bytesInUse = details.bytesInUse ?? 0;
+    this.poolBytes = details.poolBytes ?? 0;
+    this.largestFreeBlock = details.largestFreeBlock ?? 0;
+    this.fragmentation = details.fragmentation ?? 0;
+    this.deviceFree = details.deviceFree;
+    this.deviceTotal = details.deviceTotal;
+    if (details.group) this.group = details.group;
+  }
+}
+
+/** CUDA cannot be used here; `reason` says why (see {@link status}). */
+export class CudaUnavailableError extends CudaMemoryError {
+  reason: UnavailableReason;
+  constructor(reason: UnavailableReason, message: string) {
+    super(`CUDA is not available (${reason}): ${message}`, 'ERR_CUDA_UNAVAILABLE');
+    this.name = 'CudaUnavailableError';
+    this.reason = reason;
+  }
+}
+
+/**
+ * A failure of something processes share: a group budget's ledger (`ERR_GROUP_*`), an IPC handle
+ * (`ERR_IPC_*`) or shared pinned memory (`ERR_SHM_*`). `code` says which; `path` names the file
+ * in shared memory where there is one.
+ */
+export class InterprocessError extends CudaMemoryError {
+  path: string;
+  /** ERR_IPC_IN_USE: the pids of the processes that have the buffer open. */
+  importers?: number[];
+  constructor(message: string, details: { code: string; path?: string; importers?: number[] }) {
+    super(message, details.code);
+    this.name = 'InterprocessError';
+    this.path = details.path ?? '';
+    if (details.importers) this.importers = details.importers;
+  }
+}
+
+/**
+ * Builds the TypeError/RangeError for a bad argument, naming it, what was expected and what was
+ * given (in the manner of sharp's invalidParameterError).
+ */
+export function invalidArgument(
+  name: string,
+  expected: string,
+  actual: unknown,
+  Kind: typeof TypeError | typeof RangeError = TypeError,
+): Error {
+  const message = `Expected ${expected} for ${name} but received ${describe(actual)}`;
+  return Kind === RangeError ? argRangeError(message) : argTypeError(message);
+}
+
+/** @internal A TypeError for an argument of the wrong type (code ERR_INVALID_ARG_TYPE, or `code`). */
+export function argTypeError(message: string, code = 'ERR_INVALID_ARG_TYPE'): TypeError {
+  return Object.assign(new TypeError(message), { code });
+}
+
+/** @internal A RangeError for an argument out of range (code ERR_OUT_OF_RANGE, or `code`). */
+export function argRangeError(message: string, code = 'ERR_OUT_OF_RANGE'): RangeError {
+  return Object.assign(new RangeError(message), { code });
+}
+
+/** A short, safe description of any value for error messages. */
+export function describe(value: unknown): string {
+  if (value === null) return 'null';
+  if (value === undefined) return 'undefined';
+  if (typeof value === 'string') return `the string ${JSON.stringify(value.length > 40 ? value.slice(0, 40) + '…' : value)}`;
+  if (typeof value === 'number' || typeof value === 'boolean' || typeof value === 'bigint')
+    return `${typeof value} ${String(value)}${typeof value === 'bigint' ? 'n' : ''}`;
+  if (typeof value === 'function') return 'a function';
+  if (typeof value === 'symbol') return 'a symbol';
+  if (Array.isArray(value)) return `an array of length ${value.length}`;
+  const name = (value as object).constructor?.name;
+  return name ? `an instance of ${name}` : 'an object';
+}

@@ -1,0 +1,285 @@
+/**
+ * Loads the addon. Loading never throws: if the addon is missing or fails to load, a stand-in
+ * reports why through status(), and every GPU call throws CudaUnavailableError.
+ */
+import type { StagingPlacement } from '../transfer/copy';
+import type { PeerLink } from '../device/discovery';
+import * as path from 'path';
+import { CudaError, CudaMemoryError, CudaUnavailableError, InterprocessError, OutOfMemoryError } from '../base/errors';
+
+/** The native exports; `test/exports.test.js` checks this list against the addon. */
+export interface NativeBinding {
+  init(classes: object): void;
+  status(): {
+    available: boolean;
+    reason: string | null;
+    message: string;
+    deviceCount: number;
+    driverVersion: number;
+    runtimeVersion: number;
+    builtWithCuda: boolean;
+  };
+  devices(): any[];
+  memGetInfo(device: number): { free: number; total: number };
+  deviceAlloc(bytes: number, device: number): number;
+  pinnedAlloc(bytes: number, flags: number, device: number): [number, ArrayBuffer];
+  registerHost(view: ArrayBufferView, flags: number, device: number): number;
+  free(handle: number): boolean;
+  handleInfo(handle: number): { address?: number; devicePointer?: number | null; released: boolean; simulated?: boolean };
+  liveCount(): number;
+  copy(dst: unknown, dstOffset: number, src: unknown, srcOffset: number, n: number, strategy?: string, stream?: unknown): void;
+  /** The memory copyHandles() reads its three numbers from (see copy() in copy.ts). */
+  copyArgs(): ArrayBuffer;
+  /** copy() of byteLength bytes between the two handles written into copyArgs(), from offset 0. */
+  copyHandles(): void;
+  copyAsync(
+    dst: unknown,
+    dstOffset: number,
+    src: unknown,
+    srcOffset: number,
+    n: number,
+    strategy?: string,
+    stream?: unknown,
+  ): Promise<void>;
+  memset(target: unknown, offset: number, n: number, value: number): void;
+  configureStaging(options?: object): import('../transfer/copy').StagingSettings;
+  streamCreate(device: number, nonBlocking: boolean): unknown;
+  streamSynchronize(s: unknown): void;
+  streamQuery(s: unknown): boolean;
+  streamDestroy(s: unknown): boolean;
+  eventCreate(device: number, timing: boolean): unknown;
+  eventRecord(e: unknown, s?: unknown): void;
+  eventSynchronize(e: unknown): void;
+  eventQuery(e: unknown): boolean;
+  eventElapsed(a: unknown, b: unknown): number;
+  eventDestroy(e: unknown): boolean;
+  createAllocator(options: object): unknown;
+  allocatorAlloc(a: unknown, bytes: number, alignment?: number): number;
+  allocatorStats(a: unknown): any;
+  allocatorRegions(a: unknown): any[];
+  allocatorInfo(a: unknown): any;
+  allocatorResetPeak(a: unknown): void;
+  allocatorResetAccumulated(a: unknown): void;
+  allocatorSetFraction(a: unknown, fraction: number): number;
+  allocatorEmptyCache(a: unknown): number;
+  allocatorClose(a: unknown, force: boolean): number;
+  createAsyncAllocator(options: object): unknown;
+  asyncAlloc(a: unknown, bytes: number, stream?: unknown, alignment?: number): number;
+  asyncStats(a: unknown): any;
+  asyncInfo(a: unknown): any;
+  asyncResetPeak(a: unknown): void;
+  asyncResetAccumulated(a: unknown): void;
+  asyncSetFraction(a: unknown, fraction: number): number;
+  asyncEmptyCache(a: unknown): number;
+  asyncClose(a: unknown, force: boolean): number;
+  freeOn(handle: number, stream: unknown): boolean;
+  allocatorRecord(a: unknown, maxEvents: number | null): void;
+  allocatorTrace(a: unknown): {
+    action: Uint8Array;
+    time: Float64Array;
+    id: Float64Array;
+    requested: Float64Array;
+    size: Float64Array;
+    region: Float64Array;
+    offset: Float64Array;
+    dropped: number;
+  };
+  allocatorSnapshot(
+    a: unknown,
+  ): { address: number; size: number; blocks: { offset: number; size: number; requested: number; id: number; inUse: boolean }[] }[];
+  blockId(handle: number): number;
+  timeCopy(dst: unknown, src: unknown, bytes: number, warmup: number, iterations: number, timing: string, strategy?: string): Float64Array;
+  timeBidirectional(
+    a: unknown,
+    b: unknown,
+    c: unknown,
+    d: unknown,
+    bytes: number,
+    warmup: number,
+    iterations: number,
+    timing: string,
+    strategy?: string,
+  ): Float64Array;
+  timeRawPinned(bytes: number, warmup: number, iterations: number, direction: string, device: number): Float64Array;
+  timeHostCopy(pageable: Uint8Array, pinned: number, bytes: number, warmup: number, iterations: number, direction: string): Float64Array;
+  timeRawAlloc(kind: string, bytes: number, iterations: number, device: number): Float64Array;
+  timeHostRegister(view: ArrayBufferView, iterations: number): Float64Array;
+  groupPath(dir: string, name: string, device: string): string;
+  groupRead(path: string, lockTimeoutMs: number): any;
+  ipcExport(handle: number, dir: string): any;
+  ipcImport(descriptor: object, dir: string, device: number): [number, number];
+  ipcImporters(handle: number): number[];
+  sharedHostCreate(path: string, bytes: number, device: number): [number, ArrayBuffer];
+  sharedHostOpen(path: string, device: number): [number, ArrayBuffer];
+  sharedHostUnlink(path: string): boolean;
+  timeTogether(
+    jobs: { dst: unknown; src: unknown; bytes: number; timing: 'events' | 'clock'; strategy?: string }[],
+    warmup: number,
+    iterations: number,
+  ): { seconds: Float64Array[]; wall: Float64Array };
+  timePeerLatency(dst: number, src: number, count: number, warmup: number, iterations: number): Float64Array;
+  stagingPlacement(device: number): StagingPlacement;
+  peerAccess(): PeerLink[];
+  enablePeerAccess(from: number, to: number): boolean;
+}
+
+/** The names every build of the addon exports. */
+export const NATIVE_EXPORTS = [
+  'init',
+  'status',
+  'devices',
+  'memGetInfo',
+  'deviceAlloc',
+  'pinnedAlloc',
+  'registerHost',
+  'free',
+  'handleInfo',
+  'liveCount',
+  'copy',
+  'copyArgs',
+  'copyHandles',
+  'copyAsync',
+  'memset',
+  'configureStaging',
+  'streamCreate',
+  'streamSynchronize',
+  'streamQuery',
+  'streamDestroy',
+  'eventCreate',
+  'eventRecord',
+  'eventSynchronize',
+  'eventQuery',
+  'eventElapsed',
+  'eventDestroy',
+  'createAllocator',
+  'allocatorAlloc',
+  'allocatorStats',
+  'allocatorRegions',
+  'allocatorInfo',
+  'allocatorResetPeak',
+  'allocatorResetAccumulated',
+  'allocatorSetFraction',
+  'allocatorEmptyCache',
+  'allocatorClose',
+  'createAsyncAllocator',
+  'asyncAlloc',
+  'asyncStats',
+  'asyncInfo',
+  'asyncResetPeak',
+  'asyncResetAccumulated',
+  'asyncSetFraction',
+  'asyncEmptyCache',
+  'asyncClose',
+  'freeOn',
+  'allocatorRecord',
+  'allocatorTrace',
+  'allocatorSnapshot',
+  'blockId',
+  'timeCopy',
+  'timeBidirectional',
+  'timeRawPinned',
+  'timeHostCopy',
+  'timeTogether',
+  'timePeerLatency',
+  'stagingPlacement',
+  'timeRawAlloc',
+  'timeHostRegister',
+  'groupPath',
+  'groupRead',
+  'ipcExport',
+  'ipcImport',
+  'ipcImporters',
+  'sharedHostCreate',
+  'sharedHostOpen',
+  'sharedHostUnlink',
+  'peerAccess',
+  'enablePeerAccess',
+] as const;
+
+/** The package's root folder (holds build/, prebuilds/ and package.json). */
+export const packageRoot = path.join(__dirname, '..', '..');
+
+// Where a binary may be, in order: a forced path; a source build (made by `npm install` when no
+// prebuilt binary fitted, or by `npm run build`); then the prebuilt binary for this platform,
+// found as node-gyp-build finds it (prebuilds/<platform>-<arch>/, Node-API and libc tags).
+function candidates(): string[] {
+  const env = process.env.CUDA_MEMORY_ADDON;
+  if (env) return [path.resolve(env)];
+  const out = [
+    path.join(packageRoot, 'build', 'Release', 'cuda_memory.node'),
+    path.join(packageRoot, 'build-cmake', 'Release', 'cuda_memory.node'),
+    path.join(packageRoot, 'build', 'Debug', 'cuda_memory.node'),
+  ];
+  const picked = nodeGypBuildPath();
+  if (picked && !out.includes(picked)) out.push(picked);
+  return out;
+}
+
+/**
+ * The binary node-gyp-build picks for this package: a source build if there is one, else the
+ * prebuilt binary under prebuilds/ that fits this platform (platform, arch, Node-API, libc
+ * tags); null if neither.
+ */
+export function nodeGypBuildPath(): string | null {
+  try {
+    // eslint-disable-next-line @typescript-eslint/no-var-requires
+    const gypBuild = require('node-gyp-build') as { path(dir: string): string };
+    return gypBuild.path(packageRoot);
+  } catch {
+    return null;
+  }
+}
+
+/** Which binary a path is: prebuilt (shipped in the package), or built on this machine. */
+export function binaryKind(file: string | null, builtWithCuda: boolean): 'prebuilt' | 'source' | 'no-cuda' | 'none' {
+  if (!file) return 'none';
+  if (!builtWithCuda) return 'no-cuda';
+  return path.relative(packageRoot, file).split(path.sep)[0] === 'prebuilds' ? 'prebuilt' : 'source';
+}
+
+function unloaded(reason: string): NativeBinding {
+  const unavailable = () => {
+    throw new CudaUnavailableError('ADDON_NOT_LOADED', reason);
+  };
+  const stub: Record<string, unknown> = {};
+  for (const name of NATIVE_EXPORTS) stub[name] = unavailable;
+  stub.init = () => undefined;
+  stub.status = () => ({
+    available: false,
+    reason: 'ADDON_NOT_LOADED',
+    message: reason,
+    deviceCount: 0,
+    driverVersion: 0,
+    runtimeVersion: 0,
+    builtWithCuda: false,
+  });
+  stub.liveCount = () => 0;
+  return stub as unknown as NativeBinding;
+}
+
+function load(): { binding: NativeBinding; path: string | null } {
+  const errors: string[] = [];
+  for (const file of candidates()) {
+    try {
+      // eslint-disable-next-line @typescript-eslint/no-var-requires
+      const binding = require(file) as NativeBinding;
+      binding.init({ CudaMemoryError, CudaError, OutOfMemoryError, CudaUnavailableError, InterprocessError });
+      return { binding, path: file };
+    } catch (e) {
+      errors.push(`${file}: ${(e as Error).message.split('\n')[0]}`);
+    }
+  }
+  return { binding: unloaded(`the native addon could not be loaded (run npm install or npm run build): ${errors.join('; ')}`), path: null };
+}
+
+const loaded = load();
+/** The loaded addon (or the stand-in). */
+export const native: NativeBinding = loaded.binding;
+/** Where the addon was loaded from, or null. */
+export const addonPath: string | null = loaded.path;
+
+/** Throws CudaUnavailableError unless a CUDA device can be used. */
+export function requireCuda(): void {
+  const st = native.status();
+  if (!st.available) throw new CudaUnavailableError(st.reason as never, st.message);
+}

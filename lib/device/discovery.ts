@@ -1,0 +1,214 @@
+import * as fs from 'fs';
+/** What CUDA can be used here. */
+import { UnavailableReason } from '../base/errors';
+import { addonPath, binaryKind, native } from '../binding/native';
+import { checkDevice } from '../base/validate';
+
+/** The state of CUDA for this process. Never throws. */
+export interface CudaStatus {
+  /** True when at least one device can be used. */
+  available: boolean;
+  /** Why not, when `available` is false. */
+  reason: UnavailableReason | null;
+  /** A sentence for people. */
+  message: string;
+  deviceCount: number;
+  /** CUDA versions as `major * 1000 + minor * 10` (13000 = 13.0); 0 when unknown. */
+  driverVersion: number;
+  runtimeVersion: number;
+  /** Whether the addon was compiled against a CUDA toolkit. */
+  builtWithCuda: boolean;
+  /** Which binary of the addon this process loaded, and from where. */
+  binary: AddonBinary;
+}
+
+/**
+ * The addon binary in use. `prebuilt`: the Node-API binary shipped in the package
+ * (prebuilds/linux-x64, CUDA runtime linked in, needs only the NVIDIA driver); `source`: built
+ * on this machine against a CUDA toolkit; `no-cuda`: built here without one (every GPU call
+ * then throws NOT_BUILT_WITH_CUDA); `none`: nothing could be loaded.
+ */
+export interface AddonBinary {
+  kind: 'prebuilt' | 'source' | 'no-cuda' | 'none';
+  /** Absolute path of the loaded `.node` file, or null. */
+  path: string | null;
+}
+
+/** PCIe link of a device, read from NVML when present. */
+export interface PcieLink {
+  currentGeneration: number;
+  maxGeneration: number;
+  currentWidth: number;
+  maxWidth: number;
+}
+
+/** A CUDA device. */
+export interface DeviceInfo {
+  index: number;
+  name: string;
+  uuid: string;
+  /** Bytes. */
+  totalMemory: number;
+  /** "9.0" */
+  computeCapability: string;
+  computeCapabilityMajor: number;
+  computeCapabilityMinor: number;
+  pciBusId: string;
+  multiProcessorCount: number;
+  /** Copy engines that can run at once with kernels (2 means copies both ways overlap). */
+  asyncEngineCount: number;
+  canMapHostMemory: boolean;
+  integrated: boolean;
+  /** Null when NVML is not available. */
+  pcie: PcieLink | null;
+  /**
+   * NVML's index of this GPU (nvidia-smi's numbering, which CUDA_VISIBLE_DEVICES does not
+   * change, unlike `index`); null without NVML.
+   */
+  nvmlIndex: number | null;
+}
+
+/** Reports whether CUDA is usable and, if not, why. Never throws. */
+export function status(): CudaStatus {
+  try {
+    const st = native.status();
+    return { ...st, binary: { kind: binaryKind(addonPath, st.builtWithCuda), path: addonPath } } as CudaStatus;
+  } catch (e) {
+    return {
+      binary: { kind: 'none', path: null },
+      available: false,
+      reason: 'ADDON_NOT_LOADED',
+      message: String((e as Error).message),
+      deviceCount: 0,
+      driverVersion: 0,
+      runtimeVersion: 0,
+      builtWithCuda: false,
+    };
+  }
+}
+
+/**
+ * Lists the CUDA devices: an empty list without CUDA (as `cuda-memory info --json` shows it;
+ * {@link status} says why), never an error.
+ */
+export function devices(): DeviceInfo[] {
+  if (!status().available) return [];
+  return native.devices() as DeviceInfo[];
+}
+
+/** @internal The device count when CUDA is usable, else undefined (device indices then go unchecked). */
+export function knownDeviceCount(): number | undefined {
+  const st = status();
+  return st.available ? st.deviceCount : undefined;
+}
+
+/** Free and total memory of a device, in bytes (`cudaMemGetInfo`). */
+export function memGetInfo(device = 0): { free: number; total: number } {
+  const d = checkDevice(device, knownDeviceCount());
+  return native.memGetInfo(d);
+}
+
+/** Formats a CUDA version number (13000) as "13.0". */
+export function formatCudaVersion(v: number): string {
+  return v ? `${Math.floor(v / 1000)}.${Math.floor((v % 1000) / 10)}` : 'none';
+}
+
+/** What one ordered pair of devices can do (see {@link peerAccess}). */
+export interface PeerLink {
+  from: number;
+  to: number;
+  /** cudaDeviceCanAccessPeer: `from` can address `to`'s memory (NVLink or PCIe P2P). */
+  canAccess: boolean;
+  /** Peer access was enabled by this thread's addon instance (copies enable it lazily). */
+  enabled: boolean;
+  /** cudaDevP2PAttrPerformanceRank: relative link performance (lower is better). */
+  performanceRank: number;
+  /** cudaDevP2PAttrNativeAtomicSupported: atomics over the link (NVLink has them). */
+  nativeAtomics: boolean;
+  /**
+   * How the pair is joined, from NVML: `nvlink` (directly or through NVSwitches), `pcie` (no
+   * NVLink between them), `unknown` without NVML or a driver too old for its NVLink queries.
+   */
+  linkType: 'nvlink' | 'pcie' | 'unknown';
+  /** Active NVLinks joining the pair (nvidia-smi topo's NV#); null when unknown. */
+  nvlinks: number | null;
+  /** The NVLinks go through NVSwitches (every GPU on the fabric reaches every other). */
+  viaNvSwitch: boolean;
+  /** The NVLink generation and its rate, for pairs joined by NVLink; null otherwise. */
+  nvlinkRate: NvLinkRate | null;
+}
+
+/**
+ * The generation of a pair's NVLinks and the rate of one link in one direction. NVML says the
+ * generation (the oldest among the pair's links); where the GPU's architecture has one
+ * generation only and NVML says another (some drivers report 5.0 on Hopper), the
+ * architecture's is used, and `source` says so.
+ */
+export interface NvLinkRate {
+  /** "1.0" to "5.0"; null when neither NVML nor the compute capability says. */
+  generation: string | null;
+  /** GB/s of one link in one direction: 20 for 1.0, 25 for 2.0 to 4.0, 50 for 5.0; 25 when assumed. */
+  gbpsPerLink: number;
+  /** Where the generation came from: "reported by NVML", "from compute capability 9.0 (NVML reported 5.0)", "25 GB/s assumed: …". */
+  source: string;
+}
+
+/**
+ * How a pair is joined, for people: "NVLink 4.0 x18 through NVSwitch", "PCIe", "link unknown (no
+ * NVML)". Takes a link as peerAccess() gives it, or as an older report kept it (no `nvlinkRate`).
+ */
+export function describeLink(link: Pick<PeerLink, 'linkType' | 'nvlinks' | 'viaNvSwitch'> & { nvlinkRate?: NvLinkRate | null }): string {
+  if (link.linkType === 'nvlink') {
+    const generation = link.nvlinkRate?.generation ? `${link.nvlinkRate.generation} ` : '';
+    return `NVLink ${generation}x${link.nvlinks}${link.viaNvSwitch ? ' through NVSwitch' : ''}`;
+  }
+  return link.linkType === 'pcie' ? 'PCIe' : 'link unknown (no NVML)';
+}
+
+/** The peer matrix: one entry per ordered pair of distinct devices. */
+export function peerAccess(): PeerLink[] {
+  return native.peerAccess();
+}
+
+/** Enables access from device `from` to `to` now (copies do it lazily); returns whether it is on. */
+export function enablePeerAccess(from: number, to: number): boolean {
+  return native.enablePeerAccess(from, to);
+}
+
+/**
+ * CUDA_VISIBLE_DEVICES as this process sees it (null when unset). The CUDA runtime applies it
+ * before the library sees any device: device indices everywhere in this library (and
+ * `devices()`, `createAllocators({ devices: 'all' })`) are CUDA's, counted from 0 over the
+ * visible GPUs in the order the variable lists them; `DeviceInfo.nvmlIndex` is the GPU's own.
+ */
+export function cudaVisibleDevices(): string | null {
+  const v = process.env.CUDA_VISIBLE_DEVICES;
+  return v === undefined ? null : v;
+}
+
+/** Where a GPU sits on the host: its NUMA node and the CPUs local to it (from sysfs). */
+export interface DeviceLocality {
+  /** -1 when the host does not say (one node, or a VM that hides it). */
+  numaNode: number;
+  /** e.g. "0-31,64-95"; empty when unknown. */
+  localCpus: string;
+}
+
+/** The NUMA node and local CPUs of the GPU at this PCI bus id (Linux sysfs), or null if unknown. */
+export function deviceLocality(pciBusId: string): DeviceLocality | null {
+  const m = /^([0-9a-f]+):([0-9a-f]{2}):([0-9a-f]{2})\.([0-9a-f])$/i.exec(pciBusId);
+  if (!m) return null;
+  const dir = `/sys/bus/pci/devices/${m[1].slice(-4).padStart(4, '0')}:${m[2]}:${m[3]}.${m[4]}`.toLowerCase();
+  try {
+    const numaNode = Number(fs.readFileSync(`${dir}/numa_node`, 'utf8').trim());
+    let localCpus = '';
+    try {
+      localCpus = fs.readFileSync(`${dir}/local_cpulist`, 'utf8').trim();
+    } catch {
+      // older kernels: numa_node only
+    }
+    return { numaNode: Number.isFinite(numaNode) ? numaNode : -1, localCpus };
+  } catch {
+    return null;
+  }
+}

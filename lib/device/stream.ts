@@ -1,0 +1,119 @@
+/** CUDA streams and events, disposable like buffers. */
+import { native } from '../binding/native';
+import { checkBoolean, checkDevice, checkOptions } from '../base/validate';
+import { knownDeviceCount } from './discovery';
+import { invalidArgument, argTypeError, CudaMemoryError } from '../base/errors';
+
+function disposedError(what: string): Error {
+  return new CudaMemoryError(`the ${what} was disposed`, 'ERR_DISPOSED');
+}
+
+/**
+ * @internal The native handle of an `options.stream` (undefined when none is given), checked to
+ * be a live Stream; the copy, free and alloc options all read it so.
+ */
+export function streamOption(stream: unknown): unknown {
+  if (stream === undefined) return undefined;
+  if (!(stream instanceof Stream)) throw invalidArgument('options.stream', 'a Stream', stream);
+  return stream.handle();
+}
+
+/** A CUDA stream: an ordered queue of work on one device. */
+export class Stream {
+  /** @internal */ _s: unknown;
+  readonly device: number;
+  private _disposed = false;
+
+  /** Creates a stream (cudaStreamCreateWithFlags). `nonBlocking` streams do not wait for the legacy default stream. */
+  constructor(options?: { device?: number; nonBlocking?: boolean }) {
+    const o = checkOptions<{ device: number; nonBlocking: boolean }>('options', options);
+    this.device = checkDevice(o.device, knownDeviceCount());
+    this._s = native.streamCreate(this.device, checkBoolean('options.nonBlocking', o.nonBlocking, true));
+  }
+
+  /** @internal */ handle(): unknown {
+    if (this._disposed) throw disposedError('stream');
+    return this._s;
+  }
+
+  /** Blocks until everything queued on the stream has finished. */
+  synchronize(): void {
+    native.streamSynchronize(this.handle());
+  }
+
+  /** True when everything queued has finished (cudaStreamQuery). */
+  query(): boolean {
+    return native.streamQuery(this.handle());
+  }
+
+  get disposed(): boolean {
+    return this._disposed;
+  }
+
+  /** Waits for queued work, then destroys the stream. Idempotent. */
+  dispose(): void {
+    if (this._disposed) return;
+    this._disposed = true;
+    native.streamDestroy(this._s);
+  }
+
+  [Symbol.dispose](): void {
+    this.dispose();
+  }
+}
+
+/** A CUDA event: a marker in a stream, for waiting and timing. */
+export class Event {
+  /** @internal */ _e: unknown;
+  readonly device: number;
+  private _disposed = false;
+
+  /** Creates an event; `timing` (default true) allows elapsedTime(). */
+  constructor(options?: { device?: number; timing?: boolean }) {
+    const o = checkOptions<{ device: number; timing: boolean }>('options', options);
+    this.device = checkDevice(o.device, knownDeviceCount());
+    this._e = native.eventCreate(this.device, checkBoolean('options.timing', o.timing, true));
+  }
+
+  private handle(): unknown {
+    if (this._disposed) throw disposedError('event');
+    return this._e;
+  }
+
+  /** Records the event in `stream` (default: the legacy default stream). */
+  record(stream?: Stream): this {
+    if (stream !== undefined && !(stream instanceof Stream)) throw argTypeError('Expected a Stream for stream');
+    native.eventRecord(this.handle(), stream ? stream.handle() : undefined);
+    return this;
+  }
+
+  /** Blocks until the work before the event has finished. */
+  synchronize(): void {
+    native.eventSynchronize(this.handle());
+  }
+
+  /** True when the work before the event has finished. */
+  query(): boolean {
+    return native.eventQuery(this.handle());
+  }
+
+  /** Milliseconds between two recorded events (cudaEventElapsedTime). */
+  static elapsedTime(start: Event, end: Event): number {
+    if (!(start instanceof Event) || !(end instanceof Event)) throw argTypeError('Expected two Events for start and end');
+    return native.eventElapsed(start.handle(), end.handle());
+  }
+
+  get disposed(): boolean {
+    return this._disposed;
+  }
+
+  dispose(): void {
+    if (this._disposed) return;
+    this._disposed = true;
+    native.eventDestroy(this._e);
+  }
+
+  [Symbol.dispose](): void {
+    this.dispose();
+  }
+}

@@ -1,0 +1,438 @@
+/**
+ * Device memory, pinned host memory and page-locked Node buffers. Every buffer has an explicit,
+ * idempotent free() and [Symbol.dispose]; garbage collection frees only what was forgotten.
+ */
+import { CudaError, describe as describeValue, argTypeError, argRangeError } from '../base/errors';
+import { Stream, streamOption } from '../device/stream';
+import { native, requireCuda } from '../binding/native';
+import { checkBoolean, checkDevice, checkOptions, checkSize } from '../base/validate';
+import { knownDeviceCount } from '../device/discovery';
+import { IpcHandle, inUseError, parseIpcHandle } from './ipc';
+import { shmDir } from '../base/shm';
+import { checkHoldable, holdBuffer, releaseBuffer } from './detach';
+import { checkInternal, kInternal } from '../base/internal';
+
+// The safety net for forgotten buffers. A JS FinalizationRegistry costs about 0.3 µs per buffer
+// where a native finalizer costs about 0.7, which matters for pooled allocations.
+const forgotten = new FinalizationRegistry<number>((handle) => {
+  try {
+    native.free(handle);
+  } catch {
+    // A finalizer never throws.
+  }
+});
+
+// Buffers join the registry late: a finalizer can only run once the current job has returned,
+// so a buffer freed before then never needs one, and registering it and unregistering it again
+// would be most of what a pooled alloc+free pair costs. New buffers wait in `unwatched` until a
+// microtask (or every WATCH_BATCH buffers, so a long synchronous loop holds few) registers those
+// still live. Until then the list keeps them reachable, which no finalizer could have observed
+// anyway.
+interface Watchable {
+  readonly _h: number;
+  readonly freed: boolean;
+  _watched: boolean;
+}
+const WATCH_BATCH = 1024;
+let unwatched: Watchable[] = [];
+let watchQueued = false;
+
+/** Puts a new buffer under the safety net once it outlives the current job. */
+function watchLater(b: Watchable): void {
+  if (unwatched.push(b) >= WATCH_BATCH) watchLive();
+  else if (!watchQueued) {
+    watchQueued = true;
+    queueMicrotask(watchLive);
+  }
+}
+
+function watchLive(): void {
+  const list = unwatched;
+  unwatched = [];
+  watchQueued = false;
+  for (const b of list)
+    if (!b.freed) {
+      b._watched = true;
+      forgotten.register(b, b._h, b);
+    }
+}
+
+/** Takes a buffer being freed off the safety net, if it was put under it. */
+function unwatch(b: Watchable): void {
+  if (b._watched) forgotten.unregister(b);
+}
+
+/** @internal Throws the error every use of a freed buffer gets. */
+export function freedError(what: string): CudaError {
+  return new CudaError(`${what} was freed and can no longer be used`, { code: 'ERR_BUFFER_FREED', call: what });
+}
+
+// Exported buffers stay reachable until freed: the garbage collector must never free memory that
+// another process may have open.
+const exported = new Set<object>();
+
+/** Options of {@link DeviceBuffer.free}. */
+export interface FreeOptions {
+  /** Free after the work queued on this stream (see {@link DeviceBuffer.free}). */
+  stream?: Stream;
+  /**
+   * An exported buffer that other processes still have open is not freed (ERR_IPC_IN_USE)
+   * unless this is true; their use of it is then undefined, as CUDA documents.
+   */
+  force?: boolean;
+}
+
+/** Options of {@link DeviceBuffer.importIpc}. */
+export interface ImportIpcOptions {
+  /** Expect the handle to be for this device (ERR_IPC_WRONG_DEVICE otherwise). */
+  device?: number;
+}
+
+/** Options of {@link DeviceBuffer.alloc}. */
+export interface DeviceAllocOptions {
+  /** Device index; default 0. */
+  device?: number;
+}
+
+/** Memory on a CUDA device (`cudaMalloc`), or a block carved from an allocator's pool. */
+export class DeviceBuffer {
+  /** @internal */ _h: number;
+  /** Size in bytes, as requested. */
+  readonly byteLength: number;
+  /** The device the memory is on. */
+  readonly device: number;
+  /** True for blocks of an allocator on a simulated device: they have no memory behind them. */
+  readonly simulated: boolean;
+  /** @internal */ _owner: object | null;
+  private _freed = false;
+  /** @internal */ _watched = false;
+
+  /** @internal Use {@link DeviceBuffer.alloc} or an allocator's alloc(). */
+  constructor(token: symbol, handle: number, byteLength: number, device: number, simulated: boolean, owner: object | null) {
+    checkInternal(token, 'DeviceBuffer', 'DeviceBuffer.alloc() or an allocator');
+    this._h = handle;
+    this.byteLength = byteLength;
+    this.device = device;
+    this.simulated = simulated;
+    this._owner = owner;
+    watchLater(this);
+  }
+
+  /** Allocates `bytes` of device memory with cudaMalloc. Throws OutOfMemoryError when it does not fit. */
+  static alloc(bytes: number, options?: DeviceAllocOptions): DeviceBuffer {
+    const n = checkSize('bytes', bytes, 1);
+    const o = checkOptions<DeviceAllocOptions>('options', options);
+    const device = checkDevice(o.device, knownDeviceCount());
+    requireCuda();
+    return new DeviceBuffer(kInternal, native.deviceAlloc(n, device), n, device, false, null);
+  }
+
+  /** True once freed. */
+  get freed(): boolean {
+    return this._freed;
+  }
+
+  /**
+   * The device address, for interop with other CUDA code: a number, as every address the library
+   * reports (snapshots and traces too); addresses stay below 2^53.
+   */
+  get address(): number {
+    if (this._freed) throw freedError('buffer');
+    return native.handleInfo(this._h).address as number;
+  }
+
+  /**
+   * Frees the memory now (or, for an allocator's block, returns it to the pool). Idempotent.
+   * With `{ stream }`, after the work queued on that stream: a block of a stream-ordered (`async`)
+   * allocator is freed in the stream's order without waiting (cudaFreeAsync; if it was allocated
+   * on another stream, that stream's queued work comes first too); any other memory waits for
+   * the stream, then is freed.
+   */
+  free(options?: FreeOptions): void {
+    if (this._freed) return;
+    const o = options === undefined ? undefined : checkOptions<FreeOptions>('options', options);
+    const stream = o === undefined ? undefined : streamOption(o.stream);
+    if (exported.has(this)) {
+      if (!checkBoolean('options.force', o?.force, false)) {
+        const importers = native.ipcImporters(this._h);
+        if (importers.length > 0) throw inUseError(importers);
+      }
+      exported.delete(this);
+    }
+    this._freed = true;
+    unwatch(this);
+    if (stream === undefined) native.free(this._h);
+    else native.freeOn(this._h, stream);
+  }
+
+  /**
+   * Exports the buffer to other processes (cudaIpcGetMemHandle) and returns its handle, a plain
+   * object that survives `process.send`, `postMessage` and JSON (see {@link IpcHandle}). A block
+   * of a `bfc` allocator exports its region and its offset in it. Calling it again returns the
+   * same handle.
+   *
+   * Lifetime: the buffer stays alive (the garbage collector leaves it) until free(); free()
+   * refuses with ERR_IPC_IN_USE while any process has it open ({@link ipcImporters}), unless
+   * `{ force: true }`. If the exporting process exits, importers that have it open keep their
+   * mapping (the driver keeps the memory until the last close), but no new process can open it
+   * (ERR_IPC_EXPORT_GONE).
+   */
+  exportIpc(): IpcHandle {
+    if (this._freed) throw freedError('buffer');
+    requireCuda();
+    const h = native.ipcExport(this._h, shmDir()) as IpcHandle;
+    exported.add(this);
+    return h;
+  }
+
+  /** The pids of the processes that have this exported buffer open now (empty if not exported). */
+  ipcImporters(): number[] {
+    if (this._freed) throw freedError('buffer');
+    return exported.has(this) ? native.ipcImporters(this._h) : [];
+  }
+
+  /**
+   * Opens a buffer another process exported (cudaIpcOpenMemHandle) on the device with the
+   * handle's uuid. Its free() closes the mapping (cudaIpcCloseMemHandle). Throws
+   * InterprocessError: ERR_IPC_HANDLE_INVALID (malformed, forged or altered),
+   * ERR_IPC_EXPORT_GONE (freed, or the exporter exited), ERR_IPC_SAME_PROCESS,
+   * ERR_IPC_ALREADY_OPEN (this thread has it open already), ERR_IPC_WRONG_DEVICE.
+   */
+  static importIpc(handle: IpcHandle | string, options?: ImportIpcOptions): DeviceBuffer {
+    const h = parseIpcHandle(handle);
+    const o = checkOptions<ImportIpcOptions>('options', options);
+    const wanted = o.device === undefined ? -1 : checkDevice(o.device, knownDeviceCount());
+    const [bh, device] = native.ipcImport(h, shmDir(), wanted);
+    return new DeviceBuffer(kInternal, bh, h.byteLength, device, false, null);
+  }
+
+  [Symbol.dispose](): void {
+    this.free();
+  }
+
+  /** @internal */ get [Symbol.toStringTag](): string {
+    return 'DeviceBuffer';
+  }
+}
+
+/** Options of {@link PinnedBuffer.alloc} (the flags of cudaHostAlloc). */
+export interface PinnedAllocOptions {
+  /** Pinned for every CUDA context, not only the device's (cudaHostAllocPortable). */
+  portable?: boolean;
+  /** Mapped into the device's address space (cudaHostAllocMapped): "shared GPU memory". */
+  mapped?: boolean;
+  /** Write-combined: faster host-to-device, very slow to read from the CPU (cudaHostAllocWriteCombined). */
+  writeCombined?: boolean;
+  /** Device whose context pins it; default 0. */
+  device?: number;
+}
+
+const FLAG_PORTABLE = 1;
+const FLAG_MAPPED = 2;
+const FLAG_WRITE_COMBINED = 4;
+
+/**
+ * Page-locked host memory. `bytes` is a Uint8Array over the pinned memory itself: writes to it
+ * are what a copy to the device reads. After free() every view over it is emptied (detached).
+ */
+export class PinnedBuffer {
+  /** @internal */ _h: number;
+  /** The pinned memory. */
+  readonly bytes: Uint8Array;
+  readonly byteLength: number;
+  readonly device: number;
+  readonly portable: boolean;
+  readonly mapped: boolean;
+  readonly writeCombined: boolean;
+  /**
+   * How the memory was pinned: `cudaHostAlloc`, or `cudaHostRegister` of a V8-owned buffer in
+   * runtimes that refuse external ArrayBuffers (Electron's V8 sandbox).
+   */
+  readonly pinnedBy: 'cudaHostAlloc' | 'cudaHostRegister' | 'sharedMemory';
+  private _freed = false;
+  /** @internal */ _watched = false;
+
+  /** @internal */
+  constructor(token: symbol, handle: number, bytes: Uint8Array, device: number, flags: number, pinnedBy: PinnedBuffer['pinnedBy']) {
+    checkInternal(token, 'PinnedBuffer', 'PinnedBuffer.alloc() or createSharedPinned()');
+    this._h = handle;
+    this.bytes = bytes;
+    this.byteLength = bytes.byteLength;
+    this.device = device;
+    this.portable = (flags & FLAG_PORTABLE) !== 0;
+    this.mapped = (flags & FLAG_MAPPED) !== 0;
+    this.writeCombined = (flags & FLAG_WRITE_COMBINED) !== 0;
+    this.pinnedBy = pinnedBy;
+    // Memory the addon made (cudaHostAlloc, shared memory) is marked untransferable by Node and
+    // detached by the addon at free(); a registered V8 buffer is marked here.
+    holdBuffer(bytes, pinnedBy === 'cudaHostRegister');
+    if (pinnedBy === 'cudaHostRegister') watchLater(this);
+  }
+
+  /** Allocates `bytes` of pinned host memory (cudaHostAlloc). */
+  static alloc(bytes: number, options?: PinnedAllocOptions): PinnedBuffer {
+    const n = checkSize('bytes', bytes, 1);
+    const o = checkOptions<PinnedAllocOptions>('options', options);
+    const flags =
+      (checkBoolean('options.portable', o.portable, false) ? FLAG_PORTABLE : 0) |
+      (checkBoolean('options.mapped', o.mapped, false) ? FLAG_MAPPED : 0) |
+      (checkBoolean('options.writeCombined', o.writeCombined, false) ? FLAG_WRITE_COMBINED : 0);
+    const device = checkDevice(o.device, knownDeviceCount());
+    requireCuda();
+    if (!externalBuffersRefused()) {
+      try {
+        const [h, ab] = native.pinnedAlloc(n, flags, device);
+        return new PinnedBuffer(kInternal, h, new Uint8Array(ab), device, flags, 'cudaHostAlloc');
+      } catch (e) {
+        if ((e as { code?: string }).code !== 'ERR_EXTERNAL_BUFFERS_NOT_ALLOWED') throw e;
+        externalRefused = true;
+      }
+    }
+    // The runtime will not wrap foreign memory in an ArrayBuffer: pin a V8-owned one instead.
+    if (flags & FLAG_WRITE_COMBINED)
+      throw new CudaError('writeCombined pinned memory needs external ArrayBuffers, which this runtime refuses', {
+        code: 'ERR_EXTERNAL_BUFFERS_NOT_ALLOWED',
+        call: 'cudaHostAlloc',
+      });
+    const view = new Uint8Array(new ArrayBuffer(n));
+    const h = native.registerHost(view, flags & (FLAG_PORTABLE | FLAG_MAPPED), device);
+    return new PinnedBuffer(kInternal, h, view, device, flags & ~FLAG_WRITE_COMBINED, 'cudaHostRegister');
+  }
+
+  get freed(): boolean {
+    return this._freed;
+  }
+
+  /** The address the GPU uses for mapped memory (null unless `mapped`). */
+  get devicePointer(): number | null {
+    if (this._freed) throw freedError('buffer');
+    return (native.handleInfo(this._h).devicePointer as number | null) ?? null;
+  }
+
+  /** Unpins and frees the memory; every view over it becomes empty. Idempotent. */
+  free(): void {
+    if (this._freed) return;
+    this._freed = true;
+    unwatch(this);
+    native.free(this._h);
+    releaseBuffer(this.bytes);
+  }
+
+  [Symbol.dispose](): void {
+    this.free();
+  }
+}
+
+let externalRefused = false;
+/** @internal True when pinned buffers must be V8-owned and registered (see PinnedBuffer.pinnedBy). */
+export function externalBuffersRefused(): boolean {
+  return externalRefused || process.env.CUDA_MEMORY_NO_EXTERNAL_BUFFERS === '1';
+}
+
+/** Options of {@link registerHost}. */
+export interface RegisterOptions {
+  portable?: boolean;
+  mapped?: boolean;
+  device?: number;
+}
+
+/**
+ * A Node buffer page-locked in place with cudaHostRegister. Copies from and to it run at pinned
+ * speed. The buffer is kept alive while registered; call free() when done (it unpins, and the
+ * Node buffer stays yours).
+ */
+export class RegisteredBuffer {
+  /** @internal */ _h: number;
+  /** The registered memory. */
+  readonly view: ArrayBufferView;
+  readonly byteLength: number;
+  readonly device: number;
+  private _freed = false;
+  /** @internal */ _watched = false;
+
+  /** @internal */
+  constructor(token: symbol, handle: number, view: ArrayBufferView, device: number) {
+    checkInternal(token, 'RegisteredBuffer', 'registerHost()');
+    this._h = handle;
+    this.view = view;
+    this.byteLength = view.byteLength;
+    this.device = device;
+    holdBuffer(view);
+    watchLater(this);
+  }
+
+  get freed(): boolean {
+    return this._freed;
+  }
+
+  /** Unpins the memory (cudaHostUnregister); the Node buffer stays yours. Idempotent. */
+  free(): void {
+    if (this._freed) return;
+    this._freed = true;
+    unwatch(this);
+    native.free(this._h);
+    releaseBuffer(this.view);
+  }
+
+  [Symbol.dispose](): void {
+    this.free();
+  }
+}
+
+/** Page-locks an existing ArrayBuffer, SharedArrayBuffer or view in place (cudaHostRegister). */
+export function registerHost(memory: ArrayBufferLike | ArrayBufferView, options?: RegisterOptions): RegisteredBuffer {
+  let view: ArrayBufferView;
+  if (ArrayBuffer.isView(memory)) view = memory;
+  else if (memory instanceof ArrayBuffer || (typeof SharedArrayBuffer !== 'undefined' && memory instanceof SharedArrayBuffer))
+    view = new Uint8Array(memory);
+  else
+    throw argTypeError(`Expected an ArrayBuffer, SharedArrayBuffer or ArrayBuffer view for memory but received ${describeValue(memory)}`);
+  if (view.byteLength === 0) throw argRangeError('Expected a non-empty buffer for memory but received one of 0 bytes');
+  checkHoldable('memory', view);
+  const o = checkOptions<RegisterOptions>('options', options);
+  const flags =
+    (checkBoolean('options.portable', o.portable, false) ? FLAG_PORTABLE : 0) |
+    (checkBoolean('options.mapped', o.mapped, false) ? FLAG_MAPPED : 0);
+  const device = checkDevice(o.device, knownDeviceCount());
+  requireCuda();
+  return new RegisteredBuffer(kInternal, native.registerHost(view, flags, device), view, device);
+}
+
+/** @internal Implemented by memory lent from a pool (a pinned block used at a shorter length). */
+export const kLentMemory = Symbol('cuda-memory.lent');
+/**
+ * Memory lent from a pool: a pinned block used at a shorter length (what `PinnedPool.alloc`
+ * returns). `copy()` and `copyAsync()` take it as either side.
+ */
+export interface LentMemory {
+  [kLentMemory](): { buffer: PinnedBuffer; byteLength: number; freed: boolean };
+}
+
+/** Anything copy() accepts as a source or destination. */
+export type Memory = DeviceBuffer | PinnedBuffer | RegisteredBuffer | LentMemory | ArrayBuffer | SharedArrayBuffer | ArrayBufferView;
+
+/** @internal Resolves a Memory to what the addon takes (a handle or a view) and its length. */
+export function resolveMemory(
+  name: string,
+  m: unknown,
+): { target: number | ArrayBufferView; length: number; device: boolean; buffer: object } {
+  if (m instanceof DeviceBuffer) {
+    if (m.freed) throw freedError(name);
+    return { target: m._h, length: m.byteLength, device: true, buffer: m };
+  }
+  if (m instanceof PinnedBuffer || m instanceof RegisteredBuffer) {
+    if (m.freed) throw freedError(name);
+    return { target: m._h, length: m.byteLength, device: false, buffer: m };
+  }
+  if (ArrayBuffer.isView(m)) return { target: m, length: m.byteLength, device: false, buffer: m };
+  if (m !== null && typeof m === 'object' && kLentMemory in m) {
+    const lent = (m as LentMemory)[kLentMemory]();
+    if (lent.freed) throw freedError(name);
+    return { target: lent.buffer._h, length: lent.byteLength, device: false, buffer: lent.buffer };
+  }
+  if (m instanceof ArrayBuffer || (typeof SharedArrayBuffer !== 'undefined' && m instanceof SharedArrayBuffer))
+    return { target: new Uint8Array(m), length: m.byteLength, device: false, buffer: m };
+  throw argTypeError(
+    `Expected a DeviceBuffer, PinnedBuffer, RegisteredBuffer, ArrayBuffer, SharedArrayBuffer or ArrayBuffer view for ${name} but received ${describeValue(m)}`,
+  );
+}

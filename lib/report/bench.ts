@@ -1,0 +1,328 @@
+/** Output formats of the transfer benchmark: table, CSV, terminal chart, HTML/SVG, JUnit XML. */
+import { TransferReport, TransferResult, findResult } from '../bench/transfer';
+import { GateResult } from '../bench/gates';
+import { esc, PALETTE, niceTicks, sizeTicks } from './chart';
+import { formatBytes } from '../base/units';
+
+function label(r: TransferResult): string {
+  return r.direction === 'd2d' ? 'd2d' : `${r.direction} ${r.mode}`;
+}
+
+/** A GB/s figure for tables: one decimal from 100 up, two below. */
+export function rate(v: number): string {
+  return v >= 100 ? v.toFixed(1) : v.toFixed(2);
+}
+
+function headline(report: TransferReport): string[] {
+  const e = report.environment;
+  const pcie = e.gpu.pcie
+    ? `PCIe Gen${e.gpu.pcie.currentGeneration} x${e.gpu.pcie.currentWidth} (max Gen${e.gpu.pcie.maxGeneration} x${e.gpu.pcie.maxWidth})`
+    : 'PCIe link unknown (no NVML)';
+  return [
+    `GPU ${e.gpu.name} (${e.gpu.uuid}, ${e.gpu.pciBusId}), ${pcie}`,
+    `driver CUDA ${e.driverVersion}, runtime CUDA ${e.runtimeVersion}; host ${e.host.cpu} x${e.host.cpus}, ${formatBytes(e.host.memoryBytes)}; Node ${e.node}`,
+    `rates in decimal GB/s (1e9 bytes/s), median of ${report.options.iterations}${report.options.smallIterations ? ` (${report.options.smallIterations} up to 1 MiB)` : ''} after ${report.options.warmup} warm-up; staged path: chunks ${formatBytes(e.staging.firstChunkBytes ?? e.staging.chunkBytes)} to ${formatBytes(e.staging.chunkBytes)}${e.staging.lastChunkBytes ? ` to ${formatBytes(e.staging.lastChunkBytes)}` : ''} x${e.staging.slots}, ${e.staging.threads} threads${autoLine(e.staging)}`,
+  ];
+}
+
+function autoLine(st: TransferReport['environment']['staging']): string {
+  const t = st.autoThreshold as unknown;
+  if (typeof t === 'number') return `; auto stages from ${formatBytes(t)}`;
+  if (!t || typeof t !== 'object') return '';
+  const { h2d, d2h } = t as { h2d: number; d2h: number };
+  return `; auto stages h2d from ${formatBytes(h2d)}, d2h from ${formatBytes(d2h)}`;
+}
+
+/** A readable table: one row per result. */
+export function formatTable(report: TransferReport): string {
+  const head = ['direction', 'mode', 'size', 'median', 'p10', 'p90', 'cv', 'extra', 'ok'];
+  const rows = report.results.map((r) => {
+    const extra: string[] = [];
+    if (r.trafficGbps) extra.push(`traffic ${rate(r.trafficGbps.median)}`);
+    if (r.perDirectionGbps !== undefined) extra.push(`each way ${rate(r.perDirectionGbps)}`);
+    if (r.coldFirstTouchGbps !== undefined) extra.push(`cold ${rate(r.coldFirstTouchGbps)}`);
+    if (r.registrationSeconds !== undefined) extra.push(`register ${(r.registrationSeconds * 1e3).toFixed(2)} ms`);
+    if (r.path) extra.push(`path ${r.path}`);
+    if (r.limitGbps !== undefined) extra.push(`${((r.shareOfLimit ?? 0) * 100).toFixed(0)}% of limit ${rate(r.limitGbps)}`);
+    return [
+      r.direction,
+      r.mode,
+      formatBytes(r.bytes),
+      rate(r.gbps.median),
+      rate(r.gbps.p10),
+      rate(r.gbps.p90),
+      `${(r.gbps.cv * 100).toFixed(1)}%`,
+      extra.join(', '),
+      r.verified ? 'yes' : 'NO',
+    ];
+  });
+  const widths = head.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i].length)));
+  const fmt = (cells: string[]) =>
+    cells
+      .map((c, i) => (i >= 2 && i <= 6 ? c.padStart(widths[i]) : c.padEnd(widths[i])))
+      .join('  ')
+      .trimEnd();
+  const out = [...headline(report), '', fmt(head), fmt(widths.map((w) => '-'.repeat(w))), ...rows.map(fmt)];
+  if (report.eventLoop)
+    out.push(
+      '',
+      `event loop during ${formatBytes(report.eventLoop.copyBytes)} of pageable copyAsync (${report.eventLoop.copySeconds.toFixed(2)} s): worst 1 ms timer delay ${report.eventLoop.worstDelayMs.toFixed(2)} ms over ${report.eventLoop.timerFires} ticks${probeNote(report.eventLoop)}`,
+    );
+  return out.join('\n');
+}
+
+// " at 12.0 ms, 1 GC pause (longest 1.20 ms), JavaScript thread preempted 0 times": when the worst
+// tick came, the collections V8 reported inside the probe's window, and preemptions (Linux).
+function probeNote(e: NonNullable<TransferReport['eventLoop']>): string {
+  const at = e.worstAtMs === undefined ? '' : ` at ${e.worstAtMs.toFixed(1)} ms`;
+  const preempted =
+    e.preemptions === undefined ? '' : `, JavaScript thread preempted ${e.preemptions} time${e.preemptions === 1 ? '' : 's'}`;
+  if (e.gcPauses === undefined) return at + preempted;
+  const gc =
+    e.gcPauses === 0 ? ', no GC pause' : `, ${e.gcPauses} GC pause${e.gcPauses === 1 ? '' : 's'} (longest ${e.longestGcMs!.toFixed(2)} ms)`;
+  return at + gc + preempted;
+}
+
+/** CSV, one row per result, with a header. */
+export function formatCsv(report: TransferReport): string {
+  const head =
+    'direction,mode,bytes,timing,median_gbps,p10_gbps,p90_gbps,min_gbps,max_gbps,cv,median_seconds,traffic_gbps,per_direction_gbps,cold_first_touch_gbps,registration_seconds,path,limit_gbps,share_of_limit,verified,samples';
+  const rows = report.results.map((r) =>
+    [
+      r.direction,
+      r.mode,
+      r.bytes,
+      r.timing,
+      r.gbps.median,
+      r.gbps.p10,
+      r.gbps.p90,
+      r.gbps.min,
+      r.gbps.max,
+      r.gbps.cv,
+      r.seconds.median,
+      r.trafficGbps?.median ?? '',
+      r.perDirectionGbps ?? '',
+      r.coldFirstTouchGbps ?? '',
+      r.registrationSeconds ?? '',
+      r.path ?? '',
+      r.limitGbps ?? '',
+      r.shareOfLimit ?? '',
+      r.verified,
+      `"${r.samples.join(' ')}"`,
+    ].join(','),
+  );
+  return [head, ...rows].join('\n') + '\n';
+}
+
+interface Series {
+  name: string;
+  /** [bytes, median, p10, p90] GB/s */
+  points: [number, number, number, number][];
+}
+
+function series(report: TransferReport): Series[] {
+  const map = new Map<string, Series>();
+  for (const r of report.results) {
+    const name = label(r);
+    if (!map.has(name)) map.set(name, { name, points: [] });
+    map.get(name)!.points.push([r.bytes, r.gbps.median, r.gbps.p10, r.gbps.p90]);
+  }
+  return [...map.values()];
+}
+
+/** A chart of GB/s against size for the terminal: one row per series, bars at each size. */
+export function formatChart(report: TransferReport, width = 40): string {
+  const all = series(report);
+  const sizes = [...new Set(report.results.map((r) => r.bytes))].sort((a, b) => a - b);
+  const out: string[] = ['GB/s by size (decimal), bar length relative to the fastest series at that size'];
+  for (const s of all.filter((x) => !x.name.startsWith('d2d'))) {
+    out.push(`\n${s.name}`);
+    for (const size of sizes) {
+      const p = s.points.find((q) => q[0] === size);
+      if (!p) continue;
+      const max = Math.max(...all.filter((x) => !x.name.startsWith('d2d')).map((x) => x.points.find((q) => q[0] === size)?.[1] ?? 0));
+      const bar = '█'.repeat(Math.max(1, Math.round((p[1] / max) * width)));
+      out.push(`  ${formatBytes(size).padStart(9)} ${bar} ${rate(p[1])}`);
+    }
+  }
+  return out.join('\n');
+}
+
+/**
+ * An SVG line chart of GB/s against size (log2 x axis), self-contained: the median of each series
+ * as a line, its p10–p90 range as a band around it, round ticks on both axes.
+ */
+export function renderSvg(report: TransferReport, direction: string): string {
+  const ss = series(report).filter((s) => s.name.startsWith(direction));
+  const W = 760,
+    H = 420,
+    L = 60,
+    R = 190,
+    T = 30,
+    B = 50;
+  const xs = [...new Set(ss.flatMap((s) => s.points.map((p) => p[0])))].sort((a, b) => a - b);
+  const yticks = niceTicks(Math.max(...ss.flatMap((s) => s.points.map((p) => p[3]))) * 1.02);
+  const ymax = yticks[yticks.length - 1];
+  const lx = (b: number) =>
+    L + ((Math.log2(b) - Math.log2(xs[0])) / Math.max(1, Math.log2(xs[xs.length - 1]) - Math.log2(xs[0]))) * (W - L - R);
+  const ly = (v: number) => H - B - (v / ymax) * (H - T - B);
+  const parts: string[] = [
+    `<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}" font-family="sans-serif" font-size="11">`,
+  ];
+  parts.push(
+    `<text x="${L}" y="18" font-size="14" font-weight="bold">${esc(direction)}: GB/s (decimal) by transfer size, median with p10–p90 band</text>`,
+  );
+  for (const v of yticks)
+    parts.push(
+      `<line x1="${L}" x2="${W - R}" y1="${ly(v)}" y2="${ly(v)}" stroke="#ddd"/><text x="${L - 6}" y="${ly(v) + 4}" text-anchor="end">${v}</text>`,
+    );
+  for (const b of sizeTicks(xs[0], xs[xs.length - 1]))
+    parts.push(
+      `<line x1="${lx(b)}" x2="${lx(b)}" y1="${H - B}" y2="${H - B + 4}" stroke="#888"/><text x="${lx(b)}" y="${H - B + 16}" text-anchor="middle">${esc(formatBytes(b).replace(' ', ''))}</text>`,
+    );
+  ss.forEach((s, i) => {
+    const c = PALETTE[i % PALETTE.length];
+    const pts = [...s.points].sort((p, q) => p[0] - q[0]);
+    const upper = pts.map((p, j) => `${j ? 'L' : 'M'}${lx(p[0]).toFixed(1)},${ly(p[3]).toFixed(1)}`).join(' ');
+    const lower = [...pts]
+      .reverse()
+      .map((p) => `L${lx(p[0]).toFixed(1)},${ly(p[2]).toFixed(1)}`)
+      .join(' ');
+    parts.push(`<path class="band" d="${upper} ${lower} Z" fill="${c}" fill-opacity="0.18" stroke="none"/>`);
+    const d = pts.map((p, j) => `${j ? 'L' : 'M'}${lx(p[0]).toFixed(1)},${ly(p[1]).toFixed(1)}`).join(' ');
+    parts.push(`<path class="median" d="${d}" fill="none" stroke="${c}" stroke-width="2"/>`);
+    for (const p of pts)
+      parts.push(
+        `<circle cx="${lx(p[0]).toFixed(1)}" cy="${ly(p[1]).toFixed(1)}" r="2.5" fill="${c}"><title>${esc(s.name)} ${esc(formatBytes(p[0]))}: ${rate(p[1])} GB/s (p10 ${rate(p[2])}, p90 ${rate(p[3])})</title></circle>`,
+      );
+    parts.push(
+      `<rect x="${W - R + 12}" y="${T + i * 18}" width="12" height="3" fill="${c}"/><text x="${W - R + 30}" y="${T + i * 18 + 5}">${esc(s.name)}</text>`,
+    );
+  });
+  parts.push(`<line x1="${L}" x2="${W - R}" y1="${H - B}" y2="${H - B}" stroke="#888"/>`);
+  parts.push(`<text x="${(L + W - R) / 2}" y="${H - 12}" text-anchor="middle">transfer size</text></svg>`);
+  return parts.join('\n');
+}
+
+/** A self-contained HTML report: environment, one SVG chart per direction, the table. */
+export function renderHtml(report: TransferReport, gates: GateResult[] = []): string {
+  const dirs = [...new Set(report.results.map((r) => r.direction))];
+  const rows = report.results
+    .map(
+      (r) =>
+        `<tr><td>${r.direction}</td><td>${r.mode}</td><td>${esc(formatBytes(r.bytes))}</td><td>${rate(r.gbps.median)}</td><td>${rate(r.gbps.p10)}</td><td>${rate(r.gbps.p90)}</td><td>${(r.gbps.cv * 100).toFixed(1)}%</td><td>${r.trafficGbps ? rate(r.trafficGbps.median) : ''}</td><td>${r.coldFirstTouchGbps !== undefined ? rate(r.coldFirstTouchGbps) : ''}</td><td>${r.path ?? ''}</td><td>${r.limitGbps !== undefined ? `${rate(r.limitGbps)} (${((r.shareOfLimit ?? 0) * 100).toFixed(0)}%)` : ''}</td><td>${r.verified ? 'yes' : '<b>NO</b>'}</td></tr>`,
+    )
+    .join('\n');
+  const gateList = gates.length
+    ? `<h2>Gates</h2><ul>${gates.map((g) => `<li style="color:${g.pass ? 'green' : 'crimson'}">${esc(g.message)}</li>`).join('')}</ul>`
+    : '';
+  return `<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>cuda-memory transfer benchmark</title>
+<style>body{font-family:sans-serif;margin:2em;max-width:1100px}table{border-collapse:collapse;font-size:12px}td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}td:nth-child(-n+2){text-align:left}</style></head>
+<body><h1>cuda-memory transfer benchmark</h1>
+<p>${headline(report).map(esc).join('<br>')}<br>${esc(report.environment.date)}</p>
+${gateList}
+${dirs.map((d) => renderSvg(report, d)).join('\n')}
+${stagedSection(report)}
+<h2>Results</h2>
+<table><tr><th>direction</th><th>mode</th><th>size</th><th>median GB/s</th><th>p10</th><th>p90</th><th>cv</th><th>d2d traffic GB/s</th><th>cold GB/s</th><th>auto path</th><th>limit GB/s (share)</th><th>verified</th></tr>
+${rows}
+</table>
+${report.eventLoop ? `<p>Event loop: worst 1 ms timer delay ${report.eventLoop.worstDelayMs.toFixed(2)} ms during ${esc(formatBytes(report.eventLoop.copyBytes))} of asynchronous pageable copies${esc(probeNote(report.eventLoop))}.</p>` : ''}
+<script type="application/json" id="report">${JSON.stringify({ ...report, results: report.results.map((r) => ({ ...r, samples: r.samples })) }).replace(/</g, '\\u003c')}</script>
+</body></html>
+`;
+}
+
+/**
+ * Ordinary Node buffers, size by size: the driver's pageable path, the staged path and 'auto'
+ * beside pinned memory (the link) and the host copy rate (the host); the staged path cannot beat
+ * the lower of the two, its "limit".
+ */
+export function stagedTable(report: Pick<TransferReport, 'results'>): { head: string[]; rows: string[][] } {
+  const head = [
+    'direction',
+    'size',
+    'pageable',
+    'staged',
+    'auto',
+    'pinned',
+    'hostcopy',
+    'staged/pinned',
+    'staged/limit',
+    'staged/pageable',
+  ];
+  const rows: string[][] = [];
+  const get = (mode: string, dir: string, bytes: number) => findResult(report.results, mode, dir, bytes)?.gbps.median;
+  const cell = (v: number | undefined) => (v === undefined ? '' : rate(v));
+  const pct = (a: number | undefined, b: number | undefined) =>
+    a === undefined || b === undefined ? '' : `${((a / b) * 100).toFixed(0)}%`;
+  const staged = report.results.filter((r) => r.mode === 'staged');
+  for (const r of staged) {
+    const d = r.direction,
+      n = r.bytes;
+    const pageable = get('pageable', d, n);
+    rows.push([
+      d,
+      formatBytes(n),
+      cell(pageable),
+      cell(r.gbps.median),
+      cell(get('auto', d, n)),
+      cell(get('pinned', d, n)),
+      cell(get('hostcopy', d, n)),
+      pct(r.gbps.median, get('pinned', d, n)),
+      pct(r.gbps.median, r.limitGbps),
+      pageable === undefined ? '' : `${(r.gbps.median / pageable).toFixed(1)}x`,
+    ]);
+  }
+  return { head, rows };
+}
+
+function stagedSection(report: TransferReport): string {
+  const t = stagedTable(report);
+  if (t.rows.length === 0) return '';
+  return `<h2>Ordinary Node buffers: staged path against its limit</h2>
+<p>GB/s medians. The staged path cannot beat the lower of pinned memory (the link) and hostcopy (this host copying between pageable and pinned memory with the same threads): that is its limit.</p>
+<table><tr>${t.head.map((h) => `<th>${esc(h)}</th>`).join('')}</tr>
+${t.rows.map((r) => `<tr>${r.map((c) => `<td>${esc(c)}</td>`).join('')}</tr>`).join('\n')}
+</table>`;
+}
+
+/** One JUnit test case. */
+export interface JunitCase {
+  name: string;
+  classname: string;
+  seconds: number;
+  failure?: string;
+  output?: string;
+}
+
+/** JUnit XML for CI systems. */
+export function renderJunit(suite: string, cases: JunitCase[]): string {
+  const failures = cases.filter((c) => c.failure !== undefined).length;
+  const total = cases.reduce((a, c) => a + c.seconds, 0);
+  const body = cases
+    .map((c) => {
+      const inner =
+        (c.failure !== undefined ? `<failure message="${esc(c.failure)}">${esc(c.failure)}</failure>` : '') +
+        (c.output ? `<system-out>${esc(c.output)}</system-out>` : '');
+      return `  <testcase classname="${esc(c.classname)}" name="${esc(c.name)}" time="${c.seconds.toFixed(6)}">${inner}</testcase>`;
+    })
+    .join('\n');
+  return `<?xml version="1.0" encoding="UTF-8"?>\n<testsuites tests="${cases.length}" failures="${failures}" time="${total.toFixed(6)}">\n <testsuite name="${esc(suite)}" tests="${cases.length}" failures="${failures}" time="${total.toFixed(6)}">\n${body}\n </testsuite>\n</testsuites>\n`;
+}
+
+/** The benchmark as JUnit: each result a case (failing if unverified), each gate a case. */
+export function benchmarkJunit(report: TransferReport, gates: GateResult[]): string {
+  const cases: JunitCase[] = report.results.map((r) => ({
+    classname: `transfer.${r.direction}`,
+    name: `${r.mode} ${formatBytes(r.bytes)}: ${rate(r.gbps.median)} GB/s`,
+    seconds: r.samples.reduce((a, b) => a + b, 0),
+    failure: r.verified ? undefined : 'copied data did not match',
+  }));
+  for (const g of gates)
+    cases.push({ classname: 'transfer.gates', name: g.gate.text, seconds: 0, failure: g.pass ? undefined : g.message, output: g.message });
+  return renderJunit('cuda-memory bench', cases);
+}
+
+export { niceTicks, sizeTicks } from './chart';

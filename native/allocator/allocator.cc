@@ -1,0 +1,562 @@
+#include "allocator/allocator.h"
+
+#include <vector>
+
+#include "allocator/group.h"
+#include "core/allocator/policy.h"
+
+namespace cm {
+
+namespace {
+constexpr napi_type_tag kPoolTag = {0x51e0c7a93b2d4f86ull, 0x0f6b2a9d8e4c7135ull};
+using PoolRef = std::shared_ptr<PoolBinding>;
+}  // namespace
+
+CudaUpstream::CudaUpstream(int device) : device_(device) {
+  cudaDeviceProp p{};
+  if (cudaGetDeviceProperties(&p, device) == cudaSuccess) {
+    major_ = p.major;
+    minor_ = p.minor;
+  }
+  (void)cudaGetLastError();
+}
+
+core::UpstreamStatus CudaUpstream::Allocate(size_t bytes, uint64_t* address) {
+  void* p = nullptr;
+  cudaError_t err = cudaSetDevice(device_);
+  if (err == cudaSuccess) err = cudaMalloc(&p, bytes);
+  if (err == cudaSuccess) {
+    *address = reinterpret_cast<uintptr_t>(p);
+    return core::UpstreamStatus::Ok();
+  }
+  (void)cudaGetLastError();
+  return {err == cudaErrorMemoryAllocation ? core::UpstreamStatus::kOutOfMemory
+                                           : core::UpstreamStatus::kError,
+          static_cast<int>(err), "cudaMalloc"};
+}
+
+void CudaUpstream::Deallocate(uint64_t address, size_t) noexcept {
+  cudaSetDevice(device_);
+  cudaFree(reinterpret_cast<void*>(static_cast<uintptr_t>(address)));
+  (void)cudaGetLastError();
+}
+
+uint64_t CudaUpstream::Granularity() const {
+  if (!vmm_checked_) {
+    granule_ = vmm::Granularity(device_, &why_);
+    vmm_checked_ = true;
+  }
+  return granule_;
+}
+
+core::UpstreamStatus CudaUpstream::Reserve(uint64_t bytes, uint64_t* address) {
+  if (!space_) space_ = std::make_unique<vmm::Space>(device_, Granularity());
+  return space_->Reserve(bytes, address);
+}
+
+void CudaUpstream::Unreserve(uint64_t address, uint64_t bytes) noexcept {
+  if (space_) space_->Unreserve(address, bytes);
+}
+
+core::UpstreamStatus CudaUpstream::Map(uint64_t address, uint64_t bytes) {
+  return space_ ? space_->Map(address, bytes)
+                : core::UpstreamStatus{core::UpstreamStatus::kError, 1, "cuMemMap"};
+}
+
+void CudaUpstream::Unmap(uint64_t address, uint64_t bytes) noexcept {
+  if (space_) space_->Unmap(address, bytes);
+}
+
+core::MemInfo DeviceMemInfo(int device) {
+  size_t free_b = 0, total_b = 0;
+  cudaSetDevice(device);
+  cudaMemGetInfo(&free_b, &total_b);
+  (void)cudaGetLastError();
+  return {free_b, total_b};
+}
+
+core::MemInfo CudaUpstream::GetMemInfo() { return DeviceMemInfo(device_); }
+
+void ThrowAllocatorClosed(Napi::Env env) {
+  throw LibraryError(env, "ERR_ALLOCATOR_CLOSED",
+                     "the allocator was closed and can no longer be used");
+}
+
+void ThrowAllocatorBusy(Napi::Env env, uint64_t live, uint64_t bytes_in_use) {
+  Napi::Error e =
+      LibraryError(env, "ERR_ALLOCATOR_BUSY",
+                   "the allocator still has " + std::to_string(live) + " live buffer" +
+                       (live == 1 ? "" : "s") + " (" + core::FormatBytes(bytes_in_use) +
+                       "); free them first, or close({ force: true }) to invalidate them");
+  e.Set("liveBuffers", static_cast<double>(live));
+  throw e;
+}
+
+void ReleasePoolBlock(Allocation* a) noexcept {
+  if (a->pool && !a->pool->closed && a->pool->pool && a->block) {
+    a->pool->pool->Free(static_cast<core::Pool::Chunk*>(a->block));
+    a->pool->PublishInUse();
+  }
+  a->block = nullptr;
+  a->pool.reset();
+}
+
+Napi::Value OomError(Napi::Env env, const core::OomInfo& oom, const core::GroupSnapshot* group) {
+  Napi::Object d = Napi::Object::New(env);
+  d.Set("message", oom.Message());
+  d.Set("requestedBytes", static_cast<double>(oom.requested));
+  d.Set("roundedBytes", static_cast<double>(oom.rounded));
+  d.Set("device", oom.device);
+  d.Set("limitBytes", static_cast<double>(oom.limit));
+  d.Set("limitSource", oom.limit_source);
+  d.Set("bytesInUse", static_cast<double>(oom.bytes_in_use));
+  d.Set("poolBytes", static_cast<double>(oom.pool_bytes));
+  d.Set("largestFreeBlock", static_cast<double>(oom.largest_free_block));
+  d.Set("fragmentation", oom.fragmentation);
+  d.Set("deviceFree", static_cast<double>(oom.device_free));
+  d.Set("deviceTotal", static_cast<double>(oom.device_total));
+  d.Set("simulated", oom.simulated);
+  d.Set("call", "allocator.alloc");
+  if (group) d.Set("group", GroupObject(env, *group));
+  return GetInstance(env).oom_error.New({d});
+}
+
+Napi::Object StatsObject(Napi::Env env, const core::PoolStats& s) {
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("bytesInUse", static_cast<double>(s.bytes_in_use));
+  o.Set("peakBytesInUse", static_cast<double>(s.peak_bytes_in_use));
+  o.Set("requestedBytesInUse", static_cast<double>(s.requested_bytes_in_use));
+  o.Set("poolBytes", static_cast<double>(s.pool_bytes));
+  o.Set("peakPoolBytes", static_cast<double>(s.peak_pool_bytes));
+  o.Set("limitBytes", static_cast<double>(s.bytes_limit));
+  o.Set("numAllocs", static_cast<double>(s.num_allocs));
+  o.Set("numFrees", static_cast<double>(s.num_frees));
+  o.Set("numOoms", static_cast<double>(s.num_ooms));
+  o.Set("numAllocRetries", static_cast<double>(s.counters.num_alloc_retries));
+  o.Set("largestAllocSize", static_cast<double>(s.largest_alloc_size));
+  o.Set("largestFreeBlock", static_cast<double>(s.largest_free_block));
+  o.Set("regions", static_cast<double>(s.regions));
+  o.Set("fragmentation", s.fragmentation);
+  o.Set("numRegionAllocs", static_cast<double>(s.num_region_allocs));
+  o.Set("gcReleasedBytes", static_cast<double>(s.gc_released_bytes));
+  auto counter = [&](const char* name, const core::Counter& c) {
+    Napi::Object x = Napi::Object::New(env);
+    x.Set("current", static_cast<double>(c.current));
+    x.Set("peak", static_cast<double>(c.peak));
+    x.Set("total", static_cast<double>(c.allocated));
+    x.Set("freed", static_cast<double>(c.freed));
+    o.Set(name, x);
+  };
+  counter("requestedBytes", s.counters.requested_bytes);
+  counter("allocatedBytes", s.counters.allocated_bytes);
+  counter("allocations", s.counters.allocations);
+  counter("reservedBytes", s.counters.reserved_bytes);
+  counter("segments", s.counters.segments);
+  return o;
+}
+
+core::ResolvedLimit ReadFractionLimit(Napi::Env env, Napi::Value v, uint64_t total) {
+  double fraction = v.IsNumber() ? v.As<Napi::Number>().DoubleValue() : -1;
+  try {
+    return core::FractionLimit(fraction, total);
+  } catch (const std::invalid_argument& e) {
+    ThrowRange(env, e.what());
+  }
+}
+
+uint64_t ReadInitialPoolBytes(Napi::Env env, Napi::Value v, uint64_t limit,
+                              const std::string& limit_source) {
+  if (Absent(v)) return 0;
+  uint64_t bytes = ReadSize(env, v, "initialPoolBytes");
+  if (bytes % core::kMinBlock)
+    ThrowRange(env, "initialPoolBytes must be a multiple of 256, got " + std::to_string(bytes));
+  if (bytes > limit)
+    ThrowRange(env, "initialPoolBytes (" + core::FormatBytes(bytes) + ") is above the limit of " +
+                        core::FormatBytes(limit) + " (" + limit_source +
+                        "): the limit is the pool's maximum size");
+  return bytes;
+}
+
+size_t ReadAlignment(Napi::Env env, Napi::Value v) {
+  if (Absent(v)) return core::kMinBlock;
+  uint64_t a = ReadSize(env, v, "options.alignment");
+  if (a == 0 || (a & (a - 1)) != 0 || a > core::kMaxAlignment)
+    ThrowRange(
+        env, "options.alignment must be a power of two from 1 to 1 GiB, got " + std::to_string(a));
+  return std::max<size_t>(a, core::kMinBlock);
+}
+
+namespace {
+
+PoolBinding* UnwrapPool(Napi::Env env, Napi::Value v) {
+  if (!v.IsExternal() || !v.As<Napi::Object>().CheckTypeTag(&kPoolTag))
+    ThrowType(env, "allocator must be an allocator handle of this library");
+  PoolBinding* p = v.As<Napi::External<PoolRef>>().Data()->get();
+  if (p->closed) ThrowAllocatorClosed(env);
+  return p;
+}
+
+// The OutOfMemoryError of a BFC pool, saying so when the group budget refused the region.
+[[noreturn]] void ThrowOom(Napi::Env env, PoolBinding* p, core::OomInfo* oom) {
+  if (p->group && p->group->refused()) {
+    oom->group_sentence = p->group->refusal().Sentence();
+    ThrowValue(env, OomError(env, *oom, &p->group->refusal().group));
+  }
+  ThrowValue(env, OomError(env, *oom));
+}
+
+[[noreturn]] void ThrowUpstream(Napi::Env env, const core::UpstreamError& e) {
+  ThrowCuda(env, static_cast<cudaError_t>(e.status.code), e.status.call);
+}
+
+double Opt(Napi::Object o, const char* key, double fallback) {
+  Napi::Value v = o.Get(key);
+  return v.IsNumber() ? v.As<Napi::Number>().DoubleValue() : fallback;
+}
+
+// createAllocator({device, allowGrowth, memoryFraction?, memoryLimit?, garbageCollection,
+//                  simulate?: {totalBytes, freeBytes, ccMajor, ccMinor}})
+Napi::Value CreateAllocator(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!info[0].IsObject()) ThrowType(env, "options must be an object");
+  Napi::Object o = info[0].As<Napi::Object>();
+  int device = ReadInt(env, o.Get("device"), "options.device", 0, 1 << 20);
+  auto binding = std::make_shared<PoolBinding>();
+  Napi::Value sim = o.Get("simulate");
+  if (sim.IsObject()) {
+    Napi::Object s = sim.As<Napi::Object>();
+    uint64_t total = ReadSize(env, s.Get("totalBytes"), "simulate.totalBytes");
+    uint64_t free_b = ReadSize(env, s.Get("freeBytes"), "simulate.freeBytes");
+    if (free_b > total) ThrowRange(env, "simulate.freeBytes must not exceed simulate.totalBytes");
+    auto sim_up = std::make_unique<core::SimulatedUpstream>(
+        total, free_b, static_cast<int>(Opt(s, "ccMajor", 9)),
+        static_cast<int>(Opt(s, "ccMinor", 0)), device);
+    if (!Absent(s.Get("granularity")))
+      sim_up->SetGranularity(ReadSize(env, s.Get("granularity"), "simulate.granularity"));
+    binding->upstream = std::move(sim_up);
+  } else {
+    CheckDevice(env, device);
+    binding->upstream = std::make_unique<CudaUpstream>(device);
+  }
+  // shared: { dir, name, device (uuid or "simulated"), budget (0: the group's), budgetSource,
+  // lockTimeoutMs }
+  Napi::Value shared = o.Get("shared");
+  if (shared.IsObject()) {
+    Napi::Object g = shared.As<Napi::Object>();
+    try {
+      std::unique_ptr<core::Ledger> ledger(core::Ledger::Join(
+          ReadString(env, g.Get("dir"), "shared.dir"),
+          ReadString(env, g.Get("name"), "shared.name"),
+          ReadString(env, g.Get("device"), "shared.device"),
+          ReadSize(env, g.Get("budget"), "shared.budget"),
+          ReadString(env, g.Get("budgetSource"), "shared.budgetSource"), 0,
+          ReadInt(env, g.Get("lockTimeoutMs"), "shared.lockTimeoutMs", 0, 86400000)));
+      auto up =
+          std::make_unique<core::GroupUpstream>(std::move(binding->upstream), std::move(ledger));
+      binding->group = up.get();
+      binding->upstream = std::move(up);
+    } catch (const core::ShmError& e) {
+      ThrowInterprocess(env, e);
+    }
+  }
+  core::PolicyOptions policy;
+  if (o.Get("memoryFraction").IsNumber()) policy.memory_fraction = Opt(o, "memoryFraction", 0);
+  if (!o.Get("memoryLimit").IsUndefined() && !o.Get("memoryLimit").IsNull())
+    policy.memory_limit = ReadSize(env, o.Get("memoryLimit"), "memoryLimit");
+  core::MemInfo mi = binding->upstream->GetMemInfo();
+  core::PoolOptions po;
+  if (binding->group && !policy.memory_fraction && !policy.memory_limit) {
+    // A member of a group may, by default, use up to the whole group budget; the device's free
+    // memory at this moment (which the default limit would come from) does not matter.
+    po.limit = std::min<uint64_t>(binding->group->ledger().budget(), mi.total);
+    po.limit_source = "the budget of group '" + binding->group->ledger().name() + "'";
+  } else {
+    try {
+      core::ResolvedLimit limit = core::ResolveLimit(policy, mi, binding->upstream->ccMajor(),
+                                                     binding->upstream->ccMinor());
+      po.limit = limit.bytes;
+      po.limit_source = limit.source;
+    } catch (const std::invalid_argument& e) {
+      ThrowRange(env, e.what());
+    }
+  }
+  po.allow_growth = o.Get("allowGrowth").ToBoolean();
+  po.initial_bytes =
+      ReadInitialPoolBytes(env, o.Get("initialPoolBytes"), po.limit, po.limit_source);
+  po.garbage_collection =
+      !o.Get("garbageCollection").IsBoolean() || o.Get("garbageCollection").ToBoolean();
+  po.expandable = o.Get("expandableSegments").ToBoolean();
+  if (po.expandable && binding->upstream->Granularity() == 0)
+    throw LibraryError(env, "ERR_NOT_SUPPORTED",
+                       "expandableSegments needs CUDA virtual memory management, and " +
+                           binding->upstream->Why() + "; use allowGrowth without it");
+  if (binding->group) {
+    try {
+      binding->group->ledger().SetLimit(po.limit);
+    } catch (const core::ShmError& e) {
+      ThrowInterprocess(env, e);
+    }
+  }
+  try {
+    binding->pool = std::make_unique<core::Pool>(binding->upstream.get(), po);
+  } catch (core::OomInfo& oom) {
+    ThrowOom(env, binding.get(), &oom);
+  } catch (const core::UpstreamError& e) {
+    ThrowUpstream(env, e);
+  } catch (const core::ShmError& e) {
+    ThrowInterprocess(env, e);
+  }
+  Napi::External<PoolRef> ext =
+      Napi::External<PoolRef>::New(env, new PoolRef(binding), [](Napi::Env, PoolRef* ref) {
+        // The pool's regions go back when the last block handle lets go of it too.
+        if (ref->use_count() == 1 && !(*ref)->closed) {
+          (*ref)->closed = true;
+          (*ref)->pool.reset();
+        }
+        delete ref;
+      });
+  ext.TypeTag(&kPoolTag);
+  return ext;
+}
+
+Napi::Value AllocatorAlloc(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  PoolBinding* p = UnwrapPool(env, info[0]);
+  uint64_t bytes = ReadSize(env, info[1], "bytes");
+  if (bytes == 0) ThrowRange(env, "bytes must be at least 1, got 0");
+  size_t alignment = info.Length() > 2 ? ReadAlignment(env, info[2]) : core::kMinBlock;
+  core::OomInfo oom;
+  core::Pool::Chunk* block;
+  if (p->group) p->group->ClearRefusal();
+  try {
+    block = p->pool->Allocate(bytes, &oom, alignment);
+  } catch (const core::UpstreamError& e) {
+    ThrowUpstream(env, e);
+  } catch (const core::ShmError& e) {
+    ThrowInterprocess(env, e);
+  }
+  if (!block) ThrowOom(env, p, &oom);
+  p->PublishInUse();
+  uint64_t address = core::Pool::Address(block);
+  Allocation* a = new Allocation();
+  a->kind = MemKind::kPool;
+  a->device = p->upstream->device();
+  a->simulated = p->upstream->simulated();
+  a->ptr = reinterpret_cast<void*>(static_cast<uintptr_t>(address));
+  a->bytes = bytes;
+  a->block = block;
+  a->pool = *info[0].As<Napi::External<PoolRef>>().Data();
+  return WrapAllocation(env, a);
+}
+
+Napi::Value AllocatorStats(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return StatsObject(env, UnwrapPool(env, info[0])->pool->Stats());
+}
+
+// allocatorRecord(handle, maxEvents | null): starts recording afresh (a number) or stops (null).
+Napi::Value AllocatorRecord(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  PoolBinding* p = UnwrapPool(env, info[0]);
+  if (Absent(info[1])) {
+    p->pool->SetRecorder(nullptr);
+    return env.Undefined();
+  }
+  uint64_t max_events = ReadSize(env, info[1], "maxEvents");
+  if (max_events == 0) ThrowRange(env, "maxEvents must be at least 1");
+  p->recorder = std::make_unique<core::Recorder>(max_events);
+  p->pool->SetRecorder(p->recorder.get());
+  return env.Undefined();
+}
+
+// allocatorTrace(handle) -> { action: Uint8Array, time (µs), id, requested, size, region,
+// offset: Float64Array, dropped } — columns, so a long trace crosses into JS in one piece.
+Napi::Value AllocatorTrace(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  PoolBinding* p = UnwrapPool(env, info[0]);
+  Napi::Object out = Napi::Object::New(env);
+  const std::vector<core::TraceEvent> none;
+  const auto& ev = p->recorder ? p->recorder->events() : none;
+  size_t n = ev.size();
+  Napi::Uint8Array action = Napi::Uint8Array::New(env, n);
+  Napi::Float64Array cols[6] = {Napi::Float64Array::New(env, n), Napi::Float64Array::New(env, n),
+                                Napi::Float64Array::New(env, n), Napi::Float64Array::New(env, n),
+                                Napi::Float64Array::New(env, n), Napi::Float64Array::New(env, n)};
+  for (size_t i = 0; i < n; ++i) {
+    action[i] = static_cast<uint8_t>(ev[i].action);
+    cols[0][i] = static_cast<double>(ev[i].time_ns) / 1000.0;
+    cols[1][i] = static_cast<double>(ev[i].id);
+    cols[2][i] = static_cast<double>(ev[i].requested);
+    cols[3][i] = static_cast<double>(ev[i].size);
+    cols[4][i] = static_cast<double>(ev[i].region);
+    cols[5][i] = static_cast<double>(ev[i].offset);
+  }
+  out.Set("action", action);
+  const char* names[6] = {"time", "id", "requested", "size", "region", "offset"};
+  for (int c = 0; c < 6; ++c) out.Set(names[c], cols[c]);
+  out.Set("dropped", static_cast<double>(p->recorder ? p->recorder->dropped() : 0));
+  return out;
+}
+
+// allocatorSnapshot(handle) -> [{ address, size, blocks: [{ offset, size, requested, id, inUse }]
+// }]
+Napi::Value AllocatorSnapshot(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  PoolBinding* p = UnwrapPool(env, info[0]);
+  std::vector<core::RegionInfo> regions = p->pool->Regions();
+  Napi::Array out = Napi::Array::New(env, regions.size());
+  for (size_t i = 0; i < regions.size(); ++i) {
+    Napi::Object r = Napi::Object::New(env);
+    r.Set("address", static_cast<double>(regions[i].address));
+    r.Set("size", static_cast<double>(regions[i].size));
+    std::vector<core::BlockInfo> blocks = p->pool->Blocks(regions[i].address);
+    Napi::Array bs = Napi::Array::New(env, blocks.size());
+    for (size_t j = 0; j < blocks.size(); ++j) {
+      Napi::Object b = Napi::Object::New(env);
+      b.Set("offset", static_cast<double>(blocks[j].offset));
+      b.Set("size", static_cast<double>(blocks[j].size));
+      b.Set("requested", static_cast<double>(blocks[j].requested));
+      b.Set("id", static_cast<double>(blocks[j].id));
+      b.Set("inUse", blocks[j].in_use);
+      bs.Set(j, b);
+    }
+    r.Set("blocks", bs);
+    out.Set(i, r);
+  }
+  return out;
+}
+
+// blockId(buffer handle) -> the id a recording allocator gave the block, or 0.
+Napi::Value BlockId(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Allocation* a = UnwrapAllocation(env, info[0], "buffer");
+  uint64_t id = a->kind == MemKind::kPool && a->block
+                    ? core::Pool::BlockId(static_cast<core::Pool::Chunk*>(a->block))
+                    : 0;
+  return Napi::Number::New(env, static_cast<double>(id));
+}
+
+Napi::Value AllocatorRegions(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  std::vector<core::RegionInfo> regions = UnwrapPool(env, info[0])->pool->Regions();
+  Napi::Array out = Napi::Array::New(env, regions.size());
+  for (size_t i = 0; i < regions.size(); ++i) {
+    Napi::Object r = Napi::Object::New(env);
+    r.Set("address", Napi::BigInt::New(env, regions[i].address));
+    r.Set("size", static_cast<double>(regions[i].size));
+    r.Set("bytesInUse", static_cast<double>(regions[i].bytes_in_use));
+    r.Set("blocks", regions[i].chunks);
+    out.Set(i, r);
+  }
+  return out;
+}
+
+Napi::Value AllocatorInfo(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  PoolBinding* p = UnwrapPool(env, info[0]);
+  core::MemInfo mi = p->upstream->GetMemInfo();
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("device", p->upstream->device());
+  o.Set("simulated", p->upstream->simulated());
+  o.Set("allowGrowth", p->pool->options().allow_growth);
+  o.Set("garbageCollection", p->pool->options().garbage_collection);
+  o.Set("limitBytes", static_cast<double>(p->pool->options().limit));
+  o.Set("limitSource", p->pool->options().limit_source);
+  o.Set("initialPoolBytes", static_cast<double>(p->pool->options().initial_bytes));
+  o.Set("expandableSegments", p->pool->options().expandable);
+  o.Set("granularity", static_cast<double>(p->pool->granularity()));
+  o.Set("reservedRange", static_cast<double>(p->pool->reserved_range()));
+  o.Set("deviceFree", static_cast<double>(mi.free));
+  o.Set("deviceTotal", static_cast<double>(mi.total));
+  o.Set("computeCapability",
+        std::to_string(p->upstream->ccMajor()) + "." + std::to_string(p->upstream->ccMinor()));
+  o.Set("liveBlocks", static_cast<double>(p->pool->live_blocks()));
+  if (p->group) {
+    try {
+      o.Set("group", GroupObject(env, p->group->ledger().Snapshot()));
+    } catch (const core::ShmError& e) {
+      ThrowInterprocess(env, e);
+    }
+  }
+  return o;
+}
+
+Napi::Value AllocatorResetPeak(const Napi::CallbackInfo& info) {
+  UnwrapPool(info.Env(), info[0])->pool->ResetPeakStats();
+  return info.Env().Undefined();
+}
+
+Napi::Value AllocatorResetAccumulated(const Napi::CallbackInfo& info) {
+  UnwrapPool(info.Env(), info[0])->pool->ResetAccumulatedStats();
+  return info.Env().Undefined();
+}
+
+// allocatorSetFraction(handle, fraction in [0, 1]) -> the new limit in bytes
+Napi::Value AllocatorSetFraction(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  PoolBinding* p = UnwrapPool(env, info[0]);
+  core::ResolvedLimit limit = ReadFractionLimit(env, info[1], p->upstream->GetMemInfo().total);
+  if (p->group) {
+    try {
+      p->group->ledger().SetLimit(limit.bytes);
+    } catch (const core::ShmError& e) {
+      ThrowInterprocess(env, e);
+    }
+  }
+  p->pool->SetLimit(limit.bytes, limit.source);
+  return Napi::Number::New(env, static_cast<double>(limit.bytes));
+}
+
+Napi::Value AllocatorEmptyCache(const Napi::CallbackInfo& info) {
+  return Napi::Number::New(
+      info.Env(), static_cast<double>(UnwrapPool(info.Env(), info[0])->pool->EmptyCache()));
+}
+
+// allocatorClose(handle, force) -> bytes returned to the device
+Napi::Value AllocatorClose(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!info[0].IsExternal() || !info[0].As<Napi::Object>().CheckTypeTag(&kPoolTag))
+    ThrowType(env, "allocator must be an allocator handle of this library");
+  PoolBinding* p = info[0].As<Napi::External<PoolRef>>().Data()->get();
+  if (p->closed) return Napi::Number::New(env, 0);
+  bool force = info[1].ToBoolean();
+  uint64_t live = p->pool->live_blocks();
+  if (live > 0 && !force) ThrowAllocatorBusy(env, live, p->pool->Stats().bytes_in_use);
+  if (live > 0) {
+    // Forced: every buffer still carved from this pool becomes a freed buffer.
+    Instance& inst = GetInstance(env);
+    for (Allocation* a : inst.handles.Live())
+      if (a->pool.get() == p) ReleaseAllocation(env, a);
+  }
+  uint64_t bytes = p->pool->Stats().pool_bytes;
+  p->closed = true;
+  p->pool->ReleaseAll();
+  if (p->group) p->group->ledger().Leave();  // the group sees this member go now, not at GC
+  return Napi::Number::New(env, static_cast<double>(bytes));
+}
+
+}  // namespace
+
+void InitAllocator(Napi::Env env, Napi::Object exports) {
+  exports.Set("createAllocator", Napi::Function::New(env, CreateAllocator, "createAllocator"));
+  exports.Set("allocatorAlloc", Napi::Function::New(env, AllocatorAlloc, "allocatorAlloc"));
+  exports.Set("allocatorStats", Napi::Function::New(env, AllocatorStats, "allocatorStats"));
+  exports.Set("allocatorRegions", Napi::Function::New(env, AllocatorRegions, "allocatorRegions"));
+  exports.Set("allocatorInfo", Napi::Function::New(env, AllocatorInfo, "allocatorInfo"));
+  exports.Set("allocatorResetPeak",
+              Napi::Function::New(env, AllocatorResetPeak, "allocatorResetPeak"));
+  exports.Set("allocatorResetAccumulated",
+              Napi::Function::New(env, AllocatorResetAccumulated, "allocatorResetAccumulated"));
+  exports.Set("allocatorSetFraction",
+              Napi::Function::New(env, AllocatorSetFraction, "allocatorSetFraction"));
+  exports.Set("allocatorEmptyCache",
+              Napi::Function::New(env, AllocatorEmptyCache, "allocatorEmptyCache"));
+  exports.Set("allocatorClose", Napi::Function::New(env, AllocatorClose, "allocatorClose"));
+  exports.Set("allocatorRecord", Napi::Function::New(env, AllocatorRecord, "allocatorRecord"));
+  exports.Set("allocatorTrace", Napi::Function::New(env, AllocatorTrace, "allocatorTrace"));
+  exports.Set("allocatorSnapshot",
+              Napi::Function::New(env, AllocatorSnapshot, "allocatorSnapshot"));
+  exports.Set("blockId", Napi::Function::New(env, BlockId, "blockId"));
+}
+
+}  // namespace cm

@@ -1,0 +1,86 @@
+// The JS binding of the pool allocators in core/: createAllocator() and the calls on it, over
+// either the CUDA device or a simulated one.
+#pragma once
+
+#include <napi.h>
+
+#include <memory>
+
+#include "binding/instance.h"
+#include "core/allocator/group_upstream.h"
+#include "core/allocator/policy.h"
+#include "core/allocator/pool.h"
+#include "memory/vmm.h"
+
+namespace cm {
+
+// cudaMalloc/cudaFree as a core::Upstream.
+class CudaUpstream final : public core::Upstream {
+ public:
+  explicit CudaUpstream(int device);
+  core::UpstreamStatus Allocate(size_t bytes, uint64_t* address) override;
+  void Deallocate(uint64_t address, size_t bytes) noexcept override;
+  core::MemInfo GetMemInfo() override;
+  int device() const override { return device_; }
+  int ccMajor() const override { return major_; }
+  int ccMinor() const override { return minor_; }
+  bool simulated() const override { return false; }
+  // Expandable segments through CUDA virtual memory management (vmm.h).
+  uint64_t Granularity() const override;
+  std::string Why() const override { return why_; }
+  core::UpstreamStatus Reserve(uint64_t bytes, uint64_t* address) override;
+  void Unreserve(uint64_t address, uint64_t bytes) noexcept override;
+  core::UpstreamStatus Map(uint64_t address, uint64_t bytes) override;
+  void Unmap(uint64_t address, uint64_t bytes) noexcept override;
+
+ private:
+  int device_, major_ = 0, minor_ = 0;
+  mutable bool vmm_checked_ = false;
+  mutable uint64_t granule_ = 0;
+  mutable std::string why_;
+  std::unique_ptr<vmm::Space> space_;
+};
+
+class PoolBinding {
+ public:
+  std::unique_ptr<core::Upstream> upstream;
+  std::unique_ptr<core::Pool> pool;
+  std::unique_ptr<core::Recorder> recorder;  // while recording, and after, until the next start
+  bool closed = false;
+  core::GroupUpstream* group = nullptr;  // the upstream, when the pool charges a group budget
+  // Publishes the bytes in use to the group ledger, if there is one.
+  void PublishInUse() noexcept {
+    if (group && pool) group->ledger().PublishInUse(pool->bytes_in_use());
+  }
+};
+
+// Free and total memory of a device (cudaMemGetInfo); zeros if it cannot be read.
+core::MemInfo DeviceMemInfo(int device);
+// The errors both backends give: a closed allocator (ERR_ALLOCATOR_CLOSED), and close() while
+// buffers are live (ERR_ALLOCATOR_BUSY).
+[[noreturn]] void ThrowAllocatorClosed(Napi::Env env);
+[[noreturn]] void ThrowAllocatorBusy(Napi::Env env, uint64_t live, uint64_t bytes_in_use);
+// The OutOfMemoryError for an allocator's report, shared by both backends.
+// With `group`, the error carries the group that refused the region.
+Napi::Value OomError(Napi::Env env, const core::OomInfo& oom,
+                     const core::GroupSnapshot* group = nullptr);
+// Returns a pool block to its pool (called when its buffer is released).
+void ReleasePoolBlock(Allocation* a) noexcept;
+
+// The statistics both backends report: the named figures and the counters (RMM's and PyTorch's
+// current, peak, allocated/total and freed).
+Napi::Object StatsObject(Napi::Env env, const core::PoolStats& s);
+
+// setMemoryFraction's argument as a limit of `total` bytes; a RangeError outside [0, 1].
+core::ResolvedLimit ReadFractionLimit(Napi::Env env, Napi::Value v, uint64_t total);
+
+// createAllocator's initialPoolBytes (absent: 0): a multiple of 256, at most `limit` (a
+// RangeError naming `limit_source` otherwise).
+uint64_t ReadInitialPoolBytes(Napi::Env env, Napi::Value v, uint64_t limit,
+                              const std::string& limit_source);
+
+// An alloc()'s alignment argument: absent gives 256, else a power of two up to 1 GiB.
+size_t ReadAlignment(Napi::Env env, Napi::Value v);
+void InitAllocator(Napi::Env env, Napi::Object exports);
+
+}  // namespace cm

@@ -1,0 +1,427 @@
+#include "allocator/stream_ordered.h"
+
+#include <algorithm>
+
+#include "allocator/allocator.h"
+#include "core/allocator/policy.h"
+#include "device/streams.h"
+
+namespace cm {
+
+namespace {
+constexpr napi_type_tag kAsyncPoolTag = {0x6a09e667f3bcc908ull, 0xbb67ae8584caa73bull};
+using AsyncPoolRef = std::shared_ptr<AsyncPool>;
+
+uint64_t PoolAttr(cudaMemPool_t pool, cudaMemPoolAttr attr) {
+  uint64_t v = 0;  // a cuuint64_t, 64 bits
+  if (pool && cudaMemPoolGetAttribute(pool, attr, &v) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return static_cast<uint64_t>(v);
+}
+
+void SetPoolAttr(cudaMemPool_t pool, cudaMemPoolAttr attr, uint64_t value) {
+  uint64_t v = value;
+  cudaMemPoolSetAttribute(pool, attr, &v);
+  (void)cudaGetLastError();
+}
+
+AsyncPool* UnwrapAsyncPool(Napi::Env env, Napi::Value v, bool allow_closed = false) {
+  if (!v.IsExternal() || !v.As<Napi::Object>().CheckTypeTag(&kAsyncPoolTag))
+    ThrowType(env, "allocator must be an allocator handle of this library");
+  AsyncPool* p = v.As<Napi::External<AsyncPoolRef>>().Data()->get();
+  if (p->closed && !allow_closed) ThrowAllocatorClosed(env);
+  return p;
+}
+
+// The out-of-memory report: the allocator's figures, the pool's reservation, the device.
+core::OomInfo Report(const AsyncPool& p, uint64_t requested) {
+  core::OomInfo o = p.budget.Oom(requested);
+  o.device = p.device;
+  o.pool_bytes = PoolAttr(p.pool, cudaMemPoolAttrReservedMemCurrent);
+  uint64_t used = PoolAttr(p.pool, cudaMemPoolAttrUsedMemCurrent);
+  o.largest_free_block = o.pool_bytes > used ? o.pool_bytes - used : 0;
+  core::MemInfo mi = DeviceMemInfo(p.device);
+  o.device_free = mi.free;
+  o.device_total = mi.total;
+  return o;
+}
+
+// createAsyncAllocator({device, allowGrowth, memoryFraction?, memoryLimit?, defaultPool})
+Napi::Value CreateAsyncAllocator(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!info[0].IsObject()) ThrowType(env, "options must be an object");
+  Napi::Object o = info[0].As<Napi::Object>();
+  int device = ReadInt(env, o.Get("device"), "options.device", 0, 1 << 20);
+  CheckDevice(env, device);
+  int supported = 0;
+  cudaDeviceGetAttribute(&supported, cudaDevAttrMemoryPoolsSupported, device);
+  (void)cudaGetLastError();
+  if (!supported)
+    ThrowRange(env, "device " + std::to_string(device) +
+                        " does not support stream-ordered memory pools (cudaMallocAsync); use "
+                        "backend 'bfc'");
+  int major = 0, minor = 0;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+  core::PolicyOptions policy;
+  if (o.Get("memoryFraction").IsNumber())
+    policy.memory_fraction = o.Get("memoryFraction").As<Napi::Number>().DoubleValue();
+  if (!o.Get("memoryLimit").IsUndefined() && !o.Get("memoryLimit").IsNull())
+    policy.memory_limit = ReadSize(env, o.Get("memoryLimit"), "memoryLimit");
+  core::ResolvedLimit limit;
+  try {
+    limit = core::ResolveLimit(policy, DeviceMemInfo(device), major, minor);
+  } catch (const std::invalid_argument& e) {
+    ThrowRange(env, e.what());
+  }
+  auto p = std::make_shared<AsyncPool>(limit.bytes, limit.source);
+  p->device = device;
+  p->cc_major = major;
+  p->cc_minor = minor;
+  p->allow_growth = o.Get("allowGrowth").ToBoolean();
+  p->own = !o.Get("defaultPool").ToBoolean();
+  // What is reserved at creation and kept: the whole limit without growth, else initialPoolBytes.
+  uint64_t keep = p->allow_growth ? ReadInitialPoolBytes(env, o.Get("initialPoolBytes"),
+                                                         limit.bytes, limit.source)
+                                  : limit.bytes;
+  p->initial_bytes = p->allow_growth ? keep : 0;
+  cudaError_t err = cudaSetDevice(device);
+  if (err == cudaSuccess && p->own) {
+    cudaMemPoolProps props{};
+    props.allocType = cudaMemAllocationTypePinned;
+    props.handleTypes = cudaMemHandleTypeNone;
+    props.location.type = cudaMemLocationTypeDevice;
+    props.location.id = device;
+    err = cudaMemPoolCreate(&p->pool, &props);
+  } else if (err == cudaSuccess) {
+    err = cudaDeviceGetDefaultMemPool(&p->pool, device);
+  }
+  if (err == cudaSuccess) err = cudaEventCreateWithFlags(&p->order, cudaEventDisableTiming);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    ThrowCuda(env, err, p->own ? "cudaMemPoolCreate" : "cudaDeviceGetDefaultMemPool");
+  }
+  // allowGrowth: give unused memory back at each synchronization (threshold 0, or the initial
+  // pool). Preallocation: reserve the whole limit now and keep it (threshold = limit), as the BFC
+  // pool takes it.
+  // The driver reserves in granules of its own: while the reservation is made nothing is given
+  // back, and then the threshold is what it reserved, so that a synchronization keeps all of it
+  // (a threshold below the granule would let it give the whole granule back).
+  SetPoolAttr(p->pool, cudaMemPoolAttrReleaseThreshold, keep ? UINT64_MAX : 0);
+  if (keep > 0) {
+    void* ptr = nullptr;
+    err = cudaMallocFromPoolAsync(&ptr, keep, p->pool, nullptr);
+    if (err == cudaSuccess) err = cudaFreeAsync(ptr, nullptr);
+    if (err == cudaSuccess) err = cudaStreamSynchronize(nullptr);
+    if (err != cudaSuccess) {
+      (void)cudaGetLastError();
+      if (err == cudaErrorMemoryAllocation) {
+        p->budget.CountOom();
+        ThrowValue(env, OomError(env, Report(*p, keep)));
+      }
+      ThrowCuda(env, err, "cudaMallocFromPoolAsync", "reserving the allocator's limit");
+    }
+    SetPoolAttr(p->pool, cudaMemPoolAttrReleaseThreshold,
+                std::max(keep, PoolAttr(p->pool, cudaMemPoolAttrReservedMemCurrent)));
+  }
+  auto ext =
+      Napi::External<AsyncPoolRef>::New(env, new AsyncPoolRef(p), [](Napi::Env, AsyncPoolRef* ref) {
+        // The pool goes when the last live block lets go of it too (~AsyncPool).
+        delete ref;
+      });
+  ext.TypeTag(&kAsyncPoolTag);
+  return ext;
+}
+
+cudaEvent_t TakeEvent(AsyncPool* p) {
+  if (!p->idle_events.empty()) {
+    cudaEvent_t e = p->idle_events.back();
+    p->idle_events.pop_back();
+    return e;
+  }
+  cudaEvent_t e = nullptr;
+  if (cudaEventCreateWithFlags(&e, cudaEventDisableTiming) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return nullptr;
+  }
+  return e;
+}
+
+void GiveEvent(AsyncPool* p, cudaEvent_t e) noexcept {
+  if (!e) return;
+  if (p && p->idle_events.size() < 64) {
+    p->idle_events.push_back(e);
+  } else {
+    cudaEventDestroy(e);
+    (void)cudaGetLastError();
+  }
+}
+
+// asyncAlloc(allocator, bytes, stream?) -> handle
+Napi::Value AsyncAlloc(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  AsyncPool* p = UnwrapAsyncPool(env, info[0]);
+  uint64_t bytes = ReadSize(env, info[1], "bytes");
+  if (bytes == 0) ThrowRange(env, "bytes must be at least 1, got 0");
+  StreamRec* rec = nullptr;
+  if (info.Length() > 2 && !Absent(info[2])) {
+    rec = UnwrapStreamRec(env, info[2]);
+    if (rec->device != p->device)
+      ThrowRange(env, "the stream is on device " + std::to_string(rec->device) +
+                          " but the allocator on device " + std::to_string(p->device));
+  }
+  size_t alignment = info.Length() > 3 ? ReadAlignment(env, info[3]) : core::kMinBlock;
+  // cudaMallocFromPoolAsync aligns to 256 bytes: a larger alignment takes room for the padding
+  // (RMM's aligned_resource_adaptor does the same) and the budget is charged for it.
+  uint64_t charged = bytes;
+  if (alignment > core::kMinBlock) {
+    if (bytes > UINT64_MAX - alignment) ThrowRange(env, "bytes plus alignment overflow");
+    charged = bytes + alignment - core::kMinBlock;
+  }
+  auto oom_report = [&]() {
+    core::OomInfo o = Report(*p, bytes);
+    o.alignment = alignment;
+    return o;
+  };
+  if (!p->budget.Charge(charged)) ThrowValue(env, OomError(env, oom_report()));
+  cudaStream_t s = rec ? rec->stream : nullptr;
+  void* ptr = nullptr;
+  cudaError_t err = cudaSetDevice(p->device);
+  if (err == cudaSuccess) err = cudaMallocFromPoolAsync(&ptr, charged, p->pool, s);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    p->budget.Uncharge(charged);
+    if (err == cudaErrorMemoryAllocation) {
+      p->budget.CountOom();
+      core::OomInfo o = oom_report();
+      Napi::Value e = OomError(env, o);
+      e.As<Napi::Object>().Set("call", "cudaMallocFromPoolAsync");
+      ThrowValue(env, e);
+    }
+    ThrowCuda(env, err, "cudaMallocFromPoolAsync");
+  }
+  Allocation* a = new Allocation();
+  a->kind = MemKind::kAsync;
+  a->device = p->device;
+  a->ptr = ptr;
+  a->async_charged = charged;
+  if (alignment > core::kMinBlock) {
+    uintptr_t at = reinterpret_cast<uintptr_t>(ptr);
+    a->async_base = ptr;
+    a->ptr = reinterpret_cast<void*>((at + alignment - 1) / alignment * alignment);
+  }
+  a->bytes = bytes;
+  a->async_pool = *info[0].As<Napi::External<AsyncPoolRef>>().Data();
+  if (rec) {
+    a->stream = rec;
+    napi_create_reference(env, info[2], 1, &a->host_ref);  // keeps the stream's record alive
+    a->ready = TakeEvent(p);
+    if (a->ready && cudaEventRecord(a->ready, s) != cudaSuccess) {
+      (void)cudaGetLastError();
+      GiveEvent(p, a->ready);
+      a->ready = nullptr;
+      cudaStreamSynchronize(s);  // no event: make the allocation complete now instead
+      (void)cudaGetLastError();
+    }
+  }
+  return WrapAllocation(env, a);
+}
+
+Napi::Value AsyncStats(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  AsyncPool* p = UnwrapAsyncPool(env, info[0]);
+  core::PoolStats s = p->budget.Stats();
+  uint64_t reserved = PoolAttr(p->pool, cudaMemPoolAttrReservedMemCurrent);
+  uint64_t reserved_high = PoolAttr(p->pool, cudaMemPoolAttrReservedMemHigh);
+  uint64_t used = PoolAttr(p->pool, cudaMemPoolAttrUsedMemCurrent);
+  // The driver keeps the reservation: its current and high-water figures are the pool's; how
+  // much it took and gave back over time, and in how many pieces, it does not say.
+  s.pool_bytes = s.counters.reserved_bytes.current = reserved;
+  s.peak_pool_bytes = s.counters.reserved_bytes.peak = reserved_high;
+  s.largest_free_block = reserved > used ? reserved - used : 0;
+  Napi::Object o = StatsObject(env, s);
+  Napi::Object m = Napi::Object::New(env);
+  m.Set("reservedBytes", static_cast<double>(reserved));
+  m.Set("reservedPeakBytes", static_cast<double>(reserved_high));
+  m.Set("usedBytes", static_cast<double>(used));
+  m.Set("usedPeakBytes", static_cast<double>(PoolAttr(p->pool, cudaMemPoolAttrUsedMemHigh)));
+  m.Set("releaseThreshold",
+        static_cast<double>(PoolAttr(p->pool, cudaMemPoolAttrReleaseThreshold)));
+  o.Set("cudaMemPool", m);
+  return o;
+}
+
+Napi::Value AsyncInfo(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  AsyncPool* p = UnwrapAsyncPool(env, info[0]);
+  core::MemInfo mi = DeviceMemInfo(p->device);
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("device", p->device);
+  o.Set("simulated", false);
+  o.Set("allowGrowth", p->allow_growth);
+  o.Set("garbageCollection", false);
+  o.Set("limitBytes", static_cast<double>(p->budget.limit()));
+  o.Set("limitSource", p->budget.limit_source());
+  o.Set("initialPoolBytes", static_cast<double>(p->initial_bytes));
+  o.Set("deviceFree", static_cast<double>(mi.free));
+  o.Set("deviceTotal", static_cast<double>(mi.total));
+  o.Set("computeCapability", std::to_string(p->cc_major) + "." + std::to_string(p->cc_minor));
+  o.Set("liveBlocks", static_cast<double>(p->budget.live()));
+  o.Set("defaultPool", !p->own);
+  return o;
+}
+
+Napi::Value AsyncResetPeak(const Napi::CallbackInfo& info) {
+  AsyncPool* p = UnwrapAsyncPool(info.Env(), info[0]);
+  p->budget.ResetPeak();
+  // CUDA allows the high watermarks to be reset to zero only, which sets them to the current
+  // values.
+  SetPoolAttr(p->pool, cudaMemPoolAttrReservedMemHigh, 0);
+  SetPoolAttr(p->pool, cudaMemPoolAttrUsedMemHigh, 0);
+  return info.Env().Undefined();
+}
+
+Napi::Value AsyncResetAccumulated(const Napi::CallbackInfo& info) {
+  UnwrapAsyncPool(info.Env(), info[0])->budget.ResetAccumulated();
+  return info.Env().Undefined();
+}
+
+// asyncSetFraction(allocator, fraction in [0, 1]) -> the new limit in bytes. The reservation is
+// left as it is: lowering the limit frees nothing, it refuses new blocks past it.
+Napi::Value AsyncSetFraction(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  AsyncPool* p = UnwrapAsyncPool(env, info[0]);
+  core::ResolvedLimit limit = ReadFractionLimit(env, info[1], DeviceMemInfo(p->device).total);
+  p->budget.SetLimit(limit.bytes, limit.source);
+  return Napi::Number::New(env, static_cast<double>(limit.bytes));
+}
+
+// Gives back every byte the pool holds that no block uses: after the device's queued work, so
+// that frees still pending in stream order count.
+uint64_t Trim(AsyncPool* p) {
+  cudaSetDevice(p->device);
+  cudaDeviceSynchronize();
+  uint64_t before = PoolAttr(p->pool, cudaMemPoolAttrReservedMemCurrent);
+  cudaMemPoolTrimTo(p->pool, 0);
+  (void)cudaGetLastError();
+  uint64_t after = PoolAttr(p->pool, cudaMemPoolAttrReservedMemCurrent);
+  return before > after ? before - after : 0;
+}
+
+Napi::Value AsyncEmptyCache(const Napi::CallbackInfo& info) {
+  return Napi::Number::New(info.Env(),
+                           static_cast<double>(Trim(UnwrapAsyncPool(info.Env(), info[0]))));
+}
+
+// asyncClose(allocator, force) -> bytes returned to the device
+Napi::Value AsyncClose(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  AsyncPool* p = UnwrapAsyncPool(env, info[0], true);
+  if (p->closed) return Napi::Number::New(env, 0);
+  uint64_t live = p->budget.live();
+  if (live > 0 && !info[1].ToBoolean()) ThrowAllocatorBusy(env, live, p->budget.in_use());
+  for (Allocation* a : GetInstance(env).handles.Live())
+    if (a->async_pool.get() == p) ReleaseAllocation(env, a);
+  uint64_t released = Trim(p);
+  if (p->own) {
+    cudaMemPoolDestroy(p->pool);
+    (void)cudaGetLastError();
+    p->pool = nullptr;
+  }
+  p->closed = true;
+  return Napi::Number::New(env, static_cast<double>(released));
+}
+
+// freeOn(handle, stream): frees a buffer after the work queued on `stream`. A stream-ordered
+// block is freed in that stream's order; any other memory waits for the stream, then is freed.
+Napi::Value FreeOn(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Allocation* a = UnwrapAllocation(env, info[0], "buffer", true);
+  StreamRec* rec = UnwrapStreamRec(env, info[1]);
+  if (!a) return Napi::Boolean::New(env, false);
+  if (a->pending > 0) {
+    // A copyAsync still uses it: the stream's work so far is waited for now, and the buffer is
+    // released when the copy settles (on its allocation stream, for a stream-ordered block).
+    cudaError_t err = cudaStreamSynchronize(rec->stream);
+    if (err != cudaSuccess) ThrowCuda(env, err, "cudaStreamSynchronize");
+    a->free_requested = true;
+    return Napi::Boolean::New(env, true);
+  }
+  if (a->kind == MemKind::kAsync) {
+    a->free_on_stream = true;
+    a->free_stream = rec->stream;
+  } else {
+    cudaError_t err = cudaStreamSynchronize(rec->stream);
+    if (err != cudaSuccess) ThrowCuda(env, err, "cudaStreamSynchronize");
+  }
+  ReleaseAllocation(env, a);
+  return Napi::Boolean::New(env, true);
+}
+
+}  // namespace
+
+AsyncPool::~AsyncPool() {
+  if (pool && own) {
+    cudaSetDevice(device);
+    cudaMemPoolDestroy(pool);  // deferred by CUDA until pending frees have run
+  }
+  for (cudaEvent_t e : idle_events) cudaEventDestroy(e);
+  if (order) cudaEventDestroy(order);
+  (void)cudaGetLastError();
+}
+
+void ReleaseAsyncBlock(napi_env env, Allocation* a) noexcept {
+  AsyncPool* p = a->async_pool.get();
+  cudaStream_t s = a->stream ? a->stream->stream : nullptr;  // null once that stream was disposed
+  cudaSetDevice(a->device);
+  if (a->ready) {
+    GiveEvent(p, a->ready);
+    a->ready = nullptr;
+  }
+  if (a->free_on_stream && a->free_stream != s) {
+    // Freed on another stream: that stream first waits for all work queued so far on the
+    // allocating one, so no use of the block there can overlap its reuse.
+    if (p && p->order && cudaEventRecord(p->order, s) == cudaSuccess)
+      cudaStreamWaitEvent(a->free_stream, p->order, 0);
+    s = a->free_stream;
+  }
+  if (p && p->pool) {
+    cudaFreeAsync(a->async_base ? a->async_base : a->ptr, s);
+    p->budget.Release(a->async_charged);
+  }
+  (void)cudaGetLastError();
+  if (a->host_ref) {
+    napi_delete_reference(env, a->host_ref);
+    a->host_ref = nullptr;
+  }
+  a->stream = nullptr;
+  a->async_pool.reset();
+}
+
+void AwaitAllocation(Allocation* a, cudaStream_t stream) {
+  if (!a || a->kind != MemKind::kAsync || !a->ready) return;
+  if (a->stream && a->stream->stream == stream) return;  // the same stream: already in order
+  cudaEventSynchronize(a->ready);
+  (void)cudaGetLastError();
+  GiveEvent(a->async_pool.get(), a->ready);
+  a->ready = nullptr;
+}
+
+void InitStreamOrdered(Napi::Env env, Napi::Object exports) {
+  exports.Set("createAsyncAllocator",
+              Napi::Function::New(env, CreateAsyncAllocator, "createAsyncAllocator"));
+  exports.Set("asyncAlloc", Napi::Function::New(env, AsyncAlloc, "asyncAlloc"));
+  exports.Set("asyncStats", Napi::Function::New(env, AsyncStats, "asyncStats"));
+  exports.Set("asyncInfo", Napi::Function::New(env, AsyncInfo, "asyncInfo"));
+  exports.Set("asyncResetPeak", Napi::Function::New(env, AsyncResetPeak, "asyncResetPeak"));
+  exports.Set("asyncResetAccumulated",
+              Napi::Function::New(env, AsyncResetAccumulated, "asyncResetAccumulated"));
+  exports.Set("asyncSetFraction", Napi::Function::New(env, AsyncSetFraction, "asyncSetFraction"));
+  exports.Set("asyncEmptyCache", Napi::Function::New(env, AsyncEmptyCache, "asyncEmptyCache"));
+  exports.Set("asyncClose", Napi::Function::New(env, AsyncClose, "asyncClose"));
+  exports.Set("freeOn", Napi::Function::New(env, FreeOn, "freeOn"));
+}
+
+}  // namespace cm

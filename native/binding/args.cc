@@ -1,0 +1,66 @@
+#include "binding/args.h"
+
+#include <cmath>
+#include <string>
+
+#include "binding/errors.h"
+
+namespace cm {
+
+bool HostView(Napi::Env env, Napi::Value v, char** data, size_t* length) {
+  void* p = nullptr;
+  napi_value ab;
+  size_t offset = 0;
+  // The data pointers Node-API returns already include the view's offset, and, unlike
+  // ArrayBuffer(), these calls accept views over SharedArrayBuffers.
+  if (v.IsTypedArray()) {
+    napi_typedarray_type type;
+    size_t count = 0;
+    if (napi_get_typedarray_info(env, v, &type, &count, &p, &ab, &offset) != napi_ok) return false;
+    *length = v.As<Napi::TypedArray>().ByteLength();
+  } else if (v.IsDataView()) {
+    if (napi_get_dataview_info(env, v, length, &p, &ab, &offset) != napi_ok) return false;
+  } else {
+    return false;
+  }
+  *data = static_cast<char*>(p);
+  return true;
+}
+
+bool Absent(Napi::Value v) {
+  const napi_valuetype type = v.Type();
+  return type == napi_undefined || type == napi_null;
+}
+
+uint64_t ReadSize(Napi::Env env, Napi::Value v, const char* what) {
+  // One Node-API call for the common case (a number): every copy reads three sizes.
+  double d = 0;
+  napi_status s = napi_get_value_double(env, v, &d);
+  if (s == napi_number_expected && v.IsBigInt()) {
+    bool lossless = false;
+    uint64_t n = v.As<Napi::BigInt>().Uint64Value(&lossless);
+    if (!lossless) ThrowRange(env, std::string(what) + " must be a non-negative 64-bit integer");
+    return n;
+  }
+  if (s != napi_ok) ThrowType(env, std::string(what) + " must be a number");
+  if (!IsSafeSize(d))
+    ThrowRange(
+        env, std::string(what) + " must be a non-negative safe integer, got " + std::to_string(d));
+  return static_cast<uint64_t>(d);
+}
+
+int ReadInt(Napi::Env env, Napi::Value v, const char* what, int lo, int hi) {
+  if (!v.IsNumber()) ThrowType(env, std::string(what) + " must be a number");
+  double d = v.As<Napi::Number>().DoubleValue();
+  if (!std::isfinite(d) || d != std::floor(d) || d < lo || d > hi)
+    ThrowRange(env, std::string(what) + " must be an integer from " + std::to_string(lo) + " to " +
+                        std::to_string(hi) + ", got " + std::to_string(d));
+  return static_cast<int>(d);
+}
+
+std::string ReadString(Napi::Env env, Napi::Value v, const char* what) {
+  if (!v.IsString()) ThrowType(env, std::string(what) + " must be a string");
+  return v.As<Napi::String>().Utf8Value();
+}
+
+}  // namespace cm

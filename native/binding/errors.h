@@ -1,0 +1,51 @@
+// The native side of the JS error classes (lib/errors.ts): CudaError with the failed call and
+// code, CudaUnavailableError with its reason; and the error record the off-thread paths return.
+#pragma once
+
+#include <napi.h>
+
+#include <string>
+
+#include "base/cuda_api.h"
+#include "core/base/shm.h"
+
+namespace cm {
+
+// Builds (not throws) the JS error objects, for use in async completions too.
+Napi::Value MakeCudaError(Napi::Env env, cudaError_t err, const std::string& call,
+                          const std::string& detail = "");
+Napi::Value MakeUnavailableError(Napi::Env env, const std::string& reason,
+                                 const std::string& message);
+[[noreturn]] void ThrowCuda(Napi::Env env, cudaError_t err, const std::string& call,
+                            const std::string& detail = "");
+// An InterprocessError (group ledgers, IPC handles, shared host memory) with the failure's code
+// and file.
+Napi::Value MakeInterprocessError(Napi::Env env, const core::ShmError& e);
+[[noreturn]] void ThrowInterprocess(Napi::Env env, const core::ShmError& e);
+[[noreturn]] void ThrowValue(Napi::Env env, Napi::Value error);
+// A CudaMemoryError with `code` (ERR_ALLOCATOR_CLOSED, ERR_DISPOSED, ...), the base class of the
+// library's errors; a plain Error with that code before the classes are known.
+Napi::Error LibraryError(Napi::Env env, const std::string& code, const std::string& message);
+// Argument errors as Node core makes them: TypeError with ERR_INVALID_ARG_TYPE, RangeError with
+// ERR_OUT_OF_RANGE.
+[[noreturn]] void ThrowType(Napi::Env env, const std::string& message);
+[[noreturn]] void ThrowRange(Napi::Env env, const std::string& message);
+
+struct Error {
+  cudaError_t code = cudaSuccess;
+  std::string call;
+  std::string detail;
+  explicit operator bool() const { return code != cudaSuccess; }
+};
+
+// Sets the calling thread's device, then runs `call`; returns the first failure.
+#define CM_TRY(err_var, expr, name)        \
+  do {                                     \
+    cudaError_t _e = (expr);               \
+    if (_e != cudaSuccess) {               \
+      err_var = ::cm::Error{_e, name, ""}; \
+      (void)cudaGetLastError();            \
+    }                                      \
+  } while (0)
+
+}  // namespace cm

@@ -1,0 +1,507 @@
+#include "core/allocator/ledger.h"
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <memory>
+#include <set>
+#include <thread>
+
+#include "core/allocator/pool.h"  // FormatBytes
+
+namespace cm::core {
+
+namespace {
+constexpr char kMagic[16] = "cuda-memory/grp";
+constexpr uint64_t kMember = 0x4d454d4245523031ull;  // "MEMBER01": a live slot
+}  // namespace
+
+struct Ledger::Header {
+  char magic[16];
+  uint32_t version;
+  uint32_t slot_count;
+  uint64_t budget;
+  uint64_t created_unix_ms;
+  char name[72];
+  char device[72];
+  char budget_source[96];
+  uint64_t checksum;  // of everything above
+};
+
+struct Ledger::Slot {
+  uint64_t state;  // 0 free, kMember live
+  int64_t pid;
+  uint64_t pool_bytes;
+  uint64_t peak_pool_bytes;
+  uint64_t limit;
+  uint64_t joined_unix_ms;
+  uint64_t bytes_in_use;  // written by its member without the lock (atomically)
+  uint64_t checksum;      // of state, pid, pool_bytes, peak, limit, joined
+};
+
+namespace {
+
+constexpr size_t kFileSize = sizeof(Ledger::Header) + Ledger::kSlots * sizeof(Ledger::Slot);
+
+uint64_t HeaderSum(const Ledger::Header& h) {
+  return shm::Fnv1a(&h, offsetof(Ledger::Header, checksum));
+}
+uint64_t SlotSum(const Ledger::Slot& s) {
+  return shm::Fnv1a(&s, offsetof(Ledger::Slot, bytes_in_use));
+}
+
+void CopyField(char* dst, size_t n, const std::string& s) {
+  std::memset(dst, 0, n);
+  std::memcpy(dst, s.data(), std::min(n - 1, s.size()));
+}
+
+std::string Field(const char* s, size_t n) { return std::string(s, strnlen(s, n)); }
+
+[[noreturn]] void Corrupt(const std::string& path, const std::string& what) {
+  throw ShmError("ERR_GROUP_LEDGER_CORRUPT",
+                 "the group ledger " + path + " is damaged (" + what +
+                     "); it was not trusted. Remove it once no process uses it.",
+                 path);
+}
+
+off_t SlotOffset(uint32_t i) {
+  return static_cast<off_t>(sizeof(Ledger::Header) + i * sizeof(Ledger::Slot));
+}
+
+struct Fd {
+  int fd = -1;
+  ~Fd() {
+    if (fd >= 0) close(fd);
+  }
+  int release() {
+    int f = fd;
+    fd = -1;
+    return f;
+  }
+};
+
+}  // namespace
+
+namespace {
+
+// The members of this process whose in-use figure waits to be written, and the thread that
+// writes them. Process-wide and never destroyed: members come and go from any environment.
+struct Publisher {
+  std::mutex mutex;
+  std::set<Ledger*> members;
+  bool running = false;
+};
+Publisher& ThePublisher() {
+  static Publisher* p = [] {
+    auto* made = new Publisher();
+    // A child forked while the thread held the lock would wait for ever: the lock is taken
+    // around fork, and the child starts a thread of its own when it needs one.
+    pthread_atfork([] { ThePublisher().mutex.lock(); }, [] { ThePublisher().mutex.unlock(); },
+                   [] {
+                     Publisher& q = ThePublisher();
+                     q.running = false;
+                     q.members.clear();
+                     q.mutex.unlock();
+                   });
+    return made;
+  }();
+  return *p;
+}
+
+void PublishLoop() {
+  Publisher& p = ThePublisher();
+  for (;;) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    std::lock_guard<std::mutex> lock(p.mutex);
+    for (Ledger* l : p.members) l->FlushInUse();
+  }
+}
+
+// Writes every waiting figure of this process now (before a read of a ledger).
+void FlushAll() {
+  Publisher& p = ThePublisher();
+  std::lock_guard<std::mutex> lock(p.mutex);
+  for (Ledger* l : p.members) l->FlushInUse();
+}
+
+}  // namespace
+
+std::string GroupRefusal::Sentence() const {
+  std::string m = "The group '" + group.name + "' has a budget of " + FormatBytes(group.budget) +
+                  " (" + group.budget_source + ") and its " + std::to_string(group.members.size()) +
+                  " member" + (group.members.size() == 1 ? "" : "s") + " hold " +
+                  FormatBytes(group.charged) + ", so a region of " + FormatBytes(requested) +
+                  " (the smallest this allocation could use) could not be charged. Members:";
+  for (size_t i = 0; i < group.members.size(); ++i) {
+    const GroupMember& g = group.members[i];
+    m += (i ? "; pid " : " pid ") + std::to_string(g.pid) + (g.self ? " (this allocator)" : "") +
+         " pool " + FormatBytes(g.pool_bytes) + ", in use " + FormatBytes(g.bytes_in_use);
+  }
+  return m + ".";
+}
+
+std::string Ledger::PathFor(const std::string& dir, const std::string& name,
+                            const std::string& device) {
+  return shm::Join(dir, "cuda-memory-group." + name + "." + device);
+}
+
+Ledger* Ledger::Join(const std::string& dir, const std::string& name, const std::string& device,
+                     uint64_t budget, const std::string& budget_source, uint64_t limit,
+                     int lock_timeout_ms) {
+  if (!shm::ValidName(name))
+    throw ShmError("ERR_GROUP_NAME", "group name '" + name +
+                                         "' must be 1 to 64 of A-Z a-z 0-9 . _ - (no leading dot)");
+  std::string path = PathFor(dir, name, device);
+  std::string waiting = "joining group '" + name + "'";
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    Fd fd;
+    fd.fd = shm::OpenTrusted(path, 0, "ERR_GROUP_LEDGER");
+    if (fd.fd < 0) {
+      if (budget == 0)
+        throw ShmError("ERR_GROUP_NOT_FOUND",
+                       "there is no group '" + name + "' on device " + device +
+                           " to join; give shared.limit or shared.fraction to create it",
+                       path);
+      Header h;
+      std::memset(&h, 0, sizeof h);
+      std::memcpy(h.magic, kMagic, sizeof kMagic);
+      h.version = kVersion;
+      h.slot_count = kSlots;
+      h.budget = budget;
+      h.created_unix_ms = shm::NowUnixMs();
+      CopyField(h.name, sizeof h.name, name);
+      CopyField(h.device, sizeof h.device, device);
+      CopyField(h.budget_source, sizeof h.budget_source, budget_source);
+      h.checksum = HeaderSum(h);
+      // Made with its mutex held, so that the file is never seen without its creator joining.
+      fd.fd = shm::CreateComplete(path, kFileSize, &h, sizeof h, 0600, shm::kMutexByte);
+      if (fd.fd < 0) continue;  // another process created it first: open theirs
+    }
+    shm::TryLockShared(fd.fd, shm::kOpenerByte);  // nobody write-locks it: cannot fail
+    std::unique_ptr<Ledger> l(new Ledger());
+    l->path_ = path;
+    l->name_ = name;
+    l->timeout_ms_ = lock_timeout_ms;
+    l->fd_ = fd.release();
+    shm::MutexGuard lock(l->fd_, path, waiting.c_str(), lock_timeout_ms);
+    struct stat st;
+    if (fstat(l->fd_, &st) == 0 && st.st_nlink == 0) continue;  // removed by its last member
+    uint64_t reaped = 0;
+    l->CheckAndReap(&reaped);
+    Header* h = l->header_.get();
+    if (Field(h->name, sizeof h->name) != name || Field(h->device, sizeof h->device) != device)
+      Corrupt(path, "it names another group or device");
+    int live = 0;
+    for (uint32_t i = 0; i < kSlots; ++i) live += l->slots_[i].state == kMember;
+    if (budget != 0 && budget != h->budget) {
+      if (live > 0)
+        throw ShmError("ERR_GROUP_BUDGET_MISMATCH",
+                       "group '" + name + "' already has a budget of " + FormatBytes(h->budget) +
+                           " (" + Field(h->budget_source, sizeof h->budget_source) + ") and " +
+                           std::to_string(live) + " live member" + (live == 1 ? "" : "s") +
+                           "; this process asked for " + FormatBytes(budget) + " (" +
+                           budget_source +
+                           "). Give the same budget, or none to join the group's budget.",
+                       path);
+      h->budget = budget;  // an empty group takes the budget of whoever joins next
+      CopyField(h->budget_source, sizeof h->budget_source, budget_source);
+      h->checksum = HeaderSum(*h);
+      l->WriteHeader();
+    }
+    // The first free slot whose lock is free too: a member that is leaving right now may still
+    // hold the lock of the slot it has just cleared; that slot is skipped, not taken for damage.
+    for (uint32_t i = 0; i < kSlots; ++i) {
+      if (l->slots_[i].state != 0 || shm::TryLock(l->fd_, shm::kSlotBytes + i) != 0) continue;
+      Slot& s = l->slots_[i];
+      std::memset(&s, 0, sizeof s);
+      s.pid = getpid();
+      s.limit = limit;
+      s.joined_unix_ms = shm::NowUnixMs();
+      s.state = kMember;
+      s.checksum = SlotSum(s);
+      l->slot_ = static_cast<int>(i);
+      l->WriteSlot(i);
+      shm::Unlock(l->fd_, shm::kOpenerByte);  // a member now: its slot keeps the file
+      Publisher& p = ThePublisher();
+      std::lock_guard<std::mutex> members(p.mutex);
+      p.members.insert(l.get());
+      if (!p.running) {
+        std::thread(PublishLoop).detach();
+        p.running = true;
+      }
+      return l.release();
+    }
+    throw ShmError("ERR_GROUP_FULL",
+                   "group '" + name + "' already has " + std::to_string(kSlots) + " members", path);
+  }
+  throw ShmError("ERR_GROUP_LEDGER",
+                 "the group ledger " + path + " kept being removed and recreated; try again", path);
+}
+
+void Ledger::Load() {
+  if (broken_) Corrupt(path_, "it was found damaged before");
+  if (!header_) {
+    header_.reset(new Header());
+    slots_.reset(new Slot[kSlots]);
+  }
+  // One read of the whole file, which pread cannot fault on however the file changes; its size
+  // is checked after the read too, so a file cut or grown meanwhile is caught either way.
+  struct stat st;
+  if (fstat(fd_, &st) != 0 || st.st_size != static_cast<off_t>(kFileSize)) {
+    char magic[sizeof kMagic] = {0};
+    if (pread(fd_, magic, sizeof magic, 0) == static_cast<ssize_t>(sizeof magic) &&
+        std::memcmp(magic, kMagic, sizeof kMagic) != 0)
+      Foreign();  // another kind of file says so first
+    broken_ = true;
+    Corrupt(path_, "it has " + std::to_string(st.st_size) + " bytes where " +
+                       std::to_string(kFileSize) + " were expected");
+  }
+  std::unique_ptr<char[]> buf(new char[kFileSize]);
+  ssize_t got = pread(fd_, buf.get(), kFileSize, 0);
+  if (got != static_cast<ssize_t>(kFileSize) || fstat(fd_, &st) != 0 ||
+      st.st_size != static_cast<off_t>(kFileSize)) {
+    broken_ = true;
+    Corrupt(path_, "its size changed while it was read");
+  }
+  std::memcpy(header_.get(), buf.get(), sizeof(Header));
+  std::memcpy(slots_.get(), buf.get() + sizeof(Header), kSlots * sizeof(Slot));
+}
+
+void Ledger::Foreign() {
+  broken_ = true;
+  throw ShmError("ERR_GROUP_LEDGER_FOREIGN",
+                 path_ +
+                     " is not a cuda-memory group ledger (its first bytes differ); it was left "
+                     "untouched. Use another group name, or remove the file if nothing uses it.",
+                 path_);
+}
+
+void Ledger::CheckFormat() {
+  if (std::memcmp(header_->magic, kMagic, sizeof kMagic) != 0) Foreign();
+  if (header_->version != kVersion)
+    throw ShmError("ERR_GROUP_LEDGER_VERSION",
+                   "the group ledger " + path_ + " has format version " +
+                       std::to_string(header_->version) + " and this cuda-memory reads version " +
+                       std::to_string(kVersion) +
+                       "; every member of a group must use the same cuda-memory version",
+                   path_);
+}
+
+void Ledger::WriteHeader() {
+  if (pwrite(fd_, header_.get(), sizeof(Header), 0) != static_cast<ssize_t>(sizeof(Header)))
+    shm::ThrowErrno("ERR_GROUP_LEDGER", "could not write", path_, errno);
+}
+
+void Ledger::WriteSlot(uint32_t i) {
+  if (static_cast<int>(i) == slot_)
+    slots_[i].bytes_in_use = in_use_.load(std::memory_order_relaxed);
+  if (pwrite(fd_, &slots_[i], sizeof(Slot), SlotOffset(i)) != static_cast<ssize_t>(sizeof(Slot)))
+    shm::ThrowErrno("ERR_GROUP_LEDGER", "could not write", path_, errno);
+}
+
+uint64_t Ledger::CheckAndReap(uint64_t* reaped) {
+  Load();
+  CheckFormat();
+  broken_ = true;  // until every check below has passed
+  if (HeaderSum(*header_) != header_->checksum) Corrupt(path_, "its header checksum is wrong");
+  if (header_->slot_count != kSlots) Corrupt(path_, "its slot count is wrong");
+  uint64_t sum = 0;
+  for (uint32_t i = 0; i < kSlots; ++i) {
+    Slot& s = slots_[i];
+    bool own = static_cast<int>(i) == slot_;
+    if (!own) {
+      if (s.state == 0) continue;
+      if (!shm::HeldByOther(fd_, shm::kSlotBytes + i)) {
+        // Its member is gone (a live member always holds its slot): the charge comes back.
+        std::memset(&s, 0, sizeof s);
+        WriteSlot(i);
+        ++*reaped;
+        continue;
+      }
+    }
+    if (s.state != kMember || SlotSum(s) != s.checksum)
+      Corrupt(path_, "slot " + std::to_string(i) + " fails its checksum");
+    if (__builtin_add_overflow(sum, s.pool_bytes, &sum))
+      Corrupt(path_, "its members' charges overflow");
+  }
+  if (sum > header_->budget)
+    Corrupt(path_, "its members hold " + FormatBytes(sum) + ", more than the budget");
+  broken_ = false;
+  if (slot_ >= 0 && pending_release_) {  // releases that could not get the lock before
+    Slot& own = slots_[slot_];
+    uint64_t back = std::min(pending_release_, own.pool_bytes);
+    own.pool_bytes -= back;
+    own.checksum = SlotSum(own);
+    sum -= back;
+    pending_release_ = 0;
+    WriteSlot(static_cast<uint32_t>(slot_));
+  }
+  return sum;
+}
+
+GroupSnapshot Ledger::SnapshotLocked(uint64_t reaped) {
+  GroupSnapshot g;
+  g.path = path_;
+  g.name = Field(header_->name, sizeof header_->name);
+  g.device = Field(header_->device, sizeof header_->device);
+  g.budget = header_->budget;
+  g.budget_source = Field(header_->budget_source, sizeof header_->budget_source);
+  g.reaped = reaped;
+  for (uint32_t i = 0; i < kSlots; ++i) {
+    const Slot& s = slots_[i];
+    if (s.state != kMember) continue;
+    GroupMember m;
+    m.pid = s.pid;
+    m.pool_bytes = s.pool_bytes;
+    m.peak_pool_bytes = s.peak_pool_bytes;
+    m.bytes_in_use =
+        static_cast<int>(i) == slot_ ? in_use_.load(std::memory_order_relaxed) : s.bytes_in_use;
+    m.limit = s.limit;
+    m.joined_unix_ms = s.joined_unix_ms;
+    m.self = static_cast<int>(i) == slot_;
+    g.charged += s.pool_bytes;  // no overflow: CheckAndReap summed the same values
+    g.members.push_back(m);
+  }
+  return g;
+}
+
+bool Ledger::Charge(uint64_t bytes, GroupRefusal* refusal) {
+  shm::MutexGuard lock(fd_, path_, "charging a region to the group", timeout_ms_);
+  uint64_t reaped = 0;
+  uint64_t sum = CheckAndReap(&reaped);  // the budget and the sum come from one read
+  if (bytes <= header_->budget - sum) {
+    Slot& s = slots_[slot_];
+    s.pool_bytes += bytes;  // within the budget: no overflow
+    if (s.pool_bytes > s.peak_pool_bytes) s.peak_pool_bytes = s.pool_bytes;
+    s.checksum = SlotSum(s);
+    WriteSlot(static_cast<uint32_t>(slot_));
+    return true;
+  }
+  if (refusal) {
+    refusal->requested = bytes;
+    refusal->group = SnapshotLocked(reaped);
+  }
+  return false;
+}
+
+void Ledger::Release(uint64_t bytes) noexcept {
+  if (slot_ < 0 || broken_) return;
+  pending_release_ += bytes;
+  try {
+    shm::MutexGuard lock(fd_, path_, "giving a region back to the group", timeout_ms_);
+    uint64_t reaped = 0;
+    CheckAndReap(&reaped);  // applies pending_release_
+  } catch (...) {
+    // Not had in time, or the ledger is damaged: the charge goes back at the next operation that
+    // gets the lock, or when this member leaves (its slot is then cleared).
+  }
+}
+
+void Ledger::SetLimit(uint64_t limit) {
+  shm::MutexGuard lock(fd_, path_, "recording a member's limit", timeout_ms_);
+  if (slot_ < 0) return;
+  uint64_t reaped = 0;
+  CheckAndReap(&reaped);
+  slots_[slot_].limit = limit;
+  slots_[slot_].checksum = SlotSum(slots_[slot_]);
+  WriteSlot(static_cast<uint32_t>(slot_));
+}
+
+void Ledger::PublishInUse(uint64_t bytes) noexcept {
+  in_use_.store(bytes, std::memory_order_relaxed);
+  if (slot_ < 0 || broken_) return;
+  auto now = std::chrono::steady_clock::now();
+  if (now - last_publish_ < std::chrono::milliseconds(1)) {
+    in_use_dirty_.store(true, std::memory_order_release);
+    return;
+  }
+  last_publish_ = now;
+  in_use_dirty_.store(true, std::memory_order_release);
+  FlushInUse();
+}
+
+bool Ledger::FlushInUse() noexcept {
+  if (!in_use_dirty_.load(std::memory_order_acquire)) return false;
+  std::lock_guard<std::mutex> lock(publish_mutex_);
+  if (!in_use_dirty_.exchange(false, std::memory_order_acq_rel) || slot_ < 0 || fd_ < 0)
+    return false;
+  // pwrite, never a store through a mapping: a file cut short is extended, not a SIGBUS.
+  uint64_t v = in_use_.load(std::memory_order_relaxed);
+  (void)!pwrite(fd_, &v, sizeof v, SlotOffset(slot_) + offsetof(Slot, bytes_in_use));
+  return true;
+}
+
+GroupSnapshot Ledger::CheckedSnapshot() {
+  uint64_t reaped = 0;
+  CheckAndReap(&reaped);
+  return SnapshotLocked(reaped);
+}
+
+GroupSnapshot Ledger::Snapshot() {
+  FlushAll();
+  shm::MutexGuard lock(fd_, path_, "reading the group", timeout_ms_);
+  return CheckedSnapshot();
+}
+
+uint64_t Ledger::budget() const { return header_->budget; }
+
+void Ledger::Leave() noexcept {
+  if (fd_ < 0) return;
+  {
+    // Out of the publisher's list first: it never writes through a closed descriptor.
+    Publisher& p = ThePublisher();
+    std::lock_guard<std::mutex> lock(p.mutex);
+    p.members.erase(this);
+  }
+  if (slot_ >= 0 && !broken_ && shm::LockWithin(fd_, shm::kMutexByte, timeout_ms_) == 0) {
+    try {
+      Load();
+      std::memset(&slots_[slot_], 0, sizeof(Slot));
+      in_use_.store(0, std::memory_order_relaxed);
+      WriteSlot(static_cast<uint32_t>(slot_));
+      // The slot's lock goes before the mutex: a process that joins next finds the slot free in
+      // both senses (it used to find it cleared but still held, and took that for damage).
+      shm::Unlock(fd_, shm::kSlotBytes + slot_);
+      bool anyone = shm::HeldByOther(fd_, shm::kOpenerByte);  // someone about to join or read
+      for (uint32_t i = 0; i < kSlots && !anyone; ++i)
+        anyone = slots_[i].state != 0 && shm::HeldByOther(fd_, shm::kSlotBytes + i);
+      // The last member removes the file; a process waiting to join sees it unlinked and retries.
+      if (!anyone) unlink(path_.c_str());
+    } catch (...) {
+      // Damaged: left as it is; closing drops the slot lock, so others clear the slot.
+    }
+    shm::Unlock(fd_, shm::kMutexByte);
+  }
+  slot_ = -1;
+  close(fd_);  // drops the slot lock too
+  fd_ = -1;
+}
+
+Ledger::~Ledger() { Leave(); }
+
+GroupSnapshot Ledger::Read(const std::string& path, int lock_timeout_ms) {
+  FlushAll();  // this process's own members' latest figures first
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    std::unique_ptr<Ledger> l(new Ledger());  // a reader: no slot of its own
+    l->path_ = path;
+    l->timeout_ms_ = lock_timeout_ms;
+    l->fd_ = shm::OpenTrusted(path, 0, "ERR_GROUP_LEDGER");
+    if (l->fd_ < 0) throw ShmError("ERR_GROUP_NOT_FOUND", "there is no group ledger " + path, path);
+    shm::TryLockShared(l->fd_, shm::kOpenerByte);  // held until closed
+    shm::MutexGuard lock(l->fd_, path, "reading the group", lock_timeout_ms);
+    struct stat st;
+    if (fstat(l->fd_, &st) == 0 && st.st_nlink == 0) continue;
+    GroupSnapshot g = l->CheckedSnapshot();
+    // The last member left while someone was reading or joining: whoever finds the group empty
+    // and nobody else about to use it removes the file, as that member would have.
+    if (g.members.empty() && !shm::HeldByOther(l->fd_, shm::kOpenerByte)) unlink(path.c_str());
+    return g;
+  }
+  throw ShmError("ERR_GROUP_LEDGER", "the group ledger " + path + " kept changing", path);
+}
+
+}  // namespace cm::core

@@ -1,0 +1,87 @@
+#include "core/allocator/policy.h"
+
+#include <cmath>
+#include <cstdio>
+
+#include "core/allocator/pool.h"
+
+namespace cm::core {
+
+uint64_t DefaultReserve(uint64_t free_bytes, int cc_major) {
+  constexpr uint64_t MiB = 1ull << 20;
+  if (free_bytes < (2ull << 30)) return 225 * MiB;
+  if (cc_major <= 6) return 500 * MiB;
+  if (cc_major == 7) return 1050 * MiB;
+  if (cc_major == 8) return 1536 * MiB;
+  return 1800 * MiB;
+}
+
+namespace {
+// Limits are whole 256-byte blocks; when that changes the figure asked for, the source says so
+// (nothing is clamped silently).
+void RoundDown(ResolvedLimit* out) {
+  uint64_t rounded = out->bytes / kMinBlock * kMinBlock;
+  if (rounded != out->bytes)
+    out->source += ", " + std::to_string(out->bytes) + " bytes rounded down to " +
+                   std::to_string(rounded) + " (a multiple of 256)";
+  out->bytes = rounded;
+}
+}  // namespace
+
+ResolvedLimit FractionLimit(double fraction, uint64_t total) {
+  if (!(fraction >= 0 && fraction <= 1))
+    throw std::invalid_argument("memoryFraction must be a number in [0, 1], got " +
+                                std::to_string(fraction));
+  ResolvedLimit out;
+  out.bytes = static_cast<uint64_t>(std::floor(fraction * static_cast<double>(total)));
+  char text[160];
+  std::snprintf(text, sizeof text, "memoryFraction %g of %s total", fraction,
+                FormatBytes(total).c_str());
+  out.source = text;
+  RoundDown(&out);
+  return out;
+}
+
+ResolvedLimit ResolveLimit(const PolicyOptions& options, const MemInfo& device, int cc_major,
+                           int cc_minor) {
+  if (options.memory_fraction && options.memory_limit)
+    throw std::invalid_argument(
+        "memoryFraction and memoryLimit were both given; choose one: memoryFraction is a share "
+        "of total device memory, memoryLimit a number of bytes");
+  ResolvedLimit out;
+  char text[160];
+  if (options.memory_fraction) {
+    double f = *options.memory_fraction;
+    if (!(f > 0 && f <= 1))
+      throw std::invalid_argument("memoryFraction must be a number in (0, 1], got " +
+                                  std::to_string(f));
+    return FractionLimit(f, device.total);
+  } else if (options.memory_limit) {
+    if (*options.memory_limit > device.total)
+      throw std::invalid_argument("memoryLimit " + std::to_string(*options.memory_limit) +
+                                  " bytes (" + FormatBytes(*options.memory_limit) +
+                                  ") is above the device's total memory of " +
+                                  FormatBytes(device.total));
+    if (*options.memory_limit < kMinBlock)
+      throw std::invalid_argument("memoryLimit must be at least 256 bytes, got " +
+                                  std::to_string(*options.memory_limit));
+    out.bytes = *options.memory_limit;
+    out.source = "memoryLimit " + FormatBytes(out.bytes);
+  } else {
+    uint64_t reserve = DefaultReserve(device.free, cc_major);
+    if (device.free <= reserve)
+      throw std::invalid_argument("the device has " + FormatBytes(device.free) +
+                                  " free, no more than the " + FormatBytes(reserve) +
+                                  " reserve left to the driver; give memoryLimit or "
+                                  "memoryFraction to use it anyway");
+    out.bytes = device.free - reserve;
+    std::snprintf(
+        text, sizeof text, "default: %s free minus the %s reserve for compute capability %d.%d",
+        FormatBytes(device.free).c_str(), FormatBytes(reserve).c_str(), cc_major, cc_minor);
+    out.source = text;
+  }
+  RoundDown(&out);
+  return out;
+}
+
+}  // namespace cm::core

@@ -1,0 +1,37 @@
+// How an allocator's byte limit is chosen from its options and the device (TensorFlow's rules,
+// DESIGN.md "Allocation policies"), kept apart from the pool so each can be tested alone.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+#include "core/allocator/upstream.h"
+
+namespace cm::core {
+
+struct PolicyOptions {
+  std::optional<double> memory_fraction;  // of total device memory, in (0, 1]
+  std::optional<uint64_t> memory_limit;   // bytes
+};
+
+struct ResolvedLimit {
+  uint64_t bytes = 0;
+  std::string source;  // e.g. "memoryFraction 0.5 of 80.00 GiB total"
+};
+
+// Memory TensorFlow leaves to the driver, libraries and other processes when no limit is given:
+// 225 MiB when less than 2 GiB is free, else by compute capability.
+uint64_t DefaultReserve(uint64_t free_bytes, int cc_major);
+
+// The limit for a share of `total` in [0, 1] (setMemoryFraction on a live allocator allows 0),
+// rounded down to whole blocks; throws std::invalid_argument outside [0, 1].
+ResolvedLimit FractionLimit(double fraction, uint64_t total);
+
+// Throws std::invalid_argument (with a message naming the option) for conflicting or
+// impossible options.
+ResolvedLimit ResolveLimit(const PolicyOptions& options, const MemInfo& device, int cc_major,
+                           int cc_minor);
+
+}  // namespace cm::core

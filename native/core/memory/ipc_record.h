@@ -1,0 +1,84 @@
+// The record behind an exported CUDA IPC handle: a small file in shared memory that the exporting
+// process creates and holds (a lock on its owner byte) and that each importing process holds a
+// slot of while the memory is open. It lets the exporter count its importers, lets an importer
+// tell a live export from one whose process has exited or freed it, and lets a handle be checked
+// against what was really exported (a random token, the CUDA handle bytes, offset and size), so a
+// forged or altered handle is refused before it reaches the driver. No Node, no CUDA.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/base/shm.h"
+
+namespace cm::core {
+
+// What a handle carries and the record must match.
+struct IpcDescriptor {
+  std::string record;  // file name of the record, "cuda-memory-ipc.<pid>.<16 hex>"
+  std::array<uint8_t, 16> token{};
+  std::array<uint8_t, 64> handle{};  // cudaIpcMemHandle_t
+  std::string device;                // uuid of the GPU
+  uint64_t offset = 0, bytes = 0;    // of the buffer within the exported allocation
+  int64_t pid = 0;                   // of the exporter
+};
+
+class IpcExportRecord {
+ public:
+  static constexpr int kMaxImporters = 64;
+  // Creates the record (and first removes records of processes that have exited). Fills
+  // d->record, d->token and d->pid.
+  static IpcExportRecord* Create(const std::string& dir, IpcDescriptor* d);
+  ~IpcExportRecord();  // Remove()
+  IpcExportRecord(const IpcExportRecord&) = delete;
+  IpcExportRecord& operator=(const IpcExportRecord&) = delete;
+
+  // The pids of the processes that hold the memory open now.
+  std::vector<int64_t> Importers();
+  // Removes the record: no process can open the handle any more. Never throws.
+  void Remove() noexcept;
+  const IpcDescriptor& descriptor() const { return d_; }
+
+ private:
+  IpcExportRecord() = default;
+  std::string path_;
+  int fd_ = -1;
+  IpcDescriptor d_;
+};
+
+class IpcImportRecord {
+ public:
+  // Checks `d` against its record and takes an importer slot. Throws ShmError:
+  // ERR_IPC_HANDLE_INVALID (malformed, forged, altered or damaged), ERR_IPC_EXPORT_GONE (freed,
+  // or its process exited), ERR_IPC_SAME_PROCESS, ERR_IPC_TOO_MANY_IMPORTERS.
+  static IpcImportRecord* Open(const std::string& dir, const IpcDescriptor& d);
+  ~IpcImportRecord();  // Close()
+  IpcImportRecord(const IpcImportRecord&) = delete;
+  IpcImportRecord& operator=(const IpcImportRecord&) = delete;
+  // Gives the slot back. Never throws.
+  void Close() noexcept;
+  const std::string& record() const { return record_; }
+
+ private:
+  IpcImportRecord() = default;
+  std::string record_;
+  int fd_ = -1;
+  int slot_ = -1;
+};
+
+// Hex of bytes, and back (false if `hex` is not exactly 2*n hex digits).
+std::string ToHex(const uint8_t* bytes, size_t n);
+bool FromHex(const std::string& hex, uint8_t* bytes, size_t n);
+// The size of a record file.
+constexpr size_t kIpcRecordBytes = 720;
+
+// Removes the records in `dir` whose exporter is gone and that no importer holds (an export does
+// this first). Files it may not trust (another user's, a link, a wrong mode or size) are left
+// alone; returns how many.
+int SweepStaleIpcRecords(const std::string& dir);
+// True for names of the form "cuda-memory-ipc.<pid>.<16 hex>".
+bool ValidRecordName(const std::string& name);
+
+}  // namespace cm::core

@@ -1,0 +1,31 @@
+// What CUDA can be used here: status(), devices(), memGetInfo(), with the PCIe link read from
+// NVML when the driver's NVML library can be loaded at run time.
+#pragma once
+
+#include <napi.h>
+
+#include "binding/instance.h"
+#include "core/device/topology.h"
+
+namespace cm {
+
+CudaStatus ComputeStatus();
+// "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", as nvidia-smi prints it; "" if it cannot be read.
+std::string FormatUuid(const cudaUUID_t& id);
+std::string DeviceUuid(int device);
+void InitDiscovery(Napi::Env env, Napi::Object exports);
+
+struct PcieLink {
+  bool known = false;
+  unsigned current_gen = 0, max_gen = 0, current_width = 0, max_width = 0;
+};
+// Reads the link of the GPU at this PCI bus id through NVML, if NVML is present.
+PcieLink ReadPcieLink(const std::string& pci_bus_id);
+// NVML's index of the GPU (nvidia-smi's numbering, which CUDA_VISIBLE_DEVICES does not change);
+// -1 without NVML.
+int NvmlIndex(const std::string& pci_bus_id);
+// The GPU's active NVLinks and what each reaches; false when NVML cannot say (no NVML, or a
+// driver without the NVLink queries), with `out->active` empty.
+bool ReadNvLinks(const std::string& pci_bus_id, core::GpuLinks* out);
+
+}  // namespace cm

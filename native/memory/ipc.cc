@@ -1,0 +1,251 @@
+#include "memory/ipc.h"
+
+#include <cstring>
+
+#include "allocator/allocator.h"
+#include "binding/instance.h"
+#include "core/allocator/pool.h"
+#include "device/discovery.h"
+
+namespace cm {
+
+void ReleaseIpcImport(Allocation* a) noexcept {
+  if (a->ipc_base) {
+    cudaSetDevice(a->device);
+    cudaIpcCloseMemHandle(a->ipc_base);
+    (void)cudaGetLastError();
+    a->ipc_base = nullptr;
+  }
+  a->ipc_import.reset();  // after the close: the exporter may free once no slot is held
+}
+
+namespace {
+
+[[noreturn]] void NotSupported(Napi::Env env, const std::string& message) {
+  throw LibraryError(env, "ERR_NOT_SUPPORTED", message);
+}
+
+Napi::Object DescriptorObject(Napi::Env env, const core::IpcDescriptor& d) {
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("type", "cuda-memory/ipc@1");
+  o.Set("record", d.record);
+  o.Set("token", core::ToHex(d.token.data(), d.token.size()));
+  o.Set("handle", core::ToHex(d.handle.data(), d.handle.size()));
+  o.Set("device", d.device);
+  o.Set("offset", static_cast<double>(d.offset));
+  o.Set("byteLength", static_cast<double>(d.bytes));
+  o.Set("pid", static_cast<double>(d.pid));
+  return o;
+}
+
+[[noreturn]] void Malformed(Napi::Env env, const std::string& why) {
+  ThrowInterprocess(
+      env, core::ShmError("ERR_IPC_HANDLE_INVALID", "the IPC handle is not valid: " + why));
+}
+
+// The JS layer has checked the shape; this checks again, since a handle crosses process lines.
+core::IpcDescriptor ReadDescriptor(Napi::Env env, Napi::Value v) {
+  if (!v.IsObject()) Malformed(env, "it must be an object");
+  Napi::Object o = v.As<Napi::Object>();
+  core::IpcDescriptor d;
+  auto str = [&](const char* key) {
+    Napi::Value s = o.Get(key);
+    if (!s.IsString()) Malformed(env, std::string(key) + " must be a string");
+    return s.As<Napi::String>().Utf8Value();
+  };
+  auto num = [&](const char* key) {
+    Napi::Value n = o.Get(key);
+    double x = n.IsNumber() ? n.As<Napi::Number>().DoubleValue() : -1;
+    if (!IsSafeSize(x)) Malformed(env, std::string(key) + " must be a non-negative integer");
+    return static_cast<uint64_t>(x);
+  };
+  d.record = str("record");
+  if (!core::FromHex(str("token"), d.token.data(), d.token.size()))
+    Malformed(env, "token must be 32 hex digits");
+  if (!core::FromHex(str("handle"), d.handle.data(), d.handle.size()))
+    Malformed(env, "handle must be 128 hex digits");
+  d.device = str("device");
+  d.offset = num("offset");
+  d.bytes = num("byteLength");
+  d.pid = static_cast<int64_t>(num("pid"));
+  if (d.bytes == 0) Malformed(env, "byteLength must be at least 1");
+  return d;
+}
+
+// ipcExport(handle, dir) -> descriptor. The same buffer exports once; later calls return it again.
+Napi::Value IpcExport(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Allocation* a = UnwrapAllocation(env, info[0], "buffer");
+  std::string dir = ReadString(env, info[1], "dir");
+  if (a->ipc_export) return DescriptorObject(env, a->ipc_export->descriptor());
+  if (a->simulated)
+    NotSupported(env, "a block of a simulated device has no memory to share with other processes");
+  void* base = a->ptr;
+  uint64_t offset = 0;
+  switch (a->kind) {
+    case MemKind::kDevice:
+      break;
+    case MemKind::kPool: {
+      if (a->pool && a->pool->pool && a->pool->pool->options().expandable)
+        NotSupported(env,
+                     "a block of an allocator with expandableSegments cannot be exported: its "
+                     "memory is mapped with cuMemCreate, which cudaIpcGetMemHandle cannot share "
+                     "(that would take a POSIX file descriptor handle sent over a Unix socket); "
+                     "allocate what other processes open from an allocator without it");
+      // A block shares its region (one cudaMalloc) and says where in it the block lies.
+      uint64_t region = core::Pool::RegionOf(static_cast<const core::Pool::Chunk*>(a->block));
+      offset = reinterpret_cast<uintptr_t>(a->ptr) - region;
+      base = reinterpret_cast<void*>(static_cast<uintptr_t>(region));
+      break;
+    }
+    case MemKind::kAsync:
+      NotSupported(env,
+                   "a block of a stream-ordered ('async') allocator cannot be exported: its pool "
+                   "was not created for IPC (use the 'bfc' backend, or DeviceBuffer.alloc)");
+    case MemKind::kIpc:
+      NotSupported(env, "an imported buffer cannot be exported again; export the original");
+    default:
+      ThrowType(env, "only device memory (a DeviceBuffer) can be exported by IPC");
+  }
+  RequireCuda(env);
+  cudaIpcMemHandle_t h;
+  cudaError_t err = cudaSetDevice(a->device);
+  if (err == cudaSuccess) err = cudaIpcGetMemHandle(&h, base);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    ThrowCuda(env, err, "cudaIpcGetMemHandle");
+  }
+  core::IpcDescriptor d;
+  static_assert(sizeof h == 64, "cudaIpcMemHandle_t is 64 bytes");
+  std::memcpy(d.handle.data(), &h, 64);
+  d.device = DeviceUuid(a->device);
+  d.offset = offset;
+  d.bytes = a->bytes;
+  try {
+    a->ipc_export.reset(core::IpcExportRecord::Create(dir, &d));
+  } catch (const core::ShmError& e) {
+    ThrowInterprocess(env, e);
+  }
+  return DescriptorObject(env, d);
+}
+
+// The size of the allocation that holds `p` (cuMemGetAddressRange, reached through the runtime
+// so that the binary needs only the driver); false if it cannot be had.
+bool AllocationBytes(void* p, uint64_t* bytes) {
+  using GetRange = int (*)(unsigned long long*, size_t*, unsigned long long);
+  static GetRange get_range = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, 12000, cudaEnableDefault,
+                                         &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();
+      fn = nullptr;
+    }
+    return reinterpret_cast<GetRange>(fn);
+  }();
+  unsigned long long base = 0;
+  size_t size = 0;
+  if (!get_range || get_range(&base, &size, reinterpret_cast<unsigned long long>(p)) != 0)
+    return false;
+  *bytes = size - (reinterpret_cast<unsigned long long>(p) - base);
+  return true;
+}
+
+// ipcImport(descriptor, dir, device | -1) -> [handle, device]
+Napi::Value IpcImport(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  core::IpcDescriptor d = ReadDescriptor(env, info[0]);
+  std::string dir = ReadString(env, info[1], "dir");
+  int wanted = ReadInt(env, info[2], "device", -1, 1 << 20);
+  for (Allocation* open : GetInstance(env).handles.Live())
+    if (open->kind == MemKind::kIpc && open->ipc_import && open->ipc_import->record() == d.record)
+      ThrowInterprocess(env, core::ShmError("ERR_IPC_ALREADY_OPEN",
+                                            "this IPC handle is already open here (as a "
+                                            "DeviceBuffer not yet freed); use that buffer"));
+  // The record first: a forged, stale or foreign handle never reaches the driver.
+  std::unique_ptr<core::IpcImportRecord> rec;
+  try {
+    rec.reset(core::IpcImportRecord::Open(dir, d));
+  } catch (const core::ShmError& e) {
+    ThrowInterprocess(env, e);
+  }
+  RequireCuda(env);
+  int device = -1;
+  int count = GetStatus(env).device_count;
+  for (int i = 0; i < count && device < 0; ++i)
+    if (DeviceUuid(i) == d.device) device = i;
+  if (wanted >= 0 && device != wanted)
+    ThrowInterprocess(
+        env, core::ShmError("ERR_IPC_WRONG_DEVICE", "the IPC handle is for " + d.device +
+                                                        ", not device " + std::to_string(wanted) +
+                                                        " (" + DeviceUuid(wanted) + ")"));
+  if (device < 0)
+    ThrowInterprocess(
+        env, core::ShmError("ERR_IPC_WRONG_DEVICE", "the IPC handle is for " + d.device +
+                                                        ", which this process does not see "
+                                                        "(CUDA_VISIBLE_DEVICES?)"));
+  cudaIpcMemHandle_t h;
+  std::memcpy(&h, d.handle.data(), 64);
+  void* base = nullptr;
+  cudaError_t err = cudaSetDevice(device);
+  if (err == cudaSuccess) err = cudaIpcOpenMemHandle(&base, h, cudaIpcMemLazyEnablePeerAccess);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    ThrowCuda(env, err, "cudaIpcOpenMemHandle");
+  }
+  // The record's offset and size against the allocation the driver opened: the record is the
+  // exporter's word, and a wrong one would let this process reach past the buffer.
+  uint64_t allocation = 0;
+  if (!AllocationBytes(base, &allocation) || d.offset > allocation ||
+      d.bytes > allocation - d.offset) {
+    cudaIpcCloseMemHandle(base);
+    (void)cudaGetLastError();
+    ThrowInterprocess(
+        env, core::ShmError("ERR_IPC_HANDLE_INVALID",
+                            allocation == 0
+                                ? "the IPC handle's size could not be checked against the "
+                                  "allocation it opens (cuMemGetAddressRange is unavailable)"
+                                : "the IPC handle's range (offset " + std::to_string(d.offset) +
+                                      ", " + std::to_string(d.bytes) +
+                                      " bytes) runs past the allocation it opens (" +
+                                      std::to_string(allocation) + " bytes)",
+                            d.record));
+  }
+  Allocation* a = new Allocation();
+  a->kind = MemKind::kIpc;
+  a->device = device;
+  a->ipc_base = base;
+  a->ptr = static_cast<char*>(base) + d.offset;
+  a->bytes = d.bytes;
+  a->ipc_import = std::move(rec);
+  Napi::Array out = Napi::Array::New(env, 2);
+  out.Set(0u, WrapAllocation(env, a));
+  out.Set(1u, device);
+  return out;
+}
+
+// ipcImporters(handle) -> pids of the processes that hold the exported buffer open
+Napi::Value IpcImportersJs(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Allocation* a = UnwrapAllocation(env, info[0], "buffer");
+  std::vector<int64_t> pids;
+  try {
+    if (a->ipc_export) pids = a->ipc_export->Importers();
+  } catch (const core::ShmError& e) {
+    ThrowInterprocess(env, e);
+  }
+  Napi::Array out = Napi::Array::New(env, pids.size());
+  for (size_t i = 0; i < pids.size(); ++i) out.Set(i, static_cast<double>(pids[i]));
+  return out;
+}
+
+}  // namespace
+
+void InitIpc(Napi::Env env, Napi::Object exports) {
+  exports.Set("ipcExport", Napi::Function::New(env, IpcExport, "ipcExport"));
+  exports.Set("ipcImport", Napi::Function::New(env, IpcImport, "ipcImport"));
+  exports.Set("ipcImporters", Napi::Function::New(env, IpcImportersJs, "ipcImporters"));
+}
+
+}  // namespace cm

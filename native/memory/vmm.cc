@@ -1,0 +1,189 @@
+#include "memory/vmm.h"
+
+#include "base/cuda_api.h"
+
+#ifndef CUDA_MEMORY_NO_CUDA
+#include <cuda.h>  // the driver API's types only: every call goes through an entry point
+#endif
+
+namespace cm::vmm {
+
+#ifdef CUDA_MEMORY_NO_CUDA
+
+uint64_t Granularity(int, std::string* why) {
+  *why = "this build of the addon has no CUDA";
+  return 0;
+}
+Space::~Space() = default;
+core::UpstreamStatus Space::Reserve(uint64_t, uint64_t*) {
+  return {core::UpstreamStatus::kError, 35, "cuMemAddressReserve"};
+}
+void Space::Unreserve(uint64_t, uint64_t) noexcept {}
+core::UpstreamStatus Space::Map(uint64_t, uint64_t) {
+  return {core::UpstreamStatus::kError, 35, "cuMemMap"};
+}
+void Space::Unmap(uint64_t, uint64_t) noexcept {}
+
+#else
+
+namespace {
+
+struct Driver {
+  CUresult (*device_get_attribute)(int*, CUdevice_attribute, CUdevice) = nullptr;
+  CUresult (*granularity)(size_t*, const CUmemAllocationProp*,
+                          CUmemAllocationGranularity_flags) = nullptr;
+  CUresult (*reserve)(CUdeviceptr*, size_t, size_t, CUdeviceptr, unsigned long long) = nullptr;
+  CUresult (*address_free)(CUdeviceptr, size_t) = nullptr;
+  CUresult (*create)(CUmemGenericAllocationHandle*, size_t, const CUmemAllocationProp*,
+                     unsigned long long) = nullptr;
+  CUresult (*release)(CUmemGenericAllocationHandle) = nullptr;
+  CUresult (*map)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
+                  unsigned long long) = nullptr;
+  CUresult (*unmap)(CUdeviceptr, size_t) = nullptr;
+  CUresult (*set_access)(CUdeviceptr, size_t, const CUmemAccessDesc*, size_t) = nullptr;
+  std::string missing;  // the first entry point the driver did not give
+};
+
+template <typename F>
+void Find(const char* name, F* fn, std::string* missing) {
+  void* p = nullptr;
+  cudaDriverEntryPointQueryResult found{};
+  if (cudaGetDriverEntryPointByVersion(name, &p, 12000, cudaEnableDefault, &found) != cudaSuccess ||
+      found != cudaDriverEntryPointSuccess || !p) {
+    (void)cudaGetLastError();
+    if (missing->empty()) *missing = name;
+    return;
+  }
+  *fn = reinterpret_cast<F>(p);
+}
+
+const Driver& Get() {
+  static const Driver d = [] {
+    Driver x;
+    Find("cuDeviceGetAttribute", &x.device_get_attribute, &x.missing);
+    Find("cuMemGetAllocationGranularity", &x.granularity, &x.missing);
+    Find("cuMemAddressReserve", &x.reserve, &x.missing);
+    Find("cuMemAddressFree", &x.address_free, &x.missing);
+    Find("cuMemCreate", &x.create, &x.missing);
+    Find("cuMemRelease", &x.release, &x.missing);
+    Find("cuMemMap", &x.map, &x.missing);
+    Find("cuMemUnmap", &x.unmap, &x.missing);
+    Find("cuMemSetAccess", &x.set_access, &x.missing);
+    return x;
+  }();
+  return d;
+}
+
+CUmemAllocationProp Prop(int device) {
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = device;
+  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;  // not shareable: see ipc.cc
+  return prop;
+}
+
+core::UpstreamStatus Status(CUresult r, const char* call) {
+  if (r == CUDA_SUCCESS) return core::UpstreamStatus::Ok();
+  return {r == CUDA_ERROR_OUT_OF_MEMORY ? core::UpstreamStatus::kOutOfMemory
+                                        : core::UpstreamStatus::kError,
+          static_cast<int>(r), call};
+}
+
+}  // namespace
+
+uint64_t Granularity(int device, std::string* why) {
+  const Driver& d = Get();
+  if (!d.missing.empty()) {
+    *why =
+        "the driver has no " + d.missing + " (virtual memory management needs CUDA 10.2 or later)";
+    return 0;
+  }
+  if (UseDevice(device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    *why = "device " + std::to_string(device) + " cannot be made current";
+    return 0;
+  }
+  int supported = 0;
+  if (d.device_get_attribute(&supported, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
+                             device) != CUDA_SUCCESS ||
+      !supported) {
+    *why = "device " + std::to_string(device) +
+           " does not support virtual memory management "
+           "(CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED is 0)";
+    return 0;
+  }
+  CUmemAllocationProp prop = Prop(device);
+  size_t g = 0;
+  if (d.granularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) != CUDA_SUCCESS || g == 0) {
+    *why = "cuMemGetAllocationGranularity failed for device " + std::to_string(device);
+    return 0;
+  }
+  return g;
+}
+
+Space::~Space() {
+  if (!handles_.empty()) Unmap(handles_.begin()->first, 0);
+  for (auto& [base, size] : ranges_) Get().address_free(base, size);
+}
+
+core::UpstreamStatus Space::Reserve(uint64_t bytes, uint64_t* address) {
+  CUdeviceptr p = 0;
+  UseDevice(device_);
+  core::UpstreamStatus st = Status(Get().reserve(&p, bytes, granule_, 0, 0), "cuMemAddressReserve");
+  if (st.kind == core::UpstreamStatus::kOk) {
+    *address = p;
+    ranges_[p] = bytes;
+  }
+  return st;
+}
+
+void Space::Unreserve(uint64_t address, uint64_t bytes) noexcept {
+  if (ranges_.erase(address)) Get().address_free(address, bytes);
+}
+
+core::UpstreamStatus Space::Map(uint64_t address, uint64_t bytes) {
+  const Driver& d = Get();
+  UseDevice(device_);
+  CUmemAllocationProp prop = Prop(device_);
+  uint64_t done = 0;
+  core::UpstreamStatus st = core::UpstreamStatus::Ok();
+  for (; done < bytes; done += granule_) {
+    CUmemGenericAllocationHandle h = 0;
+    st = Status(d.create(&h, granule_, &prop, 0), "cuMemCreate");
+    if (st.kind != core::UpstreamStatus::kOk) break;
+    st = Status(d.map(address + done, granule_, 0, h, 0), "cuMemMap");
+    if (st.kind != core::UpstreamStatus::kOk) {
+      d.release(h);
+      break;
+    }
+    handles_[address + done] = h;
+  }
+  if (st.kind == core::UpstreamStatus::kOk) {
+    CUmemAccessDesc access{};
+    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    access.location.id = device_;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    st = Status(d.set_access(address, bytes, &access, 1), "cuMemSetAccess");
+  }
+  if (st.kind != core::UpstreamStatus::kOk && done > 0) Unmap(address, done);
+  return st;
+}
+
+void Space::Unmap(uint64_t address, uint64_t bytes) noexcept {
+  const Driver& d = Get();
+  UseDevice(device_);
+  cudaDeviceSynchronize();  // nothing queued may still use what goes
+  (void)cudaGetLastError();
+  // bytes 0: everything (the destructor).
+  auto it = handles_.lower_bound(address);
+  while (it != handles_.end() && (bytes == 0 || it->first < address + bytes)) {
+    d.unmap(it->first, granule_);
+    d.release(it->second);
+    it = handles_.erase(it);
+  }
+}
+
+#endif
+
+}  // namespace cm::vmm

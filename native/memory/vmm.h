@@ -1,0 +1,42 @@
+// CUDA virtual memory management for expandable segments: an address range reserved once, and
+// device memory mapped into it and out of it a granule at a time (cuMemAddressReserve,
+// cuMemCreate, cuMemMap, cuMemSetAccess, cuMemUnmap, cuMemRelease). The driver API is reached
+// at run time through cudaGetDriverEntryPointByVersion, so the addon links only the runtime and
+// still needs nothing but the driver.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "core/allocator/upstream.h"
+
+namespace cm::vmm {
+
+// The device's minimum granularity for device memory (2 MiB on the H100), or 0 with `why`
+// filled when the driver or the device cannot do this.
+uint64_t Granularity(int device, std::string* why);
+
+// One reservation of a device's address space and what is mapped into it.
+class Space {
+ public:
+  Space(int device, uint64_t granule) : device_(device), granule_(granule) {}
+  ~Space();
+  Space(const Space&) = delete;
+  Space& operator=(const Space&) = delete;
+  core::UpstreamStatus Reserve(uint64_t bytes, uint64_t* address);
+  void Unreserve(uint64_t address, uint64_t bytes) noexcept;
+  // Maps `bytes` at `address` with one physical allocation per granule, readable and writable
+  // by the device; all or nothing.
+  core::UpstreamStatus Map(uint64_t address, uint64_t bytes);
+  // Waits for the device (as cudaFree does), then unmaps and releases each granule.
+  void Unmap(uint64_t address, uint64_t bytes) noexcept;
+
+ private:
+  int device_;
+  uint64_t granule_;
+  std::map<uint64_t, unsigned long long> handles_;  // mapped granule -> its allocation handle
+  std::map<uint64_t, uint64_t> ranges_;             // reserved base -> size
+};
+
+}  // namespace cm::vmm

@@ -1,0 +1,253 @@
+#include "transfer/staging.h"
+
+#include <algorithm>
+#include <map>
+#include <thread>
+
+namespace cm {
+
+StagingOptions StagingOptionsInForce(const Instance& inst) {
+  // The defaults were chosen with the transfer benchmark and scripts/tune-staging.js on the H100
+  // (docs/transfers.md, and the history of BENCHMARKS.md); hardware threads bound the team.
+  // configureStaging() overrides each one. Asked once: every pageable copy under 'auto' comes here
+  // for its threshold.
+  static const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
+  StagingOptions o;
+  o.chunk_bytes = 8u << 20;
+  o.first_chunk_bytes = 512u << 10;
+  o.last_chunk_bytes = 512u << 10;
+  o.slots = 8;
+  o.threads = static_cast<int>(std::clamp(hw * 3 / 4, 1u, 12u));
+  o.streaming = Streaming::kAuto;
+  o.auto_h2d = 256u << 10;
+  o.auto_d2h = 128u << 10;
+  const Instance::StagingConfig& c = inst.staging_config;
+  if (c.chunk_bytes) o.chunk_bytes = c.chunk_bytes;
+  if (c.first_chunk_bytes) o.first_chunk_bytes = c.first_chunk_bytes;
+  if (c.last_chunk_bytes) o.last_chunk_bytes = c.last_chunk_bytes;
+  if (c.slots) o.slots = c.slots;
+  if (c.threads) o.threads = c.threads;
+  if (c.streaming) o.streaming = *c.streaming;
+  if (c.auto_h2d >= 0) o.auto_h2d = static_cast<size_t>(c.auto_h2d);
+  if (c.auto_d2h >= 0) o.auto_d2h = static_cast<size_t>(c.auto_d2h);
+  return o;
+}
+
+size_t StagedThreshold(Instance& inst, bool to_host) {
+  std::lock_guard<std::mutex> lock(inst.staging_mutex);
+  StagingOptions o = StagingOptionsInForce(inst);
+  return to_host ? o.auto_d2h : o.auto_h2d;
+}
+
+// The DMA half of the pipeline on CUDA: chunk c moves on the engine's stream between its place in
+// the ring and the device, and the event of its slot marks when it is done. Issue runs on the
+// thread that asked for the copy or on a team thread (core::IssueMode), so it sets that thread's
+// device first.
+class CudaRing : public core::StagingTransport {
+ public:
+  CudaRing(StagingEngine& e, char* device_ptr) : e_(e), device_ptr_(device_ptr) {}
+  char* ring() override { return e_.ring_; }
+  core::TransportStatus Issue(const core::StagingChunk& c) override {
+    cudaError_t r = UseDevice(e_.device_);
+    if (r != cudaSuccess) return Fail(r, "cudaSetDevice");
+    char* dev = device_ptr_ + c.offset;
+    char* ring = e_.ring_ + c.ring_offset;
+    r = e_.to_host_ ? cudaMemcpyAsync(ring, dev, c.length, cudaMemcpyDeviceToHost, e_.stream_)
+                    : cudaMemcpyAsync(dev, ring, c.length, cudaMemcpyHostToDevice, e_.stream_);
+    if (r != cudaSuccess)
+      return Fail(r, e_.to_host_ ? "cudaMemcpyAsync (staged device-to-host)"
+                                 : "cudaMemcpyAsync (staged host-to-device)");
+    r = cudaEventRecord(e_.done_[c.slot], e_.stream_);
+    return r == cudaSuccess ? core::TransportStatus{} : Fail(r, "cudaEventRecord");
+  }
+  core::TransportStatus Wait(int s) override {
+    cudaError_t r = cudaEventSynchronize(e_.done_[s]);
+    return r == cudaSuccess ? core::TransportStatus{} : Fail(r, "cudaEventSynchronize");
+  }
+  core::TransportStatus Finish() override {
+    cudaError_t r = cudaStreamSynchronize(e_.stream_);
+    return r == cudaSuccess ? core::TransportStatus{} : Fail(r, "cudaStreamSynchronize");
+  }
+
+ private:
+  static core::TransportStatus Fail(cudaError_t r, const char* call) {
+    (void)cudaGetLastError();
+    return {static_cast<int>(r), call};
+  }
+  StagingEngine& e_;
+  char* device_ptr_;
+};
+
+StagingEngine::StagingEngine(int device, bool to_host, const StagingOptions& options,
+                             std::shared_ptr<core::CopyTeam> team, int node)
+    : device_(device), to_host_(to_host), options_(options), team_(std::move(team)) {
+  CM_TRY(error_, cudaSetDevice(device), "cudaSetDevice");
+  if (!error_)
+    CM_TRY(error_, cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking),
+           "cudaStreamCreateWithFlags");
+  // cudaHostAlloc faults the pages in on this thread, so they follow its memory policy: prefer
+  // the GPU's node for the allocation, then see where the pages went.
+  core::ScopedPreferredNode prefer(node);
+  ring_placed_ = prefer.ok();
+  if (!error_) {
+    void* p = nullptr;
+    CM_TRY(error_, cudaHostAlloc(&p, core::StagingRingBytes(Shape()), cudaHostAllocPortable),
+           "cudaHostAlloc (staging ring)");
+    if (!error_) ring_ = static_cast<char*>(p);
+  }
+  for (int i = 0; i < options_.slots && !error_; ++i) {
+    cudaEvent_t ev = nullptr;
+    CM_TRY(error_, cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreate");
+    if (!error_) done_.push_back(ev);
+  }
+  if (ring_) ring_node_ = core::NodeOfAddress(ring_);
+}
+
+core::StagingShape StagingEngine::Shape() const {
+  return {options_.first_chunk_bytes, options_.chunk_bytes, options_.slots,
+          options_.last_chunk_bytes};
+}
+
+StagingEngine::~StagingEngine() {
+  if (stream_) cudaStreamSynchronize(stream_);
+  for (cudaEvent_t ev : done_) cudaEventDestroy(ev);
+  if (ring_) cudaFreeHost(ring_);
+  if (stream_) cudaStreamDestroy(stream_);
+  (void)cudaGetLastError();
+}
+
+Error StagingEngine::Copy(char* device_ptr, char* host, size_t n) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Error err;
+  CudaRing ring(*this, device_ptr);  // its Issue sets the device on whichever thread issues
+  core::TransportStatus s = core::RunStaged(
+      *team_, ring, to_host_ ? core::StagingDirection::kToHost : core::StagingDirection::kToDevice,
+      host, n, Shape(), StreamingFor(options_.streaming, to_host_, n), &ring_pos_);
+  if (!s.ok()) err = Error{static_cast<cudaError_t>(s.code), s.call, ""};
+  return err;
+}
+
+namespace {
+std::shared_ptr<const core::NumaPlan> PlacementLocked(Instance& inst, int device) {
+  auto& plan = inst.numa_plans[device];
+  if (!plan) {
+    char bus[32] = "";
+    if (cudaDeviceGetPCIBusId(bus, sizeof bus, device) != cudaSuccess) (void)cudaGetLastError();
+    plan = std::make_shared<const core::NumaPlan>(core::PlanNumaPlacement("/sys", bus));
+  }
+  return plan;
+}
+
+// The CPUs that the copy teams draw on: one share per NUMA node the teams are kept on, or one for
+// the CPUs the process may use. Process-wide, so that the teams of every addon instance (worker
+// threads) are counted together.
+std::shared_ptr<core::CpuShare> CpuShareFor(const core::NumaPlan& plan) {
+  static std::mutex mutex;
+  static std::map<int, std::shared_ptr<core::CpuShare>> shares;  // by node; -1 unplaced
+  std::lock_guard<std::mutex> lock(mutex);
+  const int key = plan.applies ? plan.node : -1;
+  auto& share = shares[key];
+  if (!share)
+    share = std::make_shared<core::CpuShare>(plan.applies ? static_cast<int>(plan.cpus.size())
+                                                          : core::UsableCpus());
+  return share;
+}
+
+// One team per GPU, so that GPUs copying at once do not share out one team's threads (two H200
+// on one node each got about half of a shared team); on a host of several nodes its threads are
+// kept on the GPU's node's CPUs (and the team is no larger than them). Teams on the same CPUs
+// share them while they copy at once (core::CpuShare).
+std::shared_ptr<core::CopyTeam> TeamLocked(Instance& inst, int device) {
+  std::shared_ptr<const core::NumaPlan> plan = PlacementLocked(inst, device);
+  auto& team = inst.staging_teams[device];
+  if (!team) {
+    int threads = StagingOptionsInForce(inst).threads;
+    if (plan->applies) threads = std::min(threads, static_cast<int>(plan->cpus.size()));
+    team = std::make_shared<core::CopyTeam>(
+        threads, plan->applies ? plan->cpus : std::vector<int>{}, CpuShareFor(*plan));
+  }
+  return team;
+}
+}  // namespace
+
+std::shared_ptr<core::CopyTeam> GetStagingTeam(Instance& inst, int device) {
+  std::lock_guard<std::mutex> lock(inst.staging_mutex);
+  return TeamLocked(inst, device);
+}
+
+std::shared_ptr<const core::NumaPlan> DevicePlacement(Instance& inst, int device) {
+  std::lock_guard<std::mutex> lock(inst.staging_mutex);
+  return PlacementLocked(inst, device);
+}
+
+std::shared_ptr<StagingEngine> GetStagingEngine(Instance& inst, int device, bool to_host,
+                                                Error* err) {
+  std::lock_guard<std::mutex> lock(inst.staging_mutex);
+  const int key = device * 2 + (to_host ? 1 : 0);
+  auto it = inst.staging.find(key);
+  if (it != inst.staging.end()) return it->second;
+  std::shared_ptr<const core::NumaPlan> plan = PlacementLocked(inst, device);
+  auto engine =
+      std::make_shared<StagingEngine>(device, to_host, StagingOptionsInForce(inst),
+                                      TeamLocked(inst, device), plan->applies ? plan->node : -1);
+  if (engine->error()) {
+    *err = engine->error();
+    return nullptr;
+  }
+  inst.staging[key] = engine;
+  return engine;
+}
+
+}  // namespace cm
+
+namespace cm {
+
+namespace {
+
+// stagingPlacement(device) -> { device, numaNode, hostNodes, applies, reason, cpus, threads,
+// threadsPinned, rings: [{ direction, node, placed }] }: where the staged path for this GPU keeps
+// its threads and pinned ring, and whether the kernel did as asked. Rings are listed once a
+// staged copy in that direction has made them.
+Napi::Value StagingPlacement(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  RequireCuda(env);
+  int device = ReadInt(env, info[0], "device", 0, 1 << 20);
+  CheckDevice(env, device);
+  Instance& inst = GetInstance(env);
+  std::lock_guard<std::mutex> lock(inst.staging_mutex);
+  std::shared_ptr<const core::NumaPlan> plan = PlacementLocked(inst, device);
+  std::shared_ptr<core::CopyTeam> team = TeamLocked(inst, device);
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("device", device);
+  o.Set("numaNode", plan->node);
+  o.Set("hostNodes", plan->host_nodes);
+  o.Set("applies", plan->applies);
+  o.Set("reason", plan->reason);
+  Napi::Array cpus = Napi::Array::New(env, plan->cpus.size());
+  for (size_t i = 0; i < plan->cpus.size(); ++i) cpus.Set(static_cast<uint32_t>(i), plan->cpus[i]);
+  o.Set("cpus", cpus);
+  o.Set("threads", team->threads());
+  o.Set("threadsPinned", team->pinned());
+  o.Set("sharedCpus", team->share() ? team->share()->cpus() : 0);
+  Napi::Array rings = Napi::Array::New(env);
+  uint32_t k = 0;
+  for (bool to_host : {false, true}) {
+    auto it = inst.staging.find(device * 2 + (to_host ? 1 : 0));
+    if (it == inst.staging.end()) continue;
+    Napi::Object r = Napi::Object::New(env);
+    r.Set("direction", to_host ? "d2h" : "h2d");
+    r.Set("node", it->second->ring_node());
+    r.Set("placed", it->second->ring_placed());
+    rings.Set(k++, r);
+  }
+  o.Set("rings", rings);
+  return o;
+}
+
+}  // namespace
+
+void InitStaging(Napi::Env env, Napi::Object exports) {
+  exports.Set("stagingPlacement", Napi::Function::New(env, StagingPlacement, "stagingPlacement"));
+}
+
+}  // namespace cm

@@ -1,0 +1,97 @@
+// The staged path for pageable host memory. cudaMemcpy from pageable memory moves one small
+// bounce buffer at a time; here a team of host threads copies between the Node buffer and a ring
+// of pinned chunks while the DMA engine moves earlier chunks (native/core/staging_pipeline.h has
+// the schedule and how it overlaps). Used by copy()/copyAsync() for pageable buffers.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "binding/instance.h"
+#include "core/device/numa.h"
+#include "core/transfer/copy_team.h"
+#include "core/transfer/staging_pipeline.h"
+
+namespace cm {
+
+// Host-to-device copies from this size up use ordinary stores into the ring under Streaming::kAuto:
+// on the H100 host they measured faster there (50-53 against 44-47 GB/s at 256 MiB and 1 GiB),
+// and slower below (27-28 against 40-41 GB/s at 16 MiB); docs/transfers.md and the history of
+// BENCHMARKS.md.
+constexpr size_t kOrdinaryStoresFrom = 64u << 20;
+
+// Whether a staged copy (or the benchmark's host copy) of n bytes uses non-temporal stores.
+inline bool StreamingFor(Streaming s, bool to_host, size_t n) {
+  if (s != Streaming::kAuto) return s == Streaming::kOn;
+  return to_host || n < kOrdinaryStoresFrom;
+}
+
+struct StagingOptions {
+  size_t chunk_bytes;        // one ring slot, the largest chunk
+  size_t first_chunk_bytes;  // the first chunk; later ones double up to chunk_bytes
+  size_t last_chunk_bytes;   // the last chunk; chunks halve down to it at the end (see
+                             // core::PlanOptions for where they only grow)
+  int slots;
+  int threads;          // the team, counting the thread that asked for the copy
+  Streaming streaming;  // non-temporal stores into and out of the ring
+  // Pageable copies from these sizes up take the staged path under strategy 'auto'.
+  size_t auto_h2d;
+  size_t auto_d2h;
+};
+
+// The tuned defaults with the instance's configureStaging() settings applied. Call on the JS
+// thread or under inst.staging_mutex.
+StagingOptions StagingOptionsInForce(const Instance& inst);
+
+// The size from which strategy 'auto' stages a pageable copy in this direction.
+size_t StagedThreshold(Instance& inst, bool to_host);
+
+// The ring, stream and events of one device and direction.
+class StagingEngine {
+ public:
+  // Allocates the pinned ring on `device`, its pages preferring `node` where that is >= 0; check
+  // error() afterwards.
+  StagingEngine(int device, bool to_host, const StagingOptions& options,
+                std::shared_ptr<core::CopyTeam> team, int node);
+  ~StagingEngine();
+  const Error& error() const { return error_; }
+  // The NUMA node the ring's pages are on (-1 unknown), and whether they were asked to go to one.
+  int ring_node() const { return ring_node_; }
+  bool ring_placed() const { return ring_placed_; }
+  const core::CopyTeam& team() const { return *team_; }
+
+  // Blocks until the data has arrived. One transfer at a time per engine; the two directions
+  // (two engines) run at once and share the team.
+  Error Copy(char* device_ptr, char* host, size_t n);
+
+ private:
+  friend class CudaRing;
+  int device_;
+  bool to_host_;
+  StagingOptions options_;
+  std::shared_ptr<core::CopyTeam> team_;
+  Error error_;
+  std::mutex mutex_;
+  core::StagingShape Shape() const;
+  cudaStream_t stream_ = nullptr;
+  char* ring_ = nullptr;           // one pinned block, StagingRingBytes(Shape()) bytes
+  size_t ring_pos_ = 0;            // where the next copy starts in it (guarded by mutex_)
+  std::vector<cudaEvent_t> done_;  // one per slot
+  int ring_node_ = -1;
+  bool ring_placed_ = false;
+};
+
+// The instance's engine for `device` and a direction, made with the instance's configuration on
+// first use. Held by the caller for the copy: configureStaging() may replace it meanwhile.
+std::shared_ptr<StagingEngine> GetStagingEngine(Instance& inst, int device, bool to_host,
+                                                Error* err);
+// The copy team for `device`'s NUMA node (made on first use).
+std::shared_ptr<core::CopyTeam> GetStagingTeam(Instance& inst, int device);
+// Where `device` sits among the host's NUMA nodes (sysfs, read once per instance and device).
+std::shared_ptr<const core::NumaPlan> DevicePlacement(Instance& inst, int device);
+
+void InitStaging(Napi::Env env, Napi::Object exports);
+
+}  // namespace cm

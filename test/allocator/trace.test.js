@@ -1,0 +1,398 @@
+'use strict';
+// Recording, snapshots, replay and the memory page, on simulated devices (no GPU needed).
+const fs = require('fs');
+const os = require('os');
+const path = require('path');
+const { spawnSync } = require('child_process');
+const { cm, rng } = require('../helpers');
+
+const MiB = 2 ** 20;
+const GiB = 2 ** 30;
+const cli = path.join(__dirname, '..', '..', 'dist', 'cli.js');
+const tmp = () => fs.mkdtempSync(path.join(os.tmpdir(), 'cm-trace-'));
+
+function sim(opts = {}, totalBytes = 24 * GiB) {
+  return cm.createAllocator({ simulate: { totalBytes }, ...opts });
+}
+
+// A random workload with frees, an emptyCache and garbage collection under a tight limit.
+function workload(a, seed, steps = 800) {
+  const r = rng(seed);
+  const live = [];
+  for (let i = 0; i < steps; i++) {
+    if (r(3) < 2 || live.length === 0) {
+      try {
+        live.push(a.alloc(1 + r(24 * MiB)));
+      } catch (e) {
+        if (!(e instanceof cm.OutOfMemoryError)) throw e;
+        for (const b of live.splice(0, live.length / 2)) b.free();
+      }
+    } else live.splice(r(live.length), 1)[0].free();
+    if (i === steps / 2) a.emptyCache();
+  }
+  return live;
+}
+
+const minimal = (events) => ({ schema: 'cuda-memory/trace@1', events });
+const A = (id, bytes) => ({ action: 'alloc', id, bytes });
+const F = (id) => ({ action: 'free', id });
+
+describe('recording', () => {
+  test('a recording started on a preallocated pool opens with its region', () => {
+    const a = sim({ memoryLimit: 64 * MiB });
+    a.startRecording();
+    a.alloc(MiB).free();
+    const t = a.stopRecording();
+    expect(t.events.map((e) => e.action)).toEqual(['region_alloc', 'alloc', 'free']);
+    expect(t.events[0]).toMatchObject({ size: 64 * MiB, time: 0, region: t.events[1].region });
+    a.close();
+  });
+
+  test('every event in order, with ids, sizes, places and time; stops cleanly', () => {
+    const a = sim({ allowGrowth: true, memoryLimit: 64 * MiB });
+    a.startRecording();
+    const x = a.alloc(3 * MiB);
+    const y = a.alloc(1000);
+    expect(() => a.alloc(100 * MiB)).toThrow(cm.OutOfMemoryError);
+    x.free();
+    y.free();
+    a.emptyCache();
+    const t = a.stopRecording();
+    a.alloc(10).free(); // not recorded
+    expect(t.events.map((e) => e.action)).toEqual([
+      'region_alloc',
+      'alloc',
+      'region_alloc',
+      'alloc',
+      'oom',
+      'free',
+      'free',
+      'region_free',
+      'region_free',
+      'empty_cache',
+    ]);
+    expect(t.events[1]).toMatchObject({ id: 1, bytes: 3 * MiB, size: 4 * MiB, region: t.events[0].region, offset: 0 });
+    expect(t.events[4]).toMatchObject({ action: 'oom', bytes: 100 * MiB, size: 100 * MiB });
+    expect(t.events[9].size).toBe(8 * MiB);
+    expect(t.events.every((e, i) => i === 0 || e.time >= t.events[i - 1].time)).toBe(true);
+    expect(t).toMatchObject({
+      schema: 'cuda-memory/trace@1',
+      device: { index: 0, simulated: true, totalBytes: 24 * GiB, computeCapability: '9.0' },
+      policy: { backend: 'bfc', allowGrowth: true, limitBytes: 64 * MiB, garbageCollection: true },
+      droppedEvents: 0,
+    });
+    expect(cm.checkTrace(JSON.parse(JSON.stringify(t)))).toBeTruthy();
+    a.close();
+  });
+
+  test('stacks on request; maxEvents keeps the first events and counts the rest', () => {
+    const a = sim({ allowGrowth: true, memoryLimit: 64 * MiB });
+    a.startRecording({ stacks: true, maxEvents: 5 });
+    const keep = [];
+    for (let i = 0; i < 6; i++) keep.push(a.alloc(1000));
+    const t = a.stopRecording();
+    expect(t.events).toHaveLength(5);
+    expect(t.droppedEvents).toBe(2);
+    expect(t.events[1].stack).toMatch(/trace\.test\.js/);
+    const snap = a.snapshot();
+    expect(snap.segments[0].blocks[0].stack).toBeUndefined(); // stacks end with the recording
+    for (const b of keep) b.free();
+    expect(() => a.startRecording({ maxEvents: 0 })).toThrow(RangeError);
+    a.close();
+  });
+
+  test("snapshot(): segments and blocks, named as PyTorch's _snapshot()", () => {
+    const a = sim({ allowGrowth: true, memoryLimit: 64 * MiB });
+    a.startRecording({ stacks: true });
+    const x = a.alloc(MiB);
+    const y = a.alloc(300 * 1024 + 1); // split off the free MiB after x (it is at least twice the request)
+    const s = a.snapshot();
+    expect(s).toMatchObject({ schema: 'cuda-memory/snapshot@1', device: 0, limitBytes: 64 * MiB });
+    expect(s.segments).toHaveLength(1);
+    const seg = s.segments[0];
+    const yBytes = 300 * 1024 + 256;
+    expect(seg).toMatchObject({ totalSize: 2 * MiB, allocatedSize: MiB + yBytes, requestedSize: MiB + 300 * 1024 + 1 });
+    expect(seg.blocks.map((b) => [b.offset, b.size, b.state, b.requestedSize, b.id])).toEqual([
+      [0, MiB, 'active_allocated', MiB, 1],
+      [MiB, yBytes, 'active_allocated', 300 * 1024 + 1, 2],
+      [MiB + yBytes, MiB - yBytes, 'inactive', 0, 0],
+    ]);
+    expect(seg.blocks[1].address).toBe(seg.address + MiB);
+    expect(seg.blocks[0].stack).toMatch(/trace\.test\.js/);
+    x.free();
+    y.free();
+    a.close();
+  });
+});
+
+describe('replay', () => {
+  test.each([
+    ['growth under a tight limit (garbage collection and emptyCache included)', { allowGrowth: true, memoryLimit: 256 * MiB }],
+    ['preallocation', { allowGrowth: false, memoryLimit: 512 * MiB }],
+    ['growth under a fraction', { allowGrowth: true, memoryFraction: 0.02 }],
+  ])('a recorded trace replays to identical statistics under the same policy: %s', (_, policy) => {
+    const a = sim(policy);
+    a.startRecording();
+    const live = workload(a, 11);
+    const t = a.stopRecording();
+    const s = a.stats();
+    for (const b of live) b.free();
+    a.close();
+    const saved = path.join(tmp(), 'trace.json');
+    cm.saveTrace(saved, t);
+    for (const input of [t, saved]) {
+      const [r] = cm.replayTrace(input, [policy]);
+      expect(r.survived).toBe(true);
+      expect([r.peakBytesInUse, r.peakPoolBytes, r.regionAllocations, r.gcReleasedBytes]).toEqual([
+        s.peakBytesInUse,
+        s.peakPoolBytes,
+        s.numRegionAllocs,
+        s.gcReleasedBytes,
+      ]);
+      expect(r.deviceBytes).toBe(24 * GiB);
+    }
+  });
+
+  test('hand-made traces survive or fail exactly where their sizes say; findMinLimit gives the known answers', () => {
+    const t = minimal([A(1, 10 * MiB), A(2, 10 * MiB), F(1), F(2)]);
+    const dev = { deviceBytes: 80 * GiB };
+    const [pre, grow, tight, pre19] = cm.replayTrace(
+      t,
+      [
+        { allowGrowth: false, ...dev },
+        { allowGrowth: true, ...dev },
+        { allowGrowth: true, memoryLimit: 25 * MiB, ...dev },
+        { allowGrowth: false, memoryLimit: 19 * MiB, ...dev },
+      ],
+      { findMinLimit: true },
+    );
+    // Preallocated: one region, both blocks in it: 20 MiB. Growth: a 16 MiB region holds the
+    // first block whole (unsplit), the second needs 10 MiB more: 26 MiB.
+    expect([pre.survived, pre.minLimitBytes, pre.peakBytesInUse, pre.regionAllocations]).toEqual([true, 20 * MiB, 20 * MiB, 1]);
+    expect([grow.survived, grow.minLimitBytes, grow.peakBytesInUse, grow.peakPoolBytes]).toEqual([true, 26 * MiB, 32 * MiB, 32 * MiB]);
+    expect([tight.survived, tight.failedAt, tight.minLimitBytes]).toEqual([false, 1, 26 * MiB]);
+    expect(tight.error).toMatch(/^CUDA out of memory\. Tried to allocate 10\.00 MiB\. Simulated GPU 0 has a total capacity/);
+    expect([pre19.survived, pre19.failedAt]).toEqual([false, 1]);
+    expect(pre.policy).toBe('prealloc on 80 GiB');
+    const [big] = cm.replayTrace(minimal([A('a', 30 * GiB)]), [{ allowGrowth: true, deviceBytes: 24 * GiB }], { findMinLimit: true });
+    expect([big.survived, big.failedAt, big.minLimitBytes]).toEqual([false, 0, null]);
+    const [cannot] = cm.replayTrace(t, [{ memoryLimit: 30 * GiB, deviceBytes: 24 * GiB }]);
+    expect([cannot.survived, cannot.failedAt]).toEqual([false, null]);
+    expect(cannot.error).toMatch(/could not be made/);
+  });
+
+  test("PyTorch's _snapshot() format replays: alloc, free_requested/free_completed, segments, oom", () => {
+    const snap = {
+      segments: [],
+      device_traces: [
+        [
+          { action: 'segment_alloc', addr: 1000, size: 20 * MiB, stream: 0, time_us: 10 },
+          {
+            action: 'alloc',
+            addr: 1000,
+            size: 8 * MiB,
+            stream: 0,
+            time_us: 11,
+            frames: [{ filename: 'train.py', line: 3, name: 'forward' }],
+          },
+          { action: 'alloc', addr: 9000, size: 8 * MiB, stream: 0, time_us: 12 },
+          { action: 'free_requested', addr: 1000, size: 8 * MiB, stream: 0, time_us: 13 },
+          { action: 'free_completed', addr: 1000, size: 8 * MiB, stream: 0, time_us: 14 },
+          { action: 'alloc', addr: 1000, size: 4 * MiB, stream: 0, time_us: 15 }, // the address again: a new block
+          { action: 'oom', addr: 0, size: 50 * GiB, stream: 0, time_us: 16 },
+          { action: 'free_completed', addr: 5555, size: MiB, stream: 0, time_us: 17 }, // allocated before recording
+          { action: 'snapshot', addr: 0, size: 0, stream: 0, time_us: 18 },
+        ],
+      ],
+    };
+    const t = cm.fromPyTorchSnapshot(snap);
+    expect(t.source).toBe('pytorch _snapshot(), device 0');
+    expect(t.events.map((e) => `${e.action}${e.id ? '#' + e.id : ''}`)).toEqual([
+      'region_alloc',
+      'alloc#1',
+      'alloc#2',
+      'free#1',
+      'alloc#3',
+      'oom',
+    ]);
+    expect(t.events[1]).toMatchObject({ bytes: 8 * MiB, time: 1, stack: 'forward (train.py:3)' });
+    const file = path.join(tmp(), 'torch.json');
+    fs.writeFileSync(file, JSON.stringify(snap));
+    const [r] = cm.replayTrace(file, [{ allowGrowth: true, deviceBytes: 24 * GiB }], { findMinLimit: true });
+    expect(r.survived).toBe(true);
+    // Growth: an 8 MiB region for #1, another for #2; #3 reuses #1's space: 16 MiB.
+    expect(r.minLimitBytes).toBe(16 * MiB);
+  });
+
+  const fixture = path.join(__dirname, '..', 'fixtures', 'pytorch-trace.json');
+  (fs.existsSync(fixture) ? test : test.skip)('a real PyTorch trace (test/fixtures/pytorch-trace.json, from the H100) replays', () => {
+    const t = cm.loadTrace(fixture);
+    expect(t.events.filter((e) => e.action === 'alloc').length).toBeGreaterThan(20);
+    const [r] = cm.replayTrace(t, [{ allowGrowth: true, deviceBytes: 80 * GiB }], { findMinLimit: true });
+    expect(r.survived).toBe(true);
+    expect(r.minLimitBytes).toBeGreaterThan(0);
+    // The _snapshot() object itself, the file, and the converted trace replay alike.
+    const object = JSON.parse(fs.readFileSync(fixture, 'utf8'));
+    const policy = [{ allowGrowth: true, deviceBytes: 80 * GiB }];
+    const fromObject = cm.replayTrace(object, policy);
+    expect(fromObject).toEqual(cm.replayTrace(fixture, policy));
+    expect(fromObject).toEqual(cm.replayTrace(t, policy));
+    expect(cm.loadTrace(object)).toEqual(t);
+  });
+
+  test.each([
+    [
+      'truncated JSON',
+      '{"schema":"cuda-memory/trace@1","events":[{"action":"alloc","id":1,"bytes":10',
+      null,
+      /is not valid JSON .*cut short/,
+    ],
+    ['an unknown action', minimal([A(1, 5), { action: 'allocate', id: 2, bytes: 5 }]), 1, /^event 1: unknown action "allocate"/],
+    ['a free of an unknown id', minimal([A(1, 5), F(1), F(1)]), 2, /^event 2: free of id 1, which was never allocated or is already freed/],
+    ['a negative size', minimal([A(1, 5), A(2, -4)]), 1, /^event 1: alloc needs bytes, a positive safe integer; got -4/],
+    ['an id allocated twice', minimal([A(1, 5), A(1, 5)]), 1, /^event 1: alloc of id 1, which is already live/],
+    ['a wrong schema', { schema: 'other', events: [] }, null, /expected schema "cuda-memory\/trace@1"/],
+    ['a non-numeric region', minimal([{ ...A(1, 5), region: 'x' }]), 0, /^event 0: region must be a non-negative safe integer/],
+  ])('a bad trace (%s) gets one clear error naming the event', (_, input, index, message) => {
+    const file = path.join(tmp(), 'bad.json');
+    fs.writeFileSync(file, typeof input === 'string' ? input : JSON.stringify(input));
+    let err;
+    try {
+      cm.loadTrace(file);
+    } catch (e) {
+      err = e;
+    }
+    expect(err).toBeInstanceOf(cm.TraceError);
+    expect(err.message).toMatch(message);
+    expect(err.eventIndex).toBe(index);
+    expect(err.code).toBe('ERR_BAD_TRACE');
+    const r = spawnSync(process.execPath, [cli, 'replay', file], { encoding: 'utf8' });
+    expect(r.status).toBe(2);
+    expect(r.stderr.split('\n')[0]).toMatch(/^cuda-memory: /);
+    expect(r.stderr).not.toMatch(/\n\s+at /);
+    // The object itself, to replayTrace and the memory page: the same check.
+    if (typeof input !== 'string') {
+      const policy = { allowGrowth: true, deviceBytes: GiB };
+      for (const call of [() => cm.replayTrace(input, [policy]), () => cm.renderMemoryHtml(input)]) {
+        let objErr;
+        try {
+          call();
+        } catch (e) {
+          objErr = e;
+        }
+        expect(objErr).toBeInstanceOf(cm.TraceError);
+        expect([objErr.message, objErr.eventIndex]).toEqual([err.message, err.eventIndex]);
+      }
+    }
+  });
+
+  test.each([
+    ['no events', { schema: 'cuda-memory/trace@1' }, /a trace needs an events array/],
+    ['null', null, /a trace must be a file path, a trace object or a PyTorch snapshot; got null/],
+    ['a number', 42, /got number/],
+    ['a PyTorch snapshot without device_traces', { segments: [] }, /expected schema/],
+    ['a PyTorch entry without a size', { device_traces: [[{ action: 'alloc', addr: 4096 }]] }, /PyTorch event 0: alloc of undefined bytes/],
+    ['a PyTorch entry that is null', { device_traces: [[null]] }, /PyTorch event 0: not an object with an action/],
+  ])('replayTrace of an object with %s is a TraceError, never a TypeError', (_, input, message) => {
+    expect(() => cm.replayTrace(input, [{ allowGrowth: true, deviceBytes: GiB }])).toThrow(
+      expect.objectContaining({ name: 'TraceError', code: 'ERR_BAD_TRACE', message: expect.stringMatching(message) }),
+    );
+  });
+
+  test('policy specs', () => {
+    expect(cm.parsePolicy('growth,limit=8GiB,gc=off')).toEqual({ allowGrowth: true, memoryLimit: 8 * GiB, garbageCollection: false });
+    expect(cm.parsePolicy('prealloc,fraction=0.5')).toEqual({ allowGrowth: false, memoryFraction: 0.5 });
+    expect(() => cm.parsePolicy('growth,turbo')).toThrow(/cannot read "turbo"/);
+    expect(() => cm.parsePolicy('fraction=2')).toThrow(RangeError);
+    expect(() => cm.parsePolicy('fraction=0.5,limit=1GiB')).toThrow(/both fraction and limit/);
+  });
+});
+
+describe('the command line', () => {
+  const dir = tmp();
+  const file = path.join(dir, 'trace.json');
+  beforeAll(() => {
+    const a = sim({ allowGrowth: true, memoryLimit: 512 * MiB });
+    a.startRecording();
+    for (const b of workload(a, 5, 300)) b.free();
+    a.saveTrace(file);
+    a.close();
+  });
+
+  test('cuda-memory replay: a table per policy and device size, JSON, --find-min-limit, --expect survives', () => {
+    const table = spawnSync(
+      process.execPath,
+      [cli, 'replay', file, '--policy', 'growth', '--policy', 'growth,limit=64MiB', '--device-memory', '24GiB,80GiB'],
+      {
+        encoding: 'utf8',
+      },
+    );
+    expect(table.status).toBe(0);
+    expect(table.stdout).toMatch(/^policy\s+outcome\s+peak in use\s+peak pool\s+frag\. at peak\s+regions\s+gc released\s+min limit$/m);
+    expect(table.stdout).toMatch(/^growth on 24 GiB\s+survived/m);
+    expect(table.stdout).toMatch(/^growth on 80 GiB\s+survived/m);
+    expect(table.stdout).toMatch(/^growth, limit 64 MiB on 24 GiB\s+failed at event \d+/m);
+    const json = spawnSync(process.execPath, [cli, 'replay', file, '--policy', 'growth,limit=512MiB', '--find-min-limit', '--json'], {
+      encoding: 'utf8',
+    });
+    const j = JSON.parse(json.stdout);
+    expect(j.results[0]).toMatchObject({ survived: true, failedAt: null });
+    // Bisection's promise: the limit it gives survives and 1 MiB less does not. (Under growth,
+    // survival is not monotonic in the limit: region sizes are cut to what the limit leaves.)
+    const min = j.results[0].minLimitBytes;
+    expect(min % MiB).toBe(0);
+    const t = cm.loadTrace(file);
+    const [at, below] = cm.replayTrace(t, [
+      { allowGrowth: true, memoryLimit: min },
+      { allowGrowth: true, memoryLimit: min - MiB },
+    ]);
+    expect([at.survived, below.survived]).toEqual([true, false]);
+    const gate = spawnSync(process.execPath, [cli, 'replay', file, '--policy', 'growth,limit=64MiB', '--expect', 'survives'], {
+      encoding: 'utf8',
+    });
+    expect(gate.status).toBe(1);
+    expect(gate.stderr).toMatch(/^FAIL survives: growth, limit 64 MiB on 24 GiB failed at event \d+/m);
+    const bad = spawnSync(process.execPath, [cli, 'replay', file, '--policy', 'fast'], { encoding: 'utf8' });
+    expect(bad.status).toBe(2);
+    expect(bad.stderr).toMatch(/option '--policy <spec>' argument 'fast' is invalid/);
+  });
+
+  test('memory-html draws a trace of 300,001 events (the largest allocations as bands, the rest in the totals)', () => {
+    const a = sim({ allowGrowth: true, memoryLimit: GiB });
+    a.startRecording({ maxEvents: 1e6 });
+    for (let i = 0; i < 150000; i++) a.alloc(4096 + (i % 7) * 256).free();
+    const t = a.stopRecording();
+    a.close();
+    expect(t.events).toHaveLength(300001);
+    const html = cm.renderMemoryHtml(t);
+    expect((html.match(/<polygon class="block"/g) || []).length).toBe(3000);
+    expect(html).toMatch(/150000 allocations, 150000 frees, 0 refused; peak in use 5.50 KiB/);
+  });
+
+  test('cuda-memory memory-html: one self-contained page with the timeline, the pool and the regions', () => {
+    for (const [input, extra] of [
+      [file, []],
+      [path.join(dir, 'min.json'), ['--policy', 'prealloc,limit=64MiB', '--device-memory', '24GiB']],
+    ]) {
+      if (input.endsWith('min.json')) fs.writeFileSync(input, JSON.stringify(minimal([A(1, MiB), A(2, 3 * MiB), F(1), A(3, 2 * MiB)])));
+      const out = path.join(dir, 'page.html');
+      const r = spawnSync(process.execPath, [cli, 'memory-html', input, '--out', out, ...extra], { encoding: 'utf8' });
+      expect(r.status).toBe(0);
+      const html = fs.readFileSync(out, 'utf8');
+      expect(html.startsWith('<!doctype html>')).toBe(true);
+      expect((html.match(/<svg /g) || []).length).toBe(3);
+      expect(html).not.toMatch(/<script src=|<link |https?:\/\/(?!www\.w3\.org)/); // no network
+      expect((html.match(/<polygon class="block"/g) || []).length).toBeGreaterThan(0);
+      expect(html).toMatch(/<path class="pool" d="M/);
+      if (input.endsWith('min.json')) {
+        expect(html).toMatch(/a replay on a simulated device under “prealloc, limit 64 MiB on 24 GiB”/);
+        expect((html.match(/<polygon class="block"/g) || []).length).toBe(3);
+        expect((html.match(/<rect class="region"/g) || []).length).toBe(1);
+        expect((html.match(/<rect class="block"/g) || []).length).toBe(2); // blocks 2 and 3 live at the end
+      }
+    }
+    const missing = spawnSync(process.execPath, [cli, 'memory-html', file], { encoding: 'utf8' });
+    expect(missing.status).toBe(2);
+    expect(missing.stderr).toMatch(/required option '--out <file>'/);
+  });
+});

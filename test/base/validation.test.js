@@ -1,0 +1,283 @@
+'use strict';
+// Bad input gets a TypeError/RangeError/CudaError naming the argument, before CUDA is touched;
+// host-to-host copies (which need no GPU) are checked byte for byte.
+const { cm, gpu, randomBytes, root } = require('../helpers');
+
+const badSizes = [
+  [-1, RangeError],
+  [NaN, RangeError],
+  [Infinity, RangeError],
+  [1.5, RangeError],
+  [2 ** 53, RangeError],
+  ['1024', TypeError],
+  [{}, TypeError],
+  [null, TypeError],
+  [undefined, TypeError],
+  [[16], TypeError],
+];
+
+describe('argument validation (no GPU needed)', () => {
+  test.each(badSizes)('DeviceBuffer.alloc(%p) throws a %p naming bytes', (v, Kind) => {
+    expect(() => cm.DeviceBuffer.alloc(v)).toThrow(Kind);
+    expect(() => cm.DeviceBuffer.alloc(v)).toThrow(/bytes/);
+  });
+
+  test.each(badSizes)('PinnedBuffer.alloc(%p) throws a %p naming bytes', (v, Kind) => {
+    expect(() => cm.PinnedBuffer.alloc(v)).toThrow(Kind);
+  });
+
+  test('zero bytes is refused where zero is meaningless', () => {
+    expect(() => cm.DeviceBuffer.alloc(0)).toThrow(/bytes/);
+    expect(() => cm.PinnedBuffer.alloc(0)).toThrow(RangeError);
+    const a = cm.createAllocator({ simulate: { totalBytes: 2 ** 30 }, allowGrowth: true });
+    expect(() => a.alloc(0)).toThrow(RangeError);
+    expect(() => cm.registerHost(new Uint8Array(0))).toThrow(/non-empty/);
+  });
+
+  test('bad device indices and options', () => {
+    expect(() => cm.DeviceBuffer.alloc(16, { device: -1 })).toThrow(/device/);
+    expect(() => cm.DeviceBuffer.alloc(16, { device: 0.5 })).toThrow(RangeError);
+    expect(() => cm.DeviceBuffer.alloc(16, { device: '0' })).toThrow(TypeError);
+    expect(() => cm.DeviceBuffer.alloc(16, 'fast')).toThrow(/options/);
+    expect(() => cm.PinnedBuffer.alloc(16, { mapped: 'yes' })).toThrow(/mapped/);
+    if (gpu) expect(() => cm.DeviceBuffer.alloc(16, { device: cm.status().deviceCount })).toThrow(/device index from 0/);
+    if (!gpu) expect(() => cm.DeviceBuffer.alloc(16, { device: 0 })).toThrow(cm.CudaUnavailableError);
+  });
+
+  test('copy refuses things that are not memory, naming the argument', () => {
+    const u = new Uint8Array(8);
+    for (const bad of [[1, 2, 3], { length: 8 }, 'bytes', 42, null, undefined, () => 0]) {
+      expect(() => cm.copy(bad, u)).toThrow(/for dst/);
+      expect(() => cm.copy(u, bad)).toThrow(/for src/);
+    }
+  });
+
+  test('copy refuses offsets and lengths past either side, and never clamps', () => {
+    const a = new Uint8Array(16);
+    const b = new Uint8Array(8);
+    expect(() => cm.copy(b, a)).toThrow(/runs past the end of dst/);
+    expect(() => cm.copy(a, b, { srcOffset: 9 })).toThrow(/srcOffset/);
+    expect(() => cm.copy(a, b, { dstOffset: 17 })).toThrow(/dstOffset/);
+    expect(() => cm.copy(a, b, { srcOffset: 4, byteLength: 5 })).toThrow(/runs past the end of src/);
+    expect(() => cm.copy(a, b, { dstOffset: 12, byteLength: 5 })).toThrow(/runs past the end of dst/);
+    expect(() => cm.copy(a, b, { byteLength: -1 })).toThrow(RangeError);
+    expect(() => cm.copy(a, b, { byteLength: 2.5 })).toThrow(RangeError);
+    expect(() => cm.copy(a, b, { strategy: 'teleport' })).toThrow(/strategy/);
+    expect(() => cm.copy(a, b, { stream: {} })).toThrow(/stream/);
+    expect(Array.from(a)).toEqual(new Array(16).fill(0)); // nothing was written
+  });
+
+  test('memset validates value and range', () => {
+    const a = new Uint8Array(8);
+    expect(() => cm.memset(a, 256)).toThrow(RangeError);
+    expect(() => cm.memset(a, -1)).toThrow(RangeError);
+    expect(() => cm.memset(a, '1')).toThrow(TypeError);
+    expect(() => cm.memset(a, 1, { offset: 9 })).toThrow(/offset/);
+    expect(() => cm.memset(a, 1, { offset: 4, byteLength: 5 })).toThrow(/runs past/);
+    cm.memset(a, 7, { offset: 2, byteLength: 3 });
+    expect(Array.from(a)).toEqual([0, 0, 7, 7, 7, 0, 0, 0]);
+  });
+
+  test('a simulated allocator block is a DeviceBuffer with no memory behind it', () => {
+    const a = cm.createAllocator({ simulate: { totalBytes: 2 ** 30 }, allowGrowth: true });
+    const b = a.alloc(4096);
+    expect(b).toBeInstanceOf(cm.DeviceBuffer);
+    expect(b.simulated).toBe(true);
+    expect(() => cm.copy(b, new Uint8Array(4096))).toThrow(/simulated device/);
+    // Validation still comes first.
+    expect(() => cm.copy(b, new Uint8Array(4097))).toThrow(/runs past the end of dst/);
+    expect(() => cm.copy(b, b, { srcOffset: 0, dstOffset: 100, byteLength: 200 })).toThrow(/overlap/);
+    b.free();
+    expect(b.freed).toBe(true);
+    b.free(); // idempotent
+    let e;
+    try {
+      cm.copy(b, new Uint8Array(16));
+    } catch (x) {
+      e = x;
+    }
+    expect(e).toBeInstanceOf(cm.CudaError);
+    expect(e.code).toBe('ERR_BUFFER_FREED');
+    expect(e.message).toMatch(/dst was freed/);
+    expect(() => b.address).toThrow(/freed/);
+  });
+
+  test('forged or stale handles never reach memory', () => {
+    const { native } = require('../../dist/binding/native');
+    expect(() => native.copy(123456789, 0, new Uint8Array(4), 0, 4)).toThrow(/buffer handle/);
+    expect(() => native.copy(-1, 0, new Uint8Array(4), 0, 4)).toThrow(/buffer handle/);
+    expect(() => native.copy(0.5, 0, new Uint8Array(4), 0, 4)).toThrow(/buffer handle/);
+    expect(() => native.free('x')).toThrow(/buffer handle/);
+    const a = cm.createAllocator({ simulate: { totalBytes: 2 ** 30 }, allowGrowth: true });
+    const b = a.alloc(64);
+    const h = b._h;
+    b.free();
+    const c = a.alloc(64); // reuses the slot under a new generation
+    expect(c._h).not.toBe(h);
+    expect(native.free(h)).toBe(false);
+    expect(c.freed).toBe(false);
+    expect(a.stats().bytesInUse).toBe(256);
+    c.free();
+  });
+
+  test('copyHandles() checks the numbers it reads from copyArgs() as copy() checks its arguments', () => {
+    const { native } = require('../../dist/binding/native');
+    expect(native.copyArgs()).toBe(native.copyArgs()); // one buffer, kept by the addon
+    const args = new Float64Array(native.copyArgs());
+    const a = cm.createAllocator({ simulate: { totalBytes: 2 ** 30 }, allowGrowth: true });
+    const b = a.alloc(4096);
+    const c = a.alloc(4096);
+    const read = (values) => {
+      args.set(values);
+      return () => native.copyHandles();
+    };
+    expect(read([123456789, c._h, 16])).toThrow(/^dst must be a buffer handle/);
+    for (const n of [NaN, -1, 1.5, 2 ** 53, Infinity]) expect(read([b._h, c._h, n])).toThrow(/^byteLength must be an integer/);
+    expect(read([b._h, c._h, 16])).toThrow(/^dst lives on a simulated device/);
+    // Transferred away, the buffer leaves nothing to read: an error, in a process of its own.
+    const detached = require('child_process').spawnSync(
+      process.execPath,
+      [
+        '-e',
+        `const { native } = require('./dist/binding/native'); const ab = native.copyArgs(); structuredClone(ab, { transfer: [ab] });
+         try { native.copyHandles(); } catch (e) { console.log(e.message); }`,
+      ],
+      { cwd: root, encoding: 'utf8' },
+    );
+    expect(detached.status).toBe(0);
+    expect(detached.stdout).toMatch(/^the buffer of copyArgs\(\) was detached/);
+    // copy() between the two takes that way and says the same.
+    expect(() => cm.copy(b, c)).toThrow(/^dst lives on a simulated device/);
+    const stale = b._h;
+    b.free();
+    let e;
+    try {
+      read([stale, c._h, 16])();
+    } catch (x) {
+      e = x;
+    }
+    expect(e && e.code).toBe('ERR_BUFFER_FREED');
+    expect(e.message).toMatch(/^dst was freed/);
+    // A freed buffer, a byte count past an end or an offset send copy() the general way.
+    expect(() => cm.copy(b, c)).toThrow(/freed/);
+    expect(() => cm.copy(c, c, { byteLength: 4097 })).toThrow(/runs past the end of src/);
+    expect(() => cm.copy(c, c, { byteLength: 64, dstOffset: 32 })).toThrow(/overlap/);
+    c.free();
+  });
+
+  test('errors are the library classes with codes', () => {
+    const e = new cm.CudaError('x', { code: 'cudaErrorInvalidValue', cudaCode: 1, call: 'cudaMemcpy' });
+    expect(e).toBeInstanceOf(Error);
+    expect([e.code, e.cudaCode, e.call, e.name]).toEqual(['cudaErrorInvalidValue', 1, 'cudaMemcpy', 'CudaError']);
+    const o = new cm.OutOfMemoryError({ requestedBytes: 2 ** 31, device: 0, deviceFree: 2 ** 30, deviceTotal: 2 ** 34 });
+    expect(o).toBeInstanceOf(cm.CudaError);
+    expect(o.code).toBe('cudaErrorMemoryAllocation');
+    expect(o.message).toBe(
+      'CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 16.00 GiB of which 1.00 GiB is free (cudaMalloc of 2147483648 bytes).',
+    );
+    const u = new cm.CudaUnavailableError('NO_DEVICE', 'none');
+    expect([u.reason, u.code]).toEqual(['NO_DEVICE', 'ERR_CUDA_UNAVAILABLE']);
+  });
+});
+
+describe('host-to-host copies (no GPU needed)', () => {
+  test('between every kind of host memory, honouring view offsets, byte for byte', () => {
+    const data = randomBytes(4099, 3);
+    const ab = new ArrayBuffer(5000);
+    const sab = new SharedArrayBuffer(5000);
+    const makers = [
+      () => new Uint8Array(5000),
+      () => new Float64Array(ab, 8, 600), // view with an offset
+      () => new DataView(sab, 3, 4500),
+      () => Buffer.alloc(4200),
+      () => ab,
+      () => sab,
+    ];
+    for (const mk of makers) {
+      for (const mk2 of makers) {
+        const dst = mk();
+        const src = mk2();
+        if (dst === src || (dst.buffer || dst) === (src.buffer || src)) continue;
+        const srcBytes = new Uint8Array(src.buffer || src, src.byteOffset || 0, src.byteLength);
+        srcBytes.set(data.subarray(0, Math.min(srcBytes.length, data.length)));
+        cm.copy(dst, src, { srcOffset: 5, dstOffset: 11, byteLength: 3000 });
+        const dstBytes = new Uint8Array(dst.buffer || dst, dst.byteOffset || 0, dst.byteLength);
+        expect(Buffer.compare(dstBytes.subarray(11, 3011), srcBytes.subarray(5, 3005))).toBe(0);
+      }
+    }
+  });
+
+  test('default length is the rest of the source; zero bytes is a no-op', () => {
+    const src = randomBytes(100, 9);
+    const dst = new Uint8Array(200);
+    cm.copy(dst, src, { srcOffset: 40, dstOffset: 10 });
+    expect(Array.from(dst.subarray(10, 70))).toEqual(Array.from(src.subarray(40)));
+    expect(dst[70]).toBe(0);
+    cm.copy(dst, src, { byteLength: 0 });
+  });
+
+  test('copyAsync resolves for host memory and rejects bad input with a RangeError', async () => {
+    const src = randomBytes(1 << 16, 5);
+    const dst = new Uint8Array(1 << 16);
+    await cm.copyAsync(dst, src);
+    expect(Buffer.compare(dst, src)).toBe(0);
+    await expect(cm.copyAsync(dst, src, { byteLength: (1 << 16) + 1 })).rejects.toThrow(RangeError);
+  });
+});
+
+describe('one error base class, a code on every error', () => {
+  test('argument errors carry Node codes, library errors are CudaMemoryError with a code', () => {
+    const caught = (f) => {
+      try {
+        f();
+      } catch (e) {
+        return e;
+      }
+      throw new Error('did not throw');
+    };
+    expect(caught(() => cm.DeviceBuffer.alloc('1'))).toMatchObject({ name: 'TypeError', code: 'ERR_INVALID_ARG_TYPE' });
+    expect(caught(() => cm.DeviceBuffer.alloc(-1))).toMatchObject({ name: 'RangeError', code: 'ERR_OUT_OF_RANGE' });
+    expect(caught(() => cm.copy(new Uint8Array(4), new Uint8Array(8)))).toMatchObject({ name: 'RangeError', code: 'ERR_OUT_OF_RANGE' });
+    const a = cm.createAllocator({ simulate: { totalBytes: 2 ** 30 }, allowGrowth: true, memoryLimit: 2 ** 20 });
+    const oom = caught(() => a.alloc(2 ** 21));
+    expect(oom).toBeInstanceOf(cm.OutOfMemoryError);
+    expect(oom).toBeInstanceOf(cm.CudaMemoryError);
+    expect(oom.code).toBe('cudaErrorMemoryAllocation');
+    const b = a.alloc(1024);
+    const sim = caught(() => cm.copy(new Uint8Array(1024), b));
+    expect(sim).toBeInstanceOf(cm.CudaMemoryError);
+    expect(sim.code).toBe('ERR_SIMULATED_MEMORY');
+    a.close({ force: true });
+    const closed = caught(() => a.alloc(1));
+    expect(closed).toBeInstanceOf(cm.CudaMemoryError);
+    expect(closed.code).toBe('ERR_ALLOCATOR_CLOSED');
+    const trace = caught(() => cm.loadTrace({ schema: 'x' }));
+    expect(trace).toBeInstanceOf(cm.CudaMemoryError);
+    expect(trace.code).toBe('ERR_BAD_TRACE');
+    if (!gpu) {
+      const un = caught(() => cm.DeviceBuffer.alloc(16));
+      expect(un).toBeInstanceOf(cm.CudaUnavailableError);
+      expect(un).toBeInstanceOf(cm.CudaMemoryError);
+      expect(un.code).toBe('ERR_CUDA_UNAVAILABLE');
+    }
+  });
+});
+
+test('constructors users must not call refuse at once (ERR_ILLEGAL_CONSTRUCTOR), naming the factory', () => {
+  for (const [Class, factory] of [
+    [cm.DeviceBuffer, 'DeviceBuffer.alloc()'],
+    [cm.PinnedBuffer, 'PinnedBuffer.alloc()'],
+    [cm.RegisteredBuffer, 'registerHost()'],
+    [cm.SharedPinnedBuffer, 'PinnedBuffer.alloc() or createSharedPinned()'],
+    [cm.Allocator, 'createAllocator()'],
+    [cm.AllocatorSet, 'createAllocators()'],
+    [cm.PooledPinnedBuffer, "a pinned pool's alloc()"],
+  ])
+    expect(() => new Class(1, 1024, 0, false, null)).toThrow(
+      expect.objectContaining({ name: 'TypeError', code: 'ERR_ILLEGAL_CONSTRUCTOR', message: expect.stringContaining(factory) }),
+    );
+});
+
+(gpu ? test.skip : test)('devices() is an empty list without CUDA, as info --json shows it', () => {
+  expect(cm.devices()).toEqual([]);
+});

@@ -1,0 +1,51 @@
+'use strict';
+// The README and the guides as a newcomer meets them: the README's first example runs without a
+// GPU, the README stays short, and every relative link in the Markdown files leads to a file.
+const fs = require('fs');
+const path = require('path');
+const { spawnSync } = require('child_process');
+const { root, describeGpu } = require('../helpers');
+
+const readme = fs.readFileSync(path.join(root, 'README.md'), 'utf8');
+const markdown = [
+  'README.md',
+  'CHANGELOG.md',
+  ...fs
+    .readdirSync(path.join(root, 'docs'))
+    .filter((f) => f.endsWith('.md'))
+    .map((f) => `docs/${f}`),
+];
+
+test('the README is short enough to read top to bottom', () => {
+  expect(readme.split('\n').length).toBeLessThanOrEqual(200);
+});
+
+test("the README's first example runs without a GPU, as written", () => {
+  const first = /```js\n([\s\S]*?)```/.exec(readme)[1];
+  expect(first).toContain('simulate');
+  const r = spawnSync(process.execPath, ['-e', first], { cwd: root, encoding: 'utf8' });
+  expect({ status: r.status, stderr: r.stderr }).toEqual({ status: 0, stderr: '' });
+  expect(r.stdout).toMatch(/no CUDA|CUDA is here/);
+});
+
+test('every relative link in the Markdown files leads to a file', () => {
+  const broken = [];
+  for (const file of markdown) {
+    const text = fs.readFileSync(path.join(root, file), 'utf8');
+    for (const [, target] of text.matchAll(/\]\(([^)#\s]+)(#[^)]*)?\)/g)) {
+      if (/^[a-z]+:/.test(target)) continue; // http:, https:, mailto:
+      if (target.startsWith('docs/api/') || target.startsWith('api/')) continue; // made by npm run docs
+      if (!fs.existsSync(path.join(root, path.dirname(file), target))) broken.push(`${file}: ${target}`);
+    }
+  }
+  expect(broken).toEqual([]);
+});
+
+describeGpu("the README's GPU example", () => {
+  test('runs as written and prints the byte that went there and back', () => {
+    const blocks = [...readme.matchAll(/```js\n([\s\S]*?)```/g)].map((m) => m[1]);
+    const gpuExample = blocks.find((b) => b.includes('DeviceBuffer.alloc'));
+    const r = spawnSync(process.execPath, ['-e', gpuExample], { cwd: root, encoding: 'utf8', timeout: 60000 });
+    expect({ status: r.status, stderr: r.stderr, stdout: r.stdout.trim() }).toEqual({ status: 0, stderr: '', stdout: '7' });
+  });
+});

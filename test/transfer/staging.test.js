@@ -1,0 +1,263 @@
+'use strict';
+// The staged path's settings (configureStaging, saved settings applied at load), the benchmark's
+// staged-path rows and the tuning script's refusals; no GPU needed. The pipeline itself is tested
+// without a GPU in native/core/test/staging_test.cc and with one in gpu.test.js.
+const fs = require('fs');
+const os = require('os');
+const path = require('path');
+const { execFileSync, spawnSync } = require('child_process');
+const { cm, root, describeGpu, randomBytes, same } = require('../helpers');
+const { formatTable, formatCsv, renderHtml, stagedTable } = require(path.join(root, 'dist/report/bench'));
+const { sampleReport } = require('../fixtures/sample-report');
+
+const KiB = 1024;
+const MiB = 1024 * KiB;
+
+function tmpFile(name) {
+  return path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'cm-staging-')), name);
+}
+
+describe('configureStaging', () => {
+  let before;
+  beforeAll(() => {
+    before = cm.configureStaging();
+  });
+  afterAll(() => {
+    cm.configureStaging({
+      chunkBytes: null,
+      firstChunkBytes: null,
+      lastChunkBytes: null,
+      slots: null,
+      threads: null,
+      streaming: null,
+      autoThreshold: null,
+    });
+  });
+
+  test('reports the settings in force, thresholds per direction', () => {
+    expect(before).toEqual({
+      chunkBytes: 8 * MiB,
+      firstChunkBytes: 512 * KiB,
+      lastChunkBytes: 512 * KiB,
+      slots: 8,
+      threads: expect.any(Number),
+      streaming: 'auto',
+      autoThreshold: { h2d: expect.any(Number), d2h: expect.any(Number) },
+    });
+    expect(before.threads).toBeGreaterThanOrEqual(1);
+    expect(before.threads).toBeLessThanOrEqual(12);
+  });
+
+  test('changes each field, and null brings one back to its default', () => {
+    const now = cm.configureStaging({ firstChunkBytes: 128 * KiB, autoThreshold: { d2h: 3 * MiB }, slots: 5 });
+    expect(now.firstChunkBytes).toBe(128 * KiB);
+    expect(now.slots).toBe(5);
+    expect(now.autoThreshold).toEqual({ h2d: before.autoThreshold.h2d, d2h: 3 * MiB });
+    const back = cm.configureStaging({ firstChunkBytes: null, autoThreshold: { d2h: null }, slots: null });
+    expect(back).toEqual(before);
+    expect(cm.configureStaging({ lastChunkBytes: 256 * KiB, streaming: false })).toMatchObject({
+      lastChunkBytes: 256 * KiB,
+      streaming: false,
+    });
+    expect(cm.configureStaging({ streaming: true }).streaming).toBe(true);
+    expect(cm.configureStaging({ streaming: 'auto' }).streaming).toBe('auto');
+    expect(cm.configureStaging({ lastChunkBytes: null, streaming: null })).toEqual(before);
+  });
+
+  test('the first and last chunks are never reported larger than a slot', () => {
+    expect(cm.configureStaging({ chunkBytes: 256 * KiB, firstChunkBytes: MiB, lastChunkBytes: 2 * MiB })).toMatchObject({
+      firstChunkBytes: 256 * KiB,
+      lastChunkBytes: 256 * KiB,
+    });
+    cm.configureStaging({ chunkBytes: null, firstChunkBytes: null, lastChunkBytes: null });
+  });
+
+  test('refuses what it cannot use, naming the field', () => {
+    expect(() => cm.configureStaging({ firstChunkBytes: 4096 })).toThrow(/firstChunkBytes/);
+    expect(() => cm.configureStaging({ lastChunkBytes: 2 ** 31 })).toThrow(/lastChunkBytes must be from 64 KiB to 1 GiB/);
+    expect(() => cm.configureStaging({ chunkBytes: 2 ** 31 })).toThrow(/chunkBytes must be from 64 KiB to 1 GiB/);
+    expect(() => cm.configureStaging({ autoThreshold: 5 })).toThrow(/settings\.autoThreshold/);
+    expect(() => cm.configureStaging({ autoThreshold: { h2d: -1 } })).toThrow(/autoThreshold\.h2d/);
+    expect(() => cm.configureStaging({ streaming: 'yes' })).toThrow(/true, false or 'auto' for settings\.streaming/);
+    expect(cm.configureStaging()).toEqual(before);
+  });
+});
+
+describe('saved staging settings', () => {
+  const env = { ...process.env };
+  afterEach(() => {
+    process.env = { ...env };
+    cm.configureStaging({ autoThreshold: null, slots: null, firstChunkBytes: null });
+  });
+
+  test('the file is CUDA_MEMORY_STAGING_FILE, else under XDG_CONFIG_HOME, and none when the variable is empty', () => {
+    process.env.CUDA_MEMORY_STAGING_FILE = 'rel/staging.json';
+    expect(cm.stagingSettingsPath()).toBe(path.resolve('rel/staging.json'));
+    delete process.env.CUDA_MEMORY_STAGING_FILE;
+    process.env.XDG_CONFIG_HOME = '/cfg';
+    expect(cm.stagingSettingsPath()).toBe('/cfg/cuda-memory/staging.json');
+    process.env.CUDA_MEMORY_STAGING_FILE = '';
+    expect(cm.stagingSettingsPath()).toBeUndefined();
+    expect(() => cm.saveStagingSettings({ slots: 3 }, {})).toThrow(/nowhere to save/);
+  });
+
+  test('save then load applies them; a missing file is no settings', () => {
+    const file = tmpFile('staging.json');
+    expect(cm.loadStagingSettings(file)).toBeUndefined();
+    const measuredOn = { date: 'd', gpu: 'g', cpu: 'c', cpus: 1, hostname: 'h' };
+    cm.saveStagingSettings({ slots: 6, firstChunkBytes: 256 * KiB, autoThreshold: { h2d: 768 * KiB, d2h: 2 * MiB } }, measuredOn, file);
+    const saved = JSON.parse(fs.readFileSync(file, 'utf8'));
+    expect(saved).toMatchObject({ schema: 'cuda-memory/staging-settings@1', measuredOn });
+    const inForce = cm.loadStagingSettings(file);
+    expect(inForce).toMatchObject({ slots: 6, firstChunkBytes: 256 * KiB, autoThreshold: { h2d: 768 * KiB, d2h: 2 * MiB } });
+    expect(cm.configureStaging()).toEqual(inForce);
+  });
+
+  test('a broken or foreign file throws with its name', () => {
+    const file = tmpFile('staging.json');
+    fs.writeFileSync(file, '{not json');
+    expect(() => cm.loadStagingSettings(file)).toThrow(new RegExp(`cannot read staging settings from ${file}`));
+    fs.writeFileSync(file, JSON.stringify({ schema: 'other', settings: {} }));
+    expect(() => cm.loadStagingSettings(file)).toThrow(/is not a staging settings file/);
+    fs.writeFileSync(file, JSON.stringify({ schema: 'cuda-memory/staging-settings@1', settings: { slots: 1000 } }));
+    expect(() => cm.loadStagingSettings(file)).toThrow(/were not applied: .*slots/);
+  });
+
+  test('every load of the package applies them; a bad file is a warning, not a failed require', () => {
+    const file = tmpFile('staging.json');
+    cm.saveStagingSettings({ autoThreshold: { h2d: 3 * MiB } }, { date: 'd', gpu: 'g', cpu: 'c', cpus: 1, hostname: 'h' }, file);
+    const script = `const cm = require(${JSON.stringify(root)}); process.stdout.write(JSON.stringify(cm.configureStaging().autoThreshold))`;
+    const out = execFileSync(process.execPath, ['-e', script], { env: { ...process.env, CUDA_MEMORY_STAGING_FILE: file } });
+    expect(JSON.parse(out.toString()).h2d).toBe(3 * MiB);
+    fs.writeFileSync(file, 'garbage');
+    const r = spawnSync(process.execPath, ['-e', script], { env: { ...process.env, CUDA_MEMORY_STAGING_FILE: file } });
+    expect(r.status).toBe(0);
+    expect(r.stderr.toString()).toMatch(/CUDA_MEMORY_STAGING_SETTINGS.*cannot read staging settings/s);
+  });
+});
+
+describe('benchmark rows of the staged path', () => {
+  // The sample report plus what a staged run adds: staged, auto and hostcopy rows with limits.
+  function stagedReport() {
+    const r = sampleReport();
+    const big = 256 * MiB;
+    const row = (mode, direction, gbps, extra = {}) => {
+      const base = r.results.find((x) => x.mode === 'pinned' && x.bytes === big);
+      const samples = base.samples.map((s) => (s * base.gbps.median) / gbps);
+      return {
+        ...base,
+        mode,
+        direction,
+        timing: 'steady-clock',
+        samples,
+        seconds: cm.summarize(samples),
+        gbps: cm.summarize(samples.map((t) => big / t / 1e9)),
+        ...extra,
+      };
+    };
+    r.environment.staging = {
+      chunkBytes: 8 * MiB,
+      firstChunkBytes: 512 * KiB,
+      slots: 8,
+      threads: 12,
+      streaming: true,
+      autoThreshold: { h2d: MiB, d2h: 512 * KiB },
+    };
+    r.results.push(row('hostcopy', 'h2d', 63));
+    r.results.push(row('staged', 'h2d', 49.05, { limitGbps: 54.5, shareOfLimit: 0.9 }));
+    r.results.push(row('auto', 'h2d', 48.5, { path: 'staged', limitGbps: 54.5, shareOfLimit: 48.5 / 54.5 }));
+    return r;
+  }
+
+  test('the table names the path auto took and each staged figure as a share of its limit', () => {
+    const table = formatTable(stagedReport());
+    expect(table).toMatch(/chunks 512 KiB to 8 MiB x8, 12 threads; auto stages h2d from 1 MiB, d2h from 512 KiB/);
+    expect(table).toMatch(/h2d\s+staged\s+256 MiB\s+49\.05.*90% of limit 54\.50/);
+    expect(table).toMatch(/h2d\s+auto\s+256 MiB\s+48\.50.*path staged, 89% of limit 54\.50/);
+    expect(table).toMatch(/h2d\s+hostcopy\s+256 MiB\s+63\.00/);
+  });
+
+  test('stagedTable puts pageable, staged, auto, pinned and hostcopy side by side', () => {
+    const t = stagedTable(stagedReport());
+    expect(t.head).toEqual([
+      'direction',
+      'size',
+      'pageable',
+      'staged',
+      'auto',
+      'pinned',
+      'hostcopy',
+      'staged/pinned',
+      'staged/limit',
+      'staged/pageable',
+    ]);
+    expect(t.rows).toEqual([['h2d', '256 MiB', '7.70', '49.05', '48.50', '54.53', '63.00', '90%', '90%', '6.4x']]);
+    expect(renderHtml(stagedReport())).toContain('staged path against its limit');
+    expect(stagedTable(sampleReport()).rows).toEqual([]);
+  });
+
+  test('CSV carries the path, the limit and the share', () => {
+    const csv = formatCsv(stagedReport()).trim().split('\n');
+    expect(csv[0]).toContain('path,limit_gbps,share_of_limit,verified');
+    expect(csv.find((l) => l.startsWith('h2d,auto,'))).toMatch(/,staged,54\.5,0\.88990825\d*,true,/);
+  });
+});
+
+describe('scripts/tune-staging.js', () => {
+  test('says what it cannot do without a GPU, or refuses an unknown flag', () => {
+    const r = spawnSync(process.execPath, [path.join(__dirname, '..', '..', 'scripts', 'tune-staging.js'), '--bogus'], {
+      env: process.env,
+    });
+    expect(r.status).toBe(2);
+    expect(r.stderr.toString()).toMatch(/unknown argument "--bogus"|CUDA is not available/);
+  });
+});
+
+describeGpu('staged copies one after another go round the ring', () => {
+  afterAll(() => cm.configureStaging({ chunkBytes: null, slots: null, firstChunkBytes: null, lastChunkBytes: null }));
+  test('a small ring (3 x 1 MiB): copies that wrap it, within a copy and between copies, arrive intact', () => {
+    cm.configureStaging({ chunkBytes: MiB, slots: 3, firstChunkBytes: 64 * KiB, lastChunkBytes: 64 * KiB });
+    const sizes = [5 * KiB, 3 * MiB - 4096, 700 * KiB + 3, 10 * MiB + 77, 1, 2 * MiB, 4 * MiB + 5, 64 * KiB];
+    for (const [i, n] of sizes.entries()) {
+      const src = randomBytes(n, 100 + i);
+      const dev = cm.DeviceBuffer.alloc(n);
+      try {
+        cm.copy(dev, src, { strategy: 'staged' });
+        const back = new Uint8Array(n);
+        cm.copy(back, dev, { strategy: 'staged' });
+        expect({ n, same: same(back, src) }).toEqual({ n, same: true });
+      } finally {
+        dev.free();
+      }
+    }
+  });
+});
+
+describeGpu('staged copies at sizes around every chunk boundary', () => {
+  test('both directions and both at once arrive intact with the default settings', async () => {
+    const s = cm.configureStaging();
+    const sizes = [1, 4095, 64 * KiB - 1, s.firstChunkBytes, s.firstChunkBytes + 1, 3 * s.firstChunkBytes + 4097, s.chunkBytes * 3 + 12345];
+    for (const n of sizes) {
+      const src = randomBytes(n, n);
+      const dev = cm.DeviceBuffer.alloc(n);
+      const dev2 = cm.DeviceBuffer.alloc(n);
+      try {
+        cm.copy(dev, src, { strategy: 'staged' });
+        const back = new Uint8Array(n);
+        cm.copy(back, dev, { strategy: 'staged' });
+        expect(same(back, src)).toBe(true);
+        // Both directions at once share the team.
+        const down = new Uint8Array(n);
+        const src2 = randomBytes(n, n + 1);
+        cm.copy(dev2, src2);
+        await Promise.all([cm.copyAsync(dev, src2, { strategy: 'staged' }), cm.copyAsync(down, dev2, { strategy: 'staged' })]);
+        expect(same(down, src2)).toBe(true);
+        cm.copy(back, dev);
+        expect(same(back, src2)).toBe(true);
+      } finally {
+        dev.free();
+        dev2.free();
+      }
+    }
+  });
+});
