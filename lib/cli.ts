@@ -8,12 +8,14 @@
 import * as fs from 'fs';
 import * as path from 'path';
 import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';
-import { status, devices, formatCudaVersion, peerAccess, deviceLocality, cudaVisibleDevices, describeLink } from './device/discovery';
-import { stagingPlacement } from './transfer/copy';
+import { status, devices, formatCudaVersion, deviceLocality, cudaVisibleDevices } from './device/discovery';
+import { peerAccess, describeLink } from './device/peers';
+import { stagingPlacement } from './transfer/staging';
 import { runTransferBenchmark, gateSource, ALL_MODES, ALL_DIRECTIONS, TransferBenchmarkOptions } from './bench/transfer';
 import { formatTable, formatCsv, formatChart, renderHtml, benchmarkJunit } from './report/bench';
 import { parseGate, evaluateGates, combineSources, Gate } from './bench/gates';
-import { runDoctor, formatDoctor, doctorJunit, runDoctorDevices, formatDoctorDevices, doctorDevicesJunit } from './bench/doctor';
+import { runDoctor, runDoctorDevices } from './bench/doctor';
+import { formatDoctor, doctorJunit, formatDoctorDevices, doctorDevicesJunit } from './report/doctor';
 import {
   runDevicesBenchmark,
   devicesGateSource,
@@ -34,7 +36,7 @@ import { formatReplay, parsePolicy, replayTrace, ReplayPolicy } from './allocato
 import { renderMemoryHtml } from './report/memory-html';
 import { formatGroups, listGroups } from './allocator/group';
 import { shmDir } from './base/shm';
-import { applySavedStagingSettings } from './transfer/staging-settings';
+import { applySavedStagingSettings } from './transfer/staging';
 
 // The same saved staged-path settings a program's require('cuda-memory') applies.
 applySavedStagingSettings();

@@ -9,8 +9,10 @@
 import './base/disposable';
 export { CudaMemoryError, CudaError, OutOfMemoryError, CudaUnavailableError, InterprocessError } from './base/errors';
 export type { UnavailableReason, OutOfMemoryDetails } from './base/errors';
-export { status, devices, memGetInfo, formatCudaVersion, peerAccess, enablePeerAccess, cudaVisibleDevices } from './device/discovery';
-export type { CudaStatus, DeviceInfo, PcieLink, AddonBinary, PeerLink, NvLinkRate } from './device/discovery';
+export { status, devices, memGetInfo, formatCudaVersion, cudaVisibleDevices } from './device/discovery';
+export type { CudaStatus, DeviceInfo, PcieLink, AddonBinary } from './device/discovery';
+export { peerAccess, enablePeerAccess } from './device/peers';
+export type { PeerLink, NvLinkRate } from './device/peers';
 export { DeviceBuffer, PinnedBuffer, RegisteredBuffer, registerHost } from './memory/buffers';
 export type {
   Memory,
@@ -25,12 +27,14 @@ export type { IpcHandle } from './memory/ipc';
 export { SharedPinnedBuffer, createSharedPinned, openSharedPinned, unlinkSharedPinned } from './memory/shared-pinned';
 export type { SharedPinnedOptions } from './memory/shared-pinned';
 export { shmDir } from './base/shm';
-export { copy, copyAsync, memset, configureStaging, stagingPlacement } from './transfer/copy';
-export type { CopyOptions, CopyStrategy, MemsetOptions, StagingSettings, StagingUpdate, StagingPlacement } from './transfer/copy';
-export { stagingSettingsPath, saveStagingSettings, loadStagingSettings } from './transfer/staging-settings';
-export type { SavedStagingSettings } from './transfer/staging-settings';
+export { copy, copyAsync, memset } from './transfer/copy';
+export type { CopyOptions, CopyStrategy, MemsetOptions } from './transfer/copy';
+export { configureStaging, stagingPlacement, stagingSettingsPath, saveStagingSettings, loadStagingSettings } from './transfer/staging';
+export type { StagingSettings, StagingUpdate, StagingPlacement, SavedStagingSettings } from './transfer/staging';
 export { Stream, Event } from './device/stream';
 export * from './allocator';
+export { renderMemoryHtml } from './report/memory-html';
+export type { MemoryHtmlOptions } from './report/memory-html';
 export { parseSize, parseSizeList, formatBytes, formatRate } from './base/units';
 export { runTransferBenchmark, gateSource } from './bench/transfer';
 export type {
@@ -64,7 +68,7 @@ export type { MetricsSources, Named, PromRegistry, RegisterMetricsOptions } from
 export type { SampleSummary } from './bench/stats';
 
 import { native } from './binding/native';
-import { applySavedStagingSettings } from './transfer/staging-settings';
+import { applySavedStagingSettings } from './transfer/staging';
 applySavedStagingSettings();
 
 /** Buffers and handles this thread's addon instance still holds (for leak checks). */

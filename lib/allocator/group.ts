@@ -12,6 +12,9 @@ import { InterprocessError, invalidArgument, argTypeError, argRangeError } from 
 import { checkOptions, checkSize } from '../base/validate';
 import { checkShmName, lockTimeoutMs, shmDir } from '../base/shm';
 import { formatBytes } from '../base/units';
+import type { GroupStats } from '../base/types';
+
+export type { GroupMember, GroupStats } from '../base/types';
 
 /** The `shared` option of createAllocator. */
 export interface SharedBudgetOptions {
@@ -27,39 +30,6 @@ export interface SharedBudgetOptions {
    * InterprocessError ERR_SHM_LOCK_TIMEOUT naming the file.
    */
   lockTimeoutMs?: number;
-}
-
-/** One process (one allocator) in a group. */
-export interface GroupMember {
-  pid: number;
-  /** Bytes of regions it holds (charged to the group). */
-  poolBytes: number;
-  /** Bytes its live buffers use (published at each alloc and free). */
-  bytesInUse: number;
-  peakPoolBytes: number;
-  /** Its own limit (memoryFraction, memoryLimit, or the group budget). */
-  limitBytes: number;
-  /** When it joined (ms since the epoch). */
-  joinedAt: number;
-  /** True for the allocator asking. */
-  self: boolean;
-}
-
-/** A group's ledger as it is now. */
-export interface GroupStats {
-  name: string;
-  /** The GPU's uuid, or "simulated". */
-  device: string;
-  path: string;
-  budgetBytes: number;
-  budgetSource: string;
-  /** Sum of the members' pool bytes. */
-  chargedBytes: number;
-  /** budgetBytes − chargedBytes: room for new regions. */
-  freeBytes: number;
-  /** Slots of dead members this read cleared. */
-  reapedMembers: number;
-  members: GroupMember[];
 }
 
 /** Options of {@link groupStats}. */

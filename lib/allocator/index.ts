@@ -27,8 +27,6 @@ export type { EnvAllocatorOptions } from './env';
 export { PinnedPool, PooledPinnedBuffer, createPinnedPool } from './pinned-pool';
 export type { PinnedPoolOptions, PinnedPoolStats } from './pinned-pool';
 export { replayTrace, parsePolicy, formatReplay } from './replay';
-export { renderMemoryHtml } from '../report/memory-html';
-export type { MemoryHtmlOptions } from '../report/memory-html';
 export type { ReplayPolicy, ReplayOptions, ReplayResult } from './replay';
 export { groupStats, listGroups, formatGroups } from './group';
 export type { SharedBudgetOptions, GroupStats, GroupMember, GroupStatsOptions, ListGroupsOptions, UnreadableGroup } from './group';

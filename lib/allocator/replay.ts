@@ -207,7 +207,9 @@ export function replayRecorded(
   const trace = loadTrace(input);
   const { totalBytes, computeCapability } = deviceOf(trace, policy);
   const r = runOnce(trace, policy, totalBytes, computeCapability, true);
-  if (!r.recorded) throw new Error(r.error ?? 'the replay did not record');
+  // Only an allocator that could not be made records nothing: the policy is at fault.
+  if (!r.recorded)
+    throw argRangeError(`policy ${JSON.stringify(policy.name ?? policyName(policy, totalBytes))}: ${r.error}`, 'ERR_INVALID_ARG_VALUE');
   return { recorded: r.recorded, failedAt: r.failedAt, policy: policy.name ?? policyName(policy, totalBytes) };
 }
 

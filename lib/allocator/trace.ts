@@ -3,7 +3,16 @@
  * and the memory page read, PyTorch's `torch.cuda.memory._snapshot()` files included.
  */
 import * as fs from 'fs';
+import { constants as bufferConstants } from 'buffer';
 import { CudaMemoryError } from '../base/errors';
+import { BoundedRead, readBounded } from '../base/files';
+import { formatBytes } from '../base/units';
+
+/**
+ * The largest trace file {@link loadTrace} reads: 512 MiB, about the longest string JavaScript
+ * holds (a larger file could not be parsed, and reading it whole would only use up memory).
+ */
+export const TRACE_MAX_BYTES = 512 * 2 ** 20;
 
 /** One event of a trace. Only `action` and, for alloc/free, `id` (and `bytes` for alloc) are required. */
 export interface TraceEvent {
@@ -171,20 +180,26 @@ export function loadTrace(input: string | object, options: { device?: number } =
     );
   let data: unknown = input;
   if (typeof input === 'string') {
-    let bytes: Buffer;
+    let read: BoundedRead;
     try {
-      bytes = fs.readFileSync(input);
+      read = readBounded(input, TRACE_MAX_BYTES, (head, size) => {
+        // A binary file (a pickle from torch.cuda.memory._dump_snapshot, say) is described, never
+        // echoed into the terminal.
+        if (head.includes(0) || head.some((b) => b < 0x09 || (b > 0x0d && b < 0x20)))
+          throw new TraceError(
+            `${input} is a binary file (${size === null ? 'not a regular file' : `${size} bytes`}, starting ${[...head.subarray(0, 4)].map((b) => '0x' + b.toString(16).padStart(2, '0')).join(' ')}), not JSON: ` +
+              'a trace is cuda-memory/trace@1 JSON or a PyTorch snapshot converted to JSON (scripts/pytorch-trace.py converts a pickle)',
+          );
+      });
     } catch (e) {
+      if (e instanceof TraceError) throw e;
       throw new TraceError(`cannot read ${input}: ${(e as Error).message}`);
     }
-    // A binary file (a pickle from torch.cuda.memory._dump_snapshot, say) is described, never
-    // echoed into the terminal.
-    const head = bytes.subarray(0, 4096);
-    if (head.includes(0) || head.some((b) => b < 0x09 || (b > 0x0d && b < 0x20)))
+    if (!read.ok || read.bytes.length > bufferConstants.MAX_STRING_LENGTH)
       throw new TraceError(
-        `${input} is a binary file (${bytes.length} bytes, starting ${[...bytes.subarray(0, 4)].map((b) => '0x' + b.toString(16).padStart(2, '0')).join(' ')}), not JSON: ` +
-          'a trace is cuda-memory/trace@1 JSON or a PyTorch snapshot converted to JSON (scripts/pytorch-trace.py converts a pickle)',
+        `${input} is ${!read.ok && read.size !== null ? `${formatBytes(read.size)}, ` : ''}more than a trace file may hold: traces are read up to ${formatBytes(TRACE_MAX_BYTES)}, the longest text JavaScript parses`,
       );
+    const bytes = read.bytes;
     try {
       data = JSON.parse(bytes.toString('utf8'));
     } catch (e) {

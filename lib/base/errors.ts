@@ -2,6 +2,7 @@
  * Error classes of cuda-memory. The native addon constructs these same classes, so every error
  * that crosses from C++ carries one of these types and a machine-readable `code`.
  */
+import type { GroupStats } from './types';
 
 /** Why CUDA cannot be used, as reported by {@link status}. */
 export type UnavailableReason = 'NOT_BUILT_WITH_CUDA' | 'NO_DRIVER' | 'INSUFFICIENT_DRIVER' | 'NO_DEVICE' | 'ADDON_NOT_LOADED';
@@ -57,7 +58,7 @@ export interface OutOfMemoryDetails {
   simulated?: boolean;
   call?: string;
   /** The group budget that refused the region, when that is why (see `shared` in createAllocator). */
-  group?: import('../allocator/group').GroupStats;
+  group?: GroupStats;
 }
 
 // Sizes as PyTorch's out-of-memory sentence prints them ("20.00 MiB"), and as the addon's does.
@@ -87,7 +88,7 @@ export class OutOfMemoryError extends CudaError {
   deviceFree: number;
   deviceTotal: number;
   /** Set when a group budget refused the memory: the group at that moment, members listed. */
-  group?: import('../allocator/group').GroupStats;
+  group?: GroupStats;
   constructor(details: OutOfMemoryDetails) {
     const message =
       details.message ??

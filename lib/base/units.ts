@@ -1,5 +1,5 @@
-import { argRangeError } from './errors';
 /** Sizes and rates for people: binary units for bytes, decimal GB/s for rates. */
+import { argRangeError } from './errors';
 
 const UNITS: Record<string, number> = {
   b: 1,
@@ -79,7 +79,12 @@ export function gbps(bytes: number, seconds: number): number {
   return bytes / seconds / 1e9;
 }
 
+/** @internal A GB/s figure without its unit, for tables: one decimal from 100 up, two below. */
+export function formatGbps(gbPerSecond: number): string {
+  return gbPerSecond.toFixed(gbPerSecond >= 100 ? 1 : 2);
+}
+
 /** "54.52 GB/s" */
 export function formatRate(gbPerSecond: number): string {
-  return `${gbPerSecond.toFixed(gbPerSecond >= 100 ? 1 : 2)} GB/s`;
+  return `${formatGbps(gbPerSecond)} GB/s`;
 }

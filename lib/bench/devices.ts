@@ -2,7 +2,7 @@
  * Several GPUs on one host: each GPU's host transfers alone, then every GPU at once (per GPU and
  * in total, so host-side contention for memory bandwidth and PCIe shows), with the same threads,
  * buffers and timing in both. `cuda-memory bench --devices all|0,1`. Timing loops in C++
- * (native/bench_devices.cc): one thread per copy, all released together each iteration.
+ * (native/bench/devices.cc): one thread per copy, all released together each iteration.
  */
 import * as os from 'os';
 import { native, requireCuda } from '../binding/native';

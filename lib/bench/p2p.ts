@@ -4,7 +4,8 @@
  * through copyAsync() and raw, and the latency of a 4-byte copy. `cuda-memory bench --p2p`.
  */
 import { native, requireCuda } from '../binding/native';
-import { status, peerAccess, PeerLink } from '../device/discovery';
+import { status } from '../device/discovery';
+import { peerAccess, PeerLink } from '../device/peers';
 import { DeviceBuffer } from '../memory/buffers';
 import { copy, copyAsync } from '../transfer/copy';
 import { summarize, rateSummary, SampleSummary } from './stats';

@@ -1,8 +1,8 @@
 /**
  * The transfer benchmark: what pinned memory buys over pageable memory, and what the staged
- * path recovers for ordinary Node buffers. Timing loops run in C++ (see native/bench.cc):
+ * path recovers for ordinary Node buffers. Timing loops run in C++ (see native/bench/bench.cc):
  * CUDA events around asynchronous copies of pinned and device memory, a steady clock around
- * synchronous copies of pageable memory. Method: DESIGN.md, "Transfer benchmark".
+ * synchronous copies of pageable memory. Method: docs/transfers.md, "Benchmarks and CI gates".
  */
 import * as fs from 'fs';
 import * as os from 'os';
@@ -10,7 +10,8 @@ import { PerformanceObserver } from 'perf_hooks';
 import { native, requireCuda } from '../binding/native';
 import { status, devices, DeviceInfo, formatCudaVersion } from '../device/discovery';
 import { DeviceBuffer, PinnedBuffer, registerHost, RegisteredBuffer, Memory } from '../memory/buffers';
-import { copy, copyAsync, configureStaging, StagingSettings, CopyStrategy } from '../transfer/copy';
+import { copy, copyAsync, CopyStrategy } from '../transfer/copy';
+import { configureStaging, StagingSettings } from '../transfer/staging';
 import { summarize, rateSummary, SampleSummary } from './stats';
 import { GateMetric, GateSource } from './gates';
 import { checkDevice } from '../base/validate';
@@ -110,7 +111,7 @@ export interface TransferEnvironment {
   staging: StagingSettings;
 }
 
-/** The whole benchmark report. Its JSON form is documented in README.md. */
+/** The whole benchmark report. Its JSON form is documented in docs/transfers.md. */
 export interface TransferReport {
   schema: 'cuda-memory/transfer-benchmark@1';
   environment: TransferEnvironment;
@@ -249,7 +250,7 @@ function timeCalls(dst: Memory, src: Memory, n: number, warmup: number, iteratio
 
 // V8 hands copy()'s code to its optimizing compiler only after thousands of calls (with Node 20,
 // about 8,000 between two buffers of the library). Until then that JavaScript costs about half a
-// microsecond more per call (docs/transfers.md, and the history of BENCHMARKS.md), which a program that copies often pays only at its
+// microsecond more per call (docs/transfers.md), which a program that copies often pays only at its
 // start. `pinned-call` reports the rest, so before its first row in each direction copy() is
 // called up to TIER_UP_CALLS times, for at most TIER_UP_SECONDS.
 const TIER_UP_CALLS = 20000;

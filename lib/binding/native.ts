@@ -2,12 +2,11 @@
  * Loads the addon. Loading never throws: if the addon is missing or fails to load, a stand-in
  * reports why through status(), and every GPU call throws CudaUnavailableError.
  */
-import type { StagingPlacement } from '../transfer/copy';
-import type { PeerLink } from '../device/discovery';
 import * as path from 'path';
 import { CudaError, CudaMemoryError, CudaUnavailableError, InterprocessError, OutOfMemoryError } from '../base/errors';
+import type { PeerLink, StagingPlacement, StagingSettings } from '../base/types';
 
-/** The native exports; `test/exports.test.js` checks this list against the addon. */
+/** The native exports; `test/binding/load.test.js` checks this list against the addon. */
 export interface NativeBinding {
   init(classes: object): void;
   status(): {
@@ -28,7 +27,7 @@ export interface NativeBinding {
   handleInfo(handle: number): { address?: number; devicePointer?: number | null; released: boolean; simulated?: boolean };
   liveCount(): number;
   copy(dst: unknown, dstOffset: number, src: unknown, srcOffset: number, n: number, strategy?: string, stream?: unknown): void;
-  /** The memory copyHandles() reads its three numbers from (see copy() in copy.ts). */
+  /** The memory copyHandles() reads its three numbers from (see copy() in lib/transfer/copy.ts). */
   copyArgs(): ArrayBuffer;
   /** copy() of byteLength bytes between the two handles written into copyArgs(), from offset 0. */
   copyHandles(): void;
@@ -42,7 +41,7 @@ export interface NativeBinding {
     stream?: unknown,
   ): Promise<void>;
   memset(target: unknown, offset: number, n: number, value: number): void;
-  configureStaging(options?: object): import('../transfer/copy').StagingSettings;
+  configureStaging(options?: object): StagingSettings;
   streamCreate(device: number, nonBlocking: boolean): unknown;
   streamSynchronize(s: unknown): void;
   streamQuery(s: unknown): boolean;

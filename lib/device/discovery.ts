@@ -1,5 +1,5 @@
+/** What CUDA can be used here: the addon's status, the devices, their memory and where they sit. */
 import * as fs from 'fs';
-/** What CUDA can be used here. */
 import { UnavailableReason } from '../base/errors';
 import { addonPath, binaryKind, native } from '../binding/native';
 import { checkDevice } from '../base/validate';
@@ -111,68 +111,6 @@ export function memGetInfo(device = 0): { free: number; total: number } {
 /** Formats a CUDA version number (13000) as "13.0". */
 export function formatCudaVersion(v: number): string {
   return v ? `${Math.floor(v / 1000)}.${Math.floor((v % 1000) / 10)}` : 'none';
-}
-
-/** What one ordered pair of devices can do (see {@link peerAccess}). */
-export interface PeerLink {
-  from: number;
-  to: number;
-  /** cudaDeviceCanAccessPeer: `from` can address `to`'s memory (NVLink or PCIe P2P). */
-  canAccess: boolean;
-  /** Peer access was enabled by this thread's addon instance (copies enable it lazily). */
-  enabled: boolean;
-  /** cudaDevP2PAttrPerformanceRank: relative link performance (lower is better). */
-  performanceRank: number;
-  /** cudaDevP2PAttrNativeAtomicSupported: atomics over the link (NVLink has them). */
-  nativeAtomics: boolean;
-  /**
-   * How the pair is joined, from NVML: `nvlink` (directly or through NVSwitches), `pcie` (no
-   * NVLink between them), `unknown` without NVML or a driver too old for its NVLink queries.
-   */
-  linkType: 'nvlink' | 'pcie' | 'unknown';
-  /** Active NVLinks joining the pair (nvidia-smi topo's NV#); null when unknown. */
-  nvlinks: number | null;
-  /** The NVLinks go through NVSwitches (every GPU on the fabric reaches every other). */
-  viaNvSwitch: boolean;
-  /** The NVLink generation and its rate, for pairs joined by NVLink; null otherwise. */
-  nvlinkRate: NvLinkRate | null;
-}
-
-/**
- * The generation of a pair's NVLinks and the rate of one link in one direction. NVML says the
- * generation (the oldest among the pair's links); where the GPU's architecture has one
- * generation only and NVML says another (some drivers report 5.0 on Hopper), the
- * architecture's is used, and `source` says so.
- */
-export interface NvLinkRate {
-  /** "1.0" to "5.0"; null when neither NVML nor the compute capability says. */
-  generation: string | null;
-  /** GB/s of one link in one direction: 20 for 1.0, 25 for 2.0 to 4.0, 50 for 5.0; 25 when assumed. */
-  gbpsPerLink: number;
-  /** Where the generation came from: "reported by NVML", "from compute capability 9.0 (NVML reported 5.0)", "25 GB/s assumed: …". */
-  source: string;
-}
-
-/**
- * How a pair is joined, for people: "NVLink 4.0 x18 through NVSwitch", "PCIe", "link unknown (no
- * NVML)". Takes a link as peerAccess() gives it, or as an older report kept it (no `nvlinkRate`).
- */
-export function describeLink(link: Pick<PeerLink, 'linkType' | 'nvlinks' | 'viaNvSwitch'> & { nvlinkRate?: NvLinkRate | null }): string {
-  if (link.linkType === 'nvlink') {
-    const generation = link.nvlinkRate?.generation ? `${link.nvlinkRate.generation} ` : '';
-    return `NVLink ${generation}x${link.nvlinks}${link.viaNvSwitch ? ' through NVSwitch' : ''}`;
-  }
-  return link.linkType === 'pcie' ? 'PCIe' : 'link unknown (no NVML)';
-}
-
-/** The peer matrix: one entry per ordered pair of distinct devices. */
-export function peerAccess(): PeerLink[] {
-  return native.peerAccess();
-}
-
-/** Enables access from device `from` to `to` now (copies do it lazily); returns whether it is on. */
-export function enablePeerAccess(from: number, to: number): boolean {
-  return native.enablePeerAccess(from, to);
 }
 
 /**

@@ -14,7 +14,7 @@ import {
 } from './families';
 import type { MetricsSources } from './families';
 import { formatExposition } from './exposition';
-import { argTypeError } from '../base/errors';
+import { CudaMemoryError, argTypeError } from '../base/errors';
 
 export type { MetricsSources, Named } from './families';
 export type { MetricFamily, MetricSample } from './exposition';
@@ -48,7 +48,10 @@ function loadPromClient(given: unknown): PromModule {
     // eslint-disable-next-line @typescript-eslint/no-var-requires
     return require('prom-client') as PromModule;
   } catch {
-    throw new Error('registerMetrics needs the prom-client package: npm install prom-client (or pass { promClient })');
+    throw new CudaMemoryError(
+      'registerMetrics needs the prom-client package: npm install prom-client (or pass { promClient })',
+      'ERR_MODULE_NOT_FOUND',
+    );
   }
 }
 

@@ -2,15 +2,11 @@
 import { TransferReport, TransferResult, findResult } from '../bench/transfer';
 import { GateResult } from '../bench/gates';
 import { esc, PALETTE, niceTicks, sizeTicks } from './chart';
-import { formatBytes } from '../base/units';
+import { JunitCase, renderJunit } from './junit';
+import { formatBytes, formatGbps as rate } from '../base/units';
 
 function label(r: TransferResult): string {
   return r.direction === 'd2d' ? 'd2d' : `${r.direction} ${r.mode}`;
-}
-
-/** A GB/s figure for tables: one decimal from 100 up, two below. */
-export function rate(v: number): string {
-  return v >= 100 ? v.toFixed(1) : v.toFixed(2);
 }
 
 function headline(report: TransferReport): string[] {
@@ -286,30 +282,6 @@ function stagedSection(report: TransferReport): string {
 <table><tr>${t.head.map((h) => `<th>${esc(h)}</th>`).join('')}</tr>
 ${t.rows.map((r) => `<tr>${r.map((c) => `<td>${esc(c)}</td>`).join('')}</tr>`).join('\n')}
 </table>`;
-}
-
-/** One JUnit test case. */
-export interface JunitCase {
-  name: string;
-  classname: string;
-  seconds: number;
-  failure?: string;
-  output?: string;
-}
-
-/** JUnit XML for CI systems. */
-export function renderJunit(suite: string, cases: JunitCase[]): string {
-  const failures = cases.filter((c) => c.failure !== undefined).length;
-  const total = cases.reduce((a, c) => a + c.seconds, 0);
-  const body = cases
-    .map((c) => {
-      const inner =
-        (c.failure !== undefined ? `<failure message="${esc(c.failure)}">${esc(c.failure)}</failure>` : '') +
-        (c.output ? `<system-out>${esc(c.output)}</system-out>` : '');
-      return `  <testcase classname="${esc(c.classname)}" name="${esc(c.name)}" time="${c.seconds.toFixed(6)}">${inner}</testcase>`;
-    })
-    .join('\n');
-  return `<?xml version="1.0" encoding="UTF-8"?>\n<testsuites tests="${cases.length}" failures="${failures}" time="${total.toFixed(6)}">\n <testsuite name="${esc(suite)}" tests="${cases.length}" failures="${failures}" time="${total.toFixed(6)}">\n${body}\n </testsuite>\n</testsuites>\n`;
 }
 
 /** The benchmark as JUnit: each result a case (failing if unverified), each gate a case. */

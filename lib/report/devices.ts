@@ -6,10 +6,10 @@
 import { DevicesReport } from '../bench/devices';
 import { P2pReport } from '../bench/p2p';
 import { GateResult } from '../bench/gates';
-import { JunitCase, rate as gbps, renderJunit } from './bench';
+import { JunitCase, renderJunit } from './junit';
 import { esc } from './chart';
-import { formatBytes } from '../base/units';
-import { describeLink } from '../device/discovery';
+import { formatBytes, formatGbps as gbps } from '../base/units';
+import { describeLink } from '../device/peers';
 
 // A table's GB/s, '-' for a figure that could not be measured.
 function rate(v: number): string {

@@ -2,9 +2,8 @@
 import { native } from '../binding/native';
 import { DeviceBuffer, Memory, PinnedBuffer, RegisteredBuffer, resolveMemory } from '../memory/buffers';
 import { Stream, streamOption } from '../device/stream';
-import { checkDevice, checkOptions, checkSize } from '../base/validate';
+import { checkOptions, checkSize } from '../base/validate';
 import { invalidArgument, argRangeError } from '../base/errors';
-import { knownDeviceCount } from '../device/discovery';
 import { checkHoldable, holdBuffer, releaseBuffer } from '../memory/detach';
 
 /**
@@ -69,7 +68,7 @@ function prepare(dst: unknown, src: unknown, options: unknown) {
 // Where copy() between two buffers of this library hands over its numbers (dst handle, src
 // handle, byte count): memory the addon reads, made on the first such copy. A 4 KiB copy between
 // pinned and device memory takes a few microseconds, and a Node-API call that reads five
-// arguments, with the checks of the general path, was a tenth of that on the H100 (docs/transfers.md, and the history of BENCHMARKS.md).
+// arguments, with the checks of the general path, was a tenth of that on the H100 (docs/transfers.md).
 let handleArgs: Float64Array | undefined;
 
 type HandleMemory = DeviceBuffer | PinnedBuffer | RegisteredBuffer;
@@ -190,110 +189,4 @@ export function memset(target: Memory, value: number, options?: MemsetOptions): 
   const n = o.byteLength === undefined ? t.length - offset : checkSize('options.byteLength', o.byteLength);
   if (offset + n > t.length) throw argRangeError(`offset + byteLength (${offset} + ${n}) runs past the end of target (${t.length} bytes)`);
   native.memset(t.target, offset, n, value);
-}
-
-/** Settings of the staged path. */
-export interface StagingSettings {
-  /** Size of each pinned chunk in the ring: the largest chunk. */
-  chunkBytes: number;
-  /** Size of the first chunk; later ones double up to chunkBytes (so a copy of a few MiB starts moving early). */
-  firstChunkBytes: number;
-  /**
-   * Size of the last chunk; chunks halve down to it at the end (so little is left to do once the
-   * last chunk has moved). Not used by copies to the device below 64 MiB, whose chunks only grow.
-   */
-  lastChunkBytes: number;
-  /** Chunks in the ring. */
-  slots: number;
-  /**
-   * Host threads copying between the Node buffer and the ring, counting the thread that asked for
-   * the copy. At most as many as the CPUs the team shares run at once, fewer while other GPUs'
-   * teams copy too ({@link StagingPlacement.sharedCpus}).
-   */
-  threads: number;
-  /**
-   * Non-temporal (cache-bypassing) stores into and out of the ring. `'auto'` (the default): on,
-   * except into the ring for host-to-device copies from 64 MiB up, where ordinary stores measured
-   * faster.
-   */
-  streaming: boolean | 'auto';
-  /** Pageable copies from these sizes up take the staged path under strategy 'auto', per direction. */
-  autoThreshold: { h2d: number; d2h: number };
-}
-
-/** What {@link configureStaging} takes: any field, `null` for its default. */
-export type StagingUpdate = {
-  [K in keyof Omit<StagingSettings, 'autoThreshold'>]?: StagingSettings[K] | null;
-} & { autoThreshold?: { h2d?: number | null; d2h?: number | null } | null };
-
-/**
- * Reads or changes the staged path's settings (for this thread's instance of the addon). Settings
- * saved by `scripts/tune-staging.js --save` are applied when the package loads (see
- * {@link loadStagingSettings}).
- */
-export function configureStaging(settings?: StagingUpdate): StagingSettings {
-  if (settings === undefined) return native.configureStaging();
-  const o = checkOptions<StagingUpdate>('settings', settings);
-  const out: Record<string, unknown> = {};
-  const size = (name: string, v: unknown, min: number) => (v === null ? null : checkSize(`settings.${name}`, v, min));
-  if (o.chunkBytes !== undefined) out.chunkBytes = size('chunkBytes', o.chunkBytes, 65536);
-  if (o.firstChunkBytes !== undefined) out.firstChunkBytes = size('firstChunkBytes', o.firstChunkBytes, 65536);
-  if (o.lastChunkBytes !== undefined) out.lastChunkBytes = size('lastChunkBytes', o.lastChunkBytes, 65536);
-  if (o.slots !== undefined) out.slots = size('slots', o.slots, 2);
-  if (o.threads !== undefined) out.threads = size('threads', o.threads, 1);
-  if (o.streaming !== undefined) {
-    if (o.streaming !== null && o.streaming !== 'auto' && typeof o.streaming !== 'boolean')
-      throw invalidArgument('settings.streaming', "true, false or 'auto'", o.streaming, TypeError);
-    out.streaming = o.streaming;
-  }
-  if (o.autoThreshold !== undefined) {
-    if (o.autoThreshold === null) out.autoThreshold = null;
-    else {
-      const t = checkOptions<{ h2d?: number | null; d2h?: number | null }>('settings.autoThreshold', o.autoThreshold);
-      const th: Record<string, number | null> = {};
-      if (t.h2d !== undefined) th.h2d = size('autoThreshold.h2d', t.h2d, 0);
-      if (t.d2h !== undefined) th.d2h = size('autoThreshold.d2h', t.d2h, 0);
-      out.autoThreshold = th;
-    }
-  }
-  return native.configureStaging(out);
-}
-
-/** Where the staged path keeps its threads and pinned ring for one GPU (see {@link stagingPlacement}). */
-export interface StagingPlacement {
-  device: number;
-  /** The GPU's NUMA node from sysfs; -1 when the host does not say (common in VMs). */
-  numaNode: number;
-  /** NUMA nodes the host has online (0 when they could not be read). */
-  hostNodes: number;
-  /** Placement is done: several nodes, and the GPU's is known. On one node it is a no-op. */
-  applies: boolean;
-  /** Why it applies or not, for people. */
-  reason: string;
-  /** The node's CPUs the copy threads are kept on (empty when placement does not apply). */
-  cpus: number[];
-  /** Threads of the copy team serving this GPU (counting the caller's). */
-  threads: number;
-  /** Every started team thread was restricted to `cpus`. */
-  threadsPinned: boolean;
-  /**
-   * The CPUs this GPU's team shares with the teams of the other GPUs on them (the node's, or all
-   * the process may use): while k of those GPUs copy at once, each team runs at most
-   * max(2, sharedCpus / k) threads.
-   */
-  sharedCpus: number;
-  /**
-   * The pinned rings made so far (one per direction, on the first staged copy): the node their
-   * pages are on (get_mempolicy; -1 unknown) and whether they were asked to go to the GPU's node.
-   */
-  rings: { direction: 'h2d' | 'd2h'; node: number; placed: boolean }[];
-}
-
-/**
- * Where the staged path for `device` runs: on a host of several NUMA nodes, its copy threads on
- * the GPU's node's CPUs and its pinned ring in that node's memory, and whether the kernel did as
- * asked. Throws CudaUnavailableError without CUDA.
- */
-export function stagingPlacement(device = 0): StagingPlacement {
-  return native.stagingPlacement(checkDevice(device, knownDeviceCount()));
 }

@@ -4,9 +4,10 @@
 const path = require('path');
 const { spawnSync } = require('child_process');
 const { cm, gpu } = require('../helpers');
-const { formatTable, formatCsv, formatChart, renderHtml, benchmarkJunit, renderJunit } = require('../../dist/report/bench');
+const { formatTable, formatCsv, formatChart, renderHtml, benchmarkJunit } = require('../../dist/report/bench');
+const { renderJunit } = require('../../dist/report/junit');
 const { gateSource } = require('../../dist/bench/transfer');
-const { formatDoctor, doctorJunit } = require('../../dist/bench/doctor');
+const { formatDoctor, doctorJunit } = require('../../dist/report/doctor');
 const { sampleReport } = require('../fixtures/sample-report');
 
 const MiB = 2 ** 20;

@@ -11,7 +11,7 @@ const { devicesGateSource } = require(path.join(root, 'dist', 'bench', 'devices'
 const { p2pGateSource } = require(path.join(root, 'dist', 'bench', 'p2p'));
 const { combineSources } = require(path.join(root, 'dist', 'bench', 'gates'));
 const mr = require(path.join(root, 'dist', 'report', 'devices'));
-const { formatDoctorDevices, doctorDevicesJunit } = require(path.join(root, 'dist', 'bench', 'doctor'));
+const { formatDoctorDevices, doctorDevicesJunit } = require(path.join(root, 'dist', 'report', 'doctor'));
 const cli = path.join(root, 'dist', 'cli.js');
 const GiB = 2 ** 30;
 
@@ -301,7 +301,7 @@ describe('several-GPU reports and gates without a GPU', () => {
 
   test("doctor --devices asks of an NVLink pair half its links' rate at their generation, and says which", () => {
     const { peerCopyFloor } = require(path.join(root, 'dist', 'bench', 'doctor'));
-    const { describeLink } = require(path.join(root, 'dist', 'device', 'discovery'));
+    const { describeLink } = require(path.join(root, 'dist', 'device', 'peers'));
     const hopper = {
       linkType: 'nvlink',
       nvlinks: 18,

@@ -1,0 +1,137 @@
+/**
+ * The data shapes the addon returns and the errors carry: staging settings and placement, the
+ * peer matrix, a group's ledger. They sit at the bottom so that every layer may name them; this
+ * file imports nothing.
+ */
+
+/** Settings of the staged path. */
+export interface StagingSettings {
+  /** Size of each pinned chunk in the ring: the largest chunk. */
+  chunkBytes: number;
+  /** Size of the first chunk; later ones double up to chunkBytes (so a copy of a few MiB starts moving early). */
+  firstChunkBytes: number;
+  /**
+   * Size of the last chunk; chunks halve down to it at the end (so little is left to do once the
+   * last chunk has moved). Not used by copies to the device below 64 MiB, whose chunks only grow.
+   */
+  lastChunkBytes: number;
+  /** Chunks in the ring. */
+  slots: number;
+  /**
+   * Host threads copying between the Node buffer and the ring, counting the thread that asked for
+   * the copy. At most as many as the CPUs the team shares run at once, fewer while other GPUs'
+   * teams copy too ({@link StagingPlacement.sharedCpus}).
+   */
+  threads: number;
+  /**
+   * Non-temporal (cache-bypassing) stores into and out of the ring. `'auto'` (the default): on,
+   * except into the ring for host-to-device copies from 64 MiB up, where ordinary stores measured
+   * faster.
+   */
+  streaming: boolean | 'auto';
+  /** Pageable copies from these sizes up take the staged path under strategy 'auto', per direction. */
+  autoThreshold: { h2d: number; d2h: number };
+}
+
+/** Where the staged path keeps its threads and pinned ring for one GPU (see {@link stagingPlacement}). */
+export interface StagingPlacement {
+  device: number;
+  /** The GPU's NUMA node from sysfs; -1 when the host does not say (common in VMs). */
+  numaNode: number;
+  /** NUMA nodes the host has online (0 when they could not be read). */
+  hostNodes: number;
+  /** Placement is done: several nodes, and the GPU's is known. On one node it is a no-op. */
+  applies: boolean;
+  /** Why it applies or not, for people. */
+  reason: string;
+  /** The node's CPUs the copy threads are kept on (empty when placement does not apply). */
+  cpus: number[];
+  /** Threads of the copy team serving this GPU (counting the caller's). */
+  threads: number;
+  /** Every started team thread was restricted to `cpus`. */
+  threadsPinned: boolean;
+  /**
+   * The CPUs this GPU's team shares with the teams of the other GPUs on them (the node's, or all
+   * the process may use): while k of those GPUs copy at once, each team runs at most
+   * max(2, sharedCpus / k) threads.
+   */
+  sharedCpus: number;
+  /**
+   * The pinned rings made so far (one per direction, on the first staged copy): the node their
+   * pages are on (get_mempolicy; -1 unknown) and whether they were asked to go to the GPU's node.
+   */
+  rings: { direction: 'h2d' | 'd2h'; node: number; placed: boolean }[];
+}
+
+/** What one ordered pair of devices can do (see {@link peerAccess}). */
+export interface PeerLink {
+  from: number;
+  to: number;
+  /** cudaDeviceCanAccessPeer: `from` can address `to`'s memory (NVLink or PCIe P2P). */
+  canAccess: boolean;
+  /** Peer access was enabled by this thread's addon instance (copies enable it lazily). */
+  enabled: boolean;
+  /** cudaDevP2PAttrPerformanceRank: relative link performance (lower is better). */
+  performanceRank: number;
+  /** cudaDevP2PAttrNativeAtomicSupported: atomics over the link (NVLink has them). */
+  nativeAtomics: boolean;
+  /**
+   * How the pair is joined, from NVML: `nvlink` (directly or through NVSwitches), `pcie` (no
+   * NVLink between them), `unknown` without NVML or a driver too old for its NVLink queries.
+   */
+  linkType: 'nvlink' | 'pcie' | 'unknown';
+  /** Active NVLinks joining the pair (nvidia-smi topo's NV#); null when unknown. */
+  nvlinks: number | null;
+  /** The NVLinks go through NVSwitches (every GPU on the fabric reaches every other). */
+  viaNvSwitch: boolean;
+  /** The NVLink generation and its rate, for pairs joined by NVLink; null otherwise. */
+  nvlinkRate: NvLinkRate | null;
+}
+
+/**
+ * The generation of a pair's NVLinks and the rate of one link in one direction. NVML says the
+ * generation (the oldest among the pair's links); where the GPU's architecture has one
+ * generation only and NVML says another (some drivers report 5.0 on Hopper), the
+ * architecture's is used, and `source` says so.
+ */
+export interface NvLinkRate {
+  /** "1.0" to "5.0"; null when neither NVML nor the compute capability says. */
+  generation: string | null;
+  /** GB/s of one link in one direction: 20 for 1.0, 25 for 2.0 to 4.0, 50 for 5.0; 25 when assumed. */
+  gbpsPerLink: number;
+  /** Where the generation came from: "reported by NVML", "from compute capability 9.0 (NVML reported 5.0)", "25 GB/s assumed: …". */
+  source: string;
+}
+
+/** One process (one allocator) in a group. */
+export interface GroupMember {
+  pid: number;
+  /** Bytes of regions it holds (charged to the group). */
+  poolBytes: number;
+  /** Bytes its live buffers use (published at each alloc and free). */
+  bytesInUse: number;
+  peakPoolBytes: number;
+  /** Its own limit (memoryFraction, memoryLimit, or the group budget). */
+  limitBytes: number;
+  /** When it joined (ms since the epoch). */
+  joinedAt: number;
+  /** True for the allocator asking. */
+  self: boolean;
+}
+
+/** A group's ledger as it is now. */
+export interface GroupStats {
+  name: string;
+  /** The GPU's uuid, or "simulated". */
+  device: string;
+  path: string;
+  budgetBytes: number;
+  budgetSource: string;
+  /** Sum of the members' pool bytes. */
+  chargedBytes: number;
+  /** budgetBytes − chargedBytes: room for new regions. */
+  freeBytes: number;
+  /** Slots of dead members this read cleared. */
+  reapedMembers: number;
+  members: GroupMember[];
+}

@@ -1,0 +1,26 @@
+/** JUnit XML, the form CI systems read test results in: every report's --junit file. */
+import { esc } from './chart';
+
+/** One JUnit test case. */
+export interface JunitCase {
+  name: string;
+  classname: string;
+  seconds: number;
+  failure?: string;
+  output?: string;
+}
+
+/** JUnit XML for CI systems. */
+export function renderJunit(suite: string, cases: JunitCase[]): string {
+  const failures = cases.filter((c) => c.failure !== undefined).length;
+  const total = cases.reduce((a, c) => a + c.seconds, 0);
+  const body = cases
+    .map((c) => {
+      const inner =
+        (c.failure !== undefined ? `<failure message="${esc(c.failure)}">${esc(c.failure)}</failure>` : '') +
+        (c.output ? `<system-out>${esc(c.output)}</system-out>` : '');
+      return `  <testcase classname="${esc(c.classname)}" name="${esc(c.name)}" time="${c.seconds.toFixed(6)}">${inner}</testcase>`;
+    })
+    .join('\n');
+  return `<?xml version="1.0" encoding="UTF-8"?>\n<testsuites tests="${cases.length}" failures="${failures}" time="${total.toFixed(6)}">\n <testsuite name="${esc(suite)}" tests="${cases.length}" failures="${failures}" time="${total.toFixed(6)}">\n${body}\n </testsuite>\n</testsuites>\n`;
+}

@@ -1,0 +1,138 @@
+/**
+ * The staged path's settings: reading and changing them for this thread's addon instance, where
+ * its threads and pinned ring sit (stagingPlacement), and the settings saved for later loads.
+ * `scripts/tune-staging.js --save` measures this machine and writes them; every load of the
+ * package applies them to its addon instance (each worker thread too). The file is
+ * `CUDA_MEMORY_STAGING_FILE` when set (empty: none), else `$XDG_CONFIG_HOME/cuda-memory/staging.json`
+ * (`~/.config/...` without XDG_CONFIG_HOME).
+ */
+import * as fs from 'fs';
+import * as os from 'os';
+import * as path from 'path';
+import { native } from '../binding/native';
+import { checkDevice, checkOptions, checkSize } from '../base/validate';
+import { CudaMemoryError, invalidArgument } from '../base/errors';
+import { readBounded } from '../base/files';
+import { knownDeviceCount } from '../device/discovery';
+import type { StagingSettings, StagingPlacement } from '../base/types';
+
+export type { StagingSettings, StagingPlacement } from '../base/types';
+
+/** What {@link configureStaging} takes: any field, `null` for its default. */
+export type StagingUpdate = {
+  [K in keyof Omit<StagingSettings, 'autoThreshold'>]?: StagingSettings[K] | null;
+} & { autoThreshold?: { h2d?: number | null; d2h?: number | null } | null };
+
+/**
+ * Reads or changes the staged path's settings (for this thread's instance of the addon). Settings
+ * saved by `scripts/tune-staging.js --save` are applied when the package loads (see
+ * {@link loadStagingSettings}).
+ */
+export function configureStaging(settings?: StagingUpdate): StagingSettings {
+  if (settings === undefined) return native.configureStaging();
+  const o = checkOptions<StagingUpdate>('settings', settings);
+  const out: Record<string, unknown> = {};
+  const size = (name: string, v: unknown, min: number) => (v === null ? null : checkSize(`settings.${name}`, v, min));
+  if (o.chunkBytes !== undefined) out.chunkBytes = size('chunkBytes', o.chunkBytes, 65536);
+  if (o.firstChunkBytes !== undefined) out.firstChunkBytes = size('firstChunkBytes', o.firstChunkBytes, 65536);
+  if (o.lastChunkBytes !== undefined) out.lastChunkBytes = size('lastChunkBytes', o.lastChunkBytes, 65536);
+  if (o.slots !== undefined) out.slots = size('slots', o.slots, 2);
+  if (o.threads !== undefined) out.threads = size('threads', o.threads, 1);
+  if (o.streaming !== undefined) {
+    if (o.streaming !== null && o.streaming !== 'auto' && typeof o.streaming !== 'boolean')
+      throw invalidArgument('settings.streaming', "true, false or 'auto'", o.streaming, TypeError);
+    out.streaming = o.streaming;
+  }
+  if (o.autoThreshold !== undefined) {
+    if (o.autoThreshold === null) out.autoThreshold = null;
+    else {
+      const t = checkOptions<{ h2d?: number | null; d2h?: number | null }>('settings.autoThreshold', o.autoThreshold);
+      const th: Record<string, number | null> = {};
+      if (t.h2d !== undefined) th.h2d = size('autoThreshold.h2d', t.h2d, 0);
+      if (t.d2h !== undefined) th.d2h = size('autoThreshold.d2h', t.d2h, 0);
+      out.autoThreshold = th;
+    }
+  }
+  return native.configureStaging(out);
+}
+
+/**
+ * Where the staged path for `device` runs: on a host of several NUMA nodes, its copy threads on
+ * the GPU's node's CPUs and its pinned ring in that node's memory, and whether the kernel did as
+ * asked. Throws CudaUnavailableError without CUDA.
+ */
+export function stagingPlacement(device = 0): StagingPlacement {
+  return native.stagingPlacement(checkDevice(device, knownDeviceCount()));
+}
+
+export const STAGING_FILE_SCHEMA = 'cuda-memory/staging-settings@1';
+
+// A settings file is a few hundred bytes; the bound keeps a path such as /dev/zero from holding
+// every load of the package.
+const STAGING_FILE_MAX_BYTES = 1 << 20;
+
+/** The saved file's contents. */
+export interface SavedStagingSettings {
+  schema: typeof STAGING_FILE_SCHEMA;
+  /** What they were measured on, for the reader; they are applied regardless. */
+  measuredOn: { date: string; gpu: string; cpu: string; cpus: number; hostname: string };
+  settings: StagingUpdate;
+}
+
+/** Where saved settings are read from and written to; undefined when CUDA_MEMORY_STAGING_FILE is empty. */
+export function stagingSettingsPath(): string | undefined {
+  const env = process.env.CUDA_MEMORY_STAGING_FILE;
+  if (env !== undefined) return env === '' ? undefined : path.resolve(env);
+  const base = process.env.XDG_CONFIG_HOME || path.join(os.homedir(), '.config');
+  return path.join(base, 'cuda-memory', 'staging.json');
+}
+
+/** Writes settings for later loads (atomically: a temporary file renamed over the old one). */
+export function saveStagingSettings(
+  settings: StagingUpdate,
+  measuredOn: SavedStagingSettings['measuredOn'],
+  file = stagingSettingsPath(),
+): string {
+  if (!file)
+    throw new CudaMemoryError('CUDA_MEMORY_STAGING_FILE is empty: there is nowhere to save staging settings', 'ERR_STAGING_SETTINGS');
+  const body: SavedStagingSettings = { schema: STAGING_FILE_SCHEMA, measuredOn, settings };
+  fs.mkdirSync(path.dirname(file), { recursive: true });
+  const tmp = `${file}.${process.pid}.tmp`;
+  fs.writeFileSync(tmp, JSON.stringify(body, null, 2) + '\n');
+  fs.renameSync(tmp, file);
+  return file;
+}
+
+/**
+ * Reads the saved settings and applies them with configureStaging(). Returns the settings in
+ * force, or undefined when there is no file. A file that cannot be read or applied throws with
+ * the file's name; the load-time call turns that into a process warning.
+ */
+export function loadStagingSettings(file = stagingSettingsPath()): StagingSettings | undefined {
+  if (!file || !fs.existsSync(file)) return undefined;
+  const unreadable = (why: string) => new CudaMemoryError(`cannot read staging settings from ${file}: ${why}`, 'ERR_STAGING_SETTINGS');
+  let saved: SavedStagingSettings;
+  try {
+    const read = readBounded(file, STAGING_FILE_MAX_BYTES);
+    if (!read.ok) throw unreadable(`it holds more than ${STAGING_FILE_MAX_BYTES} bytes`);
+    saved = JSON.parse(read.bytes.toString('utf8'));
+  } catch (e) {
+    throw e instanceof CudaMemoryError ? e : unreadable((e as Error).message);
+  }
+  if (!saved || saved.schema !== STAGING_FILE_SCHEMA || typeof saved.settings !== 'object')
+    throw new CudaMemoryError(`${file} is not a staging settings file (expected schema ${STAGING_FILE_SCHEMA})`, 'ERR_STAGING_SETTINGS');
+  try {
+    return configureStaging(saved.settings);
+  } catch (e) {
+    throw new CudaMemoryError(`staging settings in ${file} were not applied: ${(e as Error).message}`, 'ERR_STAGING_SETTINGS');
+  }
+}
+
+/** The package's load-time call: never throws. */
+export function applySavedStagingSettings(): void {
+  try {
+    loadStagingSettings();
+  } catch (e) {
+    process.emitWarning((e as Error).message, { code: 'CUDA_MEMORY_STAGING_SETTINGS' });
+  }
+}
