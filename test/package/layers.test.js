@@ -1,0 +1,132 @@
+'use strict';
+// The layering, kept true: every import in lib/ and every #include "..." in native/ points to
+// its own concern's layer or a lower one, type imports included; and the concern folders carry
+// the same names in lib/, native/, native/core/ and test/. docs/internals.md draws the map.
+const fs = require('fs');
+const path = require('path');
+const { root } = require('../helpers');
+
+// Lowest first.
+const LAYERS = ['base', 'binding', 'device', 'memory', 'transfer', 'allocator', 'bench', 'report', 'metrics', 'cli'];
+// Entry points above every layer: they may name anything.
+const TOPS = new Set(['lib/index.ts', 'native/addon.cc']);
+
+// Upward includes native/ still has, each to be inverted (a concern's own handle operations and
+// per-environment state, one allocator vocabulary). An entry that no longer occurs fails the
+// test: take it out, so that this list only shrinks.
+const KNOWN_UPWARD = [
+  // The binding layer's handle table releases every memory kind itself, instead of each kind
+  // carrying its own release / before-use / export operations.
+  'native/binding/handles.cc -> native/allocator/allocator.h',
+  'native/binding/handles.cc -> native/allocator/stream_ordered.h',
+  'native/binding/handles.cc -> native/memory/ipc.h',
+  'native/binding/handles.h -> native/core/memory/ipc_record.h',
+  // The per-environment Instance holds every concern's state (devices, peers, staging).
+  'native/binding/instance.cc -> native/device/discovery.h',
+  'native/binding/instance.cc -> native/device/peers.h',
+  'native/binding/instance.cc -> native/transfer/staging.h',
+  // Memory kinds that know the allocators: buffers.cc includes allocator.h, ipc.cc reads pool
+  // internals, vmm.h takes the pool's upstream interface.
+  'native/memory/buffers.cc -> native/allocator/allocator.h',
+  'native/memory/ipc.cc -> native/allocator/allocator.h',
+  'native/memory/ipc.cc -> native/core/allocator/pool.h',
+  'native/memory/vmm.h -> native/core/allocator/upstream.h',
+  // A copy awaits the stream-ordered allocator's pending frees.
+  'native/transfer/copy.cc -> native/allocator/stream_ordered.h',
+  // Core tests of a lower concern that use a higher one's types.
+  'native/core/test/base/shm_test.cc -> native/core/allocator/ledger.h',
+  'native/core/test/base/shm_test.cc -> native/core/memory/ipc_record.h',
+  'native/core/test/device/topology_test.cc -> native/core/transfer/copy_team.h',
+];
+
+function walk(dir) {
+  return fs
+    .readdirSync(dir, { withFileTypes: true })
+    .flatMap((e) => (e.isDirectory() ? walk(path.join(dir, e.name)) : [path.join(dir, e.name)]));
+}
+const rel = (f) => path.relative(root, f).split(path.sep).join('/');
+
+// The concern of a file: lib/<c>/..., native/<c>/..., native/core/<c>/..., native/core/test/<c>/...;
+// lib/cli.ts is the cli layer's entry, native/core/test/*.h the core tests' own helpers (base).
+function concern(file) {
+  const parts = file.split('/');
+  if (file === 'lib/cli.ts') return 'cli';
+  if (parts[1] === 'core' && parts[2] === 'test') return parts.length > 4 ? parts[3] : 'base';
+  if (parts[1] === 'core') return parts[2];
+  return parts[1];
+}
+const layerOf = (file) => LAYERS.indexOf(concern(file));
+
+// Every edge: [from, to], both relative to the repository root.
+function libEdges() {
+  const out = [];
+  for (const f of walk(path.join(root, 'lib')).filter((f) => f.endsWith('.ts'))) {
+    const src = fs.readFileSync(f, 'utf8');
+    const re = /(?:\bfrom\s*|\bimport\s*\(\s*|\bimport\s+)['"](\.{1,2}\/[^'"]+)['"]/g;
+    for (let m; (m = re.exec(src));) {
+      let to = rel(path.resolve(path.dirname(f), m[1]));
+      to = fs.existsSync(path.join(root, to + '.ts')) ? to + '.ts' : `${to}/index.ts`;
+      out.push([rel(f), to]);
+    }
+  }
+  return out;
+}
+function nativeEdges() {
+  const out = [];
+  for (const f of walk(path.join(root, 'native')).filter((f) => /\.(h|cc)$/.test(f))) {
+    const src = fs.readFileSync(f, 'utf8');
+    for (const m of src.matchAll(/^\s*#\s*include\s+"([^"]+)"/gm)) {
+      // Written from native/, or beside the file.
+      const beside = rel(path.resolve(path.dirname(f), m[1]));
+      out.push([rel(f), fs.existsSync(path.join(root, beside)) ? beside : `native/${m[1]}`]);
+    }
+  }
+  return out;
+}
+
+const upward = (edges) =>
+  edges.filter(([from, to]) => !TOPS.has(from) && layerOf(to) > layerOf(from)).map(([from, to]) => `${from} -> ${to}`);
+
+test('every file sits in a concern folder that is a layer', () => {
+  const files = [...walk(path.join(root, 'lib')), ...walk(path.join(root, 'native'))]
+    .map(rel)
+    .filter((f) => /\.(ts|h|cc)$/.test(f) && !TOPS.has(f));
+  expect(files.filter((f) => layerOf(f) < 0)).toEqual([]);
+});
+
+test('every import and include in lib/ and native/ resolves', () => {
+  const missing = [...libEdges(), ...nativeEdges()].filter(([, to]) => !fs.existsSync(path.join(root, to)));
+  expect(missing).toEqual([]);
+});
+
+test('lib/ imports point to the same layer or lower, type imports included', () => {
+  expect(upward(libEdges())).toEqual([]);
+});
+
+test('native/ includes point to the same layer or lower, but for the known ones, each still needed', () => {
+  const found = upward(nativeEdges());
+  expect(found.filter((e) => !KNOWN_UPWARD.includes(e))).toEqual([]);
+  expect(KNOWN_UPWARD.filter((e) => !found.includes(e))).toEqual([]);
+});
+
+test('native/core/ includes only native/core/ (no Node-API, no CUDA)', () => {
+  const out = nativeEdges().filter(([from, to]) => from.startsWith('native/core/') && !to.startsWith('native/core/'));
+  expect(out).toEqual([]);
+  for (const f of walk(path.join(root, 'native', 'core')))
+    expect([rel(f), /#\s*include\s*<(napi|node_api|cuda|nvml)[^>]*>/.test(fs.readFileSync(f, 'utf8'))]).toEqual([rel(f), false]);
+});
+
+test('lib/, native/, native/core/ and test/ name their concern folders alike', () => {
+  const dirs = (d, skip = []) =>
+    fs
+      .readdirSync(path.join(root, d), { withFileTypes: true })
+      .filter((e) => e.isDirectory() && !skip.includes(e.name))
+      .map((e) => e.name);
+  const notLayers = (d, skip) => dirs(d, skip).filter((c) => !LAYERS.includes(c));
+  expect(notLayers('lib')).toEqual([]);
+  expect(notLayers('native', ['core'])).toEqual([]);
+  expect(notLayers('native/core', ['test'])).toEqual([]);
+  expect(notLayers('native/core/test')).toEqual([]);
+  // test/ holds the concerns, the package's own checks, the shared fixtures and the reporter.
+  expect(notLayers('test', ['package', 'fixtures', 'reporters'])).toEqual([]);
+});
