@@ -71,9 +71,16 @@ export function parsePolicy(spec: string): ReplayPolicy {
       p.expandableSegments = true;
       p.allowGrowth = true;
     } else if (part === 'prealloc' || part === 'preallocate') p.allowGrowth = false;
-    else if (k === 'fraction' && v !== undefined && Number(v) > 0 && Number(v) <= 1) p.memoryFraction = Number(v);
-    else if (k === 'limit' && v !== undefined) p.memoryLimit = parseSize(v);
-    else if (k === 'gc' && (v === 'on' || v === 'off')) p.garbageCollection = v === 'on';
+    else if (k === 'fraction' && v !== undefined) {
+      const f = v.trim() === '' ? NaN : Number(v);
+      if (!(f > 0 && f <= 1))
+        throw argRangeError(`Expected fraction in (0, 1] in policy ${JSON.stringify(spec)} but received ${JSON.stringify(v)}`);
+      p.memoryFraction = f;
+    } else if (k === 'limit' && v !== undefined) {
+      p.memoryLimit = parseSize(v);
+      if (p.memoryLimit < 256)
+        throw argRangeError(`Expected limit of at least 256 bytes in policy ${JSON.stringify(spec)} but received ${JSON.stringify(v)}`);
+    } else if (k === 'gc' && (v === 'on' || v === 'off')) p.garbageCollection = v === 'on';
     else
       throw argRangeError(
         `Expected a policy such as 'growth', 'prealloc,fraction=0.5', 'growth,limit=8GiB', 'expandable' or 'prealloc,gc=off' but received ${JSON.stringify(spec)}: cannot read ${JSON.stringify(part)}`,
@@ -168,32 +175,56 @@ function runOnce(trace: Trace, p: ReplayPolicy, deviceBytes: number, computeCapa
  * are replayed, and emptyCache calls; refused requests and the original's region events are not.
  */
 export function replayTrace(trace: Trace | object | string, policies: ReplayPolicy[], options: ReplayOptions = {}): ReplayResult[] {
+  return replayTraceWith(trace, policies, options);
+}
+
+/**
+ * @internal What {@link replayTrace} does, telling `onStep` of each run of the bisection
+ * (policy index, the run's number, about how many runs it takes), for a progress line.
+ */
+export function replayTraceWith(
+  trace: Trace | object | string,
+  policies: ReplayPolicy[],
+  options: ReplayOptions,
+  onStep?: (policy: number, step: number, steps: number) => void,
+): ReplayResult[] {
   const t = loadTrace(trace);
   if (!Array.isArray(policies) || policies.length === 0)
     throw argTypeError('Expected policies to be a non-empty array of allocator options');
-  return policies.map((p) => {
+  return policies.map((p, i) => {
     const { totalBytes, computeCapability } = deviceOf(t, p);
     const r = runOnce(t, p, totalBytes, computeCapability);
     const out: ReplayResult = { policy: p.name ?? policyName(p, totalBytes), options: p, deviceBytes: totalBytes, ...r };
-    if (options.findMinLimit) {
-      // Bisection in whole MiB over memoryLimit (fraction dropped), between a limit that fails
-      // and one that survives.
-      const under = (mib: number) =>
-        runOnce(t, { ...p, memoryFraction: undefined, memoryLimit: mib * MiB }, totalBytes, computeCapability).survived;
-      let hi = Math.floor(totalBytes / MiB);
-      if (!under(hi)) out.minLimitBytes = null;
-      else {
-        let lo = 0;
-        while (hi - lo > 1) {
-          const mid = Math.floor((lo + hi) / 2);
-          if (under(mid)) hi = mid;
-          else lo = mid;
-        }
-        out.minLimitBytes = hi * MiB;
-      }
-    }
+    if (options.findMinLimit)
+      out.minLimitBytes = findMinLimit(t, p, totalBytes, computeCapability, (step, steps) => onStep?.(i, step, steps));
     return out;
   });
+}
+
+// Bisection in whole MiB over memoryLimit (fraction dropped), between a limit that fails and one
+// that survives: the smallest that survives, or null when even the whole device does not.
+function findMinLimit(
+  t: Trace,
+  p: ReplayPolicy,
+  totalBytes: number,
+  computeCapability: string,
+  onStep: (step: number, steps: number) => void,
+): number | null {
+  let hi = Math.floor(totalBytes / MiB);
+  const steps = 1 + Math.ceil(Math.log2(Math.max(2, hi)));
+  let step = 0;
+  const under = (mib: number) => {
+    onStep(++step, steps);
+    return runOnce(t, { ...p, memoryFraction: undefined, memoryLimit: mib * MiB }, totalBytes, computeCapability).survived;
+  };
+  if (!under(hi)) return null;
+  let lo = 0;
+  while (hi - lo > 1) {
+    const mid = Math.floor((lo + hi) / 2);
+    if (under(mid)) hi = mid;
+    else lo = mid;
+  }
+  return hi * MiB;
 }
 
 /**

@@ -204,7 +204,7 @@ describe('the command line', () => {
     [['bench', '--sizes', 'huge'], /^cuda-memory: option '--sizes <list>' argument 'huge' is invalid\. Expected a size/],
     [['bench', '--expect', 'fast'], /^cuda-memory: option '--expect <gate>' argument 'fast' is invalid\. Expected a gate such as/],
     [['bench', '--modes', 'pinned,fast'], /argument 'pinned,fast' is invalid\. .*"fast" is not one/],
-    [['bench', '--iterations', '3'], /option '--iterations <n>' argument '3' is invalid\. Expected an integer of at least 10/],
+    [['bench', '--iterations', '3'], /option '--iterations <n>' argument '3' is invalid\. Expected an integer from 10 to 100,000/],
     [['bench', '--json', '--csv'], /option '--json' cannot be used with option '--csv'/],
     [['doctor', '--min-pinned', 'fast'], /option '--min-pinned <GB\/s>' argument 'fast' is invalid/],
     [['bench-alloc', '--device', '-1'], /option '--device <n>' argument '-1' is invalid/],

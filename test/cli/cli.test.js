@@ -55,3 +55,108 @@ describe('exit codes', () => {
     expect(r.stderr).not.toContain('"al');
   });
 });
+
+describe('what the command line reads is bounded', () => {
+  const { readBounded } = require(path.join(root, 'dist', 'base', 'files'));
+
+  test('a device that never ends is refused once it passes the bound', () => {
+    expect(readBounded('/dev/zero', 1 << 20)).toEqual({ ok: false, size: null });
+  });
+
+  test('a file larger than the bound is refused with its size, unread; one within it is read whole', () => {
+    const file = path.join(tmp, 'big.json');
+    fs.writeFileSync(file, 'x'.repeat(5000));
+    expect(readBounded(file, 4999)).toEqual({ ok: false, size: 5000 });
+    const r = readBounded(file, 5000);
+    expect(r.ok && r.bytes.length).toBe(5000);
+  });
+
+  test('replay /dev/zero stops at once with exit 2', () => {
+    const t0 = Date.now();
+    const r = run('replay', '/dev/zero');
+    expect(r.status).toBe(2);
+    expect(r.stderr).toContain('/dev/zero is a binary file (not a regular file');
+    expect(Date.now() - t0).toBeLessThan(20000);
+  });
+
+  test('replay and memory-html --help state the bound', () => {
+    for (const cmd of ['replay', 'memory-html']) expect(run(cmd, '--help').stdout).toContain('A trace file is read up to 512 MiB');
+  });
+});
+
+describe('rough edges', () => {
+  // A trace that names its device, and one that does not.
+  const events = [
+    { action: 'alloc', id: 1, bytes: 2 ** 20, time: 0 },
+    { action: 'free', id: 1, time: 1 },
+  ];
+  const sized = path.join(tmp, 'sized.json');
+  const unsized = path.join(tmp, 'unsized.json');
+  fs.writeFileSync(sized, JSON.stringify({ schema: 'cuda-memory/trace@1', device: { totalBytes: 2 ** 30 }, events }));
+  fs.writeFileSync(unsized, JSON.stringify({ schema: 'cuda-memory/trace@1', events }));
+
+  test.each([
+    [['memory-html', sized, '--out', ''], /--out .*Expected a file name/],
+    [['memory-html', sized, '--out', '/proc/version'], /cannot write \/proc\/version|The folder \/proc is not writable/],
+    [['replay', unsized], /give one with --device-memory/],
+    [['replay', sized, '--policy', 'growth,limit=0'], /limit of at least 256 bytes/],
+    [['replay', sized, '--policy', 'growth,limit=-1GiB'], /policy/],
+    [['replay', sized, '--policy', 'prealloc,fraction=2'], /Expected fraction in \(0, 1\]/],
+    [['top', '--count', '3'], /--count counts the refreshes of --watch/],
+    [['top', 'extra'], /too many arguments for 'top'/],
+    [['info', 'extra'], /too many arguments for 'info'/],
+    [['replay', sized, 'extra'], /too many arguments for 'replay'/],
+    [['bench', '--warmup', '1e9'], /Expected an integer from 0 to 1,000\./],
+    [['bench', '--iterations', '1e9'], /Expected an integer from 10 to 100,000\./],
+    [['bench-alloc', '--pairs', '1e12'], /Expected an integer from 1 to 1,000,000\./],
+    [['bench', '--devices', 'all', '--chunk', '1MiB'], /--chunk is for the one-GPU benchmark/],
+    [['bench', '--chart', '--json'], /'--chart' cannot be used with option '--json'/],
+    [['memory-html', sized, '--out', path.join(tmp, 'x.html'), '--device-memory', '1GiB'], /give a --policy too/],
+    [['help', 'nosuch'], /help: no command "nosuch"; the commands are info, bench, /],
+  ])('cuda-memory %j is a usage error (exit 2)', (args, message) => {
+    const r = run(...args);
+    expect(r.status).toBe(2);
+    expect(r.stderr).toMatch(/^cuda-memory: /);
+    expect(r.stderr).toMatch(message);
+    expect(r.stderr).not.toMatch(/\n\s+at /);
+  });
+
+  test("help <command> prints that command's help and exits 0", () => {
+    const r = run('help', 'replay');
+    expect(r.status).toBe(0);
+    expect(r.stdout).toContain('Usage: cuda-memory replay');
+  });
+
+  test('bench --help names the hostcopy row; replay --help lists expandable', () => {
+    expect(run('bench', '--help').stdout).toMatch(/"hostcopy" whenever staged or auto is measured/);
+    expect(run('replay', '--help').stdout).toMatch(/growth, prealloc or expandable/);
+  });
+
+  test('without CUDA, bench --json prints a JSON report saying why, as doctor --json does, and exits 2', () => {
+    const env = { ...process.env, CUDA_MEMORY_ADDON: path.join(tmp, 'no-such-addon.node') };
+    for (const args of [
+      ['bench', '--json'],
+      ['bench', '--p2p', '--json'],
+      ['doctor', '--json'],
+    ]) {
+      const r = spawnSync(process.execPath, [cli, ...args], { encoding: 'utf8', timeout: 60000, env });
+      expect([args, r.status]).toEqual([args, 2]);
+      const report = JSON.parse(r.stdout);
+      expect(report.ok === false || report.available === false).toBe(true);
+      if (args[0] === 'bench') expect(report).toMatchObject({ available: false, reason: 'ADDON_NOT_LOADED', gates: [] });
+    }
+  });
+
+  test('replay --find-min-limit says on stderr what it is doing', () => {
+    const r = run('replay', sized, '--find-min-limit');
+    expect(r.status).toBe(0);
+    expect(r.stderr).toMatch(/finding the smallest limit: policy 1 of 2: about \d+ replays/);
+    expect(r.stderr).toMatch(/policy 2 of 2/);
+    expect(r.stdout).toMatch(/min limit/);
+  });
+
+  test('a file that cannot be written after the checks is a usage error naming it', () => {
+    const { writeOutput } = require(path.join(root, 'dist', 'cli', 'common'));
+    expect(() => writeOutput(path.join(tmp, 'no-such-folder', 'x'), 'text')).toThrow(/cannot write .*no-such-folder\/x: ENOENT/);
+  });
+});

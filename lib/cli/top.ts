@@ -1,0 +1,43 @@
+/** `cuda-memory top`: group budgets now, or every so many seconds. */
+import { Command } from 'commander';
+import { formatGroups, listGroups } from '../allocator/group';
+import { shmDir } from '../base/shm';
+import { Usage } from './common';
+import { integer, seconds } from './options';
+
+interface TopOptions {
+  watch?: number | true;
+  json?: boolean;
+  count?: number;
+}
+
+export function register(program: Command): void {
+  program
+    .command('top')
+    .description('group budgets (createAllocator shared): each group, its budget and free room, and every member process')
+    .option('--watch [seconds]', 'refresh every so many seconds (default 1) until interrupted', seconds)
+    .option('--count <n>', 'with --watch: stop after this many refreshes', integer(1))
+    .option('--json', 'JSON (with --watch, one document per line)')
+    .action(async (o: TopOptions) => {
+      process.exitCode = await top(o);
+    });
+}
+
+// Group budgets now, or every `interval` seconds (`count` times, or until interrupted). With
+// --json, one JSON document per refresh, one per line.
+async function top(o: TopOptions): Promise<number> {
+  if (o.count !== undefined && o.watch === undefined) throw new Usage('--count counts the refreshes of --watch; give --watch too');
+  const interval = o.watch === undefined ? 0 : o.watch === true ? 1 : o.watch;
+  const clear = interval > 0 && !o.json && process.stdout.isTTY;
+  for (let i = 0; ; i++) {
+    const list = listGroups();
+    if (o.json) process.stdout.write(JSON.stringify({ time: new Date().toISOString(), dir: shmDir(), ...list }) + '\n');
+    else
+      process.stdout.write(
+        `${clear ? '\x1b[H\x1b[2J' : ''}${interval > 0 ? `cuda-memory top: ${shmDir()}, every ${interval} s (Ctrl-C stops)\n` : ''}${formatGroups(list)}\n`,
+      );
+    if (interval === 0 || (o.count !== undefined && i + 1 >= o.count)) return list.unreadable.length ? 1 : 0;
+    if (!o.json && !clear) process.stdout.write('\n');
+    await new Promise((r) => setTimeout(r, interval * 1000));
+  }
+}
