@@ -102,17 +102,6 @@ export async function runP2pBenchmark(options: P2pBenchmarkOptions = {}): Promis
   if (!Number.isInteger(latencyIterations) || latencyIterations < 1)
     throw argRangeError(`Expected latencyIterations of at least 1 but received ${latencyIterations}`);
   const links = peerAccess();
-  const linkOf = (from: number, to: number) => {
-    const l = links.find((p) => p.from === from && p.to === to)!;
-    return {
-      canAccess: l.canAccess,
-      linkType: l.linkType,
-      nvlinks: l.nvlinks,
-      viaNvSwitch: l.viaNvSwitch,
-      performanceRank: l.performanceRank,
-      nvlinkRate: l.nvlinkRate,
-    };
-  };
   const ordered = devices.flatMap((a) => devices.filter((b) => b !== a).map((b) => [a, b] as const));
   const unordered = ordered.filter(([a, b]) => a < b);
   const total = sizes.length * (ordered.length + unordered.length) + ordered.length;
@@ -123,88 +112,29 @@ export async function runP2pBenchmark(options: P2pBenchmarkOptions = {}): Promis
   const pairs: P2pPair[] = [];
   const bidirectional: P2pBidirectional[] = [];
   const latency: P2pLatency[] = [];
-  const check = (buf: DeviceBuffer, n: number) => {
-    const host = new Uint8Array(n);
-    copy(host, buf, { byteLength: n });
-    return equal(host, pattern, n);
-  };
   for (const n of sizes) {
     // Per device: a source filled with the pattern and a destination.
-    const src = new Map<number, DeviceBuffer>();
-    const dst = new Map<number, DeviceBuffer>();
+    const round: Round = { n, warmup, iterations, pattern, src: new Map(), dst: new Map() };
     try {
       for (const d of devices) {
-        src.set(d, DeviceBuffer.alloc(n, { device: d }));
-        dst.set(d, DeviceBuffer.alloc(n, { device: d }));
-        copy(src.get(d)!, pattern.subarray(0, n));
+        round.src.set(d, DeviceBuffer.alloc(n, { device: d }));
+        round.dst.set(d, DeviceBuffer.alloc(n, { device: d }));
+        copy(round.src.get(d)!, pattern.subarray(0, n));
       }
       for (const [from, to] of ordered) {
-        const a = src.get(from)!;
-        const b = dst.get(to)!;
-        const samples = new Float64Array(iterations);
-        for (let i = 0; i < warmup + iterations; i++) {
-          const t0 = process.hrtime.bigint();
-          copy(b, a);
-          if (i >= warmup) samples[i - warmup] = secs(t0);
-        }
-        const verified = check(b, n);
-        const raw = native.timeTogether([{ dst: b._h, src: a._h, bytes: n, timing: 'events' }], warmup, iterations).seconds[0];
-        const gbps = rateSummary(samples, n);
-        const rawGbps = rateSummary(raw, n);
-        pairs.push({ from, to, bytes: n, link: linkOf(from, to), gbps, rawGbps, shareOfRaw: gbps.median / rawGbps.median, verified });
+        pairs.push(oneWay(round, from, to, linkOf(links, from, to)));
         progress(`p2p ${from}->${to} ${n}`);
       }
       for (const [x, y] of unordered) {
-        const samples = new Float64Array(iterations);
-        for (let i = 0; i < warmup + iterations; i++) {
-          const t0 = process.hrtime.bigint();
-          await Promise.all([copyAsync(dst.get(y)!, src.get(x)!), copyAsync(dst.get(x)!, src.get(y)!)]);
-          if (i >= warmup) samples[i - warmup] = secs(t0);
-        }
-        const verified = check(dst.get(y)!, n) && check(dst.get(x)!, n);
-        const r = native.timeTogether(
-          [
-            { dst: dst.get(y)!._h, src: src.get(x)!._h, bytes: n, timing: 'events' },
-            { dst: dst.get(x)!._h, src: src.get(y)!._h, bytes: n, timing: 'events' },
-          ],
-          warmup,
-          iterations,
-        );
-        const rawSeconds = Float64Array.from(r.seconds[0], (s, i) => Math.max(s, r.seconds[1][i]));
-        const lib = native.timeTogether(
-          [
-            { dst: dst.get(y)!._h, src: src.get(x)!._h, bytes: n, timing: 'clock', strategy: 'auto' },
-            { dst: dst.get(x)!._h, src: src.get(y)!._h, bytes: n, timing: 'clock', strategy: 'auto' },
-          ],
-          warmup,
-          iterations,
-        );
-        const gbps = rateSummary(samples, 2 * n);
-        const rawGbps = rateSummary(rawSeconds, 2 * n);
-        const libraryGbps = rateSummary(lib.wall, 2 * n);
-        bidirectional.push({ a: x, b: y, bytes: n, gbps, rawGbps, libraryGbps, shareOfRaw: gbps.median / rawGbps.median, verified });
+        bidirectional.push(await bothWays(round, x, y));
         progress(`p2p ${x}<->${y} ${n}`);
       }
     } finally {
-      for (const m of [src, dst]) for (const b of m.values()) b.free();
+      for (const m of [round.src, round.dst]) for (const b of m.values()) b.free();
     }
   }
   for (const [from, to] of ordered) {
-    const a = DeviceBuffer.alloc(4, { device: from });
-    const b = DeviceBuffer.alloc(4, { device: to });
-    try {
-      const us = new Float64Array(latencyIterations);
-      for (let i = 0; i < 10 + latencyIterations; i++) {
-        const t0 = process.hrtime.bigint();
-        copy(b, a);
-        if (i >= 10) us[i - 10] = secs(t0) * 1e6;
-      }
-      const raw = native.timePeerLatency(b._h, a._h, 100, 2, 20);
-      latency.push({ from, to, copyUs: summarize(us), rawUs: summarize(Array.from(raw, (s) => s * 1e6)) });
-    } finally {
-      a.free();
-      b.free();
-    }
+    latency.push(peerLatency(from, to, latencyIterations));
     progress(`latency ${from}->${to}`);
   }
   return {
@@ -216,6 +146,108 @@ export async function runP2pBenchmark(options: P2pBenchmarkOptions = {}): Promis
     latency,
     headlineBytes: Math.max(...sizes),
   };
+}
+
+// What the measurements at one size share: per device a source holding the pattern and a
+// destination.
+interface Round {
+  n: number;
+  warmup: number;
+  iterations: number;
+  pattern: Uint8Array;
+  src: Map<number, DeviceBuffer>;
+  dst: Map<number, DeviceBuffer>;
+}
+
+// A pair's link as the report keeps it.
+function linkOf(links: PeerLink[], from: number, to: number): P2pPair['link'] {
+  const l = links.find((p) => p.from === from && p.to === to)!;
+  return {
+    canAccess: l.canAccess,
+    linkType: l.linkType,
+    nvlinks: l.nvlinks,
+    viaNvSwitch: l.viaNvSwitch,
+    performanceRank: l.performanceRank,
+    nvlinkRate: l.nvlinkRate,
+  };
+}
+
+// The first n bytes of a device buffer hold the pattern.
+function holdsPattern(buf: DeviceBuffer, n: number, pattern: Uint8Array): boolean {
+  const host = new Uint8Array(n);
+  copy(host, buf, { byteLength: n });
+  return equal(host, pattern, n);
+}
+
+// copy() from one device to another, timed from JavaScript, beside the same copy timed in C++.
+function oneWay(round: Round, from: number, to: number, link: P2pPair['link']): P2pPair {
+  const { n, warmup, iterations } = round;
+  const a = round.src.get(from)!;
+  const b = round.dst.get(to)!;
+  const samples = new Float64Array(iterations);
+  for (let i = 0; i < warmup + iterations; i++) {
+    const t0 = process.hrtime.bigint();
+    copy(b, a);
+    if (i >= warmup) samples[i - warmup] = secs(t0);
+  }
+  const verified = holdsPattern(b, n, round.pattern);
+  const raw = native.timeTogether([{ dst: b._h, src: a._h, bytes: n, timing: 'events' }], warmup, iterations).seconds[0];
+  const gbps = rateSummary(samples, n);
+  const rawGbps = rateSummary(raw, n);
+  return { from, to, bytes: n, link, gbps, rawGbps, shareOfRaw: gbps.median / rawGbps.median, verified };
+}
+
+// Both ways between two devices at once: copyAsync() from JavaScript, beside the two copies
+// from C++ threads (CUDA events, and the library's path on the clock).
+async function bothWays(round: Round, x: number, y: number): Promise<P2pBidirectional> {
+  const { n, warmup, iterations, src, dst } = round;
+  const samples = new Float64Array(iterations);
+  for (let i = 0; i < warmup + iterations; i++) {
+    const t0 = process.hrtime.bigint();
+    await Promise.all([copyAsync(dst.get(y)!, src.get(x)!), copyAsync(dst.get(x)!, src.get(y)!)]);
+    if (i >= warmup) samples[i - warmup] = secs(t0);
+  }
+  const verified = holdsPattern(dst.get(y)!, n, round.pattern) && holdsPattern(dst.get(x)!, n, round.pattern);
+  const r = native.timeTogether(
+    [
+      { dst: dst.get(y)!._h, src: src.get(x)!._h, bytes: n, timing: 'events' },
+      { dst: dst.get(x)!._h, src: src.get(y)!._h, bytes: n, timing: 'events' },
+    ],
+    warmup,
+    iterations,
+  );
+  const rawSeconds = Float64Array.from(r.seconds[0], (s, i) => Math.max(s, r.seconds[1][i]));
+  const lib = native.timeTogether(
+    [
+      { dst: dst.get(y)!._h, src: src.get(x)!._h, bytes: n, timing: 'clock', strategy: 'auto' },
+      { dst: dst.get(x)!._h, src: src.get(y)!._h, bytes: n, timing: 'clock', strategy: 'auto' },
+    ],
+    warmup,
+    iterations,
+  );
+  const gbps = rateSummary(samples, 2 * n);
+  const rawGbps = rateSummary(rawSeconds, 2 * n);
+  const libraryGbps = rateSummary(lib.wall, 2 * n);
+  return { a: x, b: y, bytes: n, gbps, rawGbps, libraryGbps, shareOfRaw: gbps.median / rawGbps.median, verified };
+}
+
+// A 4-byte copy() from one device to another, from JavaScript and from C++.
+function peerLatency(from: number, to: number, latencyIterations: number): P2pLatency {
+  const a = DeviceBuffer.alloc(4, { device: from });
+  const b = DeviceBuffer.alloc(4, { device: to });
+  try {
+    const us = new Float64Array(latencyIterations);
+    for (let i = 0; i < 10 + latencyIterations; i++) {
+      const t0 = process.hrtime.bigint();
+      copy(b, a);
+      if (i >= 10) us[i - 10] = secs(t0) * 1e6;
+    }
+    const raw = native.timePeerLatency(b._h, a._h, 100, 2, 20);
+    return { from, to, copyUs: summarize(us), rawUs: summarize(Array.from(raw, (s) => s * 1e6)) };
+  } finally {
+    a.free();
+    b.free();
+  }
 }
 
 /** Gate lookups on a p2p report: `p2p.0-1` (GB/s through copy()), `p2p.0-1.bidir` (total GB/s), `p2p.0-1.latency` (µs). */

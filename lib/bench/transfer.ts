@@ -303,7 +303,68 @@ function result(base: Omit<TransferResult, 'seconds' | 'gbps' | 'samples'>, samp
 export async function runTransferBenchmark(options: TransferBenchmarkOptions = {}): Promise<TransferReport> {
   const st = status();
   requireCuda();
-  const device = checkDevice(options.device, st.deviceCount);
+  const o = checkedOptions(options, st.deviceCount);
+  const { device, sizes, modes, directions } = o;
+  const staging = configureStaging(options.staging);
+  const gpu = devices()[device];
+  const hostDirs = directions.filter((d) => d !== 'd2d');
+  const baseline = (options.baseline ?? true) && modes.includes('pinned');
+  const hostcopy = (options.hostcopy ?? true) && (modes.includes('staged') || modes.includes('auto'));
+  let done = 0;
+  const total = rowCount(o, hostDirs, baseline, hostcopy);
+  const progress = (label: string) => options.onProgress?.(++done, total, label);
+  const results: TransferResult[] = [];
+  const maxSize = Math.max(...sizes);
+  const pattern = new Uint8Array(maxSize);
+  fillPattern(pattern, 7);
+  // copy() timed from JavaScript (and its C++ reference beside it) is measured once V8 has
+  // compiled the calling code: a few warm-up calls would leave it in the interpreter. Each
+  // block of them starts with 100; the first row of each direction with many more (see tierUp).
+  const run: RunState = { ...o, staging, hostDirs, baseline, jsWarmup: Math.max(o.warmup, 100), tieredUp: new Set(), progress };
+
+  for (const n of sizes) {
+    const iters = n <= SMALL ? o.smallIterations : o.iterations;
+    const src = pattern.subarray(0, n);
+    const dev = DeviceBuffer.alloc(n, { device });
+    const dev2 = DeviceBuffer.alloc(n, { device });
+    const check = PinnedBuffer.alloc(n, { device });
+    // The baseline taken in turn with `pinned-call`, per direction (see timeCallsBeside).
+    const size: SizeState = { n, iters, src, dev, dev2, check, besideCalls: new Map() };
+    try {
+      results.push(...measureHostModes(run, size));
+      if (baseline) results.push(...measureBaseline(run, size));
+      if (hostcopy) results.push(...measureHostCopy(hostDirs, n, src, device, o.warmup, iters, progress));
+      if (directions.includes('d2d')) results.push(measureD2d(run, size));
+    } finally {
+      dev.free();
+      dev2.free();
+      check.free();
+    }
+  }
+
+  addLimits(results);
+  const report: TransferReport = {
+    schema: 'cuda-memory/transfer-benchmark@1',
+    environment: environmentOf(gpu, st, staging),
+    options: {
+      sizes,
+      modes,
+      directions,
+      iterations: o.iterations,
+      smallIterations: o.smallIterations,
+      warmup: o.warmup,
+      device,
+    },
+    results,
+    headlineBytes: headlineSize(sizes),
+  };
+  if (options.eventLoopProbe ?? true) report.eventLoop = await probeEventLoop(Math.min(maxSize, 1 << 30), device, pattern);
+  return report;
+}
+
+// The options, checked, with their defaults.
+function checkedOptions(options: TransferBenchmarkOptions, deviceCount: number) {
+  const device = checkDevice(options.device, deviceCount);
   const sizes = options.sizes ?? DEFAULT_SIZES;
   const modes = options.modes ?? ALL_MODES;
   const directions = options.directions ?? ALL_DIRECTIONS;
@@ -320,181 +381,198 @@ export async function runTransferBenchmark(options: TransferBenchmarkOptions = {
   for (const d of directions)
     if (!ALL_DIRECTIONS.includes(d))
       throw argRangeError(`Unknown direction ${JSON.stringify(d)}; expected one of ${ALL_DIRECTIONS.join(', ')}`);
-  const staging = configureStaging(options.staging);
-  // copy() timed from JavaScript (and its C++ reference beside it) is measured once V8 has
-  // compiled the calling code: a few warm-up calls would leave it in the interpreter. Each
-  // block of them starts with 100; the first row of each direction with many more (see tierUp).
-  const jsWarmup = Math.max(warmup, 100);
-  const tieredUp = new Set<string>();
-  const gpu = devices()[device];
-  const hostDirs = directions.filter((d) => d !== 'd2d');
-  const baseline = (options.baseline ?? true) && modes.includes('pinned');
-  const hostcopy = (options.hostcopy ?? true) && (modes.includes('staged') || modes.includes('auto'));
+  return { device, sizes, modes, directions, iterations, smallIterations, warmup };
+}
+
+type HostDirection = Exclude<Direction, 'd2d'>;
+
+// What every row of a run shares.
+interface RunState extends ReturnType<typeof checkedOptions> {
+  staging: StagingSettings;
+  hostDirs: HostDirection[];
+  baseline: boolean;
+  jsWarmup: number;
+  /** Directions whose copy() calls V8 has compiled already. */
+  tieredUp: Set<string>;
+  progress: (label: string) => void;
+}
+
+// What the rows of one size share: its buffers and the baseline taken beside `pinned-call`.
+interface SizeState {
+  n: number;
+  iters: number;
+  src: Uint8Array;
+  dev: DeviceBuffer;
+  dev2: DeviceBuffer;
+  check: PinnedBuffer;
+  besideCalls: Map<string, Float64Array>;
+}
+
+// The rows the progress callback counts to.
+function rowCount(o: ReturnType<typeof checkedOptions>, hostDirs: HostDirection[], baseline: boolean, hostcopy: boolean): number {
+  const { sizes, modes, directions } = o;
   const oneWay = hostDirs.filter((d) => d !== 'bidir').length;
-  const total =
+  return (
     sizes.length *
     (modes.length * hostDirs.length -
       (modes.includes('pinned-call') && hostDirs.includes('bidir') ? 1 : 0) +
       (directions.includes('d2d') ? 1 : 0) +
       (baseline ? oneWay : 0) +
-      (hostcopy ? hostDirs.length : 0));
-  let done = 0;
-  const progress = (label: string) => options.onProgress?.(++done, total, label);
-  const results: TransferResult[] = [];
-  const maxSize = Math.max(...sizes);
-  const pattern = new Uint8Array(maxSize);
-  fillPattern(pattern, 7);
+      (hostcopy ? hostDirs.length : 0))
+  );
+}
 
-  for (const n of sizes) {
-    const iters = n <= SMALL ? smallIterations : iterations;
-    const src = pattern.subarray(0, n);
-    // The baseline taken in turn with `pinned-call`, per direction (see timeCallsBeside).
-    const besideCalls = new Map<string, Float64Array>();
-    const dev = DeviceBuffer.alloc(n, { device });
-    const dev2 = DeviceBuffer.alloc(n, { device });
-    const check = PinnedBuffer.alloc(n, { device });
-    // pageable, staged and auto time the same Node buffers, so that their rows differ by the path
-    // only: with buffers of their own, auto on the driver's path measured 0.72-1.20x the pageable
-    // row, the same code, in eight runs on the H100.
-    let pageable: [Host, Host | null] | undefined;
-    const hostsFor = (mode: TransferMode): [Host, Host | null] => {
-      const make = () => [makeHost(mode, n, device), hostDirs.includes('bidir') ? makeHost(mode, n, device) : null] as [Host, Host | null];
-      return mode === 'pageable' || mode === 'staged' || mode === 'auto' ? (pageable ??= make()) : make();
-    };
+// Every mode in every host direction at one size.
+function measureHostModes(run: RunState, size: SizeState): TransferResult[] {
+  const { n } = size;
+  const { hostDirs, device } = run;
+  const results: TransferResult[] = [];
+  // pageable, staged and auto time the same Node buffers, so that their rows differ by the path
+  // only: with buffers of their own, auto on the driver's path measured 0.72-1.20x the pageable
+  // row, the same code, in eight runs on the H100.
+  let pageable: [Host, Host | null] | undefined;
+  const hostsFor = (mode: TransferMode): [Host, Host | null] => {
+    const make = () => [makeHost(mode, n, device), hostDirs.includes('bidir') ? makeHost(mode, n, device) : null] as [Host, Host | null];
+    return mode === 'pageable' || mode === 'staged' || mode === 'auto' ? (pageable ??= make()) : make();
+  };
+  for (const mode of run.modes) {
+    if (hostDirs.length === 0) break;
+    const [host, host2] = hostsFor(mode);
     try {
-      for (const mode of modes) {
-        if (hostDirs.length === 0) break;
-        const [host, host2] = hostsFor(mode);
-        try {
-          for (const direction of hostDirs) {
-            // Two synchronous calls from one JavaScript thread cannot run at once.
-            if (mode === 'pinned-call' && direction === 'bidir') continue;
-            const timing = timingOf(mode);
-            const base = { mode, direction, bytes: n, timing: TIMING_NAME[timing], verified: false };
-            const time = (dst: DeviceBuffer | Host, from: DeviceBuffer | Host) => {
-              if (timing !== 'js') return native.timeCopy(handleOf(dst), handleOf(from), n, warmup, iters, timing, strategyOf(mode));
-              if (!tieredUp.has(direction)) {
-                tierUp(memoryOf(dst), memoryOf(from), n);
-                tieredUp.add(direction);
-              }
-              return timeCallsBeside(
-                memoryOf(dst),
-                memoryOf(from),
-                n,
-                jsWarmup,
-                iters,
-                direction as 'h2d' | 'd2h',
-                device,
-                baseline ? besideCalls : null,
-              );
-            };
-            let r: TransferResult;
-            if (direction === 'h2d') {
-              host.view.set(src);
-              const samples = time(dev, host);
-              check.bytes.fill(0);
-              copy(check, dev);
-              r = result({ ...base, verified: equal(check.bytes, src, n) }, samples, n);
-            } else if (direction === 'd2h') {
-              copy(dev, src);
-              host.view.fill(0);
-              const samples = time(host, dev);
-              r = result({ ...base, verified: equal(host.view, src, n) }, samples, n);
-            } else {
-              // bidir: h2d from `host` into dev while d2h from dev2 into host2.
-              host.view.set(src);
-              copy(dev2, src);
-              host2!.view.fill(0);
-              const samples = native.timeBidirectional(
-                dev._h,
-                targetOf(host),
-                targetOf(host2!),
-                dev2._h,
-                n,
-                warmup,
-                iters,
-                timing as 'events' | 'clock',
-                strategyOf(mode),
-              );
-              check.bytes.fill(0);
-              copy(check, dev);
-              r = result({ ...base, verified: equal(check.bytes, src, n) && equal(host2!.view, src, n) }, samples, 2 * n);
-              r.perDirectionGbps = n / r.seconds.median / 1e9;
-            }
-            if (mode === 'registered') r.registrationSeconds = host.registrationSeconds;
-            if (mode === 'auto') r.path = autoPath(staging, direction, n);
-            if ((mode === 'pageable' || mode === 'staged') && direction !== 'bidir')
-              r.coldFirstTouchGbps = coldCopy(mode, direction, n, dev);
-            results.push(r);
-            progress(`${direction} ${mode} ${n}`);
-          }
-        } finally {
-          host.dispose();
-          host2?.dispose();
-        }
-      }
-      if (baseline) {
-        for (const direction of hostDirs.filter((d) => d !== 'bidir') as ('h2d' | 'd2h')[]) {
-          const samples = besideCalls.get(direction) ?? native.timeRawPinned(n, jsWarmup, iters, direction, device);
-          results.push(result({ mode: 'baseline', direction, bytes: n, timing: 'steady-clock', verified: true }, samples, n));
-          progress(`${direction} baseline ${n}`);
-        }
-      }
-      if (hostcopy) results.push(...measureHostCopy(hostDirs, n, src, device, warmup, iters, progress));
-      if (directions.includes('d2d')) {
-        copy(dev, src);
-        const samples = native.timeCopy(dev2._h, dev._h, n, warmup, iters, 'events', 'driver');
-        check.bytes.fill(0);
-        copy(check, dev2);
-        const r = result(
-          { mode: 'device', direction: 'd2d', bytes: n, timing: 'cuda-events', verified: equal(check.bytes, src, n) },
-          samples,
-          n,
-        );
-        r.trafficGbps = rateSummary(samples, 2 * n);
-        results.push(r);
-        progress(`d2d ${n}`);
+      for (const direction of hostDirs) {
+        // Two synchronous calls from one JavaScript thread cannot run at once.
+        if (mode === 'pinned-call' && direction === 'bidir') continue;
+        results.push(measureRow(run, size, mode, direction, host, host2));
+        run.progress(`${direction} ${mode} ${n}`);
       }
     } finally {
-      dev.free();
-      dev2.free();
-      check.free();
+      host.dispose();
+      host2?.dispose();
     }
   }
+  return results;
+}
 
-  addLimits(results);
-  const report: TransferReport = {
-    schema: 'cuda-memory/transfer-benchmark@1',
-    environment: {
-      date: new Date().toISOString(),
-      gpu: {
-        name: gpu.name,
-        uuid: gpu.uuid,
-        pciBusId: gpu.pciBusId,
-        totalMemory: gpu.totalMemory,
-        computeCapability: gpu.computeCapability,
-        asyncEngineCount: gpu.asyncEngineCount,
-        pcie: gpu.pcie,
-      },
-      driverVersion: formatCudaVersion(st.driverVersion),
-      runtimeVersion: formatCudaVersion(st.runtimeVersion),
-      host: {
-        hostname: os.hostname(),
-        cpu: os.cpus()[0]?.model ?? 'unknown',
-        cpus: os.cpus().length,
-        memoryBytes: os.totalmem(),
-        platform: `${os.platform()} ${os.arch()}`,
-        kernel: os.release(),
-      },
-      node: process.version,
-      staging,
-    },
-    options: { sizes, modes, directions, iterations, smallIterations, warmup, device },
-    results,
-    headlineBytes: headlineSize(sizes),
+// One mode in one direction: timed, then the data checked.
+function measureRow(
+  run: RunState,
+  size: SizeState,
+  mode: TransferMode,
+  direction: HostDirection,
+  host: Host,
+  host2: Host | null,
+): TransferResult {
+  const { n, iters, src, dev, dev2, check } = size;
+  const { warmup, device } = run;
+  const timing = timingOf(mode);
+  const base = { mode, direction, bytes: n, timing: TIMING_NAME[timing], verified: false };
+  const time = (dst: DeviceBuffer | Host, from: DeviceBuffer | Host) => {
+    if (timing !== 'js') return native.timeCopy(handleOf(dst), handleOf(from), n, warmup, iters, timing, strategyOf(mode));
+    if (!run.tieredUp.has(direction)) {
+      tierUp(memoryOf(dst), memoryOf(from), n);
+      run.tieredUp.add(direction);
+    }
+    return timeCallsBeside(
+      memoryOf(dst),
+      memoryOf(from),
+      n,
+      run.jsWarmup,
+      iters,
+      direction as 'h2d' | 'd2h',
+      device,
+      run.baseline ? size.besideCalls : null,
+    );
   };
-  if (options.eventLoopProbe ?? true) report.eventLoop = await probeEventLoop(Math.min(maxSize, 1 << 30), device, pattern);
-  return report;
+  let r: TransferResult;
+  if (direction === 'h2d') {
+    host.view.set(src);
+    const samples = time(dev, host);
+    check.bytes.fill(0);
+    copy(check, dev);
+    r = result({ ...base, verified: equal(check.bytes, src, n) }, samples, n);
+  } else if (direction === 'd2h') {
+    copy(dev, src);
+    host.view.fill(0);
+    const samples = time(host, dev);
+    r = result({ ...base, verified: equal(host.view, src, n) }, samples, n);
+  } else {
+    // bidir: h2d from `host` into dev while d2h from dev2 into host2.
+    host.view.set(src);
+    copy(dev2, src);
+    host2!.view.fill(0);
+    const samples = native.timeBidirectional(
+      dev._h,
+      targetOf(host),
+      targetOf(host2!),
+      dev2._h,
+      n,
+      warmup,
+      iters,
+      timing as 'events' | 'clock',
+      strategyOf(mode),
+    );
+    check.bytes.fill(0);
+    copy(check, dev);
+    r = result({ ...base, verified: equal(check.bytes, src, n) && equal(host2!.view, src, n) }, samples, 2 * n);
+    r.perDirectionGbps = n / r.seconds.median / 1e9;
+  }
+  if (mode === 'registered') r.registrationSeconds = host.registrationSeconds;
+  if (mode === 'auto') r.path = autoPath(run.staging, direction, n);
+  if ((mode === 'pageable' || mode === 'staged') && direction !== 'bidir') r.coldFirstTouchGbps = coldCopy(mode, direction, n, dev);
+  return r;
+}
+
+// cudaMemcpy from C++ on cudaMallocHost memory, each one-way direction: what pinned-call is
+// compared with.
+function measureBaseline(run: RunState, size: SizeState): TransferResult[] {
+  const { n, iters } = size;
+  const out: TransferResult[] = [];
+  for (const direction of run.hostDirs.filter((d) => d !== 'bidir') as ('h2d' | 'd2h')[]) {
+    const samples = size.besideCalls.get(direction) ?? native.timeRawPinned(n, run.jsWarmup, iters, direction, run.device);
+    out.push(result({ mode: 'baseline', direction, bytes: n, timing: 'steady-clock', verified: true }, samples, n));
+    run.progress(`${direction} baseline ${n}`);
+  }
+  return out;
+}
+
+// Device to device: the copy rate, and the traffic (a read and a write per byte).
+function measureD2d(run: RunState, size: SizeState): TransferResult {
+  const { n, iters, src, dev, dev2, check } = size;
+  copy(dev, src);
+  const samples = native.timeCopy(dev2._h, dev._h, n, run.warmup, iters, 'events', 'driver');
+  check.bytes.fill(0);
+  copy(check, dev2);
+  const r = result({ mode: 'device', direction: 'd2d', bytes: n, timing: 'cuda-events', verified: equal(check.bytes, src, n) }, samples, n);
+  r.trafficGbps = rateSummary(samples, 2 * n);
+  run.progress(`d2d ${n}`);
+  return r;
+}
+
+function environmentOf(gpu: DeviceInfo, st: ReturnType<typeof status>, staging: StagingSettings): TransferEnvironment {
+  return {
+    date: new Date().toISOString(),
+    gpu: {
+      name: gpu.name,
+      uuid: gpu.uuid,
+      pciBusId: gpu.pciBusId,
+      totalMemory: gpu.totalMemory,
+      computeCapability: gpu.computeCapability,
+      asyncEngineCount: gpu.asyncEngineCount,
+      pcie: gpu.pcie,
+    },
+    driverVersion: formatCudaVersion(st.driverVersion),
+    runtimeVersion: formatCudaVersion(st.runtimeVersion),
+    host: {
+      hostname: os.hostname(),
+      cpu: os.cpus()[0]?.model ?? 'unknown',
+      cpus: os.cpus().length,
+      memoryBytes: os.totalmem(),
+      platform: `${os.platform()} ${os.arch()}`,
+      kernel: os.release(),
+    },
+    node: process.version,
+    staging,
+  };
 }
 
 function targetOf(h: Host): number | Uint8Array {

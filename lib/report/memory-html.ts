@@ -144,31 +144,10 @@ function stepPath(points: [number, number][], x: (k: number) => number, y: (v: n
  */
 export function renderMemoryHtml(input: Trace | object | string, options: MemoryHtmlOptions = {}): string {
   const trace = loadTrace(input);
-  const maxBands = options.maxBands ?? 3000;
   const hasRegions = trace.events.some((e) => e.action === 'region_alloc');
   const hasPlaces = trace.events.some((e) => e.action === 'alloc' && e.region !== undefined);
   // Drawn from the trace itself where it has regions and places; else from a replay that records them.
-  let drawn = trace;
-  let replayNote = '';
-  let failedAt: number | null = null;
-  if (!hasRegions || !hasPlaces) {
-    const policy: ReplayPolicy =
-      options.policy ??
-      (trace.policy
-        ? {
-            allowGrowth: trace.policy.allowGrowth,
-            memoryLimit: trace.policy.limitBytes,
-            ...(trace.policy.expandableSegments ? { expandableSegments: true } : {}),
-          }
-        : { allowGrowth: true });
-    if (!policy.deviceBytes && !policy.simulate && !trace.device) policy.deviceBytes = 80 * 2 ** 30;
-    const r = replayRecorded(trace, policy);
-    drawn = r.recorded;
-    failedAt = r.failedAt;
-    replayNote = `The pool and its regions are those of a replay on a simulated device under “${r.policy}”${
-      failedAt !== null ? `, which ran out of memory at event ${failedAt} of the trace (the drawing stops there)` : ''
-    }.`;
-  }
+  const { drawn, replayNote } = hasRegions && hasPlaces ? { drawn: trace, replayNote: '' } : replayed(trace, options.policy);
   const events = drawn.events;
   const n = Math.max(1, events.length);
   const { bands: all, inUse } = bands(events);
@@ -178,13 +157,7 @@ export function renderMemoryHtml(input: Trace | object | string, options: Memory
   const peakInUse = peakOf(inUse);
   const peak = Math.max(1, peakInUse, peakOf(pool), recordedPool ? peakOf(recordedPool) : 0);
   const x = (k: number) => L + (k / n) * (W - L - R);
-
-  // Active memory timeline.
-  const H1 = 380,
-    T1 = 30,
-    B1 = 40;
-  const ticks1 = byteTicks(Math.max(peakInUse, 1));
-  const y1 = (v: number) => H1 - B1 - (v / ticks1[ticks1.length - 1]) * (H1 - T1 - B1);
+  // Block colours by size, on a log scale from the smallest block to the largest.
   let smallest = Infinity;
   let largest = 1;
   for (const b of all) {
@@ -193,6 +166,59 @@ export function renderMemoryHtml(input: Trace | object | string, options: Memory
   }
   const lo = Math.log2(Math.max(1, all.length ? smallest : 1));
   const hi = Math.log2(largest);
+  const paint = (size: number) => colour(size, lo, hi);
+  const t1 = timelineSvg(all, inUse, events.length, peakInUse, options.maxBands ?? 3000, x, n, paint);
+  const t2 = poolSvg(pool, inUse, recordedPool, limit, peak, x, n);
+  const t3 = regionsSvg(events, paint);
+  const header = headerLines(trace, peakInUse, replayNote);
+  return `<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>${esc(options.title ?? 'cuda-memory: memory timeline')}</title>
+<style>body{font-family:sans-serif;margin:2em;max-width:1160px}svg{display:block;margin:1em 0}p{margin:.2em 0}</style></head>
+<body><h1>${esc(options.title ?? 'cuda-memory: memory timeline')}</h1>
+${header.map((h) => `<p>${esc(h)}</p>`).join('\n')}
+${t1.join('\n')}
+${t2.join('\n')}
+${t3.join('\n')}
+</body></html>
+`;
+}
+
+// The trace as a replay under `policy` (default the trace's own, else growth) recorded it, for a
+// trace that lacks regions or the places of its blocks, and a sentence saying so.
+function replayed(trace: Trace, given: ReplayPolicy | undefined): { drawn: Trace; replayNote: string } {
+  const policy: ReplayPolicy =
+    given ??
+    (trace.policy
+      ? {
+          allowGrowth: trace.policy.allowGrowth,
+          memoryLimit: trace.policy.limitBytes,
+          ...(trace.policy.expandableSegments ? { expandableSegments: true } : {}),
+        }
+      : { allowGrowth: true });
+  if (!policy.deviceBytes && !policy.simulate && !trace.device) policy.deviceBytes = 80 * 2 ** 30;
+  const r = replayRecorded(trace, policy);
+  const replayNote = `The pool and its regions are those of a replay on a simulated device under “${r.policy}”${
+    r.failedAt !== null ? `, which ran out of memory at event ${r.failedAt} of the trace (the drawing stops there)` : ''
+  }.`;
+  return { drawn: r.recorded, replayNote };
+}
+
+// Active memory: each allocation a band at its offset in the stack of live blocks, over events.
+function timelineSvg(
+  all: ReturnType<typeof bands>['bands'],
+  inUse: ReturnType<typeof bands>['inUse'],
+  eventCount: number,
+  peakInUse: number,
+  maxBands: number,
+  x: (k: number) => number,
+  n: number,
+  paint: (size: number) => string,
+): string[] {
+  const H1 = 380,
+    T1 = 30,
+    B1 = 40;
+  const ticks1 = byteTicks(Math.max(peakInUse, 1));
+  const y1 = (v: number) => H1 - B1 - (v / ticks1[ticks1.length - 1]) * (H1 - T1 - B1);
   const shown = [...all].sort((a, b) => b.size - a.size).slice(0, maxBands);
   const t1: string[] = [`<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H1}" font-family="sans-serif" font-size="11">`];
   t1.push(
@@ -212,16 +238,28 @@ export function renderMemoryHtml(input: Trace | object | string, options: Memory
       bottom.push(`${x(k).toFixed(1)},${y1(off).toFixed(1)}`, `${x(next).toFixed(1)},${y1(off).toFixed(1)}`);
     });
     const title = `block ${b.id}: ${formatBytes(b.size)} (${formatBytes(b.bytes)} requested), allocated at event ${b.start}, ${
-      b.end < events.length ? `freed at event ${b.end}` : 'still live at the end'
+      b.end < eventCount ? `freed at event ${b.end}` : 'still live at the end'
     }${b.stack ? `\n${b.stack}` : ''}`;
     t1.push(
-      `<polygon class="block" points="${[...top, ...bottom.reverse()].join(' ')}" fill="${colour(b.size, lo, hi)}" stroke="#fff" stroke-width="0.3"><title>${esc(title)}</title></polygon>`,
+      `<polygon class="block" points="${[...top, ...bottom.reverse()].join(' ')}" fill="${paint(b.size)}" stroke="#fff" stroke-width="0.3"><title>${esc(title)}</title></polygon>`,
     );
   }
   t1.push(`<path d="${stepPath(inUse, x, y1, n)}" fill="none" stroke="#222" stroke-width="1.2"/>`);
   t1.push(`<text x="${(L + W - R) / 2}" y="${H1 - 8}" text-anchor="middle">event</text></svg>`);
 
-  // Pool, in use and limit.
+  return t1;
+}
+
+// The pool (regions held), the bytes in use and the limit, over events.
+function poolSvg(
+  pool: ReturnType<typeof poolLine>,
+  inUse: ReturnType<typeof bands>['inUse'],
+  recordedPool: ReturnType<typeof poolLine> | null,
+  limit: number | undefined,
+  peak: number,
+  x: (k: number) => number,
+  n: number,
+): string[] {
   const H2 = 260,
     T2 = 30,
     B2 = 40;
@@ -255,7 +293,11 @@ export function renderMemoryHtml(input: Trace | object | string, options: Memory
   );
   t2.push(`<text x="${(L + W - R) / 2}" y="${H2 - 8}" text-anchor="middle">event</text></svg>`);
 
-  // Regions at the end.
+  return t2;
+}
+
+// The regions held after the last event, with their blocks in place.
+function regionsSvg(events: Trace['events'], paint: (size: number) => string): string[] {
   const regions = finalRegions(events);
   const biggest = Math.max(1, ...regions.map((r) => r.size));
   const rowH = 26;
@@ -274,14 +316,19 @@ export function renderMemoryHtml(input: Trace | object | string, options: Memory
     );
     for (const b of r.blocks)
       t3.push(
-        `<rect class="block" x="${(x0 + b.offset * scale).toFixed(1)}" y="${y}" width="${Math.max(0.5, b.size * scale).toFixed(1)}" height="${rowH - 6}" fill="${colour(b.size, lo, hi)}" stroke="#fff" stroke-width="0.3"><title>block ${b.id}: ${esc(formatBytes(b.size))} at offset ${esc(formatBytes(b.offset))}</title></rect>`,
+        `<rect class="block" x="${(x0 + b.offset * scale).toFixed(1)}" y="${y}" width="${Math.max(0.5, b.size * scale).toFixed(1)}" height="${rowH - 6}" fill="${paint(b.size)}" stroke="#fff" stroke-width="0.3"><title>block ${b.id}: ${esc(formatBytes(b.size))} at offset ${esc(formatBytes(b.offset))}</title></rect>`,
       );
   });
   t3.push('</svg>');
 
+  return t3;
+}
+
+// The lines above the drawings: where the trace comes from, its policy, its counts.
+function headerLines(trace: Trace, peakInUse: number, replayNote: string): string[] {
   const counts = { alloc: 0, free: 0, oom: 0 } as Record<string, number>;
   for (const e of trace.events) counts[e.action] = (counts[e.action] ?? 0) + 1;
-  const header = [
+  return [
     trace.source
       ? `source: ${trace.source}`
       : trace.device
@@ -294,14 +341,4 @@ export function renderMemoryHtml(input: Trace | object | string, options: Memory
     trace.droppedEvents ? `${trace.droppedEvents} events were not kept (maxEvents)` : '',
     replayNote,
   ].filter(Boolean);
-  return `<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>${esc(options.title ?? 'cuda-memory: memory timeline')}</title>
-<style>body{font-family:sans-serif;margin:2em;max-width:1160px}svg{display:block;margin:1em 0}p{margin:.2em 0}</style></head>
-<body><h1>${esc(options.title ?? 'cuda-memory: memory timeline')}</h1>
-${header.map((h) => `<p>${esc(h)}</p>`).join('\n')}
-${t1.join('\n')}
-${t2.join('\n')}
-${t3.join('\n')}
-</body></html>
-`;
 }
