@@ -4,6 +4,7 @@
 
 #include "allocator/group.h"
 #include "core/allocator/policy.h"
+#include "device/discovery.h"
 
 namespace cm {
 
@@ -92,14 +93,40 @@ void ThrowAllocatorBusy(Napi::Env env, uint64_t live, uint64_t bytes_in_use) {
   throw e;
 }
 
-void ReleasePoolBlock(Allocation* a) noexcept {
-  if (a->pool && !a->pool->closed && a->pool->pool && a->block) {
-    a->pool->pool->Free(static_cast<core::Pool::Chunk*>(a->block));
-    a->pool->PublishInUse();
-  }
-  a->block = nullptr;
-  a->pool.reset();
-}
+namespace {
+
+// A pool block goes back to its pool (no CUDA call, so no error to clear); it is exported as its
+// region (one cudaMalloc) and where in it the block lies.
+const BufferOps kPoolBlockOps{
+    /*on_device=*/true,
+    /*release=*/
+    [](napi_env, Allocation* a) noexcept {
+      auto* b = static_cast<PoolAllocation*>(a);
+      if (b->pool && !b->pool->closed && b->pool->pool && b->block) {
+        b->pool->pool->Free(b->block);
+        b->pool->PublishInUse();
+      }
+      b->block = nullptr;
+      b->pool.reset();
+    },
+    /*before_use=*/nullptr,
+    /*export_range=*/
+    [](Napi::Env env, Allocation* a, void** base, uint64_t* offset) {
+      auto* b = static_cast<PoolAllocation*>(a);
+      if (b->pool && b->pool->pool && b->pool->pool->options().expandable)
+        throw LibraryError(
+            env, "ERR_NOT_SUPPORTED",
+            "a block of an allocator with expandableSegments cannot be exported: its memory is "
+            "mapped with cuMemCreate, which cudaIpcGetMemHandle cannot share (that would take a "
+            "POSIX file descriptor handle sent over a Unix socket); allocate what other "
+            "processes open from an allocator without it");
+      uint64_t region = core::Pool::RegionOf(b->block);
+      *offset = reinterpret_cast<uintptr_t>(a->ptr) - region;
+      *base = reinterpret_cast<void*>(static_cast<uintptr_t>(region));
+    },
+};
+
+}  // namespace
 
 Napi::Value OomError(Napi::Env env, const core::OomInfo& oom, const core::GroupSnapshot* group) {
   Napi::Object d = Napi::Object::New(env);
@@ -338,8 +365,7 @@ Napi::Value AllocatorAlloc(const Napi::CallbackInfo& info) {
   if (!block) ThrowOom(env, p, &oom);
   p->PublishInUse();
   uint64_t address = core::Pool::Address(block);
-  Allocation* a = new Allocation();
-  a->kind = MemKind::kPool;
+  auto* a = new PoolAllocation(&kPoolBlockOps);
   a->device = p->upstream->device();
   a->simulated = p->upstream->simulated();
   a->ptr = reinterpret_cast<void*>(static_cast<uintptr_t>(address));
@@ -430,9 +456,8 @@ Napi::Value AllocatorSnapshot(const Napi::CallbackInfo& info) {
 Napi::Value BlockId(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Allocation* a = UnwrapAllocation(env, info[0], "buffer");
-  uint64_t id = a->kind == MemKind::kPool && a->block
-                    ? core::Pool::BlockId(static_cast<core::Pool::Chunk*>(a->block))
-                    : 0;
+  PoolAllocation* b = a->ops == &kPoolBlockOps ? static_cast<PoolAllocation*>(a) : nullptr;
+  uint64_t id = b && b->block ? core::Pool::BlockId(b->block) : 0;
   return Napi::Number::New(env, static_cast<double>(id));
 }
 
@@ -526,7 +551,8 @@ Napi::Value AllocatorClose(const Napi::CallbackInfo& info) {
     // Forced: every buffer still carved from this pool becomes a freed buffer.
     Instance& inst = GetInstance(env);
     for (Allocation* a : inst.handles.Live())
-      if (a->pool.get() == p) ReleaseAllocation(env, a);
+      if (a->ops == &kPoolBlockOps && static_cast<PoolAllocation*>(a)->pool.get() == p)
+        ReleaseAllocation(env, a);
   }
   uint64_t bytes = p->pool->Stats().pool_bytes;
   p->closed = true;

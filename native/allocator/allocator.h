@@ -54,6 +54,14 @@ class PoolBinding {
   }
 };
 
+// A buffer carved from a PoolBinding's pool: the pool (kept alive while the buffer is) and its
+// core::Pool block.
+struct PoolAllocation : Allocation {
+  using Allocation::Allocation;
+  std::shared_ptr<PoolBinding> pool;
+  core::Pool::Chunk* block = nullptr;
+};
+
 // Free and total memory of a device (cudaMemGetInfo); zeros if it cannot be read.
 core::MemInfo DeviceMemInfo(int device);
 // The errors both backends give: a closed allocator (ERR_ALLOCATOR_CLOSED), and close() while
@@ -64,8 +72,6 @@ core::MemInfo DeviceMemInfo(int device);
 // With `group`, the error carries the group that refused the region.
 Napi::Value OomError(Napi::Env env, const core::OomInfo& oom,
                      const core::GroupSnapshot* group = nullptr);
-// Returns a pool block to its pool (called when its buffer is released).
-void ReleasePoolBlock(Allocation* a) noexcept;
 
 // The statistics both backends report: the named figures and the counters (RMM's and PyTorch's
 // current, peak, allocated/total and freed).

@@ -4,6 +4,7 @@
 
 #include "allocator/allocator.h"
 #include "core/allocator/policy.h"
+#include "device/discovery.h"
 #include "device/streams.h"
 
 namespace cm {
@@ -159,6 +160,61 @@ void GiveEvent(AsyncPool* p, cudaEvent_t e) noexcept {
   }
 }
 
+// Frees a block in stream order (its allocation stream, or the one free({ stream }) named).
+void ReleaseAsyncBlock(napi_env env, Allocation* alloc) noexcept {
+  auto* a = static_cast<AsyncAllocation*>(alloc);
+  AsyncPool* p = a->pool.get();
+  cudaStream_t s = a->stream ? a->stream->stream : nullptr;  // null once that stream was disposed
+  cudaSetDevice(a->device);
+  if (a->ready) {
+    GiveEvent(p, a->ready);
+    a->ready = nullptr;
+  }
+  if (a->free_on_stream && a->free_stream != s) {
+    // Freed on another stream: that stream first waits for all work queued so far on the
+    // allocating one, so no use of the block there can overlap its reuse.
+    if (p && p->order && cudaEventRecord(p->order, s) == cudaSuccess)
+      cudaStreamWaitEvent(a->free_stream, p->order, 0);
+    s = a->free_stream;
+  }
+  if (p && p->pool) {
+    cudaFreeAsync(a->base ? a->base : a->ptr, s);
+    p->budget.Release(a->charged);
+  }
+  (void)cudaGetLastError();
+  if (a->host_ref) {
+    napi_delete_reference(env, a->host_ref);
+    a->host_ref = nullptr;
+  }
+  a->stream = nullptr;
+  a->pool.reset();
+}
+
+// Before a use on `stream` (null: the legacy default stream): if the block was allocated on
+// another stream, waits until that stream has reached the allocation.
+void AwaitAllocation(Allocation* alloc, cudaStream_t stream) {
+  auto* a = static_cast<AsyncAllocation*>(alloc);
+  if (!a->ready) return;
+  if (a->stream && a->stream->stream == stream) return;  // the same stream: already in order
+  cudaEventSynchronize(a->ready);
+  (void)cudaGetLastError();
+  GiveEvent(a->pool.get(), a->ready);
+  a->ready = nullptr;
+}
+
+const BufferOps kAsyncBlockOps{
+    /*on_device=*/true,
+    /*release=*/ReleaseAsyncBlock,
+    /*before_use=*/AwaitAllocation,
+    /*export_range=*/
+    [](Napi::Env env, Allocation*, void**, uint64_t*) {
+      throw LibraryError(env, "ERR_NOT_SUPPORTED",
+                         "a block of a stream-ordered ('async') allocator cannot be exported: its "
+                         "pool was not created for IPC (use the 'bfc' backend, or "
+                         "DeviceBuffer.alloc)");
+    },
+};
+
 // asyncAlloc(allocator, bytes, stream?) -> handle
 Napi::Value AsyncAlloc(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
@@ -202,18 +258,17 @@ Napi::Value AsyncAlloc(const Napi::CallbackInfo& info) {
     }
     ThrowCuda(env, err, "cudaMallocFromPoolAsync");
   }
-  Allocation* a = new Allocation();
-  a->kind = MemKind::kAsync;
+  auto* a = new AsyncAllocation(&kAsyncBlockOps);
   a->device = p->device;
   a->ptr = ptr;
-  a->async_charged = charged;
+  a->charged = charged;
   if (alignment > core::kMinBlock) {
     uintptr_t at = reinterpret_cast<uintptr_t>(ptr);
-    a->async_base = ptr;
+    a->base = ptr;
     a->ptr = reinterpret_cast<void*>((at + alignment - 1) / alignment * alignment);
   }
   a->bytes = bytes;
-  a->async_pool = *info[0].As<Napi::External<AsyncPoolRef>>().Data();
+  a->pool = *info[0].As<Napi::External<AsyncPoolRef>>().Data();
   if (rec) {
     a->stream = rec;
     napi_create_reference(env, info[2], 1, &a->host_ref);  // keeps the stream's record alive
@@ -323,7 +378,8 @@ Napi::Value AsyncClose(const Napi::CallbackInfo& info) {
   uint64_t live = p->budget.live();
   if (live > 0 && !info[1].ToBoolean()) ThrowAllocatorBusy(env, live, p->budget.in_use());
   for (Allocation* a : GetInstance(env).handles.Live())
-    if (a->async_pool.get() == p) ReleaseAllocation(env, a);
+    if (a->ops == &kAsyncBlockOps && static_cast<AsyncAllocation*>(a)->pool.get() == p)
+      ReleaseAllocation(env, a);
   uint64_t released = Trim(p);
   if (p->own) {
     cudaMemPoolDestroy(p->pool);
@@ -349,9 +405,10 @@ Napi::Value FreeOn(const Napi::CallbackInfo& info) {
     a->free_requested = true;
     return Napi::Boolean::New(env, true);
   }
-  if (a->kind == MemKind::kAsync) {
-    a->free_on_stream = true;
-    a->free_stream = rec->stream;
+  if (a->ops == &kAsyncBlockOps) {
+    auto* b = static_cast<AsyncAllocation*>(a);
+    b->free_on_stream = true;
+    b->free_stream = rec->stream;
   } else {
     cudaError_t err = cudaStreamSynchronize(rec->stream);
     if (err != cudaSuccess) ThrowCuda(env, err, "cudaStreamSynchronize");
@@ -370,43 +427,6 @@ AsyncPool::~AsyncPool() {
   for (cudaEvent_t e : idle_events) cudaEventDestroy(e);
   if (order) cudaEventDestroy(order);
   (void)cudaGetLastError();
-}
-
-void ReleaseAsyncBlock(napi_env env, Allocation* a) noexcept {
-  AsyncPool* p = a->async_pool.get();
-  cudaStream_t s = a->stream ? a->stream->stream : nullptr;  // null once that stream was disposed
-  cudaSetDevice(a->device);
-  if (a->ready) {
-    GiveEvent(p, a->ready);
-    a->ready = nullptr;
-  }
-  if (a->free_on_stream && a->free_stream != s) {
-    // Freed on another stream: that stream first waits for all work queued so far on the
-    // allocating one, so no use of the block there can overlap its reuse.
-    if (p && p->order && cudaEventRecord(p->order, s) == cudaSuccess)
-      cudaStreamWaitEvent(a->free_stream, p->order, 0);
-    s = a->free_stream;
-  }
-  if (p && p->pool) {
-    cudaFreeAsync(a->async_base ? a->async_base : a->ptr, s);
-    p->budget.Release(a->async_charged);
-  }
-  (void)cudaGetLastError();
-  if (a->host_ref) {
-    napi_delete_reference(env, a->host_ref);
-    a->host_ref = nullptr;
-  }
-  a->stream = nullptr;
-  a->async_pool.reset();
-}
-
-void AwaitAllocation(Allocation* a, cudaStream_t stream) {
-  if (!a || a->kind != MemKind::kAsync || !a->ready) return;
-  if (a->stream && a->stream->stream == stream) return;  // the same stream: already in order
-  cudaEventSynchronize(a->ready);
-  (void)cudaGetLastError();
-  GiveEvent(a->async_pool.get(), a->ready);
-  a->ready = nullptr;
 }
 
 void InitStreamOrdered(Napi::Env env, Napi::Object exports) {

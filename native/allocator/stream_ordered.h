@@ -10,6 +10,7 @@
 
 #include "binding/instance.h"
 #include "core/allocator/budget.h"
+#include "device/streams.h"
 
 namespace cm {
 
@@ -28,12 +29,21 @@ struct AsyncPool {
   ~AsyncPool();
 };
 
-// Frees a block in stream order (its allocation stream, or the one free({ stream }) named).
-// Never throws: it runs from finalizers and the cleanup hook too.
-void ReleaseAsyncBlock(napi_env env, Allocation* a) noexcept;
-// Before `a` is used on `stream` (null: the legacy default stream): if it was allocated on
-// another stream, waits until that stream has reached the allocation. No-op for other memory.
-void AwaitAllocation(Allocation* a, cudaStream_t stream);
+// A block of an AsyncPool: its pool; the stream it was allocated on (null: the legacy default
+// stream), kept alive by host_ref; an event marking the allocation on that stream until a use on
+// another stream has waited for it; and where free({ stream }) asked the free to be ordered.
+// With an alignment above 256, `base` is what cudaMallocFromPoolAsync returned (ptr is raised
+// from it to the alignment); `charged` is the bytes charged to the budget, padding included.
+struct AsyncAllocation : Allocation {
+  using Allocation::Allocation;
+  std::shared_ptr<AsyncPool> pool;
+  StreamRec* stream = nullptr;
+  cudaEvent_t ready = nullptr;
+  bool free_on_stream = false;
+  cudaStream_t free_stream = nullptr;
+  void* base = nullptr;
+  size_t charged = 0;
+};
 void InitStreamOrdered(Napi::Env env, Napi::Object exports);
 
 }  // namespace cm

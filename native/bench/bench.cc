@@ -4,6 +4,7 @@
 #include <thread>
 #include <vector>
 
+#include "device/discovery.h"
 #include "transfer/copy.h"
 #include "transfer/staging.h"
 
@@ -203,8 +204,9 @@ Napi::Value TimeHostCopy(const Napi::CallbackInfo& info) {
   std::shared_ptr<core::CopyTeam> team = GetStagingTeam(inst, pinned.device);
   Streaming mode;
   {
-    std::lock_guard<std::mutex> lock(inst.staging_mutex);
-    mode = StagingOptionsInForce(inst).streaming;
+    StagingState& st = Staging(inst);
+    std::lock_guard<std::mutex> lock(st.mutex);
+    mode = StagingOptionsInForce(st).streaming;
   }
   // As a staged copy of n bytes would store: into pinned memory (h2d) and out of it (d2h).
   const bool streaming_in = StreamingFor(mode, false, n),

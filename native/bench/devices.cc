@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "bench/bench.h"
+#include "device/discovery.h"
 #include "transfer/copy.h"
 
 namespace cm {

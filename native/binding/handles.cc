@@ -1,12 +1,6 @@
 #include "binding/handles.h"
 
-#include <sys/mman.h>
-#include <unistd.h>
-
-#include "allocator/allocator.h"
-#include "allocator/stream_ordered.h"
 #include "binding/instance.h"
-#include "memory/ipc.h"
 
 namespace cm {
 
@@ -46,8 +40,7 @@ void TrackExternal(Napi::Env env, Allocation* a, int64_t bytes) {
   if (bytes) Napi::MemoryManagement::AdjustExternalMemory(env, bytes);
 }
 
-// Detaching empties every view, so a kept Uint8Array cannot reach freed memory.
-void DetachHostView(Napi::Env env, Allocation* a) noexcept {
+void DetachHostView(napi_env env, Allocation* a) noexcept {
   if (!a->host_ref) return;
   napi_value ab;
   if (napi_get_reference_value(env, a->host_ref, &ab) == napi_ok && ab != nullptr)
@@ -59,42 +52,8 @@ void DetachHostView(Napi::Env env, Allocation* a) noexcept {
 void ReleaseAllocation(Napi::Env env, Allocation* a) noexcept {
   if (a->released) return;
   a->released = true;
-  // An exported buffer's record goes first, so that no process opens memory being freed.
-  a->ipc_export.reset();
-  // Freeing while the runtime unloads at process exit may report an error; it is harmless.
-  switch (a->kind) {
-    case MemKind::kDevice:
-      cudaSetDevice(a->device);
-      cudaFree(a->ptr);
-      break;
-    case MemKind::kPinned:
-      DetachHostView(env, a);
-      cudaFreeHost(a->ptr);
-      break;
-    case MemKind::kSharedHost:
-      DetachHostView(env, a);
-      cudaHostUnregister(a->ptr);
-      munmap(a->ptr, a->bytes);
-      if (a->shm_owner) unlink(a->shm_path.c_str());
-      break;
-    case MemKind::kIpc:
-      ReleaseIpcImport(a);
-      break;
-    case MemKind::kRegistered:
-      cudaHostUnregister(a->ptr);
-      if (a->host_ref) {
-        napi_delete_reference(env, a->host_ref);
-        a->host_ref = nullptr;
-      }
-      break;
-    case MemKind::kPool:
-      ReleasePoolBlock(a);
-      break;
-    case MemKind::kAsync:
-      ReleaseAsyncBlock(env, a);
-      break;
-  }
-  if (a->kind != MemKind::kPool) (void)cudaGetLastError();
+  a->exported.reset();
+  a->ops->release(env, a);
   if (a->external_bytes) {
     int64_t ignored;  // the C call: this runs in finalizers and teardown, where nothing may throw
     napi_adjust_external_memory(env, -a->external_bytes, &ignored);

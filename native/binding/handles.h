@@ -10,25 +10,46 @@
 
 #include "base/cuda_api.h"
 #include "core/binding/handle_table.h"
-#include "core/memory/ipc_record.h"
 
 namespace cm {
 
-class StagingEngine;
-class PoolBinding;
-struct AsyncPool;
-struct StreamRec;
+struct Allocation;
 
-// kPool: a block of a BFC allocator; kAsync: a block of CUDA's stream-ordered pool; kIpc: device
-// memory of another process opened from an IPC handle; kSharedHost: a POSIX shared-memory file
-// mapped and registered with CUDA (pinned memory that several processes see).
-enum class MemKind : uint8_t { kDevice, kPinned, kRegistered, kPool, kAsync, kIpc, kSharedHost };
+// What a buffer's kind does, set by the concern that made the buffer (memory/, allocator/), so
+// that the handle layer releases, orders and exports buffers without knowing their kinds. One
+// static table per kind.
+struct BufferOps {
+  // The memory is device memory (copies address it on its device), not host memory.
+  bool on_device = false;
+  // Frees the memory (not the record). Never throws: it runs from finalizers and the cleanup
+  // hook too. Called once, with a->released already set.
+  void (*release)(napi_env env, Allocation* a) noexcept = nullptr;
+  // Before `a` is used on `stream` (null: the legacy default stream), orders that use after the
+  // allocation where the kind needs it. Null: nothing to order.
+  void (*before_use)(Allocation* a, cudaStream_t stream) = nullptr;
+  // Where another process opens the buffer by IPC: the base of the CUDA allocation it lies in
+  // and its offset there. Throws ERR_NOT_SUPPORTED, with the kind's reason, where the kind
+  // cannot be shared. Null: not device memory, so not exportable.
+  void (*export_range)(Napi::Env env, Allocation* a, void** base, uint64_t* offset) = nullptr;
+};
+
+// What an export keeps while the buffer lives (the IPC record of memory/ipc.cc); it goes first
+// when the buffer is released, so that no process opens memory being freed.
+class BufferExport {
+ public:
+  virtual ~BufferExport() = default;
+};
 
 // What a buffer handle points at. Owned by the instance's handle table; a pinned buffer's
 // ArrayBuffer holds a second reference, since views over it may outlive the handle, and an
-// asynchronous copy holds one while it runs.
+// asynchronous copy holds one while it runs. A kind with more to keep derives from it.
 struct Allocation {
-  MemKind kind = MemKind::kDevice;
+  explicit Allocation(const BufferOps* ops) : ops(ops) {}
+  virtual ~Allocation() = default;
+  Allocation(const Allocation&) = delete;
+  Allocation& operator=(const Allocation&) = delete;
+
+  const BufferOps* ops;
   bool released = false;  // the memory is gone (free(), finalizer, cleanup or forced close)
   bool simulated = false;
   int device = 0;
@@ -41,31 +62,8 @@ struct Allocation {
   void* device_ptr = nullptr;  // mapped pinned memory as the GPU addresses it
   size_t bytes = 0;
   int64_t external_bytes = 0;  // reported to V8
-  napi_ref host_ref =
-      nullptr;  // pinned: weak ref to its ArrayBuffer; registered: strong ref to the view
-  std::shared_ptr<PoolBinding> pool;
-  void* block = nullptr;  // the pool's core::Pool::Chunk
-  // kAsync: its pool; the stream it was allocated on (null: the legacy default stream), kept
-  // alive by host_ref; an event marking the allocation on that stream until a use on another
-  // stream has waited for it; and where free({ stream }) asked the free to be ordered.
-  std::shared_ptr<AsyncPool> async_pool;
-  StreamRec* stream = nullptr;
-  cudaEvent_t ready = nullptr;
-  bool free_on_stream = false;
-  cudaStream_t free_stream = nullptr;
-  // kAsync with an alignment above 256: what cudaMallocFromPoolAsync returned (ptr is raised
-  // from it to the alignment), and the bytes charged to the budget, padding included.
-  void* async_base = nullptr;
-  size_t async_charged = 0;
-  // Exported by IPC: its record, removed when the memory goes.
-  std::unique_ptr<core::IpcExportRecord> ipc_export;
-  // kIpc: the importer's slot in the exporter's record, and the base the handle opened (CUDA
-  // counts the opens of one handle in a context; each is closed once).
-  std::unique_ptr<core::IpcImportRecord> ipc_import;
-  void* ipc_base = nullptr;
-  // kSharedHost: the file, and whether this process created it (and removes it when freed).
-  std::string shm_path;
-  bool shm_owner = false;
+  napi_ref host_ref = nullptr;  // host memory: a reference to its ArrayBuffer or view
+  std::unique_ptr<BufferExport> exported;
 };
 
 // Buffer handles: see core/handle_table.h. The table also lists what an exiting environment (a
@@ -82,8 +80,15 @@ Allocation* UnwrapAllocation(Napi::Env env, Napi::Value v, const char* what,
 // The same for a handle already read as a number.
 Allocation* UnwrapHandle(Napi::Env env, double handle, const char* what,
                          bool allow_released = false);
-// Releases the memory (not the record). Never throws.
+// Releases the memory (not the record) through its kind's ops. Never throws.
 void ReleaseAllocation(Napi::Env env, Allocation* a) noexcept;
+// Before `a` is used on `stream`: its kind's before_use, if any.
+inline void BeforeUse(Allocation* a, cudaStream_t stream) {
+  if (a && a->ops->before_use) a->ops->before_use(a, stream);
+}
+// Detaches the ArrayBuffer that host_ref refers to (emptying every view over it, so a kept
+// Uint8Array cannot reach freed memory) and drops the reference. Never throws.
+void DetachHostView(napi_env env, Allocation* a) noexcept;
 void DropReference(Allocation* a) noexcept;
 void TrackExternal(Napi::Env env, Allocation* a, int64_t bytes);
 

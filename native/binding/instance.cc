@@ -1,34 +1,38 @@
 #include "binding/instance.h"
 
-#include "device/discovery.h"
-#include "device/peers.h"
-#include "transfer/staging.h"
+#include <cstdio>
+#include <cstdlib>
 
 namespace cm {
 
 Instance::Instance() = default;
-Instance::~Instance() { ReleasePeerStaging(*this); }
+
+Instance::~Instance() {
+  while (!made_.empty()) made_.pop_back();
+}
+
+size_t Instance::NewStateKey() {
+  static std::atomic<size_t> next{0};
+  size_t key = next.fetch_add(1);
+  if (key >= kMaxStates) {
+    // A build-time limit, reached only by adding a concern: raise kMaxStates.
+    std::fprintf(stderr, "cuda-memory: more than %zu kinds of per-environment state\n",
+                 kMaxStates);
+    std::abort();
+  }
+  return key;
+}
+
+InstanceState* Instance::Install(size_t key, std::unique_ptr<InstanceState> (*make)()) {
+  std::lock_guard<std::recursive_mutex> lock(slots_mutex_);
+  InstanceState* s = slots_[key].load(std::memory_order_relaxed);
+  if (s) return s;
+  made_.push_back(make());
+  s = made_.back().get();
+  slots_[key].store(s, std::memory_order_release);
+  return s;
+}
 
 Instance& GetInstance(Napi::Env env) { return *env.GetInstanceData<Instance>(); }
-
-const CudaStatus& GetStatus(Napi::Env env) {
-  Instance& inst = GetInstance(env);
-  if (!inst.status) inst.status = std::make_unique<CudaStatus>(ComputeStatus());
-  return *inst.status;
-}
-
-void RequireCuda(Napi::Env env) {
-  const CudaStatus& st = GetStatus(env);
-  if (!st.available) ThrowValue(env, MakeUnavailableError(env, st.reason, st.message));
-}
-
-void CheckDevice(Napi::Env env, int device) {
-  RequireCuda(env);
-  int count = GetStatus(env).device_count;
-  if (device < 0 || device >= count)
-    ThrowRange(env, "device must be an integer from 0 to " + std::to_string(count - 1) +
-                        " (this machine has " + std::to_string(count) + " CUDA device" +
-                        (count == 1 ? "" : "s") + "), got " + std::to_string(device));
-}
 
 }  // namespace cm

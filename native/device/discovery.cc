@@ -28,6 +28,7 @@ std::string DeviceUuid(int device) {
   return FormatUuid(p.uuid);
 }
 
+namespace {
 CudaStatus ComputeStatus() {
   CudaStatus st;
 #ifdef CUDA_MEMORY_NO_CUDA
@@ -80,6 +81,29 @@ CudaStatus ComputeStatus() {
   st.message = text;
   return st;
 #endif
+}
+
+struct StatusState : InstanceState {
+  CudaStatus status = ComputeStatus();
+};
+}  // namespace
+
+const CudaStatus& GetStatus(Napi::Env env) {
+  return GetInstance(env).State<StatusState>().status;
+}
+
+void RequireCuda(Napi::Env env) {
+  const CudaStatus& st = GetStatus(env);
+  if (!st.available) ThrowValue(env, MakeUnavailableError(env, st.reason, st.message));
+}
+
+void CheckDevice(Napi::Env env, int device) {
+  RequireCuda(env);
+  int count = GetStatus(env).device_count;
+  if (device < 0 || device >= count)
+    ThrowRange(env, "device must be an integer from 0 to " + std::to_string(count - 1) +
+                        " (this machine has " + std::to_string(count) + " CUDA device" +
+                        (count == 1 ? "" : "s") + "), got " + std::to_string(device));
 }
 
 namespace {

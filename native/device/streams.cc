@@ -1,5 +1,7 @@
 #include "device/streams.h"
 
+#include "device/discovery.h"
+
 namespace cm {
 
 namespace {

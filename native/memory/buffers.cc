@@ -5,12 +5,52 @@
 #include <cstdio>
 #include <vector>
 
-#include "allocator/allocator.h"
 #include "binding/instance.h"
+#include "device/discovery.h"
 
 namespace cm {
 
 namespace {
+
+// Freeing while the runtime unloads at process exit may report an error; it is harmless.
+const BufferOps kDeviceOps{
+    /*on_device=*/true,
+    /*release=*/
+    [](napi_env, Allocation* a) noexcept {
+      cudaSetDevice(a->device);
+      cudaFree(a->ptr);
+      (void)cudaGetLastError();
+    },
+    /*before_use=*/nullptr,
+    /*export_range=*/
+    [](Napi::Env, Allocation* a, void** base, uint64_t* offset) {
+      *base = a->ptr;
+      *offset = 0;
+    },
+};
+
+const BufferOps kPinnedOps{
+    /*on_device=*/false,
+    /*release=*/
+    [](napi_env env, Allocation* a) noexcept {
+      DetachHostView(env, a);
+      cudaFreeHost(a->ptr);
+      (void)cudaGetLastError();
+    },
+};
+
+const BufferOps kRegisteredOps{
+    /*on_device=*/false,
+    /*release=*/
+    [](napi_env env, Allocation* a) noexcept {
+      cudaHostUnregister(a->ptr);
+      (void)cudaGetLastError();
+      if (a->host_ref) {
+        napi_delete_reference(env, a->host_ref);
+        a->host_ref = nullptr;
+      }
+    },
+};
 
 Napi::Value DeviceAlloc(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
@@ -38,8 +78,7 @@ Napi::Value DeviceAlloc(const Napi::CallbackInfo& info) {
     }
     ThrowCuda(env, err, "cudaMalloc");
   }
-  Allocation* a = new Allocation();
-  a->kind = MemKind::kDevice;
+  Allocation* a = new Allocation(&kDeviceOps);
   a->device = device;
   a->ptr = ptr;
   a->bytes = bytes;
@@ -101,8 +140,7 @@ Napi::Value PinnedAlloc(const Napi::CallbackInfo& info) {
     ThrowCuda(env, err, "cudaHostAlloc",
               "could not pin " + std::to_string(bytes) + " bytes of host memory");
   }
-  Allocation* a = new Allocation();
-  a->kind = MemKind::kPinned;
+  Allocation* a = new Allocation(&kPinnedOps);
   a->device = device;
   a->ptr = ptr;
   a->bytes = bytes;
@@ -136,8 +174,7 @@ Napi::Value RegisterHost(const Napi::CallbackInfo& info) {
     ThrowCuda(env, err, "cudaHostRegister",
               "could not page-lock " + std::to_string(length) + " bytes");
   }
-  Allocation* a = new Allocation();
-  a->kind = MemKind::kRegistered;
+  Allocation* a = new Allocation(&kRegisteredOps);
   a->device = device;
   a->ptr = data;
   a->bytes = length;

@@ -2,24 +2,50 @@
 
 #include <cstring>
 
-#include "allocator/allocator.h"
 #include "binding/instance.h"
-#include "core/allocator/pool.h"
+#include "core/memory/ipc_record.h"
 #include "device/discovery.h"
 
 namespace cm {
 
-void ReleaseIpcImport(Allocation* a) noexcept {
-  if (a->ipc_base) {
-    cudaSetDevice(a->device);
-    cudaIpcCloseMemHandle(a->ipc_base);
-    (void)cudaGetLastError();
-    a->ipc_base = nullptr;
-  }
-  a->ipc_import.reset();  // after the close: the exporter may free once no slot is held
-}
-
 namespace {
+
+// An exported buffer's record in shared memory.
+struct IpcExportState : BufferExport {
+  std::unique_ptr<core::IpcExportRecord> record;
+};
+
+// Device memory of another process opened from an IPC handle: the importer's slot in the
+// exporter's record, and the base the handle opened (CUDA counts the opens of one handle in a
+// context; each is closed once).
+struct IpcImportAllocation : Allocation {
+  using Allocation::Allocation;
+  std::unique_ptr<core::IpcImportRecord> import;
+  void* base = nullptr;
+};
+
+const BufferOps kIpcImportOps{
+    /*on_device=*/true,
+    /*release=*/
+    [](napi_env, Allocation* a) noexcept {
+      auto* imp = static_cast<IpcImportAllocation*>(a);
+      if (imp->base) {
+        cudaSetDevice(a->device);
+        cudaIpcCloseMemHandle(imp->base);
+        (void)cudaGetLastError();
+        imp->base = nullptr;
+      }
+      imp->import.reset();  // after the close: the exporter may free once no slot is held
+    },
+    /*before_use=*/nullptr,
+    /*export_range=*/
+    [](Napi::Env env, Allocation*, void**, uint64_t*) {
+      throw LibraryError(env, "ERR_NOT_SUPPORTED",
+                         "an imported buffer cannot be exported again; export the original");
+    },
+};
+
+IpcExportState* ExportOf(Allocation* a) { return static_cast<IpcExportState*>(a->exported.get()); }
 
 [[noreturn]] void NotSupported(Napi::Env env, const std::string& message) {
   throw LibraryError(env, "ERR_NOT_SUPPORTED", message);
@@ -77,36 +103,13 @@ Napi::Value IpcExport(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Allocation* a = UnwrapAllocation(env, info[0], "buffer");
   std::string dir = ReadString(env, info[1], "dir");
-  if (a->ipc_export) return DescriptorObject(env, a->ipc_export->descriptor());
+  if (a->exported) return DescriptorObject(env, ExportOf(a)->record->descriptor());
   if (a->simulated)
     NotSupported(env, "a block of a simulated device has no memory to share with other processes");
-  void* base = a->ptr;
+  if (!a->ops->export_range) ThrowType(env, "only device memory (a DeviceBuffer) can be exported by IPC");
+  void* base = nullptr;
   uint64_t offset = 0;
-  switch (a->kind) {
-    case MemKind::kDevice:
-      break;
-    case MemKind::kPool: {
-      if (a->pool && a->pool->pool && a->pool->pool->options().expandable)
-        NotSupported(env,
-                     "a block of an allocator with expandableSegments cannot be exported: its "
-                     "memory is mapped with cuMemCreate, which cudaIpcGetMemHandle cannot share "
-                     "(that would take a POSIX file descriptor handle sent over a Unix socket); "
-                     "allocate what other processes open from an allocator without it");
-      // A block shares its region (one cudaMalloc) and says where in it the block lies.
-      uint64_t region = core::Pool::RegionOf(static_cast<const core::Pool::Chunk*>(a->block));
-      offset = reinterpret_cast<uintptr_t>(a->ptr) - region;
-      base = reinterpret_cast<void*>(static_cast<uintptr_t>(region));
-      break;
-    }
-    case MemKind::kAsync:
-      NotSupported(env,
-                   "a block of a stream-ordered ('async') allocator cannot be exported: its pool "
-                   "was not created for IPC (use the 'bfc' backend, or DeviceBuffer.alloc)");
-    case MemKind::kIpc:
-      NotSupported(env, "an imported buffer cannot be exported again; export the original");
-    default:
-      ThrowType(env, "only device memory (a DeviceBuffer) can be exported by IPC");
-  }
+  a->ops->export_range(env, a, &base, &offset);
   RequireCuda(env);
   cudaIpcMemHandle_t h;
   cudaError_t err = cudaSetDevice(a->device);
@@ -121,11 +124,13 @@ Napi::Value IpcExport(const Napi::CallbackInfo& info) {
   d.device = DeviceUuid(a->device);
   d.offset = offset;
   d.bytes = a->bytes;
+  auto exported = std::make_unique<IpcExportState>();
   try {
-    a->ipc_export.reset(core::IpcExportRecord::Create(dir, &d));
+    exported->record.reset(core::IpcExportRecord::Create(dir, &d));
   } catch (const core::ShmError& e) {
     ThrowInterprocess(env, e);
   }
+  a->exported = std::move(exported);
   return DescriptorObject(env, d);
 }
 
@@ -159,7 +164,9 @@ Napi::Value IpcImport(const Napi::CallbackInfo& info) {
   std::string dir = ReadString(env, info[1], "dir");
   int wanted = ReadInt(env, info[2], "device", -1, 1 << 20);
   for (Allocation* open : GetInstance(env).handles.Live())
-    if (open->kind == MemKind::kIpc && open->ipc_import && open->ipc_import->record() == d.record)
+    if (open->ops == &kIpcImportOps &&
+        static_cast<IpcImportAllocation*>(open)->import &&
+        static_cast<IpcImportAllocation*>(open)->import->record() == d.record)
       ThrowInterprocess(env, core::ShmError("ERR_IPC_ALREADY_OPEN",
                                             "this IPC handle is already open here (as a "
                                             "DeviceBuffer not yet freed); use that buffer"));
@@ -212,13 +219,12 @@ Napi::Value IpcImport(const Napi::CallbackInfo& info) {
                                       std::to_string(allocation) + " bytes)",
                             d.record));
   }
-  Allocation* a = new Allocation();
-  a->kind = MemKind::kIpc;
+  auto* a = new IpcImportAllocation(&kIpcImportOps);
   a->device = device;
-  a->ipc_base = base;
+  a->base = base;
   a->ptr = static_cast<char*>(base) + d.offset;
   a->bytes = d.bytes;
-  a->ipc_import = std::move(rec);
+  a->import = std::move(rec);
   Napi::Array out = Napi::Array::New(env, 2);
   out.Set(0u, WrapAllocation(env, a));
   out.Set(1u, device);
@@ -231,7 +237,7 @@ Napi::Value IpcImportersJs(const Napi::CallbackInfo& info) {
   Allocation* a = UnwrapAllocation(env, info[0], "buffer");
   std::vector<int64_t> pids;
   try {
-    if (a->ipc_export) pids = a->ipc_export->Importers();
+    if (a->exported) pids = ExportOf(a)->record->Importers();
   } catch (const core::ShmError& e) {
     ThrowInterprocess(env, e);
   }

@@ -1,6 +1,6 @@
 // CUDA IPC: exporting a DeviceBuffer (a cudaMalloc'd buffer, or a block of a BFC allocator as its
 // region and offset) to other processes, and opening such a handle as a DeviceBuffer. Each export
-// has a record in shared memory (core/ipc_record.h) through which the exporter counts its
+// has a record in shared memory (core/memory/ipc_record.h) through which the exporter counts its
 // importers and importers check the handle before the driver sees it.
 #pragma once
 
@@ -10,8 +10,6 @@
 
 namespace cm {
 
-// Closes an imported buffer's mapping and gives back its slot in the exporter's record.
-void ReleaseIpcImport(Allocation* a) noexcept;
 void InitIpc(Napi::Env env, Napi::Object exports);
 
 }  // namespace cm

@@ -9,11 +9,33 @@
 
 #include "binding/instance.h"
 #include "core/base/shm.h"
+#include "device/discovery.h"
 #include "memory/buffers.h"
 
 namespace cm {
 
 namespace {
+
+// A POSIX shared-memory file mapped and registered with CUDA (pinned memory that several
+// processes see): the file, and whether this process created it (and removes it when freed).
+struct SharedHostAllocation : Allocation {
+  using Allocation::Allocation;
+  std::string path;
+  bool owner = false;
+};
+
+const BufferOps kSharedHostOps{
+    /*on_device=*/false,
+    /*release=*/
+    [](napi_env env, Allocation* a) noexcept {
+      auto* s = static_cast<SharedHostAllocation*>(a);
+      DetachHostView(env, a);
+      cudaHostUnregister(a->ptr);
+      (void)cudaGetLastError();
+      munmap(a->ptr, a->bytes);
+      if (s->owner) unlink(s->path.c_str());
+    },
+};
 
 // Maps the file and registers it; returns [handle, arrayBuffer]. Takes ownership of fd (closed
 // here: the mapping keeps the memory).
@@ -38,14 +60,13 @@ Napi::Value MapAndRegister(Napi::Env env, int fd, const std::string& path, size_
     ThrowCuda(env, err, "cudaHostRegister",
               "could not page-lock the " + std::to_string(bytes) + " shared bytes of " + path);
   }
-  Allocation* a = new Allocation();
-  a->kind = MemKind::kSharedHost;
+  auto* a = new SharedHostAllocation(&kSharedHostOps);
   a->device = device;
   a->ptr = p;
   a->bytes = bytes;
   a->flags = cudaHostRegisterPortable;
-  a->shm_path = path;
-  a->shm_owner = owner;
+  a->path = path;
+  a->owner = owner;
   return ExposeHostMemory(env, a);
 }
 

@@ -6,10 +6,11 @@
 #include <cstring>
 #include <string>
 
-#include "allocator/stream_ordered.h"
 #include "binding/promise_worker.h"
+#include "device/discovery.h"
 #include "device/peers.h"
 #include "device/streams.h"
+#include "transfer/peer_copy.h"
 #include "transfer/staging.h"
 
 namespace cm {
@@ -28,10 +29,7 @@ Endpoint EndpointOf(Napi::Env env, Allocation* a, const char* what) {
   e.ptr = static_cast<char*>(a->ptr);
   e.length = a->bytes;
   e.device = a->device;
-  e.where = (a->kind == MemKind::kDevice || a->kind == MemKind::kPool ||
-             a->kind == MemKind::kAsync || a->kind == MemKind::kIpc)
-                ? Endpoint::kDevice
-                : Endpoint::kPinned;
+  e.where = a->ops->on_device ? Endpoint::kDevice : Endpoint::kPinned;
   return e;
 }
 
@@ -198,8 +196,8 @@ void CheckCopyArgs(Napi::Env env, CopyArgs& c, uint64_t dst_off, uint64_t src_of
     RequireCuda(env);
   // A block of the stream-ordered pool allocated on another stream is usable here once that
   // stream has reached its allocation.
-  AwaitAllocation(c.dst.alloc, c.stream);
-  AwaitAllocation(c.src.alloc, c.stream);
+  BeforeUse(c.dst.alloc, c.stream);
+  BeforeUse(c.src.alloc, c.stream);
 }
 
 CopyArgs ReadCopyArgs(const Napi::CallbackInfo& info) {
@@ -231,15 +229,21 @@ Napi::Value Copy(const Napi::CallbackInfo& info) {
 
 constexpr size_t kCopyArgs = 3;
 
+// What copyHandles() reads (dst handle, src handle, byte count), written by the JavaScript layer:
+// made by copyArgs() on first use, per environment.
+struct CopyArgsState : InstanceState {
+  Napi::Reference<Napi::ArrayBuffer> args;
+};
+
 // copyArgs() -> the ArrayBuffer of kCopyArgs doubles that copyHandles() reads: made once per
 // instance of the addon, and kept by it, so its memory stays where it is.
 Napi::Value CopyArgsBuffer(const Napi::CallbackInfo& info) {
-  Instance& inst = GetInstance(info.Env());
-  if (inst.copy_args.IsEmpty()) {
+  CopyArgsState& st = GetInstance(info.Env()).State<CopyArgsState>();
+  if (st.args.IsEmpty()) {
     Napi::ArrayBuffer ab = Napi::ArrayBuffer::New(info.Env(), kCopyArgs * sizeof(double));
-    inst.copy_args = Napi::Persistent(ab);
+    st.args = Napi::Persistent(ab);
   }
-  return inst.copy_args.Value();
+  return st.args.Value();
 }
 
 // copyHandles(): copy() between two buffer handles, whole ranges from offset 0, with no strategy
@@ -250,8 +254,9 @@ Napi::Value CopyArgsBuffer(const Napi::CallbackInfo& info) {
 Napi::Value CopyHandles(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Instance& inst = GetInstance(env);
-  if (inst.copy_args.IsEmpty()) ThrowType(env, "copyHandles() before copyArgs()");
-  Napi::ArrayBuffer args = inst.copy_args.Value();
+  CopyArgsState& st = inst.State<CopyArgsState>();
+  if (st.args.IsEmpty()) ThrowType(env, "copyHandles() before copyArgs()");
+  Napi::ArrayBuffer args = st.args.Value();
   // Transferred away (postMessage, structuredClone): nothing left to read.
   if (args.ByteLength() < kCopyArgs * sizeof(double))
     ThrowType(env, "the buffer of copyArgs() was detached; copyHandles() has nothing to read");
@@ -374,7 +379,7 @@ Napi::Value Memset(const Napi::CallbackInfo& info) {
     std::memset(e.ptr + off, value, n);
     return env.Undefined();
   }
-  AwaitAllocation(e.alloc, nullptr);
+  BeforeUse(e.alloc, nullptr);
   cudaError_t err = cudaSetDevice(e.device);
   if (err == cudaSuccess && n) err = cudaMemset(e.ptr + off, value, n);
   // cudaMemset may return before it finishes; make memset() synchronous like copy().
@@ -389,10 +394,10 @@ Napi::Value Memset(const Napi::CallbackInfo& info) {
 // in flight keep the ones they hold).
 Napi::Value ConfigureStaging(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  Instance& inst = GetInstance(env);
+  StagingState& st = Staging(GetInstance(env));
   if (info[0].IsObject()) {
     Napi::Object o = info[0].As<Napi::Object>();
-    Instance::StagingConfig cfg = inst.staging_config;
+    StagingState::Config cfg = st.config;
     auto has = [&](const Napi::Object& from, const char* key, bool* reset) {
       Napi::Value v = from.Get(key);
       *reset = v.IsNull();
@@ -435,13 +440,13 @@ Napi::Value ConfigureStaging(const Napi::CallbackInfo& info) {
                                std::pair{cfg.last_chunk_bytes, "lastChunkBytes"}})
       if (bytes && (bytes < 65536 || bytes > (1ull << 30)))
         ThrowRange(env, std::string(name) + " must be from 64 KiB to 1 GiB");
-    std::lock_guard<std::mutex> lock(inst.staging_mutex);
-    inst.staging_config = cfg;
-    inst.staging.clear();
-    inst.staging_teams.clear();
+    std::lock_guard<std::mutex> lock(st.mutex);
+    st.config = cfg;
+    st.engines.clear();
+    st.teams.clear();
   }
-  std::lock_guard<std::mutex> lock(inst.staging_mutex);
-  StagingOptions o = StagingOptionsInForce(inst);
+  std::lock_guard<std::mutex> lock(st.mutex);
+  StagingOptions o = StagingOptionsInForce(st);
   Napi::Object out = Napi::Object::New(env);
   out.Set("chunkBytes", static_cast<double>(o.chunk_bytes));
   out.Set("firstChunkBytes", static_cast<double>(std::min(o.first_chunk_bytes, o.chunk_bytes)));

@@ -1,12 +1,14 @@
 #include "transfer/staging.h"
 
+#include "device/discovery.h"
+
 #include <algorithm>
 #include <map>
 #include <thread>
 
 namespace cm {
 
-StagingOptions StagingOptionsInForce(const Instance& inst) {
+StagingOptions StagingOptionsInForce(const StagingState& st) {
   // The defaults were chosen with the transfer benchmark and scripts/tune-staging.js on the H100
   // (docs/transfers.md, and the history of BENCHMARKS.md); hardware threads bound the team.
   // configureStaging() overrides each one. Asked once: every pageable copy under 'auto' comes here
@@ -21,7 +23,7 @@ StagingOptions StagingOptionsInForce(const Instance& inst) {
   o.streaming = Streaming::kAuto;
   o.auto_h2d = 256u << 10;
   o.auto_d2h = 128u << 10;
-  const Instance::StagingConfig& c = inst.staging_config;
+  const StagingState::Config& c = st.config;
   if (c.chunk_bytes) o.chunk_bytes = c.chunk_bytes;
   if (c.first_chunk_bytes) o.first_chunk_bytes = c.first_chunk_bytes;
   if (c.last_chunk_bytes) o.last_chunk_bytes = c.last_chunk_bytes;
@@ -34,8 +36,9 @@ StagingOptions StagingOptionsInForce(const Instance& inst) {
 }
 
 size_t StagedThreshold(Instance& inst, bool to_host) {
-  std::lock_guard<std::mutex> lock(inst.staging_mutex);
-  StagingOptions o = StagingOptionsInForce(inst);
+  StagingState& st = Staging(inst);
+  std::lock_guard<std::mutex> lock(st.mutex);
+  StagingOptions o = StagingOptionsInForce(st);
   return to_host ? o.auto_d2h : o.auto_h2d;
 }
 
@@ -128,8 +131,8 @@ Error StagingEngine::Copy(char* device_ptr, char* host, size_t n) {
 }
 
 namespace {
-std::shared_ptr<const core::NumaPlan> PlacementLocked(Instance& inst, int device) {
-  auto& plan = inst.numa_plans[device];
+std::shared_ptr<const core::NumaPlan> PlacementLocked(StagingState& st, int device) {
+  auto& plan = st.numa_plans[device];
   if (!plan) {
     char bus[32] = "";
     if (cudaDeviceGetPCIBusId(bus, sizeof bus, device) != cudaSuccess) (void)cudaGetLastError();
@@ -157,11 +160,11 @@ std::shared_ptr<core::CpuShare> CpuShareFor(const core::NumaPlan& plan) {
 // on one node each got about half of a shared team); on a host of several nodes its threads are
 // kept on the GPU's node's CPUs (and the team is no larger than them). Teams on the same CPUs
 // share them while they copy at once (core::CpuShare).
-std::shared_ptr<core::CopyTeam> TeamLocked(Instance& inst, int device) {
-  std::shared_ptr<const core::NumaPlan> plan = PlacementLocked(inst, device);
-  auto& team = inst.staging_teams[device];
+std::shared_ptr<core::CopyTeam> TeamLocked(StagingState& st, int device) {
+  std::shared_ptr<const core::NumaPlan> plan = PlacementLocked(st, device);
+  auto& team = st.teams[device];
   if (!team) {
-    int threads = StagingOptionsInForce(inst).threads;
+    int threads = StagingOptionsInForce(st).threads;
     if (plan->applies) threads = std::min(threads, static_cast<int>(plan->cpus.size()));
     team = std::make_shared<core::CopyTeam>(
         threads, plan->applies ? plan->cpus : std::vector<int>{}, CpuShareFor(*plan));
@@ -171,30 +174,33 @@ std::shared_ptr<core::CopyTeam> TeamLocked(Instance& inst, int device) {
 }  // namespace
 
 std::shared_ptr<core::CopyTeam> GetStagingTeam(Instance& inst, int device) {
-  std::lock_guard<std::mutex> lock(inst.staging_mutex);
-  return TeamLocked(inst, device);
+  StagingState& st = Staging(inst);
+  std::lock_guard<std::mutex> lock(st.mutex);
+  return TeamLocked(st, device);
 }
 
 std::shared_ptr<const core::NumaPlan> DevicePlacement(Instance& inst, int device) {
-  std::lock_guard<std::mutex> lock(inst.staging_mutex);
-  return PlacementLocked(inst, device);
+  StagingState& st = Staging(inst);
+  std::lock_guard<std::mutex> lock(st.mutex);
+  return PlacementLocked(st, device);
 }
 
 std::shared_ptr<StagingEngine> GetStagingEngine(Instance& inst, int device, bool to_host,
                                                 Error* err) {
-  std::lock_guard<std::mutex> lock(inst.staging_mutex);
+  StagingState& st = Staging(inst);
+  std::lock_guard<std::mutex> lock(st.mutex);
   const int key = device * 2 + (to_host ? 1 : 0);
-  auto it = inst.staging.find(key);
-  if (it != inst.staging.end()) return it->second;
-  std::shared_ptr<const core::NumaPlan> plan = PlacementLocked(inst, device);
+  auto it = st.engines.find(key);
+  if (it != st.engines.end()) return it->second;
+  std::shared_ptr<const core::NumaPlan> plan = PlacementLocked(st, device);
   auto engine =
-      std::make_shared<StagingEngine>(device, to_host, StagingOptionsInForce(inst),
-                                      TeamLocked(inst, device), plan->applies ? plan->node : -1);
+      std::make_shared<StagingEngine>(device, to_host, StagingOptionsInForce(st),
+                                      TeamLocked(st, device), plan->applies ? plan->node : -1);
   if (engine->error()) {
     *err = engine->error();
     return nullptr;
   }
-  inst.staging[key] = engine;
+  st.engines[key] = engine;
   return engine;
 }
 
@@ -213,10 +219,10 @@ Napi::Value StagingPlacement(const Napi::CallbackInfo& info) {
   RequireCuda(env);
   int device = ReadInt(env, info[0], "device", 0, 1 << 20);
   CheckDevice(env, device);
-  Instance& inst = GetInstance(env);
-  std::lock_guard<std::mutex> lock(inst.staging_mutex);
-  std::shared_ptr<const core::NumaPlan> plan = PlacementLocked(inst, device);
-  std::shared_ptr<core::CopyTeam> team = TeamLocked(inst, device);
+  StagingState& st = Staging(GetInstance(env));
+  std::lock_guard<std::mutex> lock(st.mutex);
+  std::shared_ptr<const core::NumaPlan> plan = PlacementLocked(st, device);
+  std::shared_ptr<core::CopyTeam> team = TeamLocked(st, device);
   Napi::Object o = Napi::Object::New(env);
   o.Set("device", device);
   o.Set("numaNode", plan->node);
@@ -232,8 +238,8 @@ Napi::Value StagingPlacement(const Napi::CallbackInfo& info) {
   Napi::Array rings = Napi::Array::New(env);
   uint32_t k = 0;
   for (bool to_host : {false, true}) {
-    auto it = inst.staging.find(device * 2 + (to_host ? 1 : 0));
-    if (it == inst.staging.end()) continue;
+    auto it = st.engines.find(device * 2 + (to_host ? 1 : 0));
+    if (it == st.engines.end()) continue;
     Napi::Object r = Napi::Object::New(env);
     r.Set("direction", to_host ? "d2h" : "h2d");
     r.Set("node", it->second->ring_node());

@@ -5,8 +5,11 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "binding/instance.h"
@@ -15,6 +18,36 @@
 #include "core/transfer/staging_pipeline.h"
 
 namespace cm {
+
+class StagingEngine;
+
+// Non-temporal stores on the staged path: always, never, or where they measured faster
+// (StreamingFor).
+enum class Streaming { kAuto, kOn, kOff };
+
+// The environment's staged-path state (Instance::State).
+struct StagingState : InstanceState {
+  std::mutex mutex;
+  // One per device and direction (key device * 2 + 1 for device-to-host), made on first use, so
+  // that copies in the two directions overlap. The two directions share one team of copy threads
+  // per device (key: the device), kept on the device's NUMA node where placement applies.
+  std::map<int, std::shared_ptr<StagingEngine>> engines;
+  std::map<int, std::shared_ptr<core::CopyTeam>> teams;
+  std::map<int, std::shared_ptr<const core::NumaPlan>> numa_plans;  // per device, read once
+  // configureStaging()'s settings.
+  struct Config {
+    size_t chunk_bytes = 0;  // 0: the tuned default
+    size_t first_chunk_bytes = 0;
+    size_t last_chunk_bytes = 0;
+    int slots = 0;
+    int threads = 0;
+    std::optional<Streaming> streaming;  // none: the default
+    int64_t auto_h2d = -1;               // -1: default
+    int64_t auto_d2h = -1;
+  } config;
+};
+
+inline StagingState& Staging(Instance& inst) { return inst.State<StagingState>(); }
 
 // Host-to-device copies from this size up use ordinary stores into the ring under Streaming::kAuto:
 // on the H100 host they measured faster there (50-53 against 44-47 GB/s at 256 MiB and 1 GiB),
@@ -41,9 +74,9 @@ struct StagingOptions {
   size_t auto_d2h;
 };
 
-// The tuned defaults with the instance's configureStaging() settings applied. Call on the JS
-// thread or under inst.staging_mutex.
-StagingOptions StagingOptionsInForce(const Instance& inst);
+// The tuned defaults with the environment's configureStaging() settings applied. Call under
+// st.mutex.
+StagingOptions StagingOptionsInForce(const StagingState& st);
 
 // The size from which strategy 'auto' stages a pageable copy in this direction.
 size_t StagedThreshold(Instance& inst, bool to_host);
