@@ -50,9 +50,23 @@ uint64_t CudaUpstream::Granularity() const {
   return granule_;
 }
 
+namespace {
+core::UpstreamStatus FromVmm(const vmm::Result& r) {
+  switch (r.kind) {
+    case vmm::Result::kOk:
+      return core::UpstreamStatus::Ok();
+    case vmm::Result::kOutOfMemory:
+      return {core::UpstreamStatus::kOutOfMemory, r.code, r.call};
+    case vmm::Result::kError:
+      break;
+  }
+  return {core::UpstreamStatus::kError, r.code, r.call};
+}
+}  // namespace
+
 core::UpstreamStatus CudaUpstream::Reserve(uint64_t bytes, uint64_t* address) {
   if (!space_) space_ = std::make_unique<vmm::Space>(device_, Granularity());
-  return space_->Reserve(bytes, address);
+  return FromVmm(space_->Reserve(bytes, address));
 }
 
 void CudaUpstream::Unreserve(uint64_t address, uint64_t bytes) noexcept {
@@ -60,7 +74,7 @@ void CudaUpstream::Unreserve(uint64_t address, uint64_t bytes) noexcept {
 }
 
 core::UpstreamStatus CudaUpstream::Map(uint64_t address, uint64_t bytes) {
-  return space_ ? space_->Map(address, bytes)
+  return space_ ? FromVmm(space_->Map(address, bytes))
                 : core::UpstreamStatus{core::UpstreamStatus::kError, 1, "cuMemMap"};
 }
 

@@ -15,12 +15,12 @@ uint64_t Granularity(int, std::string* why) {
   return 0;
 }
 Space::~Space() = default;
-core::UpstreamStatus Space::Reserve(uint64_t, uint64_t*) {
-  return {core::UpstreamStatus::kError, 35, "cuMemAddressReserve"};
+Result Space::Reserve(uint64_t, uint64_t*) {
+  return {Result::kError, 35, "cuMemAddressReserve"};
 }
 void Space::Unreserve(uint64_t, uint64_t) noexcept {}
-core::UpstreamStatus Space::Map(uint64_t, uint64_t) {
-  return {core::UpstreamStatus::kError, 35, "cuMemMap"};
+Result Space::Map(uint64_t, uint64_t) {
+  return {Result::kError, 35, "cuMemMap"};
 }
 void Space::Unmap(uint64_t, uint64_t) noexcept {}
 
@@ -83,10 +83,9 @@ CUmemAllocationProp Prop(int device) {
   return prop;
 }
 
-core::UpstreamStatus Status(CUresult r, const char* call) {
-  if (r == CUDA_SUCCESS) return core::UpstreamStatus::Ok();
-  return {r == CUDA_ERROR_OUT_OF_MEMORY ? core::UpstreamStatus::kOutOfMemory
-                                        : core::UpstreamStatus::kError,
+Result Status(CUresult r, const char* call) {
+  if (r == CUDA_SUCCESS) return {};
+  return {r == CUDA_ERROR_OUT_OF_MEMORY ? Result::kOutOfMemory : Result::kError,
           static_cast<int>(r), call};
 }
 
@@ -127,11 +126,11 @@ Space::~Space() {
   for (auto& [base, size] : ranges_) Get().address_free(base, size);
 }
 
-core::UpstreamStatus Space::Reserve(uint64_t bytes, uint64_t* address) {
+Result Space::Reserve(uint64_t bytes, uint64_t* address) {
   CUdeviceptr p = 0;
   UseDevice(device_);
-  core::UpstreamStatus st = Status(Get().reserve(&p, bytes, granule_, 0, 0), "cuMemAddressReserve");
-  if (st.kind == core::UpstreamStatus::kOk) {
+  Result st = Status(Get().reserve(&p, bytes, granule_, 0, 0), "cuMemAddressReserve");
+  if (st.ok()) {
     *address = p;
     ranges_[p] = bytes;
   }
@@ -142,31 +141,31 @@ void Space::Unreserve(uint64_t address, uint64_t bytes) noexcept {
   if (ranges_.erase(address)) Get().address_free(address, bytes);
 }
 
-core::UpstreamStatus Space::Map(uint64_t address, uint64_t bytes) {
+Result Space::Map(uint64_t address, uint64_t bytes) {
   const Driver& d = Get();
   UseDevice(device_);
   CUmemAllocationProp prop = Prop(device_);
   uint64_t done = 0;
-  core::UpstreamStatus st = core::UpstreamStatus::Ok();
+  Result st;
   for (; done < bytes; done += granule_) {
     CUmemGenericAllocationHandle h = 0;
     st = Status(d.create(&h, granule_, &prop, 0), "cuMemCreate");
-    if (st.kind != core::UpstreamStatus::kOk) break;
+    if (!st.ok()) break;
     st = Status(d.map(address + done, granule_, 0, h, 0), "cuMemMap");
-    if (st.kind != core::UpstreamStatus::kOk) {
+    if (!st.ok()) {
       d.release(h);
       break;
     }
     handles_[address + done] = h;
   }
-  if (st.kind == core::UpstreamStatus::kOk) {
+  if (st.ok()) {
     CUmemAccessDesc access{};
     access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     access.location.id = device_;
     access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
     st = Status(d.set_access(address, bytes, &access, 1), "cuMemSetAccess");
   }
-  if (st.kind != core::UpstreamStatus::kOk && done > 0) Unmap(address, done);
+  if (!st.ok() && done > 0) Unmap(address, done);
   return st;
 }
 

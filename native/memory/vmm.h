@@ -9,9 +9,16 @@
 #include <map>
 #include <string>
 
-#include "core/allocator/upstream.h"
-
 namespace cm::vmm {
+
+// What a driver call of this file returned: success, out of memory, or another error with the
+// driver's code and the call that failed. The allocator turns it into its upstream's status.
+struct Result {
+  enum Kind { kOk, kOutOfMemory, kError } kind = kOk;
+  int code = 0;      // a CUresult
+  std::string call;  // e.g. "cuMemMap"
+  bool ok() const { return kind == kOk; }
+};
 
 // The device's minimum granularity for device memory (2 MiB on the H100), or 0 with `why`
 // filled when the driver or the device cannot do this.
@@ -24,11 +31,11 @@ class Space {
   ~Space();
   Space(const Space&) = delete;
   Space& operator=(const Space&) = delete;
-  core::UpstreamStatus Reserve(uint64_t bytes, uint64_t* address);
+  Result Reserve(uint64_t bytes, uint64_t* address);
   void Unreserve(uint64_t address, uint64_t bytes) noexcept;
   // Maps `bytes` at `address` with one physical allocation per granule, readable and writable
   // by the device; all or nothing.
-  core::UpstreamStatus Map(uint64_t address, uint64_t bytes);
+  Result Map(uint64_t address, uint64_t bytes);
   // Waits for the device (as cudaFree does), then unmaps and releases each granule.
   void Unmap(uint64_t address, uint64_t bytes) noexcept;
 

@@ -1,6 +1,7 @@
 // Tests of the host-topology core without a GPU: PCI bus ids as CUDA and NVML write them, CPU
 // lists, NUMA plans read from a made-up sysfs tree, NVLink counts on made-up hosts, and the
-// placement calls on this machine's own node 0.
+// placement calls on this machine's own node 0 (the copy team pinned to CPUs is tested with the
+// staging pipeline).
 #include "core/device/topology.h"
 
 #include <sys/mman.h>
@@ -14,7 +15,6 @@
 
 #include "core/device/numa.h"
 #include "core/test/check.h"
-#include "core/transfer/copy_team.h"
 
 using namespace cm::core;
 
@@ -118,14 +118,6 @@ void TestPlacementCalls() {
   t.join();
   CHECK(pinned);
   CHECK(!PinThread(0, {}));
-  // A team restricted to those CPUs says so, and copies as any other.
-  CopyTeam team(3, cpus);
-  CHECK(team.pinned());
-  std::vector<char> from(5 << 20), to(5 << 20);
-  for (size_t i = 0; i < from.size(); ++i) from[i] = static_cast<char>(i * 7 + 3);
-  team.Copy(to.data(), from.data(), from.size(), true);
-  CHECK(from == to);
-  CHECK(!CopyTeam(2).pinned());
 }
 
 GpuLinks Gpu(const char* bus) { return GpuLinks{ParsePciBusId(bus), {}}; }

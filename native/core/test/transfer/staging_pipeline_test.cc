@@ -4,6 +4,8 @@
 // byte comparison fails.
 #include "core/transfer/staging_pipeline.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -525,6 +527,22 @@ static void TestCpuShare() {
   CHECK(same && share->active() == 0);
 }
 
+// A team restricted to the CPUs this process may run on says so, and copies as any other.
+void TestPinnedTeam() {
+  cpu_set_t set;
+  CHECK(sched_getaffinity(0, sizeof set, &set) == 0);
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  CopyTeam team(3, cpus);
+  CHECK(team.pinned());
+  std::vector<char> from(5 << 20), to(5 << 20);
+  for (size_t i = 0; i < from.size(); ++i) from[i] = static_cast<char>(i * 7 + 3);
+  team.Copy(to.data(), from.data(), from.size(), true);
+  CHECK(from == to);
+  CHECK(!CopyTeam(2).pinned());
+}
+
 int main() {
   TestPlan();
   TestRoundTrips();
@@ -534,6 +552,7 @@ int main() {
   TestTeamCopy();
   TestManyJobsAtOnce();
   TestCpuShare();
+  TestPinnedTeam();
   if (failures) std::fprintf(stderr, "staging tests: %d failures\n", failures);
   return failures ? 1 : 0;
 }
