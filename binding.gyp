@@ -4,7 +4,7 @@
   # NODE_ADDON_API_CPP_EXCEPTIONS_ALL any other std::exception is converted too, never a crash.
   # What runs while an environment is torn down (async completions, finalizers, the cleanup hook)
   # cannot throw into JavaScript, so nothing there throws: completions go through PromiseWorker
-  # (native/async.h), finalizers and the cleanup hook are noexcept and use the C Node-API calls,
+  # (native/binding/promise_worker.h), finalizers and the cleanup hook are noexcept and use the C Node-API calls,
   # whose failures they ignore. NODE_API_SWALLOW_UNTHROWABLE_EXCEPTIONS is the backstop: an error
   # that can no longer be thrown into a dying environment is dropped rather than rethrown.
   "variables": {
@@ -47,6 +47,7 @@
         "native/core/transfer/peer_schedule.cc",
         "native/core/transfer/staging_pipeline.cc",
         "native/core/allocator/budget.cc",
+        "native/core/allocator/compose.cc",
         "native/core/allocator/group_upstream.cc",
         "native/core/allocator/ledger.cc",
         "native/core/allocator/policy.cc",

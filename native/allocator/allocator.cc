@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "allocator/group.h"
+#include "core/allocator/compose.h"
 #include "core/allocator/policy.h"
 #include "device/discovery.h"
 
@@ -209,12 +210,11 @@ uint64_t ReadInitialPoolBytes(Napi::Env env, Napi::Value v, uint64_t limit,
                               const std::string& limit_source) {
   if (Absent(v)) return 0;
   uint64_t bytes = ReadSize(env, v, "initialPoolBytes");
-  if (bytes % core::kMinBlock)
-    ThrowRange(env, "initialPoolBytes must be a multiple of 256, got " + std::to_string(bytes));
-  if (bytes > limit)
-    ThrowRange(env, "initialPoolBytes (" + core::FormatBytes(bytes) + ") is above the limit of " +
-                        core::FormatBytes(limit) + " (" + limit_source +
-                        "): the limit is the pool's maximum size");
+  try {
+    core::CheckInitialBytes(bytes, limit, limit_source);
+  } catch (const std::invalid_argument& e) {
+    ThrowRange(env, e.what());
+  }
   return bytes;
 }
 
@@ -262,7 +262,7 @@ Napi::Value CreateAllocator(const Napi::CallbackInfo& info) {
   if (!info[0].IsObject()) ThrowType(env, "options must be an object");
   Napi::Object o = info[0].As<Napi::Object>();
   int device = ReadInt(env, o.Get("device"), "options.device", 0, 1 << 20);
-  auto binding = std::make_shared<PoolBinding>();
+  std::unique_ptr<core::Upstream> device_upstream;
   Napi::Value sim = o.Get("simulate");
   if (sim.IsObject()) {
     Napi::Object s = sim.As<Napi::Object>();
@@ -274,69 +274,47 @@ Napi::Value CreateAllocator(const Napi::CallbackInfo& info) {
         static_cast<int>(Opt(s, "ccMinor", 0)), device);
     if (!Absent(s.Get("granularity")))
       sim_up->SetGranularity(ReadSize(env, s.Get("granularity"), "simulate.granularity"));
-    binding->upstream = std::move(sim_up);
+    device_upstream = std::move(sim_up);
   } else {
     CheckDevice(env, device);
-    binding->upstream = std::make_unique<CudaUpstream>(device);
+    device_upstream = std::make_unique<CudaUpstream>(device);
   }
+  core::AllocatorSpec spec;
   // shared: { dir, name, device (uuid or "simulated"), budget (0: the group's), budgetSource,
   // lockTimeoutMs }
   Napi::Value shared = o.Get("shared");
   if (shared.IsObject()) {
     Napi::Object g = shared.As<Napi::Object>();
-    try {
-      std::unique_ptr<core::Ledger> ledger(core::Ledger::Join(
-          ReadString(env, g.Get("dir"), "shared.dir"),
-          ReadString(env, g.Get("name"), "shared.name"),
-          ReadString(env, g.Get("device"), "shared.device"),
-          ReadSize(env, g.Get("budget"), "shared.budget"),
-          ReadString(env, g.Get("budgetSource"), "shared.budgetSource"), 0,
-          ReadInt(env, g.Get("lockTimeoutMs"), "shared.lockTimeoutMs", 0, 86400000)));
-      auto up =
-          std::make_unique<core::GroupUpstream>(std::move(binding->upstream), std::move(ledger));
-      binding->group = up.get();
-      binding->upstream = std::move(up);
-    } catch (const core::ShmError& e) {
-      ThrowInterprocess(env, e);
-    }
+    spec.group = core::GroupJoin{
+        ReadString(env, g.Get("dir"), "shared.dir"),
+        ReadString(env, g.Get("name"), "shared.name"),
+        ReadString(env, g.Get("device"), "shared.device"),
+        ReadSize(env, g.Get("budget"), "shared.budget"),
+        ReadString(env, g.Get("budgetSource"), "shared.budgetSource"),
+        ReadInt(env, g.Get("lockTimeoutMs"), "shared.lockTimeoutMs", 0, 86400000)};
   }
-  core::PolicyOptions policy;
-  if (o.Get("memoryFraction").IsNumber()) policy.memory_fraction = Opt(o, "memoryFraction", 0);
-  if (!o.Get("memoryLimit").IsUndefined() && !o.Get("memoryLimit").IsNull())
-    policy.memory_limit = ReadSize(env, o.Get("memoryLimit"), "memoryLimit");
-  core::MemInfo mi = binding->upstream->GetMemInfo();
-  core::PoolOptions po;
-  if (binding->group && !policy.memory_fraction && !policy.memory_limit) {
-    // A member of a group may, by default, use up to the whole group budget; the device's free
-    // memory at this moment (which the default limit would come from) does not matter.
-    po.limit = std::min<uint64_t>(binding->group->ledger().budget(), mi.total);
-    po.limit_source = "the budget of group '" + binding->group->ledger().name() + "'";
-  } else {
-    try {
-      core::ResolvedLimit limit = core::ResolveLimit(policy, mi, binding->upstream->ccMajor(),
-                                                     binding->upstream->ccMinor());
-      po.limit = limit.bytes;
-      po.limit_source = limit.source;
-    } catch (const std::invalid_argument& e) {
-      ThrowRange(env, e.what());
-    }
-  }
-  po.allow_growth = o.Get("allowGrowth").ToBoolean();
-  po.initial_bytes =
-      ReadInitialPoolBytes(env, o.Get("initialPoolBytes"), po.limit, po.limit_source);
-  po.garbage_collection =
+  if (o.Get("memoryFraction").IsNumber()) spec.policy.memory_fraction = Opt(o, "memoryFraction", 0);
+  if (!Absent(o.Get("memoryLimit")))
+    spec.policy.memory_limit = ReadSize(env, o.Get("memoryLimit"), "memoryLimit");
+  spec.allow_growth = o.Get("allowGrowth").ToBoolean();
+  if (!Absent(o.Get("initialPoolBytes")))
+    spec.initial_bytes = ReadSize(env, o.Get("initialPoolBytes"), "initialPoolBytes");
+  spec.garbage_collection =
       !o.Get("garbageCollection").IsBoolean() || o.Get("garbageCollection").ToBoolean();
-  po.expandable = o.Get("expandableSegments").ToBoolean();
-  if (po.expandable && binding->upstream->Granularity() == 0)
-    throw LibraryError(env, "ERR_NOT_SUPPORTED",
-                       "expandableSegments needs CUDA virtual memory management, and " +
-                           binding->upstream->Why() + "; use allowGrowth without it");
-  if (binding->group) {
-    try {
-      binding->group->ledger().SetLimit(po.limit);
-    } catch (const core::ShmError& e) {
-      ThrowInterprocess(env, e);
-    }
+  spec.expandable = o.Get("expandableSegments").ToBoolean();
+  auto binding = std::make_shared<PoolBinding>();
+  core::PoolOptions po;
+  try {
+    core::ComposedAllocator composed = core::ComposeAllocator(std::move(device_upstream), spec);
+    binding->upstream = std::move(composed.upstream);
+    binding->group = composed.group;
+    po = std::move(composed.options);
+  } catch (const core::ShmError& e) {
+    ThrowInterprocess(env, e);
+  } catch (const std::invalid_argument& e) {
+    ThrowRange(env, e.what());
+  } catch (const core::NotSupported& e) {
+    throw LibraryError(env, "ERR_NOT_SUPPORTED", e.what());
   }
   try {
     binding->pool = std::make_unique<core::Pool>(binding->upstream.get(), po);

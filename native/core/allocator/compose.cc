@@ -1,0 +1,61 @@
+#include "core/allocator/compose.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "core/allocator/ledger.h"
+
+namespace cm::core {
+
+namespace {
+
+// A group member may, by default, use up to the whole group budget; the device's free memory at
+// this moment (which the default limit would come from) does not matter.
+ResolvedLimit LimitOf(const AllocatorSpec& spec, Upstream& up, GroupUpstream* group) {
+  MemInfo mi = up.GetMemInfo();
+  if (group && !spec.policy.memory_fraction && !spec.policy.memory_limit)
+    return {std::min<uint64_t>(group->ledger().budget(), mi.total),
+            "the budget of group '" + group->ledger().name() + "'"};
+  return ResolveLimit(spec.policy, mi, up.ccMajor(), up.ccMinor());
+}
+
+}  // namespace
+
+void CheckInitialBytes(uint64_t bytes, uint64_t limit, const std::string& limit_source) {
+  if (bytes % kMinBlock)
+    throw std::invalid_argument("initialPoolBytes must be a multiple of 256, got " +
+                                std::to_string(bytes));
+  if (bytes > limit)
+    throw std::invalid_argument("initialPoolBytes (" + FormatBytes(bytes) +
+                                ") is above the limit of " + FormatBytes(limit) + " (" +
+                                limit_source + "): the limit is the pool's maximum size");
+}
+
+ComposedAllocator ComposeAllocator(std::unique_ptr<Upstream> device, const AllocatorSpec& spec) {
+  ComposedAllocator out;
+  out.upstream = std::move(device);
+  if (spec.group) {
+    const GroupJoin& g = *spec.group;
+    std::unique_ptr<Ledger> ledger(Ledger::Join(g.dir, g.name, g.device, g.budget,
+                                                g.budget_source, 0, g.lock_timeout_ms));
+    auto up = std::make_unique<GroupUpstream>(std::move(out.upstream), std::move(ledger));
+    out.group = up.get();
+    out.upstream = std::move(up);
+  }
+  ResolvedLimit limit = LimitOf(spec, *out.upstream, out.group);
+  PoolOptions& po = out.options;
+  po.limit = limit.bytes;
+  po.limit_source = limit.source;
+  po.allow_growth = spec.allow_growth;
+  po.garbage_collection = spec.garbage_collection;
+  CheckInitialBytes(spec.initial_bytes, po.limit, po.limit_source);
+  po.initial_bytes = spec.initial_bytes;
+  po.expandable = spec.expandable;
+  if (po.expandable && out.upstream->Granularity() == 0)
+    throw NotSupported("expandableSegments needs CUDA virtual memory management, and " +
+                       out.upstream->Why() + "; use allowGrowth without it");
+  if (out.group) out.group->ledger().SetLimit(po.limit);
+  return out;
+}
+
+}  // namespace cm::core
