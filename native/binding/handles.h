@@ -61,7 +61,7 @@ struct Allocation {
   void* ptr = nullptr;         // device address, or host address for pinned and registered
   void* device_ptr = nullptr;  // mapped pinned memory as the GPU addresses it
   size_t bytes = 0;
-  int64_t external_bytes = 0;  // reported to V8
+  int64_t external_bytes = 0;   // reported to V8
   napi_ref host_ref = nullptr;  // host memory: a reference to its ArrayBuffer or view
   std::unique_ptr<BufferExport> exported;
 };

@@ -16,8 +16,7 @@ size_t Instance::NewStateKey() {
   size_t key = next.fetch_add(1);
   if (key >= kMaxStates) {
     // A build-time limit, reached only by adding a concern: raise kMaxStates.
-    std::fprintf(stderr, "cuda-memory: more than %zu kinds of per-environment state\n",
-                 kMaxStates);
+    std::fprintf(stderr, "cuda-memory: more than %zu kinds of per-environment state\n", kMaxStates);
     std::abort();
   }
   return key;

@@ -55,7 +55,7 @@ class Instance {
   static size_t NewStateKey();
   InstanceState* Install(size_t key, std::unique_ptr<InstanceState> (*make)());
   std::array<std::atomic<InstanceState*>, kMaxStates> slots_{};
-  std::recursive_mutex slots_mutex_;  // a state's constructor may ask for another
+  std::recursive_mutex slots_mutex_;                  // a state's constructor may ask for another
   std::vector<std::unique_ptr<InstanceState>> made_;  // in the order they were made
 };
 

@@ -88,9 +88,7 @@ struct StatusState : InstanceState {
 };
 }  // namespace
 
-const CudaStatus& GetStatus(Napi::Env env) {
-  return GetInstance(env).State<StatusState>().status;
-}
+const CudaStatus& GetStatus(Napi::Env env) { return GetInstance(env).State<StatusState>().status; }
 
 void RequireCuda(Napi::Env env) {
   const CudaStatus& st = GetStatus(env);

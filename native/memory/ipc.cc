@@ -106,7 +106,8 @@ Napi::Value IpcExport(const Napi::CallbackInfo& info) {
   if (a->exported) return DescriptorObject(env, ExportOf(a)->record->descriptor());
   if (a->simulated)
     NotSupported(env, "a block of a simulated device has no memory to share with other processes");
-  if (!a->ops->export_range) ThrowType(env, "only device memory (a DeviceBuffer) can be exported by IPC");
+  if (!a->ops->export_range)
+    ThrowType(env, "only device memory (a DeviceBuffer) can be exported by IPC");
   void* base = nullptr;
   uint64_t offset = 0;
   a->ops->export_range(env, a, &base, &offset);
@@ -164,8 +165,7 @@ Napi::Value IpcImport(const Napi::CallbackInfo& info) {
   std::string dir = ReadString(env, info[1], "dir");
   int wanted = ReadInt(env, info[2], "device", -1, 1 << 20);
   for (Allocation* open : GetInstance(env).handles.Live())
-    if (open->ops == &kIpcImportOps &&
-        static_cast<IpcImportAllocation*>(open)->import &&
+    if (open->ops == &kIpcImportOps && static_cast<IpcImportAllocation*>(open)->import &&
         static_cast<IpcImportAllocation*>(open)->import->record() == d.record)
       ThrowInterprocess(env, core::ShmError("ERR_IPC_ALREADY_OPEN",
                                             "this IPC handle is already open here (as a "

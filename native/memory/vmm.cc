@@ -15,13 +15,9 @@ uint64_t Granularity(int, std::string* why) {
   return 0;
 }
 Space::~Space() = default;
-Result Space::Reserve(uint64_t, uint64_t*) {
-  return {Result::kError, 35, "cuMemAddressReserve"};
-}
+Result Space::Reserve(uint64_t, uint64_t*) { return {Result::kError, 35, "cuMemAddressReserve"}; }
 void Space::Unreserve(uint64_t, uint64_t) noexcept {}
-Result Space::Map(uint64_t, uint64_t) {
-  return {Result::kError, 35, "cuMemMap"};
-}
+Result Space::Map(uint64_t, uint64_t) { return {Result::kError, 35, "cuMemMap"}; }
 void Space::Unmap(uint64_t, uint64_t) noexcept {}
 
 #else

@@ -1,10 +1,10 @@
 #include "transfer/staging.h"
 
-#include "device/discovery.h"
-
 #include <algorithm>
 #include <map>
 #include <thread>
+
+#include "device/discovery.h"
 
 namespace cm {
 

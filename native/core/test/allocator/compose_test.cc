@@ -39,7 +39,9 @@ std::string Refusal(const std::function<void()>& f) {
   return "";
 }
 
-bool Has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+bool Has(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
 
 void TestLimits() {
   // No option: ResolveLimit's default, from the device's free memory.
@@ -87,8 +89,9 @@ void TestExpandable() {
   spec.policy.memory_limit = GiB;
   spec.expandable = true;
   std::string m = Refusal([&] { ComposeAllocator(Device(8 * GiB, 8 * GiB, 0), spec); });
-  CHECK(Has(m, "unsupported: expandableSegments needs CUDA virtual memory management, and the "
-               "simulated device was made without granules"));
+  CHECK(Has(m,
+            "unsupported: expandableSegments needs CUDA virtual memory management, and the "
+            "simulated device was made without granules"));
   ComposedAllocator a = ComposeAllocator(Device(8 * GiB, 8 * GiB, 2 * MiB), spec);
   CHECK(a.options.expandable);
 }
