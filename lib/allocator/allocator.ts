@@ -233,46 +233,6 @@ export interface AllocOptions {
 }
 
 // The native calls of each backend.
-interface Backend {
-  alloc(h: unknown, bytes: number, stream?: unknown, alignment?: number): number;
-  stats(h: unknown): AllocatorStats;
-  info(h: unknown): any;
-  resetPeak(h: unknown): void;
-  resetAccumulated(h: unknown): void;
-  setFraction(h: unknown, fraction: number): number;
-  emptyCache(h: unknown): number;
-  close(h: unknown, force: boolean): number;
-  regions(h: unknown): RegionInfo[];
-}
-
-const BACKENDS: Record<AllocatorBackend, Backend> = {
-  bfc: {
-    // Without an alignment the addon gets two arguments: a third, even undefined, costs a few
-    // per cent of a pooled pair.
-    alloc: (h, bytes, _stream, alignment) =>
-      alignment === undefined ? native.allocatorAlloc(h, bytes) : native.allocatorAlloc(h, bytes, alignment),
-    stats: (h) => ({ ...native.allocatorStats(h), backend: 'bfc' }),
-    info: (h) => native.allocatorInfo(h),
-    resetPeak: (h) => native.allocatorResetPeak(h),
-    resetAccumulated: (h) => native.allocatorResetAccumulated(h),
-    setFraction: (h, f) => native.allocatorSetFraction(h, f),
-    emptyCache: (h) => native.allocatorEmptyCache(h),
-    close: (h, force) => native.allocatorClose(h, force),
-    regions: (h) => native.allocatorRegions(h),
-  },
-  async: {
-    alloc: (h, bytes, stream, alignment) => native.asyncAlloc(h, bytes, stream, alignment),
-    stats: (h) => ({ ...native.asyncStats(h), backend: 'async' }),
-    info: (h) => native.asyncInfo(h),
-    resetPeak: (h) => native.asyncResetPeak(h),
-    resetAccumulated: (h) => native.asyncResetAccumulated(h),
-    setFraction: (h, f) => native.asyncSetFraction(h, f),
-    emptyCache: (h) => native.asyncEmptyCache(h),
-    close: (h, force) => native.asyncClose(h, force),
-    regions: () => [],
-  },
-};
-
 /** A region the pool took from the device. */
 export interface RegionInfo {
   address: bigint;
@@ -284,7 +244,6 @@ export interface RegionInfo {
 /** A pool over one device; see {@link createAllocator}. */
 export class Allocator {
   /** @internal */ private _a: unknown;
-  private readonly _b: Backend;
   /** Where the memory comes from. */
   readonly backend: AllocatorBackend;
   readonly device: number;
@@ -309,8 +268,7 @@ export class Allocator {
     checkInternal(token, 'Allocator', 'createAllocator()');
     this._a = handle;
     this.backend = backend;
-    this._b = BACKENDS[backend];
-    const info = this._b.info(handle);
+    const info = native.allocatorInfo(handle);
     this.device = info.device;
     this.simulated = info.simulated;
     this.allowGrowth = info.allowGrowth;
@@ -352,8 +310,8 @@ export class Allocator {
   setMemoryFraction(fraction: number): number {
     if (typeof fraction !== 'number') throw invalidArgument('fraction', 'a number in [0, 1]', fraction, TypeError);
     if (!(fraction >= 0 && fraction <= 1)) throw invalidArgument('fraction', 'a number in [0, 1]', fraction, RangeError);
-    this._limitBytes = this._b.setFraction(this._a, fraction);
-    this._limitSource = this._b.info(this._a).limitSource;
+    this._limitBytes = native.allocatorSetFraction(this._a, fraction);
+    this._limitSource = native.allocatorInfo(this._a).limitSource;
     this._fraction = fraction;
     return this._limitBytes;
   }
@@ -382,7 +340,9 @@ export class Allocator {
           throw invalidArgument('options.alignment', 'a power of two from 1 to 1 GiB', o.alignment, RangeError);
       }
     }
-    const h = this._b.alloc(this._a, bytes, stream, alignment);
+    // Without options the addon gets two arguments: a third, even undefined, costs a few per cent
+    // of a pooled pair.
+    const h = options === undefined ? native.allocatorAlloc(this._a, bytes) : native.allocatorAlloc(this._a, bytes, alignment, stream);
     if (this._stacks !== null) this._stacks.set(native.blockId(h), (new Error().stack ?? '').split('\n').slice(2).join('\n'));
     return new DeviceBuffer(kInternal, h, bytes, this.device, this.simulated, this);
   }
@@ -424,7 +384,7 @@ export class Allocator {
   trace(): Trace {
     this.bfcOnly('recording');
     const c = native.allocatorTrace(this._a);
-    const info = this._b.info(this._a);
+    const info = native.allocatorInfo(this._a);
     const events: TraceEvent[] = this._initialRegions.map((r) => ({
       action: 'region_alloc',
       region: Number(r.address),
@@ -500,12 +460,12 @@ export class Allocator {
   }
 
   stats(): AllocatorStats {
-    return this._b.stats(this._a);
+    return { ...native.allocatorStats(this._a), backend: this.backend };
   }
 
   /** The group budget this allocator charges (see `shared`), as it is now; null if none. */
   group(): GroupStats | null {
-    return (this._b.info(this._a).group as GroupStats | undefined) ?? null;
+    return (native.allocatorInfo(this._a).group as GroupStats | undefined) ?? null;
   }
 
   /**
@@ -539,7 +499,7 @@ export class Allocator {
 
   /** Sets every peak (peakBytesInUse, peakPoolBytes, each counter's `peak`) to its current value. */
   resetPeakStats(): void {
-    this._b.resetPeak(this._a);
+    native.allocatorResetPeak(this._a);
   }
 
   /**
@@ -548,12 +508,12 @@ export class Allocator {
    * reset_accumulated_memory_stats). Current values and peaks stay.
    */
   resetAccumulatedStats(): void {
-    this._b.resetAccumulated(this._a);
+    native.allocatorResetAccumulated(this._a);
   }
 
   /** The BFC pool's regions; the stream-ordered pool does not report its own (empty). */
   regions(): RegionInfo[] {
-    return this._b.regions(this._a);
+    return native.allocatorRegions(this._a);
   }
 
   /**
@@ -562,13 +522,13 @@ export class Allocator {
    * (cudaMemPoolTrimTo), a preallocated reservation included.
    */
   emptyCache(): number {
-    return this._b.emptyCache(this._a);
+    return native.allocatorEmptyCache(this._a);
   }
 
   /** A human-readable table of the statistics and regions (binary units). */
   memorySummary(): string {
     const s = this.stats();
-    const info = this._b.info(this._a);
+    const info = native.allocatorInfo(this._a);
     const row = (k: string, v: string) => `| ${k.padEnd(24)} | ${v.padStart(28)} |`;
     const line = `|${'-'.repeat(26)}|${'-'.repeat(30)}|`;
     const lines = [
@@ -618,7 +578,7 @@ export class Allocator {
   close(options?: { force?: boolean }): number {
     if (this._closed) return 0;
     const o = checkOptions<{ force: boolean }>('options', options);
-    const released = this._b.close(this._a, checkBoolean('options.force', o.force, false));
+    const released = native.allocatorClose(this._a, checkBoolean('options.force', o.force, false));
     this._closed = true;
     return released;
   }
@@ -723,7 +683,8 @@ export function createAllocator(options?: AllocatorOptions): Allocator {
     requireCuda();
     return new Allocator(
       kInternal,
-      native.createAsyncAllocator({
+      native.createAllocator({
+        backend: 'async',
         device,
         allowGrowth,
         memoryFraction: o.memoryFraction,

@@ -53,7 +53,8 @@ export interface NativeBinding {
   eventElapsed(a: unknown, b: unknown): number;
   eventDestroy(e: unknown): boolean;
   createAllocator(options: object): unknown;
-  allocatorAlloc(a: unknown, bytes: number, alignment?: number): number;
+  /** `stream`: the async backend's; a bfc block is usable on any stream at once. */
+  allocatorAlloc(a: unknown, bytes: number, alignment?: number, stream?: unknown): number;
   allocatorStats(a: unknown): any;
   allocatorRegions(a: unknown): any[];
   allocatorInfo(a: unknown): any;
@@ -62,15 +63,6 @@ export interface NativeBinding {
   allocatorSetFraction(a: unknown, fraction: number): number;
   allocatorEmptyCache(a: unknown): number;
   allocatorClose(a: unknown, force: boolean): number;
-  createAsyncAllocator(options: object): unknown;
-  asyncAlloc(a: unknown, bytes: number, stream?: unknown, alignment?: number): number;
-  asyncStats(a: unknown): any;
-  asyncInfo(a: unknown): any;
-  asyncResetPeak(a: unknown): void;
-  asyncResetAccumulated(a: unknown): void;
-  asyncSetFraction(a: unknown, fraction: number): number;
-  asyncEmptyCache(a: unknown): number;
-  asyncClose(a: unknown, force: boolean): number;
   freeOn(handle: number, stream: unknown): boolean;
   allocatorRecord(a: unknown, maxEvents: number | null): void;
   allocatorTrace(a: unknown): {
@@ -160,15 +152,6 @@ export const NATIVE_EXPORTS = [
   'allocatorSetFraction',
   'allocatorEmptyCache',
   'allocatorClose',
-  'createAsyncAllocator',
-  'asyncAlloc',
-  'asyncStats',
-  'asyncInfo',
-  'asyncResetPeak',
-  'asyncResetAccumulated',
-  'asyncSetFraction',
-  'asyncEmptyCache',
-  'asyncClose',
   'freeOn',
   'allocatorRecord',
   'allocatorTrace',

@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "allocator/group.h"
+#include "allocator/stream_ordered.h"
 #include "core/allocator/compose.h"
 #include "core/allocator/policy.h"
 #include "device/discovery.h"
@@ -229,10 +230,15 @@ size_t ReadAlignment(Napi::Env env, Napi::Value v) {
 
 namespace {
 
+// The BFC pool behind a handle, or null if `v` is not one (an async handle, or no handle).
+PoolBinding* PoolOrNull(Napi::Value v) {
+  if (!v.IsExternal() || !v.As<Napi::Object>().CheckTypeTag(&kPoolTag)) return nullptr;
+  return v.As<Napi::External<PoolRef>>().Data()->get();
+}
+
 PoolBinding* UnwrapPool(Napi::Env env, Napi::Value v) {
-  if (!v.IsExternal() || !v.As<Napi::Object>().CheckTypeTag(&kPoolTag))
-    ThrowType(env, "allocator must be an allocator handle of this library");
-  PoolBinding* p = v.As<Napi::External<PoolRef>>().Data()->get();
+  PoolBinding* p = PoolOrNull(v);
+  if (!p) ThrowType(env, "allocator must be an allocator handle of this library");
   if (p->closed) ThrowAllocatorClosed(env);
   return p;
 }
@@ -285,13 +291,13 @@ Napi::Value CreateAllocator(const Napi::CallbackInfo& info) {
   Napi::Value shared = o.Get("shared");
   if (shared.IsObject()) {
     Napi::Object g = shared.As<Napi::Object>();
-    spec.group = core::GroupJoin{
-        ReadString(env, g.Get("dir"), "shared.dir"),
-        ReadString(env, g.Get("name"), "shared.name"),
-        ReadString(env, g.Get("device"), "shared.device"),
-        ReadSize(env, g.Get("budget"), "shared.budget"),
-        ReadString(env, g.Get("budgetSource"), "shared.budgetSource"),
-        ReadInt(env, g.Get("lockTimeoutMs"), "shared.lockTimeoutMs", 0, 86400000)};
+    spec.group =
+        core::GroupJoin{ReadString(env, g.Get("dir"), "shared.dir"),
+                        ReadString(env, g.Get("name"), "shared.name"),
+                        ReadString(env, g.Get("device"), "shared.device"),
+                        ReadSize(env, g.Get("budget"), "shared.budget"),
+                        ReadString(env, g.Get("budgetSource"), "shared.budgetSource"),
+                        ReadInt(env, g.Get("lockTimeoutMs"), "shared.lockTimeoutMs", 0, 86400000)};
   }
   if (o.Get("memoryFraction").IsNumber()) spec.policy.memory_fraction = Opt(o, "memoryFraction", 0);
   if (!Absent(o.Get("memoryLimit")))
@@ -338,9 +344,13 @@ Napi::Value CreateAllocator(const Napi::CallbackInfo& info) {
   return ext;
 }
 
+// allocatorAlloc(allocator, bytes, alignment?, stream?) -> handle. The stream is the async
+// backend's; a BFC block is usable on any stream at once.
 Napi::Value AllocatorAlloc(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  PoolBinding* p = UnwrapPool(env, info[0]);
+  PoolBinding* p = PoolOrNull(info[0]);
+  if (!p) return async_backend::Alloc(info);  // which throws if it is no allocator at all
+  if (p->closed) ThrowAllocatorClosed(env);
   uint64_t bytes = ReadSize(env, info[1], "bytes");
   if (bytes == 0) ThrowRange(env, "bytes must be at least 1, got 0");
   size_t alignment = info.Length() > 2 ? ReadAlignment(env, info[2]) : core::kMinBlock;
@@ -555,21 +565,51 @@ Napi::Value AllocatorClose(const Napi::CallbackInfo& info) {
 
 }  // namespace
 
+namespace {
+
+// One export per operation for both backends: the handle says which backend runs it. The BFC
+// pool is tried first; alloc (above) does the same by hand, so that its handle is checked once.
+template <Napi::Value (*Bfc)(const Napi::CallbackInfo&),
+          Napi::Value (*Async)(const Napi::CallbackInfo&)>
+Napi::Value EitherBackend(const Napi::CallbackInfo& info) {
+  return PoolOrNull(info[0]) || !IsAsyncAllocator(info[0]) ? Bfc(info) : Async(info);
+}
+
+// createAllocator({ backend: 'bfc' | 'async', ... }) -> an allocator handle of that backend.
+Napi::Value CreateEither(const Napi::CallbackInfo& info) {
+  if (info[0].IsObject()) {
+    Napi::Value backend = info[0].As<Napi::Object>().Get("backend");
+    if (backend.IsString() && backend.As<Napi::String>().Utf8Value() == "async")
+      return async_backend::Create(info);
+  }
+  return CreateAllocator(info);
+}
+
+// allocatorRegions: the async backend takes no regions of its own (the driver's pool does).
+Napi::Value NoRegions(const Napi::CallbackInfo& info) { return Napi::Array::New(info.Env()); }
+
+void Export(Napi::Env env, Napi::Object exports, const char* name,
+            Napi::Value (*f)(const Napi::CallbackInfo&)) {
+  exports.Set(name, Napi::Function::New(env, f, name));
+}
+
+}  // namespace
+
 void InitAllocator(Napi::Env env, Napi::Object exports) {
-  exports.Set("createAllocator", Napi::Function::New(env, CreateAllocator, "createAllocator"));
-  exports.Set("allocatorAlloc", Napi::Function::New(env, AllocatorAlloc, "allocatorAlloc"));
-  exports.Set("allocatorStats", Napi::Function::New(env, AllocatorStats, "allocatorStats"));
-  exports.Set("allocatorRegions", Napi::Function::New(env, AllocatorRegions, "allocatorRegions"));
-  exports.Set("allocatorInfo", Napi::Function::New(env, AllocatorInfo, "allocatorInfo"));
-  exports.Set("allocatorResetPeak",
-              Napi::Function::New(env, AllocatorResetPeak, "allocatorResetPeak"));
-  exports.Set("allocatorResetAccumulated",
-              Napi::Function::New(env, AllocatorResetAccumulated, "allocatorResetAccumulated"));
-  exports.Set("allocatorSetFraction",
-              Napi::Function::New(env, AllocatorSetFraction, "allocatorSetFraction"));
-  exports.Set("allocatorEmptyCache",
-              Napi::Function::New(env, AllocatorEmptyCache, "allocatorEmptyCache"));
-  exports.Set("allocatorClose", Napi::Function::New(env, AllocatorClose, "allocatorClose"));
+  Export(env, exports, "createAllocator", CreateEither);
+  Export(env, exports, "allocatorAlloc", AllocatorAlloc);
+  Export(env, exports, "allocatorStats", EitherBackend<AllocatorStats, async_backend::Stats>);
+  Export(env, exports, "allocatorRegions", EitherBackend<AllocatorRegions, NoRegions>);
+  Export(env, exports, "allocatorInfo", EitherBackend<AllocatorInfo, async_backend::Info>);
+  Export(env, exports, "allocatorResetPeak",
+         EitherBackend<AllocatorResetPeak, async_backend::ResetPeak>);
+  Export(env, exports, "allocatorResetAccumulated",
+         EitherBackend<AllocatorResetAccumulated, async_backend::ResetAccumulated>);
+  Export(env, exports, "allocatorSetFraction",
+         EitherBackend<AllocatorSetFraction, async_backend::SetFraction>);
+  Export(env, exports, "allocatorEmptyCache",
+         EitherBackend<AllocatorEmptyCache, async_backend::EmptyCache>);
+  Export(env, exports, "allocatorClose", EitherBackend<AllocatorClose, async_backend::Close>);
   exports.Set("allocatorRecord", Napi::Function::New(env, AllocatorRecord, "allocatorRecord"));
   exports.Set("allocatorTrace", Napi::Function::New(env, AllocatorTrace, "allocatorTrace"));
   exports.Set("allocatorSnapshot",

@@ -215,20 +215,20 @@ const BufferOps kAsyncBlockOps{
     },
 };
 
-// asyncAlloc(allocator, bytes, stream?) -> handle
+// allocatorAlloc(allocator, bytes, alignment?, stream?) -> handle
 Napi::Value AsyncAlloc(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   AsyncPool* p = UnwrapAsyncPool(env, info[0]);
   uint64_t bytes = ReadSize(env, info[1], "bytes");
   if (bytes == 0) ThrowRange(env, "bytes must be at least 1, got 0");
   StreamRec* rec = nullptr;
-  if (info.Length() > 2 && !Absent(info[2])) {
-    rec = UnwrapStreamRec(env, info[2]);
+  if (info.Length() > 3 && !Absent(info[3])) {
+    rec = UnwrapStreamRec(env, info[3]);
     if (rec->device != p->device)
       ThrowRange(env, "the stream is on device " + std::to_string(rec->device) +
                           " but the allocator on device " + std::to_string(p->device));
   }
-  size_t alignment = info.Length() > 3 ? ReadAlignment(env, info[3]) : core::kMinBlock;
+  size_t alignment = info.Length() > 2 ? ReadAlignment(env, info[2]) : core::kMinBlock;
   // cudaMallocFromPoolAsync aligns to 256 bytes: a larger alignment takes room for the padding
   // (RMM's aligned_resource_adaptor does the same) and the budget is charged for it.
   uint64_t charged = bytes;
@@ -271,7 +271,7 @@ Napi::Value AsyncAlloc(const Napi::CallbackInfo& info) {
   a->pool = *info[0].As<Napi::External<AsyncPoolRef>>().Data();
   if (rec) {
     a->stream = rec;
-    napi_create_reference(env, info[2], 1, &a->host_ref);  // keeps the stream's record alive
+    napi_create_reference(env, info[3], 1, &a->host_ref);  // keeps the stream's record alive
     a->ready = TakeEvent(p);
     if (a->ready && cudaEventRecord(a->ready, s) != cudaSuccess) {
       (void)cudaGetLastError();
@@ -343,7 +343,7 @@ Napi::Value AsyncResetAccumulated(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
-// asyncSetFraction(allocator, fraction in [0, 1]) -> the new limit in bytes. The reservation is
+// allocatorSetFraction(allocator, fraction in [0, 1]) -> the new limit in bytes. The reservation is
 // left as it is: lowering the limit frees nothing, it refuses new blocks past it.
 Napi::Value AsyncSetFraction(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
@@ -370,7 +370,7 @@ Napi::Value AsyncEmptyCache(const Napi::CallbackInfo& info) {
                            static_cast<double>(Trim(UnwrapAsyncPool(info.Env(), info[0]))));
 }
 
-// asyncClose(allocator, force) -> bytes returned to the device
+// allocatorClose(allocator, force) -> bytes returned to the device
 Napi::Value AsyncClose(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   AsyncPool* p = UnwrapAsyncPool(env, info[0], true);
@@ -429,18 +429,23 @@ AsyncPool::~AsyncPool() {
   (void)cudaGetLastError();
 }
 
+bool IsAsyncAllocator(Napi::Value v) {
+  return v.IsExternal() && v.As<Napi::Object>().CheckTypeTag(&kAsyncPoolTag);
+}
+
+namespace async_backend {
+Napi::Value Create(const Napi::CallbackInfo& info) { return CreateAsyncAllocator(info); }
+Napi::Value Alloc(const Napi::CallbackInfo& info) { return AsyncAlloc(info); }
+Napi::Value Stats(const Napi::CallbackInfo& info) { return AsyncStats(info); }
+Napi::Value Info(const Napi::CallbackInfo& info) { return AsyncInfo(info); }
+Napi::Value ResetPeak(const Napi::CallbackInfo& info) { return AsyncResetPeak(info); }
+Napi::Value ResetAccumulated(const Napi::CallbackInfo& info) { return AsyncResetAccumulated(info); }
+Napi::Value SetFraction(const Napi::CallbackInfo& info) { return AsyncSetFraction(info); }
+Napi::Value EmptyCache(const Napi::CallbackInfo& info) { return AsyncEmptyCache(info); }
+Napi::Value Close(const Napi::CallbackInfo& info) { return AsyncClose(info); }
+}  // namespace async_backend
+
 void InitStreamOrdered(Napi::Env env, Napi::Object exports) {
-  exports.Set("createAsyncAllocator",
-              Napi::Function::New(env, CreateAsyncAllocator, "createAsyncAllocator"));
-  exports.Set("asyncAlloc", Napi::Function::New(env, AsyncAlloc, "asyncAlloc"));
-  exports.Set("asyncStats", Napi::Function::New(env, AsyncStats, "asyncStats"));
-  exports.Set("asyncInfo", Napi::Function::New(env, AsyncInfo, "asyncInfo"));
-  exports.Set("asyncResetPeak", Napi::Function::New(env, AsyncResetPeak, "asyncResetPeak"));
-  exports.Set("asyncResetAccumulated",
-              Napi::Function::New(env, AsyncResetAccumulated, "asyncResetAccumulated"));
-  exports.Set("asyncSetFraction", Napi::Function::New(env, AsyncSetFraction, "asyncSetFraction"));
-  exports.Set("asyncEmptyCache", Napi::Function::New(env, AsyncEmptyCache, "asyncEmptyCache"));
-  exports.Set("asyncClose", Napi::Function::New(env, AsyncClose, "asyncClose"));
   exports.Set("freeOn", Napi::Function::New(env, FreeOn, "freeOn"));
 }
 

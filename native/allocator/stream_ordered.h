@@ -44,6 +44,21 @@ struct AsyncAllocation : Allocation {
   void* base = nullptr;
   size_t charged = 0;
 };
+// Whether `v` is a handle of this backend. The allocator* exports (allocator.cc) pick the backend
+// by the handle and call the functions below, which take the same arguments.
+bool IsAsyncAllocator(Napi::Value v);
+namespace async_backend {
+Napi::Value Create(const Napi::CallbackInfo& info);  // createAllocator({ backend: 'async', ... })
+Napi::Value Alloc(const Napi::CallbackInfo& info);
+Napi::Value Stats(const Napi::CallbackInfo& info);
+Napi::Value Info(const Napi::CallbackInfo& info);
+Napi::Value ResetPeak(const Napi::CallbackInfo& info);
+Napi::Value ResetAccumulated(const Napi::CallbackInfo& info);
+Napi::Value SetFraction(const Napi::CallbackInfo& info);
+Napi::Value EmptyCache(const Napi::CallbackInfo& info);
+Napi::Value Close(const Napi::CallbackInfo& info);
+}  // namespace async_backend
+// freeOn(), which orders a stream-ordered block's free on a stream.
 void InitStreamOrdered(Napi::Env env, Napi::Object exports);
 
 }  // namespace cm
