@@ -25,7 +25,7 @@ class CudaUpstream final : public core::Upstream {
   int ccMajor() const override { return major_; }
   int ccMinor() const override { return minor_; }
   bool simulated() const override { return false; }
-  // Expandable segments through CUDA virtual memory management (vmm.h).
+  // Expandable segments through CUDA virtual memory management (memory/vmm.h).
   uint64_t Granularity() const override;
   std::string Why() const override { return why_; }
   core::UpstreamStatus Reserve(uint64_t bytes, uint64_t* address) override;

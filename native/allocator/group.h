@@ -1,5 +1,5 @@
-// The JS side of group budgets (core/ledger.h): reading a group's ledger, and the object that
-// describes a group in groupStats(), `cuda-memory top` and an OutOfMemoryError.
+// The JS side of group budgets (core/allocator/ledger.h): reading a group's ledger, and the object
+// that describes a group in groupStats(), `cuda-memory top` and an OutOfMemoryError.
 #pragma once
 
 #include <napi.h>

@@ -10,6 +10,6 @@ namespace cm {
 // Samples (seconds) as the Float64Array every timing function returns.
 Napi::Float64Array ToFloat64Array(Napi::Env env, const std::vector<double>& v);
 void InitBench(Napi::Env env, Napi::Object exports);
-// Several GPUs at once, and between GPUs (bench_devices.cc).
+// Several GPUs at once, and between GPUs (bench/devices.cc).
 void InitBenchDevices(Napi::Env env, Napi::Object exports);
 }  // namespace cm

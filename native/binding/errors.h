@@ -1,4 +1,4 @@
-// The native side of the JS error classes (lib/errors.ts): CudaError with the failed call and
+// The native side of the JS error classes (lib/base/errors.ts): CudaError with the failed call and
 // code, CudaUnavailableError with its reason; and the error record the off-thread paths return.
 #pragma once
 

@@ -66,8 +66,8 @@ struct Allocation {
   std::unique_ptr<BufferExport> exported;
 };
 
-// Buffer handles: see core/handle_table.h. The table also lists what an exiting environment (a
-// worker thread) still holds, for its cleanup hook.
+// Buffer handles: see core/binding/handle_table.h. The table also lists what an exiting environment
+// (a worker thread) still holds, for its cleanup hook.
 using HandleTable = core::HandleTable<Allocation>;
 
 // Enters the allocation in the handle table and returns its handle. With 2^24 buffers live

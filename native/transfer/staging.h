@@ -1,6 +1,6 @@
 // The staged path for pageable host memory. cudaMemcpy from pageable memory moves one small
 // bounce buffer at a time; here a team of host threads copies between the Node buffer and a ring
-// of pinned chunks while the DMA engine moves earlier chunks (native/core/staging_pipeline.h has
+// of pinned chunks while the DMA engine moves earlier chunks (core/transfer/staging_pipeline.h has
 // the schedule and how it overlaps). Used by copy()/copyAsync() for pageable buffers.
 #pragma once
 
@@ -51,8 +51,7 @@ inline StagingState& Staging(Instance& inst) { return inst.State<StagingState>()
 
 // Host-to-device copies from this size up use ordinary stores into the ring under Streaming::kAuto:
 // on the H100 host they measured faster there (50-53 against 44-47 GB/s at 256 MiB and 1 GiB),
-// and slower below (27-28 against 40-41 GB/s at 16 MiB); docs/transfers.md and the history of
-// BENCHMARKS.md.
+// and slower below (27-28 against 40-41 GB/s at 16 MiB); docs/performance.md.
 constexpr size_t kOrdinaryStoresFrom = 64u << 20;
 
 // Whether a staged copy (or the benchmark's host copy) of n bytes uses non-temporal stores.

@@ -464,7 +464,7 @@ void Ledger::Leave() noexcept {
       in_use_.store(0, std::memory_order_relaxed);
       WriteSlot(static_cast<uint32_t>(slot_));
       // The slot's lock goes before the mutex: a process that joins next finds the slot free in
-      // both senses (it used to find it cleared but still held, and took that for damage).
+      // both senses, and never finds it cleared but still held (which would look like damage).
       shm::Unlock(fd_, shm::kSlotBytes + slot_);
       bool anyone = shm::HeldByOther(fd_, shm::kOpenerByte);  // someone about to join or read
       for (uint32_t i = 0; i < kSlots && !anyone; ++i)

@@ -3,9 +3,9 @@
 // and one slot per member: its pid, the pool bytes it has charged, and the bytes its buffers use.
 // Charges are made under the file's lock and only while the sum stays within the budget.
 //
-// Crash safety: a member holds an open-file-description lock on its slot (shm.h); when it dies,
-// however it dies, the kernel drops the lock, and the next process to touch the ledger (a charge,
-// a join, groupStats) finds the slot unheld and clears it, so its charge returns at once.
+// Crash safety: a member holds an open-file-description lock on its slot (core/base/shm.h); when it
+// dies, however it dies, the kernel drops the lock, and the next process to touch the ledger (a
+// charge, a join, groupStats) finds the slot unheld and clears it, so its charge returns at once.
 //
 // Trust: the file is made by this user with mode 0600 and opened without following links, then
 // checked for owner, type, mode and size (shm::OpenTrusted); another user's file is refused. The

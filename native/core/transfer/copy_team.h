@@ -67,8 +67,8 @@ class TeamJob {
 class CopyTeam {
  public:
   // `threads` counts the thread that calls Run(); threads - 1 are started here, each restricted
-  // to `cpus` when it is not empty (the CPUs of the GPU's NUMA node: numa.h). With `share`, the
-  // team's threads at work are capped while other teams of that share run jobs too.
+  // to `cpus` when it is not empty (the CPUs of the GPU's NUMA node: core/device/numa.h). With
+  // `share`, the team's threads at work are capped while other teams of that share run jobs too.
   explicit CopyTeam(int threads, const std::vector<int>& cpus = {},
                     std::shared_ptr<CpuShare> share = nullptr);
   ~CopyTeam();

@@ -186,8 +186,8 @@ class CountingUpstream final : public Upstream {
 };
 
 // Every request on a device that cannot serve it ends in out of memory after a bounded number of
-// device calls. 0.9x of a size up to 2,304 bytes rounds back up to the same size, and the back-off
-// loop used to spin there forever (TensorFlow's BFC test
+// device calls. 0.9x of a size up to 2,304 bytes rounds back up to the same size, where a back-off
+// loop that only shrinks by 0.9x would spin forever (TensorFlow's BFC test
 // ExtendTerminatesWhenSubAllocatorAlwaysFails guards against the same).
 static void TestExtendTerminates() {
   for (size_t step_from : {size_t{256}, size_t{2304}, size_t{2560}, size_t{2 * MiB}, size_t{GiB}})

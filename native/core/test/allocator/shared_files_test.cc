@@ -26,7 +26,7 @@ constexpr uint64_t MiB = 1ull << 20;
 constexpr uid_t kOtherUid = 2001;
 static std::string dir;
 
-// The ledger's layout, as a process that writes it by hand sees it (ledger.cc).
+// The ledger's layout, as a process that writes it by hand sees it (core/allocator/ledger.cc).
 constexpr off_t kHeaderBytes = 288, kSlotSize = 64;
 constexpr off_t SlotAt(int i) { return kHeaderBytes + i * kSlotSize; }
 
@@ -185,7 +185,7 @@ static void TestBoundedLockWaits() {
 }
 
 // A member that is leaving has cleared its slot but may still hold the slot's lock for a moment:
-// a process joining then takes another slot (it used to report the ledger as damaged).
+// a process joining then takes another slot, and does not take the cleared slot for damage.
 static void TestJoinBesideLeaver() {
   std::unique_ptr<Ledger> a(Ledger::Join(dir, "leaver", "simulated", 64 * MiB, "limit", 0));
   std::string path = Ledger::PathFor(dir, "leaver", "simulated");

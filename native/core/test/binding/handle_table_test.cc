@@ -1,6 +1,6 @@
-// The handle table (core/handle_table.h): handles stay safe integers and keep working however
-// many alloc/free pairs a slot sees, stale numbers never reach a later buffer, and a full table
-// refuses instead of aliasing.
+// The handle table (core/binding/handle_table.h): handles stay safe integers and keep working
+// however many alloc/free pairs a slot sees, stale numbers never reach a later buffer, and a full
+// table refuses instead of aliasing.
 #include "core/binding/handle_table.h"
 
 #include <cstdio>
