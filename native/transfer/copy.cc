@@ -249,7 +249,7 @@ Napi::Value CopyArgsBuffer(const Napi::CallbackInfo& info) {
 // copyHandles(): copy() between two buffer handles, whole ranges from offset 0, with no strategy
 // or stream: the handles of dst and src and the byte count are read from copyArgs(), written
 // there by the JavaScript layer just before. A Node-API call that reads five arguments cost more
-// than the rest of the library's share of a 4 KiB copy on the H100 (docs/performance.md). The same
+// than the rest of the library's share of a 4 KiB copy on the H100 (docs/transfers.md). The same
 // checks as copy() run on what is read.
 Napi::Value CopyHandles(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();

@@ -10,7 +10,7 @@ namespace cm {
 
 StagingOptions StagingOptionsInForce(const StagingState& st) {
   // The defaults were chosen with the transfer benchmark and scripts/tune-staging.js on the H100
-  // (docs/performance.md); hardware threads bound the team.
+  // (docs/transfers.md); hardware threads bound the team.
   // configureStaging() overrides each one. Asked once: every pageable copy under 'auto' comes here
   // for its threshold.
   static const unsigned hw = std::max(1u, std::thread::hardware_concurrency());

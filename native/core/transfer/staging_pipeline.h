@@ -14,14 +14,14 @@
 // grow, and the last takes what is left. There the team fills the ring twice as fast as the DMA
 // engine empties it, so the last chunk is in the ring long before the engine reaches it and a
 // small one gains nothing, while every transfer costs the engine about 2 us (4 MiB in one call
-// took 84.6 us, in five 95.7). 4 MiB goes in three chunks instead of five (docs/performance.md).
+// took 84.6 us, in five 95.7). 4 MiB goes in three chunks instead of five (docs/transfers.md).
 //
 // The ring is one block of `slots` x `max_chunk` bytes, and chunks take it in turn byte by byte:
 // each chunk goes where the one before it ended, and each copy where the copy before it ended.
 // So ring memory is used again only after a ring's worth of other traffic. A DMA engine writing
 // into lines that a core has just read (and still holds in its cache) ran at a third to half of
 // its speed on the H100 host, as did one reading lines just written with ordinary stores; by the
-// time the ring comes round, those lines have left the cores' caches (docs/performance.md).
+// time the ring comes round, those lines have left the cores' caches (docs/transfers.md).
 #pragma once
 
 #include <cstddef>
@@ -113,7 +113,7 @@ enum class StagingDirection { kToDevice, kToHost };
 //   chunk after it).
 // - kCaller: the thread that asked for the copy issues every chunk, in order, the moment its
 //   last piece is in the ring, and copies nothing itself, so an issue never waits for a thread
-//   to finish its next piece. On the H100 it gained 2 to 7% at 2 to 16 MiB (docs/performance.md).
+//   to finish its next piece. On the H100 it gained 2 to 7% at 2 to 16 MiB (docs/transfers.md).
 // - kAuto: kCaller below kCallerIssuesBelow, kAnyThread from there. From 64 MiB up it measured
 //   the same within noise, and large copies are bound by the host's copy rate, so there the
 //   caller copies too.
