@@ -9,7 +9,7 @@ import { checkBoolean, checkDevice, checkOptions, checkSize } from '../base/vali
 import { knownDeviceCount } from '../device/discovery';
 import { IpcHandle, inUseError, parseIpcHandle } from './ipc';
 import { shmDir } from '../base/shm';
-import { checkHoldable, holdBuffer, releaseBuffer } from './detach';
+import { checkHoldable } from './detach';
 import { checkInternal, kInternal } from '../base/internal';
 
 // The safety net for forgotten buffers. A JS FinalizationRegistry costs about 0.3 µs per buffer
@@ -234,6 +234,11 @@ const FLAG_WRITE_COMBINED = 4;
 /**
  * Page-locked host memory. `bytes` is a Uint8Array over the pinned memory itself: writes to it
  * are what a copy to the device reads. After free() every view over it is emptied (detached).
+ *
+ * `bytes.buffer` is an ordinary ArrayBuffer: it may be moved (`transfer()`, a web byte stream)
+ * like any other. The pinned memory is given back only once no ArrayBuffer reaches it: free()
+ * of a buffer whose bytes were moved leaves the memory to the new ArrayBuffer until that one is
+ * collected. Copies through the PinnedBuffer itself keep working until free().
  */
 export class PinnedBuffer {
   /** @internal */ _h: number;
@@ -263,10 +268,10 @@ export class PinnedBuffer {
     this.mapped = (flags & FLAG_MAPPED) !== 0;
     this.writeCombined = (flags & FLAG_WRITE_COMBINED) !== 0;
     this.pinnedBy = pinnedBy;
-    // Memory the addon made (cudaHostAlloc, shared memory) is marked untransferable by Node and
-    // detached by the addon at free(); a registered V8 buffer is marked here.
-    holdBuffer(bytes, pinnedBy === 'cudaHostRegister');
-    if (pinnedBy === 'cudaHostRegister') watchLater(this);
+    // The safety net for every kind: memory the addon made is also given back when its
+    // ArrayBuffer goes, but `bytes` can be moved to another ArrayBuffer (transfer(), a web byte
+    // stream), and then only the handle's free() can say that the PinnedBuffer is done with it.
+    watchLater(this);
   }
 
   /** Allocates `bytes` of pinned host memory (cudaHostAlloc). */
@@ -315,7 +320,6 @@ export class PinnedBuffer {
     this._freed = true;
     unwatch(this);
     native.free(this._h);
-    releaseBuffer(this.bytes);
   }
 
   [Symbol.dispose](): void {
@@ -339,7 +343,8 @@ export interface RegisterOptions {
 /**
  * A Node buffer page-locked in place with cudaHostRegister. Copies from and to it run at pinned
  * speed. The buffer is kept alive while registered; call free() when done (it unpins, and the
- * Node buffer stays yours).
+ * Node buffer stays yours, unchanged). Do not detach the buffer while it is registered: the
+ * registration and copies through it use its memory where it is.
  */
 export class RegisteredBuffer {
   /** @internal */ _h: number;
@@ -357,7 +362,6 @@ export class RegisteredBuffer {
     this.view = view;
     this.byteLength = view.byteLength;
     this.device = device;
-    holdBuffer(view);
     watchLater(this);
   }
 
@@ -371,7 +375,6 @@ export class RegisteredBuffer {
     this._freed = true;
     unwatch(this);
     native.free(this._h);
-    releaseBuffer(this.view);
   }
 
   [Symbol.dispose](): void {

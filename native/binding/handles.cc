@@ -46,14 +46,39 @@ void TrackExternal(Napi::Env env, Allocation* a, int64_t bytes) {
   if (bytes) Napi::MemoryManagement::AdjustExternalMemory(env, bytes);
 }
 
-// Detaching empties every view, so a kept Uint8Array cannot reach freed memory.
-void DetachHostView(Napi::Env env, Allocation* a) noexcept {
-  if (!a->host_ref) return;
-  napi_value ab;
-  if (napi_get_reference_value(env, a->host_ref, &ab) == napi_ok && ab != nullptr)
-    napi_detach_arraybuffer(env, ab);
-  napi_delete_reference(env, a->host_ref);
-  a->host_ref = nullptr;
+// Detaching empties every view, so a kept Uint8Array cannot reach freed memory. Returns true
+// when no ArrayBuffer can reach the memory any more: its own ArrayBuffer still held the store and
+// is detached now, or the store has already been given back. False: the store was moved to an
+// ArrayBuffer the library cannot see (transfer(), a web byte stream), which keeps using it.
+bool DetachHostView(Napi::Env env, Allocation* a) noexcept {
+  bool unreachable = a->store_gone;
+  if (a->host_ref) {
+    napi_value ab;
+    if (napi_get_reference_value(env, a->host_ref, &ab) == napi_ok && ab != nullptr) {
+      bool detached = true;
+      napi_is_detached_arraybuffer(env, ab, &detached);
+      if (!detached && napi_detach_arraybuffer(env, ab) == napi_ok) unreachable = true;
+    }
+    napi_delete_reference(env, a->host_ref);
+    a->host_ref = nullptr;
+  }
+  return unreachable;
+}
+
+bool HostViewAlive(Napi::Env env, Allocation* a) noexcept {
+  napi_value ab = nullptr;
+  return a->host_ref && napi_get_reference_value(env, a->host_ref, &ab) == napi_ok && ab != nullptr;
+}
+
+void FreeHostMemory(Allocation* a) noexcept {
+  if (a->kind == MemKind::kPinned) {
+    cudaFreeHost(a->ptr);
+  } else if (a->kind == MemKind::kSharedHost) {
+    cudaHostUnregister(a->ptr);
+    munmap(a->ptr, a->bytes);
+    if (a->shm_owner) unlink(a->shm_path.c_str());
+  }
+  (void)cudaGetLastError();
 }
 
 void ReleaseAllocation(Napi::Env env, Allocation* a) noexcept {
@@ -68,14 +93,12 @@ void ReleaseAllocation(Napi::Env env, Allocation* a) noexcept {
       cudaFree(a->ptr);
       break;
     case MemKind::kPinned:
-      DetachHostView(env, a);
-      cudaFreeHost(a->ptr);
-      break;
     case MemKind::kSharedHost:
-      DetachHostView(env, a);
-      cudaHostUnregister(a->ptr);
-      munmap(a->ptr, a->bytes);
-      if (a->shm_owner) unlink(a->shm_path.c_str());
+      // Moved to an ArrayBuffer still alive: its store's finalizer gives the memory back.
+      if (DetachHostView(env, a) || a->env_closing)
+        FreeHostMemory(a);
+      else
+        a->host_free_deferred = true;
       break;
     case MemKind::kIpc:
       ReleaseIpcImport(a);

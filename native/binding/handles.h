@@ -43,6 +43,14 @@ struct Allocation {
   int64_t external_bytes = 0;  // reported to V8
   napi_ref host_ref =
       nullptr;  // pinned: weak ref to its ArrayBuffer; registered: strong ref to the view
+  // Pinned and shared pinned memory is reachable from JavaScript through the backing store of
+  // the external ArrayBuffer made for it, and that store can be moved to another ArrayBuffer
+  // (transfer(), a web byte stream) where the library cannot see it. The memory is given back
+  // only once no ArrayBuffer can reach it: store_gone says the store's finalizer has run;
+  // host_free_deferred says free() found the store moved and left the memory to that finalizer.
+  bool store_gone = false;
+  bool host_free_deferred = false;
+  bool env_closing = false;  // the environment is going away: no JavaScript can reach anything
   std::shared_ptr<PoolBinding> pool;
   void* block = nullptr;  // the pool's core::Pool::Chunk
   // kAsync: its pool; the stream it was allocated on (null: the legacy default stream), kept
@@ -84,6 +92,10 @@ Allocation* UnwrapHandle(Napi::Env env, double handle, const char* what,
                          bool allow_released = false);
 // Releases the memory (not the record). Never throws.
 void ReleaseAllocation(Napi::Env env, Allocation* a) noexcept;
+// Pinned and shared pinned memory: whether the buffer's own ArrayBuffer object still exists
+// (attached or not), and the call that gives the memory back once nothing can reach it.
+bool HostViewAlive(Napi::Env env, Allocation* a) noexcept;
+void FreeHostMemory(Allocation* a) noexcept;
 void DropReference(Allocation* a) noexcept;
 void TrackExternal(Napi::Env env, Allocation* a, int64_t bytes);
 
