@@ -4,6 +4,8 @@
  * default) and CUDA's stream-ordered pool (`async`, cudaMallocAsync, TensorFlow's
  * `TF_GPU_ALLOCATOR=cuda_malloc_async`).
  */
+import { inspectCustom, inspectSummary } from '../base/inspect';
+import type { InspectOptionsStylized, inspect } from 'node:util';
 import { native, requireCuda } from '../binding/native';
 import { DeviceBuffer } from '../memory/buffers';
 import { Stream, streamOption } from '../device/stream';
@@ -623,8 +625,45 @@ export class Allocator {
     return released;
   }
 
+  /** Closes the allocator (as {@link Allocator.close} without options), for `using`. */
   [Symbol.dispose](): void {
     this.close({ force: true });
+  }
+  /**
+   * A summary for logs and JSON: kind, backend, device, pool and in-use bytes, the limit and
+   * state. The numbers are those of {@link Allocator.stats} at the call.
+   */
+  toJSON(): {
+    kind: 'allocator';
+    backend: AllocatorBackend;
+    device: number;
+    simulated: boolean;
+    bytesInUse: number | null;
+    poolBytes: number | null;
+    limitBytes: number;
+    state: 'open' | 'closed';
+  } {
+    let st: AllocatorStats | null = null;
+    if (!this._closed)
+      try {
+        st = this.stats();
+      } catch {
+        st = null;
+      }
+    return {
+      kind: 'allocator',
+      backend: this.backend,
+      device: this.device,
+      simulated: this.simulated,
+      bytesInUse: st ? st.bytesInUse : null,
+      poolBytes: st ? st.poolBytes : null,
+      limitBytes: this._limitBytes,
+      state: this._closed ? 'closed' : 'open',
+    };
+  }
+
+  /** @internal */ [inspectCustom](depth: number, options: InspectOptionsStylized, insp: typeof inspect): string {
+    return inspectSummary('Allocator', this.toJSON(), depth, options, insp);
   }
 }
 

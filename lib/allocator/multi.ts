@@ -141,6 +141,7 @@ export class AllocatorSet implements Iterable<Allocator> {
     return this.allocators.reduce((sum, a) => sum + a.close({ force }), 0);
   }
 
+  /** Closes every allocator of the set, for `using`. */
   [Symbol.dispose](): void {
     this.close({ force: true });
   }

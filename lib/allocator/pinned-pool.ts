@@ -1,4 +1,6 @@
 /** A cache of pinned host buffers. */
+import { inspectCustom, inspectSummary } from '../base/inspect';
+import type { InspectOptionsStylized, inspect } from 'node:util';
 import { formatBytes } from '../base/units';
 import { PinnedBuffer, PinnedAllocOptions, kLentMemory, LentMemory } from '../memory/buffers';
 import { checkOptions, checkSize } from '../base/validate';
@@ -132,8 +134,24 @@ export class PinnedPool {
     this.emptyCache();
   }
 
+  /** Closes the pool (as {@link PinnedPool.close}), for `using`. */
   [Symbol.dispose](): void {
     this.close();
+  }
+  /** A summary for logs and JSON: kind, bytes in use and cached, the limit and state. */
+  toJSON(): { kind: 'pinned-pool'; bytesInUse: number; cachedBytes: number; limitBytes: number | null; state: 'open' | 'closed' } {
+    return {
+      kind: 'pinned-pool',
+      bytesInUse: this.s.bytesInUse,
+      cachedBytes: this.s.cachedBytes,
+      // JSON has no Infinity: no limit is null.
+      limitBytes: Number.isFinite(this.limitBytes) ? this.limitBytes : null,
+      state: this._closed ? 'closed' : 'open',
+    };
+  }
+
+  /** @internal */ [inspectCustom](depth: number, options: InspectOptionsStylized, insp: typeof inspect): string {
+    return inspectSummary('PinnedPool', this.toJSON(), depth, options, insp);
   }
 }
 
@@ -172,8 +190,23 @@ export class PooledPinnedBuffer implements LentMemory {
     p.giveBack(this.buffer);
   }
 
+  /** Returns the buffer to its pool (as {@link PooledPinnedBuffer.free}), for `using`. */
   [Symbol.dispose](): void {
     this.free();
+  }
+  /** A summary for logs and JSON: kind, size, its size class, device and state. */
+  toJSON(): { kind: 'pooled-pinned'; byteLength: number; classBytes: number; device: number; state: 'live' | 'freed' } {
+    return {
+      kind: 'pooled-pinned',
+      byteLength: this.byteLength,
+      classBytes: this.buffer.byteLength,
+      device: this.buffer.device,
+      state: this._pool === null ? 'freed' : 'live',
+    };
+  }
+
+  /** @internal */ [inspectCustom](depth: number, options: InspectOptionsStylized, insp: typeof inspect): string {
+    return inspectSummary('PooledPinnedBuffer', this.toJSON(), depth, options, insp);
   }
 }
 

@@ -1,4 +1,6 @@
 /** CUDA streams and events, disposable like buffers. */
+import { inspectCustom, inspectSummary } from '../base/inspect';
+import type { InspectOptionsStylized, inspect } from 'node:util';
 import { native } from '../binding/native';
 import { checkBoolean, checkDevice, checkOptions } from '../base/validate';
 import { knownDeviceCount } from './discovery';
@@ -57,8 +59,17 @@ export class Stream {
     native.streamDestroy(this._s);
   }
 
+  /** Disposes (as {@link Stream.dispose}), for `using`. */
   [Symbol.dispose](): void {
     this.dispose();
+  }
+  /** A summary for logs and JSON: kind, device and state. */
+  toJSON(): { kind: 'stream'; device: number; state: 'live' | 'disposed' } {
+    return { kind: 'stream', device: this.device, state: this._disposed ? 'disposed' : 'live' };
+  }
+
+  /** @internal */ [inspectCustom](depth: number, options: InspectOptionsStylized, insp: typeof inspect): string {
+    return inspectSummary('Stream', this.toJSON(), depth, options, insp);
   }
 }
 
@@ -113,7 +124,16 @@ export class Event {
     native.eventDestroy(this._e);
   }
 
+  /** Disposes (as {@link Event.dispose}), for `using`. */
   [Symbol.dispose](): void {
     this.dispose();
+  }
+  /** A summary for logs and JSON: kind, device and state. */
+  toJSON(): { kind: 'event'; device: number; state: 'live' | 'disposed' } {
+    return { kind: 'event', device: this.device, state: this._disposed ? 'disposed' : 'live' };
+  }
+
+  /** @internal */ [inspectCustom](depth: number, options: InspectOptionsStylized, insp: typeof inspect): string {
+    return inspectSummary('Event', this.toJSON(), depth, options, insp);
   }
 }
