@@ -7,14 +7,22 @@ import { checkOptions, checkSize } from '../base/validate';
 import { OutOfMemoryError, CudaMemoryError } from '../base/errors';
 import { checkInternal, kInternal } from '../base/internal';
 
-/** Options of {@link createPinnedPool}. */
+/**
+ * Options of {@link createPinnedPool}.
+ *
+ * @category Allocators
+ */
 export interface PinnedPoolOptions extends Omit<PinnedAllocOptions, 'device'> {
   device?: number;
   /** Most pinned bytes the pool holds, in use and cached together. Default: no limit. */
   memoryLimit?: number;
 }
 
-/** Statistics of a pinned pool. */
+/**
+ * Statistics of a pinned pool.
+ *
+ * @category Allocators
+ */
 export interface PinnedPoolStats {
   /** Bytes of the size classes handed out. */
   bytesInUse: number;
@@ -39,6 +47,8 @@ function sizeClass(bytes: number): number {
 /**
  * A cache of pinned host buffers in power-of-two size classes (from 4 KiB): a hit costs a
  * small fraction of a microsecond where cudaHostAlloc costs about a millisecond per MiB.
+ *
+ * @category Allocators
  */
 export class PinnedPool {
   private readonly free = new Map<number, PinnedBuffer[]>();
@@ -124,6 +134,7 @@ export class PinnedPool {
     return released;
   }
 
+  /** The pool's counters now: bytes in use and cached, the limit, cache hits and misses (see {@link PinnedPoolStats}). */
   stats(): PinnedPoolStats {
     return { ...this.s, limitBytes: this.limitBytes };
   }
@@ -155,7 +166,11 @@ export class PinnedPool {
   }
 }
 
-/** A pinned buffer lent by a {@link PinnedPool}. */
+/**
+ * A pinned buffer lent by a {@link PinnedPool}.
+ *
+ * @category Allocators
+ */
 export class PooledPinnedBuffer implements LentMemory {
   /** The pinned memory, exactly the requested length. */
   readonly bytes: Uint8Array;
@@ -173,6 +188,7 @@ export class PooledPinnedBuffer implements LentMemory {
     this.byteLength = bytes;
   }
 
+  /** True once freed (or given back); every use then throws `ERR_BUFFER_FREED`. */
   get freed(): boolean {
     return this._pool === null;
   }
@@ -210,7 +226,11 @@ export class PooledPinnedBuffer implements LentMemory {
   }
 }
 
-/** Creates a {@link PinnedPool}. */
+/**
+ * Creates a {@link PinnedPool}.
+ *
+ * @category Allocators
+ */
 export function createPinnedPool(options?: PinnedPoolOptions): PinnedPool {
   const o = checkOptions<PinnedPoolOptions>('options', options);
   return new PinnedPool(o as PinnedPoolOptions);

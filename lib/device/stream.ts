@@ -20,7 +20,11 @@ export function streamOption(stream: unknown): unknown {
   return stream.handle();
 }
 
-/** A CUDA stream: an ordered queue of work on one device. */
+/**
+ * A CUDA stream: an ordered queue of work on one device.
+ *
+ * @category Devices and streams
+ */
 export class Stream {
   /** @internal */ _s: unknown;
   readonly device: number;
@@ -48,6 +52,7 @@ export class Stream {
     return native.streamQuery(this.handle());
   }
 
+  /** True once disposed; every use then throws. */
   get disposed(): boolean {
     return this._disposed;
   }
@@ -73,7 +78,11 @@ export class Stream {
   }
 }
 
-/** A CUDA event: a marker in a stream, for waiting and timing. */
+/**
+ * A CUDA event: a marker in a stream, for waiting and timing.
+ *
+ * @category Devices and streams
+ */
 export class Event {
   /** @internal */ _e: unknown;
   readonly device: number;
@@ -114,10 +123,12 @@ export class Event {
     return native.eventElapsed(start.handle(), end.handle());
   }
 
+  /** True once disposed; every use then throws. */
   get disposed(): boolean {
     return this._disposed;
   }
 
+  /** Destroys the event (cudaEventDestroy). Idempotent. */
   dispose(): void {
     if (this._disposed) return;
     this._disposed = true;

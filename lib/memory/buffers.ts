@@ -73,7 +73,11 @@ export function freedError(what: string): CudaError {
 // another process may have open.
 const exported = new Set<object>();
 
-/** Options of {@link DeviceBuffer.free}. */
+/**
+ * Options of {@link DeviceBuffer.free}.
+ *
+ * @category Memory
+ */
 export interface FreeOptions {
   /** Free after the work queued on this stream (see {@link DeviceBuffer.free}). */
   stream?: Stream;
@@ -84,19 +88,31 @@ export interface FreeOptions {
   force?: boolean;
 }
 
-/** Options of {@link DeviceBuffer.importIpc}. */
+/**
+ * Options of {@link DeviceBuffer.importIpc}.
+ *
+ * @category Memory
+ */
 export interface ImportIpcOptions {
   /** Expect the handle to be for this device (ERR_IPC_WRONG_DEVICE otherwise). */
   device?: number;
 }
 
-/** Options of {@link DeviceBuffer.alloc}. */
+/**
+ * Options of {@link DeviceBuffer.alloc}.
+ *
+ * @category Memory
+ */
 export interface DeviceAllocOptions {
   /** Device index; default 0. */
   device?: number;
 }
 
-/** Memory on a CUDA device (`cudaMalloc`), or a block carved from an allocator's pool. */
+/**
+ * Memory on a CUDA device (`cudaMalloc`), or a block carved from an allocator's pool.
+ *
+ * @category Memory
+ */
 export class DeviceBuffer {
   /** @internal */ _h: number;
   /** Size in bytes, as requested. */
@@ -129,7 +145,7 @@ export class DeviceBuffer {
     return new DeviceBuffer(kInternal, native.deviceAlloc(n, device), n, device, false, null);
   }
 
-  /** True once freed. */
+  /** True once freed; every use then throws `ERR_BUFFER_FREED`. */
   get freed(): boolean {
     return this._freed;
   }
@@ -234,7 +250,11 @@ export class DeviceBuffer {
   }
 }
 
-/** Options of {@link PinnedBuffer.alloc} (the flags of cudaHostAlloc). */
+/**
+ * Options of {@link PinnedBuffer.alloc} (the flags of cudaHostAlloc).
+ *
+ * @category Memory
+ */
 export interface PinnedAllocOptions {
   /** Pinned for every CUDA context, not only the device's (cudaHostAllocPortable). */
   portable?: boolean;
@@ -258,6 +278,8 @@ const FLAG_WRITE_COMBINED = 4;
  * like any other. The pinned memory is given back only once no ArrayBuffer reaches it: free()
  * of a buffer whose bytes were moved leaves the memory to the new ArrayBuffer until that one is
  * collected. Copies through the PinnedBuffer itself keep working until free().
+ *
+ * @category Memory
  */
 export class PinnedBuffer {
   /** @internal */ _h: number;
@@ -323,6 +345,7 @@ export class PinnedBuffer {
     return new PinnedBuffer(kInternal, h, view, device, flags & ~FLAG_WRITE_COMBINED, 'cudaHostRegister');
   }
 
+  /** True once freed (or given back); every use then throws `ERR_BUFFER_FREED`. */
   get freed(): boolean {
     return this._freed;
   }
@@ -378,7 +401,11 @@ export function externalBuffersRefused(): boolean {
   return externalRefused || process.env.CUDA_MEMORY_NO_EXTERNAL_BUFFERS === '1';
 }
 
-/** Options of {@link registerHost}. */
+/**
+ * Options of {@link registerHost}.
+ *
+ * @category Memory
+ */
 export interface RegisterOptions {
   portable?: boolean;
   mapped?: boolean;
@@ -390,6 +417,8 @@ export interface RegisterOptions {
  * speed. The buffer is kept alive while registered; call free() when done (it unpins, and the
  * Node buffer stays yours, unchanged). Do not detach the buffer while it is registered: the
  * registration and copies through it use its memory where it is.
+ *
+ * @category Memory
  */
 export class RegisteredBuffer {
   /** @internal */ _h: number;
@@ -410,6 +439,7 @@ export class RegisteredBuffer {
     watchLater(this);
   }
 
+  /** True once freed (or given back); every use then throws `ERR_BUFFER_FREED`. */
   get freed(): boolean {
     return this._freed;
   }
@@ -443,7 +473,11 @@ export class RegisteredBuffer {
   }
 }
 
-/** Page-locks an existing ArrayBuffer, SharedArrayBuffer or view in place (cudaHostRegister). */
+/**
+ * Page-locks an existing ArrayBuffer, SharedArrayBuffer or view in place (cudaHostRegister).
+ *
+ * @category Memory
+ */
 export function registerHost(memory: ArrayBufferLike | ArrayBufferView, options?: RegisterOptions): RegisteredBuffer {
   let view: ArrayBufferView;
   if (ArrayBuffer.isView(memory)) view = memory;
@@ -467,12 +501,19 @@ export const kLentMemory = Symbol('cuda-memory.lent');
 /**
  * Memory lent from a pool: a pinned block used at a shorter length (what `PinnedPool.alloc`
  * returns). `copy()` and `copyAsync()` take it as either side.
+ *
+ * @category Memory
  */
 export interface LentMemory {
+  /** The pinned block behind it, the length in use, and whether it was given back. */
   [kLentMemory](): { buffer: PinnedBuffer; byteLength: number; freed: boolean };
 }
 
-/** Anything copy() accepts as a source or destination. */
+/**
+ * Anything copy() accepts as a source or destination.
+ *
+ * @category Memory
+ */
 export type Memory = DeviceBuffer | PinnedBuffer | RegisteredBuffer | LentMemory | ArrayBuffer | SharedArrayBuffer | ArrayBufferView;
 
 /** @internal Resolves a Memory to what the addon takes (a handle or a view) and its length. */

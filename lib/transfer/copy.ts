@@ -21,10 +21,16 @@ import { bufferOf, checkHoldable, checkTakeable, takeMemory, viewLike } from '..
  *   lazily; a pair without it fails with cudaErrorPeerAccessUnsupported;
  * - `host`: through pinned host memory, two 32 MiB chunks in flight;
  * - `driver`: cudaMemcpy with cudaMemcpyDefault, as the driver chooses.
+ *
+ * @category Copies
  */
 export type CopyStrategy = 'auto' | 'driver' | 'staged' | 'register' | 'peer' | 'host';
 
-/** Options of {@link copy} and {@link copyAsync}. */
+/**
+ * Options of {@link copy} and {@link copyAsync}.
+ *
+ * @category Copies
+ */
 export interface CopyOptions {
   /** Bytes to copy; default: the source's length after srcOffset. */
   byteLength?: number;
@@ -37,7 +43,11 @@ export interface CopyOptions {
   stream?: Stream;
 }
 
-/** Options of {@link copyAsync}. */
+/**
+ * Options of {@link copyAsync}.
+ *
+ * @category Copies
+ */
 export interface CopyAsyncOptions extends CopyOptions {
   /**
    * Take the memory of the Node buffers among dst and src for the copy's duration, so nothing
@@ -55,6 +65,8 @@ export interface CopyAsyncOptions extends CopyOptions {
  * except that each ArrayBuffer or view taken for the copy is replaced by a new one of the same
  * kind over the same memory. When the copy fails, the error carries the same object as
  * `taken`, so the memory is never lost.
+ *
+ * @category Copies
  */
 export interface TakenBuffers<D extends Memory = Memory, S extends Memory = Memory> {
   dst: D;
@@ -141,6 +153,8 @@ function copyBetweenHandles(dst: unknown, src: unknown, options: CopyOptions | u
 /**
  * Copies bytes between any two of DeviceBuffer, PinnedBuffer, RegisteredBuffer, ArrayBuffer,
  * SharedArrayBuffer and ArrayBuffer views, in any direction. Returns when the data has arrived.
+ *
+ * @category Copies
  */
 export function copy(dst: Memory, src: Memory, options?: CopyOptions): void {
   if (copyBetweenHandles(dst, src, options)) return;
@@ -163,6 +177,8 @@ export function copy(dst: Memory, src: Memory, options?: CopyOptions): void {
  * duration instead, and the promise resolves to {@link TakenBuffers}. A resizable ArrayBuffer is
  * refused. Once the promise settles the buffer is as it was; nothing else is changed (see
  * docs/api-guide.md, "Lifetime").
+ *
+ * @category Copies
  */
 export function copyAsync<D extends Memory, S extends Memory>(
   dst: D,
@@ -227,14 +243,22 @@ function asView(m: Memory): ArrayBufferView {
   return ArrayBuffer.isView(m) ? m : new Uint8Array(m as ArrayBufferLike);
 }
 
-/** Options of {@link memset}. */
+/**
+ * Options of {@link memset}.
+ *
+ * @category Copies
+ */
 export interface MemsetOptions {
   offset?: number;
   /** Default: from offset to the end. */
   byteLength?: number;
 }
 
-/** Sets bytes of any memory to `value` (0–255); cudaMemset for device memory. */
+/**
+ * Sets bytes of any memory to `value` (0–255); cudaMemset for device memory.
+ *
+ * @category Copies
+ */
 export function memset(target: Memory, value: number, options?: MemsetOptions): void {
   const t = resolveMemory('target', target);
   if (typeof value !== 'number' || !Number.isInteger(value) || value < 0 || value > 255)
