@@ -7,6 +7,13 @@ const cm = require('cuda-memory');
 async function main() {
   if (!cm.status().available) {
     console.log(`no GPU here (${cm.status().reason}): ${cm.status().message}`);
+    // What runs without a GPU: the gates themselves, against a made-up result.
+    const gate = cm.parseGate('h2d.pinned>=48GB/s');
+    console.log(`what a gate checks: ${JSON.stringify(gate)}`);
+    console.log(
+      'On a GPU this example runs the benchmark (pageable, staged and pinned, both directions) and\n' +
+        'checks such gates; the H100 reference figures are in docs/performance.md, "Transfers".',
+    );
     return;
   }
   const MiB = 2 ** 20;

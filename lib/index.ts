@@ -28,7 +28,7 @@ export { SharedPinnedBuffer, createSharedPinned, openSharedPinned, unlinkSharedP
 export type { SharedPinnedOptions } from './memory/shared-pinned';
 export { shmDir } from './base/shm';
 export { copy, copyAsync, memset } from './transfer/copy';
-export type { CopyOptions, CopyStrategy, MemsetOptions } from './transfer/copy';
+export type { CopyOptions, CopyAsyncOptions, TakenBuffers, CopyStrategy, MemsetOptions } from './transfer/copy';
 export { configureStaging, stagingPlacement, stagingSettingsPath, saveStagingSettings, loadStagingSettings } from './transfer/staging';
 export type { StagingSettings, StagingUpdate, StagingPlacement, SavedStagingSettings } from './transfer/staging';
 export { Stream, Event } from './device/stream';

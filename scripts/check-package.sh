@@ -4,7 +4,7 @@
 # compile breaks the install. Then checks what a user sees: the prebuilt binary loaded (status()
 # reason EXPECT_REASON, NO_DRIVER by default: a CUDA-enabled binary on a machine without a
 # driver), nothing compiled, require/import/the CLI, and the types under TypeScript's node16 and
-# bundler resolution. Last, a forced source build (CUDA_MEMORY_BUILD_FROM_SOURCE=1).
+# bundler resolution, frozen intrinsics, an esbuild bundle. Last, `npx cuda-memory build --from-source`.
 #
 #   bash scripts/check-package.sh [KEEP_DIR]   KEEP_DIR receives the tarball and an npm cache
 #                                              holding its dependencies, for an offline install
@@ -23,11 +23,12 @@ bytes=$(stat -c %s "$tgz")
 files=$(tar tzf "$tgz")
 echo "tarball $(basename "$tgz"): $bytes bytes ($((bytes / 1024)) KiB), $(echo "$files" | wc -l) files, $(tar xzOf "$tgz" | wc -c) bytes unpacked"
 for must in package/prebuilds/linux-x64/cuda-memory.napi.glibc.node package/dist/index.js package/dist/index.d.ts \
-  package/dist/index.mjs package/dist/index.d.mts package/dist/cli.js package/binding.gyp package/scripts/install.js package/README.md \
+  package/dist/index.mjs package/dist/index.d.mts package/dist/cli.js package/binding.gyp package/scripts/build-addon.js package/README.md \
+  package/docs/install.md package/docs/troubleshooting.md package/docs/api/index.html package/examples/basics.js \
   package/LICENSE package/CHANGELOG.md; do
   echo "$files" | grep -qxF "$must" || { echo "FAIL: the tarball lacks $must"; exit 1; }
 done
-if echo "$files" | grep -E '^package/(test|build|build-cmake|build-nocuda|docs|examples|\.gpu|native/core/test|node_modules)/|\.tsbuildinfo$|\.o$'; then
+if echo "$files" | grep -E '^package/(test|build|build-cmake|build-nocuda|docs/screenshots|\.gpu|native/core/test|node_modules)/|\.tsbuildinfo$|\.o$'; then
   echo "FAIL: the tarball holds files a user does not need (above)"
   exit 1
 fi
@@ -45,6 +46,11 @@ echo '{ "name": "app", "version": "1.0.0", "private": true }' >"$work/app/packag
 (cd "$work/app" && env PATH="$path" CUDA_PATH=/nonexistent CUDA_HOME=/nonexistent CC="$work/bin/fail" CXX="$work/bin/fail" \
   npm install --no-audit --no-fund --foreground-scripts --cache "$cache" ${OFFLINE:+--offline} "$tgz" 2>&1 | tee "$work/install.log")
 grep -q 'a compiler was called' "$work/install.log" && { echo "FAIL: the install compiled"; exit 1; }
+# npm 11 warns about dependencies' install scripts it blocks; this package must have none.
+grep -qi 'install scripts\|allowScripts' "$work/install.log" && { echo "FAIL: npm reports install scripts"; exit 1; }
+node -e "const p = require('$work/app/node_modules/cuda-memory/package.json'); const s = p.scripts || {};
+  for (const k of ['preinstall', 'install', 'postinstall']) if (s[k]) { console.error('FAIL: an ' + k + ' script'); process.exit(1); }
+  if (p.gypfile !== false) { console.error('FAIL: gypfile must be false, or npm adds node-gyp rebuild'); process.exit(1); }"
 pkg="$work/app/node_modules/cuda-memory"
 [ -e "$pkg/build" ] && { echo "FAIL: the install made $pkg/build"; exit 1; }
 
@@ -64,12 +70,29 @@ node --input-type=module -e "
 echo "cuda-memory --version: $(npx --no-install cuda-memory --version)"
 npx --no-install cuda-memory info || true # exits 2 where CUDA is unavailable
 
+echo "== frozen intrinsics: load and a copy"
+node --frozen-intrinsics -e "const cm = require('cuda-memory'); cm.copyAsync(new Uint8Array(8), new Uint8Array(8).fill(1)).then(() => console.log('frozen intrinsics: ok'))" 2>&1 | grep -v ExperimentalWarning | grep -v trace-warnings
+
+echo "== a bundle (esbuild): inlined, it says so; external, it loads"
+esbuild="${ESBUILD:-$root/node_modules/.bin/esbuild}"
+if [ -x "$esbuild" ]; then
+  echo "const cm = require('cuda-memory'); console.log(JSON.stringify(cm.status()));" >"$work/app/entry.js"
+  "$esbuild" entry.js --bundle --platform=node --log-level=error --outfile=bundle-inlined.js
+  node bundle-inlined.js | grep -q 'it was bundled' || { echo "FAIL: an inlined bundle does not say it was bundled"; exit 1; }
+  "$esbuild" entry.js --bundle --platform=node --log-level=error --external:cuda-memory --outfile=bundle-external.js
+  node bundle-external.js | grep -q '"binary":{"kind":"prebuilt"' || { echo "FAIL: an external bundle does not load the prebuilt binary"; exit 1; }
+  echo "bundles: ok"
+else
+  echo "esbuild not installed (a devDependency): bundles not checked"
+fi
+
 echo "== types: strict, nodenext and bundler, TypeScript 5 and the latest, with and without @types/node"
 node "$root/scripts/check-typings.js" "$tgz"
 
-echo "== forced source build (CUDA_MEMORY_BUILD_FROM_SOURCE=1)"
+echo "== source build, as a user asks for it: npx cuda-memory build --from-source"
 if [ -z "${SKIP_SOURCE_BUILD:-}" ]; then
-  CUDA_MEMORY_BUILD_FROM_SOURCE=1 npm rebuild cuda-memory --foreground-scripts 2>&1 | grep -E '^cuda-memory:|gyp info ok|ERR' || true
+  npx --no-install cuda-memory build --from-source 2>&1 | tee "$work/build.log" | grep -E '^cuda-memory:' | sed -n '1,3p;$p'
+  grep -q '\[1/' "$work/build.log" || { echo "FAIL: the build showed no progress"; exit 1; }
   node -e "
     const s = require('cuda-memory').status(); console.log(JSON.stringify(s.binary));
     if (s.binary.kind !== 'source') { console.error('FAIL: expected the source build'); process.exit(1); }"

@@ -7,9 +7,9 @@ const path = require('path');
 const dist = path.join(__dirname, '..', 'dist');
 const names = Object.keys(require(path.join(dist, 'index.js'))).filter((n) => n !== 'default' && n !== '__esModule');
 const body = [
-  "import { createRequire } from 'node:module';",
-  'const require = createRequire(import.meta.url);',
-  "const lib = require('./index.js');",
+  // A static import rather than createRequire(): bundlers follow it (createRequire's argument
+  // they cannot), so a bundle that inlines the package gets the code and can say what is missing.
+  "import lib from './index.js';",
   'export default lib;',
   `export const { ${names.join(', ')} } = lib;`,
   '',

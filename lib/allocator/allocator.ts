@@ -4,6 +4,8 @@
  * default) and CUDA's stream-ordered pool (`async`, cudaMallocAsync, TensorFlow's
  * `TF_GPU_ALLOCATOR=cuda_malloc_async`).
  */
+import { inspectCustom, inspectSummary } from '../base/inspect';
+import type { InspectOptionsStylized, inspect } from 'node:util';
 import { native, requireCuda } from '../binding/native';
 import { DeviceBuffer } from '../memory/buffers';
 import { Stream, streamOption } from '../device/stream';
@@ -15,7 +17,11 @@ import { Trace, TraceEvent, saveTrace as writeTrace } from './trace';
 import { GroupStats, SharedBudgetOptions, resolveShared } from './group';
 import { checkInternal, kInternal } from '../base/internal';
 
-/** A device that exists only as numbers, for running allocator policies without a GPU. */
+/**
+ * A device that exists only as numbers, for running allocator policies without a GPU.
+ *
+ * @category Allocators
+ */
 export interface SimulatedDevice {
   /** Total device memory in bytes. */
   totalBytes: number;
@@ -35,10 +41,16 @@ export interface SimulatedDevice {
  * cudaMalloc (TensorFlow's BFC allocator). `async`: CUDA's stream-ordered memory pool
  * (cudaMallocFromPoolAsync / cudaFreeAsync) on a pool of the allocator's own, under the same
  * limit, statistics and errors.
+ *
+ * @category Allocators
  */
 export type AllocatorBackend = 'bfc' | 'async';
 
-/** Options of {@link createAllocator}. */
+/**
+ * Options of {@link createAllocator}.
+ *
+ * @category Allocators
+ */
 export interface AllocatorOptions {
   /** Device index; default 0. */
   device?: number;
@@ -96,6 +108,8 @@ export interface AllocatorOptions {
  * One statistic kept as RMM and PyTorch keep it. `total` is RMM's total and PyTorch's
  * `allocated`: everything added since the allocator was made or its accumulated figures were
  * reset; `freed` what was taken away over the same time.
+ *
+ * @category Allocators
  */
 export interface Counter {
   current: number;
@@ -105,7 +119,11 @@ export interface Counter {
   freed: number;
 }
 
-/** Statistics of an allocator (bytes unless named otherwise). */
+/**
+ * Statistics of an allocator (bytes unless named otherwise).
+ *
+ * @category Allocators
+ */
 export interface AllocatorStats {
   /** Bytes handed out, as the pool's blocks (requests rounded to 256 bytes, or whole unsplit blocks). */
   bytesInUse: number;
@@ -151,6 +169,8 @@ export interface AllocatorStats {
  * The stream-ordered pool's own attributes. For it, `poolBytes`/`peakPoolBytes` are the pool's
  * reserved memory and high watermark, `largestFreeBlock` is reserved less used (the pool does not
  * report its blocks), and `regions` and `fragmentation` are 0.
+ *
+ * @category Allocators
  */
 export interface AsyncPoolStats {
   /** cudaMemPoolAttrReservedMemCurrent: memory the pool holds from the device. */
@@ -165,7 +185,11 @@ export interface AsyncPoolStats {
   releaseThreshold: number;
 }
 
-/** Options of {@link Allocator.startRecording}. */
+/**
+ * Options of {@link Allocator.startRecording}.
+ *
+ * @category Allocators
+ */
 export interface RecordingOptions {
   /** Events kept; later ones are counted in `droppedEvents`. Default 1,000,000. */
   maxEvents?: number;
@@ -177,6 +201,8 @@ export interface RecordingOptions {
  * A block in a snapshot. Field names map to PyTorch's `_snapshot()` blocks: `address`,
  * `size`, `requestedSize` = requested_size, `state` ('active_allocated' or 'inactive'), `stack` =
  * frames.
+ *
+ * @category Allocators
  */
 export interface SnapshotBlock {
   address: number;
@@ -193,6 +219,8 @@ export interface SnapshotBlock {
 /**
  * A region of the pool in a snapshot; PyTorch calls these segments: `address`, `totalSize` =
  * total_size, `allocatedSize` = allocated_size, `requestedSize` = requested_size, `blocks`.
+ *
+ * @category Allocators
  */
 export interface SnapshotSegment {
   device: number;
@@ -203,7 +231,11 @@ export interface SnapshotSegment {
   blocks: SnapshotBlock[];
 }
 
-/** {@link Allocator.snapshot}: the pool as it is now. */
+/**
+ * {@link Allocator.snapshot}: the pool as it is now.
+ *
+ * @category Allocators
+ */
 export interface MemorySnapshot {
   schema: 'cuda-memory/snapshot@1';
   device: number;
@@ -213,7 +245,11 @@ export interface MemorySnapshot {
 
 const ACTION_NAMES: TraceEvent['action'][] = ['alloc', 'free', 'oom', 'region_alloc', 'region_free', 'empty_cache'];
 
-/** Options of {@link Allocator.alloc}. */
+/**
+ * Options of {@link Allocator.alloc}.
+ *
+ * @category Allocators
+ */
 export interface AllocOptions {
   /**
    * `async`: allocate in this stream's order (cudaMallocFromPoolAsync on it); the block is
@@ -233,7 +269,11 @@ export interface AllocOptions {
 }
 
 // The native calls of each backend.
-/** A region the pool took from the device. */
+/**
+ * A region the pool took from the device.
+ *
+ * @category Allocators
+ */
 export interface RegionInfo {
   address: bigint;
   size: number;
@@ -241,7 +281,11 @@ export interface RegionInfo {
   blocks: number;
 }
 
-/** A pool over one device; see {@link createAllocator}. */
+/**
+ * A pool over one device; see {@link createAllocator}.
+ *
+ * @category Allocators
+ */
 export class Allocator {
   /** @internal */ private _a: unknown;
   /** Where the memory comes from. */
@@ -316,6 +360,7 @@ export class Allocator {
     return this._limitBytes;
   }
 
+  /** True once closed; alloc() then throws. */
   get closed(): boolean {
     return this._closed;
   }
@@ -459,6 +504,12 @@ export class Allocator {
     return { schema: 'cuda-memory/snapshot@1', device: this.device, limitBytes: this.limitBytes, segments };
   }
 
+  /**
+   * The allocator's counters now: bytes in use and their peak, bytes the live buffers asked
+   * for, the pool's bytes from the device and their peak, the limit, allocation, free and
+   * out-of-memory counts (see {@link AllocatorStats}). Cheap: one native call, no locks held
+   * across it.
+   */
   stats(): AllocatorStats {
     return { ...native.allocatorStats(this._a), backend: this.backend };
   }
@@ -583,8 +634,45 @@ export class Allocator {
     return released;
   }
 
+  /** Closes the allocator (as {@link Allocator.close} without options), for `using`. */
   [Symbol.dispose](): void {
     this.close({ force: true });
+  }
+  /**
+   * A summary for logs and JSON: kind, backend, device, pool and in-use bytes, the limit and
+   * state. The numbers are those of {@link Allocator.stats} at the call.
+   */
+  toJSON(): {
+    kind: 'allocator';
+    backend: AllocatorBackend;
+    device: number;
+    simulated: boolean;
+    bytesInUse: number | null;
+    poolBytes: number | null;
+    limitBytes: number;
+    state: 'open' | 'closed';
+  } {
+    let st: AllocatorStats | null = null;
+    if (!this._closed)
+      try {
+        st = this.stats();
+      } catch {
+        st = null;
+      }
+    return {
+      kind: 'allocator',
+      backend: this.backend,
+      device: this.device,
+      simulated: this.simulated,
+      bytesInUse: st ? st.bytesInUse : null,
+      poolBytes: st ? st.poolBytes : null,
+      limitBytes: this._limitBytes,
+      state: this._closed ? 'closed' : 'open',
+    };
+  }
+
+  /** @internal */ [inspectCustom](depth: number, options: InspectOptionsStylized, insp: typeof inspect): string {
+    return inspectSummary('Allocator', this.toJSON(), depth, options, insp);
   }
 }
 
@@ -592,6 +680,8 @@ export class Allocator {
  * Creates a pool allocator on a device (or a simulated one). With no limit option, the limit is
  * the free memory less a reserve left to the driver (TensorFlow's rule); without allowGrowth the
  * whole limit is taken now. Several allocators may share a device.
+ *
+ * @category Allocators
  */
 export function createAllocator(options?: AllocatorOptions): Allocator {
   const o = checkOptions<AllocatorOptions>('options', options);

@@ -2,7 +2,11 @@
 import type { AllocatorOptions } from './allocator';
 import { parseSize } from '../base/units';
 
-/** What {@link allocatorOptionsFromEnv} found, with anything it ignored and why. */
+/**
+ * What {@link allocatorOptionsFromEnv} found, with anything it ignored and why.
+ *
+ * @category Allocators
+ */
 export interface EnvAllocatorOptions extends AllocatorOptions {
   /** Messages about variables that were present but ignored. */
   warnings: string[];
@@ -16,6 +20,8 @@ export interface EnvAllocatorOptions extends AllocatorOptions {
  * stream-ordered backend; and PyTorch's PYTORCH_CUDA_ALLOC_CONF, where `expandable_segments:True`
  * turns on expandableSegments and `backend:cudaMallocAsync` selects the stream-ordered backend
  * (other keys are reported in `warnings` and ignored).
+ *
+ * @category Allocators
  */
 export function allocatorOptionsFromEnv(env: Record<string, string | undefined> = process.env): EnvAllocatorOptions {
   const out: EnvAllocatorOptions = { warnings: [] };

@@ -16,7 +16,11 @@ import type { GroupStats } from '../base/types';
 
 export type { GroupMember, GroupStats } from '../base/types';
 
-/** The `shared` option of createAllocator. */
+/**
+ * The `shared` option of createAllocator.
+ *
+ * @category Processes
+ */
 export interface SharedBudgetOptions {
   /** The group's name: the same name on the same GPU is the same group. */
   name: string;
@@ -32,7 +36,11 @@ export interface SharedBudgetOptions {
   lockTimeoutMs?: number;
 }
 
-/** Options of {@link groupStats}. */
+/**
+ * Options of {@link groupStats}.
+ *
+ * @category Processes
+ */
 export interface GroupStatsOptions {
   /** Device index; default 0. */
   device?: number;
@@ -42,7 +50,11 @@ export interface GroupStatsOptions {
   lockTimeoutMs?: number;
 }
 
-/** Options of {@link listGroups}. */
+/**
+ * Options of {@link listGroups}.
+ *
+ * @category Processes
+ */
 export interface ListGroupsOptions {
   /**
    * How long to wait for each ledger's lock before listing it as busy, in milliseconds; default
@@ -99,6 +111,8 @@ export function resolveShared(value: unknown, device: number, totalBytes: number
 /**
  * The live ledger of group `name`: budget, charge, and each member's pool and in-use bytes.
  * Throws InterprocessError ERR_GROUP_NOT_FOUND when the group has no member.
+ *
+ * @category Processes
  */
 export function groupStats(name: string, options?: GroupStatsOptions): GroupStats {
   checkShmName('name', name);
@@ -111,6 +125,8 @@ export function groupStats(name: string, options?: GroupStatsOptions): GroupStat
 /**
  * A ledger file that could not be read: damaged, foreign, another version, another user's or
  * open to others (ERR_SHM_UNTRUSTED), or busy (ERR_SHM_LOCK_TIMEOUT).
+ *
+ * @category Processes
  */
 export interface UnreadableGroup {
   path: string;
@@ -118,7 +134,11 @@ export interface UnreadableGroup {
   message: string;
 }
 
-/** Every group with a ledger in the shared-memory folder, and the ledgers that could not be read. */
+/**
+ * Every group with a ledger in the shared-memory folder, and the ledgers that could not be read.
+ *
+ * @category Processes
+ */
 export function listGroups(options?: ListGroupsOptions): { groups: GroupStats[]; unreadable: UnreadableGroup[] } {
   const o = checkOptions<ListGroupsOptions>('options', options);
   const timeout = lockTimeoutMs('options.lockTimeoutMs', o.lockTimeoutMs, 500);
@@ -145,7 +165,11 @@ export function listGroups(options?: ListGroupsOptions): { groups: GroupStats[];
   return { groups, unreadable };
 }
 
-/** The table `cuda-memory top` prints: each group, then a line per member. */
+/**
+ * The table `cuda-memory top` prints: each group, then a line per member.
+ *
+ * @category Processes
+ */
 export function formatGroups(list: { groups: GroupStats[]; unreadable: UnreadableGroup[] }): string {
   const lines: string[] = [];
   if (list.groups.length === 0 && list.unreadable.length === 0) lines.push(`no groups in ${shmDir()}`);

@@ -11,7 +11,11 @@ import { knownDeviceCount } from '../device/discovery';
 import { formatBytes } from '../base/units';
 import { checkInternal, kInternal } from '../base/internal';
 
-/** Options of {@link createAllocators}: the policy of {@link createAllocator}, for several devices. */
+/**
+ * Options of {@link createAllocators}: the policy of {@link createAllocator}, for several devices.
+ *
+ * @category Allocators
+ */
 export interface MultiAllocatorOptions extends Omit<AllocatorOptions, 'device' | 'simulate'> {
   /**
    * `'all'` (the default): every device CUDA sees, which is what CUDA_VISIBLE_DEVICES leaves
@@ -25,7 +29,11 @@ export interface MultiAllocatorOptions extends Omit<AllocatorOptions, 'device' |
   simulate?: SimulatedDevice | SimulatedDevice[];
 }
 
-/** Figures summed over the allocators of an {@link AllocatorSet}. */
+/**
+ * Figures summed over the allocators of an {@link AllocatorSet}.
+ *
+ * @category Allocators
+ */
 export interface AllocatorTotals {
   bytesInUse: number;
   /** The sum of each allocator's own peak (their peaks need not have been at the same moment). */
@@ -39,13 +47,21 @@ export interface AllocatorTotals {
   regions: number;
 }
 
-/** {@link AllocatorSet.stats}: each device's statistics, and their sums. */
+/**
+ * {@link AllocatorSet.stats}: each device's statistics, and their sums.
+ *
+ * @category Allocators
+ */
 export interface MultiAllocatorStats {
   devices: (AllocatorStats & { device: number })[];
   total: AllocatorTotals;
 }
 
-/** Options of {@link AllocatorSet.alloc}. */
+/**
+ * Options of {@link AllocatorSet.alloc}.
+ *
+ * @category Allocators
+ */
 export interface MultiAllocOptions extends AllocOptions {
   /** Which device's allocator serves the request; default the set's first device. */
   device?: number;
@@ -63,7 +79,11 @@ const TOTAL_KEYS: (keyof AllocatorTotals)[] = [
   'regions',
 ];
 
-/** One allocator per device, made by {@link createAllocators}. Iterable over its allocators. */
+/**
+ * One allocator per device, made by {@link createAllocators}. Iterable over its allocators.
+ *
+ * @category Allocators
+ */
 export class AllocatorSet implements Iterable<Allocator> {
   /** The allocators, in the order of `devices`. */
   readonly allocators: readonly Allocator[];
@@ -141,10 +161,12 @@ export class AllocatorSet implements Iterable<Allocator> {
     return this.allocators.reduce((sum, a) => sum + a.close({ force }), 0);
   }
 
+  /** Closes every allocator of the set, for `using`. */
   [Symbol.dispose](): void {
     this.close({ force: true });
   }
 
+  /** The set's allocators, one per device, in order. */
   [Symbol.iterator](): Iterator<Allocator> {
     return this.allocators[Symbol.iterator]();
   }
@@ -156,6 +178,8 @@ export class AllocatorSet implements Iterable<Allocator> {
  * per_process_gpu_memory_fraction is per visible GPU; `memoryLimit` likewise applies to each.
  * If one device's allocator cannot be made (preallocation out of memory, say), those already made
  * are closed and the error is thrown.
+ *
+ * @category Allocators
  */
 export function createAllocators(options?: MultiAllocatorOptions): AllocatorSet {
   const o = checkOptions<MultiAllocatorOptions>('options', options);

@@ -1,18 +1,28 @@
 /** A cache of pinned host buffers. */
+import { inspectCustom, inspectSummary } from '../base/inspect';
+import type { InspectOptionsStylized, inspect } from 'node:util';
 import { formatBytes } from '../base/units';
 import { PinnedBuffer, PinnedAllocOptions, kLentMemory, LentMemory } from '../memory/buffers';
 import { checkOptions, checkSize } from '../base/validate';
 import { OutOfMemoryError, CudaMemoryError } from '../base/errors';
 import { checkInternal, kInternal } from '../base/internal';
 
-/** Options of {@link createPinnedPool}. */
+/**
+ * Options of {@link createPinnedPool}.
+ *
+ * @category Allocators
+ */
 export interface PinnedPoolOptions extends Omit<PinnedAllocOptions, 'device'> {
   device?: number;
   /** Most pinned bytes the pool holds, in use and cached together. Default: no limit. */
   memoryLimit?: number;
 }
 
-/** Statistics of a pinned pool. */
+/**
+ * Statistics of a pinned pool.
+ *
+ * @category Allocators
+ */
 export interface PinnedPoolStats {
   /** Bytes of the size classes handed out. */
   bytesInUse: number;
@@ -37,6 +47,8 @@ function sizeClass(bytes: number): number {
 /**
  * A cache of pinned host buffers in power-of-two size classes (from 4 KiB): a hit costs a
  * small fraction of a microsecond where cudaHostAlloc costs about a millisecond per MiB.
+ *
+ * @category Allocators
  */
 export class PinnedPool {
   private readonly free = new Map<number, PinnedBuffer[]>();
@@ -122,6 +134,7 @@ export class PinnedPool {
     return released;
   }
 
+  /** The pool's counters now: bytes in use and cached, the limit, cache hits and misses (see {@link PinnedPoolStats}). */
   stats(): PinnedPoolStats {
     return { ...this.s, limitBytes: this.limitBytes };
   }
@@ -132,12 +145,32 @@ export class PinnedPool {
     this.emptyCache();
   }
 
+  /** Closes the pool (as {@link PinnedPool.close}), for `using`. */
   [Symbol.dispose](): void {
     this.close();
   }
+  /** A summary for logs and JSON: kind, bytes in use and cached, the limit and state. */
+  toJSON(): { kind: 'pinned-pool'; bytesInUse: number; cachedBytes: number; limitBytes: number | null; state: 'open' | 'closed' } {
+    return {
+      kind: 'pinned-pool',
+      bytesInUse: this.s.bytesInUse,
+      cachedBytes: this.s.cachedBytes,
+      // JSON has no Infinity: no limit is null.
+      limitBytes: Number.isFinite(this.limitBytes) ? this.limitBytes : null,
+      state: this._closed ? 'closed' : 'open',
+    };
+  }
+
+  /** @internal */ [inspectCustom](depth: number, options: InspectOptionsStylized, insp: typeof inspect): string {
+    return inspectSummary('PinnedPool', this.toJSON(), depth, options, insp);
+  }
 }
 
-/** A pinned buffer lent by a {@link PinnedPool}. */
+/**
+ * A pinned buffer lent by a {@link PinnedPool}.
+ *
+ * @category Allocators
+ */
 export class PooledPinnedBuffer implements LentMemory {
   /** The pinned memory, exactly the requested length. */
   readonly bytes: Uint8Array;
@@ -155,6 +188,7 @@ export class PooledPinnedBuffer implements LentMemory {
     this.byteLength = bytes;
   }
 
+  /** True once freed (or given back); every use then throws `ERR_BUFFER_FREED`. */
   get freed(): boolean {
     return this._pool === null;
   }
@@ -172,12 +206,31 @@ export class PooledPinnedBuffer implements LentMemory {
     p.giveBack(this.buffer);
   }
 
+  /** Returns the buffer to its pool (as {@link PooledPinnedBuffer.free}), for `using`. */
   [Symbol.dispose](): void {
     this.free();
   }
+  /** A summary for logs and JSON: kind, size, its size class, device and state. */
+  toJSON(): { kind: 'pooled-pinned'; byteLength: number; classBytes: number; device: number; state: 'live' | 'freed' } {
+    return {
+      kind: 'pooled-pinned',
+      byteLength: this.byteLength,
+      classBytes: this.buffer.byteLength,
+      device: this.buffer.device,
+      state: this._pool === null ? 'freed' : 'live',
+    };
+  }
+
+  /** @internal */ [inspectCustom](depth: number, options: InspectOptionsStylized, insp: typeof inspect): string {
+    return inspectSummary('PooledPinnedBuffer', this.toJSON(), depth, options, insp);
+  }
 }
 
-/** Creates a {@link PinnedPool}. */
+/**
+ * Creates a {@link PinnedPool}.
+ *
+ * @category Allocators
+ */
 export function createPinnedPool(options?: PinnedPoolOptions): PinnedPool {
   const o = checkOptions<PinnedPoolOptions>('options', options);
   return new PinnedPool(o as PinnedPoolOptions);

@@ -9,7 +9,11 @@ import { OutOfMemoryError, argTypeError, argRangeError } from '../base/errors';
 import { Trace, loadTrace } from './trace';
 import { formatBytes, parseSize } from '../base/units';
 
-/** A policy to replay under: allocator options, the device's size given by `simulate` or `deviceBytes`. */
+/**
+ * A policy to replay under: allocator options, the device's size given by `simulate` or `deviceBytes`.
+ *
+ * @category Allocators
+ */
 export interface ReplayPolicy extends Omit<AllocatorOptions, 'backend' | 'asyncDefaultPool'> {
   /** A name for reports; default made from the options ("growth, limit 8 GiB on 24 GiB"). */
   name?: string;
@@ -17,13 +21,21 @@ export interface ReplayPolicy extends Omit<AllocatorOptions, 'backend' | 'asyncD
   deviceBytes?: number;
 }
 
-/** Options of {@link replayTrace}. */
+/**
+ * Options of {@link replayTrace}.
+ *
+ * @category Allocators
+ */
 export interface ReplayOptions {
   /** Also find, per policy, the smallest memoryLimit that survives (bisection to 1 MiB). */
   findMinLimit?: boolean;
 }
 
-/** What one policy did with the trace. */
+/**
+ * What one policy did with the trace.
+ *
+ * @category Allocators
+ */
 export interface ReplayResult {
   policy: string;
   options: ReplayPolicy;
@@ -47,7 +59,11 @@ export interface ReplayResult {
 
 const MiB = 2 ** 20;
 
-/** A policy's default name: "prealloc" or "growth", then its limit and options, then the device. */
+/**
+ * A policy's default name: "prealloc" or "growth", then its limit and options, then the device.
+ *
+ * @category Allocators
+ */
 export function policyName(p: ReplayPolicy, deviceBytes: number): string {
   const parts = [p.allowGrowth ? 'growth' : 'prealloc'];
   if (p.memoryFraction !== undefined) parts.push(`fraction ${p.memoryFraction}`);
@@ -60,6 +76,8 @@ export function policyName(p: ReplayPolicy, deviceBytes: number): string {
 /**
  * Reads a policy from the command line's form: comma-separated `growth`, `prealloc` or
  * `expandable`, `fraction=0.5`, `limit=8GiB`, `gc=off`. Throws a RangeError naming what it cannot read.
+ *
+ * @category Allocators
  */
 export function parsePolicy(spec: string): ReplayPolicy {
   const p: ReplayPolicy = { allowGrowth: false };
@@ -173,6 +191,8 @@ function runOnce(trace: Trace, p: ReplayPolicy, deviceBytes: number, computeCapa
  * `trace` is a Trace, a PyTorch `_snapshot()` object, or a file of either: every form is checked
  * as {@link loadTrace} checks it, and a TraceError names the first fault. Allocations and frees
  * are replayed, and emptyCache calls; refused requests and the original's region events are not.
+ *
+ * @category Allocators
  */
 export function replayTrace(trace: Trace | object | string, policies: ReplayPolicy[], options: ReplayOptions = {}): ReplayResult[] {
   return replayTraceWith(trace, policies, options);
@@ -230,6 +250,8 @@ function findMinLimit(
 /**
  * Replays `trace` under one policy with recording on: the trace the simulated allocator wrote
  * (regions, offsets and all), for drawing a trace that lacks them.
+ *
+ * @category Allocators
  */
 export function replayRecorded(
   input: Trace | object | string,
@@ -244,7 +266,11 @@ export function replayRecorded(
   return { recorded: r.recorded, failedAt: r.failedAt, policy: policy.name ?? policyName(policy, totalBytes) };
 }
 
-/** A table of replay results, sizes in binary units. */
+/**
+ * A table of replay results, sizes in binary units.
+ *
+ * @category Allocators
+ */
 export function formatReplay(results: ReplayResult[]): string {
   const rows = results.map((r) => [
     r.policy,

@@ -11,10 +11,16 @@ import { formatBytes } from '../base/units';
 /**
  * The largest trace file {@link loadTrace} reads: 512 MiB, about the longest string JavaScript
  * holds (a larger file could not be parsed, and reading it whole would only use up memory).
+ *
+ * @category Allocators
  */
 export const TRACE_MAX_BYTES = 512 * 2 ** 20;
 
-/** One event of a trace. Only `action` and, for alloc/free, `id` (and `bytes` for alloc) are required. */
+/**
+ * One event of a trace. Only `action` and, for alloc/free, `id` (and `bytes` for alloc) are required.
+ *
+ * @category Allocators
+ */
 export interface TraceEvent {
   action: 'alloc' | 'free' | 'oom' | 'region_alloc' | 'region_free' | 'empty_cache';
   /** The block (alloc, free): a number or string unique among live blocks. */
@@ -35,7 +41,11 @@ export interface TraceEvent {
   stack?: string;
 }
 
-/** A trace: a recording allocator's `trace()`, or a file any tool can write. */
+/**
+ * A trace: a recording allocator's `trace()`, or a file any tool can write.
+ *
+ * @category Allocators
+ */
 export interface Trace {
   schema: 'cuda-memory/trace@1';
   events: TraceEvent[];
@@ -57,8 +67,13 @@ export interface Trace {
   source?: string;
 }
 
-/** A trace file or object that cannot be read; `eventIndex` says where, when it is one event. */
+/**
+ * A trace file or object that cannot be read; `eventIndex` says where, when it is one event.
+ *
+ * @category Allocators
+ */
 export class TraceError extends CudaMemoryError {
+  /** @internal */
   constructor(
     message: string,
     readonly eventIndex: number | null = null,
@@ -78,6 +93,8 @@ function isSize(v: unknown, min = 1): v is number {
  * Checks a trace of ours (full or minimal) and returns it with its events checked: every event
  * an object with a known action; an alloc with a positive safe-integer `bytes` and an `id` not
  * live already; a free naming a live id. Throws TraceError naming the first bad event's index.
+ *
+ * @category Allocators
  */
 export function checkTrace(t: unknown): Trace {
   if (typeof t !== 'object' || t === null || Array.isArray(t)) throw new TraceError('a trace must be a JSON object');
@@ -125,6 +142,8 @@ interface TorchTraceEntry {
  * `alloc` and `free_completed` (or `free_requested`, where no free completed) becoming alloc and
  * free, `segment_alloc`/`segment_free` region events, `oom` an oom. Blocks are keyed by address
  * while live, so a reused address is a new block.
+ *
+ * @category Allocators
  */
 export function fromPyTorchSnapshot(snapshot: unknown, device?: number): Trace {
   const s = snapshot as { device_traces?: unknown; segments?: { device?: number; total_size?: number }[] };
@@ -172,6 +191,8 @@ export function fromPyTorchSnapshot(snapshot: unknown, device?: number): Trace {
 /**
  * Reads a trace: a path to a JSON file, or the parsed object; ours or PyTorch's. Throws
  * TraceError with the reason (and the event index where one event is at fault).
+ *
+ * @category Allocators
  */
 export function loadTrace(input: string | object, options: { device?: number } = {}): Trace {
   if (typeof input !== 'string' && (typeof input !== 'object' || input === null))
@@ -214,7 +235,11 @@ export function loadTrace(input: string | object, options: { device?: number } =
   return checkTrace(data);
 }
 
-/** Writes a trace as JSON. */
+/**
+ * Writes a trace as JSON.
+ *
+ * @category Allocators
+ */
 export function saveTrace(file: string, trace: Trace): void {
   fs.writeFileSync(file, JSON.stringify(trace) + '\n');
 }

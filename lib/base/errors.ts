@@ -4,17 +4,24 @@
  */
 import type { GroupStats } from './types';
 
-/** Why CUDA cannot be used, as reported by {@link status}. */
+/**
+ * Why CUDA cannot be used, as reported by {@link status}.
+ *
+ * @category Errors
+ */
 export type UnavailableReason = 'NOT_BUILT_WITH_CUDA' | 'NO_DRIVER' | 'INSUFFICIENT_DRIVER' | 'NO_DEVICE' | 'ADDON_NOT_LOADED';
 
 /**
  * The base class of every error the library defines, each with a stable `code` to branch on.
  * Argument errors are Node's own `TypeError`/`RangeError`, also with a `code`
  * (`ERR_INVALID_ARG_TYPE`, `ERR_OUT_OF_RANGE`, `ERR_INVALID_ARG_VALUE`), as Node core makes them.
+ *
+ * @category Errors
  */
 export class CudaMemoryError extends Error {
   /** What went wrong, stable across versions: `ERR_ALLOCATOR_CLOSED`, `cudaErrorMemoryAllocation`, ... */
   code: string;
+  /** An error with a stable `code` (`ERR_...`) to branch on. */
   constructor(message: string, code: string) {
     super(message);
     this.name = 'CudaMemoryError';
@@ -22,7 +29,11 @@ export class CudaMemoryError extends Error {
   }
 }
 
-/** A CUDA call failed, or a buffer was used after it was freed. */
+/**
+ * A CUDA call failed, or a buffer was used after it was freed.
+ *
+ * @category Errors
+ */
 export class CudaError extends CudaMemoryError {
   /** CUDA's error name (`cudaErrorMemoryAllocation`) or a library code (`ERR_BUFFER_FREED`). */
   declare code: string;
@@ -30,6 +41,7 @@ export class CudaError extends CudaMemoryError {
   cudaCode: number;
   /** The call that failed, e.g. `cudaMemcpy`. */
   call: string;
+  /** A CUDA failure: its code, the CUDA error number where there is one, and the call that failed. */
   constructor(message: string, details: { code: string; cudaCode?: number; call?: string }) {
     super(message, details.code);
     this.name = 'CudaError';
@@ -38,7 +50,11 @@ export class CudaError extends CudaMemoryError {
   }
 }
 
-/** Everything an out-of-memory error reports; fields absent for a plain `cudaMalloc` are 0. */
+/**
+ * Everything an out-of-memory error reports; fields absent for a plain `cudaMalloc` are 0.
+ *
+ * @category Errors
+ */
 export interface OutOfMemoryDetails {
   message?: string;
   requestedBytes: number;
@@ -74,21 +90,37 @@ function sentenceBytes(bytes: number): string {
   return `${v.toFixed(2)} ${units[i]}`;
 }
 
-/** An allocation did not fit: on the device (`cudaMalloc`) or under an allocator's limit. */
+/**
+ * An allocation did not fit: on the device (`cudaMalloc`) or under an allocator's limit.
+ *
+ * @category Errors
+ */
 export class OutOfMemoryError extends CudaError {
+  /** Bytes the caller asked for. */
   requestedBytes: number;
+  /** The request as the allocator rounds it (256-byte multiples, or its size class). */
   roundedBytes: number;
+  /** The device the allocation was for. */
   device: number;
+  /** The limit that refused it, in bytes (the device's total when no limit applied). */
   limitBytes: number;
+  /** Where that limit came from (`memoryLimit`, `memoryFraction`, an environment variable, the device). */
   limitSource: string;
+  /** Bytes the allocator had handed out at the time. */
   bytesInUse: number;
+  /** Bytes the allocator held from the device at the time. */
   poolBytes: number;
+  /** The largest free block in the pool, in bytes: less than the request means fragmentation. */
   largestFreeBlock: number;
+  /** Share of the pool's free bytes outside its largest free block, 0 to 1. */
   fragmentation: number;
+  /** Free bytes on the device (cudaMemGetInfo) at the time. */
   deviceFree: number;
+  /** The device's total bytes. */
   deviceTotal: number;
   /** Set when a group budget refused the memory: the group at that moment, members listed. */
   group?: GroupStats;
+  /** Made by the library from what was asked for and the state of the allocator and device at the time. */
   constructor(details: OutOfMemoryDetails) {
     const message =
       details.message ??
@@ -112,9 +144,15 @@ export class OutOfMemoryError extends CudaError {
   }
 }
 
-/** CUDA cannot be used here; `reason` says why (see {@link status}). */
+/**
+ * CUDA cannot be used here; `reason` says why (see {@link status}).
+ *
+ * @category Errors
+ */
 export class CudaUnavailableError extends CudaMemoryError {
+  /** Why CUDA cannot be used (the same as `status().reason`). */
   reason: UnavailableReason;
+  /** Made by the library with the reason CUDA cannot be used. */
   constructor(reason: UnavailableReason, message: string) {
     super(`CUDA is not available (${reason}): ${message}`, 'ERR_CUDA_UNAVAILABLE');
     this.name = 'CudaUnavailableError';
@@ -126,11 +164,15 @@ export class CudaUnavailableError extends CudaMemoryError {
  * A failure of something processes share: a group budget's ledger (`ERR_GROUP_*`), an IPC handle
  * (`ERR_IPC_*`) or shared pinned memory (`ERR_SHM_*`). `code` says which; `path` names the file
  * in shared memory where there is one.
+ *
+ * @category Errors
  */
 export class InterprocessError extends CudaMemoryError {
+  /** The shared file concerned. */
   path: string;
   /** ERR_IPC_IN_USE: the pids of the processes that have the buffer open. */
   importers?: number[];
+  /** Made by the library with the code, the shared file and the processes that have the memory open. */
   constructor(message: string, details: { code: string; path?: string; importers?: number[] }) {
     super(message, details.code);
     this.name = 'InterprocessError';
@@ -142,6 +184,8 @@ export class InterprocessError extends CudaMemoryError {
 /**
  * Builds the TypeError/RangeError for a bad argument, naming it, what was expected and what was
  * given (in the manner of sharp's invalidParameterError).
+ *
+ * @category Errors
  */
 export function invalidArgument(
   name: string,
@@ -163,7 +207,11 @@ export function argRangeError(message: string, code = 'ERR_OUT_OF_RANGE'): Range
   return Object.assign(new RangeError(message), { code });
 }
 
-/** A short, safe description of any value for error messages. */
+/**
+ * A short, safe description of any value for error messages.
+ *
+ * @category Errors
+ */
 export function describe(value: unknown): string {
   if (value === null) return 'null';
   if (value === undefined) return 'undefined';

@@ -2,6 +2,8 @@ import { argTypeError, argRangeError } from './errors';
 /**
  * Where files that processes share live: `CUDA_MEMORY_SHM_DIR`, or /dev/shm (a tmpfs on Linux).
  * Every cooperating process must see the same folder.
+ *
+ * @category Processes
  */
 export function shmDir(): string {
   return process.env.CUDA_MEMORY_SHM_DIR || '/dev/shm';
@@ -18,7 +20,11 @@ export function checkShmName(what: string, name: unknown): string {
   return name;
 }
 
-/** The default wait for a shared file's lock, in milliseconds. */
+/**
+ * The default wait for a shared file's lock, in milliseconds.
+ *
+ * @category Processes
+ */
 export const DEFAULT_LOCK_TIMEOUT_MS = 5000;
 
 /**

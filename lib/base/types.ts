@@ -4,7 +4,11 @@
  * file imports nothing.
  */
 
-/** Settings of the staged path. */
+/**
+ * Settings of the staged path.
+ *
+ * @category Devices and streams
+ */
 export interface StagingSettings {
   /** Size of each pinned chunk in the ring: the largest chunk. */
   chunkBytes: number;
@@ -33,7 +37,11 @@ export interface StagingSettings {
   autoThreshold: { h2d: number; d2h: number };
 }
 
-/** Where the staged path keeps its threads and pinned ring for one GPU (see {@link stagingPlacement}). */
+/**
+ * Where the staged path keeps its threads and pinned ring for one GPU (see {@link stagingPlacement}).
+ *
+ * @category Devices and streams
+ */
 export interface StagingPlacement {
   device: number;
   /** The GPU's NUMA node from sysfs; -1 when the host does not say (common in VMs). */
@@ -63,7 +71,11 @@ export interface StagingPlacement {
   rings: { direction: 'h2d' | 'd2h'; node: number; placed: boolean }[];
 }
 
-/** What one ordered pair of devices can do (see {@link peerAccess}). */
+/**
+ * What one ordered pair of devices can do (see {@link peerAccess}).
+ *
+ * @category Devices and streams
+ */
 export interface PeerLink {
   from: number;
   to: number;
@@ -93,6 +105,8 @@ export interface PeerLink {
  * generation (the oldest among the pair's links); where the GPU's architecture has one
  * generation only and NVML says another (some drivers report 5.0 on Hopper), the
  * architecture's is used, and `source` says so.
+ *
+ * @category Devices and streams
  */
 export interface NvLinkRate {
   /** "1.0" to "5.0"; null when neither NVML nor the compute capability says. */
@@ -103,7 +117,11 @@ export interface NvLinkRate {
   source: string;
 }
 
-/** One process (one allocator) in a group. */
+/**
+ * One process (one allocator) in a group.
+ *
+ * @category Devices and streams
+ */
 export interface GroupMember {
   pid: number;
   /** Bytes of regions it holds (charged to the group). */
@@ -119,7 +137,11 @@ export interface GroupMember {
   self: boolean;
 }
 
-/** A group's ledger as it is now. */
+/**
+ * A group's ledger as it is now.
+ *
+ * @category Devices and streams
+ */
 export interface GroupStats {
   name: string;
   /** The GPU's uuid, or "simulated". */

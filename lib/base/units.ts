@@ -18,7 +18,11 @@ const UNITS: Record<string, number> = {
   tib: 2 ** 40,
 };
 
-/** Parses "64MiB", "1.5GiB", "4096", "4k" (k, m, g alone are binary; kB, MB, GB decimal). */
+/**
+ * Parses "64MiB", "1.5GiB", "4096", "4k" (k, m, g alone are binary; kB, MB, GB decimal).
+ *
+ * @category Units and sizes
+ */
 export function parseSize(text: string | number): number {
   if (typeof text === 'number') {
     if (!Number.isSafeInteger(text) || text < 0) throw argRangeError(`Expected a non-negative integer size but received ${text}`);
@@ -36,6 +40,8 @@ export function parseSize(text: string | number): number {
 /**
  * Parses a size list: "4KiB,64MiB,1GiB", or a power-of-two range "4KiB..1GiB" (each size
  * doubling), or a mix of both.
+ *
+ * @category Units and sizes
  */
 export function parseSizeList(text: string): number[] {
   const out: number[] = [];
@@ -61,7 +67,11 @@ export function parseSizeList(text: string): number[] {
   return [...new Set(out)].sort((a, b) => a - b);
 }
 
-/** "256 MiB", "1.50 GiB", "512 B": binary units. */
+/**
+ * "256 MiB", "1.50 GiB", "512 B": binary units.
+ *
+ * @category Units and sizes
+ */
 export function formatBytes(bytes: number): string {
   const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
   let v = bytes;
@@ -74,7 +84,11 @@ export function formatBytes(bytes: number): string {
   return `${text} ${units[i]}`;
 }
 
-/** Decimal GB/s of `bytes` moved in `seconds`. */
+/**
+ * Decimal GB/s of `bytes` moved in `seconds`.
+ *
+ * @category Units and sizes
+ */
 export function gbps(bytes: number, seconds: number): number {
   return bytes / seconds / 1e9;
 }
@@ -84,7 +98,11 @@ export function formatGbps(gbPerSecond: number): string {
   return gbPerSecond.toFixed(gbPerSecond >= 100 ? 1 : 2);
 }
 
-/** "54.52 GB/s" */
+/**
+ * "54.52 GB/s"
+ *
+ * @category Units and sizes
+ */
 export function formatRate(gbPerSecond: number): string {
   return `${formatGbps(gbPerSecond)} GB/s`;
 }

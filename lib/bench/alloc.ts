@@ -10,7 +10,11 @@ import { summarize, SampleSummary } from './stats';
 import { checkDevice } from '../base/validate';
 import { formatBytes } from '../base/units';
 
-/** One row of the allocator benchmark; times in microseconds per alloc+free pair. */
+/**
+ * One row of the allocator benchmark; times in microseconds per alloc+free pair.
+ *
+ * @category Benchmarks
+ */
 export interface AllocRow {
   name: string;
   bytes: number;
@@ -64,6 +68,8 @@ async function heldBatches(pairs: number, alloc: () => { free(): void }): Promis
 /**
  * The sizes of the mixed-size rows: 1,024 sizes from 4 KiB to 8 MiB, log-uniform, from a fixed
  * seed (scripts/compare-torch-alloc.py makes the same list for PyTorch).
+ *
+ * @category Benchmarks
  */
 export function mixedSizes(): number[] {
   let x = 2463534242;
@@ -77,7 +83,11 @@ export function mixedSizes(): number[] {
   });
 }
 
-/** Runs the allocator benchmark on a device (and the same pool on a simulated device). */
+/**
+ * Runs the allocator benchmark on a device (and the same pool on a simulated device).
+ *
+ * @category Benchmarks
+ */
 export async function runAllocBenchmark(options: { device?: number; pairs?: number } = {}): Promise<AllocReport> {
   const device = checkDevice(options.device, knownDeviceCount());
   const pairs = Math.max(BATCH, options.pairs ?? 200_000);

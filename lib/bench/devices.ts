@@ -15,13 +15,26 @@ import { fillPattern, equal } from './transfer';
 import { checkDeviceList } from '../base/validate';
 import { argRangeError } from '../base/errors';
 
-/** How host memory is provided: PinnedBuffers (timed with CUDA events), or an ordinary Node buffer through the staged path or the driver's pageable path (a steady clock). */
+/**
+ * How host memory is provided: PinnedBuffers (timed with CUDA events), or an ordinary Node buffer through the staged path or the driver's pageable path (a steady clock).
+ *
+ * @category Benchmarks
+ */
 export type DevicesMode = 'pinned' | 'staged' | 'pageable';
+/**
+ * Which way a per-device benchmark copies: host to device, device to host, or both at once.
+ *
+ * @category Benchmarks
+ */
 export type DevicesDirection = 'h2d' | 'd2h' | 'bidir';
 export const DEVICES_MODES: DevicesMode[] = ['pinned', 'staged', 'pageable'];
 export const DEVICES_DIRECTIONS: DevicesDirection[] = ['h2d', 'd2h', 'bidir'];
 
-/** Options of {@link runDevicesBenchmark}. */
+/**
+ * Options of {@link runDevicesBenchmark}.
+ *
+ * @category Benchmarks
+ */
 export interface DevicesBenchmarkOptions {
   /** `'all'` (default) or device indices; at least one. */
   devices?: 'all' | number[];
@@ -35,10 +48,15 @@ export interface DevicesBenchmarkOptions {
   iterations?: number;
   /** Untimed iterations first (default 3). */
   warmup?: number;
+  /** Called after each measurement: how many are done, of how many, and which it was. */
   onProgress?: (done: number, total: number, label: string) => void;
 }
 
-/** One GPU's rate, alone or with every GPU of the run busy at once. */
+/**
+ * One GPU's rate, alone or with every GPU of the run busy at once.
+ *
+ * @category Benchmarks
+ */
 export interface DeviceRate {
   device: number;
   scope: 'alone' | 'together';
@@ -56,7 +74,11 @@ export interface DeviceRate {
   samples: number[];
 }
 
-/** Every GPU at once: all bytes moved over the time from the common start to the last finish. */
+/**
+ * Every GPU at once: all bytes moved over the time from the common start to the last finish.
+ *
+ * @category Benchmarks
+ */
 export interface DevicesAggregate {
   mode: DevicesMode;
   direction: DevicesDirection;
@@ -65,7 +87,11 @@ export interface DevicesAggregate {
   gbps: SampleSummary;
 }
 
-/** A GPU of the run and where it sits. */
+/**
+ * A GPU of the run and where it sits.
+ *
+ * @category Benchmarks
+ */
 export interface BenchGpu {
   index: number;
   name: string;
@@ -75,7 +101,11 @@ export interface BenchGpu {
   numaNode: number;
 }
 
-/** What the multi-GPU reports record about the machine. */
+/**
+ * What the multi-GPU reports record about the machine.
+ *
+ * @category Benchmarks
+ */
 export interface MultiGpuEnvironment {
   date: string;
   gpus: BenchGpu[];
@@ -86,7 +116,11 @@ export interface MultiGpuEnvironment {
   node: string;
 }
 
-/** The report of {@link runDevicesBenchmark}. */
+/**
+ * The report of {@link runDevicesBenchmark}.
+ *
+ * @category Benchmarks
+ */
 export interface DevicesReport {
   schema: 'cuda-memory/devices-benchmark@1';
   environment: MultiGpuEnvironment;
@@ -201,6 +235,8 @@ function verify(b: GpuBuffers, direction: DevicesDirection, n: number, pattern: 
 /**
  * Runs the multi-GPU benchmark: for each size, mode and direction, every GPU alone, then all of
  * them at once. Throws CudaUnavailableError without CUDA.
+ *
+ * @category Benchmarks
  */
 export async function runDevicesBenchmark(options: DevicesBenchmarkOptions = {}): Promise<DevicesReport> {
   requireCuda();
@@ -296,6 +332,8 @@ export async function runDevicesBenchmark(options: DevicesBenchmarkOptions = {})
  * Gate lookups on a devices report: `h2d.pinned.0` (GPU 0 alone), `h2d.pinned.all` (the slowest
  * GPU with all at once), `h2d.pinned.total` (their sum over the shared time), `h2d.pinned.share`
  * (the lowest together/alone share).
+ *
+ * @category Benchmarks
  */
 export function devicesGateSource(report: Pick<DevicesReport, 'results' | 'aggregate' | 'headlineBytes'>): GateSource {
   return {

@@ -13,7 +13,11 @@ import { formatGbps as rate } from '../base/units';
 import { checkDevice } from '../base/validate';
 import { resolveDevices } from './devices';
 
-/** Options of {@link runDoctor}. */
+/**
+ * Options of {@link runDoctor}.
+ *
+ * @category Benchmarks
+ */
 export interface DoctorOptions {
   device?: number;
   /** Least pinned host-to-device and device-to-host GB/s (default 20). */
@@ -24,7 +28,11 @@ export interface DoctorOptions {
   bytes?: number;
 }
 
-/** One check. */
+/**
+ * One check.
+ *
+ * @category Benchmarks
+ */
 export interface DoctorCheck {
   name: string;
   status: 'pass' | 'fail' | 'skip';
@@ -33,7 +41,11 @@ export interface DoctorCheck {
   seconds: number;
 }
 
-/** The doctor's report. */
+/**
+ * The doctor's report.
+ *
+ * @category Benchmarks
+ */
 export interface DoctorReport {
   schema: 'cuda-memory/doctor@1';
   ok: boolean;
@@ -52,7 +64,11 @@ function timed(name: string, fn: () => Omit<DoctorCheck, 'name' | 'seconds'>): D
   return { name, ...r, seconds: Number(process.hrtime.bigint() - t0) / 1e9 };
 }
 
-/** Runs the checks; never throws for a failed check (the report says), only for bad options. */
+/**
+ * Runs the checks; never throws for a failed check (the report says), only for bad options.
+ *
+ * @category Benchmarks
+ */
 export function runDoctor(options: DoctorOptions = {}): DoctorReport {
   const minPinned = options.minPinnedGbps ?? 20;
   const minD2d = options.minD2dGbps ?? 500;
@@ -141,7 +157,11 @@ export function runDoctor(options: DoctorOptions = {}): DoctorReport {
   return { schema: 'cuda-memory/doctor@1', ok: checks.every((c) => c.status !== 'fail'), device, checks };
 }
 
-/** Options of {@link runDoctorDevices}. */
+/**
+ * Options of {@link runDoctorDevices}.
+ *
+ * @category Benchmarks
+ */
 export interface DoctorDevicesOptions extends Omit<DoctorOptions, 'device'> {
   /** `'all'` (default) or device indices. */
   devices?: 'all' | number[];
@@ -154,14 +174,22 @@ export interface DoctorDevicesOptions extends Omit<DoctorOptions, 'device'> {
   minP2pGbps?: number;
 }
 
-/** The checks of one ordered pair of GPUs. */
+/**
+ * The checks of one ordered pair of GPUs.
+ *
+ * @category Benchmarks
+ */
 export interface DoctorPair {
   from: number;
   to: number;
   checks: DoctorCheck[];
 }
 
-/** The report of {@link runDoctorDevices}: each GPU's checks, then each pair's. */
+/**
+ * The report of {@link runDoctorDevices}: each GPU's checks, then each pair's.
+ *
+ * @category Benchmarks
+ */
 export interface DoctorDevicesReport {
   schema: 'cuda-memory/doctor-devices@1';
   ok: boolean;
@@ -174,6 +202,8 @@ export interface DoctorDevicesReport {
  * The least copy() GB/s the doctor asks of a pair, and why: `minP2pGbps` when given; else, for a
  * pair joined by NVLink, half the rate of its links in one direction at their generation's rate
  * ({@link NvLinkRate}); else none.
+ *
+ * @category Benchmarks
  */
 export function peerCopyFloor(
   link: Pick<PeerLink, 'linkType' | 'nvlinks' | 'nvlinkRate'>,
@@ -193,6 +223,8 @@ export function peerCopyFloor(
  * The doctor for a whole host: every GPU's checks ({@link runDoctor}), then for each ordered pair
  * whether peer access is there (required where NVML reports NVLink) and, where the pair has
  * NVLink or `minP2pGbps` is given, whether copy() between them reaches the rate.
+ *
+ * @category Benchmarks
  */
 export function runDoctorDevices(options: DoctorDevicesOptions = {}): DoctorDevicesReport {
   const { devices: which, minP2pGbps, ...single } = options;

@@ -12,7 +12,11 @@
 import { formatBytes, parseSize } from '../base/units';
 import { argRangeError } from '../base/errors';
 
-/** One side of a gate: a result picked by direction, mode, scope and optionally size. */
+/**
+ * One side of a gate: a result picked by direction, mode, scope and optionally size.
+ *
+ * @category Benchmarks
+ */
 export interface GateMetric {
   direction: string;
   /** A transfer mode, `baseline`, for d2d `device` (copy rate) or `traffic` (read+write), for p2p the pair `0-1`. */
@@ -22,10 +26,18 @@ export interface GateMetric {
   size?: number;
 }
 
-/** What a gate's number is: a rate (GB/s), a time (µs) or a plain ratio. */
+/**
+ * What a gate's number is: a rate (GB/s), a time (µs) or a plain ratio.
+ *
+ * @category Benchmarks
+ */
 export type GateUnit = 'rate' | 'time' | 'ratio';
 
-/** A parsed gate. */
+/**
+ * A parsed gate.
+ *
+ * @category Benchmarks
+ */
 export interface Gate {
   text: string;
   metric: GateMetric;
@@ -37,7 +49,11 @@ export interface Gate {
   unit: GateUnit;
 }
 
-/** The outcome of one gate. */
+/**
+ * The outcome of one gate.
+ *
+ * @category Benchmarks
+ */
 export interface GateResult {
   gate: Gate;
   pass: boolean;
@@ -48,7 +64,11 @@ export interface GateResult {
 
 const METRIC = /^([a-z0-9]+)\.([a-z0-9-]+)(?:\.([a-z0-9]+))?(?:@([0-9.]+[a-zA-Z]*))?$/;
 
-/** The kind of number a metric is, from its scope. */
+/**
+ * The kind of number a metric is, from its scope.
+ *
+ * @category Benchmarks
+ */
 export function metricUnit(m: GateMetric): GateUnit {
   return m.scope === 'share' ? 'ratio' : m.scope === 'latency' ? 'time' : 'rate';
 }
@@ -77,7 +97,11 @@ const UNITS: Record<string, [GateUnit, number]> = {
 
 const UNIT_WORDS: Record<GateUnit, string> = { rate: 'a rate (GB/s)', time: 'a time (µs)', ratio: 'a plain number' };
 
-/** Parses a gate; throws a RangeError naming what it could not read. */
+/**
+ * Parses a gate; throws a RangeError naming what it could not read.
+ *
+ * @category Benchmarks
+ */
 export function parseGate(text: string): Gate {
   const m = /^(.+?)(>=|<=|>|<)\s*([0-9.]+)\s*([a-zA-Zµ/]*)\s*$/.exec(text);
   if (!m || !Number.isFinite(Number(m[3])))
@@ -110,12 +134,21 @@ export function parseGate(text: string): Gate {
   return { text, metric, divisor, op: op as Gate['op'], value: Number(num) * scale, unit: divisor ? 'ratio' : kind };
 }
 
-/** What gates read: the median by direction, mode, scope and size (GB/s, µs or a ratio). */
+/**
+ * What gates read: the median by direction, mode, scope and size (GB/s, µs or a ratio).
+ *
+ * @category Benchmarks
+ */
 export interface GateSource {
+  /** The measured value of a metric and the size it was measured at, or undefined if not measured. */
   lookup(metric: GateMetric): { value: number; size: number } | undefined;
 }
 
-/** Answers each lookup from the first source that has the metric. */
+/**
+ * Answers each lookup from the first source that has the metric.
+ *
+ * @category Benchmarks
+ */
 export function combineSources(...sources: (GateSource | undefined)[]): GateSource {
   return {
     lookup: (metric) => {
@@ -149,7 +182,11 @@ function show(value: number, unit: GateUnit): string {
   return unit === 'rate' ? `${value.toFixed(2)} GB/s` : unit === 'time' ? `${value.toFixed(2)} µs` : `${value.toFixed(3)}`;
 }
 
-/** Evaluates gates against results. */
+/**
+ * Evaluates gates against results.
+ *
+ * @category Benchmarks
+ */
 export function evaluateGates(gates: Gate[], source: GateSource): GateResult[] {
   return gates.map((gate) => {
     const a = source.lookup(gate.metric);

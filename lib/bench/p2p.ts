@@ -14,7 +14,11 @@ import { fillPattern, equal } from './transfer';
 import { MultiGpuEnvironment, multiGpuEnvironment, resolveDevices } from './devices';
 import { argRangeError } from '../base/errors';
 
-/** Options of {@link runP2pBenchmark}. */
+/**
+ * Options of {@link runP2pBenchmark}.
+ *
+ * @category Benchmarks
+ */
 export interface P2pBenchmarkOptions {
   /** `'all'` (default) or at least two device indices. */
   devices?: 'all' | number[];
@@ -26,10 +30,15 @@ export interface P2pBenchmarkOptions {
   warmup?: number;
   /** Timed 4-byte copies for the latency (default 200). */
   latencyIterations?: number;
+  /** Called after each measurement: how many are done, of how many, and which it was. */
   onProgress?: (done: number, total: number, label: string) => void;
 }
 
-/** One ordered pair at one size. */
+/**
+ * One ordered pair at one size.
+ *
+ * @category Benchmarks
+ */
 export interface P2pPair {
   from: number;
   to: number;
@@ -45,7 +54,11 @@ export interface P2pPair {
   verified: boolean;
 }
 
-/** Both directions of a pair at once. */
+/**
+ * Both directions of a pair at once.
+ *
+ * @category Benchmarks
+ */
 export interface P2pBidirectional {
   a: number;
   b: number;
@@ -64,7 +77,11 @@ export interface P2pBidirectional {
   verified: boolean;
 }
 
-/** Latency of a 4-byte copy between a pair. */
+/**
+ * Latency of a 4-byte copy between a pair.
+ *
+ * @category Benchmarks
+ */
 export interface P2pLatency {
   from: number;
   to: number;
@@ -74,7 +91,11 @@ export interface P2pLatency {
   rawUs: SampleSummary;
 }
 
-/** The report of {@link runP2pBenchmark}. */
+/**
+ * The report of {@link runP2pBenchmark}.
+ *
+ * @category Benchmarks
+ */
 export interface P2pReport {
   schema: 'cuda-memory/p2p-benchmark@1';
   environment: MultiGpuEnvironment;
@@ -87,7 +108,11 @@ export interface P2pReport {
 
 const secs = (t0: bigint) => Number(process.hrtime.bigint() - t0) / 1e9;
 
-/** Runs the peer benchmark over every pair of the devices. Throws CudaUnavailableError without CUDA. */
+/**
+ * Runs the peer benchmark over every pair of the devices. Throws CudaUnavailableError without CUDA.
+ *
+ * @category Benchmarks
+ */
 export async function runP2pBenchmark(options: P2pBenchmarkOptions = {}): Promise<P2pReport> {
   requireCuda();
   const devices = resolveDevices(options.devices, status().deviceCount);
@@ -250,7 +275,11 @@ function peerLatency(from: number, to: number, latencyIterations: number): P2pLa
   }
 }
 
-/** Gate lookups on a p2p report: `p2p.0-1` (GB/s through copy()), `p2p.0-1.bidir` (total GB/s), `p2p.0-1.latency` (µs). */
+/**
+ * Gate lookups on a p2p report: `p2p.0-1` (GB/s through copy()), `p2p.0-1.bidir` (total GB/s), `p2p.0-1.latency` (µs).
+ *
+ * @category Benchmarks
+ */
 export function p2pGateSource(report: Pick<P2pReport, 'pairs' | 'bidirectional' | 'latency' | 'headlineBytes'>): GateSource {
   return {
     lookup(metric: GateMetric) {

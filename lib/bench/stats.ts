@@ -1,6 +1,10 @@
 /** Summary statistics of timing samples. */
 
-/** Summary of samples, in the samples' unit. */
+/**
+ * Summary of samples, in the samples' unit.
+ *
+ * @category Benchmarks
+ */
 export interface SampleSummary {
   count: number;
   median: number;
@@ -13,7 +17,11 @@ export interface SampleSummary {
   cv: number;
 }
 
-/** Linear-interpolated percentile (0..100) of sorted values. */
+/**
+ * Linear-interpolated percentile (0..100) of sorted values.
+ *
+ * @category Benchmarks
+ */
 export function percentile(sorted: ArrayLike<number>, p: number): number {
   if (sorted.length === 0) return NaN;
   const rank = (p / 100) * (sorted.length - 1);
@@ -22,7 +30,11 @@ export function percentile(sorted: ArrayLike<number>, p: number): number {
   return sorted[lo] + (sorted[hi] - sorted[lo]) * (rank - lo);
 }
 
-/** Summarizes samples (any unit). */
+/**
+ * Summarizes samples (any unit).
+ *
+ * @category Benchmarks
+ */
 export function summarize(samples: ArrayLike<number>): SampleSummary {
   const sorted = Array.from(samples).sort((a, b) => a - b);
   const n = sorted.length;
@@ -41,7 +53,11 @@ export function summarize(samples: ArrayLike<number>): SampleSummary {
   };
 }
 
-/** Rates (GB/s, decimal) from seconds: bytes / t. Note p10 of rate comes from p90 of time. */
+/**
+ * Rates (GB/s, decimal) from seconds: bytes / t. Note p10 of rate comes from p90 of time.
+ *
+ * @category Benchmarks
+ */
 export function rateSummary(secondsSamples: ArrayLike<number>, bytes: number): SampleSummary {
   return summarize(Array.from(secondsSamples, (t) => bytes / t / 1e9));
 }

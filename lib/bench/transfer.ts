@@ -23,15 +23,25 @@ import { argRangeError } from '../base/errors';
  * same buffer under strategy 'auto' (the path it takes is in `path`); `pinned` is a PinnedBuffer
  * timed with CUDA events, `pinned-call` the same through copy() called from JavaScript, timed
  * around each call (its reference is the `baseline` row, plain cudaMemcpy from C++).
+ *
+ * @category Benchmarks
  */
 export type TransferMode = 'pageable' | 'staged' | 'auto' | 'pinned' | 'pinned-call' | 'pinned-wc' | 'registered' | 'mapped';
-/** Which way data moves. `bidir` runs h2d and d2h at once; `d2d` ignores the mode. */
+/**
+ * Which way data moves. `bidir` runs h2d and d2h at once; `d2d` ignores the mode.
+ *
+ * @category Benchmarks
+ */
 export type Direction = 'h2d' | 'd2h' | 'bidir' | 'd2d';
 
 export const ALL_MODES: TransferMode[] = ['pageable', 'staged', 'auto', 'pinned', 'pinned-call', 'pinned-wc', 'registered', 'mapped'];
 export const ALL_DIRECTIONS: Direction[] = ['h2d', 'd2h', 'bidir', 'd2d'];
 
-/** Options of {@link runTransferBenchmark}. */
+/**
+ * Options of {@link runTransferBenchmark}.
+ *
+ * @category Benchmarks
+ */
 export interface TransferBenchmarkOptions {
   /** Byte sizes; default powers of two from 4 KiB to 1 GiB. */
   sizes?: number[];
@@ -62,7 +72,11 @@ export interface TransferBenchmarkOptions {
   onProgress?: (done: number, total: number, label: string) => void;
 }
 
-/** One measurement: a mode, a direction and a size. */
+/**
+ * One measurement: a mode, a direction and a size.
+ *
+ * @category Benchmarks
+ */
 export interface TransferResult {
   /**
    * `baseline`: plain cudaMemcpy from C++ on cudaMallocHost memory; `device`: d2d; `hostcopy`:
@@ -100,7 +114,11 @@ export interface TransferResult {
   samples: number[];
 }
 
-/** Where the figures came from. */
+/**
+ * Where the figures came from.
+ *
+ * @category Benchmarks
+ */
 export interface TransferEnvironment {
   date: string;
   gpu: Pick<DeviceInfo, 'name' | 'uuid' | 'pciBusId' | 'totalMemory' | 'computeCapability' | 'asyncEngineCount' | 'pcie'>;
@@ -111,7 +129,11 @@ export interface TransferEnvironment {
   staging: StagingSettings;
 }
 
-/** The whole benchmark report. Its JSON form is documented in docs/transfers.md. */
+/**
+ * The whole benchmark report. Its JSON form is documented in docs/transfers.md.
+ *
+ * @category Benchmarks
+ */
 export interface TransferReport {
   schema: 'cuda-memory/transfer-benchmark@1';
   environment: TransferEnvironment;
@@ -166,12 +188,20 @@ export function equal(a: Uint8Array, b: Uint8Array, n: number): boolean {
   return Buffer.from(a.buffer, a.byteOffset, n).equals(Buffer.from(b.buffer, b.byteOffset, n));
 }
 
-/** Picks the headline size: the largest measured, at least 256 MiB where there is one. */
+/**
+ * Picks the headline size: the largest measured, at least 256 MiB where there is one.
+ *
+ * @category Benchmarks
+ */
 export function headlineSize(sizes: number[]): number {
   return Math.max(...sizes);
 }
 
-/** Makes a report answer gate lookups. */
+/**
+ * Makes a report answer gate lookups.
+ *
+ * @category Benchmarks
+ */
 export function gateSource(report: Pick<TransferReport, 'results' | 'headlineBytes'>): GateSource {
   return {
     lookup(metric: GateMetric) {
@@ -299,6 +329,8 @@ function result(base: Omit<TransferResult, 'seconds' | 'gbps' | 'samples'>, samp
 /**
  * Runs the transfer benchmark on one device. Throws CudaUnavailableError without CUDA.
  * Allocates, per size, the host and device buffers of one mode at a time and frees them after.
+ *
+ * @category Benchmarks
  */
 export async function runTransferBenchmark(options: TransferBenchmarkOptions = {}): Promise<TransferReport> {
   const st = status();
@@ -636,7 +668,11 @@ function measureHostCopy(
   return out;
 }
 
-/** The result of one mode, direction and size, if it was measured. */
+/**
+ * The result of one mode, direction and size, if it was measured.
+ *
+ * @category Benchmarks
+ */
 export function findResult(results: TransferResult[], mode: string, direction: string, bytes: number): TransferResult | undefined {
   return results.find((x) => x.mode === mode && x.direction === direction && x.bytes === bytes);
 }

@@ -2,6 +2,7 @@
  * Loads the addon. Loading never throws: if the addon is missing or fails to load, a stand-in
  * reports why through status(), and every GPU call throws CudaUnavailableError.
  */
+import * as fs from 'fs';
 import * as path from 'path';
 import { CudaError, CudaMemoryError, CudaUnavailableError, InterprocessError, OutOfMemoryError } from '../base/errors';
 import type { PeerLink, StagingPlacement, StagingSettings } from '../base/types';
@@ -179,7 +180,8 @@ export const NATIVE_EXPORTS = [
 ] as const;
 
 /** The package's root folder (holds build/, prebuilds/ and package.json). */
-export const packageRoot = path.join(__dirname, '..', '..');
+// An ES module bundle has no __dirname: the root is then unknown, which bundledMessage() reports.
+export const packageRoot = typeof __dirname === 'string' ? path.join(__dirname, '..', '..') : '(an ES module bundle)';
 
 // Where a binary may be, in order: a forced path; a source build (made by `npm install` when no
 // prebuilt binary fitted, or by `npm run build`); then the prebuilt binary for this platform,
@@ -239,6 +241,26 @@ function unloaded(reason: string): NativeBinding {
   return stub as unknown as NativeBinding;
 }
 
+/**
+ * A bundler (esbuild, webpack, rollup) that inlined this package moves its code away from its
+ * files: the addon, prebuilds/ and package.json are no longer beside it. Returns what happened and
+ * how to fix it, or null when the package is where it should be.
+ */
+export function bundledMessage(root = packageRoot): string | null {
+  try {
+    const pkg = JSON.parse(fs.readFileSync(path.join(root, 'package.json'), 'utf8')) as { name?: string };
+    if (pkg.name === 'cuda-memory') return null;
+  } catch {
+    // no package.json there: the code was moved
+  }
+  return (
+    `cuda-memory's code runs from ${root}, which is not the package's folder: it was bundled, and a bundle cannot ` +
+    'carry the native addon. Mark cuda-memory as external in the bundler (esbuild: --external:cuda-memory; ' +
+    "webpack: externals: { 'cuda-memory': 'commonjs cuda-memory' }; rollup: external: ['cuda-memory']) and install it " +
+    'beside the bundle (see docs/install.md, "Bundlers").'
+  );
+}
+
 function load(): { binding: NativeBinding; path: string | null } {
   const errors: string[] = [];
   for (const file of candidates()) {
@@ -251,7 +273,14 @@ function load(): { binding: NativeBinding; path: string | null } {
       errors.push(`${file}: ${(e as Error).message.split('\n')[0]}`);
     }
   }
-  return { binding: unloaded(`the native addon could not be loaded (run npm install or npm run build): ${errors.join('; ')}`), path: null };
+  const bundled = bundledMessage();
+  if (bundled) return { binding: unloaded(bundled), path: null };
+  return {
+    binding: unloaded(
+      `the native addon could not be loaded; run \`npx cuda-memory build\` to build it from source (docs/troubleshooting.md): ${errors.join('; ')}`,
+    ),
+    path: null,
+  };
 }
 
 const loaded = load();

@@ -12,6 +12,7 @@ import * as replay from './replay';
 import * as memoryHtml from './memory-html';
 import * as top from './top';
 import * as help from './help';
+import * as build from './build';
 
 /** Exit codes, as the help and the README give them. */
 export const EXIT_HELP = '\nExit codes: 0 success; 1 a failed gate, data check or doctor check; 2 a usage error or no usable CUDA.';
@@ -27,6 +28,6 @@ export function program(): Command {
     // An argument a command does not take is refused, not ignored (every command inherits this).
     .allowExcessArguments(false)
     .exitOverride();
-  for (const command of [info, bench, benchAlloc, doctor, replay, memoryHtml, top, help]) command.register(p);
+  for (const command of [info, bench, benchAlloc, doctor, replay, memoryHtml, top, build, help]) command.register(p);
   return p;
 }

@@ -4,7 +4,11 @@ import { UnavailableReason } from '../base/errors';
 import { addonPath, binaryKind, native } from '../binding/native';
 import { checkDevice } from '../base/validate';
 
-/** The state of CUDA for this process. Never throws. */
+/**
+ * The state of CUDA for this process. Never throws.
+ *
+ * @category Devices and streams
+ */
 export interface CudaStatus {
   /** True when at least one device can be used. */
   available: boolean;
@@ -27,6 +31,8 @@ export interface CudaStatus {
  * (prebuilds/linux-x64, CUDA runtime linked in, needs only the NVIDIA driver); `source`: built
  * on this machine against a CUDA toolkit; `no-cuda`: built here without one (every GPU call
  * then throws NOT_BUILT_WITH_CUDA); `none`: nothing could be loaded.
+ *
+ * @category Devices and streams
  */
 export interface AddonBinary {
   kind: 'prebuilt' | 'source' | 'no-cuda' | 'none';
@@ -34,7 +40,11 @@ export interface AddonBinary {
   path: string | null;
 }
 
-/** PCIe link of a device, read from NVML when present. */
+/**
+ * PCIe link of a device, read from NVML when present.
+ *
+ * @category Devices and streams
+ */
 export interface PcieLink {
   currentGeneration: number;
   maxGeneration: number;
@@ -42,7 +52,11 @@ export interface PcieLink {
   maxWidth: number;
 }
 
-/** A CUDA device. */
+/**
+ * A CUDA device.
+ *
+ * @category Devices and streams
+ */
 export interface DeviceInfo {
   index: number;
   name: string;
@@ -68,7 +82,11 @@ export interface DeviceInfo {
   nvmlIndex: number | null;
 }
 
-/** Reports whether CUDA is usable and, if not, why. Never throws. */
+/**
+ * Reports whether CUDA is usable and, if not, why. Never throws.
+ *
+ * @category Devices and streams
+ */
 export function status(): CudaStatus {
   try {
     const st = native.status();
@@ -90,6 +108,8 @@ export function status(): CudaStatus {
 /**
  * Lists the CUDA devices: an empty list without CUDA (as `cuda-memory info --json` shows it;
  * {@link status} says why), never an error.
+ *
+ * @category Devices and streams
  */
 export function devices(): DeviceInfo[] {
   if (!status().available) return [];
@@ -102,13 +122,21 @@ export function knownDeviceCount(): number | undefined {
   return st.available ? st.deviceCount : undefined;
 }
 
-/** Free and total memory of a device, in bytes (`cudaMemGetInfo`). */
+/**
+ * Free and total memory of a device, in bytes (`cudaMemGetInfo`).
+ *
+ * @category Devices and streams
+ */
 export function memGetInfo(device = 0): { free: number; total: number } {
   const d = checkDevice(device, knownDeviceCount());
   return native.memGetInfo(d);
 }
 
-/** Formats a CUDA version number (13000) as "13.0". */
+/**
+ * Formats a CUDA version number (13000) as "13.0".
+ *
+ * @category Devices and streams
+ */
 export function formatCudaVersion(v: number): string {
   return v ? `${Math.floor(v / 1000)}.${Math.floor((v % 1000) / 10)}` : 'none';
 }
@@ -118,13 +146,19 @@ export function formatCudaVersion(v: number): string {
  * before the library sees any device: device indices everywhere in this library (and
  * `devices()`, `createAllocators({ devices: 'all' })`) are CUDA's, counted from 0 over the
  * visible GPUs in the order the variable lists them; `DeviceInfo.nvmlIndex` is the GPU's own.
+ *
+ * @category Devices and streams
  */
 export function cudaVisibleDevices(): string | null {
   const v = process.env.CUDA_VISIBLE_DEVICES;
   return v === undefined ? null : v;
 }
 
-/** Where a GPU sits on the host: its NUMA node and the CPUs local to it (from sysfs). */
+/**
+ * Where a GPU sits on the host: its NUMA node and the CPUs local to it (from sysfs).
+ *
+ * @category Devices and streams
+ */
 export interface DeviceLocality {
   /** -1 when the host does not say (one node, or a VM that hides it). */
   numaNode: number;
@@ -132,7 +166,11 @@ export interface DeviceLocality {
   localCpus: string;
 }
 
-/** The NUMA node and local CPUs of the GPU at this PCI bus id (Linux sysfs), or null if unknown. */
+/**
+ * The NUMA node and local CPUs of the GPU at this PCI bus id (Linux sysfs), or null if unknown.
+ *
+ * @category Devices and streams
+ */
 export function deviceLocality(pciBusId: string): DeviceLocality | null {
   const m = /^([0-9a-f]+):([0-9a-f]{2}):([0-9a-f]{2})\.([0-9a-f])$/i.exec(pciBusId);
   if (!m) return null;

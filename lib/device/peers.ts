@@ -7,6 +7,8 @@ export type { PeerLink, NvLinkRate } from '../base/types';
 /**
  * How a pair is joined, for people: "NVLink 4.0 x18 through NVSwitch", "PCIe", "link unknown (no
  * NVML)". Takes a link as peerAccess() gives it, or as an older report kept it (no `nvlinkRate`).
+ *
+ * @category Devices and streams
  */
 export function describeLink(link: Pick<PeerLink, 'linkType' | 'nvlinks' | 'viaNvSwitch'> & { nvlinkRate?: NvLinkRate | null }): string {
   if (link.linkType === 'nvlink') {
@@ -16,12 +18,20 @@ export function describeLink(link: Pick<PeerLink, 'linkType' | 'nvlinks' | 'viaN
   return link.linkType === 'pcie' ? 'PCIe' : 'link unknown (no NVML)';
 }
 
-/** The peer matrix: one entry per ordered pair of distinct devices. */
+/**
+ * The peer matrix: one entry per ordered pair of distinct devices.
+ *
+ * @category Devices and streams
+ */
 export function peerAccess(): PeerLink[] {
   return native.peerAccess();
 }
 
-/** Enables access from device `from` to `to` now (copies do it lazily); returns whether it is on. */
+/**
+ * Enables access from device `from` to `to` now (copies do it lazily); returns whether it is on.
+ *
+ * @category Devices and streams
+ */
 export function enablePeerAccess(from: number, to: number): boolean {
   return native.enablePeerAccess(from, to);
 }

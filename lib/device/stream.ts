@@ -1,4 +1,6 @@
 /** CUDA streams and events, disposable like buffers. */
+import { inspectCustom, inspectSummary } from '../base/inspect';
+import type { InspectOptionsStylized, inspect } from 'node:util';
 import { native } from '../binding/native';
 import { checkBoolean, checkDevice, checkOptions } from '../base/validate';
 import { knownDeviceCount } from './discovery';
@@ -18,7 +20,11 @@ export function streamOption(stream: unknown): unknown {
   return stream.handle();
 }
 
-/** A CUDA stream: an ordered queue of work on one device. */
+/**
+ * A CUDA stream: an ordered queue of work on one device.
+ *
+ * @category Devices and streams
+ */
 export class Stream {
   /** @internal */ _s: unknown;
   readonly device: number;
@@ -46,6 +52,7 @@ export class Stream {
     return native.streamQuery(this.handle());
   }
 
+  /** True once disposed; every use then throws. */
   get disposed(): boolean {
     return this._disposed;
   }
@@ -57,12 +64,25 @@ export class Stream {
     native.streamDestroy(this._s);
   }
 
+  /** Disposes (as {@link Stream.dispose}), for `using`. */
   [Symbol.dispose](): void {
     this.dispose();
   }
+  /** A summary for logs and JSON: kind, device and state. */
+  toJSON(): { kind: 'stream'; device: number; state: 'live' | 'disposed' } {
+    return { kind: 'stream', device: this.device, state: this._disposed ? 'disposed' : 'live' };
+  }
+
+  /** @internal */ [inspectCustom](depth: number, options: InspectOptionsStylized, insp: typeof inspect): string {
+    return inspectSummary('Stream', this.toJSON(), depth, options, insp);
+  }
 }
 
-/** A CUDA event: a marker in a stream, for waiting and timing. */
+/**
+ * A CUDA event: a marker in a stream, for waiting and timing.
+ *
+ * @category Devices and streams
+ */
 export class Event {
   /** @internal */ _e: unknown;
   readonly device: number;
@@ -103,17 +123,28 @@ export class Event {
     return native.eventElapsed(start.handle(), end.handle());
   }
 
+  /** True once disposed; every use then throws. */
   get disposed(): boolean {
     return this._disposed;
   }
 
+  /** Destroys the event (cudaEventDestroy). Idempotent. */
   dispose(): void {
     if (this._disposed) return;
     this._disposed = true;
     native.eventDestroy(this._e);
   }
 
+  /** Disposes (as {@link Event.dispose}), for `using`. */
   [Symbol.dispose](): void {
     this.dispose();
+  }
+  /** A summary for logs and JSON: kind, device and state. */
+  toJSON(): { kind: 'event'; device: number; state: 'live' | 'disposed' } {
+    return { kind: 'event', device: this.device, state: this._disposed ? 'disposed' : 'live' };
+  }
+
+  /** @internal */ [inspectCustom](depth: number, options: InspectOptionsStylized, insp: typeof inspect): string {
+    return inspectSummary('Event', this.toJSON(), depth, options, insp);
   }
 }

@@ -9,8 +9,10 @@ import { checkBoolean, checkDevice, checkOptions, checkSize } from '../base/vali
 import { knownDeviceCount } from '../device/discovery';
 import { IpcHandle, inUseError, parseIpcHandle } from './ipc';
 import { shmDir } from '../base/shm';
-import { checkHoldable, holdBuffer, releaseBuffer } from './detach';
+import { checkHoldable } from './detach';
 import { checkInternal, kInternal } from '../base/internal';
+import { addressOrNull, inspectCustom, inspectSummary } from '../base/inspect';
+import type { InspectOptionsStylized, inspect } from 'node:util';
 
 // The safety net for forgotten buffers. A JS FinalizationRegistry costs about 0.3 µs per buffer
 // where a native finalizer costs about 0.7, which matters for pooled allocations.
@@ -71,7 +73,11 @@ export function freedError(what: string): CudaError {
 // another process may have open.
 const exported = new Set<object>();
 
-/** Options of {@link DeviceBuffer.free}. */
+/**
+ * Options of {@link DeviceBuffer.free}.
+ *
+ * @category Memory
+ */
 export interface FreeOptions {
   /** Free after the work queued on this stream (see {@link DeviceBuffer.free}). */
   stream?: Stream;
@@ -82,19 +88,31 @@ export interface FreeOptions {
   force?: boolean;
 }
 
-/** Options of {@link DeviceBuffer.importIpc}. */
+/**
+ * Options of {@link DeviceBuffer.importIpc}.
+ *
+ * @category Memory
+ */
 export interface ImportIpcOptions {
   /** Expect the handle to be for this device (ERR_IPC_WRONG_DEVICE otherwise). */
   device?: number;
 }
 
-/** Options of {@link DeviceBuffer.alloc}. */
+/**
+ * Options of {@link DeviceBuffer.alloc}.
+ *
+ * @category Memory
+ */
 export interface DeviceAllocOptions {
   /** Device index; default 0. */
   device?: number;
 }
 
-/** Memory on a CUDA device (`cudaMalloc`), or a block carved from an allocator's pool. */
+/**
+ * Memory on a CUDA device (`cudaMalloc`), or a block carved from an allocator's pool.
+ *
+ * @category Memory
+ */
 export class DeviceBuffer {
   /** @internal */ _h: number;
   /** Size in bytes, as requested. */
@@ -127,7 +145,7 @@ export class DeviceBuffer {
     return new DeviceBuffer(kInternal, native.deviceAlloc(n, device), n, device, false, null);
   }
 
-  /** True once freed. */
+  /** True once freed; every use then throws `ERR_BUFFER_FREED`. */
   get freed(): boolean {
     return this._freed;
   }
@@ -206,6 +224,7 @@ export class DeviceBuffer {
     return new DeviceBuffer(kInternal, bh, h.byteLength, device, false, null);
   }
 
+  /** Frees the buffer (as {@link DeviceBuffer.free}), for `using`. */
   [Symbol.dispose](): void {
     this.free();
   }
@@ -213,9 +232,29 @@ export class DeviceBuffer {
   /** @internal */ get [Symbol.toStringTag](): string {
     return 'DeviceBuffer';
   }
+
+  /** A summary for logs and JSON: kind, size, device, address (null once freed) and state. */
+  toJSON(): { kind: 'device'; byteLength: number; device: number; address: number | null; simulated: boolean; state: 'live' | 'freed' } {
+    return {
+      kind: 'device',
+      byteLength: this.byteLength,
+      device: this.device,
+      address: this._freed ? null : addressOrNull(() => this.address),
+      simulated: this.simulated,
+      state: this._freed ? 'freed' : 'live',
+    };
+  }
+
+  /** @internal */ [inspectCustom](depth: number, options: InspectOptionsStylized, insp: typeof inspect): string {
+    return inspectSummary('DeviceBuffer', this.toJSON(), depth, options, insp);
+  }
 }
 
-/** Options of {@link PinnedBuffer.alloc} (the flags of cudaHostAlloc). */
+/**
+ * Options of {@link PinnedBuffer.alloc} (the flags of cudaHostAlloc).
+ *
+ * @category Memory
+ */
 export interface PinnedAllocOptions {
   /** Pinned for every CUDA context, not only the device's (cudaHostAllocPortable). */
   portable?: boolean;
@@ -234,6 +273,13 @@ const FLAG_WRITE_COMBINED = 4;
 /**
  * Page-locked host memory. `bytes` is a Uint8Array over the pinned memory itself: writes to it
  * are what a copy to the device reads. After free() every view over it is emptied (detached).
+ *
+ * `bytes.buffer` is an ordinary ArrayBuffer: it may be moved (`transfer()`, a web byte stream)
+ * like any other. The pinned memory is given back only once no ArrayBuffer reaches it: free()
+ * of a buffer whose bytes were moved leaves the memory to the new ArrayBuffer until that one is
+ * collected. Copies through the PinnedBuffer itself keep working until free().
+ *
+ * @category Memory
  */
 export class PinnedBuffer {
   /** @internal */ _h: number;
@@ -263,10 +309,10 @@ export class PinnedBuffer {
     this.mapped = (flags & FLAG_MAPPED) !== 0;
     this.writeCombined = (flags & FLAG_WRITE_COMBINED) !== 0;
     this.pinnedBy = pinnedBy;
-    // Memory the addon made (cudaHostAlloc, shared memory) is marked untransferable by Node and
-    // detached by the addon at free(); a registered V8 buffer is marked here.
-    holdBuffer(bytes, pinnedBy === 'cudaHostRegister');
-    if (pinnedBy === 'cudaHostRegister') watchLater(this);
+    // The safety net for every kind: memory the addon made is also given back when its
+    // ArrayBuffer goes, but `bytes` can be moved to another ArrayBuffer (transfer(), a web byte
+    // stream), and then only the handle's free() can say that the PinnedBuffer is done with it.
+    watchLater(this);
   }
 
   /** Allocates `bytes` of pinned host memory (cudaHostAlloc). */
@@ -299,6 +345,7 @@ export class PinnedBuffer {
     return new PinnedBuffer(kInternal, h, view, device, flags & ~FLAG_WRITE_COMBINED, 'cudaHostRegister');
   }
 
+  /** True once freed (or given back); every use then throws `ERR_BUFFER_FREED`. */
   get freed(): boolean {
     return this._freed;
   }
@@ -315,11 +362,36 @@ export class PinnedBuffer {
     this._freed = true;
     unwatch(this);
     native.free(this._h);
-    releaseBuffer(this.bytes);
   }
 
+  /** Frees the buffer (as {@link PinnedBuffer.free}), for `using`. */
   [Symbol.dispose](): void {
     this.free();
+  }
+
+  /** A summary for logs and JSON: kind, size, device, host address (null once freed), how it was pinned, state. */
+  toJSON(): {
+    kind: 'pinned';
+    byteLength: number;
+    device: number;
+    address: number | null;
+    pinnedBy: PinnedBuffer['pinnedBy'];
+    mapped: boolean;
+    state: 'live' | 'freed';
+  } {
+    return {
+      kind: 'pinned',
+      byteLength: this.byteLength,
+      device: this.device,
+      address: this._freed ? null : addressOrNull(() => native.handleInfo(this._h).address as number),
+      pinnedBy: this.pinnedBy,
+      mapped: this.mapped,
+      state: this._freed ? 'freed' : 'live',
+    };
+  }
+
+  /** @internal */ [inspectCustom](depth: number, options: InspectOptionsStylized, insp: typeof inspect): string {
+    return inspectSummary(this.constructor.name, this.toJSON(), depth, options, insp);
   }
 }
 
@@ -329,7 +401,11 @@ export function externalBuffersRefused(): boolean {
   return externalRefused || process.env.CUDA_MEMORY_NO_EXTERNAL_BUFFERS === '1';
 }
 
-/** Options of {@link registerHost}. */
+/**
+ * Options of {@link registerHost}.
+ *
+ * @category Memory
+ */
 export interface RegisterOptions {
   portable?: boolean;
   mapped?: boolean;
@@ -339,7 +415,10 @@ export interface RegisterOptions {
 /**
  * A Node buffer page-locked in place with cudaHostRegister. Copies from and to it run at pinned
  * speed. The buffer is kept alive while registered; call free() when done (it unpins, and the
- * Node buffer stays yours).
+ * Node buffer stays yours, unchanged). Do not detach the buffer while it is registered: the
+ * registration and copies through it use its memory where it is.
+ *
+ * @category Memory
  */
 export class RegisteredBuffer {
   /** @internal */ _h: number;
@@ -357,10 +436,10 @@ export class RegisteredBuffer {
     this.view = view;
     this.byteLength = view.byteLength;
     this.device = device;
-    holdBuffer(view);
     watchLater(this);
   }
 
+  /** True once freed (or given back); every use then throws `ERR_BUFFER_FREED`. */
   get freed(): boolean {
     return this._freed;
   }
@@ -371,15 +450,34 @@ export class RegisteredBuffer {
     this._freed = true;
     unwatch(this);
     native.free(this._h);
-    releaseBuffer(this.view);
   }
 
+  /** Unregisters (as {@link RegisteredBuffer.free}), for `using`. */
   [Symbol.dispose](): void {
     this.free();
   }
+
+  /** A summary for logs and JSON: kind, size, device, host address (null once freed), state. */
+  toJSON(): { kind: 'registered'; byteLength: number; device: number; address: number | null; state: 'live' | 'freed' } {
+    return {
+      kind: 'registered',
+      byteLength: this.byteLength,
+      device: this.device,
+      address: this._freed ? null : addressOrNull(() => native.handleInfo(this._h).address as number),
+      state: this._freed ? 'freed' : 'live',
+    };
+  }
+
+  /** @internal */ [inspectCustom](depth: number, options: InspectOptionsStylized, insp: typeof inspect): string {
+    return inspectSummary('RegisteredBuffer', this.toJSON(), depth, options, insp);
+  }
 }
 
-/** Page-locks an existing ArrayBuffer, SharedArrayBuffer or view in place (cudaHostRegister). */
+/**
+ * Page-locks an existing ArrayBuffer, SharedArrayBuffer or view in place (cudaHostRegister).
+ *
+ * @category Memory
+ */
 export function registerHost(memory: ArrayBufferLike | ArrayBufferView, options?: RegisterOptions): RegisteredBuffer {
   let view: ArrayBufferView;
   if (ArrayBuffer.isView(memory)) view = memory;
@@ -403,12 +501,19 @@ export const kLentMemory = Symbol('cuda-memory.lent');
 /**
  * Memory lent from a pool: a pinned block used at a shorter length (what `PinnedPool.alloc`
  * returns). `copy()` and `copyAsync()` take it as either side.
+ *
+ * @category Memory
  */
 export interface LentMemory {
+  /** The pinned block behind it, the length in use, and whether it was given back. */
   [kLentMemory](): { buffer: PinnedBuffer; byteLength: number; freed: boolean };
 }
 
-/** Anything copy() accepts as a source or destination. */
+/**
+ * Anything copy() accepts as a source or destination.
+ *
+ * @category Memory
+ */
 export type Memory = DeviceBuffer | PinnedBuffer | RegisteredBuffer | LentMemory | ArrayBuffer | SharedArrayBuffer | ArrayBufferView;
 
 /** @internal Resolves a Memory to what the addon takes (a handle or a view) and its length. */

@@ -1,60 +1,30 @@
 /**
- * Keeping the memory of JavaScript buffers in place while native work uses it.
+ * The contract for JavaScript buffers that native work uses after the call returns, and the way
+ * to take a buffer's memory for the duration of a copy.
  *
- * An ArrayBuffer can lose its memory under a copy running on another thread: transferred away
- * (`postMessage` or `structuredClone` with a transfer list, `ArrayBuffer.prototype.transfer()` in
- * Node 21 and later), the new owner dropped, and the memory freed by the collector while the copy
- * still reads or writes it. Node-API has no call to keep an ArrayBuffer's memory alive, so the
- * library stops the transfer instead, for as long as it uses the buffer:
+ * Node-API has no call that keeps an ArrayBuffer's memory alive once it is detached (moved by
+ * `transfer()`, a transfer list, a web byte stream) and the new owner is collected. The library
+ * changes nothing global to prevent it (no built-in is replaced, nothing is marked): a buffer
+ * behaves exactly as before once the copy that used it has settled. The rule is Node's own for
+ * its asynchronous APIs: do not detach a buffer an unsettled `copyAsync()` or a live registration
+ * uses. For the hard guarantee, `copyAsync(..., { take: true })` detaches the caller's buffer
+ * itself, as `postMessage` does: the library then holds the only ArrayBuffer that reaches the
+ * memory until the copy settles, and hands a new one back.
  *
- * - Every ArrayBuffer given to `copyAsync()` or `registerHost()` is marked with
- *   `worker_threads.markAsUntransferable()`, for good: a transfer list that names it copies it
- *   (Node 20 and earlier) or throws a `DataCloneError` (Node 21 and later). The memory of pinned
- *   and shared pinned buffers is marked by Node itself.
- * - While a copy runs, a buffer is registered, or a pinned buffer lives, `transfer()` and
- *   `transferToFixedLength()` of its ArrayBuffer throw a TypeError with code
- *   `ERR_BUFFER_IN_USE`. Many runtimes let these two detach a marked buffer, so the library wraps
- *   them on `ArrayBuffer.prototype` the first time it holds a buffer (in runtimes that have them);
- *   every other buffer behaves as before.
- * - A resizable ArrayBuffer could shrink under the work: `copyAsync()` and `registerHost()` refuse
- *   it (`ERR_INVALID_ARG_VALUE`); the synchronous `copy()` takes it, since no JavaScript runs
- *   during that copy. SharedArrayBuffers cannot be detached or shrunk and need none of this.
+ * A resizable ArrayBuffer could shrink under the work: `copyAsync()` and `registerHost()` refuse
+ * it (`ERR_INVALID_ARG_VALUE`); the synchronous `copy()` takes it, since no JavaScript runs
+ * during that copy. SharedArrayBuffers cannot be detached or shrunk and need none of this.
  */
-import { markAsUntransferable } from 'node:worker_threads';
 import { argTypeError } from '../base/errors';
 
-// How many holders each buffer has; a WeakMap, so a held buffer can still be collected once
-// nothing else refers to it (a copy keeps its buffers referenced until it settles).
-const held = new WeakMap<ArrayBuffer, number>();
-let guarded = false;
+// Taken once at load, so that a program that later replaces the built-ins (or freezes them)
+// changes nothing here. transfer() exists from Node 21; structuredClone with a transfer list
+// moves the memory without a copy in every version this package supports.
+const nativeTransfer = (ArrayBuffer.prototype as { transfer?: (this: ArrayBuffer) => ArrayBuffer }).transfer;
+const nativeClone = structuredClone;
 
-function inUseError(method: string): TypeError {
-  return argTypeError(
-    `Cannot ${method}() this ArrayBuffer: cuda-memory is using its memory (an asynchronous copy, a registration ` +
-      'or a pinned buffer). Wait for the copy, or free the registration or the pinned buffer first, or transfer a copy (slice()).',
-    'ERR_BUFFER_IN_USE',
-  );
-}
-
-// Wraps the two detaching methods once: a held buffer refuses, every other one is untouched.
-function guardTransfer(): void {
-  if (guarded) return;
-  guarded = true;
-  const proto = ArrayBuffer.prototype as unknown as Record<string, unknown>;
-  for (const method of ['transfer', 'transferToFixedLength']) {
-    const original = proto[method];
-    if (typeof original !== 'function') continue;
-    const wrapped = {
-      [method](this: ArrayBuffer, ...args: unknown[]): unknown {
-        if (held.has(this)) throw inUseError(method);
-        return Reflect.apply(original, this, args);
-      },
-    }[method];
-    Object.defineProperty(proto, method, { value: wrapped, writable: true, enumerable: false, configurable: true });
-  }
-}
-
-function bufferOf(memory: ArrayBufferLike | ArrayBufferView): ArrayBufferLike {
+/** @internal The ArrayBuffer or SharedArrayBuffer behind `memory`. */
+export function bufferOf(memory: ArrayBufferLike | ArrayBufferView): ArrayBufferLike {
   return ArrayBuffer.isView(memory) ? memory.buffer : memory;
 }
 
@@ -77,25 +47,53 @@ export function checkHoldable(name: string, memory: ArrayBufferLike | ArrayBuffe
 }
 
 /**
- * @internal Holds the memory of a buffer in place until {@link releaseBuffer}: marks it
- * untransferable (unless `mark` is false: memory the addon made, which Node marks already and
- * which the addon must remain free to detach) and makes transfer() refuse it.
+ * @internal Checks that `memory` can be taken for a copy: the whole of a detachable ArrayBuffer
+ * (a view over part of one would take its neighbours' memory too, Node's pool of small Buffers
+ * among them).
  */
-export function holdBuffer(memory: ArrayBufferLike | ArrayBufferView, mark = true): void {
+export function checkTakeable(name: string, memory: ArrayBufferLike | ArrayBufferView): void {
   const buffer = bufferOf(memory);
   if (isShared(buffer)) return;
-  const ab = buffer as ArrayBuffer;
-  if (mark) markAsUntransferable(ab);
-  held.set(ab, (held.get(ab) ?? 0) + 1);
-  guardTransfer();
+  const view = ArrayBuffer.isView(memory) ? memory : undefined;
+  if (view !== undefined && (view.byteOffset !== 0 || view.byteLength !== buffer.byteLength))
+    throw argTypeError(
+      `Expected ${name} to cover its whole ArrayBuffer for { take: true } but received a view of bytes ` +
+        `${view.byteOffset} to ${view.byteOffset + view.byteLength} of one of ${buffer.byteLength} bytes; taking it would take ` +
+        'the rest too (small Buffers share one pool). Use a buffer of its own (Buffer.alloc(), new Uint8Array(n)).',
+      'ERR_INVALID_ARG_VALUE',
+    );
 }
 
-/** @internal Gives back one hold taken by {@link holdBuffer}. */
-export function releaseBuffer(memory: ArrayBufferLike | ArrayBufferView): void {
+/**
+ * @internal Moves the memory of `memory` into a new ArrayBuffer that only the caller reaches,
+ * detaching the original (every view over it reads as empty), and returns a view of the same
+ * kind over the new one. SharedArrayBuffers are returned as they are.
+ */
+export function takeMemory<T extends ArrayBufferLike | ArrayBufferView>(memory: T): T {
   const buffer = bufferOf(memory);
-  if (isShared(buffer)) return;
+  if (isShared(buffer)) return memory;
   const ab = buffer as ArrayBuffer;
-  const n = held.get(ab) ?? 0;
-  if (n <= 1) held.delete(ab);
-  else held.set(ab, n - 1);
+  let moved: ArrayBuffer;
+  try {
+    moved = nativeTransfer ? Reflect.apply(nativeTransfer, ab, []) : nativeClone(ab, { transfer: [ab] });
+  } catch (e) {
+    throw argTypeError(
+      `Cannot take this buffer for the copy: ${(e as Error).message}. Buffers Node marks untransferable ` +
+        '(its pool of small Buffers) and memory made by an addon cannot be taken; copy without { take: true }.',
+      'ERR_INVALID_ARG_VALUE',
+    );
+  }
+  // Node 20 copies a buffer it marks untransferable instead of moving it.
+  if (moved.byteLength > 0 && ab.byteLength !== 0)
+    throw argTypeError('Cannot take this buffer for the copy: the runtime copied it instead of moving it', 'ERR_INVALID_ARG_VALUE');
+  return viewLike(memory, moved) as T;
+}
+
+/** @internal A view of the same kind as `like` over the whole of `ab` (or `ab` itself). */
+export function viewLike(like: ArrayBufferLike | ArrayBufferView, ab: ArrayBufferLike): ArrayBufferLike | ArrayBufferView {
+  if (!ArrayBuffer.isView(like)) return ab;
+  if (Buffer.isBuffer(like)) return Buffer.from(ab);
+  if (like instanceof DataView) return new DataView(ab);
+  const Ctor = like.constructor as new (buffer: ArrayBufferLike) => ArrayBufferView;
+  return new Ctor(ab);
 }

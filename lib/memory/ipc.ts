@@ -16,6 +16,8 @@ import { InterprocessError } from '../base/errors';
  * - `record`, `token`, `pid`: the export's record in shared memory and its random token; the
  *   importer checks the handle against the record, so a forged or altered handle is refused
  *   before it reaches the driver, and the exporter counts its importers there.
+ *
+ * @category Processes
  */
 export interface IpcHandle {
   type: 'cuda-memory/ipc@1';

@@ -12,7 +12,11 @@ import { knownDeviceCount } from '../device/discovery';
 import { checkShmName, shmDir } from '../base/shm';
 import { kInternal } from '../base/internal';
 
-/** Options of {@link createSharedPinned} and {@link openSharedPinned}. */
+/**
+ * Options of {@link createSharedPinned} and {@link openSharedPinned}.
+ *
+ * @category Processes
+ */
 export interface SharedPinnedOptions {
   /** Device whose context registers it (portable: usable with every device); default 0. */
   device?: number;
@@ -24,7 +28,11 @@ function fileOf(name: string): string {
   return path.join(shmDir(), PREFIX + checkShmName('name', name));
 }
 
-/** A {@link PinnedBuffer} over shared memory that other processes can open by its name. */
+/**
+ * A {@link PinnedBuffer} over shared memory that other processes can open by its name.
+ *
+ * @category Processes
+ */
 export class SharedPinnedBuffer extends PinnedBuffer {
   /** The name other processes open it by. */
   readonly name: string;
@@ -47,6 +55,8 @@ export class SharedPinnedBuffer extends PinnedBuffer {
  * The space is reserved at once, so a full shared-memory file system is an error here
  * (ERR_SHM_NO_SPACE), never a crash later. free() unpins and unmaps it and removes the name;
  * processes that opened it keep their mapping until they free it.
+ *
+ * @category Processes
  */
 export function createSharedPinned(name: string, bytes: number, options?: SharedPinnedOptions): SharedPinnedBuffer {
   const file = fileOf(name);
@@ -57,7 +67,11 @@ export function createSharedPinned(name: string, bytes: number, options?: Shared
   return new SharedPinnedBuffer(kInternal, h, new Uint8Array(ab), device, name, true, file);
 }
 
-/** Opens shared pinned memory another process created (ERR_SHM_NOT_FOUND if there is none). */
+/**
+ * Opens shared pinned memory another process created (ERR_SHM_NOT_FOUND if there is none).
+ *
+ * @category Processes
+ */
 export function openSharedPinned(name: string, options?: SharedPinnedOptions): SharedPinnedBuffer {
   const file = fileOf(name);
   const device = checkDevice(checkOptions<SharedPinnedOptions>('options', options).device, knownDeviceCount());
@@ -69,6 +83,8 @@ export function openSharedPinned(name: string, options?: SharedPinnedOptions): S
 /**
  * Removes the name of shared pinned memory whose creator exited without freeing it; processes
  * that have it open keep it. Returns whether there was one.
+ *
+ * @category Processes
  */
 export function unlinkSharedPinned(name: string): boolean {
   return native.sharedHostUnlink(fileOf(name));

@@ -6,13 +6,21 @@ import * as fs from 'fs';
 import * as path from 'path';
 import { argRangeError } from '../base/errors';
 
-/** One sample of a metric family. */
+/**
+ * One sample of a metric family.
+ *
+ * @category Metrics
+ */
 export interface MetricSample {
   labels: Record<string, string | number>;
   value: number;
 }
 
-/** A metric family: a name, its help text, its type and its samples. */
+/**
+ * A metric family: a name, its help text, its type and its samples.
+ *
+ * @category Metrics
+ */
 export interface MetricFamily {
   name: string;
   help: string;
@@ -38,7 +46,11 @@ function formatValue(v: number): string {
   return String(v);
 }
 
-/** Renders families in the text format; families without samples are left out. */
+/**
+ * Renders families in the text format; families without samples are left out.
+ *
+ * @category Metrics
+ */
 export function formatExposition(families: MetricFamily[]): string {
   const lines: string[] = [];
   for (const f of families) {
@@ -60,6 +72,8 @@ export function formatExposition(families: MetricFamily[]): string {
  * Writes families to `file` for node_exporter's textfile collector: to a temporary file in the
  * same folder first, then renamed over the target, so the collector never reads half a file.
  * The name should end in `.prom`.
+ *
+ * @category Metrics
  */
 export function writeTextfile(file: string, families: MetricFamily[]): void {
   const text = formatExposition(families);

@@ -13,10 +13,18 @@ import type { P2pReport } from '../bench/p2p';
 import { devices as listDevices, memGetInfo, status } from '../device/discovery';
 import type { MetricFamily } from './exposition';
 
-/** Allocators to export, by name (a record) or by position (an array, named "0", "1", …). */
+/**
+ * Allocators to export, by name (a record) or by position (an array, named "0", "1", …).
+ *
+ * @category Metrics
+ */
 export type Named<T> = T[] | Record<string, T>;
 
-/** What {@link registerMetrics} and {@link metricsText} export. */
+/**
+ * What {@link registerMetrics} and {@link metricsText} export.
+ *
+ * @category Metrics
+ */
 export interface MetricsSources {
   /** Allocators; a closed allocator is left out of the samples. Label `allocator`: its name. */
   allocators?: Named<Allocator> | (() => Named<Allocator>);

@@ -19,13 +19,23 @@ import { CudaMemoryError, argTypeError } from '../base/errors';
 export type { MetricsSources, Named } from './families';
 export type { MetricFamily, MetricSample } from './exposition';
 
-/** The part of a prom-client `Registry` this library uses. */
+/**
+ * The part of a prom-client `Registry` this library uses.
+ *
+ * @category Metrics
+ */
 export interface PromRegistry {
+  /** prom-client's Registry.registerMetric. */
   registerMetric(metric: unknown): void;
+  /** prom-client's Registry.removeSingleMetric. */
   removeSingleMetric(name: string): void;
 }
 
-/** Options of {@link registerMetrics}. */
+/**
+ * Options of {@link registerMetrics}.
+ *
+ * @category Metrics
+ */
 export interface RegisterMetricsOptions extends MetricsSources {
   /** The prom-client module to build the metrics with; default: `require('prom-client')`. */
   promClient?: unknown;
@@ -66,6 +76,8 @@ function loadPromClient(given: unknown): PromModule {
  * cm.registerMetrics(registry, { allocators: { main: allocator }, devices: true });
  * // GET /metrics: res.end(await registry.metrics())
  * ```
+ *
+ * @category Metrics
  */
 export function registerMetrics(registry: PromRegistry, options: RegisterMetricsOptions = {}): () => void {
   if (!registry || typeof registry.registerMetric !== 'function')
@@ -105,7 +117,11 @@ export function registerMetrics(registry: PromRegistry, options: RegisterMetrics
   };
 }
 
-/** The same figures as {@link registerMetrics}, as Prometheus text, with no dependency. */
+/**
+ * The same figures as {@link registerMetrics}, as Prometheus text, with no dependency.
+ *
+ * @category Metrics
+ */
 export function metricsText(sources: MetricsSources): string {
   return formatExposition(sourceFamilies(sources));
 }

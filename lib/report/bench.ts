@@ -29,7 +29,11 @@ function autoLine(st: TransferReport['environment']['staging']): string {
   return `; auto stages h2d from ${formatBytes(h2d)}, d2h from ${formatBytes(d2h)}`;
 }
 
-/** A readable table: one row per result. */
+/**
+ * A readable table: one row per result.
+ *
+ * @category Reports
+ */
 export function formatTable(report: TransferReport): string {
   const head = ['direction', 'mode', 'size', 'median', 'p10', 'p90', 'cv', 'extra', 'ok'];
   const rows = report.results.map((r) => {
@@ -79,7 +83,11 @@ function probeNote(e: NonNullable<TransferReport['eventLoop']>): string {
   return at + gc + preempted;
 }
 
-/** CSV, one row per result, with a header. */
+/**
+ * CSV, one row per result, with a header.
+ *
+ * @category Reports
+ */
 export function formatCsv(report: TransferReport): string {
   const head =
     'direction,mode,bytes,timing,median_gbps,p10_gbps,p90_gbps,min_gbps,max_gbps,cv,median_seconds,traffic_gbps,per_direction_gbps,cold_first_touch_gbps,registration_seconds,path,limit_gbps,share_of_limit,verified,samples';
@@ -126,7 +134,11 @@ function series(report: TransferReport): Series[] {
   return [...map.values()];
 }
 
-/** A chart of GB/s against size for the terminal: one row per series, bars at each size. */
+/**
+ * A chart of GB/s against size for the terminal: one row per series, bars at each size.
+ *
+ * @category Reports
+ */
 export function formatChart(report: TransferReport, width = 40): string {
   const all = series(report);
   const sizes = [...new Set(report.results.map((r) => r.bytes))].sort((a, b) => a - b);
@@ -147,6 +159,8 @@ export function formatChart(report: TransferReport, width = 40): string {
 /**
  * An SVG line chart of GB/s against size (log2 x axis), self-contained: the median of each series
  * as a line, its p10–p90 range as a band around it, round ticks on both axes.
+ *
+ * @category Reports
  */
 export function renderSvg(report: TransferReport, direction: string): string {
   const ss = series(report).filter((s) => s.name.startsWith(direction));
@@ -200,7 +214,11 @@ export function renderSvg(report: TransferReport, direction: string): string {
   return parts.join('\n');
 }
 
-/** A self-contained HTML report: environment, one SVG chart per direction, the table. */
+/**
+ * A self-contained HTML report: environment, one SVG chart per direction, the table.
+ *
+ * @category Reports
+ */
 export function renderHtml(report: TransferReport, gates: GateResult[] = []): string {
   const dirs = [...new Set(report.results.map((r) => r.direction))];
   const rows = report.results
@@ -234,6 +252,8 @@ ${report.eventLoop ? `<p>Event loop: worst 1 ms timer delay ${report.eventLoop.w
  * Ordinary Node buffers, size by size: the driver's pageable path, the staged path and 'auto'
  * beside pinned memory (the link) and the host copy rate (the host); the staged path cannot beat
  * the lower of the two, its "limit".
+ *
+ * @category Reports
  */
 export function stagedTable(report: Pick<TransferReport, 'results'>): { head: string[]; rows: string[][] } {
   const head = [
@@ -284,7 +304,11 @@ ${t.rows.map((r) => `<tr>${r.map((c) => `<td>${esc(c)}</td>`).join('')}</tr>`).j
 </table>`;
 }
 
-/** The benchmark as JUnit: each result a case (failing if unverified), each gate a case. */
+/**
+ * The benchmark as JUnit: each result a case (failing if unverified), each gate a case.
+ *
+ * @category Reports
+ */
 export function benchmarkJunit(report: TransferReport, gates: GateResult[]): string {
   const cases: JunitCase[] = report.results.map((r) => ({
     classname: `transfer.${r.direction}`,

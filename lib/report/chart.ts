@@ -5,12 +5,20 @@
  */
 import { formatBytes } from '../base/units';
 
-/** Escapes text for HTML and SVG. */
+/**
+ * Escapes text for HTML and SVG.
+ *
+ * @category Reports
+ */
 export function esc(s: string): string {
   return s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;').replace(/"/g, '&quot;');
 }
 
-/** Ten distinguishable colours, then some more. */
+/**
+ * Ten distinguishable colours, then some more.
+ *
+ * @category Reports
+ */
 export const PALETTE = [
   '#1f77b4',
   '#d62728',
@@ -29,6 +37,8 @@ export const PALETTE = [
 /**
  * Round ticks for a linear axis from 0: a step of 1, 2, 2.5 or 5 times a power of ten giving at
  * most `most` intervals, and the axis end rounded up to a whole step.
+ *
+ * @category Reports
  */
 export function niceTicks(max: number, most = 6): number[] {
   const top = max > 0 && Number.isFinite(max) ? max : 1;
@@ -39,7 +49,11 @@ export function niceTicks(max: number, most = 6): number[] {
   return Array.from({ length: n + 1 }, (_, i) => Number((i * step).toPrecision(12)));
 }
 
-/** Ticks for a log2 size axis: whole powers of two in range, every 2nd or 4th when there are many. */
+/**
+ * Ticks for a log2 size axis: whole powers of two in range, every 2nd or 4th when there are many.
+ *
+ * @category Reports
+ */
 export function sizeTicks(min: number, max: number, most = 10): number[] {
   const lo = Math.ceil(Math.log2(min));
   const hi = Math.floor(Math.log2(max));
@@ -50,14 +64,22 @@ export function sizeTicks(min: number, max: number, most = 10): number[] {
   return out;
 }
 
-/** A byte count as an axis label: "4MiB", "1.5GiB". */
+/**
+ * A byte count as an axis label: "4MiB", "1.5GiB".
+ *
+ * @category Reports
+ */
 export function axisBytes(bytes: number): string {
   return formatBytes(bytes)
     .replace(' ', '')
     .replace(/\.00(?=[A-Za-z])/, '');
 }
 
-/** Round ticks for a bytes axis: steps of 1, 2, 2.5 or 5 times a power of 1024 in its unit. */
+/**
+ * Round ticks for a bytes axis: steps of 1, 2, 2.5 or 5 times a power of 1024 in its unit.
+ *
+ * @category Reports
+ */
 export function byteTicks(max: number, most = 6): number[] {
   const top = max > 0 && Number.isFinite(max) ? max : 1;
   let unit = 1;

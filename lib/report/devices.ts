@@ -62,7 +62,11 @@ function table(head: string[], rows: string[][]): string {
   return [line(head), line(widths.map((w) => '-'.repeat(w))), ...rows.map(line)].join('\n');
 }
 
-/** The devices report as a table. */
+/**
+ * The devices report as a table.
+ *
+ * @category Reports
+ */
 export function formatDevicesTable(r: DevicesReport): string {
   return [
     ...gpuLines(r.environment),
@@ -101,7 +105,11 @@ const P2P_HEAD = ['pair', 'size', 'link', 'peer access', 'copy() GB/s', 'raw GB/
 const BIDIR_HEAD = ['pair', 'size', 'copyAsync() GB/s', 'library GB/s', 'raw GB/s', 'copyAsync/raw', 'verified'];
 const LATENCY_HEAD = ['pair', 'copy() µs', 'raw µs'];
 
-/** The peer report as tables: one direction, both at once, latency. */
+/**
+ * The peer report as tables: one direction, both at once, latency.
+ *
+ * @category Reports
+ */
 export function formatP2pTable(r: P2pReport): string {
   const rows = p2pRows(r);
   return [
@@ -128,7 +136,11 @@ function p2pCsvRow(cells: (string | number | boolean)[]): string[] {
   return Array.from({ length: 11 }, (_, i) => (i < cells.length ? String(cells[i]) : ''));
 }
 
-/** CSV: the devices rows, then the peer rows, each block with its header. */
+/**
+ * CSV: the devices rows, then the peer rows, each block with its header.
+ *
+ * @category Reports
+ */
 export function formatMultiCsv(devices?: DevicesReport, p2p?: P2pReport): string {
   const out: string[] = [];
   if (devices)
@@ -208,6 +220,8 @@ export function formatMultiCsv(devices?: DevicesReport, p2p?: P2pReport): string
  * An SVG heatmap of an N×N matrix (rows: from, columns: to); `values[i][j]` null on the diagonal
  * or where unmeasured. Shades are proportional to the value from 0; `lowerIsBetter` says so in the
  * caption.
+ *
+ * @category Reports
  */
 export function renderHeatmap(title: string, labels: string[], values: (number | null)[][], unit: string, lowerIsBetter = false): string {
   const cell = 64;
@@ -264,7 +278,11 @@ function htmlTable(head: string[], rows: string[][]): string {
     .join('\n')}</table>`;
 }
 
-/** One self-contained page for either report or both, with the gates. */
+/**
+ * One self-contained page for either report or both, with the gates.
+ *
+ * @category Reports
+ */
 export function renderMultiHtml(devices: DevicesReport | undefined, p2p: P2pReport | undefined, gates: GateResult[] = []): string {
   const env = (devices ?? p2p)!.environment;
   const sections: string[] = [];
@@ -310,7 +328,11 @@ ${sections.join('\n')}
 `;
 }
 
-/** JUnit: a case per GPU row and per pair (failing when its data did not arrive intact), and per gate. */
+/**
+ * JUnit: a case per GPU row and per pair (failing when its data did not arrive intact), and per gate.
+ *
+ * @category Reports
+ */
 export function multiJunit(devices: DevicesReport | undefined, p2p: P2pReport | undefined, gates: GateResult[]): string {
   const cases: JunitCase[] = [];
   for (const x of devices?.results ?? [])

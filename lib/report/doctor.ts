@@ -2,14 +2,22 @@
 import type { DoctorReport, DoctorDevicesReport, DoctorCheck } from '../bench/doctor';
 import { renderJunit } from './junit';
 
-/** One line per check. */
+/**
+ * One line per check.
+ *
+ * @category Reports
+ */
 export function formatDoctor(r: DoctorReport): string {
   const lines = r.checks.map((c) => `${c.status.toUpperCase().padEnd(4)} ${c.name}: ${c.detail}`);
   lines.push(r.ok ? 'doctor: all checks passed' : `doctor: ${r.checks.filter((c) => c.status === 'fail').length} check(s) failed`);
   return lines.join('\n');
 }
 
-/** The doctor's report as JUnit XML. */
+/**
+ * The doctor's report as JUnit XML.
+ *
+ * @category Reports
+ */
 export function doctorJunit(r: DoctorReport): string {
   return renderJunit(
     'cuda-memory doctor',
@@ -23,7 +31,11 @@ export function doctorJunit(r: DoctorReport): string {
   );
 }
 
-/** Each GPU's checks under its name, then each pair's. */
+/**
+ * Each GPU's checks under its name, then each pair's.
+ *
+ * @category Reports
+ */
 export function formatDoctorDevices(r: DoctorDevicesReport): string {
   const lines: string[] = [];
   for (const g of r.gpus) {
@@ -43,7 +55,11 @@ export function formatDoctorDevices(r: DoctorDevicesReport): string {
   return lines.join('\n');
 }
 
-/** JUnit for the whole host: one testcase per GPU and one per pair, failing with the checks that failed. */
+/**
+ * JUnit for the whole host: one testcase per GPU and one per pair, failing with the checks that failed.
+ *
+ * @category Reports
+ */
 export function doctorDevicesJunit(r: DoctorDevicesReport): string {
   const one = (classname: string, name: string, checks: DoctorCheck[]) => {
     const failed = checks.filter((c) => c.status === 'fail');

@@ -1,7 +1,11 @@
 /** JUnit XML, the form CI systems read test results in: every report's --junit file. */
 import { esc } from './chart';
 
-/** One JUnit test case. */
+/**
+ * One JUnit test case.
+ *
+ * @category Reports
+ */
 export interface JunitCase {
   name: string;
   classname: string;
@@ -10,7 +14,11 @@ export interface JunitCase {
   output?: string;
 }
 
-/** JUnit XML for CI systems. */
+/**
+ * JUnit XML for CI systems.
+ *
+ * @category Reports
+ */
 export function renderJunit(suite: string, cases: JunitCase[]): string {
   const failures = cases.filter((c) => c.failure !== undefined).length;
   const total = cases.reduce((a, c) => a + c.seconds, 0);

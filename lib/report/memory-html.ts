@@ -9,7 +9,11 @@ import { formatBytes } from '../base/units';
 import { Trace, TraceEvent, loadTrace } from '../allocator/trace';
 import { ReplayPolicy, replayRecorded } from '../allocator/replay';
 
-/** Options of {@link renderMemoryHtml}. */
+/**
+ * Options of {@link renderMemoryHtml}.
+ *
+ * @category Reports
+ */
 export interface MemoryHtmlOptions {
   /** For a trace without region events (a minimal one, or PyTorch's), the policy whose replay
    *  draws the pool and its regions; default the trace's own policy, else `growth`. */
@@ -141,6 +145,8 @@ function stepPath(points: [number, number][], x: (k: number) => number, y: (v: n
 /**
  * Renders a trace as the memory page: a Trace, a PyTorch `_snapshot()` object or a file of
  * either, checked as {@link loadTrace} checks it (a TraceError names what is wrong).
+ *
+ * @category Reports
  */
 export function renderMemoryHtml(input: Trace | object | string, options: MemoryHtmlOptions = {}): string {
   const trace = loadTrace(input);

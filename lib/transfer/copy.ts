@@ -2,9 +2,9 @@
 import { native } from '../binding/native';
 import { DeviceBuffer, Memory, PinnedBuffer, RegisteredBuffer, resolveMemory } from '../memory/buffers';
 import { Stream, streamOption } from '../device/stream';
-import { checkOptions, checkSize } from '../base/validate';
+import { checkBoolean, checkOptions, checkSize } from '../base/validate';
 import { invalidArgument, argRangeError } from '../base/errors';
-import { checkHoldable, holdBuffer, releaseBuffer } from '../memory/detach';
+import { bufferOf, checkHoldable, checkTakeable, takeMemory, viewLike } from '../memory/detach';
 
 /**
  * How a pageable (ordinary Node) buffer is moved to or from the device:
@@ -21,10 +21,16 @@ import { checkHoldable, holdBuffer, releaseBuffer } from '../memory/detach';
  *   lazily; a pair without it fails with cudaErrorPeerAccessUnsupported;
  * - `host`: through pinned host memory, two 32 MiB chunks in flight;
  * - `driver`: cudaMemcpy with cudaMemcpyDefault, as the driver chooses.
+ *
+ * @category Copies
  */
 export type CopyStrategy = 'auto' | 'driver' | 'staged' | 'register' | 'peer' | 'host';
 
-/** Options of {@link copy} and {@link copyAsync}. */
+/**
+ * Options of {@link copy} and {@link copyAsync}.
+ *
+ * @category Copies
+ */
 export interface CopyOptions {
   /** Bytes to copy; default: the source's length after srcOffset. */
   byteLength?: number;
@@ -35,6 +41,36 @@ export interface CopyOptions {
   strategy?: CopyStrategy;
   /** Stream to order the copy in; copyAsync() settles after it and all earlier work there. */
   stream?: Stream;
+}
+
+/**
+ * Options of {@link copyAsync}.
+ *
+ * @category Copies
+ */
+export interface CopyAsyncOptions extends CopyOptions {
+  /**
+   * Take the memory of the Node buffers among dst and src for the copy's duration, so nothing
+   * can detach it while the copy runs: each is detached at the call (its views read as empty,
+   * as after `postMessage` with a transfer list) and the promise resolves to
+   * {@link TakenBuffers}, new buffers of the same kinds over the same memory. Each must cover
+   * its whole ArrayBuffer (`ERR_INVALID_ARG_VALUE` otherwise). Default false: the buffers stay
+   * yours, and you must not detach them until the promise settles.
+   */
+  take?: boolean;
+}
+
+/**
+ * What `copyAsync(dst, src, { take: true })` hands back: `dst` and `src` as they were given,
+ * except that each ArrayBuffer or view taken for the copy is replaced by a new one of the same
+ * kind over the same memory. When the copy fails, the error carries the same object as
+ * `taken`, so the memory is never lost.
+ *
+ * @category Copies
+ */
+export interface TakenBuffers<D extends Memory = Memory, S extends Memory = Memory> {
+  dst: D;
+  src: S;
 }
 
 const STRATEGIES = new Set(['auto', 'driver', 'staged', 'register', 'peer', 'host']);
@@ -117,6 +153,8 @@ function copyBetweenHandles(dst: unknown, src: unknown, options: CopyOptions | u
 /**
  * Copies bytes between any two of DeviceBuffer, PinnedBuffer, RegisteredBuffer, ArrayBuffer,
  * SharedArrayBuffer and ArrayBuffer views, in any direction. Returns when the data has arrived.
+ *
+ * @category Copies
  */
 export function copy(dst: Memory, src: Memory, options?: CopyOptions): void {
   if (copyBetweenHandles(dst, src, options)) return;
@@ -130,33 +168,56 @@ export function copy(dst: Memory, src: Memory, options?: CopyOptions): void {
 /**
  * Like {@link copy}, off the JavaScript thread: the event loop keeps running. Both sides stay
  * referenced (and a free() of either waits) until the promise settles; a rejection's stack
- * includes the caller's. A Node buffer's memory is held in place meanwhile: its ArrayBuffer is
- * marked untransferable and its `transfer()` throws `ERR_BUFFER_IN_USE` until the copy settles;
- * a resizable ArrayBuffer is refused (see docs/api-guide.md, "Lifetime").
+ * includes the caller's.
+ *
+ * A Node buffer (ArrayBuffer or view) among dst and src is read or written by another thread
+ * until the promise settles. As with Node's own asynchronous APIs (`fs.read`, `crypto.randomFill`),
+ * do not detach it meanwhile (`transfer()`, a transfer list, a web byte stream): its memory
+ * could be freed under the copy. With `{ take: true }` the copy takes the memory for its
+ * duration instead, and the promise resolves to {@link TakenBuffers}. A resizable ArrayBuffer is
+ * refused. Once the promise settles the buffer is as it was; nothing else is changed (see
+ * docs/api-guide.md, "Lifetime").
+ *
+ * @category Copies
  */
-export function copyAsync(dst: Memory, src: Memory, options?: CopyOptions): Promise<void> {
+export function copyAsync<D extends Memory, S extends Memory>(
+  dst: D,
+  src: S,
+  options: CopyAsyncOptions & { take: true },
+): Promise<TakenBuffers<D, S>>;
+export function copyAsync(dst: Memory, src: Memory, options?: CopyAsyncOptions): Promise<void>;
+export function copyAsync(dst: Memory, src: Memory, options?: CopyAsyncOptions): Promise<void | TakenBuffers> {
   let p: ReturnType<typeof prepare>;
-  // The Node buffers among dst and src: their memory must stay where it is until the copy settles.
-  const views: ArrayBufferView[] = [];
-  const release = () => {
-    for (const v of views) releaseBuffer(v);
-  };
+  let taken: TakenBuffers | undefined;
   let pending: Promise<void>;
   try {
     p = prepare(dst, src, options);
+    const take = checkBoolean('options.take', options?.take, false);
     for (const [name, t] of [
       ['dst', p.d.target],
       ['src', p.s.target],
     ] as const)
       if (typeof t !== 'number') {
         checkHoldable(name, t);
-        views.push(t);
+        if (take) checkTakeable(name, t);
       }
-    for (const v of views) holdBuffer(v);
+    if (take) {
+      // The same buffer on both sides is taken once.
+      const sameBuffer = isNodeMemory(dst) && isNodeMemory(src) && bufferOf(dst) === bufferOf(src);
+      const newDst = isNodeMemory(dst) ? takeMemory(dst) : dst;
+      const newSrc = isNodeMemory(src)
+        ? sameBuffer
+          ? (viewLike(src, bufferOf(newDst as ArrayBufferLike | ArrayBufferView)) as Memory)
+          : takeMemory(src)
+        : src;
+      taken = { dst: newDst, src: newSrc };
+      p.d.target = typeof p.d.target === 'number' ? p.d.target : asView(newDst);
+      p.s.target = typeof p.s.target === 'number' ? p.s.target : asView(newSrc);
+    }
     try {
       pending = native.copyAsync(p.d.target, p.dstOffset, p.s.target, p.srcOffset, p.n, p.strategy, p.stream);
     } catch (e) {
-      release();
+      if (taken) (e as { taken?: TakenBuffers }).taken = taken;
       throw e;
     }
   } catch (e) {
@@ -164,21 +225,40 @@ export function copyAsync(dst: Memory, src: Memory, options?: CopyOptions): Prom
   }
   // Captured after the copy is queued (a peer copy starts at once), still in the caller's frame.
   const site = new Error('copyAsync called here');
-  return pending.then(release, (e: Error) => {
-    release();
-    e.stack = `${e.stack ?? e.message}\n    --- copyAsync called from ---\n${(site.stack ?? '').split('\n').slice(1).join('\n')}`;
-    throw e;
-  });
+  return pending.then(
+    () => taken,
+    (e: Error) => {
+      e.stack = `${e.stack ?? e.message}\n    --- copyAsync called from ---\n${(site.stack ?? '').split('\n').slice(1).join('\n')}`;
+      if (taken) (e as Error & { taken?: TakenBuffers }).taken = taken;
+      throw e;
+    },
+  );
 }
 
-/** Options of {@link memset}. */
+function isNodeMemory(m: Memory): m is ArrayBuffer | SharedArrayBuffer | ArrayBufferView {
+  return ArrayBuffer.isView(m) || m instanceof ArrayBuffer || (typeof SharedArrayBuffer !== 'undefined' && m instanceof SharedArrayBuffer);
+}
+
+function asView(m: Memory): ArrayBufferView {
+  return ArrayBuffer.isView(m) ? m : new Uint8Array(m as ArrayBufferLike);
+}
+
+/**
+ * Options of {@link memset}.
+ *
+ * @category Copies
+ */
 export interface MemsetOptions {
   offset?: number;
   /** Default: from offset to the end. */
   byteLength?: number;
 }
 
-/** Sets bytes of any memory to `value` (0–255); cudaMemset for device memory. */
+/**
+ * Sets bytes of any memory to `value` (0–255); cudaMemset for device memory.
+ *
+ * @category Copies
+ */
 export function memset(target: Memory, value: number, options?: MemsetOptions): void {
   const t = resolveMemory('target', target);
   if (typeof value !== 'number' || !Number.isInteger(value) || value < 0 || value > 255)

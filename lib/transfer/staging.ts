@@ -18,7 +18,11 @@ import type { StagingSettings, StagingPlacement } from '../base/types';
 
 export type { StagingSettings, StagingPlacement } from '../base/types';
 
-/** What {@link configureStaging} takes: any field, `null` for its default. */
+/**
+ * What {@link configureStaging} takes: any field, `null` for its default.
+ *
+ * @category Copies
+ */
 export type StagingUpdate = {
   [K in keyof Omit<StagingSettings, 'autoThreshold'>]?: StagingSettings[K] | null;
 } & { autoThreshold?: { h2d?: number | null; d2h?: number | null } | null };
@@ -27,6 +31,8 @@ export type StagingUpdate = {
  * Reads or changes the staged path's settings (for this thread's instance of the addon). Settings
  * saved by `scripts/tune-staging.js --save` are applied when the package loads (see
  * {@link loadStagingSettings}).
+ *
+ * @category Copies
  */
 export function configureStaging(settings?: StagingUpdate): StagingSettings {
   if (settings === undefined) return native.configureStaging();
@@ -60,6 +66,8 @@ export function configureStaging(settings?: StagingUpdate): StagingSettings {
  * Where the staged path for `device` runs: on a host of several NUMA nodes, its copy threads on
  * the GPU's node's CPUs and its pinned ring in that node's memory, and whether the kernel did as
  * asked. Throws CudaUnavailableError without CUDA.
+ *
+ * @category Copies
  */
 export function stagingPlacement(device = 0): StagingPlacement {
   return native.stagingPlacement(checkDevice(device, knownDeviceCount()));
@@ -71,7 +79,11 @@ export const STAGING_FILE_SCHEMA = 'cuda-memory/staging-settings@1';
 // every load of the package.
 const STAGING_FILE_MAX_BYTES = 1 << 20;
 
-/** The saved file's contents. */
+/**
+ * The saved file's contents.
+ *
+ * @category Copies
+ */
 export interface SavedStagingSettings {
   schema: typeof STAGING_FILE_SCHEMA;
   /** What they were measured on, for the reader; they are applied regardless. */
@@ -79,7 +91,11 @@ export interface SavedStagingSettings {
   settings: StagingUpdate;
 }
 
-/** Where saved settings are read from and written to; undefined when CUDA_MEMORY_STAGING_FILE is empty. */
+/**
+ * Where saved settings are read from and written to; undefined when CUDA_MEMORY_STAGING_FILE is empty.
+ *
+ * @category Copies
+ */
 export function stagingSettingsPath(): string | undefined {
   const env = process.env.CUDA_MEMORY_STAGING_FILE;
   if (env !== undefined) return env === '' ? undefined : path.resolve(env);
@@ -87,7 +103,11 @@ export function stagingSettingsPath(): string | undefined {
   return path.join(base, 'cuda-memory', 'staging.json');
 }
 
-/** Writes settings for later loads (atomically: a temporary file renamed over the old one). */
+/**
+ * Writes settings for later loads (atomically: a temporary file renamed over the old one).
+ *
+ * @category Copies
+ */
 export function saveStagingSettings(
   settings: StagingUpdate,
   measuredOn: SavedStagingSettings['measuredOn'],
@@ -107,6 +127,8 @@ export function saveStagingSettings(
  * Reads the saved settings and applies them with configureStaging(). Returns the settings in
  * force, or undefined when there is no file. A file that cannot be read or applied throws with
  * the file's name; the load-time call turns that into a process warning.
+ *
+ * @category Copies
  */
 export function loadStagingSettings(file = stagingSettingsPath()): StagingSettings | undefined {
   if (!file || !fs.existsSync(file)) return undefined;
@@ -128,7 +150,11 @@ export function loadStagingSettings(file = stagingSettingsPath()): StagingSettin
   }
 }
 
-/** The package's load-time call: never throws. */
+/**
+ * The package's load-time call: never throws.
+ *
+ * @category Copies
+ */
 export function applySavedStagingSettings(): void {
   try {
     loadStagingSettings();

@@ -40,13 +40,31 @@ void TrackExternal(Napi::Env env, Allocation* a, int64_t bytes) {
   if (bytes) Napi::MemoryManagement::AdjustExternalMemory(env, bytes);
 }
 
-void DetachHostView(napi_env env, Allocation* a) noexcept {
-  if (!a->host_ref) return;
-  napi_value ab;
-  if (napi_get_reference_value(env, a->host_ref, &ab) == napi_ok && ab != nullptr)
-    napi_detach_arraybuffer(env, ab);
-  napi_delete_reference(env, a->host_ref);
-  a->host_ref = nullptr;
+bool DetachHostView(napi_env env, Allocation* a) noexcept {
+  bool unreachable = a->store_gone;
+  if (a->host_ref) {
+    napi_value ab;
+    if (napi_get_reference_value(env, a->host_ref, &ab) == napi_ok && ab != nullptr) {
+      bool detached = true;
+      napi_is_detached_arraybuffer(env, ab, &detached);
+      if (!detached && napi_detach_arraybuffer(env, ab) == napi_ok) unreachable = true;
+    }
+    napi_delete_reference(env, a->host_ref);
+    a->host_ref = nullptr;
+  }
+  return unreachable;
+}
+
+bool HostViewAlive(napi_env env, Allocation* a) noexcept {
+  napi_value ab = nullptr;
+  return a->host_ref && napi_get_reference_value(env, a->host_ref, &ab) == napi_ok && ab != nullptr;
+}
+
+void ReleaseHostMemory(napi_env env, Allocation* a) noexcept {
+  if (DetachHostView(env, a) || a->env_closing)
+    FreeHostMemory(a);
+  else
+    a->host_free_deferred = true;  // moved to an ArrayBuffer still alive: its finalizer frees
 }
 
 void ReleaseAllocation(Napi::Env env, Allocation* a) noexcept {

@@ -31,6 +31,9 @@ struct BufferOps {
   // and its offset there. Throws ERR_NOT_SUPPORTED, with the kind's reason, where the kind
   // cannot be shared. Null: not device memory, so not exportable.
   void (*export_range)(Napi::Env env, Allocation* a, void** base, uint64_t* offset) = nullptr;
+  // Host memory behind an external ArrayBuffer (pinned, shared pinned): gives the memory back
+  // once no ArrayBuffer can reach it (see ReleaseHostMemory). Never throws.
+  void (*free_host)(Allocation* a) noexcept = nullptr;
 };
 
 // What an export keeps while the buffer lives (the IPC record of memory/ipc.cc); it goes first
@@ -63,6 +66,14 @@ struct Allocation {
   size_t bytes = 0;
   int64_t external_bytes = 0;   // reported to V8
   napi_ref host_ref = nullptr;  // host memory: a reference to its ArrayBuffer or view
+  // Pinned and shared pinned memory is reachable from JavaScript through the backing store of
+  // the external ArrayBuffer made for it, and that store can be moved to another ArrayBuffer
+  // (transfer(), a web byte stream) where the library cannot see it. The memory is given back
+  // only once no ArrayBuffer can reach it: store_gone says the store's finalizer has run;
+  // host_free_deferred says free() found the store moved and left the memory to that finalizer.
+  bool store_gone = false;
+  bool host_free_deferred = false;
+  bool env_closing = false;  // the environment is going away: no JavaScript can reach anything
   std::unique_ptr<BufferExport> exported;
 };
 
@@ -87,8 +98,17 @@ inline void BeforeUse(Allocation* a, cudaStream_t stream) {
   if (a && a->ops->before_use) a->ops->before_use(a, stream);
 }
 // Detaches the ArrayBuffer that host_ref refers to (emptying every view over it, so a kept
-// Uint8Array cannot reach freed memory) and drops the reference. Never throws.
-void DetachHostView(napi_env env, Allocation* a) noexcept;
+// Uint8Array cannot reach freed memory) and drops the reference. Never throws. Returns true when
+// no ArrayBuffer can reach the memory any more: its own ArrayBuffer still held the store and is
+// detached now, or the store was already given back. False: the store was moved to an
+// ArrayBuffer the library cannot see (transfer(), a web byte stream), which keeps using it.
+bool DetachHostView(napi_env env, Allocation* a) noexcept;
+// Whether the buffer's own ArrayBuffer object still exists (attached or not).
+bool HostViewAlive(napi_env env, Allocation* a) noexcept;
+// The release of pinned and shared pinned memory: gives the memory back now (free_host) where
+// nothing can reach it, else leaves it to the finalizer of the store that moved away.
+void ReleaseHostMemory(napi_env env, Allocation* a) noexcept;
+inline void FreeHostMemory(Allocation* a) noexcept { a->ops->free_host(a); }
 void DropReference(Allocation* a) noexcept;
 void TrackExternal(Napi::Env env, Allocation* a, int64_t bytes);
 

@@ -31,9 +31,11 @@ const BufferOps kDeviceOps{
 
 const BufferOps kPinnedOps{
     /*on_device=*/false,
-    /*release=*/
-    [](napi_env env, Allocation* a) noexcept {
-      DetachHostView(env, a);
+    /*release=*/ReleaseHostMemory,
+    /*before_use=*/nullptr,
+    /*export_range=*/nullptr,
+    /*free_host=*/
+    [](Allocation* a) noexcept {
       cudaFreeHost(a->ptr);
       (void)cudaGetLastError();
     },
@@ -89,8 +91,21 @@ Napi::Value DeviceAlloc(const Napi::CallbackInfo& info) {
   return h;
 }
 
+// Runs once no ArrayBuffer holds the memory's backing store, wherever it was moved.
 void FinalizePinnedStore(Napi::Env env, void*, Allocation* a) {
-  if (!a->released && a->pending == 0) ReleaseAllocation(env, a);
+  a->store_gone = true;
+  if (a->host_free_deferred) {
+    a->host_free_deferred = false;
+    FreeHostMemory(a);
+  } else if (!a->released && !HostViewAlive(env, a)) {
+    // The buffer's own ArrayBuffer was collected, and with it the PinnedBuffer that holds it: the
+    // user forgot it. While the PinnedBuffer lives (its bytes moved away and dropped), copies by
+    // handle still use the memory, and its free() gives it back.
+    if (a->pending == 0)
+      ReleaseAllocation(env, a);
+    else
+      a->free_requested = true;  // the last pending operation releases it
+  }
   DropReference(a);
 }
 
@@ -238,7 +253,10 @@ Napi::Value LiveCount(const Napi::CallbackInfo& info) {
 
 void ReleaseAllLive(Napi::Env env) {
   for (Allocation* a : GetInstance(env).handles.Live())
-    if (a->pending == 0) ReleaseAllocation(env, a);
+    if (a->pending == 0) {
+      a->env_closing = true;
+      ReleaseAllocation(env, a);
+    }
 }
 
 void InitMemory(Napi::Env env, Napi::Object exports) {

@@ -26,10 +26,12 @@ struct SharedHostAllocation : Allocation {
 
 const BufferOps kSharedHostOps{
     /*on_device=*/false,
-    /*release=*/
-    [](napi_env env, Allocation* a) noexcept {
+    /*release=*/ReleaseHostMemory,
+    /*before_use=*/nullptr,
+    /*export_range=*/nullptr,
+    /*free_host=*/
+    [](Allocation* a) noexcept {
       auto* s = static_cast<SharedHostAllocation*>(a);
-      DetachHostView(env, a);
       cudaHostUnregister(a->ptr);
       (void)cudaGetLastError();
       munmap(a->ptr, a->bytes);

@@ -1,28 +1,22 @@
 #!/usr/bin/env node
-// `npm install`: use the prebuilt binary when it loads here, and compile nothing. Otherwise build
-// from source: against a CUDA toolkit if one is found (scripts/find-cuda.js), else without CUDA;
-// if the CUDA build fails, the build without CUDA is tried before giving up.
+// `npx cuda-memory build` (or `node scripts/build-addon.js`): makes the addon load here. Uses the
+// prebuilt binary when it loads and compiles nothing; otherwise builds from source, against a
+// CUDA toolkit if one is found (scripts/find-cuda.js), else without CUDA; if the CUDA build fails,
+// the build without CUDA is tried before giving up. It prints what it does as it goes: each
+// source file as it compiles, and the time taken.
 //
-// CUDA_MEMORY_BUILD_FROM_SOURCE=1, or `npm install --build-from-source`, skips the prebuilt binary.
+// The package has no install script (npm 11 blocks those of dependencies by default, and the
+// prebuilt binary needs none): the loader finds prebuilds/ itself, and this is the one command
+// for the machines it does not serve. CUDA_MEMORY_BUILD_FROM_SOURCE=1 or --from-source skips
+// the prebuilt binary.
 'use strict';
 const fs = require('fs');
 const path = require('path');
-const { spawnSync } = require('child_process');
+const { spawn, spawnSync } = require('child_process');
 
 const root = path.join(__dirname, '..');
 const truthy = (v) => v !== undefined && v !== '' && v !== '0' && v !== 'false';
-// npm runs install scripts with their output hidden unless --foreground-scripts; a line that
-// says why a long compile is happening also goes to the terminal itself, where there is one.
-const say = (msg) => {
-  const line = `cuda-memory: ${msg}\n`;
-  process.stdout.write(line);
-  if (process.stdout.isTTY) return;
-  try {
-    fs.appendFileSync('/dev/tty', line);
-  } catch {
-    // no terminal (CI, a service): the line is in npm's log with --foreground-scripts
-  }
-};
+const say = (msg) => process.stdout.write(`cuda-memory: ${msg}\n`);
 
 // Loads the prebuilt binary in a child process (a binary that does not fit, say for an older
 // glibc, fails there, not here) and returns its status, or the reason it did not load.
@@ -50,7 +44,7 @@ function tryPrebuilt() {
 
 // Compiles with node-gyp, saying first why and about how long, and after, how long it took. Its
 // own output is shown only when it fails (or with CUDA_MEMORY_VERBOSE_BUILD=1).
-function nodeGyp(extraEnv, why) {
+async function nodeGyp(extraEnv, why) {
   const cuda = !truthy(extraEnv.CUDA_MEMORY_NO_CUDA) && !truthy(process.env.CUDA_MEMORY_NO_CUDA);
   const cudaHome = cuda ? spawnSync(process.execPath, [path.join(__dirname, 'find-cuda.js')], { encoding: 'utf8' }).stdout.trim() : '';
   const cores = require('os').availableParallelism?.() ?? require('os').cpus().length;
@@ -60,38 +54,74 @@ function nodeGyp(extraEnv, why) {
     `${why}: compiling the addon from source ${cudaHome ? `with the CUDA toolkit in ${cudaHome}` : 'without CUDA (no toolkit found)'}; ` +
       `this takes about ${seconds} s on ${cores} core${cores === 1 ? '' : 's'}`,
   );
-  // npm hands scripts its own node-gyp; a plain `node scripts/install.js` uses the project's, or
-  // the one on PATH.
-  let gyp = process.env.npm_config_node_gyp;
-  if (!gyp)
-    try {
-      gyp = require.resolve('node-gyp/bin/node-gyp.js', { paths: [root] });
-    } catch {
-      gyp = undefined;
-    }
+  const gyp = findNodeGyp();
   const [cmd, args] = gyp ? [process.execPath, [gyp, 'rebuild']] : ['node-gyp', ['rebuild']];
   const verbose = truthy(process.env.CUDA_MEMORY_VERBOSE_BUILD);
   const t0 = Date.now();
-  const r = spawnSync(cmd, args, {
-    cwd: root,
-    stdio: verbose ? 'inherit' : 'pipe',
-    encoding: 'utf8',
-    env: { ...process.env, ...extraEnv },
-    maxBuffer: 64 * 2 ** 20,
-  });
+  const r = await runWithProgress(cmd, args, { ...process.env, ...extraEnv }, verbose);
   const took = Math.round((Date.now() - t0) / 1000);
   if (r.status === 0) {
     say(`compiled in ${took} s`);
     return true;
   }
   if (r.error) process.stderr.write(`${cmd}: ${r.error.message}\n`);
-  else if (!verbose) process.stderr.write(`${r.stdout || ''}${r.stderr || ''}`.split('\n').slice(-40).join('\n') + '\n');
+  else if (!verbose) process.stderr.write(r.output.split('\n').slice(-40).join('\n') + '\n');
   say(`the compile failed after ${took} s (its last lines above)`);
   return false;
 }
 
-function main() {
-  const forced = truthy(process.env.CUDA_MEMORY_BUILD_FROM_SOURCE) || truthy(process.env.npm_config_build_from_source);
+// The sources binding.gyp compiles, for the progress count.
+function sourceCount() {
+  try {
+    return (fs.readFileSync(path.join(root, 'binding.gyp'), 'utf8').match(/\.cc['"]/g) || []).length;
+  } catch {
+    return 0;
+  }
+}
+
+// Runs node-gyp, printing "[i/n] file" as make starts each source (its whole output with
+// verbose, and its last lines when it fails). Resolves to the exit status.
+function runWithProgress(cmd, args, env, verbose) {
+  const total = sourceCount();
+  return new Promise((resolve) => {
+    const c = spawn(cmd, args, { cwd: root, env, stdio: ['ignore', 'pipe', 'pipe'] });
+    let n = 0;
+    let output = '';
+    const onData = (d) => {
+      const text = d.toString();
+      output = (output + text).slice(-64 * 1024);
+      if (verbose) process.stdout.write(text);
+      else
+        for (const m of text.matchAll(/CXX\(target\) \S*?obj\.target\/\w+\/(\S+)\.o/g))
+          say(`[${++n}${total ? `/${total}` : ''}] ${m[1]}.cc`);
+    };
+    c.stdout.on('data', onData);
+    c.stderr.on('data', onData);
+    c.on('error', (error) => resolve({ status: 127, error, output }));
+    c.on('close', (status) => resolve({ status: status ?? 1, output }));
+  });
+}
+
+// node-gyp: npm's own (npm hands scripts its path; npx does not, so it is also looked for beside
+// npm), the project's, or the one on PATH.
+function findNodeGyp() {
+  const tries = [
+    process.env.npm_config_node_gyp,
+    path.join(path.dirname(process.execPath), '..', 'lib', 'node_modules', 'npm', 'node_modules', 'node-gyp', 'bin', 'node-gyp.js'),
+  ];
+  for (const t of tries) if (t && fs.existsSync(t)) return t;
+  try {
+    return require.resolve('node-gyp/bin/node-gyp.js', { paths: [root] });
+  } catch {
+    return undefined;
+  }
+}
+
+async function main() {
+  const forced =
+    truthy(process.env.CUDA_MEMORY_BUILD_FROM_SOURCE) ||
+    truthy(process.env.npm_config_build_from_source) ||
+    process.argv.includes('--from-source');
   if (!forced && fs.existsSync(path.join(root, 'prebuilds'))) {
     const p = tryPrebuilt();
     if (p.file && p.builtWithCuda) {
@@ -101,24 +131,22 @@ function main() {
     say(`the prebuilt binary does not load here: ${p.error || 'it was built without CUDA'}`);
   }
   const why = forced
-    ? 'CUDA_MEMORY_BUILD_FROM_SOURCE / --build-from-source'
+    ? 'a source build was asked for'
     : fs.existsSync(path.join(root, 'prebuilds'))
       ? 'the prebuilt binary does not load here'
       : 'no prebuilt binary in this checkout (npm pack makes it)';
-  if (nodeGyp({}, why)) return 0;
+  if (await nodeGyp({}, why)) return 0;
   if (!truthy(process.env.CUDA_MEMORY_NO_CUDA)) {
     if (
-      nodeGyp(
+      await nodeGyp(
         { CUDA_MEMORY_NO_CUDA: '1' },
         'the CUDA build failed; trying the build without CUDA (GPU calls will report NOT_BUILT_WITH_CUDA)',
       )
     )
       return 0;
   }
-  // Installing still succeeds, so an application that only sometimes uses a GPU installs;
-  // require('cuda-memory') then loads, and status() reports ADDON_NOT_LOADED with the reason.
-  console.warn('cuda-memory: no binary could be built or loaded; status() will report ADDON_NOT_LOADED. See the build errors above.');
-  return 0;
+  console.warn('cuda-memory: no binary could be built or loaded; status() reports ADDON_NOT_LOADED. See the build errors above.');
+  return 1;
 }
 
-process.exit(main());
+main().then((code) => process.exit(code));
