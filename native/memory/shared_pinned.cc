@@ -105,7 +105,8 @@ Napi::Value SharedHostUnlink(const Napi::CallbackInfo& info) {
   std::string path = ReadString(env, info[0], "path");
   try {
     // Only in this user's own folder: never a name in a folder another user controls.
-    if (!core::shm::CheckFolder(core::shm::DirName(path), false)) return Napi::Boolean::New(env, false);
+    if (!core::shm::CheckFolder(core::shm::DirName(path), false))
+      return Napi::Boolean::New(env, false);
   } catch (const core::ShmError& e) {
     ThrowInterprocess(env, e);
   }

@@ -155,25 +155,25 @@ bool CheckFolder(const std::string& dir, bool create) {
   struct stat up;
   std::string parent = DirName(dir);
   if (stat(parent.c_str(), &up) == 0 && (up.st_mode & S_IWOTH) && !(up.st_mode & S_ISVTX))
-    ThrowUntrustedFolder(dir, "its parent " + Printable(parent) + " has mode " +
-                                  Octal(up.st_mode) +
+    ThrowUntrustedFolder(dir, "its parent " + Printable(parent) + " has mode " + Octal(up.st_mode) +
                                   ": any user may rename what is in it (sticky mode 1777, as of "
                                   "/dev/shm, or no write permission for others expected)");
   // mkdir never follows a link planted under the name (it fails with EEXIST), and mode 0700 is
   // narrowed by the umask only; anything already there is checked below as an existing folder.
   bool made = create && mkdir(dir.c_str(), 0700) == 0;
-  if (!made && create && errno != EEXIST) ThrowErrno("ERR_SHM_CREATE", "could not create", dir, errno);
+  if (!made && create && errno != EEXIST)
+    ThrowErrno("ERR_SHM_CREATE", "could not create", dir, errno);
   int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) {
     int err = errno;
     if (err == ENOENT) return false;
     struct stat st;
     if ((err == ELOOP || err == ENOTDIR) && lstat(dir.c_str(), &st) == 0)
-      ThrowUntrustedFolder(dir, S_ISLNK(st.st_mode) ? "it is a symbolic link"
-                                                    : "it is not a directory");
+      ThrowUntrustedFolder(dir,
+                           S_ISLNK(st.st_mode) ? "it is a symbolic link" : "it is not a directory");
     if (err == EACCES && lstat(dir.c_str(), &st) == 0)
-      ThrowUntrustedFolder(dir, "this user may not open it; it is owned by " +
-                                    UserName(st.st_uid) + " with mode " + Octal(st.st_mode));
+      ThrowUntrustedFolder(dir, "this user may not open it; it is owned by " + UserName(st.st_uid) +
+                                    " with mode " + Octal(st.st_mode));
     ThrowErrno("ERR_SHM_OPEN", "could not open the folder", dir, err);
   }
   struct stat st;

@@ -104,13 +104,13 @@ bool ValidName(const std::string& name);
 std::string Printable(const std::string& text);
 // "<dir>/<file>"
 std::string Join(const std::string& dir, const std::string& file);
-// Creates `path` (its folder first, if missing: see CheckFolder) with `size` bytes reserved (posix_fallocate, so a full tmpfs is an error now and
-// not a SIGBUS later) and `init` written at its start, published atomically: the content is
-// complete before the name appears. The file is made with O_EXCL | O_NOFOLLOW and gets exactly
-// `mode` (whatever the umask), and the name is made with link(), which never follows a link
-// planted under it. hold_byte >= 0: that byte is locked before the name appears,
-// so no other process ever sees the file without its holder. Returns the open descriptor, or -1
-// with errno EEXIST when the name exists. Throws ShmError for anything else.
+// Creates `path` (its folder first, if missing: see CheckFolder) with `size` bytes reserved
+// (posix_fallocate, so a full tmpfs is an error now and not a SIGBUS later) and `init` written at
+// its start, published atomically: the content is complete before the name appears. The file is
+// made with O_EXCL | O_NOFOLLOW and gets exactly `mode` (whatever the umask), and the name is made
+// with link(), which never follows a link planted under it. hold_byte >= 0: that byte is locked
+// before the name appears, so no other process ever sees the file without its holder. Returns the
+// open descriptor, or -1 with errno EEXIST when the name exists. Throws ShmError for anything else.
 int CreateComplete(const std::string& path, size_t size, const void* init, size_t init_size,
                    mode_t mode = 0600, off_t hold_byte = -1);
 // The ShmError for a failed system call on `path`.

@@ -401,11 +401,13 @@ static void TestPrivateFolder() {
 // sequence (window title, screen clear, colours) reaches a terminal that prints the message.
 static void TestPrintableNames() {
   CHECK(shm::Printable("cuda-memory-group.a.simulated") == "cuda-memory-group.a.simulated");
-  CHECK(shm::Printable("a\x1b]0;pwned\x07" "b\x1b[2J\n\x7f") ==
-        "a\\x1b]0;pwned\\x07b\\x1b[2J\\x0a\\x7f");
-  CHECK(shm::Printable("\xc2\x9b" "31m") == "\\u{009b}31m");                // C1 CSI
-  CHECK(shm::Printable("x\xe2\x80\xae" "y\xe2\x81\xa6") == "x\\u{202e}y\\u{2066}");  // bidi
-  CHECK(shm::Printable("caf\xc3\xa9") == "caf\xc3\xa9");  // other UTF-8 is kept
+  CHECK(shm::Printable("a\x1b]0;pwned\x07"
+                       "b\x1b[2J\n\x7f") == "a\\x1b]0;pwned\\x07b\\x1b[2J\\x0a\\x7f");
+  CHECK(shm::Printable("\xc2\x9b"
+                       "31m") == "\\u{009b}31m");  // C1 CSI
+  CHECK(shm::Printable("x\xe2\x80\xae"
+                       "y\xe2\x81\xa6") == "x\\u{202e}y\\u{2066}");  // bidi
+  CHECK(shm::Printable("caf\xc3\xa9") == "caf\xc3\xa9");             // other UTF-8 is kept
   std::string planted = shm::Join(dir, "cuda-memory-group.\x1b]0;owned\x07.simulated");
   int fd = open(planted.c_str(), O_RDWR | O_CREAT | O_EXCL, 0644);
   CHECK(fd >= 0);
@@ -463,7 +465,7 @@ static void TestPublisherSleepsAndStops() {
     if (!Ledger::PublisherStatus().running) bad |= 256;
     c.reset();
     std::fprintf(stderr, "publisher: %llu wake-ups idle for 300 ms, %llu for 10,000 changes\n",
-                static_cast<unsigned long long>(idle), static_cast<unsigned long long>(busy));
+                 static_cast<unsigned long long>(idle), static_cast<unsigned long long>(busy));
     _exit(bad);
   }
   int status = 0;
