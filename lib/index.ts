@@ -22,6 +22,7 @@ export type {
   RegisterOptions,
   FreeOptions,
   ImportIpcOptions,
+  ExportIpcOptions,
 } from './memory/buffers';
 export type { IpcHandle } from './memory/ipc';
 export { SharedPinnedBuffer, createSharedPinned, openSharedPinned, unlinkSharedPinned } from './memory/shared-pinned';

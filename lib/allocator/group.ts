@@ -15,6 +15,7 @@ import { formatBytes } from '../base/units';
 import type { GroupStats } from '../base/types';
 
 export type { GroupMember, GroupStats } from '../base/types';
+import { printable } from '../base/printable';
 
 /**
  * The `shared` option of createAllocator.
@@ -63,7 +64,9 @@ export interface ListGroupsOptions {
   lockTimeoutMs?: number;
 }
 
-const PREFIX = 'cuda-memory-group.';
+// The ledgers' names (Ledger::PathFor): anything else in the folder is not the library's and is
+// not listed, whatever it is called.
+const LEDGER = /^cuda-memory-group\.[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}\.(simulated|GPU-[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12})$/;
 
 /** @internal The device key of a group: the GPU's uuid, or "simulated". */
 export function deviceKey(device: number, simulated: boolean): string {
@@ -146,13 +149,18 @@ export function listGroups(options?: ListGroupsOptions): { groups: GroupStats[];
   let names: string[];
   try {
     names = fs.readdirSync(dir);
-  } catch {
-    return { groups: [], unreadable: [] };
+  } catch (e) {
+    const err = e as NodeJS.ErrnoException;
+    if (err.code === 'ENOENT') return { groups: [], unreadable: [] };
+    // This user's folder, but not readable: another user's, or not a folder (the native layer
+    // refuses to use it for the same reason).
+    const why = `the folder ${dir} cannot be listed (${err.code ?? err.message}); it must be a directory of this user's, mode 0700`;
+    return { groups: [], unreadable: [{ path: dir, code: 'ERR_SHM_UNTRUSTED', message: why }] };
   }
   const groups: GroupStats[] = [];
   const unreadable: UnreadableGroup[] = [];
   for (const f of names.sort()) {
-    if (!f.startsWith(PREFIX) || f.includes('.tmp-')) continue;
+    if (!LEDGER.test(f)) continue;
     const file = path.join(dir, f);
     try {
       groups.push(native.groupRead(file, timeout) as GroupStats);
@@ -187,5 +195,6 @@ export function formatGroups(list: { groups: GroupStats[]; unreadable: Unreadabl
       );
   }
   for (const u of list.unreadable) lines.push(`unreadable ${u.path}: ${u.code}: ${u.message}`);
-  return lines.join('\n');
+  // Names and messages quote files of the shared folder: nothing in them reaches the terminal raw.
+  return lines.map(printable).join('\n');
 }

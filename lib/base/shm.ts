@@ -1,12 +1,18 @@
+import * as path from 'path';
 import { argTypeError, argRangeError } from './errors';
+
 /**
- * Where files that processes share live: `CUDA_MEMORY_SHM_DIR`, or /dev/shm (a tmpfs on Linux).
- * Every cooperating process must see the same folder.
+ * Where files that processes share live: this user's own folder `cuda-memory-<uid>` (by effective
+ * uid) in `CUDA_MEMORY_SHM_DIR`, or in /dev/shm (a tmpfs on Linux). The library makes it, mode
+ * 0700, the first time it creates a file there, and uses it only while it is a directory (not a
+ * link) owned by this user that no other user may enter; otherwise InterprocessError
+ * ERR_SHM_UNTRUSTED says why. Every cooperating process must see the same folder.
  *
  * @category Processes
  */
 export function shmDir(): string {
-  return process.env.CUDA_MEMORY_SHM_DIR || '/dev/shm';
+  const uid = typeof process.geteuid === 'function' ? process.geteuid() : 0;
+  return path.join(process.env.CUDA_MEMORY_SHM_DIR || '/dev/shm', `cuda-memory-${uid}`);
 }
 
 const NAME = /^[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}$/;

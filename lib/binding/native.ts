@@ -98,9 +98,10 @@ export interface NativeBinding {
   timeHostRegister(view: ArrayBufferView, iterations: number): Float64Array;
   groupPath(dir: string, name: string, device: string): string;
   groupRead(path: string, lockTimeoutMs: number): any;
-  ipcExport(handle: number, dir: string): any;
-  ipcImport(descriptor: object, dir: string, device: number): [number, number];
+  ipcExport(handle: number, dir: string, lockTimeoutMs: number): any;
+  ipcImport(descriptor: object, dir: string, device: number, lockTimeoutMs: number): [number, number];
   ipcImporters(handle: number): number[];
+  ipcWithdraw(handle: number, force: boolean): number[];
   sharedHostCreate(path: string, bytes: number, device: number): [number, ArrayBuffer];
   sharedHostOpen(path: string, device: number): [number, ArrayBuffer];
   sharedHostUnlink(path: string): boolean;
@@ -172,6 +173,7 @@ export const NATIVE_EXPORTS = [
   'ipcExport',
   'ipcImport',
   'ipcImporters',
+  'ipcWithdraw',
   'sharedHostCreate',
   'sharedHostOpen',
   'sharedHostUnlink',

@@ -2,6 +2,7 @@
 import { Command } from 'commander';
 import { formatGroups, listGroups } from '../allocator/group';
 import { shmDir } from '../base/shm';
+import { printable } from '../base/printable';
 import { Usage } from './common';
 import { integer, seconds } from './options';
 
@@ -34,7 +35,7 @@ async function top(o: TopOptions): Promise<number> {
     if (o.json) process.stdout.write(JSON.stringify({ time: new Date().toISOString(), dir: shmDir(), ...list }) + '\n');
     else
       process.stdout.write(
-        `${clear ? '\x1b[H\x1b[2J' : ''}${interval > 0 ? `cuda-memory top: ${shmDir()}, every ${interval} s (Ctrl-C stops)\n` : ''}${formatGroups(list)}\n`,
+        `${clear ? '\x1b[H\x1b[2J' : ''}${interval > 0 ? `cuda-memory top: ${printable(shmDir())}, every ${interval} s (Ctrl-C stops)\n` : ''}${formatGroups(list)}\n`,
       );
     if (interval === 0 || (o.count !== undefined && i + 1 >= o.count)) return list.unreadable.length ? 1 : 0;
     if (!o.json && !clear) process.stdout.write('\n');

@@ -8,7 +8,7 @@ import { native, requireCuda } from '../binding/native';
 import { checkBoolean, checkDevice, checkOptions, checkSize } from '../base/validate';
 import { knownDeviceCount } from '../device/discovery';
 import { IpcHandle, inUseError, parseIpcHandle } from './ipc';
-import { shmDir } from '../base/shm';
+import { lockTimeoutMs, shmDir } from '../base/shm';
 import { checkHoldable } from './detach';
 import { checkInternal, kInternal } from '../base/internal';
 import { addressOrNull, inspectCustom, inspectSummary } from '../base/inspect';
@@ -96,6 +96,22 @@ export interface FreeOptions {
 export interface ImportIpcOptions {
   /** Expect the handle to be for this device (ERR_IPC_WRONG_DEVICE otherwise). */
   device?: number;
+  /**
+   * How long to wait for the export's record lock (opening, and closing at free()), in
+   * milliseconds; default CUDA_MEMORY_LOCK_TIMEOUT_MS, else 5000. A wait that runs out throws
+   * InterprocessError ERR_SHM_LOCK_TIMEOUT naming the file.
+   */
+  lockTimeoutMs?: number;
+}
+
+/** Options of {@link DeviceBuffer.exportIpc}. */
+export interface ExportIpcOptions {
+  /**
+   * How long to wait for the export's record lock (creating it, {@link DeviceBuffer.ipcImporters},
+   * free()), in milliseconds; default CUDA_MEMORY_LOCK_TIMEOUT_MS, else 5000. A wait that runs
+   * out throws InterprocessError ERR_SHM_LOCK_TIMEOUT naming the file (free() then frees nothing).
+   */
+  lockTimeoutMs?: number;
 }
 
 /**
@@ -171,10 +187,9 @@ export class DeviceBuffer {
     const o = options === undefined ? undefined : checkOptions<FreeOptions>('options', options);
     const stream = o === undefined ? undefined : streamOption(o.stream);
     if (exported.has(this)) {
-      if (!checkBoolean('options.force', o?.force, false)) {
-        const importers = native.ipcImporters(this._h);
-        if (importers.length > 0) throw inUseError(importers);
-      }
+      // Counted and withdrawn in one step under the record's lock: no process opens it between.
+      const importers = native.ipcWithdraw(this._h, checkBoolean('options.force', o?.force, false));
+      if (importers.length > 0) throw inUseError(importers);
       exported.delete(this);
     }
     this._freed = true;
@@ -195,10 +210,12 @@ export class DeviceBuffer {
    * mapping (the driver keeps the memory until the last close), but no new process can open it
    * (ERR_IPC_EXPORT_GONE).
    */
-  exportIpc(): IpcHandle {
+  exportIpc(options?: ExportIpcOptions): IpcHandle {
     if (this._freed) throw freedError('buffer');
+    const o = checkOptions<ExportIpcOptions>('options', options);
+    const timeout = lockTimeoutMs('options.lockTimeoutMs', o.lockTimeoutMs);
     requireCuda();
-    const h = native.ipcExport(this._h, shmDir()) as IpcHandle;
+    const h = native.ipcExport(this._h, shmDir(), timeout) as IpcHandle;
     exported.add(this);
     return h;
   }
@@ -220,7 +237,8 @@ export class DeviceBuffer {
     const h = parseIpcHandle(handle);
     const o = checkOptions<ImportIpcOptions>('options', options);
     const wanted = o.device === undefined ? -1 : checkDevice(o.device, knownDeviceCount());
-    const [bh, device] = native.ipcImport(h, shmDir(), wanted);
+    const timeout = lockTimeoutMs('options.lockTimeoutMs', o.lockTimeoutMs);
+    const [bh, device] = native.ipcImport(h, shmDir(), wanted, timeout);
     return new DeviceBuffer(kInternal, bh, h.byteLength, device, false, null);
   }
 

@@ -266,8 +266,8 @@ function poolSvg(
   x: (k: number) => number,
   n: number,
 ): string[] {
-  const H2 = 260,
-    T2 = 30,
+  const H2 = 280,
+    T2 = 52,
     B2 = 40;
   const ticks2 = byteTicks(Math.max(peak, limit && limit < peak * 4 ? limit : 0));
   const y2 = (v: number) => H2 - B2 - (v / ticks2[ticks2.length - 1]) * (H2 - T2 - B2);
@@ -283,20 +283,31 @@ function poolSvg(
       `<path class="recorded-pool" d="${stepPath(recordedPool, x, y2, n)}" fill="none" stroke="#9467bd" stroke-width="1.5" stroke-dasharray="4 3"/>`,
     );
   t2.push(`<path class="in-use" d="${stepPath(inUse, x, y2, n)}" fill="none" stroke="#1f77b4" stroke-width="1.5"/>`);
-  if (limit && limit <= ticks2[ticks2.length - 1])
+  // A limit far above the peak would flatten the lines: the scale stops at 4x the peak, and the
+  // legend then says that the limit is above it instead of naming a line that is not there.
+  const limitDrawn = !!limit && limit <= ticks2[ticks2.length - 1];
+  if (limitDrawn)
     t2.push(`<line class="limit" x1="${L}" x2="${W - R}" y1="${y2(limit)}" y2="${y2(limit)}" stroke="#2ca02c" stroke-dasharray="6 4"/>`);
-  const legend = [
+  const legend: [string | null, string][] = [
     ['#d62728', 'pool (regions held)'],
-    ...(recordedPool ? [['#9467bd', 'segments as recorded']] : []),
+    ...(recordedPool ? [['#9467bd', 'segments as recorded'] as [string, string]] : []),
     ['#1f77b4', 'bytes in use'],
-    ...(limit ? [['#2ca02c', `limit ${formatBytes(limit)}`]] : []),
+    ...(limit
+      ? [
+          limitDrawn
+            ? (['#2ca02c', `limit ${formatBytes(limit)}`] as [string, string])
+            : ([null, `limit ${formatBytes(limit)}, above this scale`] as [null, string]),
+        ]
+      : []),
   ];
-  // Top left: the lines start at the bottom there.
-  legend.forEach(([c, t], i) =>
-    t2.push(
-      `<rect x="${L + 12}" y="${T2 + 8 + i * 16}" width="12" height="3" fill="${c}"/><text x="${L + 30}" y="${T2 + 13 + i * 16}">${esc(t)}</text>`,
-    ),
-  );
+  // One row between the title and the plot, so that no line runs under it.
+  let lx = L;
+  for (const [c, t] of legend) {
+    if (c) t2.push(`<rect class="legend" x="${lx}" y="${T2 - 20}" width="12" height="3" fill="${c}"/>`);
+    const tx = c ? lx + 18 : lx;
+    t2.push(`<text class="legend" x="${tx}" y="${T2 - 15}">${esc(t)}</text>`);
+    lx = tx + t.length * 6.5 + 24;
+  }
   t2.push(`<text x="${(L + W - R) / 2}" y="${H2 - 8}" text-anchor="middle">event</text></svg>`);
 
   return t2;

@@ -98,11 +98,13 @@ core::IpcDescriptor ReadDescriptor(Napi::Env env, Napi::Value v) {
   return d;
 }
 
-// ipcExport(handle, dir) -> descriptor. The same buffer exports once; later calls return it again.
+// ipcExport(handle, dir, lockTimeoutMs) -> descriptor. The same buffer exports once; later calls
+// return it again. The wait for the record's lock, here and at every later count or free.
 Napi::Value IpcExport(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Allocation* a = UnwrapAllocation(env, info[0], "buffer");
   std::string dir = ReadString(env, info[1], "dir");
+  int timeout = ReadInt(env, info[2], "lockTimeoutMs", 0, 86400000);
   if (a->exported) return DescriptorObject(env, ExportOf(a)->record->descriptor());
   if (a->simulated)
     NotSupported(env, "a block of a simulated device has no memory to share with other processes");
@@ -127,7 +129,7 @@ Napi::Value IpcExport(const Napi::CallbackInfo& info) {
   d.bytes = a->bytes;
   auto exported = std::make_unique<IpcExportState>();
   try {
-    exported->record.reset(core::IpcExportRecord::Create(dir, &d));
+    exported->record.reset(core::IpcExportRecord::Create(dir, &d, timeout));
   } catch (const core::ShmError& e) {
     ThrowInterprocess(env, e);
   }
@@ -158,12 +160,13 @@ bool AllocationBytes(void* p, uint64_t* bytes) {
   return true;
 }
 
-// ipcImport(descriptor, dir, device | -1) -> [handle, device]
+// ipcImport(descriptor, dir, device | -1, lockTimeoutMs) -> [handle, device]
 Napi::Value IpcImport(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   core::IpcDescriptor d = ReadDescriptor(env, info[0]);
   std::string dir = ReadString(env, info[1], "dir");
   int wanted = ReadInt(env, info[2], "device", -1, 1 << 20);
+  int timeout = ReadInt(env, info[3], "lockTimeoutMs", 0, 86400000);
   for (Allocation* open : GetInstance(env).handles.Live())
     if (open->ops == &kIpcImportOps && static_cast<IpcImportAllocation*>(open)->import &&
         static_cast<IpcImportAllocation*>(open)->import->record() == d.record)
@@ -173,7 +176,7 @@ Napi::Value IpcImport(const Napi::CallbackInfo& info) {
   // The record first: a forged, stale or foreign handle never reaches the driver.
   std::unique_ptr<core::IpcImportRecord> rec;
   try {
-    rec.reset(core::IpcImportRecord::Open(dir, d));
+    rec.reset(core::IpcImportRecord::Open(dir, d, timeout));
   } catch (const core::ShmError& e) {
     ThrowInterprocess(env, e);
   }
@@ -246,12 +249,31 @@ Napi::Value IpcImportersJs(const Napi::CallbackInfo& info) {
   return out;
 }
 
+// ipcWithdraw(handle, force) -> the pids that hold the exported buffer open; empty when its
+// record was removed (no process can open it any more). One step under the record's lock, so no
+// importer opens it between the count and the removal; free() goes on only when it is empty.
+Napi::Value IpcWithdraw(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Allocation* a = UnwrapAllocation(env, info[0], "buffer");
+  bool force = info[1].ToBoolean().Value();
+  std::vector<int64_t> pids;
+  try {
+    if (a->exported) pids = ExportOf(a)->record->Withdraw(force);
+  } catch (const core::ShmError& e) {
+    ThrowInterprocess(env, e);
+  }
+  Napi::Array out = Napi::Array::New(env, pids.size());
+  for (size_t i = 0; i < pids.size(); ++i) out.Set(i, static_cast<double>(pids[i]));
+  return out;
+}
+
 }  // namespace
 
 void InitIpc(Napi::Env env, Napi::Object exports) {
   exports.Set("ipcExport", Napi::Function::New(env, IpcExport, "ipcExport"));
   exports.Set("ipcImport", Napi::Function::New(env, IpcImport, "ipcImport"));
   exports.Set("ipcImporters", Napi::Function::New(env, IpcImportersJs, "ipcImporters"));
+  exports.Set("ipcWithdraw", Napi::Function::New(env, IpcWithdraw, "ipcWithdraw"));
 }
 
 }  // namespace cm

@@ -126,6 +126,13 @@ Napi::Value SharedHostOpen(const Napi::CallbackInfo& info) {
 Napi::Value SharedHostUnlink(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   std::string path = ReadString(env, info[0], "path");
+  try {
+    // Only in this user's own folder: never a name in a folder another user controls.
+    if (!core::shm::CheckFolder(core::shm::DirName(path), false))
+      return Napi::Boolean::New(env, false);
+  } catch (const core::ShmError& e) {
+    ThrowInterprocess(env, e);
+  }
   if (unlink(path.c_str()) == 0) return Napi::Boolean::New(env, true);
   if (errno == ENOENT) return Napi::Boolean::New(env, false);
   ThrowInterprocess(env,

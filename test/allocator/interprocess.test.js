@@ -17,6 +17,8 @@ const sim = { totalBytes: 80 * 2 ** 30 };
 const base = fs.existsSync('/dev/shm') ? '/dev/shm' : os.tmpdir();
 const dir = fs.mkdtempSync(path.join(base, 'cuda-memory-test-'));
 process.env.CUDA_MEMORY_SHM_DIR = dir;
+// This user's own folder in it, where the library keeps the files.
+const files = path.join(dir, `cuda-memory-${process.geteuid()}`);
 afterAll(() => fs.rmSync(dir, { recursive: true, force: true }));
 
 function runCheck(args, timeout = 120000) {
@@ -84,7 +86,7 @@ describe('group budgets on simulated devices', () => {
     expect(cm.groupStats('two', { simulated: true }).members).toHaveLength(1);
     b.close();
     // The last member removes the ledger.
-    expect(fs.readdirSync(dir).filter((f) => f.includes('group.two'))).toEqual([]);
+    expect(fs.readdirSync(files).filter((f) => f.includes('group.two'))).toEqual([]);
     expect(() => cm.groupStats('two', { simulated: true })).toThrow(
       expect.objectContaining({ name: 'InterprocessError', code: 'ERR_GROUP_NOT_FOUND' }),
     );
@@ -133,7 +135,8 @@ describe('group budgets on simulated devices', () => {
   });
 
   test('a foreign or damaged ledger is reported, never trusted, and top shows it', () => {
-    const file = path.join(dir, 'cuda-memory-group.junk.simulated');
+    fs.mkdirSync(files, { recursive: true, mode: 0o700 });
+    const file = path.join(files, 'cuda-memory-group.junk.simulated');
     // Open to others (the umask's 0644): not even read.
     fs.writeFileSync(file, 'not a ledger at all, just some bytes', { mode: 0o644 });
     fs.chmodSync(file, 0o644);
@@ -277,6 +280,44 @@ describe('IPC handles without a GPU', () => {
     expect(code(good)).toBe('InterprocessError:ERR_IPC_EXPORT_GONE');
     expect(code(JSON.stringify(good))).toBe('InterprocessError:ERR_IPC_EXPORT_GONE');
     expect(code({ ...good, record: '../../etc/passwd' })).toBe('InterprocessError:ERR_IPC_HANDLE_INVALID');
+  });
+
+  test('the IPC paths wait for a record lock as long as lockTimeoutMs says, and refuse a bad CUDA_MEMORY_LOCK_TIMEOUT_MS as the groups do', async () => {
+    fs.mkdirSync(files, { recursive: true, mode: 0o700 });
+    const record = path.join(files, good.record);
+    fs.writeFileSync(record, Buffer.alloc(720), { mode: 0o600 });
+    const py = `
+import fcntl, os, struct, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR)
+fcntl.fcntl(fd, getattr(fcntl, 'F_OFD_SETLK', 37), struct.pack('hhqqi4x', fcntl.F_WRLCK, 0, 1 << 20, 1, 0))
+print('held', flush=True)
+time.sleep(60)
+`;
+    const holder = require('child_process').spawn('python3', ['-c', py, record], { stdio: ['ignore', 'pipe', 'inherit'] });
+    await new Promise((resolve) => holder.stdout.once('data', resolve));
+    try {
+      const t0 = Date.now();
+      expect(() => cm.DeviceBuffer.importIpc(good, { lockTimeoutMs: 150 })).toThrow(
+        expect.objectContaining({ code: 'ERR_SHM_LOCK_TIMEOUT', message: expect.stringContaining('waited 150 ms') }),
+      );
+      expect(Date.now() - t0).toBeLessThan(3000);
+      // The variable, validated in JS and passed down (the native layer reads no variable).
+      const run = (value) =>
+        spawnSync(
+          process.execPath,
+          [
+            '-e',
+            `const cm = require('.'); try { cm.DeviceBuffer.importIpc(${JSON.stringify(good)}); } catch (e) { console.log(e.name, e.code, /waited (\\d+) ms/.exec(e.message)?.[1]); }`,
+          ],
+          { cwd: root, encoding: 'utf8', env: { ...process.env, CUDA_MEMORY_LOCK_TIMEOUT_MS: value } },
+        ).stdout.trim();
+      expect(run('120')).toBe('InterprocessError ERR_SHM_LOCK_TIMEOUT 120');
+      expect(run('soon')).toBe('RangeError ERR_OUT_OF_RANGE undefined');
+      expect(() => cm.DeviceBuffer.importIpc(good, { lockTimeoutMs: -1 })).toThrow(RangeError);
+    } finally {
+      holder.kill();
+      fs.rmSync(record, { force: true });
+    }
   });
 
   test('shared pinned names are checked, and unlinking a missing one says so', () => {

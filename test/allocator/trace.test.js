@@ -369,6 +369,34 @@ describe('the command line', () => {
     expect(html).toMatch(/150000 allocations, 150000 frees, 0 refused; peak in use 5.50 KiB/);
   });
 
+  test('memory-html: the legend sits above the pool plot, and names the limit as a line only when it draws one', () => {
+    const page = (limit) => {
+      const a = sim({ allowGrowth: true, memoryLimit: limit });
+      a.startRecording();
+      const keep = [];
+      for (let i = 0; i < 20; i++) {
+        keep.push(a.alloc((1 + (i % 5)) * MiB));
+        if (keep.length > 4) keep.shift().free();
+      }
+      for (const b of keep) b.free();
+      const t = a.stopRecording();
+      a.close();
+      return cm.renderMemoryHtml(t);
+    };
+    const pool = (html) => html.slice(html.indexOf('Pool size'), html.indexOf('Regions after'));
+    const drawn = pool(page(24 * MiB));
+    expect(drawn).toMatch(/<line class="limit"/);
+    expect(drawn).toMatch(/<text class="legend"[^>]*>limit 24(\.00)? MiB</);
+    // Every legend mark lies above the highest grid line (the plot's top).
+    const top = Math.min(...[...drawn.matchAll(/<line x1="\d+" x2="\d+" y1="([\d.]+)"/g)].map((m) => Number(m[1])));
+    const legendY = [...drawn.matchAll(/class="legend" x="[\d.]+" y="([\d.]+)"/g)].map((m) => Number(m[1]));
+    expect(legendY.length).toBeGreaterThanOrEqual(5);
+    for (const y of legendY) expect(y).toBeLessThan(top);
+    const above = pool(page(8 * GiB));
+    expect(above).not.toMatch(/<line class="limit"/);
+    expect(above).toMatch(/>limit 8(\.00)? GiB, above this scale</);
+  });
+
   test('cuda-memory memory-html: one self-contained page with the timeline, the pool and the regions', () => {
     for (const [input, extra] of [
       [file, []],

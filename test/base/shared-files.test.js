@@ -21,7 +21,9 @@ fs.chmodSync(dir, 0o1777);
 process.env.CUDA_MEMORY_SHM_DIR = dir;
 afterAll(() => fs.rmSync(dir, { recursive: true, force: true }));
 
-const ledgerOf = (name) => path.join(dir, `cuda-memory-group.${name}.simulated`);
+// This user's own folder in it, where the library keeps the files.
+const mine = path.join(dir, `cuda-memory-${process.geteuid()}`);
+const ledgerOf = (name) => path.join(mine, `cuda-memory-group.${name}.simulated`);
 const canSwitchUser = process.getuid?.() === 0 && spawnSync('setpriv', ['--version']).status === 0;
 // Named so that a skip says why.
 const asOther = (name, fn) =>
@@ -56,75 +58,113 @@ time.sleep(60)
 }
 
 describe('shared files: what another user or process cannot do', () => {
-  asOther(
-    'joining a group whose ledger another user made (and left writable by all) fails with ERR_SHM_UNTRUSTED naming the owner',
-    async () => {
-      const child = spawn(
-        'setpriv',
-        [
-          '--reuid',
-          String(OTHER),
-          '--regid',
-          String(OTHER),
-          '--clear-groups',
-          process.execPath,
-          '-e',
-          `const cm = require('.');
+  asOther("another user's group of the same name is a group of its own: its files live in its own folder, never seen here", async () => {
+    const child = spawn(
+      'setpriv',
+      [
+        '--reuid',
+        String(OTHER),
+        '--regid',
+        String(OTHER),
+        '--clear-groups',
+        process.execPath,
+        '-e',
+        `const cm = require('.');
          const a = cm.createAllocator({ simulate: { totalBytes: 2 ** 30 }, allowGrowth: true, shared: { name: 'planted', memoryLimit: 1 << 26 } });
-         require('fs').chmodSync(a.group().path, 0o666);
-         console.log('ready'); setTimeout(() => a.close(), 20000);`,
-        ],
-        { cwd: root, env: { ...process.env, CUDA_MEMORY_SHM_DIR: dir }, stdio: ['ignore', 'pipe', 'inherit'] },
-      );
-      await new Promise((resolve) => child.stdout.once('data', resolve));
-      try {
-        const file = ledgerOf('planted');
-        expect(fs.statSync(file).uid).toBe(OTHER);
-        let err;
-        try {
-          cm.createAllocator({ simulate: sim, allowGrowth: true, shared: { name: 'planted', memoryLimit: 64 * MiB } });
-        } catch (e) {
-          err = e;
-        }
-        expect(err).toMatchObject({ name: 'InterprocessError', code: 'ERR_SHM_UNTRUSTED', path: file });
-        expect(err.message).toContain(`owned by uid ${OTHER}`);
-        expect(err.message).toContain('mode 0666');
-        expect(() => cm.groupStats('planted', { simulated: true })).toThrow(expect.objectContaining({ code: 'ERR_SHM_UNTRUSTED' }));
-        // Listings skip it and say why.
-        const list = cm.listGroups();
-        expect(list.unreadable).toEqual([expect.objectContaining({ path: file, code: 'ERR_SHM_UNTRUSTED' })]);
-      } finally {
-        child.kill();
-        await new Promise((resolve) => child.once('exit', resolve));
-        fs.rmSync(ledgerOf('planted'), { force: true });
-      }
-    },
-  );
+         console.log(a.group().path); setTimeout(() => a.close(), 20000);`,
+      ],
+      { cwd: root, env: { ...process.env, CUDA_MEMORY_SHM_DIR: dir }, stdio: ['ignore', 'pipe', 'inherit'] },
+    );
+    const theirs = await new Promise((resolve) => child.stdout.once('data', (d) => resolve(String(d).trim())));
+    try {
+      expect(theirs).toBe(path.join(dir, `cuda-memory-${OTHER}`, 'cuda-memory-group.planted.simulated'));
+      const st = fs.statSync(path.dirname(theirs));
+      expect([st.uid, st.mode & 0o777]).toEqual([OTHER, 0o700]);
+      // Another budget, no mismatch: the two groups never meet.
+      const a = cm.createAllocator({ simulate: sim, allowGrowth: true, shared: { name: 'planted', memoryLimit: 32 * MiB } });
+      expect(a.group()).toMatchObject({
+        path: ledgerOf('planted'),
+        budgetBytes: 32 * MiB,
+        members: [expect.objectContaining({ self: true })],
+      });
+      expect(cm.listGroups().groups.map((g) => g.path)).toEqual([ledgerOf('planted')]);
+      a.close();
+    } finally {
+      child.kill();
+      await new Promise((resolve) => child.once('exit', resolve));
+    }
+  });
 
-  asOther("this user's ledger cannot be joined by another user, and a link planted by another user is not followed", () => {
+  asOther("another user can neither plant a name in this user's folder nor join its group", () => {
     const a = cm.createAllocator({ simulate: sim, allowGrowth: true, shared: { name: 'mine', memoryLimit: 64 * MiB } });
     try {
-      const r = runAsOther(`const cm = require('.');
-        try { cm.createAllocator({ simulate: { totalBytes: 2 ** 30 }, allowGrowth: true, shared: { name: 'mine', memoryLimit: 1 << 26 } }); console.log('joined'); }
-        catch (e) { console.log(e.code); }`);
-      expect(r.stdout.trim()).toBe('ERR_SHM_UNTRUSTED');
+      const st = fs.lstatSync(mine);
+      expect([st.isDirectory(), st.uid, st.mode & 0o777]).toEqual([true, process.geteuid(), 0o700]);
+      const target = path.join(dir, 'precious');
+      const r = runAsOther(`const fs = require('fs');
+        for (const f of [() => fs.symlinkSync('/etc/passwd', ${JSON.stringify(ledgerOf('linked'))}),
+                         () => fs.writeFileSync(${JSON.stringify(ledgerOf('planted2'))}, 'x'),
+                         () => fs.openSync(${JSON.stringify(ledgerOf('mine'))}, 'r+'),
+                         () => fs.renameSync(${JSON.stringify(mine)}, ${JSON.stringify(target)})])
+          try { f(); console.log('done'); } catch (e) { console.log(e.code); }`);
+      expect(r.stdout.trim().split('\n')).toEqual(['EACCES', 'EACCES', 'EACCES', 'EPERM']);
+      expect(fs.readdirSync(mine)).toEqual(['cuda-memory-group.mine.simulated']);
     } finally {
       a.close();
     }
-    // The other user plants a link where this user's next group will be; joining refuses it and
-    // the file it points at is not touched.
-    const target = path.join(dir, 'precious');
-    fs.writeFileSync(target, 'keep', { mode: 0o600 });
+  });
+
+  asOther("a folder squatted under this user's name is refused, saying whose it is and what to do; names print escaped", () => {
+    // A base folder whose own name carries escape sequences (window title, screen clear).
+    const evilBase = path.join(dir, 'base\x1b]0;owned\x07\x1b[2J');
+    fs.mkdirSync(evilBase);
+    fs.chmodSync(evilBase, 0o1777);
+    const squat = path.join(evilBase, `cuda-memory-${process.geteuid()}`);
     const r = runAsOther(
-      `require('fs').symlinkSync(${JSON.stringify(target)}, ${JSON.stringify(ledgerOf('linked'))}); console.log('planted');`,
+      `require('fs').mkdirSync(${JSON.stringify(squat)}, { mode: 0o777 }); require('fs').chmodSync(${JSON.stringify(squat)}, 0o777); console.log('squatted');`,
     );
-    expect(r.stdout.trim()).toBe('planted');
-    expect(() => cm.createAllocator({ simulate: sim, allowGrowth: true, shared: { name: 'linked', memoryLimit: 64 * MiB } })).toThrow(
-      expect.objectContaining({ code: 'ERR_SHM_UNTRUSTED', message: expect.stringContaining('symbolic link') }),
+    expect(r.stdout.trim()).toBe('squatted');
+    const env = { ...process.env, CUDA_MEMORY_SHM_DIR: evilBase };
+    const out = spawnSync(
+      process.execPath,
+      [
+        '-e',
+        `const cm = require('.');
+         try { cm.createAllocator({ simulate: { totalBytes: 2 ** 30 }, allowGrowth: true, shared: { name: 'g', memoryLimit: 1 << 26 } }); } catch (e) { console.log(JSON.stringify([e.code, e.message])); }`,
+      ],
+      { cwd: root, encoding: 'utf8', env },
     );
-    expect(fs.readFileSync(target, 'utf8')).toBe('keep');
-    fs.rmSync(ledgerOf('linked'));
-    fs.rmSync(target);
+    const [code, message] = JSON.parse(out.stdout);
+    expect(code).toBe('ERR_SHM_UNTRUSTED');
+    expect(message).toContain(`owned by uid ${OTHER}`);
+    expect(message).toContain('CUDA_MEMORY_SHM_DIR');
+    expect(message).not.toMatch(/[\x00-\x1f]/);
+    expect(message).toContain('base\\x1b]0;owned\\x07\\x1b[2J');
+    // The folder is the squatter's: nothing was made in it.
+    expect(fs.readdirSync(squat)).toEqual([]);
+    fs.rmSync(evilBase, { recursive: true, force: true });
+  });
+
+  test("top skips names in this user's folder that are not the library's and prints no control character", () => {
+    const a = cm.createAllocator({ simulate: sim, allowGrowth: true, shared: { name: 'shown', memoryLimit: 64 * MiB } });
+    const planted = [
+      'cuda-memory-group.\x1b]0;owned\x07.simulated',
+      'cuda-memory-group.x\x1b[2J\x1b[H.simulated',
+      'cuda-memory-group.y.simulated\n\x1b[32mgroup forged on simulated',
+      'notes\x1b[31m',
+    ];
+    for (const f of planted) fs.writeFileSync(path.join(mine, f), 'junk', { mode: 0o600 });
+    try {
+      const top = spawnSync(process.execPath, [cli, 'top'], { encoding: 'utf8', env: process.env, timeout: 30000 });
+      expect(top.stdout).not.toMatch(/[\x00-\x09\x0b-\x1f\x7f]/);
+      expect(top.stdout).toMatch(/^group shown on simulated/);
+      expect(top.stdout).not.toMatch(/forged|owned/);
+      expect(top.status).toBe(0);
+      expect(cm.listGroups().unreadable).toEqual([]);
+    } finally {
+      for (const f of planted) fs.rmSync(path.join(mine, f), { force: true });
+      a.close();
+    }
   });
 
   test('a lock held by a stopped process: joining, stats, listings and top end within the wait and name the file', async () => {

@@ -6,8 +6,10 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <condition_variable>
 #include <cstring>
 #include <memory>
+#include <new>
 #include <set>
 #include <thread>
 
@@ -88,12 +90,18 @@ struct Fd {
 
 namespace {
 
-// The members of this process whose in-use figure waits to be written, and the thread that
-// writes them. Process-wide and never destroyed: members come and go from any environment.
+// The members of this process, and the thread that writes the in-use figures their calling
+// threads left waiting (PublishInUse writes at most once a millisecond itself). The thread sleeps
+// on a condition variable until a figure waits, and ends when the last member leaves; the next
+// member to join starts another. Process-wide and never destroyed: members come and go from any
+// environment.
 struct Publisher {
   std::mutex mutex;
+  std::condition_variable wake;
   std::set<Ledger*> members;
   bool running = false;
+  bool waiting = false;  // a member has a figure to write
+  uint64_t wakeups = 0;  // times the thread woke: what a test reads
 };
 Publisher& ThePublisher() {
   static Publisher* p = [] {
@@ -103,7 +111,11 @@ Publisher& ThePublisher() {
     pthread_atfork([] { ThePublisher().mutex.lock(); }, [] { ThePublisher().mutex.unlock(); },
                    [] {
                      Publisher& q = ThePublisher();
+                     // The parent's thread may have been waiting on it: in the child, with no such
+                     // thread, a signal would wait for it for ever. A fresh one, as if just made.
+                     new (&q.wake) std::condition_variable();
                      q.running = false;
+                     q.waiting = false;
                      q.members.clear();
                      q.mutex.unlock();
                    });
@@ -114,11 +126,30 @@ Publisher& ThePublisher() {
 
 void PublishLoop() {
   Publisher& p = ThePublisher();
+  std::unique_lock<std::mutex> lock(p.mutex);
   for (;;) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    std::lock_guard<std::mutex> lock(p.mutex);
+    p.wake.wait(lock, [&] { return p.waiting || p.members.empty(); });
+    ++p.wakeups;
+    if (p.members.empty()) break;
+    // A figure left waiting: let the calling thread's millisecond pass, so that a burst of
+    // changes costs one write, then write the latest.
+    lock.unlock();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    lock.lock();
+    p.waiting = false;
     for (Ledger* l : p.members) l->FlushInUse();
   }
+  p.running = false;
+}
+
+// Tells the thread that a figure waits.
+void WakePublisher() {
+  Publisher& p = ThePublisher();
+  {
+    std::lock_guard<std::mutex> lock(p.mutex);
+    p.waiting = true;
+  }
+  p.wake.notify_one();
 }
 
 // Writes every waiting figure of this process now (before a read of a ledger).
@@ -416,7 +447,8 @@ void Ledger::PublishInUse(uint64_t bytes) noexcept {
   if (slot_ < 0 || broken_) return;
   auto now = std::chrono::steady_clock::now();
   if (now - last_publish_ < std::chrono::milliseconds(1)) {
-    in_use_dirty_.store(true, std::memory_order_release);
+    // The first figure left waiting wakes the thread; later ones ride on that wake-up.
+    if (!in_use_dirty_.exchange(true, std::memory_order_acq_rel)) WakePublisher();
     return;
   }
   last_publish_ = now;
@@ -456,6 +488,7 @@ void Ledger::Leave() noexcept {
     Publisher& p = ThePublisher();
     std::lock_guard<std::mutex> lock(p.mutex);
     p.members.erase(this);
+    if (p.members.empty()) p.wake.notify_one();  // the thread ends
   }
   if (slot_ >= 0 && !broken_ && shm::LockWithin(fd_, shm::kMutexByte, timeout_ms_) == 0) {
     try {
@@ -482,6 +515,12 @@ void Ledger::Leave() noexcept {
 }
 
 Ledger::~Ledger() { Leave(); }
+
+Ledger::PublisherState Ledger::PublisherStatus() {
+  auto& p = ThePublisher();
+  std::lock_guard<std::mutex> lock(p.mutex);
+  return {p.running, p.wakeups};
+}
 
 GroupSnapshot Ledger::Read(const std::string& path, int lock_timeout_ms) {
   FlushAll();  // this process's own members' latest figures first

@@ -97,6 +97,12 @@ class Ledger {
   void Leave() noexcept;
 
   GroupSnapshot Snapshot();
+  // Whether this process's publishing thread runs, and how often it has woken (for tests).
+  struct PublisherState {
+    bool running;
+    uint64_t wakeups;
+  };
+  static PublisherState PublisherStatus();
   uint64_t budget() const;
   const std::string& path() const { return path_; }
   const std::string& name() const { return name_; }

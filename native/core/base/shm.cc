@@ -38,15 +38,6 @@ int SetLock(int fd, short type, off_t byte) {
 
 }  // namespace
 
-int DefaultLockTimeoutMs() {
-  const char* v = std::getenv("CUDA_MEMORY_LOCK_TIMEOUT_MS");
-  if (!v || !*v) return kDefaultLockTimeoutMs;
-  char* end = nullptr;
-  long ms = std::strtol(v, &end, 10);
-  if (*end != '\0' || ms < 0) return kDefaultLockTimeoutMs;
-  return static_cast<int>(std::min<long>(ms, 24L * 3600 * 1000));
-}
-
 int TryLockShared(int fd, off_t byte) { return SetLock(fd, F_RDLCK, byte); }
 
 int TryLock(int fd, off_t byte) { return SetLock(fd, F_WRLCK, byte); }
@@ -80,11 +71,11 @@ bool HeldByOther(int fd, off_t byte) {
 
 void ThrowLockTimeout(const std::string& path, const char* waiting_for, int timeout_ms) {
   throw ShmError("ERR_SHM_LOCK_TIMEOUT",
-                 "waited " + std::to_string(timeout_ms) + " ms for the lock of " + path +
+                 "waited " + std::to_string(timeout_ms) + " ms for the lock of " + Printable(path) +
                      " while " + waiting_for +
                      ": another process holds it (a stopped or hung member, or a process that is "
                      "not cuda-memory). `fuser -v " +
-                     path +
+                     Printable(path) +
                      "` lists who has it open; CUDA_MEMORY_LOCK_TIMEOUT_MS or the lockTimeoutMs "
                      "option sets the wait.",
                  path);
@@ -133,13 +124,80 @@ std::string Untrusted(int fd, off_t expected_size) {
 
 void ThrowUntrusted(const std::string& path, const std::string& why) {
   throw ShmError("ERR_SHM_UNTRUSTED",
-                 path + " was not used: " + why +
+                 Printable(path) + " was not used: " + why +
                      ". cuda-memory uses only shared files that this user made, with mode 0600. "
                      "Remove it (as its owner or root) or choose another name.",
                  path);
 }
 
+std::string DirName(const std::string& path) {
+  size_t slash = path.find_last_not_of('/');
+  slash = slash == std::string::npos ? std::string::npos : path.rfind('/', slash);
+  if (slash == std::string::npos) return ".";
+  size_t end = path.find_last_not_of('/', slash);
+  return end == std::string::npos ? "/" : path.substr(0, end + 1);
+}
+
+namespace {
+[[noreturn]] void ThrowUntrustedFolder(const std::string& dir, const std::string& why) {
+  throw ShmError("ERR_SHM_UNTRUSTED",
+                 "the folder " + Printable(dir) + " was not used: " + why +
+                     ". cuda-memory keeps this user's shared files in a folder of its own (a "
+                     "directory owned by this user, mode 0700) so that no other user can plant, "
+                     "replace or remove a name in it. Remove it (as its owner or root), or set "
+                     "CUDA_MEMORY_SHM_DIR to another folder.",
+                 dir);
+}
+}  // namespace
+
+bool CheckFolder(const std::string& dir, bool create) {
+  // The parent: others may not rename or replace entries in it unless it is sticky.
+  struct stat up;
+  std::string parent = DirName(dir);
+  if (stat(parent.c_str(), &up) == 0 && (up.st_mode & S_IWOTH) && !(up.st_mode & S_ISVTX))
+    ThrowUntrustedFolder(dir, "its parent " + Printable(parent) + " has mode " + Octal(up.st_mode) +
+                                  ": any user may rename what is in it (sticky mode 1777, as of "
+                                  "/dev/shm, or no write permission for others expected)");
+  // mkdir never follows a link planted under the name (it fails with EEXIST), and mode 0700 is
+  // narrowed by the umask only; anything already there is checked below as an existing folder.
+  bool made = create && mkdir(dir.c_str(), 0700) == 0;
+  if (!made && create && errno != EEXIST)
+    ThrowErrno("ERR_SHM_CREATE", "could not create", dir, errno);
+  int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    int err = errno;
+    if (err == ENOENT) return false;
+    struct stat st;
+    if ((err == ELOOP || err == ENOTDIR) && lstat(dir.c_str(), &st) == 0)
+      ThrowUntrustedFolder(dir,
+                           S_ISLNK(st.st_mode) ? "it is a symbolic link" : "it is not a directory");
+    if (err == EACCES && lstat(dir.c_str(), &st) == 0)
+      ThrowUntrustedFolder(dir, "this user may not open it; it is owned by " + UserName(st.st_uid) +
+                                    " with mode " + Octal(st.st_mode));
+    ThrowErrno("ERR_SHM_OPEN", "could not open the folder", dir, err);
+  }
+  struct stat st;
+  std::string why;
+  if (made) (void)!fchmod(fd, 0700);  // the umask may have taken bits from the owner
+  if (fstat(fd, &st) != 0)
+    why = std::string("it cannot be examined (") + std::strerror(errno) + ")";
+  else if (!S_ISDIR(st.st_mode))
+    why = "it is not a directory";
+  else if (st.st_uid != geteuid())
+    why = "it is owned by " + UserName(st.st_uid) + ", not by this process's " +
+          UserName(geteuid()) + " (mode " + Octal(st.st_mode) + ")";
+  else if (st.st_mode & 077)
+    why = "its mode " + Octal(st.st_mode) + " lets other users into it (0700 expected)";
+  close(fd);
+  if (!why.empty()) ThrowUntrustedFolder(dir, why);
+  return true;
+}
+
 int OpenTrusted(const std::string& path, off_t expected_size, const std::string& open_code) {
+  if (!CheckFolder(DirName(path), false)) {
+    errno = ENOENT;
+    return -1;
+  }
   int fd = open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
   if (fd < 0) {
     int err = errno;
@@ -185,18 +243,48 @@ bool ValidName(const std::string& name) {
   return true;
 }
 
+std::string Printable(const std::string& text) {
+  std::string out;
+  char esc[16];
+  for (size_t i = 0; i < text.size(); ++i) {
+    unsigned char c = static_cast<unsigned char>(text[i]);
+    unsigned char n1 = i + 1 < text.size() ? static_cast<unsigned char>(text[i + 1]) : 0;
+    unsigned char n2 = i + 2 < text.size() ? static_cast<unsigned char>(text[i + 2]) : 0;
+    if (c < 0x20 || c == 0x7f) {
+      std::snprintf(esc, sizeof esc, "\\x%02x", c);
+      out += esc;
+    } else if (c == 0xc2 && n1 >= 0x80 && n1 <= 0x9f) {  // C1 controls (U+0080 to U+009F)
+      std::snprintf(esc, sizeof esc, "\\u{%04x}", n1);
+      out += esc;
+      ++i;
+    } else if (c == 0xe2 && n1 == 0x80 && n2 >= 0xaa && n2 <= 0xae) {  // U+202A to U+202E
+      std::snprintf(esc, sizeof esc, "\\u{20%02x}", n2 - 0x80);
+      out += esc;
+      i += 2;
+    } else if (c == 0xe2 && n1 == 0x81 && n2 >= 0xa6 && n2 <= 0xa9) {  // U+2066 to U+2069
+      std::snprintf(esc, sizeof esc, "\\u{20%02x}", n2 - 0x80 + 0x40);
+      out += esc;
+      i += 2;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
+}
+
 std::string Join(const std::string& dir, const std::string& file) {
   return dir.empty() || dir.back() == '/' ? dir + file : dir + "/" + file;
 }
 
 void ThrowErrno(const std::string& code, const std::string& what, const std::string& path,
                 int err) {
-  std::string m = what + (path.empty() ? "" : " " + path) + ": " + std::strerror(err);
+  std::string m = what + (path.empty() ? "" : " " + Printable(path)) + ": " + std::strerror(err);
   throw ShmError(code, m, path);
 }
 
 int CreateComplete(const std::string& path, size_t size, const void* init, size_t init_size,
                    mode_t mode, off_t hold_byte) {
+  CheckFolder(DirName(path), true);
   std::random_device rd;
   std::string tmp = path + ".tmp-" + std::to_string(getpid()) + "-" + std::to_string(rd());
   int fd = open(tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
@@ -217,7 +305,7 @@ int CreateComplete(const std::string& path, size_t size, const void* init, size_
   if (err == ENOSPC)
     throw ShmError("ERR_SHM_NO_SPACE",
                    "not enough room for " + std::to_string(size) + " bytes in the shared-memory " +
-                       "file system holding " + path +
+                       "file system holding " + Printable(path) +
                        " (see `df` of its folder; CUDA_MEMORY_SHM_DIR picks another)",
                    path);
   ThrowErrno("ERR_SHM_CREATE", "could not create", path, err);

@@ -36,11 +36,12 @@ constexpr off_t kOwnerByte = kMutexByte + 1;
 constexpr off_t kOpenerByte = kMutexByte + 2;
 constexpr off_t kSlotBytes = kMutexByte + 16;  // slot i is held at kSlotBytes + i
 
-// How long a lock is waited for when nothing else is said: CUDA_MEMORY_LOCK_TIMEOUT_MS, else
-// kDefaultLockTimeoutMs. Holders keep a lock for microseconds; a wait of seconds means a stopped,
-// hung or hostile holder, and ends in ERR_SHM_LOCK_TIMEOUT instead of blocking the thread.
+// How long a lock is waited for when the caller says nothing. The JS layer always says: it reads
+// the lockTimeoutMs option or CUDA_MEMORY_LOCK_TIMEOUT_MS, refuses a bad value, and passes the
+// result down, so there is one rule and the native layer never reads the variable. Holders keep a
+// lock for microseconds; a wait of seconds means a stopped, hung or hostile holder, and ends in
+// ERR_SHM_LOCK_TIMEOUT instead of blocking the thread.
 constexpr int kDefaultLockTimeoutMs = 5000;
-int DefaultLockTimeoutMs();
 
 // Takes an exclusive lock on one byte without waiting. Returns 0, or the errno (EAGAIN when it
 // is held).
@@ -72,12 +73,21 @@ class MutexGuard {
 [[noreturn]] void ThrowLockTimeout(const std::string& path, const char* waiting_for,
                                    int timeout_ms);
 
+// The folder that holds a user's shared files ("<base>/cuda-memory-<uid>", made by the JS layer)
+// must be this user's own: a directory (not a link to one), owned by the effective uid, with no
+// permission for group or others, in a parent that others cannot write unless it is sticky (as
+// /dev/shm and /tmp are), so nobody else can plant, replace or remove a name in it. `create`:
+// made (mode 0700) when missing. Returns false when it is missing and not made; a folder that
+// fails a check is a ShmError ERR_SHM_UNTRUSTED saying why and what to do.
+bool CheckFolder(const std::string& dir, bool create);
+// The folder part of a path ("." when there is none).
+std::string DirName(const std::string& path);
 // Opens a shared file that this library made, read-write, without following a symbolic link,
-// and checks it before anything is read: a regular file, owned by this process's effective uid,
-// with no permission for group or others, and (expected_size > 0) exactly that size. Returns the
-// descriptor, or -1 with errno ENOENT when there is no such file. Anything else is a ShmError:
-// ERR_SHM_UNTRUSTED (naming the file, its owner and mode, and what to do) or `open_code` for a
-// failed open.
+// and checks it before anything is read: in a folder that passes CheckFolder, a regular file,
+// owned by this process's effective uid, with no permission for group or others, and
+// (expected_size > 0) exactly that size. Returns the descriptor, or -1 with errno ENOENT when
+// there is no such file (or folder). Anything else is a ShmError: ERR_SHM_UNTRUSTED (naming the
+// file, its owner and mode, and what to do) or `open_code` for a failed open.
 int OpenTrusted(const std::string& path, off_t expected_size, const std::string& open_code);
 // The same checks on an open descriptor: an empty string when it passes, else why not.
 std::string Untrusted(int fd, off_t expected_size);
@@ -89,15 +99,18 @@ uint64_t Fnv1a(const void* data, size_t n, uint64_t h = 0xcbf29ce484222325ull);
 uint64_t NowUnixMs();
 // Names that may be part of a file name: 1 to 64 of [A-Za-z0-9._-], not starting with a dot.
 bool ValidName(const std::string& name);
+// The text with control characters (C0, DEL, C1) and bidirectional overrides written as \xNN or
+// \u{NNNN}, for a file name in a message that may reach a terminal.
+std::string Printable(const std::string& text);
 // "<dir>/<file>"
 std::string Join(const std::string& dir, const std::string& file);
-// Creates `path` with `size` bytes reserved (posix_fallocate, so a full tmpfs is an error now and
-// not a SIGBUS later) and `init` written at its start, published atomically: the content is
-// complete before the name appears. The file is made with O_EXCL | O_NOFOLLOW and gets exactly
-// `mode` (whatever the umask), and the name is made with link(), which never follows a link
-// planted under it. hold_byte >= 0: that byte is locked before the name appears,
-// so no other process ever sees the file without its holder. Returns the open descriptor, or -1
-// with errno EEXIST when the name exists. Throws ShmError for anything else.
+// Creates `path` (its folder first, if missing: see CheckFolder) with `size` bytes reserved
+// (posix_fallocate, so a full tmpfs is an error now and not a SIGBUS later) and `init` written at
+// its start, published atomically: the content is complete before the name appears. The file is
+// made with O_EXCL | O_NOFOLLOW and gets exactly `mode` (whatever the umask), and the name is made
+// with link(), which never follows a link planted under it. hold_byte >= 0: that byte is locked
+// before the name appears, so no other process ever sees the file without its holder. Returns the
+// open descriptor, or -1 with errno EEXIST when the name exists. Throws ShmError for anything else.
 int CreateComplete(const std::string& path, size_t size, const void* init, size_t init_size,
                    mode_t mode = 0600, off_t hold_byte = -1);
 // The ShmError for a failed system call on `path`.

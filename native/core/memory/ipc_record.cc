@@ -49,6 +49,7 @@ bool HolderAlive(int fd) { return shm::HeldByOther(fd, shm::kOwnerByte); }
 // (another user's, a link, a wrong mode or size) are left alone and counted.
 int SweepStaleIpcRecords(const std::string& dir) {
   int skipped = 0;
+  if (!shm::CheckFolder(dir, false)) return 0;
   DIR* d = opendir(dir.c_str());
   if (!d) return 0;
   while (struct dirent* e = readdir(d)) {
@@ -116,10 +117,13 @@ bool ValidRecordName(const std::string& name) {
   return FromHex(name.substr(dot + 1), id, 8);
 }
 
-IpcExportRecord* IpcExportRecord::Create(const std::string& dir, IpcDescriptor* d) {
+IpcExportRecord* IpcExportRecord::Create(const std::string& dir, IpcDescriptor* d,
+                                         int lock_timeout_ms) {
+  shm::CheckFolder(dir, true);
   SweepStaleIpcRecords(dir);
   std::random_device rd;
   std::unique_ptr<IpcExportRecord> r(new IpcExportRecord());
+  r->timeout_ms_ = lock_timeout_ms;
   d->pid = getpid();
   for (int attempt = 0; attempt < 8; ++attempt) {
     uint8_t id[8];
@@ -148,10 +152,27 @@ IpcExportRecord* IpcExportRecord::Create(const std::string& dir, IpcDescriptor* 
 }
 
 std::vector<int64_t> IpcExportRecord::Importers() {
+  if (fd_ < 0) return {};
+  shm::MutexGuard lock(fd_, path_, "counting the importers of an exported buffer", timeout_ms_);
+  return ImportersLocked();
+}
+
+std::vector<int64_t> IpcExportRecord::Withdraw(bool force) {
+  if (fd_ < 0) return {};
   std::vector<int64_t> pids;
-  if (fd_ < 0) return pids;
-  shm::MutexGuard lock(fd_, path_, "counting the importers of an exported buffer",
-                       shm::DefaultLockTimeoutMs());
+  {
+    shm::MutexGuard lock(fd_, path_, "freeing an exported buffer", timeout_ms_);
+    pids = ImportersLocked();
+    if (!pids.empty() && !force) return pids;
+    unlink(path_.c_str());  // under the lock: an importer waiting for it then finds it removed
+  }
+  close(fd_);
+  fd_ = -1;
+  return force ? std::vector<int64_t>() : pids;
+}
+
+std::vector<int64_t> IpcExportRecord::ImportersLocked() {
+  std::vector<int64_t> pids;
   for (int i = 0; i < kMaxImporters; ++i) {
     if (!shm::HeldByOther(fd_, shm::kSlotBytes + i)) continue;
     int64_t pid = 0;
@@ -172,18 +193,20 @@ void IpcExportRecord::Remove() noexcept {
 
 IpcExportRecord::~IpcExportRecord() { Remove(); }
 
-IpcImportRecord* IpcImportRecord::Open(const std::string& dir, const IpcDescriptor& d) {
+IpcImportRecord* IpcImportRecord::Open(const std::string& dir, const IpcDescriptor& d,
+                                       int lock_timeout_ms) {
   if (!ValidRecordName(d.record)) Invalid("its record name is malformed");
   std::string path = shm::Join(dir, d.record);
   std::unique_ptr<IpcImportRecord> r(new IpcImportRecord());
   r->record_ = d.record;
+  r->timeout_ms_ = lock_timeout_ms;
   r->fd_ = shm::OpenTrusted(path, 0, "ERR_IPC_EXPORT");
   if (r->fd_ < 0)
     throw ShmError("ERR_IPC_EXPORT_GONE",
                    "the exported buffer is gone: process " + std::to_string(d.pid) +
                        " freed it or exited (no record " + path + ")",
                    path);
-  shm::MutexGuard lock(r->fd_, path, "opening an exported buffer", shm::DefaultLockTimeoutMs());
+  shm::MutexGuard lock(r->fd_, path, "opening an exported buffer", lock_timeout_ms);
   struct stat st;
   if (fstat(r->fd_, &st) != 0 || st.st_nlink == 0)
     throw ShmError("ERR_IPC_EXPORT_GONE",
@@ -233,7 +256,7 @@ void IpcImportRecord::Close() noexcept {
   if (fd_ < 0) return;
   // Bounded: if the lock is not had, the slot's pid stays written, but the slot lock drops with
   // the descriptor, and a slot counts only while its lock is held.
-  if (slot_ >= 0 && shm::LockWithin(fd_, shm::kMutexByte, shm::DefaultLockTimeoutMs()) == 0) {
+  if (slot_ >= 0 && shm::LockWithin(fd_, shm::kMutexByte, timeout_ms_) == 0) {
     int64_t zero = 0;
     (void)!pwrite(fd_, &zero, sizeof zero, offsetof(RecordFile, importers) + slot_ * sizeof zero);
     shm::Unlock(fd_, shm::kMutexByte);

@@ -29,22 +29,32 @@ class IpcExportRecord {
  public:
   static constexpr int kMaxImporters = 64;
   // Creates the record (and first removes records of processes that have exited). Fills
-  // d->record, d->token and d->pid.
-  static IpcExportRecord* Create(const std::string& dir, IpcDescriptor* d);
+  // d->record, d->token and d->pid. Every later wait for the record's lock lasts at most
+  // lock_timeout_ms (ERR_SHM_LOCK_TIMEOUT).
+  static IpcExportRecord* Create(const std::string& dir, IpcDescriptor* d,
+                                 int lock_timeout_ms = shm::kDefaultLockTimeoutMs);
   ~IpcExportRecord();  // Remove()
   IpcExportRecord(const IpcExportRecord&) = delete;
   IpcExportRecord& operator=(const IpcExportRecord&) = delete;
 
   // The pids of the processes that hold the memory open now.
   std::vector<int64_t> Importers();
+  // What free() does: under the record's lock, counts the importers and, when there are none (or
+  // `force`), removes the record, all in one hold of the lock. An importer opens the record under
+  // the same lock and refuses a removed one, so none can open it between the count and the
+  // removal. Returns the importers that were counted; empty means removed. Throws ShmError
+  // (ERR_SHM_LOCK_TIMEOUT), and then removes nothing.
+  std::vector<int64_t> Withdraw(bool force);
   // Removes the record: no process can open the handle any more. Never throws.
   void Remove() noexcept;
   const IpcDescriptor& descriptor() const { return d_; }
 
  private:
   IpcExportRecord() = default;
+  std::vector<int64_t> ImportersLocked();
   std::string path_;
   int fd_ = -1;
+  int timeout_ms_ = shm::kDefaultLockTimeoutMs;
   IpcDescriptor d_;
 };
 
@@ -53,7 +63,9 @@ class IpcImportRecord {
   // Checks `d` against its record and takes an importer slot. Throws ShmError:
   // ERR_IPC_HANDLE_INVALID (malformed, forged, altered or damaged), ERR_IPC_EXPORT_GONE (freed,
   // or its process exited), ERR_IPC_SAME_PROCESS, ERR_IPC_TOO_MANY_IMPORTERS.
-  static IpcImportRecord* Open(const std::string& dir, const IpcDescriptor& d);
+  // Waits for the record's lock at most lock_timeout_ms, here and at Close.
+  static IpcImportRecord* Open(const std::string& dir, const IpcDescriptor& d,
+                               int lock_timeout_ms = shm::kDefaultLockTimeoutMs);
   ~IpcImportRecord();  // Close()
   IpcImportRecord(const IpcImportRecord&) = delete;
   IpcImportRecord& operator=(const IpcImportRecord&) = delete;
@@ -66,6 +78,7 @@ class IpcImportRecord {
   std::string record_;
   int fd_ = -1;
   int slot_ = -1;
+  int timeout_ms_ = shm::kDefaultLockTimeoutMs;
 };
 
 // Hex of bytes, and back (false if `hex` is not exactly 2*n hex digits).

@@ -17,6 +17,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "core/allocator/group_upstream.h"
 #include "core/allocator/pool.h"
@@ -257,6 +258,9 @@ static void TestIpcRecords() {
   CHECK(read(ready[0], &c, 1) == 1 && c == 'y');
   std::vector<int64_t> importers = ex->Importers();
   CHECK(importers.size() == 1 && importers[0] == child);
+  // Freeing while it is open is refused, and the record stays.
+  importers = ex->Withdraw(false);
+  CHECK(importers.size() == 1 && importers[0] == child && Exists(shm::Join(dir, d.record)));
   CHECK(write(done[1], "x", 1) == 1);
   waitpid(child, nullptr, 0);
   CHECK(ex->Importers().empty());
@@ -288,6 +292,7 @@ static void TestIpcRecords() {
         "ERR_IPC_HANDLE_INVALID");
   CHECK(InChild([&] { return (delete IpcImportRecord::Open(dir, d), "ok"); }) == "ok");
   // Freed by the exporter: gone.
+  CHECK(ex->Withdraw(false).empty() && !Exists(shm::Join(dir, d.record)));
   ex.reset();
   CHECK(InChild([&] { return (delete IpcImportRecord::Open(dir, d), "ok"); }) ==
         "ERR_IPC_EXPORT_GONE");
@@ -321,6 +326,48 @@ static void TestIpcRecords() {
         !FromHex("0g00", bytes, 2));
 }
 
+// free() of an exported buffer races importers that open it over and over: the count of
+// importers and the removal of the record are one step under the record's lock, so no importer
+// ever holds a slot of a record that was removed as unused (it used to be able to open it between
+// the count and the removal, and then open freed memory).
+static void TestWithdrawRacesImporters() {
+  constexpr int kRecords = 60;
+  std::vector<IpcDescriptor> ds(kRecords);
+  std::vector<std::unique_ptr<IpcExportRecord>> records;
+  for (IpcDescriptor& d : ds) {
+    d = SampleDescriptor();
+    records.emplace_back(IpcExportRecord::Create(dir, &d));
+  }
+  pid_t importer = fork();
+  if (importer == 0) {
+    // Opens each record again and again until it is gone; every time it holds one, it checks
+    // that the record still exists (the exporter may remove it only when nobody holds it).
+    int held_after_removal = 0;
+    for (const IpcDescriptor& d : ds) {
+      for (;;) {
+        std::unique_ptr<IpcImportRecord> r;
+        std::string code = ErrorCode([&] { r.reset(IpcImportRecord::Open(dir, d)); });
+        if (code == "ERR_IPC_EXPORT_GONE") break;
+        if (!code.empty()) _exit(3);
+        usleep(20);  // long enough for a removal that raced the open to have happened
+        held_after_removal += !Exists(shm::Join(dir, d.record));
+      }
+    }
+    _exit(held_after_removal ? 1 : 0);
+  }
+  int refused = 0;
+  for (auto& r : records) {
+    while (!r->Withdraw(false).empty()) ++refused;
+    r.reset();
+  }
+  int status = 0;
+  waitpid(importer, &status, 0);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  CHECK(refused > 0);  // the importer was caught holding records: the race was run
+  std::printf("withdraw race: %d records, %d refusals while an importer held one\n", kRecords,
+              refused);
+}
+
 int main() {
   dir = MakeSharedDir("cuda-memory-ledger-test");
   TestJoinChargeRelease();
@@ -329,6 +376,7 @@ int main() {
   TestDamagedFiles();
   TestPoolUnderGroup();
   TestIpcRecords();
+  TestWithdrawRacesImporters();
   rmdir(dir.c_str());
   std::printf("interprocess tests: %s (%d failure%s)\n", failures ? "FAILED" : "passed", failures,
               failures == 1 ? "" : "s");

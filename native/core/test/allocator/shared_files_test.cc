@@ -3,6 +3,7 @@
 // while a member works, a lock held for ever, charges that would overflow, and members joining
 // and leaving at the same moment. Runs as root in CI, so that files can be given to another uid.
 // No Node, no GPU.
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -156,12 +157,14 @@ static void TestBoundedLockWaits() {
   GroupSnapshot g = Ledger::Read(path);
   CHECK(g.members.empty() && g.reaped == 1);
   unlink(path.c_str());
-  // An IPC record whose lock is held: opening it times out (the default wait, set short here).
-  setenv("CUDA_MEMORY_LOCK_TIMEOUT_MS", "150", 1);
+  // An IPC record whose lock is held: opening, counting and freeing time out after the wait
+  // given (the JS layer passes the lockTimeoutMs option or CUDA_MEMORY_LOCK_TIMEOUT_MS down;
+  // the native layer reads no variable). The environment says otherwise and is not read.
+  setenv("CUDA_MEMORY_LOCK_TIMEOUT_MS", "999999", 1);
   IpcDescriptor d;
   d.device = "GPU-test";
   d.bytes = 4096;
-  std::unique_ptr<IpcExportRecord> rec(IpcExportRecord::Create(dir, &d));
+  std::unique_ptr<IpcExportRecord> rec(IpcExportRecord::Create(dir, &d, 150));
   pid_t child = fork();
   if (child == 0) {
     HeldMutex held(shm::Join(dir, d.record));
@@ -172,16 +175,20 @@ static void TestBoundedLockWaits() {
   pid_t importer = fork();
   if (importer == 0) {
     // Another process (an exporter cannot import its own record).
-    std::string code = ErrorCode([&] { delete IpcImportRecord::Open(dir, d); });
-    _exit(code == "ERR_SHM_LOCK_TIMEOUT" ? 0 : 1);
+    auto t0 = std::chrono::steady_clock::now();
+    std::string code = ErrorCode([&] { delete IpcImportRecord::Open(dir, d, 150); });
+    _exit(code == "ERR_SHM_LOCK_TIMEOUT" && MsSince(t0) < 2000 ? 0 : 1);
   }
   int status = 0;
   waitpid(importer, &status, 0);
   CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  auto t0 = std::chrono::steady_clock::now();
+  CHECK(ErrorCode([&] { rec->Importers(); }) == "ERR_SHM_LOCK_TIMEOUT");
+  CHECK(ErrorCode([&] { rec->Withdraw(false); }) == "ERR_SHM_LOCK_TIMEOUT");
+  CHECK(MsSince(t0) < 2000 && Exists(shm::Join(dir, d.record)));  // not removed on a timeout
   kill(child, SIGKILL);
   waitpid(child, &status, 0);
   unsetenv("CUDA_MEMORY_LOCK_TIMEOUT_MS");
-  CHECK(shm::DefaultLockTimeoutMs() == shm::kDefaultLockTimeoutMs);
 }
 
 // A member that is leaving has cleared its slot but may still hold the slot's lock for a moment:
@@ -325,8 +332,154 @@ static void TestIpcRecordTrust() {
   unlink(theirs.c_str());
 }
 
+// The folder of this user's shared files: made 0700 whatever the umask; a link, a file, a folder
+// open to others or another user's is refused with a sentence saying why and what to do, and no
+// file is created or opened in it; so is a folder in a parent that anyone may rename in.
+static void TestPrivateFolder() {
+  std::string mine = shm::Join(dir, "cuda-memory-1234");
+  mode_t old = umask(0077);
+  CHECK(!shm::CheckFolder(mine, false) && !Exists(mine));
+  CHECK(shm::CheckFolder(mine, true));
+  struct stat st;
+  CHECK(lstat(mine.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && (st.st_mode & 0777) == 0700);
+  CHECK(shm::CheckFolder(mine, true) && shm::CheckFolder(mine, false));  // there: used again
+  umask(old);
+  std::string path = Ledger::PathFor(mine, "inside", "simulated");
+  {
+    std::unique_ptr<Ledger> a(Ledger::Join(mine, "inside", "simulated", MiB, "limit", 0));
+    CHECK(Exists(path));
+  }
+  // Open to others: refused; the files in it are neither created nor read.
+  CHECK(chmod(mine.c_str(), 0755) == 0);
+  std::string m = ErrorMessage([&] { Ledger::Join(mine, "inside", "simulated", MiB, "l", 0); });
+  CHECK(m.find("the folder " + mine + " was not used: its mode 0755") == 0);
+  CHECK(m.find("CUDA_MEMORY_SHM_DIR") != std::string::npos && !Exists(path));
+  CHECK(ErrorCode([&] { Ledger::Read(path); }) == "ERR_SHM_UNTRUSTED");
+  IpcDescriptor d;
+  d.device = "GPU-test";
+  d.bytes = 1;
+  CHECK(ErrorCode([&] { delete IpcExportRecord::Create(mine, &d); }) == "ERR_SHM_UNTRUSTED");
+  CHECK(chmod(mine.c_str(), 0700) == 0);
+  // Another user's folder under this user's name (a squatter): refused, and said so.
+  if (geteuid() == 0) {
+    CHECK(chown(mine.c_str(), kOtherUid, kOtherUid) == 0);
+    m = ErrorMessage([&] { Ledger::Join(mine, "inside", "simulated", MiB, "l", 0); });
+    CHECK(m.find("owned by uid 2001") != std::string::npos && !Exists(path));
+    CHECK(chown(mine.c_str(), 0, 0) == 0);
+  }
+  CHECK(rmdir(mine.c_str()) == 0);
+  // A symbolic link to a folder of the victim's, and a plain file: refused, never followed.
+  std::string target = shm::Join(dir, "elsewhere");
+  CHECK(mkdir(target.c_str(), 0700) == 0 && symlink(target.c_str(), mine.c_str()) == 0);
+  m = ErrorMessage([&] { shm::CheckFolder(mine, true); });
+  CHECK(m.find("it is a symbolic link") != std::string::npos);
+  CHECK(ErrorCode([&] { Ledger::Join(mine, "inside", "simulated", MiB, "l", 0); }) ==
+        "ERR_SHM_UNTRUSTED");
+  CHECK(!Exists(Ledger::PathFor(target, "inside", "simulated")));
+  CHECK(unlink(mine.c_str()) == 0 && rmdir(target.c_str()) == 0);
+  int fd = open(mine.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+  CHECK(fd >= 0);
+  close(fd);
+  CHECK(ErrorMessage([&] { shm::CheckFolder(mine, true); }).find("not a directory") !=
+        std::string::npos);
+  CHECK(unlink(mine.c_str()) == 0);
+  // A parent that anyone may write and that is not sticky: refused (an entry could be renamed
+  // away and replaced between a check and a use).
+  std::string open_parent = shm::Join(dir, "open-parent");
+  CHECK(mkdir(open_parent.c_str(), 0700) == 0 && chmod(open_parent.c_str(), 0777) == 0);
+  std::string inside = shm::Join(open_parent, "cuda-memory-1234");
+  CHECK(ErrorMessage([&] { shm::CheckFolder(inside, true); }).find("any user may rename") !=
+        std::string::npos);
+  CHECK(!Exists(inside));
+  CHECK(chmod(open_parent.c_str(), 01777) == 0 && shm::CheckFolder(inside, true));
+  CHECK(rmdir(inside.c_str()) == 0 && rmdir(open_parent.c_str()) == 0);
+  CHECK(shm::DirName("/dev/shm/x") == "/dev/shm" && shm::DirName("x") == "." &&
+        shm::DirName("/x") == "/" && shm::DirName("a//b") == "a");
+}
+
+// A planted file name reaches messages with its control characters written out: no escape
+// sequence (window title, screen clear, colours) reaches a terminal that prints the message.
+static void TestPrintableNames() {
+  CHECK(shm::Printable("cuda-memory-group.a.simulated") == "cuda-memory-group.a.simulated");
+  CHECK(shm::Printable("a\x1b]0;pwned\x07"
+                       "b\x1b[2J\n\x7f") == "a\\x1b]0;pwned\\x07b\\x1b[2J\\x0a\\x7f");
+  CHECK(shm::Printable("\xc2\x9b"
+                       "31m") == "\\u{009b}31m");  // C1 CSI
+  CHECK(shm::Printable("x\xe2\x80\xae"
+                       "y\xe2\x81\xa6") == "x\\u{202e}y\\u{2066}");  // bidi
+  CHECK(shm::Printable("caf\xc3\xa9") == "caf\xc3\xa9");             // other UTF-8 is kept
+  std::string planted = shm::Join(dir, "cuda-memory-group.\x1b]0;owned\x07.simulated");
+  int fd = open(planted.c_str(), O_RDWR | O_CREAT | O_EXCL, 0644);
+  CHECK(fd >= 0);
+  close(fd);
+  std::string m = ErrorMessage([&] { Ledger::Read(planted); });
+  CHECK(!m.empty() && m.find('\x1b') == std::string::npos && m.find('\x07') == std::string::npos);
+  CHECK(m.find("\\x1b]0;owned\\x07") != std::string::npos);
+  unlink(planted.c_str());
+}
+
+// The thread that writes the in-use figures sleeps while nothing waits, and ends when the last
+// member leaves (it used to wake every 2 ms for ever). In a child, where no other member lives.
+static int Tasks() {
+  int n = 0;
+  if (DIR* d = opendir("/proc/self/task")) {
+    while (struct dirent* e = readdir(d)) n += e->d_name[0] != '.';
+    closedir(d);
+  }
+  return n;
+}
+
+static void TestPublisherSleepsAndStops() {
+  pid_t child = fork();
+  if (child == 0) {
+    int bad = 0;
+    int before = Tasks();
+    if (Ledger::PublisherStatus().running) bad |= 1;
+    std::unique_ptr<Ledger> a(Ledger::Join(dir, "quiet", "simulated", MiB, "limit", 0));
+    std::unique_ptr<Ledger> b(Ledger::Join(dir, "quiet", "simulated", 0, "", 0));
+    if (!Ledger::PublisherStatus().running || Tasks() != before + 1) bad |= 2;
+    uint64_t w0 = Ledger::PublisherStatus().wakeups;
+    usleep(300000);  // idle: the old thread woke about 150 times in this
+    uint64_t idle = Ledger::PublisherStatus().wakeups - w0;
+    if (idle > 0) bad |= 4;
+    for (uint64_t i = 1; i <= 10000; ++i) a->PublishInUse(i);  // most within a millisecond
+    usleep(50000);
+    uint64_t busy = Ledger::PublisherStatus().wakeups - w0;
+    if (busy < 1 || busy > 200) bad |= 8;
+    GroupSnapshot g = Ledger::Read(Ledger::PathFor(dir, "quiet", "simulated"));
+    if (g.members.size() != 2 || g.members[0].bytes_in_use + g.members[1].bytes_in_use != 10000)
+      bad |= 16;
+    a.reset();
+    if (!Ledger::PublisherStatus().running) bad |= 32;  // one member is left
+    b.reset();
+    for (int i = 0; i < 200 && (Ledger::PublisherStatus().running || Tasks() != before); ++i)
+      usleep(5000);
+    if (Ledger::PublisherStatus().running || Tasks() != before) bad |= 64;
+    // A member joining later starts a thread again, and it writes.
+    std::unique_ptr<Ledger> c(Ledger::Join(dir, "quiet", "simulated", MiB, "limit", 0));
+    c->PublishInUse(1);
+    c->PublishInUse(5);
+    usleep(50000);
+    if (Ledger::Read(Ledger::PathFor(dir, "quiet", "simulated")).members[0].bytes_in_use != 5)
+      bad |= 128;
+    if (!Ledger::PublisherStatus().running) bad |= 256;
+    c.reset();
+    std::fprintf(stderr, "publisher: %llu wake-ups idle for 300 ms, %llu for 10,000 changes\n",
+                 static_cast<unsigned long long>(idle), static_cast<unsigned long long>(busy));
+    _exit(bad);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  if (WIFEXITED(status) && WEXITSTATUS(status))
+    std::fprintf(stderr, "publisher test bits: %d\n", WEXITSTATUS(status));
+}
+
 int main() {
   dir = MakeSharedDir("cuda-memory-shared-files-test");
+  TestPrivateFolder();
+  TestPrintableNames();
+  TestPublisherSleepsAndStops();
   TestUntrustedFiles();
   TestShrinkingLedger();
   TestBoundedLockWaits();
