@@ -44,6 +44,7 @@
         "native/core/memory/ipc_record.cc",
         "native/core/transfer/copy_team.cc",
         "native/core/transfer/staging_pipeline.cc",
+        "native/core/transfer/file_pipeline.cc",
         "native/core/allocator/budget.cc",
         "native/core/allocator/group_upstream.cc",
         "native/core/allocator/ledger.cc",
