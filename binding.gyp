@@ -33,6 +33,7 @@
         "native/memory/vmm.cc",
         "native/transfer/copy.cc",
         "native/transfer/staging.cc",
+        "native/transfer/files.cc",
         "native/allocator/allocator.cc",
         "native/allocator/group.cc",
         "native/allocator/stream_ordered.cc",

@@ -31,6 +31,16 @@ export { copy, copyAsync, memset } from './transfer/copy';
 export type { CopyOptions, CopyStrategy, MemsetOptions } from './transfer/copy';
 export { configureStaging, stagingPlacement, stagingSettingsPath, saveStagingSettings, loadStagingSettings } from './transfer/staging';
 export type { StagingSettings, StagingUpdate, StagingPlacement, SavedStagingSettings } from './transfer/staging';
+export { readFile, readFileAsync, writeFile, writeFileAsync, readFileStorage, fileCache, fileDirectChoices } from './transfer/files';
+export type {
+  FileReadInfo,
+  StorageReadInfo,
+  ReadFileOptions,
+  ReadFileAsyncOptions,
+  WriteFileOptions,
+  WriteFileAsyncOptions,
+  FileProgressCallback,
+} from './transfer/files';
 export { Stream, Event } from './device/stream';
 export * from './allocator';
 export { renderMemoryHtml } from './report/memory-html';
