@@ -41,6 +41,19 @@ export type {
   WriteFileAsyncOptions,
   FileProgressCallback,
 } from './transfer/files';
+export { loadTensors, loadTensorsAsync, DTYPE_BYTES } from './transfer/tensor-file';
+export type { Dtype, TensorEntry, TensorView, LoadTensorsOptions, LoadTensorsAsyncOptions, LoadedTensors } from './transfer/tensor-file';
+export {
+  parseSafetensorsHeader,
+  safetensorsHeaderLength,
+  readSafetensorsHeader,
+  loadSafetensors,
+  loadSafetensorsAsync,
+  saveSafetensors,
+  saveSafetensorsAsync,
+  SAFETENSORS_MAX_HEADER,
+} from './transfer/safetensors';
+export type { SafetensorsHeader, LoadedSafetensors, TensorSource, SaveSafetensorsOptions } from './transfer/safetensors';
 export { Stream, Event } from './device/stream';
 export * from './allocator';
 export { renderMemoryHtml } from './report/memory-html';

@@ -123,8 +123,17 @@ export interface NativeBinding {
   /** direct: 0 'auto', 1 on, 2 off; byteLength -1: to the end of the file; progress: [done, total]. */
   fileRead(path: string, dst: unknown, dstOffset: number, fileOffset: number, byteLength: number, direct: number, progress?: BigUint64Array): FileReadInfo;
   fileReadAsync(path: string, dst: unknown, dstOffset: number, fileOffset: number, byteLength: number, direct: number, progress?: BigUint64Array): Promise<FileReadInfo>;
-  fileWrite(path: string, src: unknown, srcOffset: number, byteLength: number, fsync: boolean, mode: number | undefined, progress?: BigUint64Array): number;
-  fileWriteAsync(path: string, src: unknown, srcOffset: number, byteLength: number, fsync: boolean, mode: number | undefined, progress?: BigUint64Array): Promise<number>;
+  fileWrite(path: string, src: unknown, srcOffset: number, byteLength: number, fsync: boolean, mode: number | undefined, progress?: BigUint64Array, fileOffset?: number): number;
+  fileWriteAsync(
+    path: string,
+    src: unknown,
+    srcOffset: number,
+    byteLength: number,
+    fsync: boolean,
+    mode: number | undefined,
+    progress?: BigUint64Array,
+    fileOffset?: number,
+  ): Promise<number>;
   fileStorageRead(path: string, fileOffset: number, byteLength: number, direct: number): FileReadInfo & { seconds: number };
   fileCache(path: string, drop: boolean): { resident: number; dropped: boolean };
   fileDirectChoices(): { device: number; direct: boolean; directRate: number; bufferedRate: number; reason: string }[];

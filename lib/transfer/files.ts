@@ -53,6 +53,11 @@ export interface WriteFileOptions {
   fsync?: boolean;
   /** Permission bits of a new file, before the umask (default 0o666). */
   mode?: number;
+  /**
+   * Write into the existing file at this offset, in place, instead of replacing it (no temporary
+   * file: a failure leaves the range partly written). The file grows where the range ends past it.
+   */
+  fileOffset?: number;
 }
 
 /** Options of {@link writeFileAsync}. */
@@ -110,7 +115,10 @@ function prepareWrite(path: unknown, src: unknown, options: unknown) {
       throw invalidArgument('options.mode', 'an integer from 0 to 0o7777', o.mode, typeof o.mode === 'number' ? RangeError : TypeError);
     mode = o.mode;
   }
-  return { p, s, srcOffset, n, fsync, mode, o };
+  const fileOffset = o.fileOffset === undefined ? undefined : checkSize('options.fileOffset', o.fileOffset);
+  if (fileOffset !== undefined && fileOffset + n > Number.MAX_SAFE_INTEGER)
+    throw argRangeError(`fileOffset + byteLength (${fileOffset} + ${n}) is above 2^53-1`);
+  return { p, s, srcOffset, n, fsync, mode, fileOffset, o };
 }
 
 function progressOptions(o: { onProgress?: unknown; progressInterval?: unknown }) {
@@ -220,7 +228,8 @@ export function readFileAsync(path: string | URL, dst: Memory, options?: ReadFil
 }
 
 /**
- * Writes `byteLength` bytes of `src` (device, pinned or host memory) to a file, replacing it: the
+ * Writes `byteLength` bytes of `src` (device, pinned or host memory) to a file, replacing it (or,
+ * with `fileOffset`, into the existing file there): the
  * bytes go to a new file beside it (`<path>.tmp-<random>`, in the same folder), which is renamed
  * over `path` once complete, so a write that fails leaves the old file (or none) and no file
  * that looks complete. Returns the bytes written.
@@ -229,7 +238,7 @@ export function readFileAsync(path: string | URL, dst: Memory, options?: ReadFil
  */
 export function writeFile(path: string | URL, src: Memory, options?: WriteFileOptions): number {
   const w = prepareWrite(path, src, options);
-  return native.fileWrite(w.p, w.s.target, w.srcOffset, w.n, w.fsync, w.mode);
+  return native.fileWrite(w.p, w.s.target, w.srcOffset, w.n, w.fsync, w.mode, undefined, w.fileOffset);
 }
 
 /** Like {@link writeFile}, off the JavaScript thread, with progress (bytes in the file). */
@@ -241,7 +250,7 @@ export function writeFileAsync(path: string | URL, src: Memory, options?: WriteF
     return Promise.reject(e);
   }
   return runAsync('writeFileAsync', w.s.target, w.n, w.o, (progress) =>
-    native.fileWriteAsync(w.p, w.s.target, w.srcOffset, w.n, w.fsync, w.mode, progress),
+    native.fileWriteAsync(w.p, w.s.target, w.srcOffset, w.n, w.fsync, w.mode, progress, w.fileOffset),
   );
 }
 

@@ -453,6 +453,7 @@ struct WriteRequest {
   uint64_t n = 0;
   bool fsync = false;
   int mode = 0666;
+  int64_t file_offset = -1;  // >= 0: into the existing file there, in place
   std::shared_ptr<FileEngine> engine;
   std::shared_ptr<core::CopyTeam> team;
   std::atomic<uint64_t>* progress = nullptr;
@@ -464,10 +465,44 @@ std::string Directory(const std::string& path) {
   return dirname(buf.data());
 }
 
+// Runs the pipeline from w.src into the open file at `offset`.
+core::FileStatus WriteInto(const WriteRequest& w, int fd, uint64_t offset) {
+  core::PosixFile file(fd);
+  std::lock_guard<std::mutex> lock(w.engine->mutex);
+  if (w.src.where == Endpoint::kDevice) {
+    CudaFileRing ring(*w.engine, w.src.ptr, false);
+    return core::RunFileWrite(w.team.get(), ring, file, offset, w.n, Shape(false), w.progress);
+  }
+  core::HostTransport host(w.engine->ring, w.src.ptr, false);
+  return core::RunFileWrite(w.team.get(), host, file, offset, w.n, Shape(false), w.progress);
+}
+
+// Writes into an existing regular file at an offset, in place (the file grows if the range ends
+// past it): how a multi-part file (a checkpoint) is assembled under its temporary name.
+FileFailure RunWriteAt(const WriteRequest& w) {
+  Fd fd;
+  fd.fd = open(w.path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC | O_NOFOLLOW);
+  if (fd.fd < 0) return FromErrno(errno, "open", w.path);
+  struct stat st {};
+  if (fstat(fd.fd, &st) != 0) return FromErrno(errno, "fstat", w.path);
+  if (!S_ISREG(st.st_mode))
+    return Fail("ERR_FILE_NOT_REGULAR", w.path, Quote(w.path) + " is not a regular file");
+  if (w.n) {
+    core::FileStatus s = WriteInto(w, fd.fd, static_cast<uint64_t>(w.file_offset));
+    if (!s.ok()) return FromStatus(s, w.path, fd.fd, w.file_offset + w.n);
+  }
+  if (w.fsync && fsync(fd.fd) != 0) return FromErrno(errno, "fsync", w.path);
+  int fdn = fd.fd;
+  fd.fd = -1;
+  if (close(fdn) != 0) return FromErrno(errno, "close", w.path);
+  return {};
+}
+
 // Writes to a new file beside the target (same directory, so the same file system), then renames
 // it over the target: a write that fails part-way leaves the target as it was and no file that
 // looks complete.
 FileFailure RunWrite(const WriteRequest& w) {
+  if (w.file_offset >= 0) return RunWriteAt(w);
   struct stat st {};
   if (stat(w.path.c_str(), &st) == 0) {
     if (S_ISDIR(st.st_mode))
@@ -501,16 +536,7 @@ FileFailure RunWrite(const WriteRequest& w) {
       (errno == ENOSPC || errno == EDQUOT || errno == EFBIG))
     return failed(FromErrno(errno, "fallocate", w.path));
   if (w.n) {
-    core::PosixFile file(fd.fd);
-    std::lock_guard<std::mutex> lock(w.engine->mutex);
-    core::FileStatus s;
-    if (w.src.where == Endpoint::kDevice) {
-      CudaFileRing ring(*w.engine, w.src.ptr, false);
-      s = core::RunFileWrite(w.team.get(), ring, file, 0, w.n, Shape(false), w.progress);
-    } else {
-      core::HostTransport host(w.engine->ring, w.src.ptr, false);
-      s = core::RunFileWrite(w.team.get(), host, file, 0, w.n, Shape(false), w.progress);
-    }
+    core::FileStatus s = WriteInto(w, fd.fd, 0);
     if (!s.ok()) return failed(FromStatus(s, w.path, fd.fd, w.n));
   }
   if (w.fsync && fsync(fd.fd) != 0) return failed(FromErrno(errno, "fsync", w.path));
@@ -599,7 +625,7 @@ ReadRequest ReadReadArgs(const Napi::CallbackInfo& info) {
   return r;
 }
 
-// (path, src, srcOffset, byteLength, fsync, mode, progress?)
+// (path, src, srcOffset, byteLength, fsync, mode, progress?, fileOffset?)
 WriteRequest ReadWriteArgs(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   WriteRequest w;
@@ -616,6 +642,11 @@ WriteRequest ReadWriteArgs(const Napi::CallbackInfo& info) {
   w.fsync = info[4].ToBoolean();
   w.mode = Absent(info[5]) ? 0666 : ReadInt(env, info[5], "mode", 0, 07777);
   if (info.Length() > 6) w.progress = ProgressSlots(env, info[6], 1);
+  if (info.Length() > 7 && !Absent(info[7])) {
+    w.file_offset = static_cast<int64_t>(ReadSize(env, info[7], "fileOffset"));
+    if (static_cast<uint64_t>(w.file_offset) + w.n > (1ull << 53))
+      ThrowRange(env, "fileOffset + byteLength is above 2^53");
+  }
   AwaitAllocation(w.src.alloc, nullptr);
   Attach(env, w.src, &w.engine, &w.team);
   return w;
