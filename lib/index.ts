@@ -82,6 +82,8 @@ export type {
   BenchGpu,
 } from './bench/devices';
 export { runP2pBenchmark } from './bench/p2p';
+export { runFilesBenchmark, filesGateSource } from './bench/files';
+export type { FilesBenchmarkOptions, FilesReport, FilesResult } from './bench/files';
 export type { P2pBenchmarkOptions, P2pReport, P2pPair, P2pBidirectional, P2pLatency } from './bench/p2p';
 export { parseGate, evaluateGates } from './bench/gates';
 export type { Gate, GateResult, GateMetric, GateUnit, GateSource } from './bench/gates';
