@@ -40,7 +40,8 @@ export interface FilesResult {
   /** `read`: file to device memory; `write`: device memory to file. */
   direction: 'read' | 'write';
   /**
-   * `library` (readFile/writeFile), `naive` (fs.readFile + copy() / copy() + fs.writeFile),
+   * `library` (readFile/writeFile), `naive` (the file into a Node buffer as fs.readFile does, in
+   * reads of at most 1 GiB, then copy(); copy() then fs.writeSync),
    * `storage` (the library's path without a GPU), `link` (copy() from pinned memory); read rows
    * end in `-cold` or `-warm`.
    */
@@ -100,6 +101,26 @@ function time(fn: () => void): number {
   const t0 = process.hrtime.bigint();
   fn();
   return Number(process.hrtime.bigint() - t0) / 1e9;
+}
+
+/**
+ * @internal The whole file into a new Node buffer, as fs.readFileSync does, in reads of at most
+ * 1 GiB: fs.readFileSync refuses files of 2 GiB and more (ERR_FS_FILE_TOO_LARGE).
+ */
+export function readWhole(file: string): Buffer {
+  const fd = fs.openSync(file, 'r');
+  try {
+    const size = fs.fstatSync(fd).size;
+    const out = Buffer.allocUnsafe(size);
+    for (let at = 0; at < size; ) {
+      const r = fs.readSync(fd, out, at, Math.min(size - at, 1 << 30), at);
+      if (r === 0) throw new Error(`${file} ended at byte ${at} of ${size} while being read`);
+      at += r;
+    }
+    return out;
+  } finally {
+    fs.closeSync(fd);
+  }
 }
 
 function median(v: number[]): number {
@@ -194,7 +215,7 @@ export async function runFilesBenchmark(options: FilesBenchmarkOptions): Promise
         const resident: number[] = [];
         for (let i = 0; i < iterations; i++) {
           resident.push(prepare());
-          samples.push(time(() => copy(dev, fs.readFileSync(file))));
+          samples.push(time(() => copy(dev, readWhole(file))));
         }
         back.fill(0);
         copy(back, dev);
@@ -219,7 +240,7 @@ export async function runFilesBenchmark(options: FilesBenchmarkOptions): Promise
       }
       copy(dev, host);
       const out = path.join(work, 'out.bin');
-      const verifyOut = () => equal(fs.readFileSync(out), host, bytes);
+      const verifyOut = () => equal(readWhole(out), host, bytes);
       {
         const samples: number[] = [];
         for (let i = 0; i < iterations; i++) samples.push(time(() => writeFile(out, dev, { fsync })));
@@ -251,7 +272,7 @@ export async function runFilesBenchmark(options: FilesBenchmarkOptions): Promise
       const out = path.join(work, 'out-storage.bin');
       const samples: number[] = [];
       for (let i = 0; i < iterations; i++) samples.push(time(() => writeFile(out, host, { fsync })));
-      results.push(row({ direction: 'write', mode: 'storage', bytes, verified: equal(fs.readFileSync(out), host, bytes) }, samples));
+      results.push(row({ direction: 'write', mode: 'storage', bytes, verified: equal(readWhole(out), host, bytes) }, samples));
       step('write storage');
     }
   } finally {
