@@ -33,7 +33,8 @@ function args(argv) {
     else throw new Error(`unknown argument ${a}`);
   }
   if (!o.dir) throw new Error('--dir DIR is required (a folder on the storage to measure)');
-  if (!(o.gib > 0) || !Number.isInteger(o.passes) || o.passes < 1) throw new Error('--gib must be above 0 and --passes an integer of at least 1');
+  if (!(o.gib > 0) || !Number.isInteger(o.passes) || o.passes < 1)
+    throw new Error('--gib must be above 0 and --passes an integer of at least 1');
   return o;
 }
 
@@ -110,7 +111,10 @@ try {
   let at = 0;
   for (const t of tensors) {
     sources[t.name] = { dtype: t.dtype, shape: t.shape, buffer: data, byteOffset: at };
-    digests[t.name] = crypto.createHash('sha256').update(data.subarray(at, at + t.bytes)).digest('hex');
+    digests[t.name] = crypto
+      .createHash('sha256')
+      .update(data.subarray(at, at + t.bytes))
+      .digest('hex');
     t.offset = at;
     at += t.bytes;
   }
@@ -146,7 +150,9 @@ try {
       const span = buf.length - h.dataOffset;
       const mem = gpu ? cm.DeviceBuffer.alloc(span) : Buffer.allocUnsafe(span);
       cm.copy(mem, buf, { srcOffset: h.dataOffset, byteLength: span });
-      const views = new Map(h.tensors.map((t) => [t.name, { ...t, buffer: mem, byteOffset: t.begin - h.dataOffset, byteLength: t.end - t.begin }]));
+      const views = new Map(
+        h.tensors.map((t) => [t.name, { ...t, buffer: mem, byteOffset: t.begin - h.dataOffset, byteLength: t.end - t.begin }]),
+      );
       return { loaded: { tensors: views, free: () => mem.free?.() } };
     },
   };
@@ -174,7 +180,15 @@ try {
         } else verified = r.verified && verified;
         if (r.direct !== undefined) direct = r.direct;
       }
-      report.rows.push({ loader: name, cache, bytes: fileBytes, ...summary(samples, fileBytes), residentBefore: resident, direct, verified });
+      report.rows.push({
+        loader: name,
+        cache,
+        bytes: fileBytes,
+        ...summary(samples, fileBytes),
+        residentBefore: resident,
+        direct,
+        verified,
+      });
       failed = failed || !verified;
     }
     if (o.torch) {
@@ -187,13 +201,27 @@ try {
           }),
         );
       } catch (e) {
-        t = { error: String(e.stderr || e.message).trim().split('\n').slice(-3).join(' | ') };
+        t = {
+          error: String(e.stderr || e.message)
+            .trim()
+            .split('\n')
+            .slice(-3)
+            .join(' | '),
+        };
       }
       if (t.error) {
         report.rows.push({ loader: 'torch', cache, error: t.error, verified: false });
         failed = true;
       } else {
-        report.rows.push({ loader: 'torch', cache, bytes: fileBytes, ...summary(t.seconds, fileBytes), verified: t.verified, mismatched: t.mismatched, versions: { torch: t.torch, safetensors: t.safetensors } });
+        report.rows.push({
+          loader: 'torch',
+          cache,
+          bytes: fileBytes,
+          ...summary(t.seconds, fileBytes),
+          verified: t.verified,
+          mismatched: t.mismatched,
+          versions: { torch: t.torch, safetensors: t.safetensors },
+        });
         failed = failed || !t.verified;
       }
     }
@@ -230,7 +258,8 @@ try {
       const limit = Math.min(storage.gbps, link ? link.gbps : Infinity);
       report.goals.push({ goal: `${cache}: library >= 90% of min(storage, link)`, value: lib.gbps / limit, pass: lib.gbps >= 0.9 * limit });
     }
-    if (lib && torch) report.goals.push({ goal: `${cache}: library >= 2x torch`, value: lib.gbps / torch.gbps, pass: lib.gbps >= 2 * torch.gbps });
+    if (lib && torch)
+      report.goals.push({ goal: `${cache}: library >= 2x torch`, value: lib.gbps / torch.gbps, pass: lib.gbps >= 2 * torch.gbps });
   }
 } finally {
   if (!o.keep) fs.rmSync(dir, { recursive: true, force: true });

@@ -112,7 +112,7 @@ export function readWhole(file: string): Buffer {
   try {
     const size = fs.fstatSync(fd).size;
     const out = Buffer.allocUnsafe(size);
-    for (let at = 0; at < size; ) {
+    for (let at = 0; at < size;) {
       const r = fs.readSync(fd, out, at, Math.min(size - at, 1 << 30), at);
       if (r === 0) throw new Error(`${file} ended at byte ${at} of ${size} while being read`);
       at += r;
@@ -189,7 +189,12 @@ export async function runFilesBenchmark(options: FilesBenchmarkOptions): Promise
           usedDirect = r.direct;
           samples.push(r.seconds);
         }
-        results.push(row({ direction: 'read', mode: `storage-${cache}`, bytes, resident: median(resident), coldVia, direct: usedDirect, verified: true }, samples));
+        results.push(
+          row(
+            { direction: 'read', mode: `storage-${cache}`, bytes, resident: median(resident), coldVia, direct: usedDirect, verified: true },
+            samples,
+          ),
+        );
         step(`storage-${cache}`);
       }
       if (!dev) continue;
@@ -205,7 +210,18 @@ export async function runFilesBenchmark(options: FilesBenchmarkOptions): Promise
         back.fill(0);
         copy(back, dev);
         results.push(
-          row({ direction: 'read', mode: `library-${cache}`, bytes, resident: median(resident), coldVia, direct: usedDirect, verified: equal(back, host, bytes) }, samples),
+          row(
+            {
+              direction: 'read',
+              mode: `library-${cache}`,
+              bytes,
+              resident: median(resident),
+              coldVia,
+              direct: usedDirect,
+              verified: equal(back, host, bytes),
+            },
+            samples,
+          ),
         );
         step(`library-${cache}`);
       }
@@ -219,7 +235,12 @@ export async function runFilesBenchmark(options: FilesBenchmarkOptions): Promise
         }
         back.fill(0);
         copy(back, dev);
-        results.push(row({ direction: 'read', mode: `naive-${cache}`, bytes, resident: median(resident), verified: equal(back, host, bytes) }, samples));
+        results.push(
+          row(
+            { direction: 'read', mode: `naive-${cache}`, bytes, resident: median(resident), verified: equal(back, host, bytes) },
+            samples,
+          ),
+        );
         step(`naive-${cache}`);
       }
     }
@@ -295,7 +316,13 @@ export async function runFilesBenchmark(options: FilesBenchmarkOptions): Promise
       date: new Date().toISOString(),
       dir: path.resolve(o.dir),
       gpu: gpu ? devices()[device]?.name : undefined,
-      host: { hostname: os.hostname(), cpu: cpus[0]?.model ?? 'unknown', cpus: cpus.length, memoryBytes: os.totalmem(), kernel: os.release() },
+      host: {
+        hostname: os.hostname(),
+        cpu: cpus[0]?.model ?? 'unknown',
+        cpus: cpus.length,
+        memoryBytes: os.totalmem(),
+        kernel: os.release(),
+      },
       node: process.version,
     },
     options: { bytes, iterations, warmup, device, fsync },

@@ -121,9 +121,34 @@ export interface NativeBinding {
   peerAccess(): PeerLink[];
   enablePeerAccess(from: number, to: number): boolean;
   /** direct: 0 'auto', 1 on, 2 off; byteLength -1: to the end of the file; progress: [done, total]. */
-  fileRead(path: string, dst: unknown, dstOffset: number, fileOffset: number, byteLength: number, direct: number, progress?: BigUint64Array): FileReadInfo;
-  fileReadAsync(path: string, dst: unknown, dstOffset: number, fileOffset: number, byteLength: number, direct: number, progress?: BigUint64Array): Promise<FileReadInfo>;
-  fileWrite(path: string, src: unknown, srcOffset: number, byteLength: number, fsync: boolean, mode: number | undefined, progress?: BigUint64Array, fileOffset?: number): number;
+  fileRead(
+    path: string,
+    dst: unknown,
+    dstOffset: number,
+    fileOffset: number,
+    byteLength: number,
+    direct: number,
+    progress?: BigUint64Array,
+  ): FileReadInfo;
+  fileReadAsync(
+    path: string,
+    dst: unknown,
+    dstOffset: number,
+    fileOffset: number,
+    byteLength: number,
+    direct: number,
+    progress?: BigUint64Array,
+  ): Promise<FileReadInfo>;
+  fileWrite(
+    path: string,
+    src: unknown,
+    srcOffset: number,
+    byteLength: number,
+    fsync: boolean,
+    mode: number | undefined,
+    progress?: BigUint64Array,
+    fileOffset?: number,
+  ): number;
   fileWriteAsync(
     path: string,
     src: unknown,

@@ -47,7 +47,8 @@ export function formatFilesTable(report: FilesReport): string {
 
 /** CSV, one line per result. */
 export function formatFilesCsv(report: FilesReport): string {
-  const head = 'direction,mode,bytes,timing,median_gbps,p10_gbps,p90_gbps,min_gbps,max_gbps,cv,median_seconds,resident,cold_via,direct,limit_gbps,share_of_limit,verified,samples';
+  const head =
+    'direction,mode,bytes,timing,median_gbps,p10_gbps,p90_gbps,min_gbps,max_gbps,cv,median_seconds,resident,cold_via,direct,limit_gbps,share_of_limit,verified,samples';
   const rows = report.results.map((r) =>
     [
       r.direction,

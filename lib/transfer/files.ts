@@ -68,7 +68,7 @@ export interface WriteFileAsyncOptions extends WriteFileOptions {
 
 function checkPath(path: unknown): string {
   if (path instanceof URL) {
-    if (path.protocol !== 'file:') throw invalidArgument('path', "a file: URL", path.href, TypeError);
+    if (path.protocol !== 'file:') throw invalidArgument('path', 'a file: URL', path.href, TypeError);
     return fileURLToPath(path);
   }
   if (typeof path !== 'string') throw argTypeError(`Expected a string or a file: URL for path but received ${describe(path)}`);

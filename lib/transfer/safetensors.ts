@@ -106,13 +106,16 @@ export function parseSafetensorsHeader(bytes: Uint8Array, fileSize: number, maxH
       throw invalid(`${where} has data_offsets ${describe(offsets)}, not two non-negative integers`);
     const [begin, end] = offsets as [number, number];
     if (begin > end) throw invalid(`${where} has data_offsets [${begin}, ${end}], which end before they begin`);
-    if (end > dataBytes) throw invalid(`${where} has data_offsets [${begin}, ${end}] past the end of the data section (${dataBytes} bytes)`);
+    if (end > dataBytes)
+      throw invalid(`${where} has data_offsets [${begin}, ${end}] past the end of the data section (${dataBytes} bytes)`);
     // In BigInt: a hostile shape's product overflows a double long before it is checked.
     let elements = 1n;
     for (const d of shape as number[]) elements *= BigInt(d);
     const expected = elements * BigInt(DTYPE_BYTES[dtype as Dtype]);
     if (expected !== BigInt(end - begin))
-      throw invalid(`${where} is ${dtype} [${(shape as number[]).join(', ')}]: ${expected} bytes, but data_offsets [${begin}, ${end}] hold ${end - begin}`);
+      throw invalid(
+        `${where} is ${dtype} [${(shape as number[]).join(', ')}]: ${expected} bytes, but data_offsets [${begin}, ${end}] hold ${end - begin}`,
+      );
     tensors.push({ name, dtype: dtype as Dtype, shape: [...(shape as number[])], begin: dataOffset + begin, end: dataOffset + end });
   }
   tensors.sort((a, b) => a.begin - b.begin || a.end - b.end);
@@ -151,7 +154,8 @@ export function readSafetensorsHeader(path: string, maxHeader = SAFETENSORS_MAX_
   }
   try {
     const st = fs.fstatSync(fd);
-    if (st.isDirectory()) throw Object.assign(new CudaMemoryError(`'${path}' is a directory, not a file`, 'ERR_FILE_IS_DIRECTORY'), { path });
+    if (st.isDirectory())
+      throw Object.assign(new CudaMemoryError(`'${path}' is a directory, not a file`, 'ERR_FILE_IS_DIRECTORY'), { path });
     if (!st.isFile()) throw Object.assign(new CudaMemoryError(`'${path}' is not a regular file`, 'ERR_FILE_NOT_REGULAR'), { path });
     const first = Buffer.alloc(8);
     if (st.size >= 8) fs.readSync(fd, first, 0, 8, 0);
@@ -216,9 +220,13 @@ export interface SaveSafetensorsOptions {
 function prepareSave(path: unknown, tensors: unknown, options: unknown) {
   if (typeof path !== 'string' || path.length === 0) throw invalidArgument('path', 'a non-empty string', path);
   const entries: [string, unknown][] =
-    tensors instanceof Map ? [...tensors.entries()] : isPlainObject(tensors) ? Object.entries(tensors) : (() => {
-      throw invalidArgument('tensors', 'a Map or an object of tensors by name', tensors);
-    })();
+    tensors instanceof Map
+      ? [...tensors.entries()]
+      : isPlainObject(tensors)
+        ? Object.entries(tensors)
+        : (() => {
+            throw invalidArgument('tensors', 'a Map or an object of tensors by name', tensors);
+          })();
   const o = checkOptions<SaveSafetensorsOptions>('options', options);
   const fsync = checkBoolean('options.fsync', o.fsync, false);
   const header: Record<string, unknown> = {};
@@ -247,7 +255,12 @@ function prepareSave(path: unknown, tensors: unknown, options: unknown) {
     if (byteLength !== bytes)
       throw invalidArgument(`${what}.byteLength`, `${bytes} (${dtype} x [${shape.join(', ')}])`, byteLength, RangeError);
     if (!Number.isSafeInteger(byteOffset) || (byteOffset as number) < 0 || (byteOffset as number) + bytes > m.length)
-      throw invalidArgument(`${what}.byteOffset`, `an offset from 0 to ${m.length - bytes} (the buffer holds ${m.length} bytes)`, byteOffset, RangeError);
+      throw invalidArgument(
+        `${what}.byteOffset`,
+        `an offset from 0 to ${m.length - bytes} (the buffer holds ${m.length} bytes)`,
+        byteOffset,
+        RangeError,
+      );
     header[name] = { dtype, shape, data_offsets: [at, at + bytes] };
     parts.push({ buffer, srcOffset: byteOffset as number, byteLength: bytes, at });
     at += bytes;
@@ -305,7 +318,11 @@ function abandon(s: ReturnType<typeof prepareSave>, e: unknown): never {
  * Written under a temporary name in the same folder and renamed into place once complete, so a
  * failure leaves no file that looks complete. Returns the file's size.
  */
-export function saveSafetensors(path: string, tensors: Record<string, TensorSource> | Map<string, TensorSource>, options?: SaveSafetensorsOptions): number {
+export function saveSafetensors(
+  path: string,
+  tensors: Record<string, TensorSource> | Map<string, TensorSource>,
+  options?: SaveSafetensorsOptions,
+): number {
   const s = prepareSave(path, tensors, options);
   startSave(s);
   try {
@@ -328,7 +345,8 @@ export async function saveSafetensorsAsync(
   startSave(s);
   try {
     for (const p of s.parts)
-      if (p.byteLength) await writeFileAsync(s.tmp, p.buffer, { srcOffset: p.srcOffset, byteLength: p.byteLength, fileOffset: s.dataOffset + p.at });
+      if (p.byteLength)
+        await writeFileAsync(s.tmp, p.buffer, { srcOffset: p.srcOffset, byteLength: p.byteLength, fileOffset: s.dataOffset + p.at });
     finishSave(s);
   } catch (e) {
     abandon(s, e);

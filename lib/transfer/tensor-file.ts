@@ -177,7 +177,14 @@ function layout(p: Plan): { result: LoadedTensors; reads: Read[] } {
       const last = Math.max(...p.entries.map((e) => e.end));
       const buffer = allocate(last - first);
       for (const e of p.entries)
-        tensors.set(e.name, { name: e.name, dtype: e.dtype, shape: e.shape, buffer, byteOffset: e.begin - first, byteLength: e.end - e.begin });
+        tensors.set(e.name, {
+          name: e.name,
+          dtype: e.dtype,
+          shape: e.shape,
+          buffer,
+          byteOffset: e.begin - first,
+          byteLength: e.end - e.begin,
+        });
       if (last > first) reads.push({ buffer, at: 0, begin: first, end: last });
     }
   } catch (e) {

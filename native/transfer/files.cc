@@ -65,22 +65,38 @@ std::string Quote(const std::string& path) {
 
 const char* ErrnoName(int e) {
   switch (e) {
-    case ENOENT: return "ENOENT";
-    case ENOTDIR: return "ENOTDIR";
-    case EACCES: return "EACCES";
-    case EPERM: return "EPERM";
-    case EROFS: return "EROFS";
-    case EISDIR: return "EISDIR";
-    case ENOSPC: return "ENOSPC";
-    case EDQUOT: return "EDQUOT";
-    case EFBIG: return "EFBIG";
-    case EIO: return "EIO";
-    case EINVAL: return "EINVAL";
-    case ELOOP: return "ELOOP";
-    case EMFILE: return "EMFILE";
-    case ENAMETOOLONG: return "ENAMETOOLONG";
-    case EEXIST: return "EEXIST";
-    default: return "EUNKNOWN";
+    case ENOENT:
+      return "ENOENT";
+    case ENOTDIR:
+      return "ENOTDIR";
+    case EACCES:
+      return "EACCES";
+    case EPERM:
+      return "EPERM";
+    case EROFS:
+      return "EROFS";
+    case EISDIR:
+      return "EISDIR";
+    case ENOSPC:
+      return "ENOSPC";
+    case EDQUOT:
+      return "EDQUOT";
+    case EFBIG:
+      return "EFBIG";
+    case EIO:
+      return "EIO";
+    case EINVAL:
+      return "EINVAL";
+    case ELOOP:
+      return "ELOOP";
+    case EMFILE:
+      return "EMFILE";
+    case ENAMETOOLONG:
+      return "ENAMETOOLONG";
+    case EEXIST:
+      return "EEXIST";
+    default:
+      return "EUNKNOWN";
   }
 }
 
@@ -277,8 +293,7 @@ bool LooksCached(int fd, uint64_t offset, size_t n) {
   alignas(64) char buf[kAlign];
   for (uint64_t at : {offset, offset + n / 2, offset + n - 1}) {
     iovec v{buf, sizeof buf};
-    if (preadv2(fd, &v, 1, static_cast<off_t>(at / kAlign * kAlign), RWF_NOWAIT) <= 0)
-      return false;
+    if (preadv2(fd, &v, 1, static_cast<off_t>(at / kAlign * kAlign), RWF_NOWAIT) <= 0) return false;
   }
   return true;
 #else
@@ -383,16 +398,16 @@ struct ReadResult {
 FileFailure FromStatus(const core::FileStatus& s, const std::string& path, int fd,
                        uint64_t expected_end) {
   if (s.kind == core::FileStatus::kTransport)
-    return FileFailure{"", "", path, "", 0,
-                       Error{static_cast<cudaError_t>(s.transport.code), s.transport.call, ""}};
+    return FileFailure{
+        "", "", path,
+        "", 0,  Error{static_cast<cudaError_t>(s.transport.code), s.transport.call, ""}};
   if (s.kind == core::FileStatus::kShrunk) {
     struct stat now {};
     fstat(fd, &now);
     return Fail("ERR_FILE_SHRUNK", path,
                 Quote(path) + " ended at byte " + std::to_string(s.offset) +
-                    " while being read up to byte " + std::to_string(expected_end) +
-                    " (it has " + std::to_string(now.st_size) +
-                    " bytes now): it shrank, or was being rewritten");
+                    " while being read up to byte " + std::to_string(expected_end) + " (it has " +
+                    std::to_string(now.st_size) + " bytes now): it shrank, or was being rewritten");
   }
   return FromErrno(s.err, s.call.c_str(), path, " at byte " + std::to_string(s.offset));
 }
@@ -634,9 +649,8 @@ WriteRequest ReadWriteArgs(const Napi::CallbackInfo& info) {
   uint64_t off = ReadSize(env, info[2], "srcOffset");
   w.n = ReadSize(env, info[3], "byteLength");
   if (off > w.src.length || w.n > w.src.length - off)
-    ThrowRange(env, "srcOffset + byteLength (" + std::to_string(off) + " + " +
-                        std::to_string(w.n) + ") runs past the end of src (" +
-                        std::to_string(w.src.length) + " bytes)");
+    ThrowRange(env, "srcOffset + byteLength (" + std::to_string(off) + " + " + std::to_string(w.n) +
+                        ") runs past the end of src (" + std::to_string(w.src.length) + " bytes)");
   w.src.ptr += off;
   w.src.length = w.n;
   w.fsync = info[4].ToBoolean();

@@ -10,7 +10,9 @@ const MiB = 1024 * 1024;
 
 function run(opts = {}) {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cm-bench-files-'));
-  return cm.runFilesBenchmark({ dir, bytes: 8 * MiB + 5, iterations: 2, ...opts }).finally(() => fs.rmSync(dir, { recursive: true, force: true }));
+  return cm
+    .runFilesBenchmark({ dir, bytes: 8 * MiB + 5, iterations: 2, ...opts })
+    .finally(() => fs.rmSync(dir, { recursive: true, force: true }));
 }
 
 describe('bench-files', () => {
@@ -29,7 +31,10 @@ describe('bench-files', () => {
       expect(r.bytes).toBe(8 * MiB + 5);
     }
     expect(report.results.find((r) => r.mode === 'storage-warm').resident).toBeGreaterThan(0.9);
-    const gates = cm.evaluateGates([cm.parseGate('read.storage-warm>=0.001GB/s'), cm.parseGate('read.storage-warm/read.storage-cold>=0.0001')], cm.filesGateSource(report));
+    const gates = cm.evaluateGates(
+      [cm.parseGate('read.storage-warm>=0.001GB/s'), cm.parseGate('read.storage-warm/read.storage-cold>=0.0001')],
+      cm.filesGateSource(report),
+    );
     expect(gates.map((g) => g.pass)).toEqual([true, true]);
     expect(cm.evaluateGates([cm.parseGate('read.nothing>=1GB/s')], cm.filesGateSource(report))[0].pass).toBe(false);
     expect(formatFilesTable(report)).toMatch(/read\s+storage-cold\s+8\.00 MiB/);
@@ -47,12 +52,18 @@ describe('bench-files', () => {
     const { spawnSync } = require('child_process');
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cm-bench-files-'));
     const cli = path.join(root, 'dist', 'cli.js');
-    const ok = spawnSync(process.execPath, [cli, 'bench-files', '--dir', dir, '--size', '4MiB', '--iterations', '1', '--csv'], { encoding: 'utf8' });
-    expect(ok.status).toBe(0);
-    expect(ok.stdout).toMatch(/^direction,mode/);
-    const bad = spawnSync(process.execPath, [cli, 'bench-files', '--dir', dir, '--size', '4MiB', '--iterations', '1', '--expect', 'read.storage-warm>=1000TB/s'], {
+    const ok = spawnSync(process.execPath, [cli, 'bench-files', '--dir', dir, '--size', '4MiB', '--iterations', '1', '--csv'], {
       encoding: 'utf8',
     });
+    expect(ok.status).toBe(0);
+    expect(ok.stdout).toMatch(/^direction,mode/);
+    const bad = spawnSync(
+      process.execPath,
+      [cli, 'bench-files', '--dir', dir, '--size', '4MiB', '--iterations', '1', '--expect', 'read.storage-warm>=1000TB/s'],
+      {
+        encoding: 'utf8',
+      },
+    );
     expect(bad.status).toBe(1);
     expect(bad.stderr).toMatch(/FAIL read.storage-warm/);
     fs.rmSync(dir, { recursive: true });
@@ -64,7 +75,15 @@ describeGpu('bench-files with a GPU', () => {
     const report = await run();
     const modes = report.results.map((r) => `${r.direction} ${r.mode}`);
     expect(modes).toEqual(
-      expect.arrayContaining(['read library-cold', 'read library-warm', 'read naive-cold', 'read naive-warm', 'read link', 'write library', 'write naive']),
+      expect.arrayContaining([
+        'read library-cold',
+        'read library-warm',
+        'read naive-cold',
+        'read naive-warm',
+        'read link',
+        'write library',
+        'write naive',
+      ]),
     );
     for (const r of report.results) expect(r.verified).toBe(true);
     expect(report.results.find((r) => r.mode === 'library-warm').limitGbps).toBeGreaterThan(0);

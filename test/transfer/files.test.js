@@ -80,7 +80,9 @@ describe('readFile into host memory', () => {
     const fifo = path.join(dir, 'fifo');
     execFileSync('mkfifo', [fifo]);
     // Opening a FIFO for reading would wait for a writer; it is refused at once instead.
-    expect(() => cm.readFile(fifo, dst)).toThrow(expect.objectContaining({ code: 'ERR_FILE_NOT_REGULAR', message: expect.stringContaining('a FIFO') }));
+    expect(() => cm.readFile(fifo, dst)).toThrow(
+      expect.objectContaining({ code: 'ERR_FILE_NOT_REGULAR', message: expect.stringContaining('a FIFO') }),
+    );
     expect(() => cm.readFile(file, dst, { fileOffset: 1, byteLength: data.length })).toThrow(
       expect.objectContaining({ code: 'ERR_FILE_SHORT', message: expect.stringContaining(`runs past the end`) }),
     );
@@ -164,7 +166,9 @@ describe('readFile into host memory', () => {
     expect(r.bytes).toBe(data.length);
     expect(r.seconds).toBeGreaterThan(0);
     expect(cm.readFileStorage(file, { fileOffset: 10, byteLength: 100 }).bytes).toBe(100);
-    expect(() => cm.readFileStorage(file, { fileOffset: 10, byteLength: data.length })).toThrow(expect.objectContaining({ code: 'ERR_FILE_SHORT' }));
+    expect(() => cm.readFileStorage(file, { fileOffset: 10, byteLength: data.length })).toThrow(
+      expect.objectContaining({ code: 'ERR_FILE_SHORT' }),
+    );
     const c = cm.fileCache(file, true);
     expect(typeof c.dropped).toBe('boolean');
     expect(c.resident).toBeGreaterThanOrEqual(-1);
@@ -198,7 +202,9 @@ describe('writeFile from host memory', () => {
     const sub = path.join(dir, 'sub');
     fs.mkdirSync(sub);
     expect(() => cm.writeFile(sub, new Uint8Array(4))).toThrow(expect.objectContaining({ code: 'ERR_FILE_IS_DIRECTORY' }));
-    expect(() => cm.writeFile(path.join(dir, 'no-such-dir', 'x'), new Uint8Array(4))).toThrow(expect.objectContaining({ code: 'ERR_FILE_NOT_FOUND' }));
+    expect(() => cm.writeFile(path.join(dir, 'no-such-dir', 'x'), new Uint8Array(4))).toThrow(
+      expect.objectContaining({ code: 'ERR_FILE_NOT_FOUND' }),
+    );
     const fifo = path.join(dir, 'fifo');
     execFileSync('mkfifo', [fifo]);
     expect(() => cm.writeFile(fifo, new Uint8Array(4))).toThrow(expect.objectContaining({ code: 'ERR_FILE_NOT_REGULAR' }));
@@ -221,7 +227,10 @@ describe('writeFile from host memory', () => {
     expect(same(fs.readFileSync(p), data)).toBe(true);
     expect(seen[seen.length - 1]).toEqual([data.length, data.length]);
     expect(() => cm.writeFile(p, data, { srcOffset: 2, byteLength: data.length })).toThrow(
-      expect.objectContaining({ code: 'ERR_OUT_OF_RANGE', message: `srcOffset + byteLength (2 + ${data.length}) runs past the end of src (${data.length} bytes)` }),
+      expect.objectContaining({
+        code: 'ERR_OUT_OF_RANGE',
+        message: `srcOffset + byteLength (2 + ${data.length}) runs past the end of src (${data.length} bytes)`,
+      }),
     );
     expect(() => cm.writeFile(p, data, { mode: 0o10000 })).toThrow(RangeError);
     expect(() => cm.writeFile(p, data, { fsync: 1 })).toThrow(TypeError);

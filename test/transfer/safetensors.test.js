@@ -85,7 +85,9 @@ describe('safetensors header checks', () => {
         ),
       ),
     ).toThrow(invalid(/"a" and "b" overlap/));
-    expect(() => parse(fileOf({ x: { dtype: 'U8', shape: [1], data_offsets: [0, 1], extra: 1 } }, 1))).toThrow(invalid(/unknown field "extra"/));
+    expect(() => parse(fileOf({ x: { dtype: 'U8', shape: [1], data_offsets: [0, 1], extra: 1 } }, 1))).toThrow(
+      invalid(/unknown field "extra"/),
+    );
     expect(() => parse(fileOf({ __metadata__: { a: 1 } }))).toThrow(invalid(/__metadata__.a is number 1/));
     expect(() => parse(fileOf({ __metadata__: [] }))).toThrow(invalid(/__metadata__ is not an object/));
     expect(() => parse(fileOf({ '': { dtype: 'U8', shape: [0], data_offsets: [0, 0] } }))).toThrow(invalid(/empty name/));
@@ -198,7 +200,9 @@ describe('safetensors load and save on host memory', () => {
     const p = path.join(dir, 'hostile.safetensors');
     fs.writeFileSync(p, fileOf({ x: { dtype: 'U8', shape: [1 << 30], data_offsets: [0, 1 << 30] } }, 16));
     const asked = [];
-    expect(() => cm.loadSafetensors(p, { alloc: (n) => (asked.push(n), new Uint8Array(n)) })).toThrow(invalid(/past the end of the data section/));
+    expect(() => cm.loadSafetensors(p, { alloc: (n) => (asked.push(n), new Uint8Array(n)) })).toThrow(
+      invalid(/past the end of the data section/),
+    );
     expect(asked).toEqual([]);
   });
 

@@ -125,7 +125,8 @@ class PosixFile : public FileIo {
 // copies ring -> host (a file read), else host -> ring (a file write).
 class HostTransport : public StagingTransport {
  public:
-  HostTransport(char* ring, char* host, bool file_read) : ring_(ring), host_(host), read_(file_read) {}
+  HostTransport(char* ring, char* host, bool file_read)
+      : ring_(ring), host_(host), read_(file_read) {}
   char* ring() override { return ring_; }
   TransportStatus Issue(const StagingChunk& c) override;
   TransportStatus Wait(int) override { return {}; }

@@ -38,7 +38,8 @@ static std::vector<char> Pattern(size_t n, unsigned seed) {
 
 // Memory aligned to 4 KiB, as a pinned ring is.
 struct AlignedRing {
-  explicit AlignedRing(size_t n) : p(static_cast<char*>(std::aligned_alloc(4096, (n + 4095) / 4096 * 4096))) {}
+  explicit AlignedRing(size_t n)
+      : p(static_cast<char*>(std::aligned_alloc(4096, (n + 4095) / 4096 * 4096))) {}
   ~AlignedRing() { std::free(p); }
   char* p;
 };
@@ -46,7 +47,11 @@ struct AlignedRing {
 class FakeDma : public StagingTransport {
  public:
   FakeDma(std::vector<char>& device, bool to_device, size_t ring_bytes, int slots, unsigned seed)
-      : device_(device), to_device_(to_device), ring_(ring_bytes), slot_seq_(slots, 0), rng_(seed),
+      : device_(device),
+        to_device_(to_device),
+        ring_(ring_bytes),
+        slot_seq_(slots, 0),
+        rng_(seed),
         engine_([this] { Run(); }) {}
   ~FakeDma() override {
     {
@@ -127,12 +132,14 @@ class FakeDma : public StagingTransport {
 // does.
 class FakeFile : public FileIo {
  public:
-  explicit FakeFile(std::vector<char> data, unsigned seed = 1) : data_(std::move(data)), rng_(seed) {}
+  explicit FakeFile(std::vector<char> data, unsigned seed = 1)
+      : data_(std::move(data)), rng_(seed) {}
   long long Read(char* buf, size_t n, uint64_t offset) override {
     std::lock_guard<std::mutex> lock(mutex_);
     ++reads;
-    if (align > 1 && (offset % align || n % align ||
-                      (reinterpret_cast<uintptr_t>(buf) - reinterpret_cast<uintptr_t>(ring)) % align))
+    if (align > 1 &&
+        (offset % align || n % align ||
+         (reinterpret_cast<uintptr_t>(buf) - reinterpret_cast<uintptr_t>(ring)) % align))
       return ++misaligned, -EINVAL;
     if (interrupt && rng_() % 4 == 0) return -EINTR;
     if (fail_at_offset >= 0 && offset <= static_cast<uint64_t>(fail_at_offset) &&
@@ -198,7 +205,8 @@ static void TestPlan() {
     for (size_t k = 0; k < q.chunks.size(); ++k) {
       const StagingChunk& c = q.chunks[k];
       CHECK(c.offset == at && c.length > 0 && c.length <= n.chunk);
-      CHECK(c.ring_offset >= c.slot * n.chunk && c.ring_offset + c.length <= (c.slot + 1) * n.chunk);
+      CHECK(c.ring_offset >= c.slot * n.chunk &&
+            c.ring_offset + c.length <= (c.slot + 1) * n.chunk);
       CHECK(c.first_piece == piece && c.pieces > 0);
       // The chunk's pieces read a contiguous window holding its bytes.
       const FilePiece& first = q.pieces[c.first_piece];
@@ -209,7 +217,8 @@ static void TestPlan() {
       for (size_t i = c.first_piece; i < c.first_piece + c.pieces; ++i) {
         const FilePiece& f = q.pieces[i];
         CHECK(f.chunk == k && f.need <= f.length && f.length <= n.piece && f.need > 0);
-        CHECK(f.file_offset % n.align == 0 && f.length % n.align == 0 && f.ring_offset % n.align == 0);
+        CHECK(f.file_offset % n.align == 0 && f.length % n.align == 0 &&
+              f.ring_offset % n.align == 0);
         CHECK(f.ring_offset + f.length <= (c.slot + 1) * n.chunk);
       }
       at += c.length;
@@ -226,8 +235,8 @@ static void TestReads() {
     FakeFile file(Pattern(file_bytes, t), t);
     const uint64_t offset = rng() % file_bytes;
     const size_t n = 1 + rng() % (file_bytes - offset);
-    FileShape shape{(1 + rng() % 8) * 16 * KiB, 2 + static_cast<int>(rng() % 3), (1 + rng() % 4) * 4 * KiB,
-                    t % 2 ? 4096u : 1u};
+    FileShape shape{(1 + rng() % 8) * 16 * KiB, 2 + static_cast<int>(rng() % 3),
+                    (1 + rng() % 4) * 4 * KiB, t % 2 ? 4096u : 1u};
     file.align = shape.align;
     file.interrupt = t % 3 == 0;
     file.partial = t % 4 == 1;
@@ -256,7 +265,8 @@ static void TestWrites() {
     FakeFile file({}, t);
     file.interrupt = t % 3 == 0;
     file.partial = t % 2 == 0;
-    FileShape shape{(1 + rng() % 8) * 16 * KiB, 2 + static_cast<int>(rng() % 3), (1 + rng() % 4) * 4 * KiB, 1};
+    FileShape shape{(1 + rng() % 8) * 16 * KiB, 2 + static_cast<int>(rng() % 3),
+                    (1 + rng() % 4) * 4 * KiB, 1};
     const FileShape norm = NormalizeFileShape(shape);
     FakeDma dma(device, false, FileRingBytes(norm), norm.slots, t);
     CopyTeam team(t % 4 == 0 ? 1 : 3);
