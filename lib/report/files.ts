@@ -4,42 +4,24 @@ import { GateResult } from '../bench/gates';
 import { formatBytes } from '../base/units';
 import { renderJunit, JunitCase } from './junit';
 import { formatGbps as rate } from '../base/units';
+import { RESULT_HEAD, resultCells, alignRows } from './bench';
 
 /** A readable table: one row per result. */
 export function formatFilesTable(report: FilesReport): string {
   const e = report.environment;
-  const head = ['direction', 'mode', 'size', 'median', 'p10', 'p90', 'cv', 'extra', 'ok'];
   const rows = report.results.map((r) => {
     const extra: string[] = [];
     if (r.resident !== undefined && r.resident >= 0) extra.push(`cached ${(r.resident * 100).toFixed(0)}%`);
     if (r.coldVia === 'direct') extra.push('cold via O_DIRECT');
     if (r.direct) extra.push('O_DIRECT');
     if (r.limitGbps !== undefined) extra.push(`${((r.shareOfLimit ?? 0) * 100).toFixed(0)}% of limit ${rate(r.limitGbps)}`);
-    return [
-      r.direction,
-      r.mode,
-      formatBytes(r.bytes),
-      rate(r.gbps.median),
-      rate(r.gbps.p10),
-      rate(r.gbps.p90),
-      `${(r.gbps.cv * 100).toFixed(1)}%`,
-      extra.join(', '),
-      r.verified ? 'yes' : 'NO',
-    ];
+    return resultCells(r, extra);
   });
-  const widths = head.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i].length)));
-  const fmt = (cells: string[]) =>
-    cells
-      .map((c, i) => (i >= 2 && i <= 6 ? c.padStart(widths[i]) : c.padEnd(widths[i])))
-      .join('  ')
-      .trimEnd();
   const out = [
     `files in ${e.dir}; ${e.gpu ? `GPU ${e.gpu}` : 'no GPU'}; host ${e.host.cpu} x${e.host.cpus}, ${formatBytes(e.host.memoryBytes)}; Node ${e.node}`,
     `rates in decimal GB/s (1e9 bytes/s), median of ${report.options.iterations}; writes ${report.options.fsync ? 'fsync' : 'do not fsync'} before the clock stops`,
     '',
-    fmt(head),
-    fmt(widths.map((w) => '-'.repeat(w))),
-    ...rows.map(fmt),
+    ...alignRows(RESULT_HEAD, rows),
   ];
   for (const s of report.skipped) out.push(`skipped: ${s}`);
   return out.join('\n');

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "core/test/check.h"
+#include "core/test/transfer/fake_dma.h"
 
 using namespace cm::core;
 
@@ -44,88 +45,6 @@ struct AlignedRing {
   char* p;
 };
 
-class FakeDma : public StagingTransport {
- public:
-  FakeDma(std::vector<char>& device, bool to_device, size_t ring_bytes, int slots, unsigned seed)
-      : device_(device),
-        to_device_(to_device),
-        ring_(ring_bytes),
-        slot_seq_(slots, 0),
-        rng_(seed),
-        engine_([this] { Run(); }) {}
-  ~FakeDma() override {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      stop_ = true;
-    }
-    queued_.notify_all();
-    engine_.join();
-  }
-  char* ring() override { return ring_.p; }
-  TransportStatus Issue(const StagingChunk& c) override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (fail_issue_at && ++issues_ == fail_issue_at) return {7, "fakeIssue"};
-    in_order = in_order && c.offset == next_offset_;
-    next_offset_ = c.offset + c.length;
-    slot_seq_[c.slot] = ++issued_;
-    queue_.push_back({c, issued_});
-    queued_.notify_all();
-    return {};
-  }
-  TransportStatus Wait(int s) override {
-    std::unique_lock<std::mutex> lock(mutex_);
-    uint64_t target = slot_seq_[s];
-    done_.wait(lock, [&] { return completed_ >= target; });
-    return {};
-  }
-  TransportStatus Finish() override {
-    std::unique_lock<std::mutex> lock(mutex_);
-    done_.wait(lock, [&] { return completed_ >= issued_; });
-    finished_idle = queue_.empty() && completed_ == issued_;
-    return {};
-  }
-  int fail_issue_at = 0;
-  bool in_order = true, finished_idle = false;
-
- private:
-  struct Request {
-    StagingChunk chunk;
-    uint64_t seq;
-  };
-  void Run() {
-    std::unique_lock<std::mutex> lock(mutex_);
-    for (;;) {
-      queued_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-      if (queue_.empty()) return;
-      Request r = queue_.front();
-      queue_.pop_front();
-      int delay = static_cast<int>(rng_() % 40);
-      lock.unlock();
-      std::this_thread::sleep_for(std::chrono::microseconds(delay));
-      char* ring = ring_.p + r.chunk.ring_offset;
-      if (to_device_)
-        std::memcpy(device_.data() + r.chunk.offset, ring, r.chunk.length);
-      else
-        std::memcpy(ring, device_.data() + r.chunk.offset, r.chunk.length);
-      lock.lock();
-      completed_ = r.seq;
-      done_.notify_all();
-    }
-  }
-  std::vector<char>& device_;
-  const bool to_device_;
-  AlignedRing ring_;
-  std::vector<uint64_t> slot_seq_;
-  std::mt19937 rng_;
-  std::mutex mutex_;
-  std::condition_variable queued_, done_;
-  std::deque<Request> queue_;
-  uint64_t issued_ = 0, completed_ = 0;
-  size_t next_offset_ = 0;
-  int issues_ = 0;
-  bool stop_ = false;
-  std::thread engine_;
-};
 
 // A file in memory. Reads may come back short or interrupted; with `align`, a read whose buffer
 // (relative to `ring`), offset or length is not a multiple of it fails with EINVAL, as O_DIRECT
@@ -252,7 +171,7 @@ static void TestReads() {
     CHECK(std::memcmp(device.data(), file.data().data() + offset, n) == 0);
     // Nothing written past the range.
     CHECK(std::all_of(device.begin() + n, device.end(), [](char c) { return c == 'x'; }));
-    CHECK(progress.load() == n && dma.in_order && dma.finished_idle);
+    CHECK(progress.load() == n && dma.in_order && dma.finished_with_nothing_moving);
   }
 }
 
@@ -275,7 +194,7 @@ static void TestWrites() {
     CHECK(st.ok());
     CHECK(file.data().size() == offset + n);
     CHECK(std::memcmp(device.data(), file.data().data() + offset, n) == 0);
-    CHECK(progress.load() == n && dma.in_order && dma.finished_idle);
+    CHECK(progress.load() == n && dma.in_order && dma.finished_with_nothing_moving);
   }
 }
 
@@ -294,7 +213,7 @@ static void TestFailures() {
       FileStatus st = RunFileRead(&team, dma, file, 0, file_bytes, shape);
       CHECK(st.kind == FileStatus::kIo && st.err == EIO && st.call == "pread");
       CHECK(st.offset <= 450 * KiB + 3 && st.offset + 16 * KiB > 450 * KiB + 3);
-      CHECK(dma.finished_idle);
+      CHECK(dma.finished_with_nothing_moving);
       CHECK(device[file_bytes] == 'x');
     }
     // The file shrinks under the read: a read finds its end (the first to fail may be one that
@@ -309,7 +228,7 @@ static void TestFailures() {
       FileStatus st = RunFileRead(&team, dma, file, 0, file_bytes, shape);
       CHECK(st.kind == FileStatus::kShrunk && st.offset >= 300 * KiB + 7 && st.offset < file_bytes);
       if (threads == 1) CHECK(st.offset == 300 * KiB + 7);
-      CHECK(dma.finished_idle);
+      CHECK(dma.finished_with_nothing_moving);
     }
     // The same with O_DIRECT's rules: the short block read at the new end is the end.
     {
@@ -345,7 +264,7 @@ static void TestFailures() {
       FileProgress progress{0};
       FileStatus st = RunFileWrite(&team, dma, file, 0, file_bytes, shape, &progress);
       CHECK(st.kind == FileStatus::kIo && st.err == ENOSPC && st.call == "pwrite");
-      CHECK(progress.load() < file_bytes && dma.finished_idle);
+      CHECK(progress.load() < file_bytes && dma.finished_with_nothing_moving);
     }
     // The DMA engine fails: reported as the transport's, and the pipeline stops.
     for (bool read : {true, false}) {
@@ -357,7 +276,7 @@ static void TestFailures() {
       FileStatus st = read ? RunFileRead(&team, dma, file, 0, file_bytes, shape)
                            : RunFileWrite(&team, dma, file, 0, file_bytes, shape);
       CHECK(st.kind == FileStatus::kTransport && st.transport.code == 7 && st.call == "fakeIssue");
-      CHECK(dma.finished_idle);
+      CHECK(dma.finished_with_nothing_moving);
     }
   }
 }
