@@ -45,7 +45,6 @@ struct AlignedRing {
   char* p;
 };
 
-
 // A file in memory. Reads may come back short or interrupted; with `align`, a read whose buffer
 // (relative to `ring`), offset or length is not a multiple of it fails with EINVAL, as O_DIRECT
 // does.
