@@ -33,6 +33,7 @@ const KNOWN_UPWARD = [
   'native/memory/vmm.h -> native/core/allocator/upstream.h',
   // A copy awaits the stream-ordered allocator's pending frees.
   'native/transfer/copy.cc -> native/allocator/stream_ordered.h',
+  'native/transfer/files.cc -> native/allocator/stream_ordered.h',
   // Core tests of a lower concern that use a higher one's types.
   'native/core/test/base/shm_test.cc -> native/core/allocator/ledger.h',
   'native/core/test/base/shm_test.cc -> native/core/memory/ipc_record.h',
