@@ -32,6 +32,29 @@ export { copy, copyAsync, memset } from './transfer/copy';
 export type { CopyOptions, CopyAsyncOptions, TakenBuffers, CopyStrategy, MemsetOptions } from './transfer/copy';
 export { configureStaging, stagingPlacement, stagingSettingsPath, saveStagingSettings, loadStagingSettings } from './transfer/staging';
 export type { StagingSettings, StagingUpdate, StagingPlacement, SavedStagingSettings } from './transfer/staging';
+export { readFile, readFileAsync, writeFile, writeFileAsync, readFileStorage, fileCache, fileDirectChoices } from './transfer/files';
+export type {
+  FileReadInfo,
+  StorageReadInfo,
+  ReadFileOptions,
+  ReadFileAsyncOptions,
+  WriteFileOptions,
+  WriteFileAsyncOptions,
+  FileProgressCallback,
+} from './transfer/files';
+export { loadTensors, loadTensorsAsync, DTYPE_BYTES } from './transfer/tensor-file';
+export type { Dtype, TensorEntry, TensorView, LoadTensorsOptions, LoadTensorsAsyncOptions, LoadedTensors } from './transfer/tensor-file';
+export {
+  parseSafetensorsHeader,
+  safetensorsHeaderLength,
+  readSafetensorsHeader,
+  loadSafetensors,
+  loadSafetensorsAsync,
+  saveSafetensors,
+  saveSafetensorsAsync,
+  SAFETENSORS_MAX_HEADER,
+} from './transfer/safetensors';
+export type { SafetensorsHeader, LoadedSafetensors, TensorSource, SaveSafetensorsOptions } from './transfer/safetensors';
 export { Stream, Event } from './device/stream';
 export * from './allocator';
 export { renderMemoryHtml } from './report/memory-html';
@@ -60,6 +83,8 @@ export type {
   BenchGpu,
 } from './bench/devices';
 export { runP2pBenchmark } from './bench/p2p';
+export { runFilesBenchmark, filesGateSource } from './bench/files';
+export type { FilesBenchmarkOptions, FilesReport, FilesResult } from './bench/files';
 export type { P2pBenchmarkOptions, P2pReport, P2pPair, P2pBidirectional, P2pLatency } from './bench/p2p';
 export { parseGate, evaluateGates } from './bench/gates';
 export type { Gate, GateResult, GateMetric, GateUnit, GateSource } from './bench/gates';

@@ -14,6 +14,7 @@
 #include "memory/ipc.h"
 #include "memory/shared_pinned.h"
 #include "transfer/copy.h"
+#include "transfer/files.h"
 #include "transfer/staging.h"
 
 namespace {
@@ -46,6 +47,7 @@ Napi::Object RegisterExports(Napi::Env env, Napi::Object exports) {
   cm::InitMemory(env, exports);
   cm::InitCopy(env, exports);
   cm::InitStaging(env, exports);
+  cm::InitFiles(env, exports);
   cm::InitStreams(env, exports);
   cm::InitAllocator(env, exports);
   cm::InitGroup(env, exports);

@@ -114,6 +114,55 @@ export interface NativeBinding {
   stagingPlacement(device: number): StagingPlacement;
   peerAccess(): PeerLink[];
   enablePeerAccess(from: number, to: number): boolean;
+  /** direct: 0 'auto', 1 on, 2 off; byteLength -1: to the end of the file; progress: [done, total]. */
+  fileRead(
+    path: string,
+    dst: unknown,
+    dstOffset: number,
+    fileOffset: number,
+    byteLength: number,
+    direct: number,
+    progress?: BigUint64Array,
+  ): FileReadInfo;
+  fileReadAsync(
+    path: string,
+    dst: unknown,
+    dstOffset: number,
+    fileOffset: number,
+    byteLength: number,
+    direct: number,
+    progress?: BigUint64Array,
+  ): Promise<FileReadInfo>;
+  fileWrite(
+    path: string,
+    src: unknown,
+    srcOffset: number,
+    byteLength: number,
+    fsync: boolean,
+    mode: number | undefined,
+    progress?: BigUint64Array,
+    fileOffset?: number,
+  ): number;
+  fileWriteAsync(
+    path: string,
+    src: unknown,
+    srcOffset: number,
+    byteLength: number,
+    fsync: boolean,
+    mode: number | undefined,
+    progress?: BigUint64Array,
+    fileOffset?: number,
+  ): Promise<number>;
+  fileStorageRead(path: string, fileOffset: number, byteLength: number, direct: number): FileReadInfo & { seconds: number };
+  fileCache(path: string, drop: boolean): { resident: number; dropped: boolean };
+  fileDirectChoices(): { device: number; direct: boolean; directRate: number; bufferedRate: number; reason: string }[];
+}
+
+/** What a file read did: bytes read, and whether it bypassed the page cache (O_DIRECT) and why. */
+export interface FileReadInfo {
+  bytes: number;
+  direct: boolean;
+  directReason: string;
 }
 
 /** The names every build of the addon exports. */
@@ -179,6 +228,13 @@ export const NATIVE_EXPORTS = [
   'sharedHostUnlink',
   'peerAccess',
   'enablePeerAccess',
+  'fileRead',
+  'fileReadAsync',
+  'fileWrite',
+  'fileWriteAsync',
+  'fileStorageRead',
+  'fileCache',
+  'fileDirectChoices',
 ] as const;
 
 /** The package's root folder (holds build/, prebuilds/ and package.json). */

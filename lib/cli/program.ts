@@ -7,6 +7,7 @@ import { version } from './common';
 import * as info from './info';
 import * as bench from './bench';
 import * as benchAlloc from './bench-alloc';
+import * as benchFiles from './bench-files';
 import * as doctor from './doctor';
 import * as replay from './replay';
 import * as memoryHtml from './memory-html';
@@ -28,6 +29,6 @@ export function program(): Command {
     // An argument a command does not take is refused, not ignored (every command inherits this).
     .allowExcessArguments(false)
     .exitOverride();
-  for (const command of [info, bench, benchAlloc, doctor, replay, memoryHtml, top, build, help]) command.register(p);
+  for (const command of [info, bench, benchAlloc, benchFiles, doctor, replay, memoryHtml, top, build, help]) command.register(p);
   return p;
 }

@@ -29,13 +29,44 @@ function autoLine(st: TransferReport['environment']['staging']): string {
   return `; auto stages h2d from ${formatBytes(h2d)}, d2h from ${formatBytes(d2h)}`;
 }
 
+/** The columns of a benchmark's result table (the transfer and the file benchmark). */
+export const RESULT_HEAD = ['direction', 'mode', 'size', 'median', 'p10', 'p90', 'cv', 'extra', 'ok'];
+
+/** One result's cells under {@link RESULT_HEAD}. */
+export function resultCells(
+  r: { direction: string; mode: string; bytes: number; gbps: { median: number; p10: number; p90: number; cv: number }; verified: boolean },
+  extra: string[],
+): string[] {
+  return [
+    r.direction,
+    r.mode,
+    formatBytes(r.bytes),
+    rate(r.gbps.median),
+    rate(r.gbps.p10),
+    rate(r.gbps.p90),
+    `${(r.gbps.cv * 100).toFixed(1)}%`,
+    extra.join(', '),
+    r.verified ? 'yes' : 'NO',
+  ];
+}
+
+/** The header, a rule and the rows, in aligned columns (size to cv to the right). */
+export function alignRows(head: string[], rows: string[][]): string[] {
+  const widths = head.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i].length)));
+  const fmt = (cells: string[]) =>
+    cells
+      .map((c, i) => (i >= 2 && i <= 6 ? c.padStart(widths[i]) : c.padEnd(widths[i])))
+      .join('  ')
+      .trimEnd();
+  return [fmt(head), fmt(widths.map((w) => '-'.repeat(w))), ...rows.map(fmt)];
+}
+
 /**
  * A readable table: one row per result.
  *
  * @category Reports
  */
 export function formatTable(report: TransferReport): string {
-  const head = ['direction', 'mode', 'size', 'median', 'p10', 'p90', 'cv', 'extra', 'ok'];
   const rows = report.results.map((r) => {
     const extra: string[] = [];
     if (r.trafficGbps) extra.push(`traffic ${rate(r.trafficGbps.median)}`);
@@ -44,25 +75,9 @@ export function formatTable(report: TransferReport): string {
     if (r.registrationSeconds !== undefined) extra.push(`register ${(r.registrationSeconds * 1e3).toFixed(2)} ms`);
     if (r.path) extra.push(`path ${r.path}`);
     if (r.limitGbps !== undefined) extra.push(`${((r.shareOfLimit ?? 0) * 100).toFixed(0)}% of limit ${rate(r.limitGbps)}`);
-    return [
-      r.direction,
-      r.mode,
-      formatBytes(r.bytes),
-      rate(r.gbps.median),
-      rate(r.gbps.p10),
-      rate(r.gbps.p90),
-      `${(r.gbps.cv * 100).toFixed(1)}%`,
-      extra.join(', '),
-      r.verified ? 'yes' : 'NO',
-    ];
+    return resultCells(r, extra);
   });
-  const widths = head.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i].length)));
-  const fmt = (cells: string[]) =>
-    cells
-      .map((c, i) => (i >= 2 && i <= 6 ? c.padStart(widths[i]) : c.padEnd(widths[i])))
-      .join('  ')
-      .trimEnd();
-  const out = [...headline(report), '', fmt(head), fmt(widths.map((w) => '-'.repeat(w))), ...rows.map(fmt)];
+  const out = [...headline(report), '', ...alignRows(RESULT_HEAD, rows)];
   if (report.eventLoop)
     out.push(
       '',

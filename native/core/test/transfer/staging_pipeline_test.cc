@@ -19,112 +19,12 @@
 #include <vector>
 
 #include "core/test/check.h"
+#include "core/test/transfer/fake_dma.h"
 #include "core/transfer/copy_team.h"
 
 using namespace cm::core;
 
 constexpr size_t KiB = 1024, MiB = 1024 * 1024;
-
-class FakeDma : public StagingTransport {
- public:
-  FakeDma(std::vector<char>& device, StagingDirection direction, const StagingShape& shape,
-          unsigned seed)
-      : device_(device),
-        to_device_(direction == StagingDirection::kToDevice),
-        ring_(StagingRingBytes(shape)),
-        slot_seq_(shape.slots, 0),
-        rng_(seed),
-        engine_([this] { Run(); }) {}
-  ~FakeDma() override {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      stop_ = true;
-    }
-    queued_.notify_all();
-    engine_.join();
-  }
-
-  char* ring() override { return ring_.data(); }
-
-  TransportStatus Issue(const StagingChunk& c) override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (fail_issue_at && ++issues_ == fail_issue_at) return {7, "fakeIssue"};
-    if (c.ring_offset + c.length > ring_.size()) return {9, "chunk past the end of the ring"};
-    in_order = in_order && c.offset == next_offset_;
-    next_offset_ = c.offset + c.length;
-    if (std::find(issuers.begin(), issuers.end(), std::this_thread::get_id()) == issuers.end())
-      issuers.push_back(std::this_thread::get_id());
-    slot_seq_[c.slot] = ++issued_;
-    queue_.push_back({c, issued_});
-    ++transfers;
-    queued_.notify_all();
-    return {};
-  }
-
-  TransportStatus Wait(int s) override {
-    std::unique_lock<std::mutex> lock(mutex_);
-    if (fail_wait_at && ++waits_ == fail_wait_at) return {11, "fakeWait"};
-    uint64_t target = slot_seq_[s];
-    done_.wait(lock, [&] { return completed_ >= target; });
-    return {};
-  }
-
-  TransportStatus Finish() override {
-    std::unique_lock<std::mutex> lock(mutex_);
-    done_.wait(lock, [&] { return completed_ >= issued_; });
-    finished_with_nothing_moving = queue_.empty() && completed_ == issued_;
-    return {};
-  }
-
-  int fail_issue_at = 0, fail_wait_at = 0;
-  int transfers = 0;
-  bool finished_with_nothing_moving = false;
-  // Chunks were issued front to back (meaningful for a FakeDma used for one copy), and by which
-  // threads.
-  bool in_order = true;
-  std::vector<std::thread::id> issuers;
-
- private:
-  struct Request {
-    StagingChunk chunk;
-    uint64_t seq;
-  };
-
-  void Run() {
-    std::unique_lock<std::mutex> lock(mutex_);
-    for (;;) {
-      queued_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-      if (queue_.empty()) return;
-      Request r = queue_.front();
-      queue_.pop_front();
-      int delay = static_cast<int>(rng_() % 40);
-      lock.unlock();
-      std::this_thread::sleep_for(std::chrono::microseconds(delay));
-      char* ring = ring_.data() + r.chunk.ring_offset;
-      if (to_device_)
-        std::memcpy(device_.data() + r.chunk.offset, ring, r.chunk.length);
-      else
-        std::memcpy(ring, device_.data() + r.chunk.offset, r.chunk.length);
-      lock.lock();
-      completed_ = r.seq;
-      done_.notify_all();
-    }
-  }
-
-  std::vector<char>& device_;
-  const bool to_device_;
-  std::vector<char> ring_;
-  std::vector<uint64_t> slot_seq_;
-  std::mt19937 rng_;
-  std::mutex mutex_;
-  std::condition_variable queued_, done_;
-  std::deque<Request> queue_;
-  uint64_t issued_ = 0, completed_ = 0;
-  size_t next_offset_ = 0;
-  int issues_ = 0, waits_ = 0;
-  bool stop_ = false;
-  std::thread engine_;
-};
 
 static std::vector<char> Pattern(size_t n, unsigned seed) {
   std::vector<char> v(n);

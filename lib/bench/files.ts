@@ -1,0 +1,333 @@
+/**
+ * The file benchmark: a file of `bytes` written in a folder the user names, read into device
+ * memory and written back from it, cold (page cache dropped before each pass, or O_DIRECT where
+ * the kernel keeps the pages) and warm, three ways: the library's path (readFile/writeFile), the
+ * naive Node path (fs.readFile + copy(), copy() + fs.writeFile), and the storage alone (the
+ * library's path with no GPU behind it), the in-run baseline. `link` is copy() from pinned memory:
+ * the other limit of a read into device memory. Without a GPU only the storage rows run.
+ */
+import * as fs from 'fs';
+import * as os from 'os';
+import * as path from 'path';
+import { status, devices } from '../device/discovery';
+import { DeviceBuffer, PinnedBuffer } from '../memory/buffers';
+import { copy } from '../transfer/copy';
+import { readFile, writeFile, readFileStorage, fileCache } from '../transfer/files';
+import { summarize, rateSummary, SampleSummary } from './stats';
+import { GateMetric, GateSource } from './gates';
+import { fillPattern, equal } from './transfer';
+import { checkDevice, checkOptions, checkSize } from '../base/validate';
+import { invalidArgument } from '../base/errors';
+
+/** Options of {@link runFilesBenchmark}. */
+export interface FilesBenchmarkOptions {
+  /** The folder to write the test file in (it is removed afterwards). */
+  dir: string;
+  /** File size (default 1 GiB). */
+  bytes?: number;
+  /** Timed passes per row (default 5). */
+  iterations?: number;
+  /** Untimed passes first, warm rows only (default 1). */
+  warmup?: number;
+  device?: number;
+  /** fsync each write before its time is taken (default true: the storage's rate, not the cache's). */
+  fsync?: boolean;
+  onProgress?: (done: number, total: number, label: string) => void;
+}
+
+/** One row: a direction, a path and a cache state. */
+export interface FilesResult {
+  /** `read`: file to device memory; `write`: device memory to file. */
+  direction: 'read' | 'write';
+  /**
+   * `library` (readFile/writeFile), `naive` (the file into a Node buffer as fs.readFile does, in
+   * reads of at most 1 GiB, then copy(); copy() then fs.writeSync),
+   * `storage` (the library's path without a GPU), `link` (copy() from pinned memory); read rows
+   * end in `-cold` or `-warm`.
+   */
+  mode: string;
+  bytes: number;
+  timing: 'js-clock';
+  seconds: SampleSummary;
+  /** Decimal GB/s. */
+  gbps: SampleSummary;
+  /** Median share of the file in the page cache just before each timed pass (0 to 1; -1 unknown). */
+  resident?: number;
+  /** Cold rows: the page cache could not be dropped, so the library read with O_DIRECT. */
+  coldVia?: 'drop' | 'direct';
+  /** The library's reads bypassed the page cache (O_DIRECT). */
+  direct?: boolean;
+  /** library read rows: the lower of the storage's rate in the same state and the link, GB/s, and the median's share of it. */
+  limitGbps?: number;
+  shareOfLimit?: number;
+  verified: boolean;
+  samples: number[];
+}
+
+/** The file benchmark's report. */
+export interface FilesReport {
+  schema: 'cuda-memory/files-benchmark@1';
+  environment: {
+    date: string;
+    dir: string;
+    gpu?: string;
+    host: { hostname: string; cpu: string; cpus: number; memoryBytes: number; kernel: string };
+    node: string;
+  };
+  options: { bytes: number; iterations: number; warmup: number; device: number; fsync: boolean };
+  results: FilesResult[];
+  /** Rows that did not run, and why (no GPU, say). */
+  skipped: string[];
+  headlineBytes: number;
+}
+
+/** Answers gate lookups such as `read.library-cold>=5GB/s` or `read.library-warm/read.naive-warm>=2`. */
+export function filesGateSource(report: Pick<FilesReport, 'results' | 'headlineBytes'>): GateSource {
+  return {
+    lookup(metric: GateMetric) {
+      if (metric.scope !== undefined) return undefined;
+      if (metric.size !== undefined && metric.size !== report.headlineBytes) return undefined;
+      const r = report.results.find((x) => x.direction === metric.direction && x.mode === metric.mode);
+      return r ? { value: r.gbps.median, size: r.bytes } : undefined;
+    },
+  };
+}
+
+function row(base: Omit<FilesResult, 'seconds' | 'gbps' | 'samples' | 'timing'>, samples: number[]): FilesResult {
+  return { ...base, timing: 'js-clock', seconds: summarize(samples), gbps: rateSummary(samples, base.bytes), samples };
+}
+
+function time(fn: () => void): number {
+  const t0 = process.hrtime.bigint();
+  fn();
+  return Number(process.hrtime.bigint() - t0) / 1e9;
+}
+
+/**
+ * @internal The whole file into a new Node buffer, as fs.readFileSync does, in reads of at most
+ * 1 GiB: fs.readFileSync refuses files of 2 GiB and more (ERR_FS_FILE_TOO_LARGE).
+ */
+export function readWhole(file: string): Buffer {
+  const fd = fs.openSync(file, 'r');
+  try {
+    const size = fs.fstatSync(fd).size;
+    const out = Buffer.allocUnsafe(size);
+    for (let at = 0; at < size;) {
+      const r = fs.readSync(fd, out, at, Math.min(size - at, 1 << 30), at);
+      if (r === 0) throw new Error(`${file} ended at byte ${at} of ${size} while being read`);
+      at += r;
+    }
+    return out;
+  } finally {
+    fs.closeSync(fd);
+  }
+}
+
+function median(v: number[]): number {
+  return summarize(v).median;
+}
+
+/** Runs the file benchmark; see {@link FilesBenchmarkOptions}. */
+export async function runFilesBenchmark(options: FilesBenchmarkOptions): Promise<FilesReport> {
+  const o = checkOptions<FilesBenchmarkOptions>('options', options);
+  if (typeof o.dir !== 'string' || !fs.existsSync(o.dir) || !fs.statSync(o.dir).isDirectory())
+    throw invalidArgument('options.dir', 'an existing folder', o.dir);
+  const bytes = o.bytes === undefined ? 1 << 30 : checkSize('options.bytes', o.bytes, 1);
+  const iterations = o.iterations === undefined ? 5 : checkSize('options.iterations', o.iterations, 1);
+  const warmup = o.warmup === undefined ? 1 : checkSize('options.warmup', o.warmup, 0);
+  const device = o.device === undefined ? 0 : checkDevice(o.device);
+  const fsync = o.fsync ?? true;
+  const gpu = status().available;
+  const skipped: string[] = [];
+  if (!gpu) skipped.push(`library, naive and link rows: no GPU (${status().message})`);
+
+  const work = fs.mkdtempSync(path.join(o.dir, 'cuda-memory-bench-'));
+  const file = path.join(work, 'data.bin');
+  const host = new Uint8Array(bytes);
+  fillPattern(host, 7);
+  fs.writeFileSync(file, host);
+  const results: FilesResult[] = [];
+  const plan: string[] = [];
+  for (const c of ['cold', 'warm']) plan.push(`storage-${c}`, ...(gpu ? [`library-${c}`, `naive-${c}`] : []));
+  if (gpu) plan.push('link', 'write library', 'write naive');
+  plan.push('write storage');
+  let done = 0;
+  const step = (label: string) => o.onProgress?.(++done, plan.length, label);
+
+  // Cold: the file's pages dropped before each pass; where they stay (the kernel refused, or the
+  // file system keeps them), the library's path reads with O_DIRECT and the naive path is warm.
+  const coldPass = () => {
+    const c = fileCache(file, true);
+    return c.resident;
+  };
+  const dropWorks = (() => {
+    const r = coldPass();
+    return r >= 0 && r < 0.05;
+  })();
+
+  const dev = gpu ? DeviceBuffer.alloc(bytes, { device }) : undefined;
+  const back = new Uint8Array(bytes);
+  try {
+    for (const cache of ['cold', 'warm'] as const) {
+      const prepare = () => (cache === 'cold' ? coldPass() : fileCache(file).resident);
+      if (cache === 'warm') for (let i = 0; i < warmup; i++) readFileStorage(file, { direct: false });
+      const coldVia = cache === 'cold' ? (dropWorks ? 'drop' : 'direct') : undefined;
+      const direct = cache === 'cold' ? (dropWorks ? ('auto' as const) : true) : false;
+      // O_DIRECT's measurement at the first large read of a file system happens here, untimed.
+      if (cache === 'cold') {
+        coldPass();
+        readFileStorage(file, { direct });
+      }
+      // Storage alone.
+      {
+        const samples: number[] = [];
+        const resident: number[] = [];
+        let usedDirect = false;
+        for (let i = 0; i < iterations; i++) {
+          resident.push(prepare());
+          const r = readFileStorage(file, { direct });
+          usedDirect = r.direct;
+          samples.push(r.seconds);
+        }
+        results.push(
+          row(
+            { direction: 'read', mode: `storage-${cache}`, bytes, resident: median(resident), coldVia, direct: usedDirect, verified: true },
+            samples,
+          ),
+        );
+        step(`storage-${cache}`);
+      }
+      if (!dev) continue;
+      // The library's path.
+      {
+        const samples: number[] = [];
+        const resident: number[] = [];
+        let usedDirect = false;
+        for (let i = 0; i < iterations; i++) {
+          resident.push(prepare());
+          samples.push(time(() => (usedDirect = readFile(file, dev, { direct }).direct)));
+        }
+        back.fill(0);
+        copy(back, dev);
+        results.push(
+          row(
+            {
+              direction: 'read',
+              mode: `library-${cache}`,
+              bytes,
+              resident: median(resident),
+              coldVia,
+              direct: usedDirect,
+              verified: equal(back, host, bytes),
+            },
+            samples,
+          ),
+        );
+        step(`library-${cache}`);
+      }
+      // fs.readFile, then copy().
+      {
+        const samples: number[] = [];
+        const resident: number[] = [];
+        for (let i = 0; i < iterations; i++) {
+          resident.push(prepare());
+          samples.push(time(() => copy(dev, readWhole(file))));
+        }
+        back.fill(0);
+        copy(back, dev);
+        results.push(
+          row(
+            { direction: 'read', mode: `naive-${cache}`, bytes, resident: median(resident), verified: equal(back, host, bytes) },
+            samples,
+          ),
+        );
+        step(`naive-${cache}`);
+      }
+    }
+    if (dev) {
+      // The link: pinned memory to the device, the other limit of a read.
+      const pinned = PinnedBuffer.alloc(bytes, { device });
+      try {
+        pinned.bytes.set(host);
+        for (let i = 0; i < warmup; i++) copy(dev, pinned);
+        const samples: number[] = [];
+        for (let i = 0; i < iterations; i++) samples.push(time(() => copy(dev, pinned)));
+        back.fill(0);
+        copy(back, dev);
+        results.push(row({ direction: 'read', mode: 'link', bytes, verified: equal(back, host, bytes) }, samples));
+        step('link');
+      } finally {
+        pinned.free();
+      }
+      copy(dev, host);
+      const out = path.join(work, 'out.bin');
+      const verifyOut = () => equal(readWhole(out), host, bytes);
+      {
+        const samples: number[] = [];
+        for (let i = 0; i < iterations; i++) samples.push(time(() => writeFile(out, dev, { fsync })));
+        results.push(row({ direction: 'write', mode: 'library', bytes, verified: verifyOut() }, samples));
+        step('write library');
+      }
+      {
+        const samples: number[] = [];
+        for (let i = 0; i < iterations; i++)
+          samples.push(
+            time(() => {
+              const h = new Uint8Array(bytes);
+              copy(h, dev);
+              const fd = fs.openSync(out, 'w');
+              try {
+                fs.writeSync(fd, h);
+                if (fsync) fs.fsyncSync(fd);
+              } finally {
+                fs.closeSync(fd);
+              }
+            }),
+          );
+        results.push(row({ direction: 'write', mode: 'naive', bytes, verified: verifyOut() }, samples));
+        step('write naive');
+      }
+      fs.rmSync(out, { force: true });
+    }
+    {
+      const out = path.join(work, 'out-storage.bin');
+      const samples: number[] = [];
+      for (let i = 0; i < iterations; i++) samples.push(time(() => writeFile(out, host, { fsync })));
+      results.push(row({ direction: 'write', mode: 'storage', bytes, verified: equal(readWhole(out), host, bytes) }, samples));
+      step('write storage');
+    }
+  } finally {
+    dev?.free();
+    fs.rmSync(work, { recursive: true, force: true });
+  }
+  // Each library read against what it cannot beat: the storage in the same state, and the link.
+  const link = results.find((r) => r.mode === 'link');
+  for (const r of results) {
+    if (r.direction !== 'read' || !r.mode.startsWith('library-')) continue;
+    const storage = results.find((s) => s.mode === r.mode.replace('library', 'storage'));
+    if (!storage || !link) continue;
+    r.limitGbps = Math.min(storage.gbps.median, link.gbps.median);
+    r.shareOfLimit = r.gbps.median / r.limitGbps;
+  }
+  const cpus = os.cpus();
+  return {
+    schema: 'cuda-memory/files-benchmark@1',
+    environment: {
+      date: new Date().toISOString(),
+      dir: path.resolve(o.dir),
+      gpu: gpu ? devices()[device]?.name : undefined,
+      host: {
+        hostname: os.hostname(),
+        cpu: cpus[0]?.model ?? 'unknown',
+        cpus: cpus.length,
+        memoryBytes: os.totalmem(),
+        kernel: os.release(),
+      },
+      node: process.version,
+    },
+    options: { bytes, iterations, warmup, device, fsync },
+    results,
+    skipped,
+    headlineBytes: bytes,
+  };
+}

@@ -1,0 +1,70 @@
+/** `cuda-memory bench-files --dir DIR`: the file benchmark (lib/bench/files.ts) from the command line. */
+import * as fs from 'fs';
+import { Command, Option } from 'commander';
+import { runFilesBenchmark, filesGateSource } from '../bench/files';
+import { formatFilesTable, formatFilesCsv, filesJunit } from '../report/files';
+import { parseGate, evaluateGates, Gate } from '../bench/gates';
+import { parseSize } from '../base/units';
+import { progressBar, gatesJson } from './common';
+import { collect, integer, outFile, wrap } from './options';
+
+interface BenchFilesOptions {
+  dir: string;
+  size?: number;
+  iterations?: number;
+  warmup?: number;
+  device?: number;
+  fsync: boolean;
+  json?: boolean;
+  csv?: boolean;
+  out?: string;
+  junit?: string;
+  expect?: Gate[];
+}
+
+async function benchFiles(o: BenchFilesOptions): Promise<number> {
+  const report = await runFilesBenchmark({
+    dir: o.dir,
+    bytes: o.size,
+    iterations: o.iterations,
+    warmup: o.warmup,
+    device: o.device,
+    fsync: o.fsync,
+    onProgress: progressBar(),
+  });
+  const gates = evaluateGates(o.expect ?? [], filesGateSource(report));
+  const json = JSON.stringify({ ...report, gates: gatesJson(gates) }, null, 2);
+  if (o.json) process.stdout.write(json + '\n');
+  else if (o.csv) process.stdout.write(formatFilesCsv(report));
+  else process.stdout.write(formatFilesTable(report) + '\n');
+  if (o.out) fs.writeFileSync(o.out, json + '\n');
+  if (o.junit) fs.writeFileSync(o.junit, filesJunit(report, gates));
+  for (const g of gates) process.stderr.write(g.message + '\n');
+  const unverified = report.results.filter((r) => !r.verified);
+  for (const r of unverified) process.stderr.write(`FAIL data check: ${r.direction} ${r.mode} did not arrive intact\n`);
+  return gates.every((g) => g.pass) && unverified.length === 0 ? 0 : 1;
+}
+
+export function register(program: Command): void {
+  program
+    .command('bench-files')
+    .description('file benchmark: a file into device memory and back, cold and warm, against fs.readFile + copy() and the storage alone')
+    .requiredOption('--dir <folder>', 'the folder to write the test file in (on the storage to measure)')
+    .option('--size <size>', 'file size (default 1GiB)', wrap(parseSize))
+    .option('--iterations <n>', 'timed passes per row (default 5)', integer(1))
+    .option('--warmup <n>', 'untimed passes before warm rows (default 1)', integer(0))
+    .addOption(new Option('--device <n>', 'device index').argParser(integer(0)))
+    .option('--no-fsync', 'time writes without fsync (the page cache, not the storage)')
+    .addOption(new Option('--json', 'the JSON report on stdout instead of the table').conflicts('csv'))
+    .option('--csv', 'CSV on stdout instead of the table')
+    .option('--out <file>', 'also write the JSON report here', outFile)
+    .option('--junit <file>', 'JUnit XML, one testcase per result and gate', outFile)
+    .option(
+      '--expect <gate>',
+      "a gate such as 'read.library-cold>=3GB/s' or 'read.library-warm/read.naive-warm>=2'; repeatable",
+      collect(wrap(parseGate)),
+    )
+    .action(async (o: BenchFilesOptions) => {
+      process.exitCode = await benchFiles(o);
+    });
+}

@@ -1,0 +1,291 @@
+#!/usr/bin/env node
+'use strict';
+// A safetensors checkpoint of a few GiB onto the GPU, in one run: written with random data into
+// the folder named, then loaded cold (page cache dropped before each pass) and warm by the
+// library (loadSafetensors), by PyTorch (safetensors.torch.load_file(path, device='cuda'), through
+// scripts/files-vs-torch.py) and by the naive Node path (the file into a Node buffer, then
+// copy()), beside the storage's own read rate (readFileStorage: the library's path without the
+// GPU) and the link (copy() from pinned memory). Every pass of every loader is checked byte for
+// byte. Prints one table and the JSON report (also written to $OUT/files-vs-torch.json when OUT
+// is set). Exit status 1 when any data did not arrive intact.
+//
+// usage: node scripts/files-vs-torch.js --dir DIR [--gib 3] [--passes 3] [--keep] [--no-torch]
+//        [--host]   (no GPU: host memory instead of device memory, to check the script itself)
+const fs = require('fs');
+const os = require('os');
+const path = require('path');
+const crypto = require('crypto');
+const { execFileSync } = require('child_process');
+
+const cm = require(path.join(__dirname, '..'));
+const { readWhole } = require(path.join(__dirname, '..', 'dist', 'bench', 'files'));
+
+function args(argv) {
+  const o = { gib: 3, passes: 3, keep: false, torch: true, host: false, python: process.env.PYTHON || 'python3' };
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i];
+    if (a === '--dir') o.dir = argv[++i];
+    else if (a === '--gib') o.gib = Number(argv[++i]);
+    else if (a === '--passes') o.passes = Number(argv[++i]);
+    else if (a === '--keep') o.keep = true;
+    else if (a === '--no-torch') o.torch = false;
+    else if (a === '--host') o.host = true;
+    else throw new Error(`unknown argument ${a}`);
+  }
+  if (!o.dir) throw new Error('--dir DIR is required (a folder on the storage to measure)');
+  if (!(o.gib > 0) || !Number.isInteger(o.passes) || o.passes < 1)
+    throw new Error('--gib must be above 0 and --passes an integer of at least 1');
+  return o;
+}
+
+const o = args(process.argv.slice(2));
+const gpu = !o.host;
+if (gpu && !cm.status().available) {
+  console.error(`files-vs-torch: CUDA is not available (${cm.status().message}); --host checks the script without a GPU`);
+  process.exit(2);
+}
+
+// Tensors in several dtypes and shapes, about `total` bytes together: eight large weights and a
+// small bias after each.
+function layout(total) {
+  const dtypes = ['F32', 'BF16', 'F16', 'F32', 'I64', 'U8', 'F32', 'BF16'];
+  const list = [];
+  const each = Math.floor(total / dtypes.length);
+  dtypes.forEach((dtype, i) => {
+    const size = cm.DTYPE_BYTES[dtype];
+    const cols = 4096;
+    const rows = Math.max(1, Math.floor(each / size / cols));
+    list.push({ name: `layers.${i}.weight`, dtype, shape: [rows, cols], bytes: rows * cols * size });
+    list.push({ name: `layers.${i}.bias`, dtype, shape: [cols + i], bytes: (cols + i) * size });
+  });
+  return list;
+}
+
+function drop(file) {
+  return cm.fileCache(file, true).resident;
+}
+
+function seconds(fn) {
+  const t0 = process.hrtime.bigint();
+  const r = fn();
+  return [Number(process.hrtime.bigint() - t0) / 1e9, r];
+}
+
+function summary(samples, bytes) {
+  const s = [...samples].sort((a, b) => a - b);
+  const med = s[Math.floor((s.length - 1) / 2)] / 2 + s[Math.ceil((s.length - 1) / 2)] / 2;
+  return { seconds: samples, medianSeconds: med, gbps: bytes / med / 1e9, bestGbps: bytes / s[0] / 1e9 };
+}
+
+const dir = fs.mkdtempSync(path.join(o.dir, 'files-vs-torch-'));
+const file = path.join(dir, 'checkpoint.safetensors');
+const digestsFile = path.join(dir, 'checkpoint.sha256.json');
+const report = {
+  schema: 'cuda-memory/files-vs-torch@1',
+  date: new Date().toISOString(),
+  dir: path.resolve(o.dir),
+  fileSystem: (() => {
+    try {
+      return execFileSync('stat', ['-f', '-c', '%T', o.dir], { encoding: 'utf8' }).trim();
+    } catch {
+      return 'unknown';
+    }
+  })(),
+  gpu: gpu ? cm.devices()[0].name : 'none (--host)',
+  host: { cpu: os.cpus()[0]?.model, cpus: os.cpus().length, memoryBytes: os.totalmem(), kernel: os.release() },
+  node: process.version,
+  passes: o.passes,
+  rows: [],
+  goals: [],
+};
+let failed = false;
+
+try {
+  // The checkpoint: random bytes, written by the library's writer from host memory.
+  const tensors = layout(Math.round(o.gib * 2 ** 30));
+  const total = tensors.reduce((s, t) => s + t.bytes, 0);
+  const data = Buffer.allocUnsafe(total);
+  for (let at = 0; at < total; at += 1 << 30) crypto.randomFillSync(data, at, Math.min(1 << 30, total - at));
+  const sources = {};
+  const digests = {};
+  let at = 0;
+  for (const t of tensors) {
+    sources[t.name] = { dtype: t.dtype, shape: t.shape, buffer: data, byteOffset: at };
+    digests[t.name] = crypto
+      .createHash('sha256')
+      .update(data.subarray(at, at + t.bytes))
+      .digest('hex');
+    t.offset = at;
+    at += t.bytes;
+  }
+  const [writeSeconds, fileBytes] = seconds(() => cm.saveSafetensors(file, sources, { fsync: true }));
+  fs.writeFileSync(digestsFile, JSON.stringify(digests));
+  report.checkpoint = { bytes: fileBytes, dataBytes: total, tensors: tensors.length, writeSeconds };
+
+  // Each loaded tensor against the bytes it was written from.
+  const backOf = (view) => {
+    const out = Buffer.allocUnsafe(view.byteLength);
+    cm.copy(out, view.buffer, { srcOffset: view.byteOffset, byteLength: view.byteLength });
+    return out;
+  };
+  const verify = (views) =>
+    tensors.every((t) => {
+      const v = views.get(t.name);
+      return v !== undefined && v.byteLength === t.bytes && backOf(v).equals(data.subarray(t.offset, t.offset + t.bytes));
+    });
+  const alloc = gpu ? undefined : (n) => Buffer.allocUnsafe(n);
+
+  const loaders = {
+    storage: (cache) => {
+      const r = cm.readFileStorage(file, { direct: cache === 'cold' ? 'auto' : false });
+      return { verified: r.bytes === fileBytes, direct: r.direct };
+    },
+    library: (cache) => {
+      const l = cm.loadSafetensors(file, { alloc, direct: cache === 'cold' ? 'auto' : false });
+      return { loaded: l };
+    },
+    naive: () => {
+      const buf = readWhole(file);
+      const h = cm.parseSafetensorsHeader(buf, buf.length);
+      const span = buf.length - h.dataOffset;
+      const mem = gpu ? cm.DeviceBuffer.alloc(span) : Buffer.allocUnsafe(span);
+      cm.copy(mem, buf, { srcOffset: h.dataOffset, byteLength: span });
+      const views = new Map(
+        h.tensors.map((t) => [t.name, { ...t, buffer: mem, byteOffset: t.begin - h.dataOffset, byteLength: t.end - t.begin }]),
+      );
+      return { loaded: { tensors: views, free: () => mem.free?.() } };
+    },
+  };
+
+  // O_DIRECT's measurement at the first large read of this file system, untimed.
+  drop(file);
+  cm.readFileStorage(file, { direct: 'auto' });
+  for (const cache of ['cold', 'warm']) {
+    for (const [name, load] of Object.entries(loaders)) {
+      if (cache === 'warm') {
+        const r = load(cache);
+        r.loaded?.free();
+      }
+      const samples = [];
+      const resident = [];
+      let verified = true;
+      let direct;
+      for (let i = 0; i < o.passes; i++) {
+        resident.push(cache === 'cold' ? drop(file) : cm.fileCache(file).resident);
+        const [s, r] = seconds(() => load(cache));
+        samples.push(s);
+        if (r.loaded) {
+          verified = verify(r.loaded.tensors) && verified;
+          r.loaded.free();
+        } else verified = r.verified && verified;
+        if (r.direct !== undefined) direct = r.direct;
+      }
+      report.rows.push({
+        loader: name,
+        cache,
+        bytes: fileBytes,
+        ...summary(samples, fileBytes),
+        residentBefore: resident,
+        direct,
+        verified,
+      });
+      failed = failed || !verified;
+    }
+    if (o.torch) {
+      let t;
+      try {
+        t = JSON.parse(
+          execFileSync(o.python, [path.join(__dirname, 'files-vs-torch.py'), file, digestsFile, String(o.passes), cache], {
+            encoding: 'utf8',
+            maxBuffer: 1 << 24,
+          }),
+        );
+      } catch (e) {
+        t = {
+          error: String(e.stderr || e.message)
+            .trim()
+            .split('\n')
+            .slice(-3)
+            .join(' | '),
+        };
+      }
+      if (t.error) {
+        report.rows.push({ loader: 'torch', cache, error: t.error, verified: false });
+        failed = true;
+      } else {
+        report.rows.push({
+          loader: 'torch',
+          cache,
+          bytes: fileBytes,
+          ...summary(t.seconds, fileBytes),
+          verified: t.verified,
+          mismatched: t.mismatched,
+          versions: { torch: t.torch, safetensors: t.safetensors },
+        });
+        failed = failed || !t.verified;
+      }
+    }
+  }
+  if (gpu) {
+    // The link: pinned memory to the device, 1 GiB (or the checkpoint, if smaller).
+    const n = Math.min(1 << 30, fileBytes);
+    const pinned = cm.PinnedBuffer.alloc(n);
+    const dev = cm.DeviceBuffer.alloc(n);
+    try {
+      pinned.bytes.set(data.subarray(0, n));
+      cm.copy(dev, pinned);
+      const samples = [];
+      for (let i = 0; i < o.passes; i++) samples.push(seconds(() => cm.copy(dev, pinned))[0]);
+      const back = Buffer.allocUnsafe(n);
+      cm.copy(back, dev);
+      const verified = back.equals(data.subarray(0, n));
+      report.rows.push({ loader: 'link', cache: '-', bytes: n, ...summary(samples, n), verified });
+      failed = failed || !verified;
+    } finally {
+      pinned.free();
+      dev.free();
+    }
+  }
+
+  // The goals: the library at 90% of the slower of the storage and the link, and twice PyTorch.
+  const find = (loader, cache) => report.rows.find((r) => r.loader === loader && r.cache === cache && r.gbps !== undefined);
+  const link = find('link', '-');
+  for (const cache of ['cold', 'warm']) {
+    const lib = find('library', cache);
+    const storage = find('storage', cache);
+    const torch = find('torch', cache);
+    if (lib && storage) {
+      const limit = Math.min(storage.gbps, link ? link.gbps : Infinity);
+      report.goals.push({ goal: `${cache}: library >= 90% of min(storage, link)`, value: lib.gbps / limit, pass: lib.gbps >= 0.9 * limit });
+    }
+    if (lib && torch)
+      report.goals.push({ goal: `${cache}: library >= 2x torch`, value: lib.gbps / torch.gbps, pass: lib.gbps >= 2 * torch.gbps });
+  }
+} finally {
+  if (!o.keep) fs.rmSync(dir, { recursive: true, force: true });
+}
+
+const pad = (s, n) => String(s).padEnd(n);
+const lines = [
+  `checkpoint ${cm.formatBytes(report.checkpoint.bytes)} in ${report.checkpoint.tensors} tensors, in ${report.dir} (${report.fileSystem}); GPU ${report.gpu}; median of ${o.passes} passes; decimal GB/s`,
+  '',
+  `${pad('loader', 8)}  ${pad('cache', 5)}  ${'median'.padStart(7)}  ${'best'.padStart(7)}  ${pad('verified', 8)}  note`,
+];
+for (const r of report.rows)
+  lines.push(
+    `${pad(r.loader, 8)}  ${pad(r.cache, 5)}  ${(r.gbps === undefined ? '-' : r.gbps.toFixed(2)).padStart(7)}  ${(r.bestGbps === undefined ? '-' : r.bestGbps.toFixed(2)).padStart(7)}  ${pad(r.verified ? 'yes' : 'NO', 8)}  ${[
+      r.error ? `error: ${r.error}` : '',
+      r.direct ? 'O_DIRECT' : '',
+      r.residentBefore ? `cached before ${r.residentBefore.map((x) => (x * 100).toFixed(0) + '%').join('/')}` : '',
+      r.versions ? `torch ${r.versions.torch}, safetensors ${r.versions.safetensors}` : '',
+    ]
+      .filter(Boolean)
+      .join('; ')}`,
+  );
+lines.push('');
+for (const g of report.goals) lines.push(`${g.pass ? 'PASS' : 'MISS'} ${g.goal}: ${g.value.toFixed(2)}`);
+console.log(lines.join('\n'));
+const json = JSON.stringify(report, null, 2);
+console.log(json);
+if (process.env.OUT) fs.writeFileSync(path.join(process.env.OUT, 'files-vs-torch.json'), json + '\n');
+process.exit(failed ? 1 : 0);

@@ -1,0 +1,330 @@
+'use strict';
+// readFile/writeFile: host destinations and every error need no GPU; device memory, pinned
+// memory and allocator blocks run under describeGpu.
+const fs = require('fs');
+const os = require('os');
+const path = require('path');
+const { execFileSync } = require('child_process');
+const { cm, describeGpu, randomBytes, same } = require('../helpers');
+
+const KiB = 1024;
+const MiB = 1024 * KiB;
+
+function tmpDir() {
+  return fs.mkdtempSync(path.join(os.tmpdir(), 'cm-files-'));
+}
+
+function fileWith(dir, name, bytes) {
+  const p = path.join(dir, name);
+  fs.writeFileSync(p, bytes);
+  return p;
+}
+
+const isRoot = typeof process.getuid === 'function' && process.getuid() === 0;
+
+describe('readFile into host memory', () => {
+  const dir = tmpDir();
+  const data = randomBytes(5 * MiB + 4321, 7);
+  const file = fileWith(dir, 'data.bin', data);
+  afterAll(() => fs.rmSync(dir, { recursive: true, force: true }));
+
+  test('the whole file, a range of it, at an offset in the destination; nothing outside the range is written', () => {
+    const all = new Uint8Array(data.length);
+    expect(cm.readFile(file, all)).toMatchObject({ bytes: data.length });
+    expect(same(all, data)).toBe(true);
+    for (const [fileOffset, byteLength, dstOffset] of [
+      [0, 1, 0],
+      [4095, 4097, 3],
+      [12345, 3 * MiB + 17, 101],
+      [data.length - 10, 10, 0],
+      [data.length, 0, 0],
+    ]) {
+      const dst = new Uint8Array(byteLength + dstOffset + 64).fill(0xab);
+      const r = cm.readFile(file, dst, { fileOffset, byteLength, dstOffset });
+      expect(r.bytes).toBe(byteLength);
+      expect(same(dst.subarray(dstOffset, dstOffset + byteLength), data.subarray(fileOffset, fileOffset + byteLength))).toBe(true);
+      expect(dst.subarray(0, dstOffset).every((b) => b === 0xab)).toBe(true);
+      expect(dst.subarray(dstOffset + byteLength).every((b) => b === 0xab)).toBe(true);
+    }
+  });
+
+  test('direct: true reads through O_DIRECT where the file system allows it, unaligned head and tail included', () => {
+    const dst = new Uint8Array(3 * MiB + 5);
+    let r;
+    try {
+      r = cm.readFile(file, dst, { fileOffset: 777, byteLength: dst.length, direct: true });
+    } catch (e) {
+      // tmpfs and some overlay file systems refuse O_DIRECT.
+      expect(e).toMatchObject({ code: 'ERR_FILE_IO', errno: 'EINVAL' });
+      return;
+    }
+    expect(r).toMatchObject({ bytes: dst.length, direct: true, directReason: 'asked for' });
+    expect(same(dst, data.subarray(777, 777 + dst.length))).toBe(true);
+  });
+
+  test('direct: false and small reads do not use O_DIRECT, and say why', () => {
+    expect(cm.readFile(file, new Uint8Array(100), { byteLength: 100, direct: false })).toEqual({
+      bytes: 100,
+      direct: false,
+      directReason: 'asked for',
+    });
+    expect(cm.readFile(file, new Uint8Array(100), { byteLength: 100 }).directReason).toBe('a small read');
+  });
+
+  test('coded errors: missing file, a directory, a FIFO, no permission, a range past the end, a file larger than the destination', () => {
+    const dst = new Uint8Array(data.length);
+    expect(() => cm.readFile(path.join(dir, 'missing'), dst)).toThrow(
+      expect.objectContaining({ code: 'ERR_FILE_NOT_FOUND', syscall: 'open', errno: 'ENOENT' }),
+    );
+    expect(() => cm.readFile(dir, dst)).toThrow(expect.objectContaining({ code: 'ERR_FILE_IS_DIRECTORY', path: dir }));
+    const fifo = path.join(dir, 'fifo');
+    execFileSync('mkfifo', [fifo]);
+    // Opening a FIFO for reading would wait for a writer; it is refused at once instead.
+    expect(() => cm.readFile(fifo, dst)).toThrow(
+      expect.objectContaining({ code: 'ERR_FILE_NOT_REGULAR', message: expect.stringContaining('a FIFO') }),
+    );
+    expect(() => cm.readFile(file, dst, { fileOffset: 1, byteLength: data.length })).toThrow(
+      expect.objectContaining({ code: 'ERR_FILE_SHORT', message: expect.stringContaining(`runs past the end`) }),
+    );
+    expect(() => cm.readFile(file, dst, { fileOffset: data.length + 1 })).toThrow(expect.objectContaining({ code: 'ERR_FILE_SHORT' }));
+    const small = new Uint8Array(100).fill(7);
+    expect(() => cm.readFile(file, small)).toThrow(expect.objectContaining({ code: 'ERR_FILE_TOO_LARGE' }));
+    expect(small.every((b) => b === 7)).toBe(true);
+    expect(() => cm.readFile(file, dst, { dstOffset: 1 })).toThrow(expect.objectContaining({ code: 'ERR_FILE_TOO_LARGE' }));
+    const e = (() => {
+      try {
+        cm.readFile(path.join(dir, 'missing'), dst);
+      } catch (err) {
+        return err;
+      }
+    })();
+    expect(e).toBeInstanceOf(cm.CudaMemoryError);
+  });
+
+  (isRoot ? test.skip : test)('no permission: ERR_FILE_PERMISSION (skipped as root, who may read anything)', () => {
+    const p = fileWith(dir, 'secret', data.subarray(0, 10));
+    fs.chmodSync(p, 0o000);
+    expect(() => cm.readFile(p, new Uint8Array(10))).toThrow(expect.objectContaining({ code: 'ERR_FILE_PERMISSION', errno: 'EACCES' }));
+  });
+
+  test('arguments are checked before any file is opened', () => {
+    const dst = new Uint8Array(10);
+    expect(() => cm.readFile(file, dst, { byteLength: 11 })).toThrow(expect.objectContaining({ code: 'ERR_OUT_OF_RANGE' }));
+    expect(() => cm.readFile(file, dst, { dstOffset: 11 })).toThrow(expect.objectContaining({ code: 'ERR_OUT_OF_RANGE' }));
+    expect(() => cm.readFile(file, dst, { dstOffset: 5, byteLength: 6 })).toThrow(
+      expect.objectContaining({ code: 'ERR_OUT_OF_RANGE', message: 'dstOffset + byteLength (5 + 6) runs past the end of dst (10 bytes)' }),
+    );
+    expect(() => cm.readFile(file, dst, { fileOffset: -1 })).toThrow(RangeError);
+    expect(() => cm.readFile(file, dst, { direct: 'yes' })).toThrow(expect.objectContaining({ code: 'ERR_INVALID_ARG_TYPE' }));
+    expect(() => cm.readFile(42, dst)).toThrow(expect.objectContaining({ code: 'ERR_INVALID_ARG_TYPE' }));
+    expect(() => cm.readFile('', dst)).toThrow(expect.objectContaining({ code: 'ERR_INVALID_ARG_VALUE' }));
+    expect(() => cm.readFile(file, 'nope')).toThrow(expect.objectContaining({ code: 'ERR_INVALID_ARG_TYPE' }));
+    expect(() => cm.readFile(new URL('http://example.com/x'), dst)).toThrow(TypeError);
+    expect(cm.readFile(new URL(`file://${file}`), dst, { byteLength: 10 }).bytes).toBe(10);
+  });
+
+  test('readFileAsync runs off the event loop, reports progress up to the total, and rejects with the caller in the stack', async () => {
+    const dst = new Uint8Array(data.length);
+    const seen = [];
+    const r = await cm.readFileAsync(file, dst, { onProgress: (done, total) => seen.push([done, total]), progressInterval: 1 });
+    expect(r.bytes).toBe(data.length);
+    expect(same(dst, data)).toBe(true);
+    expect(seen.length).toBeGreaterThan(0);
+    expect(seen[seen.length - 1]).toEqual([data.length, data.length]);
+    for (let i = 1; i < seen.length; i++) expect(seen[i][0]).toBeGreaterThanOrEqual(seen[i - 1][0]);
+    const err = await cm.readFileAsync(path.join(dir, 'missing'), dst).catch((e) => e);
+    expect(err).toMatchObject({ code: 'ERR_FILE_NOT_FOUND' });
+    expect(err.stack).toContain('readFileAsync called from');
+    await expect(cm.readFileAsync(file, dst, { onProgress: 5 })).rejects.toMatchObject({ code: 'ERR_INVALID_ARG_TYPE' });
+  });
+
+  test('a Node buffer being read into cannot be transferred until the read settles, and can after', async () => {
+    const dst = new Uint8Array(data.length);
+    const pending = cm.readFileAsync(file, dst);
+    if (typeof ArrayBuffer.prototype.transfer === 'function') {
+      expect(() => dst.buffer.transfer()).toThrow(expect.objectContaining({ code: 'ERR_BUFFER_IN_USE' }));
+    } else {
+      // Node 20 has no transfer(); a clone that lists the marked buffer copies it (later Node refuses).
+      try {
+        structuredClone(dst.buffer, { transfer: [dst.buffer] });
+      } catch {
+        // refused: as good
+      }
+    }
+    expect(dst.byteLength).toBe(data.length);
+    await pending;
+    expect(same(dst, data)).toBe(true);
+    if (typeof ArrayBuffer.prototype.transfer === 'function') {
+      const moved = dst.buffer.transfer();
+      expect(dst.byteLength).toBe(0);
+      expect(same(new Uint8Array(moved), data)).toBe(true);
+    }
+  });
+
+  test('readFileStorage reads with no destination; fileCache reports and drops the page cache', () => {
+    const r = cm.readFileStorage(file);
+    expect(r.bytes).toBe(data.length);
+    expect(r.seconds).toBeGreaterThan(0);
+    expect(cm.readFileStorage(file, { fileOffset: 10, byteLength: 100 }).bytes).toBe(100);
+    expect(() => cm.readFileStorage(file, { fileOffset: 10, byteLength: data.length })).toThrow(
+      expect.objectContaining({ code: 'ERR_FILE_SHORT' }),
+    );
+    const c = cm.fileCache(file, true);
+    expect(typeof c.dropped).toBe('boolean');
+    expect(c.resident).toBeGreaterThanOrEqual(-1);
+    expect(c.resident).toBeLessThanOrEqual(1);
+    expect(Array.isArray(cm.fileDirectChoices())).toBe(true);
+  });
+});
+
+describe('writeFile from host memory', () => {
+  const dir = tmpDir();
+  afterAll(() => fs.rmSync(dir, { recursive: true, force: true }));
+
+  test('writes the bytes asked for, replaces an existing file, and leaves no temporary file', () => {
+    const data = randomBytes(9 * MiB + 3, 8);
+    const p = path.join(dir, 'out.bin');
+    fs.writeFileSync(p, 'old contents, longer than nothing');
+    expect(cm.writeFile(p, data, { srcOffset: 3, byteLength: 9 * MiB, fsync: true })).toBe(9 * MiB);
+    expect(same(fs.readFileSync(p), data.subarray(3, 3 + 9 * MiB))).toBe(true);
+    expect(fs.readdirSync(dir)).toEqual(['out.bin']);
+    expect(cm.writeFile(p, new Uint8Array(0))).toBe(0);
+    expect(fs.statSync(p).size).toBe(0);
+  });
+
+  test('mode sets the permission bits of the new file (before the umask)', () => {
+    const p = path.join(dir, 'mode.bin');
+    cm.writeFile(p, new Uint8Array(4), { mode: 0o600 });
+    expect(fs.statSync(p).mode & 0o777).toBe(0o600 & ~process.umask());
+  });
+
+  test('a failed write leaves neither a file nor a temporary one behind', () => {
+    const sub = path.join(dir, 'sub');
+    fs.mkdirSync(sub);
+    expect(() => cm.writeFile(sub, new Uint8Array(4))).toThrow(expect.objectContaining({ code: 'ERR_FILE_IS_DIRECTORY' }));
+    expect(() => cm.writeFile(path.join(dir, 'no-such-dir', 'x'), new Uint8Array(4))).toThrow(
+      expect.objectContaining({ code: 'ERR_FILE_NOT_FOUND' }),
+    );
+    const fifo = path.join(dir, 'fifo');
+    execFileSync('mkfifo', [fifo]);
+    expect(() => cm.writeFile(fifo, new Uint8Array(4))).toThrow(expect.objectContaining({ code: 'ERR_FILE_NOT_REGULAR' }));
+    expect(fs.readdirSync(dir).sort()).toEqual(['fifo', 'mode.bin', 'out.bin', 'sub']);
+    expect(fs.readdirSync(sub)).toEqual([]);
+  });
+
+  (isRoot ? test.skip : test)('a folder without write permission: ERR_FILE_PERMISSION, nothing written (skipped as root)', () => {
+    const ro = path.join(dir, 'ro');
+    fs.mkdirSync(ro, 0o500);
+    expect(() => cm.writeFile(path.join(ro, 'x'), new Uint8Array(4))).toThrow(expect.objectContaining({ code: 'ERR_FILE_PERMISSION' }));
+    expect(fs.readdirSync(ro)).toEqual([]);
+  });
+
+  test('writeFileAsync with progress; arguments checked like copy()', async () => {
+    const data = randomBytes(20 * MiB + 1, 9);
+    const p = path.join(dir, 'async.bin');
+    const seen = [];
+    expect(await cm.writeFileAsync(p, data, { onProgress: (d, t) => seen.push([d, t]), progressInterval: 1 })).toBe(data.length);
+    expect(same(fs.readFileSync(p), data)).toBe(true);
+    expect(seen[seen.length - 1]).toEqual([data.length, data.length]);
+    expect(() => cm.writeFile(p, data, { srcOffset: 2, byteLength: data.length })).toThrow(
+      expect.objectContaining({
+        code: 'ERR_OUT_OF_RANGE',
+        message: `srcOffset + byteLength (2 + ${data.length}) runs past the end of src (${data.length} bytes)`,
+      }),
+    );
+    expect(() => cm.writeFile(p, data, { mode: 0o10000 })).toThrow(RangeError);
+    expect(() => cm.writeFile(p, data, { fsync: 1 })).toThrow(TypeError);
+    await expect(cm.writeFileAsync(path.join(dir, 'nope', 'x'), data)).rejects.toMatchObject({ code: 'ERR_FILE_NOT_FOUND' });
+  });
+});
+
+describeGpu('readFile/writeFile with device memory', () => {
+  const dir = tmpDir();
+  afterAll(() => fs.rmSync(dir, { recursive: true, force: true }));
+  const data = randomBytes(21 * MiB + 4321, 11);
+  const file = fileWith(dir, 'dev.bin', data);
+
+  function deviceBytes(buf) {
+    const out = new Uint8Array(buf.byteLength);
+    cm.copy(out, buf);
+    return out;
+  }
+
+  test('into a DeviceBuffer: whole, and a range at an offset, buffered and O_DIRECT, nothing outside the range written', () => {
+    const dev = cm.DeviceBuffer.alloc(data.length + 8192);
+    try {
+      for (const direct of [false, true, 'auto']) {
+        cm.memset(dev, 0xab);
+        let r;
+        try {
+          r = cm.readFile(file, dev, { fileOffset: 777, byteLength: data.length - 1000, dstOffset: 4099, direct });
+        } catch (e) {
+          if (direct === true && e.code === 'ERR_FILE_IO' && e.errno === 'EINVAL') continue; // no O_DIRECT here
+          throw e;
+        }
+        expect(r.bytes).toBe(data.length - 1000);
+        const back = deviceBytes(dev);
+        expect(same(back.subarray(4099, 4099 + data.length - 1000), data.subarray(777, data.length - 223))).toBe(true);
+        expect(back.subarray(0, 4099).every((b) => b === 0xab)).toBe(true);
+        expect(back.subarray(4099 + data.length - 1000).every((b) => b === 0xab)).toBe(true);
+      }
+      expect(() => cm.readFile(file, dev, { dstOffset: 8193 })).toThrow(expect.objectContaining({ code: 'ERR_FILE_TOO_LARGE' }));
+    } finally {
+      dev.free();
+    }
+  });
+
+  test('from a DeviceBuffer to a file and back, sync and async with progress', async () => {
+    const dev = cm.DeviceBuffer.alloc(data.length);
+    try {
+      cm.copy(dev, data);
+      const out = path.join(dir, 'from-device.bin');
+      expect(cm.writeFile(out, dev, { fsync: true })).toBe(data.length);
+      expect(same(fs.readFileSync(out), data)).toBe(true);
+      const out2 = path.join(dir, 'from-device-async.bin');
+      const seen = [];
+      await cm.writeFileAsync(out2, dev, { srcOffset: 5, onProgress: (d) => seen.push(d), progressInterval: 1 });
+      expect(same(fs.readFileSync(out2), data.subarray(5))).toBe(true);
+      expect(seen[seen.length - 1]).toBe(data.length - 5);
+      const dev2 = cm.DeviceBuffer.alloc(data.length);
+      try {
+        const r = await cm.readFileAsync(out, dev2, { onProgress: (d) => seen.push(d) });
+        expect(r.bytes).toBe(data.length);
+        expect(same(deviceBytes(dev2), data)).toBe(true);
+      } finally {
+        dev2.free();
+      }
+    } finally {
+      dev.free();
+    }
+  });
+
+  test('a free() during readFileAsync waits for the read to settle', async () => {
+    const dev = cm.DeviceBuffer.alloc(data.length);
+    const pending = cm.readFileAsync(file, dev);
+    dev.free();
+    await expect(pending).resolves.toMatchObject({ bytes: data.length });
+  });
+
+  test('into pinned memory and an allocator block', () => {
+    const pinned = cm.PinnedBuffer.alloc(data.length);
+    try {
+      cm.readFile(file, pinned);
+      expect(same(pinned.bytes.subarray(0, data.length), data)).toBe(true);
+      const out = path.join(dir, 'from-pinned.bin');
+      cm.writeFile(out, pinned, { byteLength: 1000 });
+      expect(same(fs.readFileSync(out), data.subarray(0, 1000))).toBe(true);
+    } finally {
+      pinned.free();
+    }
+    const a = cm.createAllocator({ memoryLimit: 64 * MiB });
+    try {
+      const block = a.alloc(data.length);
+      cm.readFile(file, block, { fileOffset: 100, byteLength: data.length - 100 });
+      expect(same(deviceBytes(block).subarray(0, data.length - 100), data.subarray(100))).toBe(true);
+      block.free();
+    } finally {
+      a.close();
+    }
+  });
+});
