@@ -27,6 +27,7 @@
 #include "binding/instance.h"
 #include "binding/promise_worker.h"
 #include "core/transfer/file_pipeline.h"
+#include "device/discovery.h"
 #include "transfer/copy.h"
 #include "transfer/staging.h"
 
