@@ -9,7 +9,7 @@ import { native, type FileReadInfo } from '../binding/native';
 import { Memory, resolveMemory } from '../memory/buffers';
 import { checkBoolean, checkOptions, checkSize } from '../base/validate';
 import { argRangeError, argTypeError, describe, invalidArgument } from '../base/errors';
-import { checkHoldable, holdBuffer, releaseBuffer } from '../memory/detach';
+import { checkHoldable } from '../memory/detach';
 
 export type { FileReadInfo } from '../binding/native';
 
@@ -129,7 +129,8 @@ function progressOptions(o: { onProgress?: unknown; progressInterval?: unknown }
 }
 
 // Runs `start` with a progress array the addon counts into ([done, total]), calling onProgress
-// from a timer meanwhile; holds a Node buffer's memory in place until the promise settles.
+// from a timer meanwhile. A Node buffer is under Node's own contract for asynchronous work: it
+// must not be detached (transferred) until the promise settles (see the API guide's lifetime).
 function runAsync<T>(
   what: string,
   target: number | ArrayBufferView,
@@ -138,7 +139,6 @@ function runAsync<T>(
   start: (progress: BigUint64Array | undefined) => Promise<T>,
 ): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
-  let held: ArrayBufferView | undefined;
   let pending: Promise<T>;
   let progress: BigUint64Array | undefined;
   let report: (() => void) | undefined;
@@ -146,8 +146,6 @@ function runAsync<T>(
     const { onProgress, interval } = progressOptions(o);
     if (typeof target !== 'number') {
       checkHoldable(what === 'readFileAsync' ? 'dst' : 'src', target);
-      holdBuffer(target);
-      held = target;
     }
     if (onProgress) {
       progress = new BigUint64Array(2);
@@ -162,12 +160,7 @@ function runAsync<T>(
       };
       timer = setInterval(report, interval);
     }
-    try {
-      pending = start(progress);
-    } catch (e) {
-      if (held) releaseBuffer(held);
-      throw e;
-    }
+    pending = start(progress);
   } catch (e) {
     if (timer) clearInterval(timer);
     return Promise.reject(e);
@@ -175,7 +168,6 @@ function runAsync<T>(
   const site = new Error(`${what} called here`);
   const settle = () => {
     if (timer) clearInterval(timer);
-    if (held) releaseBuffer(held);
   };
   return pending.then(
     (v) => {
@@ -212,8 +204,8 @@ export function readFile(path: string | URL, dst: Memory, options?: ReadFileOpti
 
 /**
  * Like {@link readFile}, off the JavaScript thread, with progress. The destination stays
- * referenced (a free() waits) until the promise settles; a Node buffer's memory is held in place
- * meanwhile, as copyAsync() does.
+ * referenced (a free() waits) until the promise settles; a Node buffer must not be detached
+ * meanwhile, as with copyAsync() (see the API guide's lifetime section).
  */
 export function readFileAsync(path: string | URL, dst: Memory, options?: ReadFileAsyncOptions): Promise<FileReadInfo> {
   let r: ReturnType<typeof prepareRead>;
