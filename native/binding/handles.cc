@@ -61,7 +61,15 @@ bool HostViewAlive(napi_env env, Allocation* a) noexcept {
 }
 
 void ReleaseHostMemory(napi_env env, Allocation* a) noexcept {
-  if (DetachHostView(env, a) || a->env_closing)
+  if (a->env_closing) {
+    // The environment's cleanup: no JavaScript can reach the memory any more, and reading the
+    // reference would make a handle where no handle scope may be open.
+    if (a->host_ref) napi_delete_reference(env, a->host_ref);
+    a->host_ref = nullptr;
+    FreeHostMemory(a);
+    return;
+  }
+  if (DetachHostView(env, a))
     FreeHostMemory(a);
   else
     a->host_free_deferred = true;  // moved to an ArrayBuffer still alive: its finalizer frees

@@ -252,6 +252,7 @@ Napi::Value LiveCount(const Napi::CallbackInfo& info) {
 }  // namespace
 
 void ReleaseAllLive(Napi::Env env) {
+  Napi::HandleScope scope(env);  // a release op may still make handles (none reaches JavaScript)
   for (Allocation* a : GetInstance(env).handles.Live())
     if (a->pending == 0) {
       a->env_closing = true;
