@@ -220,7 +220,12 @@ describe('policies on a simulated device', () => {
     for (let i = 0; i < 10; i++) later.push(a.alloc(8 * KiB));
     await new Promise((r) => setImmediate(r));
     later = null;
-    expect(a.stats().bytesInUse).toBe(MiB + 3000 * 4 * KiB + 10 * 8 * KiB);
+    // Nothing freed the forgotten blocks yet, though a scavenge may already have collected some of
+    // them (V8 promises no moment): at most all of them are still in use, and never fewer than kept.
+    const before = a.stats().bytesInUse;
+    expect(before).toBeLessThanOrEqual(MiB + 3000 * 4 * KiB + 10 * 8 * KiB);
+    expect(before).toBeGreaterThanOrEqual(MiB);
+    expect((before - MiB) % (4 * KiB)).toBe(0);
     for (let tries = 0; tries < 50 && a.stats().bytesInUse > MiB; tries++) {
       global.gc();
       await new Promise((r) => setTimeout(r, 10));
