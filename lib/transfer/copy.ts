@@ -5,6 +5,7 @@ import { Stream, streamOption } from '../device/stream';
 import { checkOptions, checkSize } from '../base/validate';
 import { invalidArgument, argRangeError } from '../base/errors';
 import { checkHoldable, holdBuffer, releaseBuffer } from '../memory/detach';
+import { ManagedBuffer } from '../memory/managed';
 
 /**
  * How a pageable (ordinary Node) buffer is moved to or from the device:
@@ -138,8 +139,12 @@ export function copyAsync(dst: Memory, src: Memory, options?: CopyOptions): Prom
   let p: ReturnType<typeof prepare>;
   // The Node buffers among dst and src: their memory must stay where it is until the copy settles.
   const views: ArrayBufferView[] = [];
+  // Managed buffers in use: where the host must not touch them during GPU work, their bytes
+  // refuse until the copy settles.
+  const managed: ManagedBuffer[] = [];
   const release = () => {
     for (const v of views) releaseBuffer(v);
+    for (const m of managed) m._busy--;
   };
   let pending: Promise<void>;
   try {
@@ -153,6 +158,11 @@ export function copyAsync(dst: Memory, src: Memory, options?: CopyOptions): Prom
         views.push(t);
       }
     for (const v of views) holdBuffer(v);
+    for (const b of [p.d.buffer, p.s.buffer])
+      if (b instanceof ManagedBuffer) {
+        b._busy++;
+        managed.push(b);
+      }
     try {
       pending = native.copyAsync(p.d.target, p.dstOffset, p.s.target, p.srcOffset, p.n, p.strategy, p.stream);
     } catch (e) {

@@ -31,6 +31,9 @@ struct BufferOps {
   // and its offset there. Throws ERR_NOT_SUPPORTED, with the kind's reason, where the kind
   // cannot be shared. Null: not device memory, so not exportable.
   void (*export_range)(Napi::Env env, Allocation* a, void** base, uint64_t* offset) = nullptr;
+  // The memory is managed: the driver pages it between the host and the devices, so copies leave
+  // the direction to it (cudaMemcpyDefault) and host code may touch it.
+  bool managed = false;
 };
 
 // What an export keeps while the buffer lives (the IPC record of memory/ipc.cc); it goes first
