@@ -13,7 +13,18 @@ export { status, devices, memGetInfo, formatCudaVersion, cudaVisibleDevices } fr
 export type { CudaStatus, DeviceInfo, PcieLink, AddonBinary } from './device/discovery';
 export { peerAccess, enablePeerAccess } from './device/peers';
 export type { PeerLink, NvLinkRate } from './device/peers';
+export { sharedMemoryOf } from './device/shared-memory';
+export type { SharedMemoryInfo, SharedMemoryFacts } from './device/shared-memory';
 export { DeviceBuffer, PinnedBuffer, RegisteredBuffer, registerHost } from './memory/buffers';
+export { ManagedBuffer } from './memory/managed';
+export type {
+  ManagedAllocOptions,
+  ManagedAdvice,
+  ManagedAttributes,
+  ManagedLocation,
+  ManagedRange,
+  PrefetchOptions,
+} from './memory/managed';
 export type {
   Memory,
   LentMemory,

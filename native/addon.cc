@@ -12,6 +12,7 @@
 #include "device/streams.h"
 #include "memory/buffers.h"
 #include "memory/ipc.h"
+#include "memory/managed.h"
 #include "memory/shared_pinned.h"
 #include "transfer/copy.h"
 #include "transfer/files.h"
@@ -45,6 +46,7 @@ Napi::Object RegisterExports(Napi::Env env, Napi::Object exports) {
   exports.Set("init", Napi::Function::New(env, Init, "init"));
   cm::InitDiscovery(env, exports);
   cm::InitMemory(env, exports);
+  cm::InitManaged(env, exports);
   cm::InitCopy(env, exports);
   cm::InitStaging(env, exports);
   cm::InitFiles(env, exports);
@@ -57,6 +59,7 @@ Napi::Object RegisterExports(Napi::Env env, Napi::Object exports) {
   cm::InitStreamOrdered(env, exports);
   cm::InitBench(env, exports);
   cm::InitBenchDevices(env, exports);
+  cm::InitManagedBench(env, exports);
   return exports;
 }
 

@@ -34,6 +34,11 @@ export interface SimulatedDevice {
    * makes a device without virtual memory management.
    */
   granularity?: number;
+  /**
+   * Host memory, in bytes, that a managed allocator's regions may spill into once the device is
+   * full (the driver's eviction to system RAM). Needed to oversubscribe a simulated device.
+   */
+  hostBytes?: number;
 }
 
 /**
@@ -66,7 +71,10 @@ export interface AllocatorOptions {
    * regions start at 2 MiB and double. Default false.
    */
   allowGrowth?: boolean;
-  /** Limit as a share of the device's total memory, in (0, 1] (per_process_gpu_memory_fraction). */
+  /**
+   * Limit as a share of the device's total memory, in (0, 1] (per_process_gpu_memory_fraction);
+   * above 1 only with `managed` and `oversubscribe`.
+   */
   memoryFraction?: number;
   /** Limit in bytes. Exclusive with memoryFraction. */
   memoryLimit?: number;
@@ -84,6 +92,21 @@ export interface AllocatorOptions {
   garbageCollection?: boolean;
   /** Run on a simulated device instead of a GPU. */
   simulate?: SimulatedDevice;
+  /**
+   * `bfc` only: take the pool's regions as managed (unified) memory (cudaMallocManaged), which
+   * the driver pages between the device and the host (TensorFlow's `use_unified_memory`, RMM's
+   * managed memory resource). Blocks are DeviceBuffers whose address the host can use too.
+   * Default false.
+   */
+  managed?: boolean;
+  /**
+   * With `managed`: allow a limit above the device's memory (memoryFraction above 1, or
+   * memoryLimit above the total), up to the device's and the host's memory together; the driver
+   * evicts pages to the host as the device fills. Refused (ERR_OVERSUBSCRIPTION) without it. On a
+   * real GPU, touching more managed memory than the device has free thrashes pages over the bus
+   * and can stall the GPU for every process: see docs/shared-memory.md. Default false.
+   */
+  oversubscribe?: boolean;
   /**
    * `bfc` only: one segment per allocator on CUDA virtual memory (PyTorch's
    * `expandable_segments:True`): an address range the size of the device is reserved, and
@@ -290,6 +313,8 @@ export class Allocator {
   /** @internal */ private _a: unknown;
   /** Where the memory comes from. */
   readonly backend: AllocatorBackend;
+  /** Its regions are managed memory (see AllocatorOptions.managed). */
+  readonly managed: boolean;
   readonly device: number;
   readonly simulated: boolean;
   readonly allowGrowth: boolean;
@@ -315,6 +340,7 @@ export class Allocator {
     const info = native.allocatorInfo(handle);
     this.device = info.device;
     this.simulated = info.simulated;
+    this.managed = info.managed ?? false;
     this.allowGrowth = info.allowGrowth;
     this.initialPoolBytes = info.initialPoolBytes;
     this.expandableSegments = info.expandableSegments ?? false;
@@ -587,9 +613,11 @@ export class Allocator {
       `backend: ${
         this.backend === 'async'
           ? `async (CUDA stream-ordered pool, ${info.defaultPool ? "the device's default pool" : 'a pool of its own'})`
-          : this.expandableSegments
-            ? `bfc (best-fit with coalescing in one expandable segment, mapped in ${formatBytes(this.granularity)} granules)`
-            : 'bfc (best-fit with coalescing over cudaMalloc regions)'
+          : this.managed
+            ? 'bfc (best-fit with coalescing over cudaMallocManaged regions)'
+            : this.expandableSegments
+              ? `bfc (best-fit with coalescing in one expandable segment, mapped in ${formatBytes(this.granularity)} granules)`
+              : 'bfc (best-fit with coalescing over cudaMalloc regions)'
       }`,
       `policy: ${this.allowGrowth ? 'allowGrowth' : 'preallocate'}; limit ${formatBytes(this.limitBytes)} (${this.limitSource})`,
       line,
@@ -697,6 +725,8 @@ export function createAllocator(options?: AllocatorOptions): Allocator {
     'expandableSegments',
     'simulate',
     'shared',
+    'managed',
+    'oversubscribe',
   ]);
   for (const k of Object.keys(o))
     if (!known.has(k)) throw argTypeError(`Unknown allocator option ${JSON.stringify(k)}; expected one of ${[...known].join(', ')}`);
@@ -704,7 +734,22 @@ export function createAllocator(options?: AllocatorOptions): Allocator {
     throw argRangeError(
       'memoryFraction and memoryLimit were both given; choose one: memoryFraction is a share of total device memory, memoryLimit a number of bytes',
     );
-  if (o.memoryFraction !== undefined && (typeof o.memoryFraction !== 'number' || !(o.memoryFraction > 0 && o.memoryFraction <= 1)))
+  const managed = checkBoolean('managed', o.managed, false);
+  const oversubscribe = checkBoolean('oversubscribe', o.oversubscribe, false);
+  if (oversubscribe && !managed)
+    throw argRangeError(
+      'oversubscribe needs managed: true: only managed memory can be paged out to the host, device memory cannot',
+      'ERR_OVERSUBSCRIPTION',
+    );
+  if (typeof o.memoryFraction === 'number' && o.memoryFraction > 1 && Number.isFinite(o.memoryFraction) && !(managed && oversubscribe))
+    throw argRangeError(
+      `Expected memoryFraction in (0, 1] but received ${o.memoryFraction}: a fraction above 1 oversubscribes the device, which only a managed allocator can do, and only when asked (managed: true, oversubscribe: true)`,
+      'ERR_OVERSUBSCRIPTION',
+    );
+  if (
+    o.memoryFraction !== undefined &&
+    (typeof o.memoryFraction !== 'number' || !(o.memoryFraction > 0 && (o.memoryFraction <= 1 || Number.isFinite(o.memoryFraction))))
+  )
     throw invalidArgument(
       'memoryFraction',
       'a number in (0, 1]',
@@ -728,6 +773,11 @@ export function createAllocator(options?: AllocatorOptions): Allocator {
   }
   const backend = o.backend ?? 'bfc';
   if (backend !== 'bfc' && backend !== 'async') throw invalidArgument('backend', "'bfc' or 'async'", o.backend, RangeError);
+  if (managed && (backend !== 'bfc' || expandableSegments || o.shared !== undefined))
+    throw argRangeError(
+      `managed needs backend 'bfc' without ${backend !== 'bfc' ? "backend 'async'" : expandableSegments ? 'expandableSegments' : 'shared'}: its regions are cudaMallocManaged allocations carved by the BFC pool`,
+      'ERR_NOT_SUPPORTED',
+    );
   const asyncDefaultPool = checkBoolean('asyncDefaultPool', o.asyncDefaultPool, false);
   if (o.asyncDefaultPool !== undefined && backend !== 'async') throw argRangeError("asyncDefaultPool applies to backend 'async' only");
   if (backend === 'async' && expandableSegments)
@@ -754,7 +804,15 @@ export function createAllocator(options?: AllocatorOptions): Allocator {
     const granularity = s.granularity === undefined ? undefined : checkSize('simulate.granularity', s.granularity);
     if (granularity !== undefined && granularity % 256 !== 0)
       throw invalidArgument('simulate.granularity', 'a multiple of 256 bytes', s.granularity, RangeError);
-    simulate = { totalBytes, freeBytes, ccMajor: Number(m[1]), ccMinor: Number(m[2]), granularity };
+    const hostBytes = s.hostBytes === undefined ? undefined : checkSize('simulate.hostBytes', s.hostBytes);
+    if (hostBytes !== undefined && !managed)
+      throw argRangeError('simulate.hostBytes applies to managed allocators (managed: true) only: device memory never spills to the host');
+    if (oversubscribe && hostBytes === undefined)
+      throw argRangeError(
+        'oversubscribe on a simulated device needs simulate.hostBytes: the host memory its pages may be evicted to',
+        'ERR_MISSING_ARGS',
+      );
+    simulate = { totalBytes, freeBytes, ccMajor: Number(m[1]), ccMinor: Number(m[2]), granularity, hostBytes };
     device = checkDevice(o.device);
   } else {
     device = checkDevice(o.device, knownDeviceCount());
@@ -798,6 +856,8 @@ export function createAllocator(options?: AllocatorOptions): Allocator {
       expandableSegments,
       simulate,
       shared,
+      managed,
+      oversubscribe,
     }),
     'bfc',
     o.memoryFraction,

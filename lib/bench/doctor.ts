@@ -6,6 +6,7 @@ import { status, devices, formatCudaVersion, knownDeviceCount } from '../device/
 import { peerAccess, enablePeerAccess, describeLink } from '../device/peers';
 import type { PeerLink } from '../device/peers';
 import { DeviceBuffer, PinnedBuffer } from '../memory/buffers';
+import { ManagedBuffer } from '../memory/managed';
 import { copy, memset } from '../transfer/copy';
 import { native } from '../binding/native';
 import { rateSummary } from './stats';
@@ -51,6 +52,33 @@ export interface DoctorReport {
   ok: boolean;
   device: number;
   checks: DoctorCheck[];
+}
+
+// What system memory the GPU reaches, and, where it has managed memory, a round trip through a
+// small managed buffer (well inside free memory: never more than the device has free).
+function sharedMemoryCheck(device: number): Omit<DoctorCheck, 'name' | 'seconds'> {
+  const d = devices()[device];
+  if (!d.managedMemory) return { status: 'skip', detail: `${d.sharedMemory.summary}; no managed memory to try` };
+  const n = 16 * 2 ** 20;
+  const m = ManagedBuffer.alloc(n, { device });
+  const dev = DeviceBuffer.alloc(n, { device });
+  try {
+    const bytes = m.bytes;
+    for (let i = 0; i < n; i += 4096) bytes[i] = (i >>> 12) & 0xff;
+    copy(dev, m);
+    memset(m, 0);
+    copy(m, dev);
+    const view = m.bytes;
+    let ok = true;
+    for (let i = 0; i < n && ok; i += 4096) ok = view[i] === ((i >>> 12) & 0xff);
+    return {
+      status: ok ? 'pass' : 'fail',
+      detail: `${d.sharedMemory.summary}; ${ok ? 'a 16 MiB managed buffer went to the device and back intact' : 'managed memory did not read back'}`,
+    };
+  } finally {
+    dev.free();
+    m.free();
+  }
 }
 
 function timed(name: string, fn: () => Omit<DoctorCheck, 'name' | 'seconds'>): DoctorCheck {
@@ -116,6 +144,7 @@ export function runDoctor(options: DoctorOptions = {}): DoctorReport {
       }
     }),
   );
+  checks.push(timed('shared GPU memory', () => sharedMemoryCheck(device)));
   const pinned: Record<string, number> = {};
   for (const dir of ['h2d', 'd2h'] as const) {
     checks.push(

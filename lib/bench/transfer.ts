@@ -10,6 +10,7 @@ import { PerformanceObserver } from 'perf_hooks';
 import { native, requireCuda } from '../binding/native';
 import { status, devices, DeviceInfo, formatCudaVersion } from '../device/discovery';
 import { DeviceBuffer, PinnedBuffer, registerHost, RegisteredBuffer, Memory } from '../memory/buffers';
+import { ManagedBuffer, ManagedLocation } from '../memory/managed';
 import { copy, copyAsync, CopyStrategy } from '../transfer/copy';
 import { configureStaging, StagingSettings } from '../transfer/staging';
 import { summarize, rateSummary, SampleSummary } from './stats';
@@ -23,10 +24,16 @@ import { argRangeError } from '../base/errors';
  * same buffer under strategy 'auto' (the path it takes is in `path`); `pinned` is a PinnedBuffer
  * timed with CUDA events, `pinned-call` the same through copy() called from JavaScript, timed
  * around each call (its reference is the `baseline` row, plain cudaMemcpy from C++).
+ * `managed` is a ManagedBuffer prefetched to the device (h2d) or the host (d2h), and
+ * `managed-copy` the same buffer, resident on the host, copied to or from device memory with no
+ * prefetch (its pages move on first use by the copy); each is timed from JavaScript around the
+ * awaited call, beside the raw CUDA call timed in C++ (`managed-raw`, `managed-copy-raw`). They
+ * are not measured by default: name them in `modes`.
  *
  * @category Benchmarks
  */
-export type TransferMode = 'pageable' | 'staged' | 'auto' | 'pinned' | 'pinned-call' | 'pinned-wc' | 'registered' | 'mapped';
+export type TransferMode =
+  'pageable' | 'staged' | 'auto' | 'pinned' | 'pinned-call' | 'pinned-wc' | 'registered' | 'mapped' | 'managed' | 'managed-copy';
 /**
  * Which way data moves. `bidir` runs h2d and d2h at once; `d2d` ignores the mode.
  *
@@ -34,7 +41,12 @@ export type TransferMode = 'pageable' | 'staged' | 'auto' | 'pinned' | 'pinned-c
  */
 export type Direction = 'h2d' | 'd2h' | 'bidir' | 'd2d';
 
+/** The modes measured by default. */
 export const ALL_MODES: TransferMode[] = ['pageable', 'staged', 'auto', 'pinned', 'pinned-call', 'pinned-wc', 'registered', 'mapped'];
+/** Managed memory's modes, measured when asked for (see {@link TransferMode}). */
+export const MANAGED_MODES: TransferMode[] = ['managed', 'managed-copy'];
+/** Every mode `modes` may name. */
+export const KNOWN_MODES: TransferMode[] = [...ALL_MODES, ...MANAGED_MODES];
 export const ALL_DIRECTIONS: Direction[] = ['h2d', 'd2h', 'bidir', 'd2d'];
 
 /**
@@ -82,7 +94,7 @@ export interface TransferResult {
    * `baseline`: plain cudaMemcpy from C++ on cudaMallocHost memory; `device`: d2d; `hostcopy`:
    * the staged path's threads copying between pageable and pinned host memory, no GPU involved.
    */
-  mode: TransferMode | 'baseline' | 'device' | 'hostcopy';
+  mode: TransferMode | 'baseline' | 'device' | 'hostcopy' | 'managed-raw' | 'managed-copy-raw';
   direction: Direction;
   bytes: number;
   /** How it was timed: CUDA events, a C++ steady clock, or process.hrtime around each JavaScript call. */
@@ -251,6 +263,8 @@ function makeHost(mode: TransferMode, n: number, device: number): Host {
       const registrationSeconds = Number(process.hrtime.bigint() - t0) / 1e9;
       return { view, target: r, registrationSeconds, dispose: () => r.free() };
     }
+    default:
+      throw argRangeError(`mode ${mode} has no host buffer of this kind (managed modes are measured apart)`);
   }
 }
 
@@ -364,6 +378,8 @@ export async function runTransferBenchmark(options: TransferBenchmarkOptions = {
     const size: SizeState = { n, iters, src, dev, dev2, check, besideCalls: new Map() };
     try {
       results.push(...measureHostModes(run, size));
+      for (const mode of modes.filter((m) => MANAGED_MODES.includes(m)))
+        results.push(...(await measureManaged(mode, hostDirs, n, src, dev, check, device, o.warmup, iters, progress)));
       if (baseline) results.push(...measureBaseline(run, size));
       if (hostcopy) results.push(...measureHostCopy(hostDirs, n, src, device, o.warmup, iters, progress));
       if (directions.includes('d2d')) results.push(measureD2d(run, size));
@@ -409,7 +425,7 @@ function checkedOptions(options: TransferBenchmarkOptions, deviceCount: number) 
     throw argRangeError(`Expected an integer smallIterations but received ${options.smallIterations}`);
   if (!Number.isInteger(warmup) || warmup < 0) throw argRangeError(`Expected a non-negative integer warmup but received ${warmup}`);
   for (const m of modes)
-    if (!ALL_MODES.includes(m)) throw argRangeError(`Unknown mode ${JSON.stringify(m)}; expected one of ${ALL_MODES.join(', ')}`);
+    if (!KNOWN_MODES.includes(m)) throw argRangeError(`Unknown mode ${JSON.stringify(m)}; expected one of ${KNOWN_MODES.join(', ')}`);
   for (const d of directions)
     if (!ALL_DIRECTIONS.includes(d))
       throw argRangeError(`Unknown direction ${JSON.stringify(d)}; expected one of ${ALL_DIRECTIONS.join(', ')}`);
@@ -450,7 +466,8 @@ function rowCount(o: ReturnType<typeof checkedOptions>, hostDirs: HostDirection[
       (modes.includes('pinned-call') && hostDirs.includes('bidir') ? 1 : 0) +
       (directions.includes('d2d') ? 1 : 0) +
       (baseline ? oneWay : 0) +
-      (hostcopy ? hostDirs.length : 0))
+      (hostcopy ? hostDirs.length : 0) +
+      modes.filter((m) => MANAGED_MODES.includes(m)).length * (2 * oneWay - hostDirs.length))
   );
 }
 
@@ -469,6 +486,7 @@ function measureHostModes(run: RunState, size: SizeState): TransferResult[] {
   };
   for (const mode of run.modes) {
     if (hostDirs.length === 0) break;
+    if (MANAGED_MODES.includes(mode)) continue; // measured apart (measureManaged)
     const [host, host2] = hostsFor(mode);
     try {
       for (const direction of hostDirs) {
@@ -770,4 +788,80 @@ async function probeEventLoop(n: number, device: number, pattern: Uint8Array, ro
     observer.disconnect();
     dev.free();
   }
+}
+
+/**
+ * The managed rows of one size: per one-way direction, the library's call timed from JavaScript
+ * (an awaited prefetch(), or a copy() with no prefetch) and the raw CUDA call timed in C++ in the
+ * same run, in blocks taken in turn so that both see the same machine. Before every sample the
+ * pages are put where the call starts from (untimed). Uses `n` bytes of managed memory, no more.
+ */
+async function measureManaged(
+  mode: TransferMode,
+  hostDirs: Direction[],
+  n: number,
+  src: Uint8Array,
+  dev: DeviceBuffer,
+  check: PinnedBuffer,
+  device: number,
+  warmup: number,
+  iterations: number,
+  progress: (label: string) => void,
+): Promise<TransferResult[]> {
+  const out: TransferResult[] = [];
+  const m = ManagedBuffer.alloc(n, { device });
+  try {
+    for (const direction of hostDirs.filter((d) => d === 'h2d' || d === 'd2h') as ('h2d' | 'd2h')[]) {
+      const prefetch = mode === 'managed';
+      // The data starts where the measured call reads it: in the managed pages (prefetch, and
+      // a copy to the device), or in device memory (a copy into the managed pages).
+      if (prefetch || direction === 'h2d') m.bytes.set(src);
+      else {
+        copy(dev, src);
+        m.bytes.fill(0);
+      }
+      const from: ManagedLocation = prefetch && direction === 'd2h' ? device : 'host';
+      const sample = async (): Promise<number> => {
+        await m.prefetch(from);
+        const t0 = process.hrtime.bigint();
+        if (prefetch) await m.prefetch(direction === 'h2d' ? device : 'host');
+        else if (direction === 'h2d') copy(dev, m);
+        else copy(m, dev);
+        return Number(process.hrtime.bigint() - t0) / 1e9;
+      };
+      const what = `${prefetch ? 'prefetch' : 'copy'}-${direction}`;
+      const calls = new Float64Array(iterations);
+      const raw = new Float64Array(iterations);
+      const blocks = 4;
+      for (let b = 0, at = 0; b < blocks; b++) {
+        const count = Math.round((iterations * (b + 1)) / blocks) - at;
+        for (let i = 0; i < warmup + count; i++) {
+          const s = await sample();
+          if (i >= warmup) calls[at + i - warmup] = s;
+        }
+        raw.set(native.timeRawManaged(n, warmup, count, what, device), at);
+        at += count;
+      }
+      // Checked where the data went: the device's copy (through the managed pages for prefetch),
+      // or the host's view.
+      let verified: boolean;
+      if (direction === 'h2d') {
+        check.bytes.fill(0);
+        copy(check, prefetch ? m : dev);
+        verified = equal(check.bytes, src, n);
+      } else {
+        verified = equal(m.bytes, src, n);
+      }
+      const base = { direction, bytes: n, verified };
+      out.push(result({ ...base, mode, timing: 'js-clock' }, calls, n));
+      progress(`${direction} ${mode} ${n}`);
+      out.push(
+        result({ ...base, mode: mode === 'managed' ? 'managed-raw' : 'managed-copy-raw', timing: 'steady-clock', verified: true }, raw, n),
+      );
+      progress(`${direction} ${mode}-raw ${n}`);
+    }
+  } finally {
+    m.free();
+  }
+  return out;
 }

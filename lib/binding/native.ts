@@ -163,6 +163,13 @@ export interface FileReadInfo {
   bytes: number;
   direct: boolean;
   directReason: string;
+  managedAlloc(bytes: number, device: number, attachHost: boolean): [number, ArrayBuffer];
+  managedPrefetch(handle: number, offset: number, n: number, location: number, stream?: unknown): Promise<void>;
+  managedAdvise(handle: number, offset: number, n: number, advice: number, location: number): void;
+  managedAttributes(handle: number, offset: number, n: number): object;
+  managedConcurrent(device: number): boolean;
+  managedSynchronize(device: number): void;
+  timeRawManaged(bytes: number, warmup: number, iterations: number, what: string, device: number): Float64Array;
 }
 
 /** The names every build of the addon exports. */
@@ -235,6 +242,13 @@ export const NATIVE_EXPORTS = [
   'fileStorageRead',
   'fileCache',
   'fileDirectChoices',
+  'managedAlloc',
+  'managedPrefetch',
+  'managedAdvise',
+  'managedAttributes',
+  'managedConcurrent',
+  'managedSynchronize',
+  'timeRawManaged',
 ] as const;
 
 /** The package's root folder (holds build/, prebuilds/ and package.json). */

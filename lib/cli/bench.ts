@@ -4,7 +4,15 @@
  */
 import { Command, Option } from 'commander';
 import { status } from '../device/discovery';
-import { runTransferBenchmark, gateSource, ALL_MODES, ALL_DIRECTIONS, TransferBenchmarkOptions, TransferReport } from '../bench/transfer';
+import {
+  runTransferBenchmark,
+  gateSource,
+  ALL_MODES,
+  KNOWN_MODES,
+  ALL_DIRECTIONS,
+  TransferBenchmarkOptions,
+  TransferReport,
+} from '../bench/transfer';
 import {
   runDevicesBenchmark,
   devicesGateSource,
@@ -53,7 +61,11 @@ export function register(program: Command): void {
     .command('bench')
     .description('transfer benchmark: pageable against pinned memory and the other modes')
     .option('--sizes <list>', 'sizes or ranges, binary suffixes: 64MiB,256MiB or 4KiB..1GiB (the default)', wrap(parseSizeList))
-    .option('--modes <list>', `any of ${ALL_MODES.join(',')} (default: all)`, list(ALL_MODES))
+    .option(
+      '--modes <list>',
+      `any of ${KNOWN_MODES.join(',')} (default: ${ALL_MODES.join(',')}; the managed modes on request)`,
+      list(KNOWN_MODES),
+    )
     .option('--directions <list>', `any of ${ALL_DIRECTIONS.join(',')} (default: all)`, list(ALL_DIRECTIONS))
     .option(
       '--iterations <n>',

@@ -73,6 +73,7 @@ function deviceLines(d: DeviceInfo, l: ReturnType<typeof deviceLocality>, pl: St
   const team = pl ? `; copy team of ${pl.threads} threads on ${pl.sharedCpus} CPUs shared with the other GPUs' teams` : '';
   return (
     `device ${d.index}: ${d.name}, ${formatBytes(d.totalMemory)}, compute capability ${d.computeCapability}, ${d.multiProcessorCount} SMs, ${d.asyncEngineCount} copy engines, ${d.pciBusId}, ${link}, ${d.uuid}${nvml}\n` +
+    `  memory: ${d.sharedMemory.summary}; addressing mode ${d.addressingMode ?? 'not reported (NVML from driver 580 on)'}\n` +
     `  NUMA node ${l && l.numaNode >= 0 ? l.numaNode : 'unknown'}${l && l.localCpus ? `, local CPUs ${l.localCpus}` : ''}; staging placement: ${where}${team}\n`
   );
 }

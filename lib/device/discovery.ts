@@ -3,6 +3,7 @@ import * as fs from 'fs';
 import { UnavailableReason } from '../base/errors';
 import { addonPath, binaryKind, native } from '../binding/native';
 import { checkDevice } from '../base/validate';
+import { SharedMemoryInfo, sharedMemoryOf } from './shared-memory';
 
 /**
  * The state of CUDA for this process. Never throws.
@@ -73,6 +74,20 @@ export interface DeviceInfo {
   asyncEngineCount: number;
   canMapHostMemory: boolean;
   integrated: boolean;
+  /** The device can allocate managed memory (cudaDevAttrManagedMemory). */
+  managedMemory: boolean;
+  /** The device and the host may use managed memory at the same time (cudaDevAttrConcurrentManagedAccess). */
+  concurrentManagedAccess: boolean;
+  /** The device reads and writes ordinary host memory without registration: HMM or ATS (cudaDevAttrPageableMemoryAccess). */
+  pageableMemoryAccess: boolean;
+  /** ... through the host's own page tables: ATS, as on Grace Hopper (cudaDevAttrPageableMemoryAccessUsesHostPageTables). */
+  pageableMemoryAccessUsesHostPageTables: boolean;
+  /** The host accesses managed memory resident on the device without migrating it (cudaDevAttrDirectManagedMemAccessFromHost). */
+  directManagedMemAccessFromHost: boolean;
+  /** NVML's addressing mode (`none`, `hmm`, `ats`); null where NVML does not say (drivers before 580, or no NVML). */
+  addressingMode: 'none' | 'hmm' | 'ats' | null;
+  /** Dedicated and shared GPU memory: the device's own, and the system memory it reaches and how. */
+  sharedMemory: SharedMemoryInfo;
   /** Null when NVML is not available. */
   pcie: PcieLink | null;
   /**
@@ -113,7 +128,7 @@ export function status(): CudaStatus {
  */
 export function devices(): DeviceInfo[] {
   if (!status().available) return [];
-  return native.devices() as DeviceInfo[];
+  return (native.devices() as DeviceInfo[]).map((d) => ({ ...d, sharedMemory: sharedMemoryOf(d) }));
 }
 
 /** @internal The device count when CUDA is usable, else undefined (device indices then go unchecked). */

@@ -13,6 +13,7 @@ import { checkHoldable } from './detach';
 import { checkInternal, kInternal } from '../base/internal';
 import { addressOrNull, inspectCustom, inspectSummary } from '../base/inspect';
 import type { InspectOptionsStylized, inspect } from 'node:util';
+import type { ManagedBuffer } from './managed';
 
 // The safety net for forgotten buffers. A JS FinalizationRegistry costs about 0.3 µs per buffer
 // where a native finalizer costs about 0.7, which matters for pooled allocations.
@@ -527,12 +528,16 @@ export interface LentMemory {
   [kLentMemory](): { buffer: PinnedBuffer; byteLength: number; freed: boolean };
 }
 
+/** @internal Implemented by memory of other kinds behind a handle (managed memory), which copies take as they are. */
+export const kHandleMemory = Symbol('cuda-memory.handle');
+
 /**
  * Anything copy() accepts as a source or destination.
  *
  * @category Memory
  */
-export type Memory = DeviceBuffer | PinnedBuffer | RegisteredBuffer | LentMemory | ArrayBuffer | SharedArrayBuffer | ArrayBufferView;
+export type Memory =
+  DeviceBuffer | PinnedBuffer | RegisteredBuffer | ManagedBuffer | LentMemory | ArrayBuffer | SharedArrayBuffer | ArrayBufferView;
 
 /** @internal Resolves a Memory to what the addon takes (a handle or a view) and its length. */
 export function resolveMemory(
@@ -548,6 +553,12 @@ export function resolveMemory(
     return { target: m._h, length: m.byteLength, device: false, buffer: m };
   }
   if (ArrayBuffer.isView(m)) return { target: m, length: m.byteLength, device: false, buffer: m };
+  if (m !== null && typeof m === 'object' && kHandleMemory in m) {
+    const h = (m as { [kHandleMemory](): { handle: number; byteLength: number; freed: boolean } })[kHandleMemory]();
+    if (h.freed) throw freedError(name);
+    // Driven by the driver like device memory: overlapping ranges of one buffer are refused.
+    return { target: h.handle, length: h.byteLength, device: true, buffer: m };
+  }
   if (m !== null && typeof m === 'object' && kLentMemory in m) {
     const lent = (m as LentMemory)[kLentMemory]();
     if (lent.freed) throw freedError(name);
@@ -556,6 +567,6 @@ export function resolveMemory(
   if (m instanceof ArrayBuffer || (typeof SharedArrayBuffer !== 'undefined' && m instanceof SharedArrayBuffer))
     return { target: new Uint8Array(m), length: m.byteLength, device: false, buffer: m };
   throw argTypeError(
-    `Expected a DeviceBuffer, PinnedBuffer, RegisteredBuffer, ArrayBuffer, SharedArrayBuffer or ArrayBuffer view for ${name} but received ${describeValue(m)}`,
+    `Expected a DeviceBuffer, PinnedBuffer, RegisteredBuffer, ManagedBuffer, ArrayBuffer, SharedArrayBuffer or ArrayBuffer view for ${name} but received ${describeValue(m)}`,
   );
 }

@@ -5,6 +5,7 @@ import { Stream, streamOption } from '../device/stream';
 import { checkBoolean, checkOptions, checkSize } from '../base/validate';
 import { invalidArgument, argRangeError } from '../base/errors';
 import { bufferOf, checkHoldable, checkTakeable, takeMemory, viewLike } from '../memory/detach';
+import { ManagedBuffer } from '../memory/managed';
 
 /**
  * How a pageable (ordinary Node) buffer is moved to or from the device:
@@ -189,6 +190,12 @@ export function copyAsync(dst: Memory, src: Memory, options?: CopyAsyncOptions):
 export function copyAsync(dst: Memory, src: Memory, options?: CopyAsyncOptions): Promise<void | TakenBuffers> {
   let p: ReturnType<typeof prepare>;
   let taken: TakenBuffers | undefined;
+  // Managed buffers in use: where the host must not touch them during GPU work, their bytes
+  // refuse until the copy settles.
+  const managed: ManagedBuffer[] = [];
+  const release = () => {
+    for (const m of managed) m._busy--;
+  };
   let pending: Promise<void>;
   try {
     p = prepare(dst, src, options);
@@ -214,9 +221,15 @@ export function copyAsync(dst: Memory, src: Memory, options?: CopyAsyncOptions):
       p.d.target = typeof p.d.target === 'number' ? p.d.target : asView(newDst);
       p.s.target = typeof p.s.target === 'number' ? p.s.target : asView(newSrc);
     }
+    for (const b of [p.d.buffer, p.s.buffer])
+      if (b instanceof ManagedBuffer) {
+        b._busy++;
+        managed.push(b);
+      }
     try {
       pending = native.copyAsync(p.d.target, p.dstOffset, p.s.target, p.srcOffset, p.n, p.strategy, p.stream);
     } catch (e) {
+      release();
       if (taken) (e as { taken?: TakenBuffers }).taken = taken;
       throw e;
     }
@@ -226,8 +239,12 @@ export function copyAsync(dst: Memory, src: Memory, options?: CopyAsyncOptions):
   // Captured after the copy is queued (a peer copy starts at once), still in the caller's frame.
   const site = new Error('copyAsync called here');
   return pending.then(
-    () => taken,
+    () => {
+      release();
+      return taken;
+    },
     (e: Error) => {
+      release();
       e.stack = `${e.stack ?? e.message}\n    --- copyAsync called from ---\n${(site.stack ?? '').split('\n').slice(1).join('\n')}`;
       if (taken) (e as Error & { taken?: TakenBuffers }).taken = taken;
       throw e;

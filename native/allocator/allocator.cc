@@ -1,5 +1,7 @@
 #include "allocator/allocator.h"
 
+#include <unistd.h>
+
 #include <vector>
 
 #include "allocator/group.h"
@@ -15,7 +17,7 @@ constexpr napi_type_tag kPoolTag = {0x51e0c7a93b2d4f86ull, 0x0f6b2a9d8e4c7135ull
 using PoolRef = std::shared_ptr<PoolBinding>;
 }  // namespace
 
-CudaUpstream::CudaUpstream(int device) : device_(device) {
+CudaUpstream::CudaUpstream(int device, bool managed) : device_(device), managed_(managed) {
   cudaDeviceProp p{};
   if (cudaGetDeviceProperties(&p, device) == cudaSuccess) {
     major_ = p.major;
@@ -27,7 +29,8 @@ CudaUpstream::CudaUpstream(int device) : device_(device) {
 core::UpstreamStatus CudaUpstream::Allocate(size_t bytes, uint64_t* address) {
   void* p = nullptr;
   cudaError_t err = cudaSetDevice(device_);
-  if (err == cudaSuccess) err = cudaMalloc(&p, bytes);
+  if (err == cudaSuccess)
+    err = managed_ ? cudaMallocManaged(&p, bytes, cudaMemAttachGlobal) : cudaMalloc(&p, bytes);
   if (err == cudaSuccess) {
     *address = reinterpret_cast<uintptr_t>(p);
     return core::UpstreamStatus::Ok();
@@ -35,7 +38,13 @@ core::UpstreamStatus CudaUpstream::Allocate(size_t bytes, uint64_t* address) {
   (void)cudaGetLastError();
   return {err == cudaErrorMemoryAllocation ? core::UpstreamStatus::kOutOfMemory
                                            : core::UpstreamStatus::kError,
-          static_cast<int>(err), "cudaMalloc"};
+          static_cast<int>(err), managed_ ? "cudaMallocManaged" : "cudaMalloc"};
+}
+
+uint64_t CudaUpstream::HostBytes() const {
+  if (!managed_) return 0;
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
 }
 
 void CudaUpstream::Deallocate(uint64_t address, size_t) noexcept {
@@ -45,6 +54,10 @@ void CudaUpstream::Deallocate(uint64_t address, size_t) noexcept {
 }
 
 uint64_t CudaUpstream::Granularity() const {
+  if (managed_) {
+    why_ = "a managed allocator's regions are cudaMallocManaged allocations";
+    return 0;
+  }
   if (!vmm_checked_) {
     granule_ = vmm::Granularity(device_, &why_);
     vmm_checked_ = true;
@@ -113,18 +126,19 @@ namespace {
 
 // A pool block goes back to its pool (no CUDA call, so no error to clear); it is exported as its
 // region (one cudaMalloc) and where in it the block lies.
+void ReleasePoolBlock(napi_env, Allocation* a) noexcept {
+  auto* b = static_cast<PoolAllocation*>(a);
+  if (b->pool && !b->pool->closed && b->pool->pool && b->block) {
+    b->pool->pool->Free(b->block);
+    b->pool->PublishInUse();
+  }
+  b->block = nullptr;
+  b->pool.reset();
+}
+
 const BufferOps kPoolBlockOps{
     /*on_device=*/true,
-    /*release=*/
-    [](napi_env, Allocation* a) noexcept {
-      auto* b = static_cast<PoolAllocation*>(a);
-      if (b->pool && !b->pool->closed && b->pool->pool && b->block) {
-        b->pool->pool->Free(b->block);
-        b->pool->PublishInUse();
-      }
-      b->block = nullptr;
-      b->pool.reset();
-    },
+    /*release=*/ReleasePoolBlock,
     /*before_use=*/nullptr,
     /*export_range=*/
     [](Napi::Env env, Allocation* a, void** base, uint64_t* offset) {
@@ -141,6 +155,30 @@ const BufferOps kPoolBlockOps{
       *base = reinterpret_cast<void*>(static_cast<uintptr_t>(region));
     },
 };
+
+// A block of a managed allocator: its region is one cudaMallocManaged allocation, which copies
+// address wherever the driver has put its pages, and which cudaIpcGetMemHandle cannot share.
+const BufferOps kManagedPoolBlockOps{
+    /*on_device=*/true,
+    /*release=*/ReleasePoolBlock,
+    /*before_use=*/nullptr,
+    /*export_range=*/
+    [](Napi::Env env, Allocation*, void**, uint64_t*) {
+      throw LibraryError(env, "ERR_NOT_SUPPORTED",
+                         "a block of a managed allocator cannot be exported: cudaIpcGetMemHandle "
+                         "does not share managed memory; allocate what other processes open "
+                         "from an allocator without managed: true");
+    },
+    /*free_host=*/nullptr,
+    /*managed=*/true,
+};
+
+// Whether `a` is a block of a BFC allocator (managed or not).
+PoolAllocation* AsPoolBlock(Allocation* a) {
+  return a->ops == &kPoolBlockOps || a->ops == &kManagedPoolBlockOps
+             ? static_cast<PoolAllocation*>(a)
+             : nullptr;
+}
 
 }  // namespace
 
@@ -268,6 +306,7 @@ Napi::Value CreateAllocator(const Napi::CallbackInfo& info) {
   if (!info[0].IsObject()) ThrowType(env, "options must be an object");
   Napi::Object o = info[0].As<Napi::Object>();
   int device = ReadInt(env, o.Get("device"), "options.device", 0, 1 << 20);
+  const bool managed = o.Get("managed").ToBoolean();
   std::unique_ptr<core::Upstream> device_upstream;
   Napi::Value sim = o.Get("simulate");
   if (sim.IsObject()) {
@@ -280,10 +319,13 @@ Napi::Value CreateAllocator(const Napi::CallbackInfo& info) {
         static_cast<int>(Opt(s, "ccMinor", 0)), device);
     if (!Absent(s.Get("granularity")))
       sim_up->SetGranularity(ReadSize(env, s.Get("granularity"), "simulate.granularity"));
+    if (managed)
+      sim_up->SetManaged(
+          Absent(s.Get("hostBytes")) ? 0 : ReadSize(env, s.Get("hostBytes"), "simulate.hostBytes"));
     device_upstream = std::move(sim_up);
   } else {
     CheckDevice(env, device);
-    device_upstream = std::make_unique<CudaUpstream>(device);
+    device_upstream = std::make_unique<CudaUpstream>(device, managed);
   }
   core::AllocatorSpec spec;
   // shared: { dir, name, device (uuid or "simulated"), budget (0: the group's), budgetSource,
@@ -302,6 +344,7 @@ Napi::Value CreateAllocator(const Napi::CallbackInfo& info) {
   if (o.Get("memoryFraction").IsNumber()) spec.policy.memory_fraction = Opt(o, "memoryFraction", 0);
   if (!Absent(o.Get("memoryLimit")))
     spec.policy.memory_limit = ReadSize(env, o.Get("memoryLimit"), "memoryLimit");
+  spec.policy.oversubscribe = o.Get("oversubscribe").ToBoolean();
   spec.allow_growth = o.Get("allowGrowth").ToBoolean();
   if (!Absent(o.Get("initialPoolBytes")))
     spec.initial_bytes = ReadSize(env, o.Get("initialPoolBytes"), "initialPoolBytes");
@@ -317,6 +360,10 @@ Napi::Value CreateAllocator(const Napi::CallbackInfo& info) {
     po = std::move(composed.options);
   } catch (const core::ShmError& e) {
     ThrowInterprocess(env, e);
+  } catch (const core::OversubscriptionRefused& e) {
+    Napi::Error err = Napi::RangeError::New(env, e.what());
+    err.Set("code", "ERR_OVERSUBSCRIPTION");
+    throw err;
   } catch (const std::invalid_argument& e) {
     ThrowRange(env, e.what());
   } catch (const core::NotSupported& e) {
@@ -367,7 +414,7 @@ Napi::Value AllocatorAlloc(const Napi::CallbackInfo& info) {
   if (!block) ThrowOom(env, p, &oom);
   p->PublishInUse();
   uint64_t address = core::Pool::Address(block);
-  auto* a = new PoolAllocation(&kPoolBlockOps);
+  auto* a = new PoolAllocation(p->upstream->managed() ? &kManagedPoolBlockOps : &kPoolBlockOps);
   a->device = p->upstream->device();
   a->simulated = p->upstream->simulated();
   a->ptr = reinterpret_cast<void*>(static_cast<uintptr_t>(address));
@@ -458,7 +505,7 @@ Napi::Value AllocatorSnapshot(const Napi::CallbackInfo& info) {
 Napi::Value BlockId(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Allocation* a = UnwrapAllocation(env, info[0], "buffer");
-  PoolAllocation* b = a->ops == &kPoolBlockOps ? static_cast<PoolAllocation*>(a) : nullptr;
+  PoolAllocation* b = AsPoolBlock(a);
   uint64_t id = b && b->block ? core::Pool::BlockId(b->block) : 0;
   return Napi::Number::New(env, static_cast<double>(id));
 }
@@ -485,6 +532,8 @@ Napi::Value AllocatorInfo(const Napi::CallbackInfo& info) {
   Napi::Object o = Napi::Object::New(env);
   o.Set("device", p->upstream->device());
   o.Set("simulated", p->upstream->simulated());
+  o.Set("managed", p->upstream->managed());
+  o.Set("hostBytes", static_cast<double>(p->upstream->HostBytes()));
   o.Set("allowGrowth", p->pool->options().allow_growth);
   o.Set("garbageCollection", p->pool->options().garbage_collection);
   o.Set("limitBytes", static_cast<double>(p->pool->options().limit));
@@ -553,8 +602,7 @@ Napi::Value AllocatorClose(const Napi::CallbackInfo& info) {
     // Forced: every buffer still carved from this pool becomes a freed buffer.
     Instance& inst = GetInstance(env);
     for (Allocation* a : inst.handles.Live())
-      if (a->ops == &kPoolBlockOps && static_cast<PoolAllocation*>(a)->pool.get() == p)
-        ReleaseAllocation(env, a);
+      if (PoolAllocation* b = AsPoolBlock(a); b && b->pool.get() == p) ReleaseAllocation(env, a);
   }
   uint64_t bytes = p->pool->Stats().pool_bytes;
   p->closed = true;

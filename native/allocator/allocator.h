@@ -14,10 +14,11 @@
 
 namespace cm {
 
-// cudaMalloc/cudaFree as a core::Upstream.
+// cudaMalloc/cudaFree as a core::Upstream; with `managed`, cudaMallocManaged: regions the driver
+// pages between the device and the host (a managed allocator's, which may oversubscribe).
 class CudaUpstream final : public core::Upstream {
  public:
-  explicit CudaUpstream(int device);
+  explicit CudaUpstream(int device, bool managed = false);
   core::UpstreamStatus Allocate(size_t bytes, uint64_t* address) override;
   void Deallocate(uint64_t address, size_t bytes) noexcept override;
   core::MemInfo GetMemInfo() override;
@@ -25,6 +26,9 @@ class CudaUpstream final : public core::Upstream {
   int ccMajor() const override { return major_; }
   int ccMinor() const override { return minor_; }
   bool simulated() const override { return false; }
+  bool managed() const override { return managed_; }
+  // The host's physical memory: what an oversubscribed device can spill into at most.
+  uint64_t HostBytes() const override;
   // Expandable segments through CUDA virtual memory management (memory/vmm.h).
   uint64_t Granularity() const override;
   std::string Why() const override { return why_; }
@@ -35,6 +39,7 @@ class CudaUpstream final : public core::Upstream {
 
  private:
   int device_, major_ = 0, minor_ = 0;
+  bool managed_;
   mutable bool vmm_checked_ = false;
   mutable uint64_t granule_ = 0;
   mutable std::string why_;

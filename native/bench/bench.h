@@ -12,4 +12,6 @@ Napi::Float64Array ToFloat64Array(Napi::Env env, const std::vector<double>& v);
 void InitBench(Napi::Env env, Napi::Object exports);
 // Several GPUs at once, and between GPUs (bench/devices.cc).
 void InitBenchDevices(Napi::Env env, Napi::Object exports);
+// The raw managed-memory calls the managed rows are measured against (bench/managed.cc).
+void InitManagedBench(Napi::Env env, Napi::Object exports);
 }  // namespace cm

@@ -34,6 +34,9 @@ struct BufferOps {
   // Host memory behind an external ArrayBuffer (pinned, shared pinned): gives the memory back
   // once no ArrayBuffer can reach it (see ReleaseHostMemory). Never throws.
   void (*free_host)(Allocation* a) noexcept = nullptr;
+  // The memory is managed: the driver pages it between the host and the devices, so copies leave
+  // the direction to it (cudaMemcpyDefault) and host code may touch it.
+  bool managed = false;
 };
 
 // What an export keeps while the buffer lives (the IPC record of memory/ipc.cc); it goes first

@@ -7,6 +7,8 @@
 #include <mutex>
 #include <type_traits>
 
+#include "device/shared_memory.h"
+
 namespace cm {
 
 std::string FormatUuid(const cudaUUID_t& id) {
@@ -122,6 +124,7 @@ struct Nvml {
   using LinkState = int (*)(void*, unsigned, int*);
   using LinkRemotePci = int (*)(void*, unsigned, NvmlPciInfo*);
   using LinkVersion = int (*)(void*, unsigned, unsigned*);
+  using AddressingMode = int (*)(void*, unsigned*);  // nvmlDeviceAddressingMode_t: version, value
   bool ok = false;
   ByBusId by_bus_id = nullptr;
   LinkQuery cur_gen = nullptr, max_gen = nullptr, cur_width = nullptr, max_width = nullptr;
@@ -129,6 +132,7 @@ struct Nvml {
   LinkState link_state = nullptr, link_remote_type = nullptr;
   LinkRemotePci link_remote_pci = nullptr;
   LinkVersion link_version = nullptr;
+  AddressingMode addressing_mode = nullptr;  // drivers from 580 on
 };
 
 const Nvml& LoadNvml() {
@@ -152,6 +156,7 @@ const Nvml& LoadNvml() {
     find(&nvml.link_remote_pci, "nvmlDeviceGetNvLinkRemotePciInfo_v2");
     find(&nvml.link_remote_type, "nvmlDeviceGetNvLinkRemoteDeviceType");
     find(&nvml.link_version, "nvmlDeviceGetNvLinkVersion");
+    find(&nvml.addressing_mode, "nvmlDeviceGetAddressingMode");
     nvml.ok = init && nvml.by_bus_id && nvml.cur_gen && nvml.max_gen && nvml.cur_width &&
               nvml.max_width && init() == 0;
   });
@@ -218,6 +223,7 @@ Napi::Value Devices(const Napi::CallbackInfo& info) {
     o.Set("asyncEngineCount", p.asyncEngineCount);
     o.Set("canMapHostMemory", p.canMapHostMemory != 0);
     o.Set("integrated", p.integrated != 0);
+    SetSharedMemoryFacts(env, o, d, bus);
     int nvml_index = NvmlIndex(bus);
     o.Set("nvmlIndex",
           nvml_index >= 0 ? Napi::Value(Napi::Number::New(env, nvml_index)) : env.Null());
@@ -262,6 +268,15 @@ PcieLink ReadPcieLink(const std::string& pci_bus_id) {
                nvml.cur_width(dev, &link.current_width) == 0 &&
                nvml.max_width(dev, &link.max_width) == 0;
   return link;
+}
+
+int NvmlAddressingMode(const std::string& pci_bus_id) {
+  const Nvml& nvml = LoadNvml();
+  void* dev = NvmlDevice(nvml, pci_bus_id);
+  // Version 1 of the struct: its size, with the version in the top byte (NVML_STRUCT_VERSION).
+  unsigned mode[2] = {static_cast<unsigned>(sizeof mode) | (1u << 24), 0};
+  if (!dev || !nvml.addressing_mode || nvml.addressing_mode(dev, mode) != 0) return -1;
+  return static_cast<int>(mode[1]);
 }
 
 int NvmlIndex(const std::string& pci_bus_id) {

@@ -38,6 +38,9 @@ PcieLink ReadPcieLink(const std::string& pci_bus_id);
 // NVML's index of the GPU (nvidia-smi's numbering, which CUDA_VISIBLE_DEVICES does not change);
 // -1 without NVML.
 int NvmlIndex(const std::string& pci_bus_id);
+// NVML's addressing mode of the GPU (0 none, 1 HMM, 2 ATS); -1 where NVML or the call (drivers
+// from 580 on) is missing.
+int NvmlAddressingMode(const std::string& pci_bus_id);
 // The GPU's active NVLinks and what each reaches; false when NVML cannot say (no NVML, or a
 // driver without the NVLink queries), with `out->active` empty.
 bool ReadNvLinks(const std::string& pci_bus_id, core::GpuLinks* out);

@@ -10,6 +10,7 @@
 #include "device/discovery.h"
 #include "device/peers.h"
 #include "device/streams.h"
+#include "memory/managed.h"
 #include "transfer/peer_copy.h"
 #include "transfer/staging.h"
 
@@ -29,7 +30,9 @@ Endpoint EndpointOf(Napi::Env env, Allocation* a, const char* what) {
   e.ptr = static_cast<char*>(a->ptr);
   e.length = a->bytes;
   e.device = a->device;
-  e.where = a->ops->on_device ? Endpoint::kDevice : Endpoint::kPinned;
+  e.where = a->ops->managed     ? Endpoint::kManaged
+            : a->ops->on_device ? Endpoint::kDevice
+                                : Endpoint::kPinned;
   return e;
 }
 
@@ -121,6 +124,13 @@ Error CopyRange(Instance& inst, const Endpoint& dst, const Endpoint& src, size_t
                 Strategy strategy, cudaStream_t stream) {
   Error err;
   if (n == 0) return err;
+  if (dst.where == Endpoint::kManaged || src.where == Endpoint::kManaged) {
+    // The driver knows where each managed page is, and migrates or copies as it needs.
+    CM_TRY(err, UseDevice(dst.where == Endpoint::kManaged ? dst.device : src.device),
+           "cudaSetDevice");
+    if (err) return err;
+    return DriverCopy(dst.ptr, src.ptr, n, cudaMemcpyDefault, stream);
+  }
   cudaMemcpyKind kind = KindOf(dst, src);
   if (kind == cudaMemcpyHostToHost) {
     if (stream) CM_TRY(err, cudaStreamSynchronize(stream), "cudaStreamSynchronize");
@@ -186,8 +196,11 @@ void CheckCopyArgs(Napi::Env env, CopyArgs& c, uint64_t dst_off, uint64_t src_of
   c.dst.length -= dst_off;
   c.src.length -= src_off;
   c.n = n;
-  if (c.dst.where == Endpoint::kDevice && c.src.where == Endpoint::kDevice && n > 0 &&
-      c.dst.ptr < c.src.ptr + n && c.src.ptr < c.dst.ptr + n)
+  auto driven = [](const Endpoint& e) {
+    return e.where == Endpoint::kDevice || e.where == Endpoint::kManaged;
+  };
+  if (driven(c.dst) && driven(c.src) && n > 0 && c.dst.ptr < c.src.ptr + n &&
+      c.src.ptr < c.dst.ptr + n)
     ThrowRange(env, "the device-to-device ranges overlap (dst and src share " +
                         std::to_string(std::min(c.dst.ptr, c.src.ptr) + n -
                                        std::max(c.dst.ptr, c.src.ptr)) +
@@ -375,6 +388,21 @@ Napi::Value Memset(const Napi::CallbackInfo& info) {
     ThrowRange(env, "offset + byteLength (" + std::to_string(off) + " + " + std::to_string(n) +
                         ") runs past the end of the buffer (" + std::to_string(e.length) +
                         " bytes)");
+  if (e.where == Endpoint::kManaged && n) {
+    // cudaMemset reaches managed memory wherever it is, except memory attached to the host on a
+    // device that cannot access it while the host does; that is set by the host once the
+    // device is idle.
+    if (!(e.alloc->flags & cudaMemAttachHost) || ConcurrentManagedAccess(e.device)) {
+      cudaError_t err = cudaSetDevice(e.device);
+      if (err == cudaSuccess) err = cudaMemset(e.ptr + off, value, n);
+      if (err == cudaSuccess) err = cudaStreamSynchronize(nullptr);
+      if (err != cudaSuccess) ThrowCuda(env, err, "cudaMemset");
+      return env.Undefined();
+    }
+    cudaError_t err = cudaSetDevice(e.device);
+    if (err == cudaSuccess) err = cudaDeviceSynchronize();
+    if (err != cudaSuccess) ThrowCuda(env, err, "cudaDeviceSynchronize");
+  }
   if (e.where != Endpoint::kDevice) {
     std::memset(e.ptr + off, value, n);
     return env.Undefined();

@@ -12,9 +12,10 @@ namespace cm {
 // pinned host memory.
 enum class Strategy { kAuto, kDriver, kStaged, kRegister, kPeer, kHost };
 
-// One side of a copy, resolved to a raw range.
+// One side of a copy, resolved to a raw range. Managed memory is wherever the driver last put
+// it: copies to and from it are left to the driver (cudaMemcpyDefault).
 struct Endpoint {
-  enum Where { kDevice, kPinned, kPageable } where = kPageable;
+  enum Where { kDevice, kPinned, kPageable, kManaged } where = kPageable;
   char* ptr = nullptr;
   size_t length = 0;  // bytes available from ptr
   int device = 0;

@@ -49,7 +49,36 @@ enum cudaDeviceAttr {
   cudaDevAttrComputeCapabilityMajor = 75,
   cudaDevAttrComputeCapabilityMinor = 76,
   cudaDevAttrMemoryPoolsSupported = 115,
+  cudaDevAttrIntegrated = 18,
+  cudaDevAttrCanMapHostMemory = 19,
+  cudaDevAttrManagedMemory = 83,
+  cudaDevAttrHostNativeAtomicSupported = 86,
+  cudaDevAttrPageableMemoryAccess = 88,
+  cudaDevAttrConcurrentManagedAccess = 89,
+  cudaDevAttrPageableMemoryAccessUsesHostPageTables = 100,
+  cudaDevAttrDirectManagedMemAccessFromHost = 101,
 };
+enum cudaMemoryAdvise {
+  cudaMemAdviseSetReadMostly = 1,
+  cudaMemAdviseUnsetReadMostly = 2,
+  cudaMemAdviseSetPreferredLocation = 3,
+  cudaMemAdviseUnsetPreferredLocation = 4,
+  cudaMemAdviseSetAccessedBy = 5,
+  cudaMemAdviseUnsetAccessedBy = 6,
+};
+enum cudaMemRangeAttribute {
+  cudaMemRangeAttributeReadMostly = 1,
+  cudaMemRangeAttributePreferredLocation = 2,
+  cudaMemRangeAttributeAccessedBy = 3,
+  cudaMemRangeAttributeLastPrefetchLocation = 4,
+  cudaMemRangeAttributePreferredLocationType = 5,
+  cudaMemRangeAttributePreferredLocationId = 6,
+  cudaMemRangeAttributeLastPrefetchLocationType = 7,
+  cudaMemRangeAttributeLastPrefetchLocationId = 8,
+};
+#define cudaMemAttachGlobal 0x01
+#define cudaMemAttachHost 0x02
+#define cudaCpuDeviceId ((int)-1)
 enum cudaMemPoolAttr {
   cudaMemPoolAttrReleaseThreshold = 4,
   cudaMemPoolAttrReservedMemCurrent = 5,
@@ -59,7 +88,13 @@ enum cudaMemPoolAttr {
 };
 enum cudaMemAllocationType { cudaMemAllocationTypePinned = 1 };
 enum cudaMemAllocationHandleType { cudaMemHandleTypeNone = 0 };
-enum cudaMemLocationType { cudaMemLocationTypeDevice = 1 };
+enum cudaMemLocationType {
+  cudaMemLocationTypeInvalid = 0,
+  cudaMemLocationTypeDevice = 1,
+  cudaMemLocationTypeHost = 2,
+  cudaMemLocationTypeHostNuma = 3,
+  cudaMemLocationTypeHostNumaCurrent = 4,
+};
 struct cudaMemLocation {
   cudaMemLocationType type;
   int id;
@@ -93,6 +128,10 @@ CM_NOCUDA_FN(cudaGetDevice, int*)
 CM_NOCUDA_FN(cudaMemGetInfo, size_t*, size_t*)
 CM_NOCUDA_FN(cudaMalloc, void**, size_t)
 CM_NOCUDA_FN(cudaFree, void*)
+CM_NOCUDA_FN(cudaMallocManaged, void**, size_t, unsigned)
+CM_NOCUDA_FN(cudaMemPrefetchAsync, const void*, size_t, cudaMemLocation, unsigned, cudaStream_t)
+CM_NOCUDA_FN(cudaMemAdvise, const void*, size_t, cudaMemoryAdvise, cudaMemLocation)
+CM_NOCUDA_FN(cudaMemRangeGetAttribute, void*, size_t, cudaMemRangeAttribute, const void*, size_t)
 CM_NOCUDA_FN(cudaHostAlloc, void**, size_t, unsigned)
 CM_NOCUDA_FN(cudaMallocHost, void**, size_t)
 CM_NOCUDA_FN(cudaFreeHost, void*)

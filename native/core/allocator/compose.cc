@@ -16,7 +16,12 @@ ResolvedLimit LimitOf(const AllocatorSpec& spec, Upstream& up, GroupUpstream* gr
   if (group && !spec.policy.memory_fraction && !spec.policy.memory_limit)
     return {std::min<uint64_t>(group->ledger().budget(), mi.total),
             "the budget of group '" + group->ledger().name() + "'"};
-  return ResolveLimit(spec.policy, mi, up.ccMajor(), up.ccMinor());
+  // Whether the limit may oversubscribe the device, and by how much, depends on the memory the
+  // upstream takes (managed memory spills into the host's).
+  PolicyOptions policy = spec.policy;
+  policy.managed = up.managed();
+  policy.host_bytes = up.HostBytes();
+  return ResolveLimit(policy, mi, up.ccMajor(), up.ccMinor());
 }
 
 }  // namespace

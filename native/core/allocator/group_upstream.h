@@ -24,6 +24,8 @@ class GroupUpstream final : public Upstream {
   int ccMajor() const override { return inner_->ccMajor(); }
   int ccMinor() const override { return inner_->ccMinor(); }
   bool simulated() const override { return inner_->simulated(); }
+  bool managed() const override { return inner_->managed(); }
+  uint64_t HostBytes() const override { return inner_->HostBytes(); }
   // Expandable segments: each mapped granule is charged to the group like a region.
   uint64_t Granularity() const override { return inner_->Granularity(); }
   std::string Why() const override { return inner_->Why(); }

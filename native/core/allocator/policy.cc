@@ -42,6 +42,29 @@ ResolvedLimit FractionLimit(double fraction, uint64_t total) {
   return out;
 }
 
+namespace {
+// Refuses a limit above the device's memory unless the options allow oversubscription, and one
+// above what the device and the host hold together.
+void CheckOversubscription(const PolicyOptions& options, uint64_t limit, uint64_t total,
+                           const std::string& what) {
+  if (limit <= total) return;
+  if (!options.managed)
+    throw OversubscriptionRefused(
+        what + " is above the device's total memory of " + FormatBytes(total) +
+        "; only a managed allocator (managed: true) can oversubscribe the device, and only "
+        "with oversubscribe: true");
+  if (!options.oversubscribe)
+    throw OversubscriptionRefused(
+        what + " is above the device's total memory of " + FormatBytes(total) +
+        ": that oversubscribes the device, with host memory as its swap space; pass "
+        "oversubscribe: true to ask for it");
+  if (options.host_bytes && limit - total > options.host_bytes)
+    throw OversubscriptionRefused(what + " is above the device's " + FormatBytes(total) +
+                                  " and the host's " + FormatBytes(options.host_bytes) +
+                                  " together");
+}
+}  // namespace
+
 ResolvedLimit ResolveLimit(const PolicyOptions& options, const MemInfo& device, int cc_major,
                            int cc_minor) {
   if (options.memory_fraction && options.memory_limit)
@@ -52,21 +75,27 @@ ResolvedLimit ResolveLimit(const PolicyOptions& options, const MemInfo& device, 
   char text[160];
   if (options.memory_fraction) {
     double f = *options.memory_fraction;
-    if (!(f > 0 && f <= 1))
+    if (!(f > 0 && std::isfinite(f)))
       throw std::invalid_argument("memoryFraction must be a number in (0, 1], got " +
                                   std::to_string(f));
-    return FractionLimit(f, device.total);
+    if (f <= 1) return FractionLimit(f, device.total);
+    std::snprintf(text, sizeof text, "memoryFraction %g", f);
+    CheckOversubscription(options, static_cast<uint64_t>(f * static_cast<double>(device.total)),
+                          device.total, text);
+    out.bytes = static_cast<uint64_t>(std::floor(f * static_cast<double>(device.total)));
+    std::snprintf(text, sizeof text, "memoryFraction %g of %s total (oversubscribed)", f,
+                  FormatBytes(device.total).c_str());
+    out.source = text;
   } else if (options.memory_limit) {
-    if (*options.memory_limit > device.total)
-      throw std::invalid_argument("memoryLimit " + std::to_string(*options.memory_limit) +
-                                  " bytes (" + FormatBytes(*options.memory_limit) +
-                                  ") is above the device's total memory of " +
-                                  FormatBytes(device.total));
+    CheckOversubscription(options, *options.memory_limit, device.total,
+                          "memoryLimit " + std::to_string(*options.memory_limit) + " bytes (" +
+                              FormatBytes(*options.memory_limit) + ")");
     if (*options.memory_limit < kMinBlock)
       throw std::invalid_argument("memoryLimit must be at least 256 bytes, got " +
                                   std::to_string(*options.memory_limit));
     out.bytes = *options.memory_limit;
     out.source = "memoryLimit " + FormatBytes(out.bytes);
+    if (out.bytes > device.total) out.source += " (oversubscribed)";
   } else {
     uint64_t reserve = DefaultReserve(device.free, cc_major);
     if (device.free <= reserve)

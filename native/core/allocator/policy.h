@@ -12,8 +12,21 @@
 namespace cm::core {
 
 struct PolicyOptions {
-  std::optional<double> memory_fraction;  // of total device memory, in (0, 1]
+  std::optional<double> memory_fraction;  // of total device memory, in (0, 1]; above 1: below
   std::optional<uint64_t> memory_limit;   // bytes
+  // A limit above the device's memory (a fraction above 1, as TensorFlow's
+  // per_process_gpu_memory_fraction allows with unified memory) is oversubscription: accepted
+  // only for managed memory and when asked for, up to the device's memory plus `host_bytes`
+  // (where known, else unbounded).
+  bool managed = false;
+  bool oversubscribe = false;
+  uint64_t host_bytes = 0;
+};
+
+// A limit above the device's memory that the options do not allow.
+class OversubscriptionRefused : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
 };
 
 struct ResolvedLimit {

@@ -19,13 +19,20 @@ SimulatedUpstream::SimulatedUpstream(uint64_t total, uint64_t free, int cc_major
       next_address_(kSimulatedBase) {}
 
 UpstreamStatus SimulatedUpstream::Allocate(size_t bytes, uint64_t* address) {
-  if (fail_next_ > 0 || bytes > free_) {
+  uint64_t room = managed_ ? free_ + host_free_ : free_;
+  if (fail_next_ > 0 || bytes > room) {
     if (fail_next_ > 0) --fail_next_;
-    return {UpstreamStatus::kOutOfMemory, 2, "simulated cudaMalloc"};
+    return {UpstreamStatus::kOutOfMemory, 2,
+            managed_ ? "simulated cudaMallocManaged" : "simulated cudaMalloc"};
   }
   *address = next_address_;
   next_address_ += (bytes + kRegionAlign - 1) / kRegionAlign * kRegionAlign + kRegionAlign;
-  free_ -= bytes;
+  uint64_t on_device = bytes < free_ ? bytes : free_;
+  free_ -= on_device;
+  if (bytes > on_device) {
+    host_free_ -= bytes - on_device;
+    on_host_[*address] = bytes - on_device;
+  }
   live_[*address] = bytes;
   return UpstreamStatus::Ok();
 }
@@ -33,7 +40,14 @@ UpstreamStatus SimulatedUpstream::Allocate(size_t bytes, uint64_t* address) {
 void SimulatedUpstream::Deallocate(uint64_t address, size_t) noexcept {
   auto it = live_.find(address);
   if (it == live_.end()) return;
-  free_ += it->second;
+  uint64_t on_host = 0;
+  auto h = on_host_.find(address);
+  if (h != on_host_.end()) {
+    on_host = h->second;
+    on_host_.erase(h);
+  }
+  free_ += it->second - on_host;
+  host_free_ += on_host;
   live_.erase(it);
 }
 

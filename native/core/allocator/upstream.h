@@ -35,6 +35,11 @@ class Upstream {
   virtual int ccMajor() const = 0;
   virtual int ccMinor() const = 0;
   virtual bool simulated() const = 0;
+  // Managed (unified) memory: regions the driver pages between the device and the host, so that
+  // more than the device's memory can be taken (oversubscription). HostBytes() is the host memory
+  // they may spill into (0 where unknown).
+  virtual bool managed() const { return false; }
+  virtual uint64_t HostBytes() const { return 0; }
 
   // Expandable segments (CUDA virtual memory management): an address range is reserved once and
   // physical memory is mapped into it, and out of it, in granules. Granularity() is 0 where the
@@ -76,6 +81,16 @@ class SimulatedUpstream final : public Upstream {
   int ccMajor() const override { return major_; }
   int ccMinor() const override { return minor_; }
   bool simulated() const override { return true; }
+  // Managed regions: what does not fit in the device's free memory is resident in `host_bytes`
+  // of host memory instead, as the driver evicts pages of an oversubscribed device to the host;
+  // an allocation fails only when both are full.
+  void SetManaged(uint64_t host_bytes) {
+    managed_ = true;
+    host_total_ = host_free_ = host_bytes;
+  }
+  bool managed() const override { return managed_; }
+  uint64_t HostBytes() const override { return host_total_; }
+  uint64_t hostFree() const { return host_free_; }
   size_t liveAllocations() const { return live_.size(); }
   // Makes the next `n` allocations fail as out of memory, whatever is free (fault injection).
   void FailNext(int n) { fail_next_ = n; }
@@ -96,6 +111,9 @@ class SimulatedUpstream final : public Upstream {
   uint64_t next_address_;
   int fail_next_ = 0;
   std::map<uint64_t, size_t> live_;
+  bool managed_ = false;
+  uint64_t host_total_ = 0, host_free_ = 0;
+  std::map<uint64_t, uint64_t> on_host_;  // managed: bytes of a region resident on the host
   uint64_t granularity_ = 2ull << 20;
   uint64_t mapped_ = 0;
   std::map<uint64_t, uint64_t> reserved_;  // base -> size

@@ -122,6 +122,40 @@ void TestGroup(const std::string& dir) {
   CHECK(ErrorCode([&] { ComposeAllocator(Device(8 * GiB, 8 * GiB), bad); }) != "");
 }
 
+// Whether a limit may exceed the device's memory comes from the upstream: a managed one, asked
+// to oversubscribe, up to the device's and the host's memory together; a device upstream never.
+void TestOversubscription() {
+  auto managed = [](uint64_t host_bytes) {
+    auto up = std::make_unique<SimulatedUpstream>(8 * GiB, 8 * GiB, 9, 0);
+    up->SetManaged(host_bytes);
+    return up;
+  };
+  AllocatorSpec over;
+  over.policy.memory_limit = 12 * GiB;
+  over.policy.oversubscribe = true;
+  ComposedAllocator a = ComposeAllocator(managed(16 * GiB), over);
+  CHECK(a.options.limit == 12 * GiB);
+  CHECK(Has(a.options.limit_source, "oversubscribed"));
+  CHECK(a.upstream->managed());
+  bool refused = false;
+  try {
+    ComposeAllocator(Device(8 * GiB, 8 * GiB), over);
+  } catch (const OversubscriptionRefused& e) {
+    refused = Has(e.what(), "managed: true");
+  }
+  CHECK(refused);
+  refused = false;
+  try {
+    ComposeAllocator(managed(2 * GiB), over);  // 12 GiB > 8 GiB + 2 GiB
+  } catch (const OversubscriptionRefused& e) {
+    refused = Has(e.what(), "together");
+  }
+  CHECK(refused);
+  AllocatorSpec unasked = over;
+  unasked.policy.oversubscribe = false;
+  CHECK(Has(Refusal([&] { ComposeAllocator(managed(16 * GiB), unasked); }), "oversubscribe: true"));
+}
+
 }  // namespace
 
 int main() {
@@ -130,6 +164,7 @@ int main() {
   TestInitialBytes();
   TestExpandable();
   TestGroup(dir);
+  TestOversubscription();
   std::string cleanup = "rm -rf '" + dir + "'";
   if (std::system(cleanup.c_str()) != 0) std::fprintf(stderr, "could not remove %s\n", dir.c_str());
   if (failures) std::fprintf(stderr, "%d check(s) failed\n", failures);

@@ -1,0 +1,94 @@
+'use strict';
+// The benchmark's managed rows: in every report format and gate (from a fixed report, no GPU), and
+// measured on a GPU at a small size beside the raw CUDA calls of the same run.
+const { cm, describeGpu } = require('../helpers');
+const { sampleReport } = require('../fixtures/sample-report');
+const { formatTable, formatCsv, renderHtml, benchmarkJunit } = require('../../dist/report/bench');
+const { gateSource, KNOWN_MODES, ALL_MODES } = require('../../dist/bench/transfer');
+const { benchFamilies } = require('../../dist/metrics/families');
+const { formatExposition } = require('../../dist/metrics/exposition');
+
+const MiB = 2 ** 20;
+
+function withManaged() {
+  const report = sampleReport();
+  const big = 256 * MiB;
+  const row = (mode, direction, gbps, timing) => {
+    const samples = Array.from({ length: 10 }, () => big / (gbps * 1e9));
+    return {
+      mode,
+      direction,
+      bytes: big,
+      timing,
+      seconds: cm.summarize(samples),
+      gbps: cm.summarize(samples.map((t) => big / t / 1e9)),
+      verified: true,
+      samples,
+    };
+  };
+  report.results.push(
+    row('managed', 'h2d', 47, 'js-clock'),
+    row('managed-raw', 'h2d', 48, 'steady-clock'),
+    row('managed', 'd2h', 16.5, 'js-clock'),
+    row('managed-raw', 'd2h', 16.6, 'steady-clock'),
+    row('managed-copy', 'h2d', 9.4, 'js-clock'),
+    row('managed-copy-raw', 'h2d', 9.5, 'steady-clock'),
+  );
+  report.options.modes.push('managed', 'managed-copy');
+  return report;
+}
+
+test('managed modes are known to the benchmark but measured only when asked for', () => {
+  expect(KNOWN_MODES).toEqual(expect.arrayContaining(['managed', 'managed-copy']));
+  expect(ALL_MODES).not.toContain('managed');
+});
+
+test('managed rows appear in the table, CSV, HTML, JUnit and Prometheus formats, and in gates', () => {
+  const report = withManaged();
+  const table = formatTable(report);
+  expect(table).toMatch(/h2d\s+managed-raw/);
+  expect(table).toMatch(/managed-copy/);
+  const csv = formatCsv(report);
+  expect(csv).toMatch(/^h2d,managed,268435456,js-clock,47,/m);
+  expect(csv).toMatch(/^h2d,managed-copy-raw,268435456,steady-clock/m);
+  expect(renderHtml(report)).toMatch(/<td>managed-copy<\/td>/);
+  const gates = cm.evaluateGates([cm.parseGate('h2d.managed>=40GB/s'), cm.parseGate('d2h.managed>=40GB/s')], gateSource(report));
+  expect(gates.map((g) => g.pass)).toEqual([true, false]);
+  expect(cm.evaluateGates([cm.parseGate('h2d.managed/h2d.managed-raw>=0.9')], gateSource(report))[0].pass).toBe(true);
+  expect(benchmarkJunit(report, gates)).toMatch(/managed 256 MiB/);
+  const text = formatExposition(benchFamilies(report, gates, 0));
+  expect(text).toMatch(/mode="managed"/);
+  expect(text).toMatch(/mode="managed-copy-raw"/);
+});
+
+describeGpu('managed benchmark rows', () => {
+  test('prefetch and copy rows beside the raw calls, verified, at 64 MiB (far inside free memory)', async () => {
+    const report = await cm.runTransferBenchmark({
+      sizes: [64 * MiB],
+      modes: ['managed', 'managed-copy'],
+      directions: ['h2d', 'd2h'],
+      iterations: 10,
+      warmup: 1,
+      eventLoopProbe: false,
+    });
+    const modes = report.results.map((r) => `${r.direction} ${r.mode}`).sort();
+    expect(modes).toEqual(
+      [
+        'd2h managed',
+        'd2h managed-copy',
+        'd2h managed-copy-raw',
+        'd2h managed-raw',
+        'h2d managed',
+        'h2d managed-copy',
+        'h2d managed-copy-raw',
+        'h2d managed-raw',
+      ].sort(),
+    );
+    for (const r of report.results) {
+      expect(r.verified).toBe(true);
+      expect(r.samples).toHaveLength(10);
+      expect(r.gbps.median).toBeGreaterThan(0.1);
+      console.log(`${r.direction} ${r.mode} 64 MiB: ${r.gbps.median.toFixed(2)} GB/s (${r.timing})`);
+    }
+  });
+});
