@@ -32,6 +32,7 @@ export interface FilesBenchmarkOptions {
   device?: number;
   /** fsync each write before its time is taken (default true: the storage's rate, not the cache's). */
   fsync?: boolean;
+  /** Called after each step of the plan: steps done, steps in all, and the step's label. */
   onProgress?: (done: number, total: number, label: string) => void;
 }
 

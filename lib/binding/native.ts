@@ -156,13 +156,6 @@ export interface NativeBinding {
   fileStorageRead(path: string, fileOffset: number, byteLength: number, direct: number): FileReadInfo & { seconds: number };
   fileCache(path: string, drop: boolean): { resident: number; dropped: boolean };
   fileDirectChoices(): { device: number; direct: boolean; directRate: number; bufferedRate: number; reason: string }[];
-}
-
-/** What a file read did: bytes read, and whether it bypassed the page cache (O_DIRECT) and why. */
-export interface FileReadInfo {
-  bytes: number;
-  direct: boolean;
-  directReason: string;
   managedAlloc(bytes: number, device: number, attachHost: boolean): [number, ArrayBuffer];
   managedPrefetch(handle: number, offset: number, n: number, location: number, stream?: unknown): Promise<void>;
   managedAdvise(handle: number, offset: number, n: number, advice: number, location: number): void;
@@ -170,6 +163,13 @@ export interface FileReadInfo {
   managedConcurrent(device: number): boolean;
   managedSynchronize(device: number): void;
   timeRawManaged(bytes: number, warmup: number, iterations: number, what: string, device: number): Float64Array;
+}
+
+/** What a file read did: bytes read, and whether it bypassed the page cache (O_DIRECT) and why. */
+export interface FileReadInfo {
+  bytes: number;
+  direct: boolean;
+  directReason: string;
 }
 
 /** The names every build of the addon exports. */

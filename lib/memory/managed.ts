@@ -9,7 +9,6 @@ import { Stream, streamOption } from '../device/stream';
 import { native, requireCuda } from '../binding/native';
 import { checkDevice, checkOptions, checkSize } from '../base/validate';
 import { knownDeviceCount } from '../device/discovery';
-import { holdBuffer, releaseBuffer } from './detach';
 import { checkInternal, kInternal } from '../base/internal';
 import { freedError, kHandleMemory } from './buffers';
 
@@ -119,8 +118,6 @@ export class ManagedBuffer {
     this.device = device;
     this.attach = attach;
     this.concurrentAccess = concurrent;
-    // Node marks memory the addon made untransferable; the addon detaches it at free().
-    holdBuffer(bytes, false);
   }
 
   /** Allocates `bytes` of managed memory (cudaMallocManaged). Nothing is resident anywhere until first touched. */
@@ -236,9 +233,9 @@ export class ManagedBuffer {
     if (this._freed) return;
     this._freed = true;
     native.free(this._h);
-    releaseBuffer(this._bytes);
   }
 
+  /** Frees the buffer (as {@link ManagedBuffer.free}), for `using`. */
   [Symbol.dispose](): void {
     this.free();
   }
