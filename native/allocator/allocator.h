@@ -48,9 +48,11 @@ class CudaUpstream final : public core::Upstream {
 
 class PoolBinding {
  public:
+  // Members are destroyed in reverse order: the pool records its last region frees into the
+  // recorder and returns them to the upstream as it goes, so both must outlive it.
   std::unique_ptr<core::Upstream> upstream;
-  std::unique_ptr<core::Pool> pool;
   std::unique_ptr<core::Recorder> recorder;  // while recording, and after, until the next start
+  std::unique_ptr<core::Pool> pool;
   bool closed = false;
   core::GroupUpstream* group = nullptr;  // the upstream, when the pool charges a group budget
   // Publishes the bytes in use to the group ledger, if there is one.
