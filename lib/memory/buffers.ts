@@ -125,6 +125,12 @@ export interface DeviceAllocOptions {
   device?: number;
 }
 
+/** @internal What a block knows of the allocator it was carved from. */
+export interface BufferOwner {
+  /** True once closed: a forced close frees every block still live. */
+  readonly closed: boolean;
+}
+
 /**
  * Memory on a CUDA device (`cudaMalloc`), or a block carved from an allocator's pool.
  *
@@ -138,12 +144,12 @@ export class DeviceBuffer {
   readonly device: number;
   /** True for blocks of an allocator on a simulated device: they have no memory behind them. */
   readonly simulated: boolean;
-  /** @internal */ _owner: object | null;
+  /** @internal */ _owner: BufferOwner | null;
   private _freed = false;
   /** @internal */ _watched = false;
 
   /** @internal Use {@link DeviceBuffer.alloc} or an allocator's alloc(). */
-  constructor(token: symbol, handle: number, byteLength: number, device: number, simulated: boolean, owner: object | null) {
+  constructor(token: symbol, handle: number, byteLength: number, device: number, simulated: boolean, owner: BufferOwner | null) {
     checkInternal(token, 'DeviceBuffer', 'DeviceBuffer.alloc() or an allocator');
     this._h = handle;
     this.byteLength = byteLength;
@@ -162,9 +168,12 @@ export class DeviceBuffer {
     return new DeviceBuffer(kInternal, native.deviceAlloc(n, device), n, device, false, null);
   }
 
-  /** True once freed; every use then throws `ERR_BUFFER_FREED`. */
+  /**
+   * True once freed (by free(), or by a forced close of the allocator it was carved from); every
+   * use then throws `ERR_BUFFER_FREED`.
+   */
   get freed(): boolean {
-    return this._freed;
+    return this._freed || (this._owner !== null && this._owner.closed);
   }
 
   /**
@@ -172,7 +181,7 @@ export class DeviceBuffer {
    * reports (snapshots and traces too); addresses stay below 2^53.
    */
   get address(): number {
-    if (this._freed) throw freedError('buffer');
+    if (this.freed) throw freedError('buffer');
     return native.handleInfo(this._h).address as number;
   }
 
@@ -184,7 +193,7 @@ export class DeviceBuffer {
    * the stream, then is freed.
    */
   free(options?: FreeOptions): void {
-    if (this._freed) return;
+    if (this.freed) return;
     const o = options === undefined ? undefined : checkOptions<FreeOptions>('options', options);
     const stream = o === undefined ? undefined : streamOption(o.stream);
     if (exported.has(this)) {
@@ -212,7 +221,7 @@ export class DeviceBuffer {
    * (ERR_IPC_EXPORT_GONE).
    */
   exportIpc(options?: ExportIpcOptions): IpcHandle {
-    if (this._freed) throw freedError('buffer');
+    if (this.freed) throw freedError('buffer');
     const o = checkOptions<ExportIpcOptions>('options', options);
     const timeout = lockTimeoutMs('options.lockTimeoutMs', o.lockTimeoutMs);
     requireCuda();
@@ -223,7 +232,7 @@ export class DeviceBuffer {
 
   /** The pids of the processes that have this exported buffer open now (empty if not exported). */
   ipcImporters(): number[] {
-    if (this._freed) throw freedError('buffer');
+    if (this.freed) throw freedError('buffer');
     return exported.has(this) ? native.ipcImporters(this._h) : [];
   }
 
@@ -258,9 +267,9 @@ export class DeviceBuffer {
       kind: 'device',
       byteLength: this.byteLength,
       device: this.device,
-      address: this._freed ? null : addressOrNull(() => this.address),
+      address: this.freed ? null : addressOrNull(() => this.address),
       simulated: this.simulated,
-      state: this._freed ? 'freed' : 'live',
+      state: this.freed ? 'freed' : 'live',
     };
   }
 
