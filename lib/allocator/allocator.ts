@@ -286,7 +286,7 @@ export interface AllocOptions {
    * The block's address is a multiple of this: a power of two from 1 to 1 GiB; default 256,
    * which every block has. `bfc` finds a free block where the aligned start fits and keeps the
    * bytes skipped as a free block; `async` takes `alignment - 256` bytes more from its pool and
-   * charges them to the limit.
+   * charges them to the limit (in allocatedBytes, not requestedBytes).
    */
   alignment?: number;
 }

@@ -203,7 +203,7 @@ void ReleaseAsyncBlock(napi_env env, Allocation* alloc) noexcept {
   }
   if (p && p->pool) {
     cudaFreeAsync(a->base ? a->base : a->ptr, s);
-    p->budget.Release(a->charged);
+    p->budget.Release(a->bytes, a->charged);
     if (p->closed && p->deferred > 0 && --p->deferred == 0) DestroyPool(p);
   }
   (void)cudaGetLastError();
@@ -266,14 +266,14 @@ Napi::Value AsyncAlloc(const Napi::CallbackInfo& info) {
     o.alignment = alignment;
     return o;
   };
-  if (!p->budget.Charge(charged)) ThrowValue(env, OomError(env, oom_report()));
+  if (!p->budget.Charge(bytes, charged)) ThrowValue(env, OomError(env, oom_report()));
   cudaStream_t s = rec ? rec->stream : nullptr;
   void* ptr = nullptr;
   cudaError_t err = cudaSetDevice(p->device);
   if (err == cudaSuccess) err = cudaMallocFromPoolAsync(&ptr, charged, p->pool, s);
   if (err != cudaSuccess) {
     (void)cudaGetLastError();
-    p->budget.Uncharge(charged);
+    p->budget.Uncharge(bytes, charged);
     if (err == cudaErrorMemoryAllocation) {
       p->budget.CountOom();
       core::OomInfo o = oom_report();

@@ -45,6 +45,26 @@ static void TestBudget() {
   CHECK(!zero.Charge(1));
 }
 
+// Padding taken for an alignment is allocated, not requested: requestedBytes counts what the
+// callers asked for, allocatedBytes and the limit what the blocks take.
+static void TestPaddingIsNotRequested() {
+  Budget b(10 * MiB, "memoryLimit 10.00 MiB");
+  CHECK(b.Charge(1000, 1000 + 4096 - 256));  // 4 KiB aligned: 3840 bytes more, 4864 rounded
+  CHECK(b.Charge(300));
+  PoolStats s = b.Stats();
+  CHECK(s.counters.requested_bytes.current == 1300 && s.requested_bytes_in_use == 1300);
+  CHECK(s.counters.allocated_bytes.current == 4864 + 512 && s.bytes_in_use == 5376);
+  CHECK(s.largest_alloc_size == 4864);
+  CHECK(!b.Charge(1, 10 * MiB));  // the taken bytes are held to the limit
+  b.Uncharge(1000, 1000 + 4096 - 256);
+  b.Charge(1000, 1000 + 4096 - 256);
+  b.Release(1000, 1000 + 4096 - 256);
+  s = b.Stats();
+  CHECK(s.counters.requested_bytes.current == 300 && s.counters.requested_bytes.allocated == 1300);
+  CHECK(s.counters.requested_bytes.freed == 1000 && s.bytes_in_use == 512);
+  CHECK(s.counters.allocated_bytes.freed == 4864 && s.num_allocs == 2 && s.num_frees == 1);
+}
+
 static void TestRecording() {
   SimulatedUpstream up(80 * GiB, 80 * GiB, 9, 0);
   Pool pool(&up, {64 * MiB, "test", true, true});
@@ -336,6 +356,7 @@ static void TestRandomized() {
 }
 
 int main() {
+  TestPaddingIsNotRequested();
   TestBudget();
   TestRecording();
   TestBlocksAndGcCounters();
