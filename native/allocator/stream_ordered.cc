@@ -110,6 +110,9 @@ Napi::Value CreateAsyncAllocator(const Napi::CallbackInfo& info) {
   // The driver reserves in granules of its own: while the reservation is made nothing is given
   // back, and then the threshold is what it reserved, so that a synchronization keeps all of it
   // (a threshold below the granule would let it give the whole granule back).
+  // The device's default pool is the whole process's: an allocator that cannot be made leaves
+  // its threshold as it found it, on every way out.
+  const uint64_t threshold_before = PoolAttr(p->pool, cudaMemPoolAttrReleaseThreshold);
   SetPoolAttr(p->pool, cudaMemPoolAttrReleaseThreshold, keep ? UINT64_MAX : 0);
   if (keep > 0) {
     void* ptr = nullptr;
@@ -118,6 +121,7 @@ Napi::Value CreateAsyncAllocator(const Napi::CallbackInfo& info) {
     if (err == cudaSuccess) err = cudaStreamSynchronize(nullptr);
     if (err != cudaSuccess) {
       (void)cudaGetLastError();
+      if (!p->own) SetPoolAttr(p->pool, cudaMemPoolAttrReleaseThreshold, threshold_before);
       if (err == cudaErrorMemoryAllocation) {
         p->budget.CountOom();
         ThrowValue(env, OomError(env, Report(*p, keep)));

@@ -289,6 +289,16 @@ describeGpu("what only the 'async' backend does", () => {
     e.close();
   });
 
+  test("a default-pool allocator that cannot reserve its limit leaves the pool's release threshold as it was", () => {
+    const a = cm.createAllocator({ backend: 'async', asyncDefaultPool: true, allowGrowth: true, memoryLimit: 64 * MiB });
+    expect(a.stats().cudaMemPool.releaseThreshold).toBe(0);
+    const total = cm.memGetInfo(0).total;
+    for (const opts of [{ memoryLimit: total }, { allowGrowth: true, memoryLimit: total, initialPoolBytes: Math.floor(total / 256) * 256 }])
+      expect(() => cm.createAllocator({ backend: 'async', asyncDefaultPool: true, ...opts })).toThrow(cm.OutOfMemoryError);
+    expect(a.stats().cudaMemPool.releaseThreshold).toBe(0);
+    a.close();
+  });
+
   test('free({ stream }) of ordinary device memory waits for the stream, then frees', () => {
     const s = new cm.Stream();
     const before = cm.memGetInfo(0).free;
