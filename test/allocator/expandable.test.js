@@ -24,6 +24,27 @@ function fragmenting(a) {
 }
 
 describe('expandable segments on the simulated device', () => {
+  // In a child process with a time limit: work per granule would not return for minutes.
+  test('every call returns quickly, however many granules it covers', () => {
+    const script = `
+      const cm = require(${JSON.stringify(path.join(__dirname, '..', '..'))});
+      const t0 = Date.now();
+      const huge = cm.createAllocator({ expandableSegments: true, memoryLimit: 2 ** 53 - 2 ** 21, simulate: { totalBytes: 2 ** 53 - 2 ** 21 } });
+      const b = huge.alloc(2 ** 52);
+      const mapped = huge.stats().poolBytes;
+      b.free();
+      const released = huge.emptyCache();
+      const fine = cm.createAllocator({ expandableSegments: true, memoryLimit: 2 ** 30, initialPoolBytes: 2 ** 30, simulate: { totalBytes: 2 ** 31, granularity: 256 } });
+      const pool = fine.stats().poolBytes;
+      fine.close();
+      console.log(JSON.stringify({ mapped, released, pool, ms: Date.now() - t0 }));`;
+    const r = require('child_process').spawnSync(process.execPath, ['-e', script], { encoding: 'utf8', timeout: 30000 });
+    expect({ status: r.status, stderr: r.stderr }).toEqual({ status: 0, stderr: '' });
+    const out = JSON.parse(r.stdout);
+    expect([out.mapped, out.released, out.pool]).toEqual([2 ** 52, 2 ** 52, 2 ** 30]);
+    expect(out.ms).toBeLessThan(5000);
+  });
+
   test('the fragmenting workload fails with regions and survives in one segment, under the same limit', () => {
     const regions = cm.createAllocator({ allowGrowth: true, memoryLimit: 512 * MiB, simulate: { totalBytes: 80 * GiB } });
     expect(() => fragmenting(regions)).toThrow(cm.OutOfMemoryError);

@@ -388,7 +388,48 @@ static void TestExpandable() {
   }
 }
 
+// The simulated device keeps mapped memory as ranges: a call costs the same whatever the number
+// of granules it covers (per granule, 2^52 bytes in 2 MiB granules took minutes and gigabytes).
+static void TestSimulatedMappingIsPerRange() {
+  OomInfo oom;
+  {
+    SimulatedUpstream up(1ull << 53, 1ull << 53, 9, 0);
+    Pool pool(&up, Expandable(1ull << 53));
+    Pool::Chunk* huge = pool.Allocate(1ull << 52, &oom);
+    CHECK(huge && up.mappedBytes() == 1ull << 52);
+    pool.Free(huge);
+    CHECK(pool.EmptyCache() == 1ull << 52 && up.mappedBytes() == 0);
+  }
+  {
+    SimulatedUpstream up(80 * GiB, 80 * GiB, 9, 0);
+    up.SetGranularity(256);
+    PoolOptions o = Expandable(80 * GiB);
+    o.initial_bytes = GiB;
+    Pool pool(&up, o);
+    CHECK(up.mappedBytes() == GiB && pool.Stats().pool_bytes == GiB);
+  }
+  {
+    // Unmapping cuts ranges: the middle of one, across two, and what was never mapped.
+    SimulatedUpstream up(GiB, GiB, 9, 0);
+    uint64_t base = 0;
+    CHECK(up.Reserve(GiB, &base).kind == UpstreamStatus::kOk);
+    CHECK(up.Map(base, 8 * MiB).kind == UpstreamStatus::kOk);
+    CHECK(up.Map(base + 8 * MiB, 8 * MiB).kind == UpstreamStatus::kOk);
+    CHECK(up.Map(base + 32 * MiB, 4 * MiB).kind == UpstreamStatus::kOk);
+    CHECK(up.mappedBytes() == 20 * MiB && up.GetMemInfo().free == GiB - 20 * MiB);
+    up.Unmap(base + 2 * MiB, 2 * MiB);
+    CHECK(up.mappedBytes() == 18 * MiB);
+    up.Unmap(base + 14 * MiB, 20 * MiB);  // 2 MiB of the first range, 2 MiB of the last
+    CHECK(up.mappedBytes() == 14 * MiB);
+    up.Unmap(base + 100 * MiB, 2 * MiB);
+    CHECK(up.mappedBytes() == 14 * MiB);
+    up.Unmap(base, GiB);
+    CHECK(up.mappedBytes() == 0 && up.GetMemInfo().free == GiB);
+  }
+}
+
 int main() {
+  TestSimulatedMappingIsPerRange();
   TestExpandable();
   TestCounters();
   TestAlignment();
