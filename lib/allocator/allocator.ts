@@ -82,7 +82,8 @@ export interface AllocatorOptions {
    * With allowGrowth: bytes taken at creation as one region (RMM's initial_pool_size; the limit
    * plays its maximum_pool_size), a multiple of 256 no larger than the limit. Past it the pool
    * grows as allowGrowth does. `async`: reserved at creation and kept through synchronizations.
-   * Default 0.
+   * With expandableSegments: rounded up to whole granules, which must fit under the limit
+   * (RangeError otherwise); {@link Allocator.initialPoolBytes} says what was mapped. Default 0.
    */
   initialPoolBytes?: number;
   /**
@@ -318,7 +319,10 @@ export class Allocator {
   readonly device: number;
   readonly simulated: boolean;
   readonly allowGrowth: boolean;
-  /** Bytes taken at creation as the first region (see AllocatorOptions.initialPoolBytes). */
+  /**
+   * Bytes taken at creation as the first region (see AllocatorOptions.initialPoolBytes); with
+   * expandableSegments, rounded up to whole granules.
+   */
   readonly initialPoolBytes: number;
   /** One segment on CUDA virtual memory (see AllocatorOptions.expandableSegments). */
   readonly expandableSegments: boolean;

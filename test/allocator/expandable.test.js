@@ -24,6 +24,26 @@ function fragmenting(a) {
 }
 
 describe('expandable segments on the simulated device', () => {
+  test('initialPoolBytes rounds up to whole granules, said in initialPoolBytes, and must fit the granules the limit allows', () => {
+    const a = sim({ memoryLimit: 3 * MiB, initialPoolBytes: MiB });
+    expect([a.initialPoolBytes, a.stats().poolBytes]).toEqual([2 * MiB, 2 * MiB]);
+    a.close();
+    for (const [memoryLimit, initialPoolBytes] of [
+      [3 * MiB, 3 * MiB],
+      [3 * MiB, 2.5 * MiB],
+    ])
+      expect(() => sim({ memoryLimit, initialPoolBytes })).toThrow(
+        expect.objectContaining({
+          name: 'RangeError',
+          code: 'ERR_OUT_OF_RANGE',
+          message: expect.stringMatching(
+            /^initialPoolBytes \((3\.00|2\.50) MiB\).* more than expandable segments can map under the limit of 3\.00 MiB \(memoryLimit 3\.00 MiB\): at most 2\.00 MiB, whole granules of 2\.00 MiB$/,
+          ),
+        }),
+      );
+    expect(() => sim({ memoryLimit: 3 * MiB, initialPoolBytes: 3 * MiB })).toThrow(/rounds up to whole 2\.00 MiB granules, 4\.00 MiB/);
+  });
+
   // In a child process with a time limit: work per granule would not return for minutes.
   test('every call returns quickly, however many granules it covers', () => {
     const script = `

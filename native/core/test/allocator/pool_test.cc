@@ -428,7 +428,40 @@ static void TestSimulatedMappingIsPerRange() {
   }
 }
 
+// initialPoolBytes in an expandable segment: rounded up to granules, and held to the granules
+// the limit allows.
+static void TestExpandableInitialBytes() {
+  CHECK(ExpandableInitialBytes(0, 3 * MiB, "l", 2 * MiB) == 0);
+  CHECK(ExpandableInitialBytes(2 * MiB, 3 * MiB, "l", 2 * MiB) == 2 * MiB);
+  CHECK(ExpandableInitialBytes(256, 3 * MiB, "l", 2 * MiB) == 2 * MiB);
+  CHECK(ExpandableInitialBytes(4 * MiB, 4 * MiB, "l", 2 * MiB) == 4 * MiB);
+  std::string said;
+  try {
+    ExpandableInitialBytes(3 * MiB, 3 * MiB, "memoryLimit 3.00 MiB", 2 * MiB);
+  } catch (const std::invalid_argument& e) {
+    said = e.what();
+  }
+  CHECK(said ==
+        "initialPoolBytes (3.00 MiB) rounds up to whole 2.00 MiB granules, 4.00 MiB, which is more "
+        "than expandable segments can map under the limit of 3.00 MiB (memoryLimit 3.00 MiB): at "
+        "most 2.00 MiB, whole granules of 2.00 MiB");
+  said.clear();
+  try {
+    ExpandableInitialBytes(4 * MiB, 3 * MiB, "l", 2 * MiB);
+  } catch (const std::invalid_argument& e) {
+    said = e.what();
+  }
+  CHECK(said.find("initialPoolBytes (4.00 MiB) is more than") == 0);
+  // What it returns maps: a pool made with it does not fail.
+  SimulatedUpstream up(80 * GiB, 80 * GiB, 9, 0);
+  PoolOptions o = Expandable(3 * MiB);
+  o.initial_bytes = ExpandableInitialBytes(MiB, o.limit, "l", up.Granularity());
+  Pool pool(&up, o);
+  CHECK(pool.Stats().pool_bytes == 2 * MiB);
+}
+
 int main() {
+  TestExpandableInitialBytes();
   TestSimulatedMappingIsPerRange();
   TestExpandable();
   TestCounters();
