@@ -173,7 +173,7 @@ describe('argument validation (no GPU needed)', () => {
     expect(o).toBeInstanceOf(cm.CudaError);
     expect(o.code).toBe('cudaErrorMemoryAllocation');
     expect(o.message).toBe(
-      'CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 16.00 GiB of which 1.00 GiB is free (cudaMalloc of 2147483648 bytes).',
+      'CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 16.00 GiB of which 1024.00 MiB is free (cudaMalloc of 2147483648 bytes).',
     );
     const u = new cm.CudaUnavailableError('NO_DEVICE', 'none');
     expect([u.reason, u.code]).toEqual(['NO_DEVICE', 'ERR_CUDA_UNAVAILABLE']);
@@ -280,4 +280,45 @@ test('constructors users must not call refuse at once (ERR_ILLEGAL_CONSTRUCTOR),
 
 (gpu ? test.skip : test)('devices() is an empty list without CUDA, as info --json shows it', () => {
   expect(cm.devices()).toEqual([]);
+});
+
+// PyTorch's format_size, at each of its boundaries: `<=` boundaries, no TiB, two decimals rounded
+// as printf rounds (a tie to even). The same table for the sentence JavaScript writes
+// (OutOfMemoryError without a message) and the one the addon writes (an allocator's refusal).
+describe("sizes in the out-of-memory sentence, as PyTorch's format_size writes them", () => {
+  const { formatSizeAsPyTorch } = require('../../dist/base/errors');
+  const KiB = 1024;
+  const MiB = 2 ** 20;
+  const GiB = 2 ** 30;
+  const table = [
+    [0, '0 bytes'],
+    [1, '1 bytes'],
+    [1023, '1023 bytes'],
+    [1024, '1024 bytes'],
+    [1025, '1.00 KiB'],
+    [1152, '1.12 KiB'], // 1.125: a tie, to even
+    [1160, '1.13 KiB'],
+    [1536, '1.50 KiB'],
+    [MiB - 1, '1024.00 KiB'],
+    [MiB, '1024.00 KiB'],
+    [MiB + 1, '1.00 MiB'],
+    [20 * MiB, '20.00 MiB'],
+    [GiB - KiB, '1024.00 MiB'],
+    [GiB, '1024.00 MiB'],
+    [GiB + 1, '1.00 GiB'],
+    [1.5 * GiB, '1.50 GiB'],
+    [1024 * GiB, '1024.00 GiB'],
+    [8000 * GiB, '8000.00 GiB'],
+    [2 ** 53 - 1, '8388608.00 GiB'],
+  ];
+  test.each(table)('%d bytes read "%s"', (bytes, text) => {
+    expect(formatSizeAsPyTorch(bytes)).toBe(text);
+    const o = new cm.OutOfMemoryError({ requestedBytes: bytes, device: 0, deviceFree: 0, deviceTotal: 0 });
+    expect(o.message.startsWith(`CUDA out of memory. Tried to allocate ${text}. GPU 0 has a total capacity of 0 bytes of which 0 bytes is free`)).toBe(true);
+    if (bytes > 256) {
+      const a = cm.createAllocator({ allowGrowth: true, memoryLimit: 256, simulate: { totalBytes: 2 ** 53 - 1 } });
+      expect(() => a.alloc(bytes)).toThrow(new RegExp(`^CUDA out of memory\\. Tried to allocate ${text.replace('.', '\\.')}\\. Simulated GPU 0 has a total capacity of 8388608\\.00 GiB of which `));
+      a.close();
+    }
+  });
 });

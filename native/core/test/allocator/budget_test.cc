@@ -150,6 +150,37 @@ static void TestGrowthSequence() {
   CHECK(pool.Stats().bytes_in_use == 2 * MiB + 128 * MiB);
 }
 
+// The sizes of PyTorch's sentence, at each boundary of its format_size: `<=` boundaries, no
+// TiB, two decimals rounded as printf rounds (a tie to even).
+static void TestPyTorchSizes() {
+  const struct {
+    uint64_t bytes;
+    const char* text;
+  } table[] = {
+      {0, "0 bytes"},
+      {1, "1 bytes"},
+      {1023, "1023 bytes"},
+      {1024, "1024 bytes"},
+      {1025, "1.00 KiB"},
+      {1152, "1.12 KiB"},  // 1.125: a tie, to even
+      {1536, "1.50 KiB"},
+      {MiB - 1, "1024.00 KiB"},
+      {MiB, "1024.00 KiB"},
+      {MiB + 1, "1.00 MiB"},
+      {20 * MiB, "20.00 MiB"},
+      {GiB, "1024.00 MiB"},
+      {GiB + 1, "1.00 GiB"},
+      {3 * GiB / 2, "1.50 GiB"},
+      {1024 * GiB, "1024.00 GiB"},
+      {8000 * GiB, "8000.00 GiB"},
+  };
+  for (const auto& row : table) {
+    std::string got = FormatSizeAsPyTorch(row.bytes);
+    if (got != row.text) std::fprintf(stderr, "%llu: %s\n", (unsigned long long)row.bytes, got.c_str());
+    CHECK(got == row.text);
+  }
+}
+
 static void TestPreallocateAndOom() {
   SimulatedUpstream up(16 * GiB, 16 * GiB, 8, 0);
   Pool pool(&up, {GiB, "memoryLimit 1.00 GiB", false, true});
@@ -158,7 +189,9 @@ static void TestPreallocateAndOom() {
   CHECK(pool.Allocate(GiB + 1, &oom) == nullptr);
   CHECK(oom.requested == GiB + 1 && oom.rounded == GiB + 256 && oom.limit == GiB);
   CHECK(oom.Message().rfind("CUDA out of memory. Tried to allocate 1.00 GiB. Simulated GPU 0 has "
-                            "a total capacity of 16.00 GiB of which 15.00 GiB is free.",
+                            "a total capacity of 16.00 GiB of which 15.00 GiB is free. Of the "
+                            "allocated memory 0 bytes is allocated by this allocator, and 1024.00 "
+                            "MiB is reserved by it but unallocated.",
                             0) == 0);
   CHECK(pool.Stats().num_ooms == 1 && pool.Stats().bytes_in_use == 0);
   // A preallocation the device cannot give is an error at creation.
@@ -356,6 +389,7 @@ static void TestRandomized() {
 }
 
 int main() {
+  TestPyTorchSizes();
   TestPaddingIsNotRequested();
   TestBudget();
   TestRecording();
