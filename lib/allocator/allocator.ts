@@ -120,8 +120,8 @@ export interface AllocatorOptions {
   /**
    * Join a group budget (`bfc` only): every allocator with the same `name` on the same GPU, in
    * any process, charges its regions to one budget kept in shared memory, and a region is only
-   * taken while the group stays within it. `limit` (bytes) or `fraction` (of total device
-   * memory) sets the budget when the group is created or empty; without either, the allocator
+   * taken while the group stays within it. `memoryLimit` (bytes) or `memoryFraction` (of total
+   * device memory) sets the budget when the group is created or empty; without either, the allocator
    * joins an existing group's budget. Without memoryFraction/memoryLimit, the allocator's own
    * limit is the group budget. Allocators on simulated devices form their own groups.
    */

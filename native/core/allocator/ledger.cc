@@ -195,7 +195,7 @@ Ledger* Ledger::Join(const std::string& dir, const std::string& name, const std:
       if (budget == 0)
         throw ShmError("ERR_GROUP_NOT_FOUND",
                        "there is no group '" + name + "' on device " + device +
-                           " to join; give shared.limit or shared.fraction to create it",
+                           " to join; give shared.memoryLimit or shared.memoryFraction to create it",
                        path);
       Header h;
       std::memset(&h, 0, sizeof h);
