@@ -299,7 +299,8 @@ export interface AllocOptions {
  * @category Allocators
  */
 export interface RegionInfo {
-  address: bigint;
+  /** A number, as every address the library reports. */
+  address: number;
   size: number;
   bytesInUse: number;
   blocks: number;
@@ -462,7 +463,7 @@ export class Allocator {
     const info = native.allocatorInfo(this._a);
     const events: TraceEvent[] = this._initialRegions.map((r) => ({
       action: 'region_alloc',
-      region: Number(r.address),
+      region: r.address,
       size: r.size,
       time: 0,
     }));

@@ -525,7 +525,7 @@ Napi::Value AllocatorRegions(const Napi::CallbackInfo& info) {
   Napi::Array out = Napi::Array::New(env, regions.size());
   for (size_t i = 0; i < regions.size(); ++i) {
     Napi::Object r = Napi::Object::New(env);
-    r.Set("address", Napi::BigInt::New(env, regions[i].address));
+    r.Set("address", static_cast<double>(regions[i].address));  // a number, as every address
     r.Set("size", static_cast<double>(regions[i].size));
     r.Set("bytesInUse", static_cast<double>(regions[i].bytes_in_use));
     r.Set("blocks", regions[i].chunks);

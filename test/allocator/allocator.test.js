@@ -206,6 +206,24 @@ describe('policies on a simulated device', () => {
     }
   });
 
+  test('regions() reports addresses as numbers (JSON works); a bigint size is refused with a coded TypeError', () => {
+    const a = sim({ allowGrowth: true, memoryLimit: GiB });
+    const b = a.alloc(MiB);
+    const regions = a.regions();
+    expect(regions).toHaveLength(1);
+    expect(typeof regions[0].address).toBe('number');
+    expect(regions[0].address).toBe(a.snapshot().segments[0].address);
+    expect(JSON.parse(JSON.stringify(regions))).toEqual(regions);
+    for (const bad of [10n, 2n ** 60n])
+      expect(() => a.alloc(bad)).toThrow(
+        expect.objectContaining({ name: 'TypeError', code: 'ERR_INVALID_ARG_TYPE', message: `Expected a number of bytes for bytes but received bigint ${bad}n` }),
+      );
+    expect(() => sim({ allowGrowth: true, memoryLimit: 1024n * 1024n })).toThrow(expect.objectContaining({ code: 'ERR_INVALID_ARG_TYPE', message: expect.stringMatching(/memoryLimit/) }));
+    expect(() => native.allocatorAlloc(a._a, 10n)).toThrow(expect.objectContaining({ code: 'ERR_INVALID_ARG_TYPE', message: 'bytes must be a number' }));
+    expect(a.stats().allocations.current).toBe(1);
+    b.free();
+  });
+
   test('resetPeakStats sets the peaks to the current values', () => {
     const a = sim({ allowGrowth: true, memoryLimit: GiB });
     const b = a.alloc(10 * MiB);
