@@ -15,7 +15,7 @@ import { knownDeviceCount } from '../device/discovery';
 import { formatBytes } from '../base/units';
 import { Trace, TraceEvent, saveTrace as writeTrace } from './trace';
 import { GroupStats, SharedBudgetOptions, resolveShared } from './group';
-import { checkInternal, kInternal } from '../base/internal';
+import { checkInternal, guardReceivers, invalidThis, kInternal, notCloneable } from '../base/internal';
 
 /**
  * A device that exists only as numbers, for running allocator policies without a GPU.
@@ -306,12 +306,16 @@ export interface RegionInfo {
   blocks: number;
 }
 
+const ALLOCATOR_NOT_CLONEABLE = notCloneable('an Allocator');
+
 /**
  * A pool over one device; see {@link createAllocator}.
  *
  * @category Allocators
  */
 export class Allocator {
+  // First, so that cloning throws before it reaches the native handle.
+  /** @internal */ readonly _noClone = ALLOCATOR_NOT_CLONEABLE;
   /** @internal */ private _a: unknown;
   /** Where the memory comes from. */
   readonly backend: AllocatorBackend;
@@ -402,6 +406,7 @@ export class Allocator {
    * Throws OutOfMemoryError (the allocator stays usable).
    */
   alloc(bytes: number, options?: AllocOptions): DeviceBuffer {
+    if (!(this instanceof Allocator)) throw invalidThis('Allocator', 'alloc', this);
     if (typeof bytes !== 'number' || !Number.isSafeInteger(bytes) || bytes < 1) checkSize('bytes', bytes, 1);
     let stream: unknown;
     let alignment: number | undefined;
@@ -708,6 +713,8 @@ export class Allocator {
     return inspectSummary('Allocator', this.toJSON(), depth, options, insp);
   }
 }
+
+guardReceivers(Allocator, 'Allocator', ['alloc']);
 
 /**
  * Creates a pool allocator on a device (or a simulated one). With no limit option, the limit is

@@ -10,7 +10,7 @@ import { knownDeviceCount } from '../device/discovery';
 import { IpcHandle, inUseError, parseIpcHandle } from './ipc';
 import { lockTimeoutMs, shmDir } from '../base/shm';
 import { checkHoldable } from './detach';
-import { checkInternal, kInternal } from '../base/internal';
+import { checkInternal, guardReceivers, invalidThis, kInternal, notCloneable } from '../base/internal';
 import { addressOrNull, inspectCustom, inspectSummary } from '../base/inspect';
 import type { InspectOptionsStylized, inspect } from 'node:util';
 import type { ManagedBuffer } from './managed';
@@ -64,6 +64,10 @@ function watchLive(): void {
 function unwatch(b: Watchable): void {
   if (b._watched) forgotten.unregister(b);
 }
+
+const DEVICE_NOT_CLONEABLE = notCloneable('a DeviceBuffer');
+const PINNED_NOT_CLONEABLE = notCloneable('a PinnedBuffer');
+const REGISTERED_NOT_CLONEABLE = notCloneable('a RegisteredBuffer');
 
 /** @internal Throws the error every use of a freed buffer gets. */
 export function freedError(what: string): CudaError {
@@ -137,6 +141,8 @@ export interface BufferOwner {
  * @category Memory
  */
 export class DeviceBuffer {
+  // First, so that cloning throws before it reaches the owner's native handle.
+  /** @internal */ readonly _noClone = DEVICE_NOT_CLONEABLE;
   /** @internal */ _h: number;
   /** Size in bytes, as requested. */
   readonly byteLength: number;
@@ -173,6 +179,7 @@ export class DeviceBuffer {
    * use then throws `ERR_BUFFER_FREED`.
    */
   get freed(): boolean {
+    if (!(this instanceof DeviceBuffer)) throw invalidThis('DeviceBuffer', 'freed', this);
     return this._freed || (this._owner !== null && this._owner.closed);
   }
 
@@ -193,6 +200,7 @@ export class DeviceBuffer {
    * the stream, then is freed.
    */
   free(options?: FreeOptions): void {
+    if (!(this instanceof DeviceBuffer)) throw invalidThis('DeviceBuffer', 'free', this);
     if (this.freed) return;
     const o = options === undefined ? undefined : checkOptions<FreeOptions>('options', options);
     const stream = o === undefined ? undefined : streamOption(o.stream);
@@ -278,6 +286,8 @@ export class DeviceBuffer {
   }
 }
 
+guardReceivers(DeviceBuffer, 'DeviceBuffer', ['freed', 'free', Symbol.toStringTag]);
+
 /**
  * Options of {@link PinnedBuffer.alloc} (the flags of cudaHostAlloc).
  *
@@ -310,6 +320,7 @@ const FLAG_WRITE_COMBINED = 4;
  * @category Memory
  */
 export class PinnedBuffer {
+  /** @internal */ readonly _noClone = PINNED_NOT_CLONEABLE;
   /** @internal */ _h: number;
   /** The pinned memory. */
   readonly bytes: Uint8Array;
@@ -375,6 +386,7 @@ export class PinnedBuffer {
 
   /** True once freed (or given back); every use then throws `ERR_BUFFER_FREED`. */
   get freed(): boolean {
+    if (!(this instanceof PinnedBuffer)) throw invalidThis('PinnedBuffer', 'freed', this);
     return this._freed;
   }
 
@@ -423,6 +435,8 @@ export class PinnedBuffer {
   }
 }
 
+guardReceivers(PinnedBuffer, 'PinnedBuffer', ['freed']);
+
 let externalRefused = false;
 /** @internal True when pinned buffers must be V8-owned and registered (see PinnedBuffer.pinnedBy). */
 export function externalBuffersRefused(): boolean {
@@ -449,6 +463,7 @@ export interface RegisterOptions {
  * @category Memory
  */
 export class RegisteredBuffer {
+  /** @internal */ readonly _noClone = REGISTERED_NOT_CLONEABLE;
   /** @internal */ _h: number;
   /** The registered memory. */
   readonly view: ArrayBufferView;
@@ -469,6 +484,7 @@ export class RegisteredBuffer {
 
   /** True once freed (or given back); every use then throws `ERR_BUFFER_FREED`. */
   get freed(): boolean {
+    if (!(this instanceof RegisteredBuffer)) throw invalidThis('RegisteredBuffer', 'freed', this);
     return this._freed;
   }
 
@@ -500,6 +516,8 @@ export class RegisteredBuffer {
     return inspectSummary('RegisteredBuffer', this.toJSON(), depth, options, insp);
   }
 }
+
+guardReceivers(RegisteredBuffer, 'RegisteredBuffer', ['freed']);
 
 /**
  * Page-locks an existing ArrayBuffer, SharedArrayBuffer or view in place (cudaHostRegister).

@@ -322,3 +322,59 @@ describe("sizes in the out-of-memory sentence, as PyTorch's format_size writes t
     }
   });
 });
+
+// Misuse through prototypes: every method and accessor of every public class refuses a receiver
+// of another kind with a code and a sentence, as Node's own classes do.
+describe('methods called on something else', () => {
+  const classes = ['Allocator', 'AllocatorSet', 'DeviceBuffer', 'PinnedBuffer', 'RegisteredBuffer', 'PinnedPool', 'PooledPinnedBuffer', 'Stream', 'Event'];
+  test.each(classes)('%s.prototype refuses null, undefined, a plain object and a number', (name) => {
+    const proto = cm[name].prototype;
+    const members = Reflect.ownKeys(proto).filter((k) => k !== 'constructor' && k !== Symbol.toStringTag);
+    expect(members.length).toBeGreaterThan(0);
+    for (const key of members) {
+      const d = Object.getOwnPropertyDescriptor(proto, key);
+      const member = typeof key === 'symbol' ? `[${key.description}]` : key;
+      for (const fn of [d.value, d.get, d.set].filter((f) => typeof f === 'function'))
+        for (const [receiver, said] of [
+          [null, 'null'],
+          [undefined, 'undefined'],
+          [{}, 'an instance of Object'],
+          [5, 'number 5'],
+        ])
+          expect(() => fn.call(receiver, 1)).toThrow(
+            expect.objectContaining({
+              name: 'TypeError',
+              code: 'ERR_INVALID_THIS',
+              message: `${name}.prototype.${member} was called on ${said}; call it on a ${name} of this library`,
+            }),
+          );
+    }
+  });
+
+  test('a block and an allocator refuse structuredClone and postMessage with ERR_NOT_CLONEABLE; JSON still works', () => {
+    const { MessageChannel } = require('worker_threads');
+    const a = cm.createAllocator({ allowGrowth: true, simulate: { totalBytes: 2 ** 30 } });
+    const b = a.alloc(1000);
+    const d = cm.DeviceBuffer.prototype; // methods keep working on real instances
+    expect(d.free === b.free && typeof b.address).toBe('number');
+    const { port1 } = new MessageChannel();
+    for (const [value, what] of [
+      [b, 'a DeviceBuffer'],
+      [a, 'an Allocator'],
+      [{ nested: [b] }, 'a DeviceBuffer'],
+    ]) {
+      const refused = expect.objectContaining({
+        name: 'CudaMemoryError',
+        code: 'ERR_NOT_CLONEABLE',
+        message: expect.stringMatching(new RegExp(`^${what} cannot be cloned or sent to another thread \\(structuredClone, postMessage\\)`)),
+      });
+      expect(() => structuredClone(value)).toThrow(refused);
+      expect(() => port1.postMessage(value)).toThrow(refused);
+    }
+    port1.close();
+    expect(JSON.parse(JSON.stringify(b))).toMatchObject({ byteLength: 1000, simulated: true });
+    b.free();
+    expect(b.freed).toBe(true);
+    a.close();
+  });
+});
