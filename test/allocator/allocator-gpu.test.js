@@ -334,7 +334,7 @@ describeGpu('a full device', () => {
 
 describeGpu('a forced close under an asynchronous copy', () => {
   // The copy holds its block: the memory stays until the copy settles, then goes back.
-  test('keeps a busy block\'s memory until its copy settles, for bfc, expandable segments and async', () => {
+  test("keeps a busy block's memory until its copy settles, for bfc, expandable segments and async", () => {
     const r = spawnSync(process.execPath, [path.join(__dirname, '..', 'fixtures', 'close-under-copy.js')], {
       encoding: 'utf8',
       timeout: 120000,

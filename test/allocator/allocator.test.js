@@ -216,10 +216,18 @@ describe('policies on a simulated device', () => {
     expect(JSON.parse(JSON.stringify(regions))).toEqual(regions);
     for (const bad of [10n, 2n ** 60n])
       expect(() => a.alloc(bad)).toThrow(
-        expect.objectContaining({ name: 'TypeError', code: 'ERR_INVALID_ARG_TYPE', message: `Expected a number of bytes for bytes but received bigint ${bad}n` }),
+        expect.objectContaining({
+          name: 'TypeError',
+          code: 'ERR_INVALID_ARG_TYPE',
+          message: `Expected a number of bytes for bytes but received bigint ${bad}n`,
+        }),
       );
-    expect(() => sim({ allowGrowth: true, memoryLimit: 1024n * 1024n })).toThrow(expect.objectContaining({ code: 'ERR_INVALID_ARG_TYPE', message: expect.stringMatching(/memoryLimit/) }));
-    expect(() => native.allocatorAlloc(a._a, 10n)).toThrow(expect.objectContaining({ code: 'ERR_INVALID_ARG_TYPE', message: 'bytes must be a number' }));
+    expect(() => sim({ allowGrowth: true, memoryLimit: 1024n * 1024n })).toThrow(
+      expect.objectContaining({ code: 'ERR_INVALID_ARG_TYPE', message: expect.stringMatching(/memoryLimit/) }),
+    );
+    expect(() => native.allocatorAlloc(a._a, 10n)).toThrow(
+      expect.objectContaining({ code: 'ERR_INVALID_ARG_TYPE', message: 'bytes must be a number' }),
+    );
     expect(a.stats().allocations.current).toBe(1);
     b.free();
   });

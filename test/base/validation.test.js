@@ -314,10 +314,16 @@ describe("sizes in the out-of-memory sentence, as PyTorch's format_size writes t
   test.each(table)('%d bytes read "%s"', (bytes, text) => {
     expect(formatSizeAsPyTorch(bytes)).toBe(text);
     const o = new cm.OutOfMemoryError({ requestedBytes: bytes, device: 0, deviceFree: 0, deviceTotal: 0 });
-    expect(o.message.startsWith(`CUDA out of memory. Tried to allocate ${text}. GPU 0 has a total capacity of 0 bytes of which 0 bytes is free`)).toBe(true);
+    expect(
+      o.message.startsWith(`CUDA out of memory. Tried to allocate ${text}. GPU 0 has a total capacity of 0 bytes of which 0 bytes is free`),
+    ).toBe(true);
     if (bytes > 256) {
       const a = cm.createAllocator({ allowGrowth: true, memoryLimit: 256, simulate: { totalBytes: 2 ** 53 - 1 } });
-      expect(() => a.alloc(bytes)).toThrow(new RegExp(`^CUDA out of memory\\. Tried to allocate ${text.replace('.', '\\.')}\\. Simulated GPU 0 has a total capacity of 8388608\\.00 GiB of which `));
+      expect(() => a.alloc(bytes)).toThrow(
+        new RegExp(
+          `^CUDA out of memory\\. Tried to allocate ${text.replace('.', '\\.')}\\. Simulated GPU 0 has a total capacity of 8388608\\.00 GiB of which `,
+        ),
+      );
       a.close();
     }
   });
@@ -326,7 +332,17 @@ describe("sizes in the out-of-memory sentence, as PyTorch's format_size writes t
 // Misuse through prototypes: every method and accessor of every public class refuses a receiver
 // of another kind with a code and a sentence, as Node's own classes do.
 describe('methods called on something else', () => {
-  const classes = ['Allocator', 'AllocatorSet', 'DeviceBuffer', 'PinnedBuffer', 'RegisteredBuffer', 'PinnedPool', 'PooledPinnedBuffer', 'Stream', 'Event'];
+  const classes = [
+    'Allocator',
+    'AllocatorSet',
+    'DeviceBuffer',
+    'PinnedBuffer',
+    'RegisteredBuffer',
+    'PinnedPool',
+    'PooledPinnedBuffer',
+    'Stream',
+    'Event',
+  ];
   test.each(classes)('%s.prototype refuses null, undefined, a plain object and a number', (name) => {
     const proto = cm[name].prototype;
     const members = Reflect.ownKeys(proto).filter((k) => k !== 'constructor' && k !== Symbol.toStringTag);
@@ -366,7 +382,9 @@ describe('methods called on something else', () => {
       const refused = expect.objectContaining({
         name: 'CudaMemoryError',
         code: 'ERR_NOT_CLONEABLE',
-        message: expect.stringMatching(new RegExp(`^${what} cannot be cloned or sent to another thread \\(structuredClone, postMessage\\)`)),
+        message: expect.stringMatching(
+          new RegExp(`^${what} cannot be cloned or sent to another thread \\(structuredClone, postMessage\\)`),
+        ),
       });
       expect(() => structuredClone(value)).toThrow(refused);
       expect(() => port1.postMessage(value)).toThrow(refused);

@@ -86,8 +86,8 @@ std::string OomInfo::Message() const {
   char frag[32];
   std::snprintf(frag, sizeof frag, "%.1f%%", fragmentation * 100);
   uint64_t reserved_free = pool_bytes > bytes_in_use ? pool_bytes - bytes_in_use : 0;
-  std::string m = "CUDA out of memory. Tried to allocate " + FormatSizeAsPyTorch(requested) +
-                  ". " + (simulated ? "Simulated GPU " : "GPU ") + std::to_string(device) +
+  std::string m = "CUDA out of memory. Tried to allocate " + FormatSizeAsPyTorch(requested) + ". " +
+                  (simulated ? "Simulated GPU " : "GPU ") + std::to_string(device) +
                   " has a total capacity of " + FormatSizeAsPyTorch(device_total) + " of which " +
                   FormatSizeAsPyTorch(device_free) + " is free. Of the allocated memory " +
                   FormatSizeAsPyTorch(bytes_in_use) + " is allocated by this allocator, and " +

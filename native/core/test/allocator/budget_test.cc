@@ -176,7 +176,8 @@ static void TestPyTorchSizes() {
   };
   for (const auto& row : table) {
     std::string got = FormatSizeAsPyTorch(row.bytes);
-    if (got != row.text) std::fprintf(stderr, "%llu: %s\n", (unsigned long long)row.bytes, got.c_str());
+    if (got != row.text)
+      std::fprintf(stderr, "%llu: %s\n", (unsigned long long)row.bytes, got.c_str());
     CHECK(got == row.text);
   }
 }
