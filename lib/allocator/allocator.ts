@@ -15,7 +15,7 @@ import { knownDeviceCount } from '../device/discovery';
 import { formatBytes } from '../base/units';
 import { Trace, TraceEvent, saveTrace as writeTrace } from './trace';
 import { GroupStats, SharedBudgetOptions, resolveShared } from './group';
-import { checkInternal, kInternal } from '../base/internal';
+import { checkInternal, guardReceivers, invalidThis, kInternal, notCloneable } from '../base/internal';
 
 /**
  * A device that exists only as numbers, for running allocator policies without a GPU.
@@ -82,7 +82,8 @@ export interface AllocatorOptions {
    * With allowGrowth: bytes taken at creation as one region (RMM's initial_pool_size; the limit
    * plays its maximum_pool_size), a multiple of 256 no larger than the limit. Past it the pool
    * grows as allowGrowth does. `async`: reserved at creation and kept through synchronizations.
-   * Default 0.
+   * With expandableSegments: rounded up to whole granules, which must fit under the limit
+   * (RangeError otherwise); {@link Allocator.initialPoolBytes} says what was mapped. Default 0.
    */
   initialPoolBytes?: number;
   /**
@@ -119,8 +120,8 @@ export interface AllocatorOptions {
   /**
    * Join a group budget (`bfc` only): every allocator with the same `name` on the same GPU, in
    * any process, charges its regions to one budget kept in shared memory, and a region is only
-   * taken while the group stays within it. `limit` (bytes) or `fraction` (of total device
-   * memory) sets the budget when the group is created or empty; without either, the allocator
+   * taken while the group stays within it. `memoryLimit` (bytes) or `memoryFraction` (of total
+   * device memory) sets the budget when the group is created or empty; without either, the allocator
    * joins an existing group's budget. Without memoryFraction/memoryLimit, the allocator's own
    * limit is the group budget. Allocators on simulated devices form their own groups.
    */
@@ -286,7 +287,7 @@ export interface AllocOptions {
    * The block's address is a multiple of this: a power of two from 1 to 1 GiB; default 256,
    * which every block has. `bfc` finds a free block where the aligned start fits and keeps the
    * bytes skipped as a free block; `async` takes `alignment - 256` bytes more from its pool and
-   * charges them to the limit.
+   * charges them to the limit (in allocatedBytes, not requestedBytes).
    */
   alignment?: number;
 }
@@ -298,11 +299,14 @@ export interface AllocOptions {
  * @category Allocators
  */
 export interface RegionInfo {
-  address: bigint;
+  /** A number, as every address the library reports. */
+  address: number;
   size: number;
   bytesInUse: number;
   blocks: number;
 }
+
+const ALLOCATOR_NOT_CLONEABLE = notCloneable('an Allocator');
 
 /**
  * A pool over one device; see {@link createAllocator}.
@@ -310,6 +314,8 @@ export interface RegionInfo {
  * @category Allocators
  */
 export class Allocator {
+  // First, so that cloning throws before it reaches the native handle.
+  /** @internal */ readonly _noClone = ALLOCATOR_NOT_CLONEABLE;
   /** @internal */ private _a: unknown;
   /** Where the memory comes from. */
   readonly backend: AllocatorBackend;
@@ -318,7 +324,10 @@ export class Allocator {
   readonly device: number;
   readonly simulated: boolean;
   readonly allowGrowth: boolean;
-  /** Bytes taken at creation as the first region (see AllocatorOptions.initialPoolBytes). */
+  /**
+   * Bytes taken at creation as the first region (see AllocatorOptions.initialPoolBytes); with
+   * expandableSegments, rounded up to whole granules.
+   */
   readonly initialPoolBytes: number;
   /** One segment on CUDA virtual memory (see AllocatorOptions.expandableSegments). */
   readonly expandableSegments: boolean;
@@ -397,6 +406,7 @@ export class Allocator {
    * Throws OutOfMemoryError (the allocator stays usable).
    */
   alloc(bytes: number, options?: AllocOptions): DeviceBuffer {
+    if (!(this instanceof Allocator)) throw invalidThis('Allocator', 'alloc', this);
     if (typeof bytes !== 'number' || !Number.isSafeInteger(bytes) || bytes < 1) checkSize('bytes', bytes, 1);
     let stream: unknown;
     let alignment: number | undefined;
@@ -458,7 +468,7 @@ export class Allocator {
     const info = native.allocatorInfo(this._a);
     const events: TraceEvent[] = this._initialRegions.map((r) => ({
       action: 'region_alloc',
-      region: Number(r.address),
+      region: r.address,
       size: r.size,
       time: 0,
     }));
@@ -703,6 +713,8 @@ export class Allocator {
     return inspectSummary('Allocator', this.toJSON(), depth, options, insp);
   }
 }
+
+guardReceivers(Allocator, 'Allocator', ['alloc']);
 
 /**
  * Creates a pool allocator on a device (or a simulated one). With no limit option, the limit is

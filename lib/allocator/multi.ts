@@ -9,7 +9,7 @@ import { checkBoolean, checkDeviceList, checkOptions } from '../base/validate';
 import { invalidArgument, argTypeError, argRangeError, CudaMemoryError } from '../base/errors';
 import { knownDeviceCount } from '../device/discovery';
 import { formatBytes } from '../base/units';
-import { checkInternal, kInternal } from '../base/internal';
+import { checkInternal, guardReceivers, kInternal } from '../base/internal';
 
 /**
  * Options of {@link createAllocators}: the policy of {@link createAllocator}, for several devices.
@@ -171,6 +171,7 @@ export class AllocatorSet implements Iterable<Allocator> {
     return this.allocators[Symbol.iterator]();
   }
 }
+guardReceivers(AllocatorSet, 'AllocatorSet');
 
 /**
  * Creates one allocator per device with the same policy (see {@link createAllocator}). A

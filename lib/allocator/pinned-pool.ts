@@ -5,7 +5,7 @@ import { formatBytes } from '../base/units';
 import { PinnedBuffer, PinnedAllocOptions, kLentMemory, LentMemory } from '../memory/buffers';
 import { checkOptions, checkSize } from '../base/validate';
 import { OutOfMemoryError, CudaMemoryError } from '../base/errors';
-import { checkInternal, kInternal } from '../base/internal';
+import { checkInternal, guardReceivers, kInternal } from '../base/internal';
 
 /**
  * Options of {@link createPinnedPool}.
@@ -165,6 +165,7 @@ export class PinnedPool {
     return inspectSummary('PinnedPool', this.toJSON(), depth, options, insp);
   }
 }
+guardReceivers(PinnedPool, 'PinnedPool');
 
 /**
  * A pinned buffer lent by a {@link PinnedPool}.
@@ -225,6 +226,7 @@ export class PooledPinnedBuffer implements LentMemory {
     return inspectSummary('PooledPinnedBuffer', this.toJSON(), depth, options, insp);
   }
 }
+guardReceivers(PooledPinnedBuffer, 'PooledPinnedBuffer');
 
 /**
  * Creates a {@link PinnedPool}.

@@ -77,17 +77,21 @@ export interface OutOfMemoryDetails {
   group?: GroupStats;
 }
 
-// Sizes as PyTorch's out-of-memory sentence prints them ("20.00 MiB"), and as the addon's does.
-function sentenceBytes(bytes: number): string {
-  if (bytes < 1024) return `${bytes} bytes`;
-  const units = ['KiB', 'MiB', 'GiB', 'TiB'];
-  let v = bytes / 1024;
-  let i = 0;
-  while (v >= 1024 && i < units.length - 1) {
-    v /= 1024;
-    i++;
-  }
-  return `${v.toFixed(2)} ${units[i]}`;
+/**
+ * @internal Sizes as PyTorch's out-of-memory sentence writes them (format_size in its CUDA caching
+ * allocator), and as the addon's does: bytes up to 1024, then KiB up to 1 MiB, MiB up to 1 GiB
+ * (each boundary included), GiB above and never TiB, with two decimals rounded as C's printf
+ * rounds the exact quotient (a tie to even). 1 GiB reads "1024.00 MiB".
+ */
+export function formatSizeAsPyTorch(bytes: number): string {
+  if (bytes <= 1024) return `${bytes} bytes`;
+  const [unit, shift] = bytes <= 2 ** 20 ? ['KiB', 10n] : bytes <= 2 ** 30 ? ['MiB', 20n] : ['GiB', 30n];
+  const scaled = BigInt(bytes) * 100n;
+  const divisor = 1n << shift;
+  let hundredths = scaled >> shift;
+  const rest = scaled - hundredths * divisor;
+  if (rest * 2n > divisor || (rest * 2n === divisor && hundredths % 2n === 1n)) hundredths += 1n;
+  return `${hundredths / 100n}.${String(hundredths % 100n).padStart(2, '0')} ${unit}`;
 }
 
 /**
@@ -125,8 +129,8 @@ export class OutOfMemoryError extends CudaError {
     const message =
       details.message ??
       // PyTorch's sentence, which services grep logs for; the allocator's own message leads with it too.
-      `CUDA out of memory. Tried to allocate ${sentenceBytes(details.requestedBytes)}. GPU ${details.device} has a total capacity of ` +
-        `${sentenceBytes(details.deviceTotal)} of which ${sentenceBytes(details.deviceFree)} is free (${details.call ?? 'cudaMalloc'} of ${details.requestedBytes} bytes).`;
+      `CUDA out of memory. Tried to allocate ${formatSizeAsPyTorch(details.requestedBytes)}. GPU ${details.device} has a total capacity of ` +
+        `${formatSizeAsPyTorch(details.deviceTotal)} of which ${formatSizeAsPyTorch(details.deviceFree)} is free (${details.call ?? 'cudaMalloc'} of ${details.requestedBytes} bytes).`;
     super(message, { code: 'cudaErrorMemoryAllocation', cudaCode: 2, call: details.call ?? 'cudaMalloc' });
     this.name = 'OutOfMemoryError';
     this.requestedBytes = details.requestedBytes;

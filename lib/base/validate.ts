@@ -1,21 +1,15 @@
 /** Argument checks that run before anything reaches CUDA; each names the argument. */
 import { invalidArgument, argRangeError } from './errors';
 
-/** Checks a byte count: a non-negative safe integer (a number or bigint), at least `min`. */
+/**
+ * Checks a byte count: a non-negative safe integer, at least `min`. A bigint is refused, as every
+ * size and address the library takes or gives is a number.
+ */
 export function checkSize(name: string, value: unknown, min = 0): number {
-  let n: number;
-  if (typeof value === 'bigint') {
-    if (value < BigInt(min) || value > BigInt(Number.MAX_SAFE_INTEGER))
-      throw invalidArgument(name, `an integer from ${min} to 2^53-1`, value, RangeError);
-    n = Number(value);
-  } else if (typeof value === 'number') {
-    if (!Number.isFinite(value) || !Number.isInteger(value) || value < min || value > Number.MAX_SAFE_INTEGER)
-      throw invalidArgument(name, `an integer from ${min} to 2^53-1`, value, RangeError);
-    n = value;
-  } else {
-    throw invalidArgument(name, 'a number of bytes', value);
-  }
-  return n;
+  if (typeof value !== 'number') throw invalidArgument(name, 'a number of bytes', value);
+  if (!Number.isFinite(value) || !Number.isInteger(value) || value < min || value > Number.MAX_SAFE_INTEGER)
+    throw invalidArgument(name, `an integer from ${min} to 2^53-1`, value, RangeError);
+  return value;
 }
 
 /** Checks a device index against the device count when one is known. */

@@ -5,6 +5,7 @@ import { native } from '../binding/native';
 import { checkBoolean, checkDevice, checkOptions } from '../base/validate';
 import { knownDeviceCount } from './discovery';
 import { invalidArgument, argTypeError, CudaMemoryError } from '../base/errors';
+import { guardReceivers } from '../base/internal';
 
 function disposedError(what: string): Error {
   return new CudaMemoryError(`the ${what} was disposed`, 'ERR_DISPOSED');
@@ -77,6 +78,7 @@ export class Stream {
     return inspectSummary('Stream', this.toJSON(), depth, options, insp);
   }
 }
+guardReceivers(Stream, 'Stream');
 
 /**
  * A CUDA event: a marker in a stream, for waiting and timing.
@@ -148,3 +150,4 @@ export class Event {
     return inspectSummary('Event', this.toJSON(), depth, options, insp);
   }
 }
+guardReceivers(Event, 'Event');

@@ -10,7 +10,7 @@ import { knownDeviceCount } from '../device/discovery';
 import { IpcHandle, inUseError, parseIpcHandle } from './ipc';
 import { lockTimeoutMs, shmDir } from '../base/shm';
 import { checkHoldable } from './detach';
-import { checkInternal, kInternal } from '../base/internal';
+import { checkInternal, guardReceivers, invalidThis, kInternal, notCloneable } from '../base/internal';
 import { addressOrNull, inspectCustom, inspectSummary } from '../base/inspect';
 import type { InspectOptionsStylized, inspect } from 'node:util';
 import type { ManagedBuffer } from './managed';
@@ -64,6 +64,10 @@ function watchLive(): void {
 function unwatch(b: Watchable): void {
   if (b._watched) forgotten.unregister(b);
 }
+
+const DEVICE_NOT_CLONEABLE = notCloneable('a DeviceBuffer');
+const PINNED_NOT_CLONEABLE = notCloneable('a PinnedBuffer');
+const REGISTERED_NOT_CLONEABLE = notCloneable('a RegisteredBuffer');
 
 /** @internal Throws the error every use of a freed buffer gets. */
 export function freedError(what: string): CudaError {
@@ -125,12 +129,20 @@ export interface DeviceAllocOptions {
   device?: number;
 }
 
+/** @internal What a block knows of the allocator it was carved from. */
+export interface BufferOwner {
+  /** True once closed: a forced close frees every block still live. */
+  readonly closed: boolean;
+}
+
 /**
  * Memory on a CUDA device (`cudaMalloc`), or a block carved from an allocator's pool.
  *
  * @category Memory
  */
 export class DeviceBuffer {
+  // First, so that cloning throws before it reaches the owner's native handle.
+  /** @internal */ readonly _noClone = DEVICE_NOT_CLONEABLE;
   /** @internal */ _h: number;
   /** Size in bytes, as requested. */
   readonly byteLength: number;
@@ -138,12 +150,12 @@ export class DeviceBuffer {
   readonly device: number;
   /** True for blocks of an allocator on a simulated device: they have no memory behind them. */
   readonly simulated: boolean;
-  /** @internal */ _owner: object | null;
+  /** @internal */ _owner: BufferOwner | null;
   private _freed = false;
   /** @internal */ _watched = false;
 
   /** @internal Use {@link DeviceBuffer.alloc} or an allocator's alloc(). */
-  constructor(token: symbol, handle: number, byteLength: number, device: number, simulated: boolean, owner: object | null) {
+  constructor(token: symbol, handle: number, byteLength: number, device: number, simulated: boolean, owner: BufferOwner | null) {
     checkInternal(token, 'DeviceBuffer', 'DeviceBuffer.alloc() or an allocator');
     this._h = handle;
     this.byteLength = byteLength;
@@ -162,9 +174,13 @@ export class DeviceBuffer {
     return new DeviceBuffer(kInternal, native.deviceAlloc(n, device), n, device, false, null);
   }
 
-  /** True once freed; every use then throws `ERR_BUFFER_FREED`. */
+  /**
+   * True once freed (by free(), or by a forced close of the allocator it was carved from); every
+   * use then throws `ERR_BUFFER_FREED`.
+   */
   get freed(): boolean {
-    return this._freed;
+    if (!(this instanceof DeviceBuffer)) throw invalidThis('DeviceBuffer', 'freed', this);
+    return this._freed || (this._owner !== null && this._owner.closed);
   }
 
   /**
@@ -172,7 +188,7 @@ export class DeviceBuffer {
    * reports (snapshots and traces too); addresses stay below 2^53.
    */
   get address(): number {
-    if (this._freed) throw freedError('buffer');
+    if (this.freed) throw freedError('buffer');
     return native.handleInfo(this._h).address as number;
   }
 
@@ -184,7 +200,8 @@ export class DeviceBuffer {
    * the stream, then is freed.
    */
   free(options?: FreeOptions): void {
-    if (this._freed) return;
+    if (!(this instanceof DeviceBuffer)) throw invalidThis('DeviceBuffer', 'free', this);
+    if (this.freed) return;
     const o = options === undefined ? undefined : checkOptions<FreeOptions>('options', options);
     const stream = o === undefined ? undefined : streamOption(o.stream);
     if (exported.has(this)) {
@@ -212,7 +229,7 @@ export class DeviceBuffer {
    * (ERR_IPC_EXPORT_GONE).
    */
   exportIpc(options?: ExportIpcOptions): IpcHandle {
-    if (this._freed) throw freedError('buffer');
+    if (this.freed) throw freedError('buffer');
     const o = checkOptions<ExportIpcOptions>('options', options);
     const timeout = lockTimeoutMs('options.lockTimeoutMs', o.lockTimeoutMs);
     requireCuda();
@@ -223,7 +240,7 @@ export class DeviceBuffer {
 
   /** The pids of the processes that have this exported buffer open now (empty if not exported). */
   ipcImporters(): number[] {
-    if (this._freed) throw freedError('buffer');
+    if (this.freed) throw freedError('buffer');
     return exported.has(this) ? native.ipcImporters(this._h) : [];
   }
 
@@ -258,9 +275,9 @@ export class DeviceBuffer {
       kind: 'device',
       byteLength: this.byteLength,
       device: this.device,
-      address: this._freed ? null : addressOrNull(() => this.address),
+      address: this.freed ? null : addressOrNull(() => this.address),
       simulated: this.simulated,
-      state: this._freed ? 'freed' : 'live',
+      state: this.freed ? 'freed' : 'live',
     };
   }
 
@@ -268,6 +285,8 @@ export class DeviceBuffer {
     return inspectSummary('DeviceBuffer', this.toJSON(), depth, options, insp);
   }
 }
+
+guardReceivers(DeviceBuffer, 'DeviceBuffer', ['freed', 'free', Symbol.toStringTag]);
 
 /**
  * Options of {@link PinnedBuffer.alloc} (the flags of cudaHostAlloc).
@@ -301,6 +320,7 @@ const FLAG_WRITE_COMBINED = 4;
  * @category Memory
  */
 export class PinnedBuffer {
+  /** @internal */ readonly _noClone = PINNED_NOT_CLONEABLE;
   /** @internal */ _h: number;
   /** The pinned memory. */
   readonly bytes: Uint8Array;
@@ -366,6 +386,7 @@ export class PinnedBuffer {
 
   /** True once freed (or given back); every use then throws `ERR_BUFFER_FREED`. */
   get freed(): boolean {
+    if (!(this instanceof PinnedBuffer)) throw invalidThis('PinnedBuffer', 'freed', this);
     return this._freed;
   }
 
@@ -414,6 +435,8 @@ export class PinnedBuffer {
   }
 }
 
+guardReceivers(PinnedBuffer, 'PinnedBuffer', ['freed']);
+
 let externalRefused = false;
 /** @internal True when pinned buffers must be V8-owned and registered (see PinnedBuffer.pinnedBy). */
 export function externalBuffersRefused(): boolean {
@@ -440,6 +463,7 @@ export interface RegisterOptions {
  * @category Memory
  */
 export class RegisteredBuffer {
+  /** @internal */ readonly _noClone = REGISTERED_NOT_CLONEABLE;
   /** @internal */ _h: number;
   /** The registered memory. */
   readonly view: ArrayBufferView;
@@ -460,6 +484,7 @@ export class RegisteredBuffer {
 
   /** True once freed (or given back); every use then throws `ERR_BUFFER_FREED`. */
   get freed(): boolean {
+    if (!(this instanceof RegisteredBuffer)) throw invalidThis('RegisteredBuffer', 'freed', this);
     return this._freed;
   }
 
@@ -491,6 +516,8 @@ export class RegisteredBuffer {
     return inspectSummary('RegisteredBuffer', this.toJSON(), depth, options, insp);
   }
 }
+
+guardReceivers(RegisteredBuffer, 'RegisteredBuffer', ['freed']);
 
 /**
  * Page-locks an existing ArrayBuffer, SharedArrayBuffer or view in place (cudaHostRegister).

@@ -122,15 +122,24 @@ void ThrowAllocatorBusy(Napi::Env env, uint64_t live, uint64_t bytes_in_use) {
   throw e;
 }
 
+void PoolBinding::ReleaseRegions() noexcept {
+  if (pool) pool->ReleaseAll();
+  if (group) group->ledger().Leave();  // the group sees this member go now, not at GC
+}
+
 namespace {
 
 // A pool block goes back to its pool (no CUDA call, so no error to clear); it is exported as its
 // region (one cudaMalloc) and where in it the block lies.
 void ReleasePoolBlock(napi_env, Allocation* a) noexcept {
   auto* b = static_cast<PoolAllocation*>(a);
-  if (b->pool && !b->pool->closed && b->pool->pool && b->block) {
-    b->pool->pool->Free(b->block);
-    b->pool->PublishInUse();
+  PoolBinding* p = b->pool.get();
+  if (p && p->pool && b->block && (!p->closed || p->deferred > 0)) {
+    p->pool->Free(b->block);
+    if (!p->closed)
+      p->PublishInUse();
+    else if (--p->deferred == 0)
+      p->ReleaseRegions();  // the last busy block of a forced close has settled
   }
   b->block = nullptr;
   b->pool.reset();
@@ -516,7 +525,7 @@ Napi::Value AllocatorRegions(const Napi::CallbackInfo& info) {
   Napi::Array out = Napi::Array::New(env, regions.size());
   for (size_t i = 0; i < regions.size(); ++i) {
     Napi::Object r = Napi::Object::New(env);
-    r.Set("address", Napi::BigInt::New(env, regions[i].address));
+    r.Set("address", static_cast<double>(regions[i].address));  // a number, as every address
     r.Set("size", static_cast<double>(regions[i].size));
     r.Set("bytesInUse", static_cast<double>(regions[i].bytes_in_use));
     r.Set("blocks", regions[i].chunks);
@@ -599,15 +608,17 @@ Napi::Value AllocatorClose(const Napi::CallbackInfo& info) {
   uint64_t live = p->pool->live_blocks();
   if (live > 0 && !force) ThrowAllocatorBusy(env, live, p->pool->Stats().bytes_in_use);
   if (live > 0) {
-    // Forced: every buffer still carved from this pool becomes a freed buffer.
-    Instance& inst = GetInstance(env);
-    for (Allocation* a : inst.handles.Live())
-      if (PoolAllocation* b = AsPoolBlock(a); b && b->pool.get() == p) ReleaseAllocation(env, a);
+    // Forced: every buffer still carved from this pool becomes a freed buffer. One that an
+    // asynchronous copy still uses is released when the copy settles (as free() does), and the
+    // pool's regions stay mapped until then: the copy may still read or write them.
+    p->deferred = ReleaseOrDefer(env, GetInstance(env).handles.Live(), [p](Allocation* a) {
+      PoolAllocation* b = AsPoolBlock(a);
+      return b && b->pool.get() == p;
+    });
   }
   uint64_t bytes = p->pool->Stats().pool_bytes;
   p->closed = true;
-  p->pool->ReleaseAll();
-  if (p->group) p->group->ledger().Leave();  // the group sees this member go now, not at GC
+  if (p->deferred == 0) p->ReleaseRegions();
   return Napi::Number::New(env, static_cast<double>(bytes));
 }
 

@@ -48,15 +48,22 @@ class CudaUpstream final : public core::Upstream {
 
 class PoolBinding {
  public:
+  // Members are destroyed in reverse order: the pool records its last region frees into the
+  // recorder and returns them to the upstream as it goes, so both must outlive it.
   std::unique_ptr<core::Upstream> upstream;
-  std::unique_ptr<core::Pool> pool;
   std::unique_ptr<core::Recorder> recorder;  // while recording, and after, until the next start
+  std::unique_ptr<core::Pool> pool;
   bool closed = false;
+  // Blocks a forced close found busy (an asynchronous copy still using them): the pool keeps its
+  // regions until the last of them is released, since the copy may still touch their memory.
+  uint64_t deferred = 0;
   core::GroupUpstream* group = nullptr;  // the upstream, when the pool charges a group budget
   // Publishes the bytes in use to the group ledger, if there is one.
   void PublishInUse() noexcept {
     if (group && pool) group->ledger().PublishInUse(pool->bytes_in_use());
   }
+  // The end of close(): every region goes back and the group sees this member leave.
+  void ReleaseRegions() noexcept;
 };
 
 // A buffer carved from a PoolBinding's pool: the pool (kept alive while the buffer is) and its

@@ -110,6 +110,9 @@ Napi::Value CreateAsyncAllocator(const Napi::CallbackInfo& info) {
   // The driver reserves in granules of its own: while the reservation is made nothing is given
   // back, and then the threshold is what it reserved, so that a synchronization keeps all of it
   // (a threshold below the granule would let it give the whole granule back).
+  // The device's default pool is the whole process's: an allocator that cannot be made leaves
+  // its threshold as it found it, on every way out.
+  const uint64_t threshold_before = PoolAttr(p->pool, cudaMemPoolAttrReleaseThreshold);
   SetPoolAttr(p->pool, cudaMemPoolAttrReleaseThreshold, keep ? UINT64_MAX : 0);
   if (keep > 0) {
     void* ptr = nullptr;
@@ -118,6 +121,7 @@ Napi::Value CreateAsyncAllocator(const Napi::CallbackInfo& info) {
     if (err == cudaSuccess) err = cudaStreamSynchronize(nullptr);
     if (err != cudaSuccess) {
       (void)cudaGetLastError();
+      if (!p->own) SetPoolAttr(p->pool, cudaMemPoolAttrReleaseThreshold, threshold_before);
       if (err == cudaErrorMemoryAllocation) {
         p->budget.CountOom();
         ThrowValue(env, OomError(env, Report(*p, keep)));
@@ -160,6 +164,30 @@ void GiveEvent(AsyncPool* p, cudaEvent_t e) noexcept {
   }
 }
 
+// Gives back every byte the pool holds that no block uses: after the device's queued work, so
+// that frees still pending in stream order count.
+uint64_t Trim(AsyncPool* p) noexcept {
+  cudaSetDevice(p->device);
+  cudaDeviceSynchronize();
+  uint64_t before = PoolAttr(p->pool, cudaMemPoolAttrReservedMemCurrent);
+  cudaMemPoolTrimTo(p->pool, 0);
+  (void)cudaGetLastError();
+  uint64_t after = PoolAttr(p->pool, cudaMemPoolAttrReservedMemCurrent);
+  return before > after ? before - after : 0;
+}
+
+// The end of close(): trims the pool and destroys it if it is the allocator's own; returns the
+// bytes given back.
+uint64_t DestroyPool(AsyncPool* p) noexcept {
+  uint64_t released = Trim(p);
+  if (p->own && p->pool) {
+    cudaMemPoolDestroy(p->pool);
+    (void)cudaGetLastError();
+    p->pool = nullptr;
+  }
+  return released;
+}
+
 // Frees a block in stream order (its allocation stream, or the one free({ stream }) named).
 void ReleaseAsyncBlock(napi_env env, Allocation* alloc) noexcept {
   auto* a = static_cast<AsyncAllocation*>(alloc);
@@ -179,7 +207,8 @@ void ReleaseAsyncBlock(napi_env env, Allocation* alloc) noexcept {
   }
   if (p && p->pool) {
     cudaFreeAsync(a->base ? a->base : a->ptr, s);
-    p->budget.Release(a->charged);
+    p->budget.Release(a->bytes, a->charged);
+    if (p->closed && p->deferred > 0 && --p->deferred == 0) DestroyPool(p);
   }
   (void)cudaGetLastError();
   if (a->host_ref) {
@@ -241,14 +270,14 @@ Napi::Value AsyncAlloc(const Napi::CallbackInfo& info) {
     o.alignment = alignment;
     return o;
   };
-  if (!p->budget.Charge(charged)) ThrowValue(env, OomError(env, oom_report()));
+  if (!p->budget.Charge(bytes, charged)) ThrowValue(env, OomError(env, oom_report()));
   cudaStream_t s = rec ? rec->stream : nullptr;
   void* ptr = nullptr;
   cudaError_t err = cudaSetDevice(p->device);
   if (err == cudaSuccess) err = cudaMallocFromPoolAsync(&ptr, charged, p->pool, s);
   if (err != cudaSuccess) {
     (void)cudaGetLastError();
-    p->budget.Uncharge(charged);
+    p->budget.Uncharge(bytes, charged);
     if (err == cudaErrorMemoryAllocation) {
       p->budget.CountOom();
       core::OomInfo o = oom_report();
@@ -353,18 +382,6 @@ Napi::Value AsyncSetFraction(const Napi::CallbackInfo& info) {
   return Napi::Number::New(env, static_cast<double>(limit.bytes));
 }
 
-// Gives back every byte the pool holds that no block uses: after the device's queued work, so
-// that frees still pending in stream order count.
-uint64_t Trim(AsyncPool* p) {
-  cudaSetDevice(p->device);
-  cudaDeviceSynchronize();
-  uint64_t before = PoolAttr(p->pool, cudaMemPoolAttrReservedMemCurrent);
-  cudaMemPoolTrimTo(p->pool, 0);
-  (void)cudaGetLastError();
-  uint64_t after = PoolAttr(p->pool, cudaMemPoolAttrReservedMemCurrent);
-  return before > after ? before - after : 0;
-}
-
 Napi::Value AsyncEmptyCache(const Napi::CallbackInfo& info) {
   return Napi::Number::New(info.Env(),
                            static_cast<double>(Trim(UnwrapAsyncPool(info.Env(), info[0]))));
@@ -377,17 +394,13 @@ Napi::Value AsyncClose(const Napi::CallbackInfo& info) {
   if (p->closed) return Napi::Number::New(env, 0);
   uint64_t live = p->budget.live();
   if (live > 0 && !info[1].ToBoolean()) ThrowAllocatorBusy(env, live, p->budget.in_use());
-  for (Allocation* a : GetInstance(env).handles.Live())
-    if (a->ops == &kAsyncBlockOps && static_cast<AsyncAllocation*>(a)->pool.get() == p)
-      ReleaseAllocation(env, a);
-  uint64_t released = Trim(p);
-  if (p->own) {
-    cudaMemPoolDestroy(p->pool);
-    (void)cudaGetLastError();
-    p->pool = nullptr;
-  }
+  // A block that an asynchronous copy still uses is released when the copy settles (as free()
+  // does), and the pool is destroyed after it: the copy may still read or write the block.
+  p->deferred = ReleaseOrDefer(env, GetInstance(env).handles.Live(), [p](Allocation* a) {
+    return a->ops == &kAsyncBlockOps && static_cast<AsyncAllocation*>(a)->pool.get() == p;
+  });
   p->closed = true;
-  return Napi::Number::New(env, static_cast<double>(released));
+  return Napi::Number::New(env, static_cast<double>(p->deferred ? Trim(p) : DestroyPool(p)));
 }
 
 // freeOn(handle, stream): frees a buffer after the work queued on `stream`. A stream-ordered

@@ -20,6 +20,9 @@ struct AsyncPool {
   bool own = true;  // a pool of our own, not the device's default pool
   bool allow_growth = false;
   bool closed = false;
+  // Blocks a forced close found busy (an asynchronous copy still using them): the pool is
+  // trimmed and destroyed once the last of them is released, since the copy may still touch them.
+  uint64_t deferred = 0;
   uint64_t initial_bytes = 0;  // reserved at creation and kept through synchronizations
   int cc_major = 0, cc_minor = 0;
   core::Budget budget;

@@ -36,12 +36,6 @@ uint64_t ReadSize(Napi::Env env, Napi::Value v, const char* what) {
   // One Node-API call for the common case (a number): every copy reads three sizes.
   double d = 0;
   napi_status s = napi_get_value_double(env, v, &d);
-  if (s == napi_number_expected && v.IsBigInt()) {
-    bool lossless = false;
-    uint64_t n = v.As<Napi::BigInt>().Uint64Value(&lossless);
-    if (!lossless) ThrowRange(env, std::string(what) + " must be a non-negative 64-bit integer");
-    return n;
-  }
   if (s != napi_ok) ThrowType(env, std::string(what) + " must be a number");
   if (!IsSafeSize(d))
     ThrowRange(

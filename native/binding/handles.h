@@ -113,6 +113,23 @@ bool HostViewAlive(napi_env env, Allocation* a) noexcept;
 void ReleaseHostMemory(napi_env env, Allocation* a) noexcept;
 inline void FreeHostMemory(Allocation* a) noexcept { a->ops->free_host(a); }
 void DropReference(Allocation* a) noexcept;
+// A forced close: releases every live allocation `owned` selects, except one an asynchronous
+// operation still uses (pending), which is only marked freed (ERR_BUFFER_FREED to its user) and
+// released when that operation settles, as free() does. Returns how many were left so.
+template <typename Owned>
+uint64_t ReleaseOrDefer(Napi::Env env, const std::vector<Allocation*>& live, Owned owned) {
+  uint64_t deferred = 0;
+  for (Allocation* a : live) {
+    if (!owned(a)) continue;
+    if (a->pending > 0) {
+      a->free_requested = true;
+      ++deferred;
+    } else {
+      ReleaseAllocation(env, a);
+    }
+  }
+  return deferred;
+}
 void TrackExternal(Napi::Env env, Allocation* a, int64_t bytes);
 
 }  // namespace cm

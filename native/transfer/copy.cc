@@ -154,17 +154,25 @@ Error CopyRange(Instance& inst, const Endpoint& dst, const Endpoint& src, size_t
   }
   const Endpoint& host = kind == cudaMemcpyHostToDevice ? src : dst;
   if (host.where == Endpoint::kPinned) return DriverCopy(dst.ptr, src.ptr, n, kind, stream);
-  if (strategy == Strategy::kAuto)
+  const bool chosen = strategy == Strategy::kAuto;
+  if (chosen)
     strategy = n >= StagedThreshold(inst, kind == cudaMemcpyDeviceToHost) ? Strategy::kStaged
                                                                           : Strategy::kDriver;
   if (strategy == Strategy::kDriver) return DriverCopy(dst.ptr, src.ptr, n, kind, stream);
   if (strategy == Strategy::kRegister) return RegisteredCopy(dst, src, n, kind, stream);
+  bool to_host = kind == cudaMemcpyDeviceToHost;
+  std::shared_ptr<StagingEngine> engine = GetStagingEngine(inst, device, to_host, &err);
+  if (!engine) {
+    // The engine's stream, events and pinned ring are made on its first copy, and on a full
+    // device they may not be had (cudaStreamCreateWithFlags fails for want of device memory).
+    // Under 'auto' staging is only an optimisation: the copy goes the driver's way instead, and
+    // a later copy tries the engine again. Asked for by name, the failure is the answer.
+    if (chosen) return DriverCopy(dst.ptr, src.ptr, n, kind, stream);
+    return err;
+  }
   // Staged: ordered after earlier work on the caller's stream.
   if (stream) CM_TRY(err, cudaStreamSynchronize(stream), "cudaStreamSynchronize");
   if (err) return err;
-  bool to_host = kind == cudaMemcpyDeviceToHost;
-  std::shared_ptr<StagingEngine> engine = GetStagingEngine(inst, device, to_host, &err);
-  if (!engine) return err;
   return to_host ? engine->Copy(src.ptr, dst.ptr, n) : engine->Copy(dst.ptr, src.ptr, n);
 }
 

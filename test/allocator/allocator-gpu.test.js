@@ -289,6 +289,16 @@ describeGpu("what only the 'async' backend does", () => {
     e.close();
   });
 
+  test("a default-pool allocator that cannot reserve its limit leaves the pool's release threshold as it was", () => {
+    const a = cm.createAllocator({ backend: 'async', asyncDefaultPool: true, allowGrowth: true, memoryLimit: 64 * MiB });
+    expect(a.stats().cudaMemPool.releaseThreshold).toBe(0);
+    const total = cm.memGetInfo(0).total;
+    for (const opts of [{ memoryLimit: total }, { allowGrowth: true, memoryLimit: total, initialPoolBytes: Math.floor(total / 256) * 256 }])
+      expect(() => cm.createAllocator({ backend: 'async', asyncDefaultPool: true, ...opts })).toThrow(cm.OutOfMemoryError);
+    expect(a.stats().cudaMemPool.releaseThreshold).toBe(0);
+    a.close();
+  });
+
   test('free({ stream }) of ordinary device memory waits for the stream, then frees', () => {
     const s = new cm.Stream();
     const before = cm.memGetInfo(0).free;
@@ -319,5 +329,18 @@ describeGpu('a full device', () => {
       expect({ kind, answers: v.answers }).toEqual({ kind, answers: ['OutOfMemoryError'] });
       expect(v.slowestMs).toBeLessThan(1000);
     }
+  });
+});
+
+describeGpu('a forced close under an asynchronous copy', () => {
+  // The copy holds its block: the memory stays until the copy settles, then goes back.
+  test("keeps a busy block's memory until its copy settles, for bfc, expandable segments and async", () => {
+    const r = spawnSync(process.execPath, [path.join(__dirname, '..', 'fixtures', 'close-under-copy.js')], {
+      encoding: 'utf8',
+      timeout: 120000,
+    });
+    expect({ status: r.status, signal: r.signal, stderr: r.stderr }).toEqual({ status: 0, signal: null, stderr: '' });
+    const expected = { copy: 'resolved', freed: true, heldWhileBusy: true, releasedAfter: true, deviceCopies: true };
+    expect(JSON.parse(r.stdout)).toEqual({ bfc: expected, expandable: expected, async: expected });
   });
 });

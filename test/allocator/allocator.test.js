@@ -174,11 +174,62 @@ describe('policies on a simulated device', () => {
     expect(a.stats().poolBytes).toBe(2 * MiB);
     expect(() => a.close()).toThrow(/1 live buffer/);
     expect(a.close({ force: true })).toBe(2 * MiB);
-    expect(x.freed).toBe(false); // the JS object does not know yet…
-    expect(() => cm.copy(new Uint8Array(MiB), x)).toThrow(/freed/); // …but the handle is dead
+    expect(x.freed).toBe(true);
+    expect(() => cm.copy(new Uint8Array(MiB), x)).toThrow(expect.objectContaining({ code: 'ERR_BUFFER_FREED' }));
     expect(() => a.alloc(1)).toThrow(/closed/);
     expect(a.close()).toBe(0);
     x.free(); // harmless
+  });
+
+  test.each([
+    ['bfc', {}],
+    ['expandable', { expandableSegments: true }],
+  ])('a block invalidated by a forced close (%s) is a freed buffer in every respect', (_, opts) => {
+    for (const how of ['close', 'dispose']) {
+      const a = sim({ allowGrowth: true, memoryLimit: GiB, ...opts });
+      const blocks = [a.alloc(1), a.alloc(MiB)];
+      if (how === 'close') a.close({ force: true });
+      else a[Symbol.dispose]();
+      for (const b of blocks) {
+        expect(b.freed).toBe(true);
+        expect(() => b.address).toThrow(expect.objectContaining({ code: 'ERR_BUFFER_FREED' }));
+        for (const args of [
+          [b, new Uint8Array(1)],
+          [b, new Uint8Array(1), { byteLength: 1 }],
+          [new Uint8Array(1), b],
+        ])
+          expect(() => cm.copy(...args)).toThrow(expect.objectContaining({ code: 'ERR_BUFFER_FREED' }));
+        expect(() => b.exportIpc()).toThrow(expect.objectContaining({ code: 'ERR_BUFFER_FREED' }));
+        b.free(); // idempotent
+        expect(b.freed).toBe(true);
+      }
+    }
+  });
+
+  test('regions() reports addresses as numbers (JSON works); a bigint size is refused with a coded TypeError', () => {
+    const a = sim({ allowGrowth: true, memoryLimit: GiB });
+    const b = a.alloc(MiB);
+    const regions = a.regions();
+    expect(regions).toHaveLength(1);
+    expect(typeof regions[0].address).toBe('number');
+    expect(regions[0].address).toBe(a.snapshot().segments[0].address);
+    expect(JSON.parse(JSON.stringify(regions))).toEqual(regions);
+    for (const bad of [10n, 2n ** 60n])
+      expect(() => a.alloc(bad)).toThrow(
+        expect.objectContaining({
+          name: 'TypeError',
+          code: 'ERR_INVALID_ARG_TYPE',
+          message: `Expected a number of bytes for bytes but received bigint ${bad}n`,
+        }),
+      );
+    expect(() => sim({ allowGrowth: true, memoryLimit: 1024n * 1024n })).toThrow(
+      expect.objectContaining({ code: 'ERR_INVALID_ARG_TYPE', message: expect.stringMatching(/memoryLimit/) }),
+    );
+    expect(() => native.allocatorAlloc(a._a, 10n)).toThrow(
+      expect.objectContaining({ code: 'ERR_INVALID_ARG_TYPE', message: 'bytes must be a number' }),
+    );
+    expect(a.stats().allocations.current).toBe(1);
+    b.free();
   });
 
   test('resetPeakStats sets the peaks to the current values', () => {

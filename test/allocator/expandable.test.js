@@ -24,6 +24,47 @@ function fragmenting(a) {
 }
 
 describe('expandable segments on the simulated device', () => {
+  test('initialPoolBytes rounds up to whole granules, said in initialPoolBytes, and must fit the granules the limit allows', () => {
+    const a = sim({ memoryLimit: 3 * MiB, initialPoolBytes: MiB });
+    expect([a.initialPoolBytes, a.stats().poolBytes]).toEqual([2 * MiB, 2 * MiB]);
+    a.close();
+    for (const [memoryLimit, initialPoolBytes] of [
+      [3 * MiB, 3 * MiB],
+      [3 * MiB, 2.5 * MiB],
+    ])
+      expect(() => sim({ memoryLimit, initialPoolBytes })).toThrow(
+        expect.objectContaining({
+          name: 'RangeError',
+          code: 'ERR_OUT_OF_RANGE',
+          message: expect.stringMatching(
+            /^initialPoolBytes \((3\.00|2\.50) MiB\).* more than expandable segments can map under the limit of 3\.00 MiB \(memoryLimit 3\.00 MiB\): at most 2\.00 MiB, whole granules of 2\.00 MiB$/,
+          ),
+        }),
+      );
+    expect(() => sim({ memoryLimit: 3 * MiB, initialPoolBytes: 3 * MiB })).toThrow(/rounds up to whole 2\.00 MiB granules, 4\.00 MiB/);
+  });
+
+  // In a child process with a time limit: work per granule would not return for minutes.
+  test('every call returns quickly, however many granules it covers', () => {
+    const script = `
+      const cm = require(${JSON.stringify(path.join(__dirname, '..', '..'))});
+      const t0 = Date.now();
+      const huge = cm.createAllocator({ expandableSegments: true, memoryLimit: 2 ** 53 - 2 ** 21, simulate: { totalBytes: 2 ** 53 - 2 ** 21 } });
+      const b = huge.alloc(2 ** 52);
+      const mapped = huge.stats().poolBytes;
+      b.free();
+      const released = huge.emptyCache();
+      const fine = cm.createAllocator({ expandableSegments: true, memoryLimit: 2 ** 30, initialPoolBytes: 2 ** 30, simulate: { totalBytes: 2 ** 31, granularity: 256 } });
+      const pool = fine.stats().poolBytes;
+      fine.close();
+      console.log(JSON.stringify({ mapped, released, pool, ms: Date.now() - t0 }));`;
+    const r = require('child_process').spawnSync(process.execPath, ['-e', script], { encoding: 'utf8', timeout: 30000 });
+    expect({ status: r.status, stderr: r.stderr }).toEqual({ status: 0, stderr: '' });
+    const out = JSON.parse(r.stdout);
+    expect([out.mapped, out.released, out.pool]).toEqual([2 ** 52, 2 ** 52, 2 ** 30]);
+    expect(out.ms).toBeLessThan(5000);
+  });
+
   test('the fragmenting workload fails with regions and survives in one segment, under the same limit', () => {
     const regions = cm.createAllocator({ allowGrowth: true, memoryLimit: 512 * MiB, simulate: { totalBytes: 80 * GiB } });
     expect(() => fragmenting(regions)).toThrow(cm.OutOfMemoryError);
@@ -61,7 +102,7 @@ describe('expandable segments on the simulated device', () => {
   test('the limit is charged per mapped granule, and setMemoryFraction holds new mappings to it', () => {
     const a = sim({ memoryLimit: 5 * MiB });
     const x = a.alloc(4 * MiB);
-    expect(() => a.alloc(1024)).toThrow(/^CUDA out of memory\. Tried to allocate 1\.00 KiB\. Simulated GPU 0/);
+    expect(() => a.alloc(1024)).toThrow(/^CUDA out of memory\. Tried to allocate 1024 bytes\. Simulated GPU 0/);
     x.free();
     a.setMemoryFraction(0);
     const again = a.alloc(4 * MiB); // mapped already: served

@@ -113,8 +113,19 @@ describe('group budgets on simulated devices', () => {
       expect.objectContaining({ code: 'ERR_NOT_SUPPORTED' }),
     );
     expect(() => cm.createAllocator({ simulate: sim, allowGrowth: true, shared: { name: 'nobody' } })).toThrow(
-      expect.objectContaining({ code: 'ERR_GROUP_NOT_FOUND' }),
+      expect.objectContaining({
+        code: 'ERR_GROUP_NOT_FOUND',
+        message: expect.stringMatching(
+          /^there is no group 'nobody' on device simulated to join; give shared\.memoryLimit or shared\.memoryFraction to create it$/,
+        ),
+      }),
     );
+    // What the message names is accepted.
+    for (const shared of [
+      { name: 'nobody', memoryLimit: MiB },
+      { name: 'nobody', memoryFraction: 0.001 },
+    ])
+      cm.createAllocator({ simulate: sim, allowGrowth: true, shared }).close();
     const a = cm.createAllocator({ simulate: sim, allowGrowth: true, shared: { name: 'fixed', memoryFraction: 0.25 } });
     expect(a.group().budgetBytes).toBe(20 * 2 ** 30);
     expect(a.group().budgetSource).toBe('memoryFraction 0.25 of 80 GiB');

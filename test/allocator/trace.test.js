@@ -424,3 +424,25 @@ describe('the command line', () => {
     expect(missing.stderr).toMatch(/required option '--out <file>'/);
   });
 });
+
+describe('a forgotten recording allocator', () => {
+  // The pool records its last region frees as it goes; a block's finalizer can be what releases
+  // it, after the allocator's own finalizer ran. In a child process, with freed memory
+  // overwritten by glibc, so that a use after free crashes there and not unseen here.
+  test.each([[''], ['expandable']])('is collected with its blocks from a poll-phase callback without a crash %s', (mode) => {
+    const fixture = path.join(__dirname, '..', 'fixtures', 'forgotten-recorder.js');
+    for (let run = 0; run < 3; run++) {
+      const r = spawnSync(process.execPath, ['--expose-gc', fixture, ...(mode ? [mode] : [])], {
+        encoding: 'utf8',
+        env: { ...process.env, GLIBC_TUNABLES: 'glibc.malloc.perturb=165' },
+        timeout: 60000,
+      });
+      expect({ signal: r.signal, status: r.status, stdout: r.stdout.trim(), stderr: r.stderr }).toEqual({
+        signal: null,
+        status: 0,
+        stdout: 'ok',
+        stderr: '',
+      });
+    }
+  });
+});

@@ -4,7 +4,7 @@
 const util = require('util');
 const cm = require('../..');
 
-const PRIVATE = /_h\b|_owner|_watched|_a\b|_b\b|_freed|_closed|_stacks/;
+const PRIVATE = /_h\b|_owner|_watched|_a\b|_b\b|_freed|_closed|_stacks|_noClone|cannotBeCloned/;
 
 describe('inspect and toJSON', () => {
   test('a buffer of a simulated allocator: a summary, live then freed', () => {
@@ -31,6 +31,19 @@ describe('inspect and toJSON', () => {
     });
     a.close();
     expect(a.toJSON()).toMatchObject({ state: 'closed', bytesInUse: null });
+  });
+
+  test('the guard against cloning shows in neither, and a block of a force-closed allocator reads as freed', () => {
+    const a = cm.createAllocator({ simulate: { totalBytes: 2 ** 30 }, allowGrowth: true });
+    const b = a.alloc(1000);
+    for (const o of [a, b]) {
+      expect(Object.keys(o.toJSON())).not.toContain('_noClone');
+      expect(JSON.stringify(o)).not.toMatch(PRIVATE);
+      expect(util.inspect(o, { showHidden: true })).not.toMatch(PRIVATE);
+    }
+    a.close({ force: true });
+    expect(b.toJSON()).toMatchObject({ address: null, state: 'freed' });
+    expect(util.inspect(b)).toContain("state: 'freed'");
   });
 
   test('nested in a logged object, the depth is respected', () => {

@@ -173,7 +173,7 @@ describe('argument validation (no GPU needed)', () => {
     expect(o).toBeInstanceOf(cm.CudaError);
     expect(o.code).toBe('cudaErrorMemoryAllocation');
     expect(o.message).toBe(
-      'CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 16.00 GiB of which 1.00 GiB is free (cudaMalloc of 2147483648 bytes).',
+      'CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 16.00 GiB of which 1024.00 MiB is free (cudaMalloc of 2147483648 bytes).',
     );
     const u = new cm.CudaUnavailableError('NO_DEVICE', 'none');
     expect([u.reason, u.code]).toEqual(['NO_DEVICE', 'ERR_CUDA_UNAVAILABLE']);
@@ -280,4 +280,119 @@ test('constructors users must not call refuse at once (ERR_ILLEGAL_CONSTRUCTOR),
 
 (gpu ? test.skip : test)('devices() is an empty list without CUDA, as info --json shows it', () => {
   expect(cm.devices()).toEqual([]);
+});
+
+// PyTorch's format_size, at each of its boundaries: `<=` boundaries, no TiB, two decimals rounded
+// as printf rounds (a tie to even). The same table for the sentence JavaScript writes
+// (OutOfMemoryError without a message) and the one the addon writes (an allocator's refusal).
+describe("sizes in the out-of-memory sentence, as PyTorch's format_size writes them", () => {
+  const { formatSizeAsPyTorch } = require('../../dist/base/errors');
+  const KiB = 1024;
+  const MiB = 2 ** 20;
+  const GiB = 2 ** 30;
+  const table = [
+    [0, '0 bytes'],
+    [1, '1 bytes'],
+    [1023, '1023 bytes'],
+    [1024, '1024 bytes'],
+    [1025, '1.00 KiB'],
+    [1152, '1.12 KiB'], // 1.125: a tie, to even
+    [1160, '1.13 KiB'],
+    [1536, '1.50 KiB'],
+    [MiB - 1, '1024.00 KiB'],
+    [MiB, '1024.00 KiB'],
+    [MiB + 1, '1.00 MiB'],
+    [20 * MiB, '20.00 MiB'],
+    [GiB - KiB, '1024.00 MiB'],
+    [GiB, '1024.00 MiB'],
+    [GiB + 1, '1.00 GiB'],
+    [1.5 * GiB, '1.50 GiB'],
+    [1024 * GiB, '1024.00 GiB'],
+    [8000 * GiB, '8000.00 GiB'],
+    [2 ** 53 - 1, '8388608.00 GiB'],
+  ];
+  test.each(table)('%d bytes read "%s"', (bytes, text) => {
+    expect(formatSizeAsPyTorch(bytes)).toBe(text);
+    const o = new cm.OutOfMemoryError({ requestedBytes: bytes, device: 0, deviceFree: 0, deviceTotal: 0 });
+    expect(
+      o.message.startsWith(`CUDA out of memory. Tried to allocate ${text}. GPU 0 has a total capacity of 0 bytes of which 0 bytes is free`),
+    ).toBe(true);
+    if (bytes > 256) {
+      const a = cm.createAllocator({ allowGrowth: true, memoryLimit: 256, simulate: { totalBytes: 2 ** 53 - 1 } });
+      expect(() => a.alloc(bytes)).toThrow(
+        new RegExp(
+          `^CUDA out of memory\\. Tried to allocate ${text.replace('.', '\\.')}\\. Simulated GPU 0 has a total capacity of 8388608\\.00 GiB of which `,
+        ),
+      );
+      a.close();
+    }
+  });
+});
+
+// Misuse through prototypes: every method and accessor of every public class refuses a receiver
+// of another kind with a code and a sentence, as Node's own classes do.
+describe('methods called on something else', () => {
+  const classes = [
+    'Allocator',
+    'AllocatorSet',
+    'DeviceBuffer',
+    'PinnedBuffer',
+    'RegisteredBuffer',
+    'PinnedPool',
+    'PooledPinnedBuffer',
+    'Stream',
+    'Event',
+  ];
+  test.each(classes)('%s.prototype refuses null, undefined, a plain object and a number', (name) => {
+    const proto = cm[name].prototype;
+    const members = Reflect.ownKeys(proto).filter((k) => k !== 'constructor' && k !== Symbol.toStringTag);
+    expect(members.length).toBeGreaterThan(0);
+    for (const key of members) {
+      const d = Object.getOwnPropertyDescriptor(proto, key);
+      const member = typeof key === 'symbol' ? `[${key.description}]` : key;
+      for (const fn of [d.value, d.get, d.set].filter((f) => typeof f === 'function'))
+        for (const [receiver, said] of [
+          [null, 'null'],
+          [undefined, 'undefined'],
+          [{}, 'an instance of Object'],
+          [5, 'number 5'],
+        ])
+          expect(() => fn.call(receiver, 1)).toThrow(
+            expect.objectContaining({
+              name: 'TypeError',
+              code: 'ERR_INVALID_THIS',
+              message: `${name}.prototype.${member} was called on ${said}; call it on a ${name} of this library`,
+            }),
+          );
+    }
+  });
+
+  test('a block and an allocator refuse structuredClone and postMessage with ERR_NOT_CLONEABLE; JSON still works', () => {
+    const { MessageChannel } = require('worker_threads');
+    const a = cm.createAllocator({ allowGrowth: true, simulate: { totalBytes: 2 ** 30 } });
+    const b = a.alloc(1000);
+    const d = cm.DeviceBuffer.prototype; // methods keep working on real instances
+    expect(d.free === b.free && typeof b.address).toBe('number');
+    const { port1 } = new MessageChannel();
+    for (const [value, what] of [
+      [b, 'a DeviceBuffer'],
+      [a, 'an Allocator'],
+      [{ nested: [b] }, 'a DeviceBuffer'],
+    ]) {
+      const refused = expect.objectContaining({
+        name: 'CudaMemoryError',
+        code: 'ERR_NOT_CLONEABLE',
+        message: expect.stringMatching(
+          new RegExp(`^${what} cannot be cloned or sent to another thread \\(structuredClone, postMessage\\)`),
+        ),
+      });
+      expect(() => structuredClone(value)).toThrow(refused);
+      expect(() => port1.postMessage(value)).toThrow(refused);
+    }
+    port1.close();
+    expect(JSON.parse(JSON.stringify(b))).toMatchObject({ byteLength: 1000, simulated: true });
+    b.free();
+    expect(b.freed).toBe(true);
+    a.close();
+  });
 });

@@ -261,3 +261,17 @@ describeGpu('staged copies at sizes around every chunk boundary', () => {
     }
   });
 });
+
+describeGpu('the first staged copy on a full device', () => {
+  // The staging engine is made by the first staged copy; on a full device its stream cannot be
+  // had, and a copy under 'auto' must not fail for it (in a child process, which fills the
+  // device and gives it all back on exit).
+  test('copy() and copyAsync() of 4 MiB pageable each way arrive byte for byte', () => {
+    const r = spawnSync(process.execPath, [path.join(__dirname, '..', 'fixtures', 'full-device-copy.js')], {
+      encoding: 'utf8',
+      timeout: 120000,
+    });
+    expect({ signal: r.signal, status: r.status, stderr: r.stderr }).toEqual({ signal: null, status: 0, stderr: '' });
+    expect(JSON.parse(r.stdout)).toEqual({ full: true, copy: 'same bytes', copyAsync: 'same bytes' });
+  });
+});

@@ -4,8 +4,8 @@
 
 namespace cm::core {
 
-bool Budget::Charge(uint64_t requested) {
-  uint64_t rounded = Round(requested);
+bool Budget::Charge(uint64_t requested, uint64_t taken) {
+  uint64_t rounded = Round(std::max(requested, taken));
   uint64_t in_use = counters_.allocated_bytes.current;
   if (rounded > limit_ || in_use > limit_ - rounded) {
     ++counters_.num_ooms;
@@ -18,15 +18,15 @@ bool Budget::Charge(uint64_t requested) {
   return true;
 }
 
-void Budget::Uncharge(uint64_t requested) {
+void Budget::Uncharge(uint64_t requested, uint64_t taken) {
   // Not an allocation after all: taken back from the totals too, not counted as a free.
-  counters_.allocated_bytes.Cancel(Round(requested));
+  counters_.allocated_bytes.Cancel(Round(std::max(requested, taken)));
   counters_.requested_bytes.Cancel(requested);
   counters_.allocations.Cancel(1);
 }
 
-void Budget::Release(uint64_t requested) {
-  counters_.allocated_bytes.Sub(Round(requested));
+void Budget::Release(uint64_t requested, uint64_t taken) {
+  counters_.allocated_bytes.Sub(Round(std::max(requested, taken)));
   counters_.requested_bytes.Sub(requested);
   counters_.allocations.Sub(1);
 }

@@ -22,13 +22,18 @@ class Budget {
                                                 : (bytes + kMinBlock - 1) / kMinBlock * kMinBlock;
   }
 
-  // Charges a request if it fits under the limit; false (counted as an OOM) if not. Call
-  // Uncharge() if the memory then cannot be had.
-  bool Charge(uint64_t requested);
+  // Charges a request of `requested` bytes (what the caller asked for) that takes `taken` bytes
+  // (at least requested: padding for an alignment included), if it fits under the limit; false
+  // (counted as an OOM) if not. The requested figures count `requested`; the allocated ones and
+  // the limit count `taken`, rounded. Call Uncharge() if the memory then cannot be had.
+  bool Charge(uint64_t requested, uint64_t taken);
+  bool Charge(uint64_t requested) { return Charge(requested, requested); }
   // Takes back a charge made for memory that could not be had (not counted as a free).
-  void Uncharge(uint64_t requested);
-  // The buffer was freed.
-  void Release(uint64_t requested);
+  void Uncharge(uint64_t requested, uint64_t taken);
+  void Uncharge(uint64_t requested) { Uncharge(requested, requested); }
+  // The buffer was freed: the figures it was charged with.
+  void Release(uint64_t requested, uint64_t taken);
+  void Release(uint64_t requested) { Release(requested, requested); }
   void CountOom() { ++counters_.num_ooms; }
   void ResetPeak() { counters_.ResetPeak(); }
   void ResetAccumulated() { counters_.ResetAccumulated(); }

@@ -59,6 +59,11 @@ ComposedAllocator ComposeAllocator(std::unique_ptr<Upstream> device, const Alloc
   if (po.expandable && out.upstream->Granularity() == 0)
     throw NotSupported("expandableSegments needs CUDA virtual memory management, and " +
                        out.upstream->Why() + "; use allowGrowth without it");
+  // A segment maps whole granules: initialPoolBytes is rounded up to them, and refused where
+  // that does not fit under the limit.
+  if (po.expandable)
+    po.initial_bytes = ExpandableInitialBytes(po.initial_bytes, po.limit, po.limit_source,
+                                              out.upstream->Granularity());
   if (out.group) out.group->ledger().SetLimit(po.limit);
   return out;
 }

@@ -193,10 +193,11 @@ Ledger* Ledger::Join(const std::string& dir, const std::string& name, const std:
     fd.fd = shm::OpenTrusted(path, 0, "ERR_GROUP_LEDGER");
     if (fd.fd < 0) {
       if (budget == 0)
-        throw ShmError("ERR_GROUP_NOT_FOUND",
-                       "there is no group '" + name + "' on device " + device +
-                           " to join; give shared.limit or shared.fraction to create it",
-                       path);
+        throw ShmError(
+            "ERR_GROUP_NOT_FOUND",
+            "there is no group '" + name + "' on device " + device +
+                " to join; give shared.memoryLimit or shared.memoryFraction to create it",
+            path);
       Header h;
       std::memset(&h, 0, sizeof h);
       std::memcpy(h.magic, kMagic, sizeof kMagic);

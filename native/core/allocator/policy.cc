@@ -113,4 +113,23 @@ ResolvedLimit ResolveLimit(const PolicyOptions& options, const MemInfo& device, 
   return out;
 }
 
+uint64_t ExpandableInitialBytes(uint64_t initial, uint64_t limit, const std::string& limit_source,
+                                uint64_t granule) {
+  if (initial == 0 || granule == 0) return initial;
+  const uint64_t mappable = limit / granule * granule;
+  const uint64_t granules = initial / granule + (initial % granule ? 1 : 0);
+  if (granules > mappable / granule) {
+    std::string rounding = initial % granule
+                               ? " rounds up to whole " + FormatBytes(granule) + " granules, " +
+                                     FormatBytes(granules * granule) + ", which is"
+                               : " is";
+    throw std::invalid_argument("initialPoolBytes (" + FormatBytes(initial) + ")" + rounding +
+                                " more than expandable segments can map under the limit of " +
+                                FormatBytes(limit) + " (" + limit_source + "): at most " +
+                                FormatBytes(mappable) + ", whole granules of " +
+                                FormatBytes(granule));
+  }
+  return granules * granule;
+}
+
 }  // namespace cm::core

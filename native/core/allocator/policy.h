@@ -47,4 +47,11 @@ ResolvedLimit FractionLimit(double fraction, uint64_t total);
 ResolvedLimit ResolveLimit(const PolicyOptions& options, const MemInfo& device, int cc_major,
                            int cc_minor);
 
+// Expandable segments map whole granules: initialPoolBytes rounds up to them, and must then fit
+// in the granules the limit allows (its last partial granule is never mapped). Returns the bytes
+// mapped at creation; throws std::invalid_argument naming initialPoolBytes, the rounding and the
+// most that can be mapped.
+uint64_t ExpandableInitialBytes(uint64_t initial, uint64_t limit, const std::string& limit_source,
+                                uint64_t granule);
+
 }  // namespace cm::core

@@ -66,18 +66,32 @@ std::string FormatBytes(uint64_t bytes) {
   return out;
 }
 
+std::string FormatSizeAsPyTorch(uint64_t bytes) {
+  char out[64];
+  if (bytes <= 1024)
+    std::snprintf(out, sizeof out, "%llu bytes", static_cast<unsigned long long>(bytes));
+  else if (bytes <= (1ull << 20))
+    std::snprintf(out, sizeof out, "%.2f KiB", static_cast<double>(bytes) / 1024.0);
+  else if (bytes <= (1ull << 30))
+    std::snprintf(out, sizeof out, "%.2f MiB", static_cast<double>(bytes) / 1048576.0);
+  else
+    std::snprintf(out, sizeof out, "%.2f GiB", static_cast<double>(bytes) / 1073741824.0);
+  return out;
+}
+
 std::string OomInfo::Message() const {
-  // PyTorch's sentence first, so that what services grep logs for matches here too; then what
-  // this library knows besides: the limit and where it came from, the pool's free blocks.
+  // PyTorch's sentence first, its sizes written as PyTorch writes them, so that what services
+  // grep logs for matches here too; then what this library knows besides, in its own units: the
+  // limit and where it came from, the pool's free blocks.
   char frag[32];
   std::snprintf(frag, sizeof frag, "%.1f%%", fragmentation * 100);
   uint64_t reserved_free = pool_bytes > bytes_in_use ? pool_bytes - bytes_in_use : 0;
-  std::string m = "CUDA out of memory. Tried to allocate " + FormatBytes(requested) + ". " +
+  std::string m = "CUDA out of memory. Tried to allocate " + FormatSizeAsPyTorch(requested) + ". " +
                   (simulated ? "Simulated GPU " : "GPU ") + std::to_string(device) +
-                  " has a total capacity of " + FormatBytes(device_total) + " of which " +
-                  FormatBytes(device_free) + " is free. Of the allocated memory " +
-                  FormatBytes(bytes_in_use) + " is allocated by this allocator, and " +
-                  FormatBytes(reserved_free) + " is reserved by it but unallocated.";
+                  " has a total capacity of " + FormatSizeAsPyTorch(device_total) + " of which " +
+                  FormatSizeAsPyTorch(device_free) + " is free. Of the allocated memory " +
+                  FormatSizeAsPyTorch(bytes_in_use) + " is allocated by this allocator, and " +
+                  FormatSizeAsPyTorch(reserved_free) + " is reserved by it but unallocated.";
   m += " The allocator's limit is " + FormatBytes(limit) + " (" + limit_source + ")";
   if (rounded != requested) m += "; the request rounds to " + FormatBytes(rounded);
   if (alignment > kMinBlock) m += ", aligned to " + FormatBytes(alignment);

@@ -145,6 +145,10 @@ struct OomInfo {
 
 // Formats bytes with binary units ("1.50 GiB"), as every user-facing size is printed.
 std::string FormatBytes(uint64_t bytes);
+// Formats bytes as PyTorch's out-of-memory sentence does (format_size in its CUDA caching
+// allocator): bytes up to 1024, then KiB up to 1 MiB, MiB up to 1 GiB, each boundary included,
+// and GiB above, never TiB; two decimals. 1 GiB reads "1024.00 MiB".
+std::string FormatSizeAsPyTorch(uint64_t bytes);
 
 // A failure of the upstream that is not out of memory (a CUDA error, say): the pool's state is
 // unchanged when it is thrown.

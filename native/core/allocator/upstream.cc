@@ -1,5 +1,8 @@
 #include "core/allocator/upstream.h"
 
+#include <algorithm>
+#include <iterator>
+
 namespace cm::core {
 
 namespace {
@@ -66,18 +69,41 @@ UpstreamStatus SimulatedUpstream::Map(uint64_t address, uint64_t bytes) {
     if (fail_next_ > 0) --fail_next_;
     return {UpstreamStatus::kOutOfMemory, 2, "simulated cuMemCreate"};
   }
-  for (uint64_t a = address; a < address + bytes; a += granularity_) granules_[a] = true;
+  if (bytes == 0) return UpstreamStatus::Ok();
+  // The pool maps only what is not mapped; a range that touches a mapped one joins it.
+  uint64_t start = address, end = address + bytes;
+  auto next = mapped_ranges_.lower_bound(start);
+  if (next != mapped_ranges_.begin()) {
+    auto prev = std::prev(next);
+    if (prev->second == start) {
+      start = prev->first;
+      mapped_ranges_.erase(prev);
+    }
+  }
+  if (next != mapped_ranges_.end() && next->first == end) {
+    end = next->second;
+    mapped_ranges_.erase(next);
+  }
+  mapped_ranges_[start] = end;
   free_ -= bytes;
   mapped_ += bytes;
   return UpstreamStatus::Ok();
 }
 
 void SimulatedUpstream::Unmap(uint64_t address, uint64_t bytes) noexcept {
-  for (uint64_t a = address; a < address + bytes; a += granularity_)
-    if (granules_.erase(a)) {
-      free_ += granularity_;
-      mapped_ -= granularity_;
-    }
+  // Gives back the part of [address, address + bytes) that is mapped, splitting ranges it cuts.
+  const uint64_t start = address, end = address + bytes;
+  auto it = mapped_ranges_.lower_bound(start);
+  if (it != mapped_ranges_.begin() && std::prev(it)->second > start) --it;
+  while (it != mapped_ranges_.end() && it->first < end) {
+    const uint64_t from = it->first, to = it->second;
+    const uint64_t cut_from = std::max(from, start), cut_to = std::min(to, end);
+    it = mapped_ranges_.erase(it);
+    if (from < cut_from) mapped_ranges_[from] = cut_from;
+    if (cut_to < to) it = mapped_ranges_.emplace(cut_to, to).first;
+    free_ += cut_to - cut_from;
+    mapped_ -= cut_to - cut_from;
+  }
 }
 
 }  // namespace cm::core

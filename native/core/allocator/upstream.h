@@ -117,7 +117,9 @@ class SimulatedUpstream final : public Upstream {
   uint64_t granularity_ = 2ull << 20;
   uint64_t mapped_ = 0;
   std::map<uint64_t, uint64_t> reserved_;  // base -> size
-  std::map<uint64_t, bool> granules_;      // mapped granules, by address
+  // Mapped memory as disjoint ranges, start -> end: the work of a call does not grow with the
+  // number of granules it covers (2^52 bytes in 256-byte granules would be 2^44 of them).
+  std::map<uint64_t, uint64_t> mapped_ranges_;
 };
 
 }  // namespace cm::core

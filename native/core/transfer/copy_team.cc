@@ -53,6 +53,9 @@ int CpuShare::PerTeam() const { return std::max(2, cpus_ / std::max(1, active())
 
 CopyTeam::CopyTeam(int threads, const std::vector<int>& cpus, std::shared_ptr<CpuShare> share)
     : threads_(std::max(1, threads)), share_(std::move(share)) {
+  // A thread the share never lets work would only sleep: start no more than it ever allows
+  // (a lone team: its CPUs, and never below the floor of 2).
+  if (share_) threads_ = std::min(threads_, std::max(2, share_->cpus()));
   pinned_ = !cpus.empty();
   for (int i = 1; i < threads_; ++i) {
     workers_.emplace_back(&CopyTeam::Worker, this, i);

@@ -68,7 +68,9 @@ class CopyTeam {
  public:
   // `threads` counts the thread that calls Run(); threads - 1 are started here, each restricted
   // to `cpus` when it is not empty (the CPUs of the GPU's NUMA node: core/device/numa.h). With
-  // `share`, the team's threads at work are capped while other teams of that share run jobs too.
+  // `share`, the team's threads at work are capped while other teams of that share run jobs too,
+  // and no more are started than the share lets one team run (max(2, its CPUs)): threads() says how
+  // many.
   explicit CopyTeam(int threads, const std::vector<int>& cpus = {},
                     std::shared_ptr<CpuShare> share = nullptr);
   ~CopyTeam();

@@ -45,6 +45,26 @@ static void TestBudget() {
   CHECK(!zero.Charge(1));
 }
 
+// Padding taken for an alignment is allocated, not requested: requestedBytes counts what the
+// callers asked for, allocatedBytes and the limit what the blocks take.
+static void TestPaddingIsNotRequested() {
+  Budget b(10 * MiB, "memoryLimit 10.00 MiB");
+  CHECK(b.Charge(1000, 1000 + 4096 - 256));  // 4 KiB aligned: 3840 bytes more, 4864 rounded
+  CHECK(b.Charge(300));
+  PoolStats s = b.Stats();
+  CHECK(s.counters.requested_bytes.current == 1300 && s.requested_bytes_in_use == 1300);
+  CHECK(s.counters.allocated_bytes.current == 4864 + 512 && s.bytes_in_use == 5376);
+  CHECK(s.largest_alloc_size == 4864);
+  CHECK(!b.Charge(1, 10 * MiB));  // the taken bytes are held to the limit
+  b.Uncharge(1000, 1000 + 4096 - 256);
+  b.Charge(1000, 1000 + 4096 - 256);
+  b.Release(1000, 1000 + 4096 - 256);
+  s = b.Stats();
+  CHECK(s.counters.requested_bytes.current == 300 && s.counters.requested_bytes.allocated == 1300);
+  CHECK(s.counters.requested_bytes.freed == 1000 && s.bytes_in_use == 512);
+  CHECK(s.counters.allocated_bytes.freed == 4864 && s.num_allocs == 2 && s.num_frees == 1);
+}
+
 static void TestRecording() {
   SimulatedUpstream up(80 * GiB, 80 * GiB, 9, 0);
   Pool pool(&up, {64 * MiB, "test", true, true});
@@ -130,6 +150,38 @@ static void TestGrowthSequence() {
   CHECK(pool.Stats().bytes_in_use == 2 * MiB + 128 * MiB);
 }
 
+// The sizes of PyTorch's sentence, at each boundary of its format_size: `<=` boundaries, no
+// TiB, two decimals rounded as printf rounds (a tie to even).
+static void TestPyTorchSizes() {
+  const struct {
+    uint64_t bytes;
+    const char* text;
+  } table[] = {
+      {0, "0 bytes"},
+      {1, "1 bytes"},
+      {1023, "1023 bytes"},
+      {1024, "1024 bytes"},
+      {1025, "1.00 KiB"},
+      {1152, "1.12 KiB"},  // 1.125: a tie, to even
+      {1536, "1.50 KiB"},
+      {MiB - 1, "1024.00 KiB"},
+      {MiB, "1024.00 KiB"},
+      {MiB + 1, "1.00 MiB"},
+      {20 * MiB, "20.00 MiB"},
+      {GiB, "1024.00 MiB"},
+      {GiB + 1, "1.00 GiB"},
+      {3 * GiB / 2, "1.50 GiB"},
+      {1024 * GiB, "1024.00 GiB"},
+      {8000 * GiB, "8000.00 GiB"},
+  };
+  for (const auto& row : table) {
+    std::string got = FormatSizeAsPyTorch(row.bytes);
+    if (got != row.text)
+      std::fprintf(stderr, "%llu: %s\n", (unsigned long long)row.bytes, got.c_str());
+    CHECK(got == row.text);
+  }
+}
+
 static void TestPreallocateAndOom() {
   SimulatedUpstream up(16 * GiB, 16 * GiB, 8, 0);
   Pool pool(&up, {GiB, "memoryLimit 1.00 GiB", false, true});
@@ -138,7 +190,9 @@ static void TestPreallocateAndOom() {
   CHECK(pool.Allocate(GiB + 1, &oom) == nullptr);
   CHECK(oom.requested == GiB + 1 && oom.rounded == GiB + 256 && oom.limit == GiB);
   CHECK(oom.Message().rfind("CUDA out of memory. Tried to allocate 1.00 GiB. Simulated GPU 0 has "
-                            "a total capacity of 16.00 GiB of which 15.00 GiB is free.",
+                            "a total capacity of 16.00 GiB of which 15.00 GiB is free. Of the "
+                            "allocated memory 0 bytes is allocated by this allocator, and 1024.00 "
+                            "MiB is reserved by it but unallocated.",
                             0) == 0);
   CHECK(pool.Stats().num_ooms == 1 && pool.Stats().bytes_in_use == 0);
   // A preallocation the device cannot give is an error at creation.
@@ -336,6 +390,8 @@ static void TestRandomized() {
 }
 
 int main() {
+  TestPyTorchSizes();
+  TestPaddingIsNotRequested();
   TestBudget();
   TestRecording();
   TestBlocksAndGcCounters();

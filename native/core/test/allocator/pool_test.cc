@@ -388,7 +388,81 @@ static void TestExpandable() {
   }
 }
 
+// The simulated device keeps mapped memory as ranges: a call costs the same whatever the number
+// of granules it covers (per granule, 2^52 bytes in 2 MiB granules took minutes and gigabytes).
+static void TestSimulatedMappingIsPerRange() {
+  OomInfo oom;
+  {
+    SimulatedUpstream up(1ull << 53, 1ull << 53, 9, 0);
+    Pool pool(&up, Expandable(1ull << 53));
+    Pool::Chunk* huge = pool.Allocate(1ull << 52, &oom);
+    CHECK(huge && up.mappedBytes() == 1ull << 52);
+    pool.Free(huge);
+    CHECK(pool.EmptyCache() == 1ull << 52 && up.mappedBytes() == 0);
+  }
+  {
+    SimulatedUpstream up(80 * GiB, 80 * GiB, 9, 0);
+    up.SetGranularity(256);
+    PoolOptions o = Expandable(80 * GiB);
+    o.initial_bytes = GiB;
+    Pool pool(&up, o);
+    CHECK(up.mappedBytes() == GiB && pool.Stats().pool_bytes == GiB);
+  }
+  {
+    // Unmapping cuts ranges: the middle of one, across two, and what was never mapped.
+    SimulatedUpstream up(GiB, GiB, 9, 0);
+    uint64_t base = 0;
+    CHECK(up.Reserve(GiB, &base).kind == UpstreamStatus::kOk);
+    CHECK(up.Map(base, 8 * MiB).kind == UpstreamStatus::kOk);
+    CHECK(up.Map(base + 8 * MiB, 8 * MiB).kind == UpstreamStatus::kOk);
+    CHECK(up.Map(base + 32 * MiB, 4 * MiB).kind == UpstreamStatus::kOk);
+    CHECK(up.mappedBytes() == 20 * MiB && up.GetMemInfo().free == GiB - 20 * MiB);
+    up.Unmap(base + 2 * MiB, 2 * MiB);
+    CHECK(up.mappedBytes() == 18 * MiB);
+    up.Unmap(base + 14 * MiB, 20 * MiB);  // 2 MiB of the first range, 2 MiB of the last
+    CHECK(up.mappedBytes() == 14 * MiB);
+    up.Unmap(base + 100 * MiB, 2 * MiB);
+    CHECK(up.mappedBytes() == 14 * MiB);
+    up.Unmap(base, GiB);
+    CHECK(up.mappedBytes() == 0 && up.GetMemInfo().free == GiB);
+  }
+}
+
+// initialPoolBytes in an expandable segment: rounded up to granules, and held to the granules
+// the limit allows.
+static void TestExpandableInitialBytes() {
+  CHECK(ExpandableInitialBytes(0, 3 * MiB, "l", 2 * MiB) == 0);
+  CHECK(ExpandableInitialBytes(2 * MiB, 3 * MiB, "l", 2 * MiB) == 2 * MiB);
+  CHECK(ExpandableInitialBytes(256, 3 * MiB, "l", 2 * MiB) == 2 * MiB);
+  CHECK(ExpandableInitialBytes(4 * MiB, 4 * MiB, "l", 2 * MiB) == 4 * MiB);
+  std::string said;
+  try {
+    ExpandableInitialBytes(3 * MiB, 3 * MiB, "memoryLimit 3.00 MiB", 2 * MiB);
+  } catch (const std::invalid_argument& e) {
+    said = e.what();
+  }
+  CHECK(said ==
+        "initialPoolBytes (3.00 MiB) rounds up to whole 2.00 MiB granules, 4.00 MiB, which is more "
+        "than expandable segments can map under the limit of 3.00 MiB (memoryLimit 3.00 MiB): at "
+        "most 2.00 MiB, whole granules of 2.00 MiB");
+  said.clear();
+  try {
+    ExpandableInitialBytes(4 * MiB, 3 * MiB, "l", 2 * MiB);
+  } catch (const std::invalid_argument& e) {
+    said = e.what();
+  }
+  CHECK(said.find("initialPoolBytes (4.00 MiB) is more than") == 0);
+  // What it returns maps: a pool made with it does not fail.
+  SimulatedUpstream up(80 * GiB, 80 * GiB, 9, 0);
+  PoolOptions o = Expandable(3 * MiB);
+  o.initial_bytes = ExpandableInitialBytes(MiB, o.limit, "l", up.Granularity());
+  Pool pool(&up, o);
+  CHECK(pool.Stats().pool_bytes == 2 * MiB);
+}
+
 int main() {
+  TestExpandableInitialBytes();
+  TestSimulatedMappingIsPerRange();
   TestExpandable();
   TestCounters();
   TestAlignment();

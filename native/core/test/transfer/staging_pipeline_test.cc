@@ -443,7 +443,23 @@ void TestPinnedTeam() {
   CHECK(!CopyTeam(2).pinned());
 }
 
+// A team starts only the threads its share can ever let work: 256 asked for on 2 CPUs start 1
+// (2 with the caller), and still copy everything.
+static void TestTeamStartsWhatCanRun() {
+  auto two = std::make_shared<CpuShare>(2);
+  CopyTeam team(256, {}, two);
+  CHECK(team.threads() == 2);
+  const size_t n = 5 * MiB + 3;
+  std::vector<char> src = Pattern(n, 77), dst(n, 0);
+  team.Copy(dst.data(), src.data(), n, false);
+  CHECK(dst == src);
+  CHECK(CopyTeam(6, {}, std::make_shared<CpuShare>(16)).threads() == 6);
+  CHECK(CopyTeam(6, {}, std::make_shared<CpuShare>(1)).threads() == 2);
+  CHECK(CopyTeam(5).threads() == 5);  // no share: as asked
+}
+
 int main() {
+  TestTeamStartsWhatCanRun();
   TestPlan();
   TestRoundTrips();
   TestRingInTurn();
