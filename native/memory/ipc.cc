@@ -137,8 +137,8 @@ Napi::Value IpcExport(const Napi::CallbackInfo& info) {
   return DescriptorObject(env, d);
 }
 
-// The size of the allocation that holds `p` (cuMemGetAddressRange, reached through the runtime
-// so that the binary needs only the driver); false if it cannot be had.
+}  // namespace
+
 bool AllocationBytes(void* p, uint64_t* bytes) {
   using GetRange = int (*)(unsigned long long*, size_t*, unsigned long long);
   static GetRange get_range = [] {
@@ -159,6 +159,17 @@ bool AllocationBytes(void* p, uint64_t* bytes) {
   *bytes = size - (reinterpret_cast<unsigned long long>(p) - base);
   return true;
 }
+
+Allocation* NewIpcImport(int device, void* base, uint64_t offset, uint64_t bytes) {
+  auto* a = new IpcImportAllocation(&kIpcImportOps);
+  a->device = device;
+  a->base = base;
+  a->ptr = static_cast<char*>(base) + offset;
+  a->bytes = bytes;
+  return a;
+}
+
+namespace {
 
 // ipcImport(descriptor, dir, device | -1, lockTimeoutMs) -> [handle, device]
 Napi::Value IpcImport(const Napi::CallbackInfo& info) {
@@ -222,11 +233,7 @@ Napi::Value IpcImport(const Napi::CallbackInfo& info) {
                                       std::to_string(allocation) + " bytes)",
                             d.record));
   }
-  auto* a = new IpcImportAllocation(&kIpcImportOps);
-  a->device = device;
-  a->base = base;
-  a->ptr = static_cast<char*>(base) + d.offset;
-  a->bytes = d.bytes;
+  auto* a = static_cast<IpcImportAllocation*>(NewIpcImport(device, base, d.offset, d.bytes));
   a->import = std::move(rec);
   Napi::Array out = Napi::Array::New(env, 2);
   out.Set(0u, WrapAllocation(env, a));

@@ -42,6 +42,17 @@ ResolvedLimit FractionLimit(double fraction, uint64_t total) {
   return out;
 }
 
+void CheckPlatformCap(const PolicyOptions& options, uint64_t bytes, const std::string& what) {
+  if (!options.platform_cap || bytes <= *options.platform_cap) return;
+  throw std::invalid_argument(
+      what + " (" + FormatBytes(bytes) + ") is above the platform's limit of " +
+      FormatBytes(*options.platform_cap) + " on this device (" + options.platform_cap_source +
+      "): allocations past it would fail, so the limit is refused rather "
+      "than cut; ask for at most " +
+      std::to_string(*options.platform_cap) +
+      " bytes, or leave the limit out to get the platform's");
+}
+
 ResolvedLimit ResolveLimit(const PolicyOptions& options, const MemInfo& device, int cc_major,
                            int cc_minor) {
   if (options.memory_fraction && options.memory_limit)
@@ -55,7 +66,9 @@ ResolvedLimit ResolveLimit(const PolicyOptions& options, const MemInfo& device, 
     if (!(f > 0 && f <= 1))
       throw std::invalid_argument("memoryFraction must be a number in (0, 1], got " +
                                   std::to_string(f));
-    return FractionLimit(f, device.total);
+    ResolvedLimit fraction = FractionLimit(f, device.total);
+    CheckPlatformCap(options, fraction.bytes, fraction.source);
+    return fraction;
   } else if (options.memory_limit) {
     if (*options.memory_limit > device.total)
       throw std::invalid_argument("memoryLimit " + std::to_string(*options.memory_limit) +
@@ -65,6 +78,7 @@ ResolvedLimit ResolveLimit(const PolicyOptions& options, const MemInfo& device, 
     if (*options.memory_limit < kMinBlock)
       throw std::invalid_argument("memoryLimit must be at least 256 bytes, got " +
                                   std::to_string(*options.memory_limit));
+    CheckPlatformCap(options, *options.memory_limit, "memoryLimit");
     out.bytes = *options.memory_limit;
     out.source = "memoryLimit " + FormatBytes(out.bytes);
   } else {
@@ -79,6 +93,11 @@ ResolvedLimit ResolveLimit(const PolicyOptions& options, const MemInfo& device, 
         text, sizeof text, "default: %s free minus the %s reserve for compute capability %d.%d",
         FormatBytes(device.free).c_str(), FormatBytes(reserve).c_str(), cc_major, cc_minor);
     out.source = text;
+    if (options.platform_default && *options.platform_default < out.bytes) {
+      out.bytes = *options.platform_default;
+      out.source = "the platform's " + options.platform_default_source + " (below the " +
+                   std::string(text).substr(9) + ")";
+    }
   }
   RoundDown(&out);
   return out;

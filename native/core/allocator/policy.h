@@ -14,6 +14,15 @@ namespace cm::core {
 struct PolicyOptions {
   std::optional<double> memory_fraction;  // of total device memory, in (0, 1]
   std::optional<uint64_t> memory_limit;   // bytes
+  // The platform's limit on this device (a MIG slice, an MPS client's pinned limit, a cgroup's
+  // dmem.max, HAMi's), when there is one: a memoryFraction or memoryLimit above `platform_cap`
+  // is refused, since the platform would fail the allocations past it anyway; the default limit
+  // takes `platform_default` (the cap, or what the platform says is still free under it) when it
+  // is the smaller.
+  std::optional<uint64_t> platform_cap;
+  std::string platform_cap_source;
+  std::optional<uint64_t> platform_default;
+  std::string platform_default_source;
 };
 
 struct ResolvedLimit {
@@ -33,5 +42,9 @@ ResolvedLimit FractionLimit(double fraction, uint64_t total);
 // impossible options.
 ResolvedLimit ResolveLimit(const PolicyOptions& options, const MemInfo& device, int cc_major,
                            int cc_minor);
+
+// Throws std::invalid_argument when `bytes` (chosen by `what`, e.g. "memoryFraction 0.5 of 80.00
+// GiB total") is above the platform's cap in `options`.
+void CheckPlatformCap(const PolicyOptions& options, uint64_t bytes, const std::string& what);
 
 }  // namespace cm::core
