@@ -209,3 +209,23 @@ export function describePlatformLimit(d: DevicePlatformLimits): string {
   const others = d.limits.filter((l) => l !== d.limit).map((l) => `${l.kind} ${formatBytes(l.bytes)}`);
   return `${formatBytes(d.limit.bytes)} from ${d.limit.kind} (${d.limit.source})${others.length ? `; also ${others.join(', ')}` : ''}`;
 }
+
+/** The lines `cuda-memory info` prints about the platform (not per device). */
+export function formatPlatform(p: PlatformInfo): string[] {
+  const mps = p.mps.controlPipe
+    ? `MPS client (control pipe in ${p.mps.pipeDirectory}${p.mps.activeThreadPercentage !== null ? `, ${p.mps.activeThreadPercentage}% of the SMs` : ''}${p.mps.pinnedDeviceMemLimit !== null ? `, CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=${p.mps.pinnedDeviceMemLimit}` : ''})`
+    : `no MPS control pipe in ${p.mps.pipeDirectory}`;
+  const dmem = p.cgroup.dmem
+    .filter((r) => r.maxBytes !== null)
+    .map(
+      (r) =>
+        `${r.region} max ${formatBytes(r.maxBytes!)} (set in ${r.limitedBy})${r.currentBytes !== null ? `, ${formatBytes(r.currentBytes)} used` : ''}`,
+    );
+  const cgroup =
+    p.cgroup.path === null ? 'no cgroup v2' : `cgroup ${p.cgroup.path}${dmem.length ? `: dmem ${dmem.join('; ')}` : ', no dmem limit'}`;
+  const lines = [`platform: ${mps}; ${cgroup}`];
+  const vars = Object.entries(p.variables).filter(([k]) => !k.startsWith('CUDA_MPS_PIPE'));
+  if (vars.length) lines.push(`platform variables: ${vars.map(([k, v]) => `${k}=${v}`).join(' ')}`);
+  for (const w of p.warnings) lines.push(`platform warning: ${w}`);
+  return lines;
+}
