@@ -249,6 +249,20 @@ export function sourceFamilies(src: MetricsSources): MetricFamily[] {
   ];
 }
 
+/** @internal The platform's gauges (see platformFamilies). */
+export const PLATFORM_METRICS = [
+  {
+    name: 'cuda_memory_platform_limit_bytes',
+    help: 'A memory limit the platform puts on this process on the device, by kind (mig, mps, dmem, hami); the smallest applies.',
+    type: 'gauge' as const,
+  },
+  {
+    name: 'cuda_memory_device_available_bytes',
+    help: 'What this process may still take on the device: the least of free device memory and what the platform limit still allows.',
+    type: 'gauge' as const,
+  },
+];
+
 /**
  * @internal Each selected device's platform limits (one sample per limit found, by kind) and what
  * the process may still take there (availableBytes); none without CUDA.
@@ -258,18 +272,8 @@ export function platformFamilies(src: MetricsSources['devices']): MetricFamily[]
   const all = listDevices();
   const picked = src === true ? all : all.filter((d) => src.includes(d.index));
   const info = platformInfo();
-  const limit: MetricFamily = {
-    name: 'cuda_memory_platform_limit_bytes',
-    help: 'A memory limit the platform puts on this process on the device, by kind (mig, mps, dmem, hami); the smallest applies.',
-    type: 'gauge',
-    samples: [],
-  };
-  const available: MetricFamily = {
-    name: 'cuda_memory_device_available_bytes',
-    help: 'What this process may still take on the device: the least of free device memory and what the platform limit still allows.',
-    type: 'gauge',
-    samples: [],
-  };
+  const limit: MetricFamily = { ...PLATFORM_METRICS[0], samples: [] };
+  const available: MetricFamily = { ...PLATFORM_METRICS[1], samples: [] };
   for (const d of picked) {
     const labels = { device: String(d.index), uuid: d.uuid };
     for (const l of info.devices.find((x) => x.device === d.index)?.limits ?? [])

@@ -19,7 +19,13 @@ describe('platformInfo() reads each platform as it presents itself', () => {
     const p = cm.platformInfo({ root: path.join(F, 'dmem-k8s'), env: {}, devices: [dev0, dev1] });
     expect(p.cgroup.path).toBe('/kubepods.slice/pod1/ctr');
     expect(p.cgroup.dmem).toEqual([
-      { region: 'drm/0000:03:00.0/vram0', maxBytes: 4 * GiB, limitedBy: '/kubepods.slice/pod1', currentBytes: GiB, headroomBytes: 512 * MiB },
+      {
+        region: 'drm/0000:03:00.0/vram0',
+        maxBytes: 4 * GiB,
+        limitedBy: '/kubepods.slice/pod1',
+        currentBytes: GiB,
+        headroomBytes: 512 * MiB,
+      },
       { region: 'drm/0000:04:00.0/vram0', maxBytes: null, limitedBy: null, currentBytes: 0, headroomBytes: null },
     ]);
     expect(p.devices[0].limit).toEqual({
@@ -64,7 +70,11 @@ describe('platformInfo() reads each platform as it presents itself', () => {
     expect(p.devices.map((d) => d.limit.bytes)).toEqual([GiB, 2 * GiB]);
     expect(p.devices[0].limit.source).toBe('CUDA_MPS_PINNED_DEVICE_MEM_LIMIT 0=1073741824 bytes');
     // One size for all; no daemon in the default directory of a host without cgroup v2.
-    const plain = cm.platformInfo({ root: path.join(F, 'none'), env: { CUDA_MPS_PINNED_DEVICE_MEM_LIMIT: '512MB' }, devices: [dev0, dev1] });
+    const plain = cm.platformInfo({
+      root: path.join(F, 'none'),
+      env: { CUDA_MPS_PINNED_DEVICE_MEM_LIMIT: '512MB' },
+      devices: [dev0, dev1],
+    });
     expect(plain.mps.controlPipe).toBe(false);
     expect(plain.cgroup).toEqual({ path: null, dir: null, dmem: [] });
     expect(plain.devices.map((d) => d.limit.bytes)).toEqual([512 * MiB, 512 * MiB]);
@@ -72,7 +82,12 @@ describe('platformInfo() reads each platform as it presents itself', () => {
   });
 
   test("HAMi's variables, and the smallest of several limits applies", () => {
-    const env = { CUDA_DEVICE_MEMORY_LIMIT: '6g', CUDA_DEVICE_MEMORY_LIMIT_1: '3000m', CUDA_DEVICE_SM_LIMIT: '50', CUDA_MPS_PINNED_DEVICE_MEM_LIMIT: '0=8G' };
+    const env = {
+      CUDA_DEVICE_MEMORY_LIMIT: '6g',
+      CUDA_DEVICE_MEMORY_LIMIT_1: '3000m',
+      CUDA_DEVICE_SM_LIMIT: '50',
+      CUDA_MPS_PINNED_DEVICE_MEM_LIMIT: '0=8G',
+    };
     const p = cm.platformInfo({ root: path.join(F, 'dmem-k8s'), env, devices: [dev0, dev1] });
     expect(p.devices[0].limits.map((l) => [l.kind, l.bytes])).toEqual([
       ['mps', 8 * GiB],
@@ -80,8 +95,17 @@ describe('platformInfo() reads each platform as it presents itself', () => {
       ['hami', 6 * GiB],
     ]);
     expect(p.devices[0].limit.kind).toBe('dmem');
-    expect(p.devices[1].limit).toEqual({ kind: 'hami', bytes: 3000 * MiB, source: 'CUDA_DEVICE_MEMORY_LIMIT_1=3000m (HAMi)', headroomBytes: null });
-    const bad = cm.platformInfo({ root: path.join(F, 'none'), env: { CUDA_DEVICE_MEMORY_LIMIT: 'lots', CUDA_MPS_ACTIVE_THREAD_PERCENTAGE: '0' }, devices: [dev0] });
+    expect(p.devices[1].limit).toEqual({
+      kind: 'hami',
+      bytes: 3000 * MiB,
+      source: 'CUDA_DEVICE_MEMORY_LIMIT_1=3000m (HAMi)',
+      headroomBytes: null,
+    });
+    const bad = cm.platformInfo({
+      root: path.join(F, 'none'),
+      env: { CUDA_DEVICE_MEMORY_LIMIT: 'lots', CUDA_MPS_ACTIVE_THREAD_PERCENTAGE: '0' },
+      devices: [dev0],
+    });
     expect(bad.devices[0].limit).toBeNull();
     expect(bad.warnings).toHaveLength(2);
   });
@@ -116,7 +140,9 @@ describe('the allocator under a platform limit (simulated device)', () => {
   test('the default limit takes the platform limit when smaller, and limitSource names it', () => {
     const a = sim({ allowGrowth: true }, mps4g);
     expect(a.limitBytes).toBe(4 * GiB);
-    expect(a.limitSource).toMatch(/^the platform's mps limit 4 GiB \(CUDA_MPS_PINNED_DEVICE_MEM_LIMIT 0=4294967296 bytes.*\) \(below the 80\.00 GiB free minus the 1\.76 GiB reserve/);
+    expect(a.limitSource).toMatch(
+      /^the platform's mps limit 4 GiB \(CUDA_MPS_PINNED_DEVICE_MEM_LIMIT 0=4294967296 bytes.*\) \(below the 80\.00 GiB free minus the 1\.76 GiB reserve/,
+    );
     expect(a.platformLimits().limit.kind).toBe('mps');
     a.close();
     // dmem says what is still free under its limit: the default takes that.
@@ -143,9 +169,13 @@ describe('the allocator under a platform limit (simulated device)', () => {
     const e = refused({ memoryLimit: 4 * GiB + 256 });
     expect(e.name).toBe('RangeError');
     expect(e.code).toBe('ERR_OUT_OF_RANGE');
-    expect(e.message).toMatch(/^memoryLimit \(4\.00 GiB\) is above the platform's limit of 4\.00 GiB on this device \(mps: CUDA_MPS_PINNED_DEVICE_MEM_LIMIT/);
+    expect(e.message).toMatch(
+      /^memoryLimit \(4\.00 GiB\) is above the platform's limit of 4\.00 GiB on this device \(mps: CUDA_MPS_PINNED_DEVICE_MEM_LIMIT/,
+    );
     expect(e.message).toMatch(/refused rather than cut; ask for at most 4294967296 bytes/);
-    expect(refused({ memoryFraction: 0.1 }).message).toMatch(/^memoryFraction 0\.1 of 80\.00 GiB total \(8\.00 GiB\) is above the platform's limit/);
+    expect(refused({ memoryFraction: 0.1 }).message).toMatch(
+      /^memoryFraction 0\.1 of 80\.00 GiB total \(8\.00 GiB\) is above the platform's limit/,
+    );
     const a = sim({ allowGrowth: true, memoryLimit: 4 * GiB }, mps4g);
     expect(a.limitBytes).toBe(4 * GiB);
     expect(() => a.setMemoryFraction(0.5)).toThrow(/fraction 0\.5 of 80 GiB is above the platform's limit of 4 GiB on this device \(mps:/);
@@ -200,8 +230,11 @@ describe('info and doctor say which limit applies and where it came from', () =>
   };
   test('cuda-memory info prints the platform, and --json carries it', () => {
     const r = spawnSync(process.execPath, [cli, 'info'], { encoding: 'utf8', env, timeout: 60000 });
-    expect(r.stdout).toMatch(/^platform: MPS client \(control pipe in \/run\/mps-pipes, 25% of the SMs, CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=1G\); cgroup \/user\.slice\/user-1000\.slice\/session-1\.scope, no dmem limit$/m);
-    if (cm.status().available) expect(r.stdout).toMatch(/^ {2}platform limit: 1 GiB from mps \(CUDA_MPS_PINNED_DEVICE_MEM_LIMIT 0=1073741824 bytes\)/m);
+    expect(r.stdout).toMatch(
+      /^platform: MPS client \(control pipe in \/run\/mps-pipes, 25% of the SMs, CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=1G\); cgroup \/user\.slice\/user-1000\.slice\/session-1\.scope, no dmem limit$/m,
+    );
+    if (cm.status().available)
+      expect(r.stdout).toMatch(/^ {2}platform limit: 1 GiB from mps \(CUDA_MPS_PINNED_DEVICE_MEM_LIMIT 0=1073741824 bytes\)/m);
     const j = spawnSync(process.execPath, [cli, 'info', '--json'], { encoding: 'utf8', env, timeout: 60000 });
     const out = JSON.parse(j.stdout);
     expect(out.platform.mps).toMatchObject({ controlPipe: true, activeThreadPercentage: 25 });
@@ -214,7 +247,10 @@ describe('info and doctor say which limit applies and where it came from', () =>
     try {
       const c = platformCheck(0);
       expect(c.status).toBe('pass');
-      if (!cm.status().available) expect(c.detail).toMatch(/^no platform limit: not a MIG instance, no MPS pinned-memory limit, no dmem.max in cgroup \(no cgroup v2\), no HAMi limit/);
+      if (!cm.status().available)
+        expect(c.detail).toMatch(
+          /^no platform limit: not a MIG instance, no MPS pinned-memory limit, no dmem.max in cgroup \(no cgroup v2\), no HAMi limit/,
+        );
     } finally {
       for (const k of Object.keys(process.env)) if (!(k in saved)) delete process.env[k];
       Object.assign(process.env, saved);
