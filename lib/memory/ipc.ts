@@ -34,8 +34,8 @@ function invalid(why: string): InterprocessError {
   return new InterprocessError(`the IPC handle is not valid: ${why}`, { code: 'ERR_IPC_HANDLE_INVALID' });
 }
 
-/** @internal Checks the shape of a handle given as an object or JSON text. */
-export function parseIpcHandle(value: unknown): IpcHandle {
+// A handle or descriptor given as an object or as its JSON text, as a plain object.
+function jsonObject(value: unknown, expected: string): Record<string, unknown> {
   let h = value;
   if (typeof h === 'string') {
     try {
@@ -44,8 +44,13 @@ export function parseIpcHandle(value: unknown): IpcHandle {
       throw invalid('it is a string but not JSON');
     }
   }
-  if (h === null || typeof h !== 'object' || Array.isArray(h)) throw invalid('expected the object exportIpc() returned, or its JSON');
-  const o = h as Record<string, unknown>;
+  if (h === null || typeof h !== 'object' || Array.isArray(h)) throw invalid(`expected ${expected}, or its JSON`);
+  return h as Record<string, unknown>;
+}
+
+/** @internal Checks the shape of a handle given as an object or JSON text. */
+export function parseIpcHandle(value: unknown): IpcHandle {
+  const o = jsonObject(value, 'the object exportIpc() returned');
   if (o.type !== 'cuda-memory/ipc@1') throw invalid(`its type is ${JSON.stringify(o.type)}, expected "cuda-memory/ipc@1"`);
   for (const k of ['record', 'token', 'handle', 'device'] as const) if (typeof o[k] !== 'string') throw invalid(`${k} must be a string`);
   for (const k of ['offset', 'byteLength', 'pid'] as const)
@@ -93,16 +98,7 @@ export interface CudaIpcDescriptor {
 
 /** @internal Checks a descriptor given as an object or JSON text; returns it with a 128-digit handle. */
 export function parseCudaIpcDescriptor(value: unknown): CudaIpcDescriptor {
-  let h = value;
-  if (typeof h === 'string') {
-    try {
-      h = JSON.parse(h);
-    } catch {
-      throw invalid('it is a string but not JSON');
-    }
-  }
-  if (h === null || typeof h !== 'object' || Array.isArray(h)) throw invalid('expected a cuda-ipc@1 descriptor object, or its JSON');
-  const o = h as Record<string, unknown>;
+  const o = jsonObject(value, 'a cuda-ipc@1 descriptor object');
   if (o.type !== 'cuda-ipc@1') throw invalid(`its type is ${JSON.stringify(o.type)}, expected "cuda-ipc@1"`);
   if (typeof o.handle !== 'string' || !/^[0-9a-f]+$/i.test(o.handle)) throw invalid('handle must be a string of hex digits');
   let handle = o.handle.toLowerCase();

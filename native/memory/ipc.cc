@@ -139,6 +139,20 @@ Napi::Value IpcExport(const Napi::CallbackInfo& info) {
 
 }  // namespace
 
+void* OpenIpcHandle(Napi::Env env, const uint8_t* handle, int device) {
+  cudaIpcMemHandle_t h;
+  static_assert(sizeof h == 64, "cudaIpcMemHandle_t is 64 bytes");
+  std::memcpy(&h, handle, sizeof h);
+  void* base = nullptr;
+  cudaError_t err = cudaSetDevice(device);
+  if (err == cudaSuccess) err = cudaIpcOpenMemHandle(&base, h, cudaIpcMemLazyEnablePeerAccess);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    ThrowCuda(env, err, "cudaIpcOpenMemHandle");
+  }
+  return base;
+}
+
 bool AllocationBytes(void* p, uint64_t* bytes) {
   using GetRange = int (*)(unsigned long long*, size_t*, unsigned long long);
   static GetRange get_range = [] {
@@ -206,15 +220,7 @@ Napi::Value IpcImport(const Napi::CallbackInfo& info) {
         env, core::ShmError("ERR_IPC_WRONG_DEVICE", "the IPC handle is for " + d.device +
                                                         ", which this process does not see "
                                                         "(CUDA_VISIBLE_DEVICES?)"));
-  cudaIpcMemHandle_t h;
-  std::memcpy(&h, d.handle.data(), 64);
-  void* base = nullptr;
-  cudaError_t err = cudaSetDevice(device);
-  if (err == cudaSuccess) err = cudaIpcOpenMemHandle(&base, h, cudaIpcMemLazyEnablePeerAccess);
-  if (err != cudaSuccess) {
-    (void)cudaGetLastError();
-    ThrowCuda(env, err, "cudaIpcOpenMemHandle");
-  }
+  void* base = OpenIpcHandle(env, d.handle.data(), device);
   // The record's offset and size against the allocation the driver opened: the record is the
   // exporter's word, and a wrong one would let this process reach past the buffer.
   uint64_t allocation = 0;

@@ -14,6 +14,8 @@ void InitIpc(Napi::Env env, Napi::Object exports);
 // The bytes from `p` to the end of the allocation that holds it (cuMemGetAddressRange, reached
 // through the runtime so that the binary needs only the driver); false if it cannot be had.
 bool AllocationBytes(void* p, uint64_t* bytes);
+// cudaIpcOpenMemHandle of the 64 bytes at `handle` on `device`; throws CudaError when it fails.
+void* OpenIpcHandle(Napi::Env env, const uint8_t* handle, int device);
 // A buffer over `bytes` at `offset` in the memory `base` opened from an IPC handle on `device`:
 // its release closes the handle (kIpcImportOps). With no record of the exporter's to hold a slot
 // in, for a handle of a process that does not use this library.

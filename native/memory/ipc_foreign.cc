@@ -3,7 +3,7 @@
 // driver can say is checked instead: the device, that the pointer is device memory there, and
 // that the offset and size lie inside the allocation the handle opened (and, when the exporter
 // said how large that allocation is, that it is exactly that large).
-#include <cstring>
+#include <array>
 #include <string>
 
 #include "binding/instance.h"
@@ -56,15 +56,7 @@ Napi::Value IpcImportForeign(const Napi::CallbackInfo& info) {
         env, core::ShmError("ERR_IPC_WRONG_DEVICE", "the CUDA IPC descriptor is for " + uuid +
                                                         ", not device " + std::to_string(wanted) +
                                                         " (" + DeviceUuid(wanted) + ")"));
-  cudaIpcMemHandle_t h;
-  std::memcpy(&h, bytes.data(), sizeof h);
-  void* base = nullptr;
-  cudaError_t err = cudaSetDevice(device);
-  if (err == cudaSuccess) err = cudaIpcOpenMemHandle(&base, h, cudaIpcMemLazyEnablePeerAccess);
-  if (err != cudaSuccess) {
-    (void)cudaGetLastError();
-    ThrowCuda(env, err, "cudaIpcOpenMemHandle");
-  }
+  void* base = OpenIpcHandle(env, bytes.data(), device);
   auto close_and_refuse = [&](const std::string& why) {
     cudaIpcCloseMemHandle(base);
     (void)cudaGetLastError();
