@@ -206,7 +206,10 @@ export function allocatorPlatformOption(
 /** One line per device with a limit, for `cuda-memory info` and doctor. */
 export function describePlatformLimit(d: DevicePlatformLimits): string {
   if (!d.limit) return 'no platform limit';
-  const others = d.limits.filter((l) => l !== d.limit).map((l) => `${l.kind} ${formatBytes(l.bytes)}`);
+  const limit = d.limit;
+  const others = d.limits
+    .filter((l) => !(l.kind === limit.kind && l.bytes === limit.bytes && l.source === limit.source))
+    .map((l) => `${l.kind} ${formatBytes(l.bytes)}`);
   return `${formatBytes(d.limit.bytes)} from ${d.limit.kind} (${d.limit.source})${others.length ? `; also ${others.join(', ')}` : ''}`;
 }
 

@@ -233,8 +233,12 @@ describe('info and doctor say which limit applies and where it came from', () =>
     expect(r.stdout).toMatch(
       /^platform: MPS client \(control pipe in \/run\/mps-pipes, 25% of the SMs, CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=1G\); cgroup \/user\.slice\/user-1000\.slice\/session-1\.scope, no dmem limit$/m,
     );
-    if (cm.status().available)
-      expect(r.stdout).toMatch(/^ {2}platform limit: 1 GiB from mps \(CUDA_MPS_PINNED_DEVICE_MEM_LIMIT 0=1073741824 bytes\)/m);
+    if (cm.status().available) {
+      // On a GPU, per device: a HAMi variable (which only HAMi's preloaded shim would act on).
+      const hami = { ...process.env, CUDA_MEMORY_PLATFORM_ROOT: path.join(F, 'none'), CUDA_DEVICE_MEMORY_LIMIT_0: '1g' };
+      const g = spawnSync(process.execPath, [cli, 'info'], { encoding: 'utf8', env: hami, timeout: 60000 });
+      expect(g.stdout).toMatch(/^ {2}platform limit: 1 GiB from hami \(CUDA_DEVICE_MEMORY_LIMIT_0=1g \(HAMi\)\)$/m);
+    }
     const j = spawnSync(process.execPath, [cli, 'info', '--json'], { encoding: 'utf8', env, timeout: 60000 });
     const out = JSON.parse(j.stdout);
     expect(out.platform.mps).toMatchObject({ controlPipe: true, activeThreadPercentage: 25 });
@@ -262,7 +266,7 @@ describeGpu('the platform on a GPU (the plain case)', () => {
   test('devices() says MIG and the platform limit; availableBytes(0) reports the device term', () => {
     const [d] = cm.devices();
     expect(d.mig === null || typeof d.mig.enabled === 'boolean').toBe(true);
-    if (d.mig && !d.mig.instance) expect(d.mig.parentUuid).toBe(d.uuid);
+    if (d.mig && !d.mig.instance) expect(d.mig.parentUuid.toLowerCase()).toBe(d.uuid.toLowerCase());
     const st = cm.status();
     expect(st.platform.limited).toBe(st.platform.limits.length > 0);
     const av = cm.availableBytes(0);
