@@ -77,8 +77,10 @@ function start(command, args) {
   return { proc, line, exited, stderr: () => stderr };
 }
 
+// Each Python process imports torch and cupy, which takes seconds.
+jest.setTimeout(180000);
+
 describePython('sharing device memory with Python (PyTorch, CuPy)', () => {
-  jest.setTimeout(180000);
   const n = MiB + 4099; // not a whole number of anything
 
   test('Node writes, Python reads it through CuPy and a torch tensor (DLPack), writes back; Node sees its bytes', async () => {
