@@ -57,7 +57,8 @@ function info(o: { json?: boolean }): number {
     `driver CUDA ${formatCudaVersion(st.driverVersion)}, runtime CUDA ${formatCudaVersion(st.runtimeVersion)}, built with CUDA: ${st.builtWithCuda}\n`,
   );
   process.stdout.write(`binary: ${st.binary.kind}${st.binary.path ? ` (${st.binary.path})` : ''}\n`);
-  for (const line of platform ? formatPlatform(platform) : [`platform: could not be read: ${platformError}`]) process.stdout.write(`${line}\n`);
+  for (const line of platform ? formatPlatform(platform) : [`platform: could not be read: ${platformError}`])
+    process.stdout.write(`${line}\n`);
   if (!st.available) return 2;
   if (cudaVisibleDevices() !== null)
     process.stdout.write(
