@@ -45,7 +45,11 @@ export interface SimulatedDevice {
   platform?: SimulatedPlatform;
 }
 
-/** The platform of a simulated device (see {@link SimulatedDevice.platform}). */
+/**
+ * The platform of a simulated device (see {@link SimulatedDevice.platform}).
+ *
+ * @category Allocators
+ */
 export interface SimulatedPlatform {
   root?: string;
   env?: Record<string, string | undefined>;
@@ -56,6 +60,8 @@ export interface SimulatedPlatform {
 /**
  * One term of {@link Allocator.availableBytes} or {@link availableBytes}: what the process (or
  * allocator) could take if this term alone bound it, in bytes.
+ *
+ * @category Allocators
  */
 export interface AvailableTerm {
   /**
@@ -70,7 +76,11 @@ export interface AvailableTerm {
   detail: string;
 }
 
-/** What this process (or an allocator) may still take now: the least of its terms. */
+/**
+ * What this process (or an allocator) may still take now: the least of its terms.
+ *
+ * @category Allocators
+ */
 export interface Availability {
   device: number;
   simulated: boolean;

@@ -15,6 +15,8 @@ import { Availability, AvailableTerm, availability, heldBytes, platformTerm } fr
  * less what this thread's allocators hold there). Memory taken outside the library's allocators
  * (plain DeviceBuffers, other libraries) is in the device term but not in the platform's estimate
  * unless the platform reports it.
+ *
+ * @category Allocators
  */
 export function availableBytes(device = 0): Availability {
   const { free } = memGetInfo(device);

@@ -13,10 +13,18 @@ import { formatBytes } from '../base/units';
 import { checkOptions } from '../base/validate';
 import { invalidArgument } from '../base/errors';
 
-/** Which platform a limit comes from. */
+/**
+ * Which platform a limit comes from.
+ *
+ * @category Devices and streams
+ */
 export type PlatformLimitKind = 'mig' | 'mps' | 'dmem' | 'hami';
 
-/** One limit the platform puts on a device. */
+/**
+ * One limit the platform puts on a device.
+ *
+ * @category Devices and streams
+ */
 export interface PlatformLimit {
   kind: PlatformLimitKind;
   /** The limit in bytes. */
@@ -30,7 +38,11 @@ export interface PlatformLimit {
   headroomBytes: number | null;
 }
 
-/** A GPU under MIG, from NVML (null on a GPU without MIG or without NVML). */
+/**
+ * A GPU under MIG, from NVML (null on a GPU without MIG or without NVML).
+ *
+ * @category Devices and streams
+ */
 export interface MigInfo {
   /** MIG mode is on for the physical GPU. */
   enabled: boolean;
@@ -47,7 +59,11 @@ export interface MigInfo {
   parentMemoryBytes: number | null;
 }
 
-/** This process as an MPS client. */
+/**
+ * This process as an MPS client.
+ *
+ * @category Devices and streams
+ */
 export interface MpsClientInfo {
   /** CUDA_MPS_PIPE_DIRECTORY, else the default /tmp/nvidia-mps. */
   pipeDirectory: string;
@@ -60,7 +76,11 @@ export interface MpsClientInfo {
   pinnedDeviceMemLimit: string | null;
 }
 
-/** One region of the cgroup dmem controller (a device's memory, e.g. "drm/0000:03:00.0/vram0"). */
+/**
+ * One region of the cgroup dmem controller (a device's memory, e.g. "drm/0000:03:00.0/vram0").
+ *
+ * @category Devices and streams
+ */
 export interface DmemRegion {
   region: string;
   /** The least dmem.max from the process's cgroup up to the root; null when none sets one ("max"). */
@@ -73,7 +93,11 @@ export interface DmemRegion {
   headroomBytes: number | null;
 }
 
-/** The platform's limits on one device. */
+/**
+ * The platform's limits on one device.
+ *
+ * @category Devices and streams
+ */
 export interface DevicePlatformLimits {
   device: number;
   /** Every limit found, in the order MIG, MPS, dmem, HAMi. */
@@ -82,7 +106,11 @@ export interface DevicePlatformLimits {
   limit: PlatformLimit | null;
 }
 
-/** What {@link platformInfo} found. */
+/**
+ * What {@link platformInfo} found.
+ *
+ * @category Devices and streams
+ */
 export interface PlatformInfo {
   mps: MpsClientInfo;
   cgroup: {
@@ -99,7 +127,11 @@ export interface PlatformInfo {
   devices: DevicePlatformLimits[];
 }
 
-/** A device to read limits for; {@link platformInfo} takes the GPUs by default. */
+/**
+ * A device to read limits for; {@link platformInfo} takes the GPUs by default.
+ *
+ * @category Devices and streams
+ */
 export interface PlatformDevice {
   index: number;
   /** Matches dmem regions; absent for a simulated device unless given. */
@@ -111,7 +143,11 @@ export interface PlatformDevice {
   mig?: MigInfo | null;
 }
 
-/** Options of {@link platformInfo}: where to read, for tests and for simulated devices. */
+/**
+ * Options of {@link platformInfo}: where to read, for tests and for simulated devices.
+ *
+ * @category Devices and streams
+ */
 export interface PlatformOptions {
   /** The file system's root the files are read under; default CUDA_MEMORY_PLATFORM_ROOT, else "/". */
   root?: string;
@@ -153,6 +189,8 @@ function migLimit(d: PlatformDevice): PlatformLimit | null {
  * The platform's limits, read now: MIG, MPS, the cgroup's dmem and HAMi, per device, with the
  * smallest of each device's named. Never throws for what it reads (an unreadable value is a
  * warning); throws only for bad options.
+ *
+ * @category Devices and streams
  */
 export function platformInfo(options?: PlatformOptions): PlatformInfo {
   const o = checkOptions<PlatformOptions>('options', options);

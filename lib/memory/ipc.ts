@@ -85,6 +85,8 @@ export function inUseError(importers: number[]): InterprocessError {
  * - `device`: the GPU's uuid ("GPU-…"), which names the same GPU in every process whatever
  *   CUDA_VISIBLE_DEVICES says;
  * - `pid`: the exporting process.
+ *
+ * @category Processes
  */
 export interface CudaIpcDescriptor {
   type: 'cuda-ipc@1';
