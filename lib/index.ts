@@ -10,11 +10,23 @@ import './base/disposable';
 export { CudaMemoryError, CudaError, OutOfMemoryError, CudaUnavailableError, InterprocessError } from './base/errors';
 export type { UnavailableReason, OutOfMemoryDetails } from './base/errors';
 export { status, devices, memGetInfo, formatCudaVersion, cudaVisibleDevices } from './device/discovery';
-export type { CudaStatus, DeviceInfo, PcieLink, AddonBinary } from './device/discovery';
+export type { CudaStatus, DeviceInfo, PcieLink, AddonBinary, PlatformStatus } from './device/discovery';
 export { peerAccess, enablePeerAccess } from './device/peers';
 export type { PeerLink, NvLinkRate } from './device/peers';
 export { sharedMemoryOf } from './device/shared-memory';
 export type { SharedMemoryInfo, SharedMemoryFacts } from './device/shared-memory';
+export { platformInfo } from './device/platform';
+export type {
+  PlatformInfo,
+  PlatformLimit,
+  PlatformLimitKind,
+  PlatformOptions,
+  PlatformDevice,
+  DevicePlatformLimits,
+  MigInfo,
+  MpsClientInfo,
+  DmemRegion,
+} from './device/platform';
 export { DeviceBuffer, PinnedBuffer, RegisteredBuffer, registerHost } from './memory/buffers';
 export { ManagedBuffer } from './memory/managed';
 export type {
@@ -35,7 +47,7 @@ export type {
   ImportIpcOptions,
   ExportIpcOptions,
 } from './memory/buffers';
-export type { IpcHandle } from './memory/ipc';
+export type { IpcHandle, CudaIpcDescriptor } from './memory/ipc';
 export { SharedPinnedBuffer, createSharedPinned, openSharedPinned, unlinkSharedPinned } from './memory/shared-pinned';
 export type { SharedPinnedOptions } from './memory/shared-pinned';
 export { shmDir } from './base/shm';

@@ -9,6 +9,7 @@
 #include "binding/promise_worker.h"
 #include "device/discovery.h"
 #include "device/peers.h"
+#include "device/platform.h"
 #include "device/streams.h"
 #include "memory/buffers.h"
 #include "memory/ipc.h"
@@ -54,6 +55,8 @@ Napi::Object RegisterExports(Napi::Env env, Napi::Object exports) {
   cm::InitAllocator(env, exports);
   cm::InitGroup(env, exports);
   cm::InitIpc(env, exports);
+  cm::InitForeignIpc(env, exports);
+  cm::InitPlatform(env, exports);
   cm::InitPeer(env, exports);
   cm::InitSharedHost(env, exports);
   cm::InitStreamOrdered(env, exports);

@@ -16,6 +16,8 @@ import { formatBytes } from '../base/units';
 import { Trace, TraceEvent, saveTrace as writeTrace } from './trace';
 import { GroupStats, SharedBudgetOptions, resolveShared } from './group';
 import { checkInternal, guardReceivers, invalidThis, kInternal, notCloneable } from '../base/internal';
+import { platformInfo, gpuPlatformDevices, allocatorPlatformOption } from '../device/platform';
+import type { PlatformDevice, PlatformLimit, DevicePlatformLimits } from '../device/platform';
 
 /**
  * A device that exists only as numbers, for running allocator policies without a GPU.
@@ -39,6 +41,102 @@ export interface SimulatedDevice {
    * full (the driver's eviction to system RAM). Needed to oversubscribe a simulated device.
    */
   hostBytes?: number;
+  /**
+   * The platform this simulated device runs under, read as a GPU's would be (see platformInfo):
+   * `root` (a fixture tree with proc/self/cgroup, the cgroup2 mount, dmem files, an MPS pipe
+   * directory), `env` (MPS and HAMi variables), and the `pciBusId` and `uuid` that dmem regions
+   * and MPS entries match. Without it a simulated device has no platform limit.
+   */
+  platform?: SimulatedPlatform;
+}
+
+/**
+ * The platform of a simulated device (see {@link SimulatedDevice.platform}).
+ *
+ * @category Allocators
+ */
+export interface SimulatedPlatform {
+  root?: string;
+  env?: Record<string, string | undefined>;
+  pciBusId?: string;
+  uuid?: string;
+}
+
+/**
+ * One term of {@link Allocator.availableBytes} or {@link availableBytes}: what the process (or
+ * allocator) could take if this term alone bound it, in bytes.
+ *
+ * @category Allocators
+ */
+export interface AvailableTerm {
+  /**
+   * `device`: free device memory (plus, for an allocator, the free bytes already in its pool);
+   * `allocator`: its limit less its bytes in use; `group`: the group budget's free room (plus the
+   * pool's free bytes); `platform`: what the platform's limit still allows (plus the pool's free
+   * bytes).
+   */
+  name: 'device' | 'allocator' | 'group' | 'platform';
+  bytes: number;
+  /** How it was worked out, for people. */
+  detail: string;
+}
+
+/**
+ * What this process (or an allocator) may still take now: the least of its terms.
+ *
+ * @category Allocators
+ */
+export interface Availability {
+  device: number;
+  simulated: boolean;
+  /** The least of the terms' bytes. */
+  availableBytes: number;
+  /** The term that binds. */
+  limitedBy: AvailableTerm['name'];
+  terms: AvailableTerm[];
+}
+
+// The live allocators of this thread, for what the process holds on a device (held weakly: an
+// allocator left to the garbage collector leaves the list with it).
+const liveAllocators = new Set<WeakRef<Allocator>>();
+
+/** @internal Bytes the live allocators of this thread hold on a GPU (pool bytes, simulated ones left out). */
+export function heldBytes(device: number): number {
+  let total = 0;
+  for (const ref of liveAllocators) {
+    const a = ref.deref();
+    if (!a || a.closed) {
+      liveAllocators.delete(ref);
+      continue;
+    }
+    if (!a.simulated && a.device === device) total += a.stats().poolBytes;
+  }
+  return total;
+}
+
+/**
+ * @internal The platform term: what the least generous of a device's limits still allows, given
+ * `held` bytes of this process on it (a limit whose platform says its headroom uses that).
+ */
+export function platformTerm(d: DevicePlatformLimits, held: number, extra: number): AvailableTerm | null {
+  let best: { bytes: number; limit: PlatformLimit } | null = null;
+  for (const l of d.limits) {
+    const bytes = l.headroomBytes ?? Math.max(0, l.bytes - held);
+    if (!best || bytes < best.bytes) best = { bytes, limit: l };
+  }
+  if (!best) return null;
+  const l = best.limit;
+  const how =
+    l.headroomBytes !== null
+      ? `${formatBytes(l.headroomBytes)} still free under the ${l.kind} limit of ${formatBytes(l.bytes)} (${l.source})`
+      : `the ${l.kind} limit of ${formatBytes(l.bytes)} (${l.source}) less ${formatBytes(held)} this process's allocators hold`;
+  return { name: 'platform', bytes: best.bytes + extra, detail: extra ? `${how}, plus ${formatBytes(extra)} free in the pool` : how };
+}
+
+/** @internal The least of the terms. */
+export function availability(device: number, simulated: boolean, terms: AvailableTerm[]): Availability {
+  const least = terms.reduce((a, b) => (b.bytes < a.bytes ? b : a));
+  return { device, simulated, availableBytes: least.bytes, limitedBy: least.name, terms };
 }
 
 /**
@@ -340,6 +438,9 @@ export class Allocator {
   private _closed = false;
   private _stacks: Map<number, string> | null = null;
   private _initialRegions: RegionInfo[] = [];
+  private _platformDevice: PlatformDevice | null = null;
+  private _platformRead: { root?: string; env?: Record<string, string | undefined> } = {};
+  private _platformCap: number | null = null;
 
   /** @internal Use {@link createAllocator}. */
   constructor(token: symbol, handle: unknown, backend: AllocatorBackend = 'bfc', fraction?: number) {
@@ -358,6 +459,60 @@ export class Allocator {
     this._limitSource = info.limitSource;
     this._deviceTotal = info.deviceTotal;
     this._fraction = fraction ?? null;
+    liveAllocators.add(new WeakRef(this));
+  }
+
+  /** @internal Where the platform's limits on this allocator's device are read (set by createAllocator). */
+  _setPlatform(device: PlatformDevice | null, read: { root?: string; env?: Record<string, string | undefined> }, cap: number | null): void {
+    this._platformDevice = device;
+    this._platformRead = read;
+    this._platformCap = cap;
+  }
+
+  /**
+   * The platform's limits on this allocator's device, read now (MIG, MPS, the cgroup's dmem,
+   * HAMi); the smallest is `limit`. For a simulated device, those of `simulate.platform`.
+   */
+  platformLimits(): DevicePlatformLimits {
+    if (!this._platformDevice) return { device: this.device, limits: [], limit: null };
+    return platformInfo({ ...this._platformRead, devices: [this._platformDevice] }).devices[0];
+  }
+
+  /**
+   * What this allocator may still hand out now, and each term that bounds it: its limit less its
+   * bytes in use (`allocator`); the free bytes in its pool plus free device memory (`device`),
+   * plus its group budget's free room (`group`, when it has one), plus what the platform's limit
+   * still allows (`platform`, when one applies: the headroom the platform reports, as dmem does,
+   * else the limit less what this thread's allocators hold on the device). The least is
+   * `availableBytes`; a request of that size may still fail to fragmentation of the pool.
+   */
+  availableBytes(): Availability {
+    const s = this.stats();
+    const info = native.allocatorInfo(this._a);
+    const poolFree = Math.max(0, s.poolBytes - s.bytesInUse);
+    const plus = poolFree ? ` plus ${formatBytes(poolFree)} free in the pool` : '';
+    const terms: AvailableTerm[] = [
+      {
+        name: 'device',
+        bytes: info.deviceFree + poolFree,
+        detail: `${formatBytes(info.deviceFree)} free on the ${this.simulated ? 'simulated ' : ''}device${plus}`,
+      },
+      {
+        name: 'allocator',
+        bytes: Math.max(0, this.limitBytes - s.bytesInUse),
+        detail: `the limit of ${formatBytes(this.limitBytes)} (${this.limitSource}) less ${formatBytes(s.bytesInUse)} in use`,
+      },
+    ];
+    const group = info.group as GroupStats | undefined;
+    if (group)
+      terms.push({
+        name: 'group',
+        bytes: group.freeBytes + poolFree,
+        detail: `${formatBytes(group.freeBytes)} free in group ${group.name}'s budget of ${formatBytes(group.budgetBytes)}${plus}`,
+      });
+    const platform = platformTerm(this.platformLimits(), this.simulated ? s.poolBytes : heldBytes(this.device), poolFree);
+    if (platform) terms.push(platform);
+    return availability(this.device, this.simulated, terms);
   }
 
   /** The byte limit in force: new regions (and, for `async`, new blocks) are held to it. */
@@ -389,6 +544,12 @@ export class Allocator {
   setMemoryFraction(fraction: number): number {
     if (typeof fraction !== 'number') throw invalidArgument('fraction', 'a number in [0, 1]', fraction, TypeError);
     if (!(fraction >= 0 && fraction <= 1)) throw invalidArgument('fraction', 'a number in [0, 1]', fraction, RangeError);
+    if (this._platformCap !== null && Math.floor(fraction * this._deviceTotal) > this._platformCap) {
+      const limit = this.platformLimits().limit;
+      throw argRangeError(
+        `fraction ${fraction} of ${formatBytes(this._deviceTotal)} is above the platform's limit of ${formatBytes(this._platformCap)} on this device${limit ? ` (${limit.kind}: ${limit.source})` : ''}; allocations past it would fail, so it is refused rather than cut`,
+      );
+    }
     this._limitBytes = native.allocatorSetFraction(this._a, fraction);
     this._limitSource = native.allocatorInfo(this._a).limitSource;
     this._fraction = fraction;
@@ -804,6 +965,8 @@ export function createAllocator(options?: AllocatorOptions): Allocator {
   const garbageCollection = checkBoolean('garbageCollection', o.garbageCollection, true);
   let simulate: object | undefined;
   let device: number;
+  let platformDevice: PlatformDevice | null = null;
+  let platformRead: { root?: string; env?: Record<string, string | undefined> } = {};
   if (o.simulate !== undefined) {
     const s = checkOptions<SimulatedDevice>('simulate', o.simulate);
     const totalBytes = checkSize('simulate.totalBytes', s.totalBytes, 1);
@@ -826,9 +989,23 @@ export function createAllocator(options?: AllocatorOptions): Allocator {
       );
     simulate = { totalBytes, freeBytes, ccMajor: Number(m[1]), ccMinor: Number(m[2]), granularity, hostBytes };
     device = checkDevice(o.device);
+    if (s.platform !== undefined) {
+      const p = checkOptions<SimulatedPlatform>('simulate.platform', s.platform);
+      for (const k of ['pciBusId', 'uuid', 'root'] as const)
+        if (p[k] !== undefined && typeof p[k] !== 'string') throw invalidArgument(`simulate.platform.${k}`, 'a string', p[k]);
+      platformDevice = { index: device, pciBusId: p.pciBusId, uuid: p.uuid };
+      platformRead = { root: p.root, env: p.env ?? {} };
+    }
   } else {
     device = checkDevice(o.device, knownDeviceCount());
+    platformDevice = gpuPlatformDevices().find((d) => d.index === device) ?? null;
   }
+  const platformLimits = platformDevice ? platformInfo({ ...platformRead, devices: [platformDevice] }).devices[0] : undefined;
+  const platform = allocatorPlatformOption(platformLimits);
+  const made = (a: Allocator): Allocator => {
+    a._setPlatform(platformDevice, platformRead, platform ? platform.capBytes : null);
+    return a;
+  };
   let shared: object | undefined;
   if (o.shared !== undefined) {
     if (backend === 'async')
@@ -841,37 +1018,43 @@ export function createAllocator(options?: AllocatorOptions): Allocator {
   }
   if (backend === 'async') {
     requireCuda();
-    return new Allocator(
+    return made(
+      new Allocator(
+        kInternal,
+        native.createAllocator({
+          backend: 'async',
+          device,
+          allowGrowth,
+          memoryFraction: o.memoryFraction,
+          memoryLimit,
+          initialPoolBytes,
+          defaultPool: asyncDefaultPool,
+          platform,
+        }),
+        'async',
+        o.memoryFraction,
+      ),
+    );
+  }
+  return made(
+    new Allocator(
       kInternal,
       native.createAllocator({
-        backend: 'async',
         device,
         allowGrowth,
         memoryFraction: o.memoryFraction,
         memoryLimit,
+        platform,
         initialPoolBytes,
-        defaultPool: asyncDefaultPool,
+        garbageCollection,
+        expandableSegments,
+        simulate,
+        shared,
+        managed,
+        oversubscribe,
       }),
-      'async',
+      'bfc',
       o.memoryFraction,
-    );
-  }
-  return new Allocator(
-    kInternal,
-    native.createAllocator({
-      device,
-      allowGrowth,
-      memoryFraction: o.memoryFraction,
-      memoryLimit,
-      initialPoolBytes,
-      garbageCollection,
-      expandableSegments,
-      simulate,
-      shared,
-      managed,
-      oversubscribe,
-    }),
-    'bfc',
-    o.memoryFraction,
+    ),
   );
 }

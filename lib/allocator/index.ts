@@ -5,6 +5,7 @@
  */
 export { Allocator, createAllocator } from './allocator';
 export { AllocatorSet, createAllocators } from './multi';
+export { availableBytes } from './available';
 export type { MultiAllocatorOptions, MultiAllocatorStats, AllocatorTotals, MultiAllocOptions } from './multi';
 export type {
   AllocatorOptions,
@@ -15,6 +16,9 @@ export type {
   AllocOptions,
   RegionInfo,
   SimulatedDevice,
+  SimulatedPlatform,
+  Availability,
+  AvailableTerm,
   RecordingOptions,
   MemorySnapshot,
   SnapshotSegment,

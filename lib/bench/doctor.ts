@@ -13,6 +13,7 @@ import { rateSummary } from './stats';
 import { formatGbps as rate } from '../base/units';
 import { checkDevice } from '../base/validate';
 import { resolveDevices } from './devices';
+import { platformInfo, describePlatformLimit } from '../device/platform';
 
 /**
  * Options of {@link runDoctor}.
@@ -93,6 +94,32 @@ function timed(name: string, fn: () => Omit<DoctorCheck, 'name' | 'seconds'>): D
 }
 
 /**
+ * Which platform limit applies to the device and where it came from (MIG, MPS, cgroup dmem,
+ * HAMi), or that none does; informational, so it passes either way, and says what it could not
+ * read.
+ *
+ * @category Benchmarks
+ */
+export function platformCheck(device: number): Omit<DoctorCheck, 'name' | 'seconds'> {
+  const p = platformInfo();
+  const d = p.devices.find((x) => x.device === device);
+  const warn = p.warnings.length ? `; unreadable: ${p.warnings.join('; ')}` : '';
+  const mps = p.mps.controlPipe
+    ? `; MPS client (pipe ${p.mps.pipeDirectory}${p.mps.activeThreadPercentage !== null ? `, ${p.mps.activeThreadPercentage}% of the SMs` : ''})`
+    : '';
+  if (!d?.limit)
+    return {
+      status: 'pass',
+      detail: `no platform limit: not a MIG instance, no MPS pinned-memory limit, no dmem.max in cgroup ${p.cgroup.path ?? '(no cgroup v2)'}, no HAMi limit${mps}${warn}`,
+    };
+  return {
+    status: 'pass',
+    detail: `the default allocator limit is held to ${describePlatformLimit(d)}${mps}${warn}`,
+    value: d.limit.bytes,
+  };
+}
+
+/**
  * Runs the checks; never throws for a failed check (the report says), only for bad options.
  *
  * @category Benchmarks
@@ -115,6 +142,7 @@ export function runDoctor(options: DoctorOptions = {}): DoctorReport {
     }),
   );
   if (!st.available) return { schema: 'cuda-memory/doctor@1', ok: false, device, checks };
+  checks.push(timed('platform memory limit', () => platformCheck(device)));
   checks.push(
     timed('PCIe link at its maximum', () => {
       const link = devices()[device].pcie;

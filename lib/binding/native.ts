@@ -102,6 +102,16 @@ export interface NativeBinding {
   ipcImport(descriptor: object, dir: string, device: number, lockTimeoutMs: number): [number, number];
   ipcImporters(handle: number): number[];
   ipcWithdraw(handle: number, force: boolean): number[];
+  ipcImportForeign(
+    handle: string,
+    offset: number,
+    byteLength: number,
+    device: string,
+    wanted: number,
+    allocationBytes: number,
+  ): [number, number, number];
+  allocationBytesFrom(handle: number): number;
+  platformLimits(root: string, env: Record<string, string>, devices: { index: number; pciBusId?: string; uuid?: string }[]): any;
   sharedHostCreate(path: string, bytes: number, device: number): [number, ArrayBuffer];
   sharedHostOpen(path: string, device: number): [number, ArrayBuffer];
   sharedHostUnlink(path: string): boolean;
@@ -230,6 +240,9 @@ export const NATIVE_EXPORTS = [
   'ipcImport',
   'ipcImporters',
   'ipcWithdraw',
+  'ipcImportForeign',
+  'allocationBytesFrom',
+  'platformLimits',
   'sharedHostCreate',
   'sharedHostOpen',
   'sharedHostUnlink',

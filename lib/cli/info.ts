@@ -4,6 +4,8 @@ import { status, devices, formatCudaVersion, deviceLocality, cudaVisibleDevices,
 import { peerAccess, describeLink, PeerLink } from '../device/peers';
 import { stagingPlacement, StagingPlacement } from '../transfer/staging';
 import { formatBytes } from '../base/units';
+import { platformInfo, formatPlatform, describePlatformLimit } from '../device/platform';
+import type { PlatformInfo } from '../device/platform';
 import { version } from './common';
 
 export function register(program: Command): void {
@@ -30,12 +32,20 @@ function info(o: { json?: boolean }): number {
   const locality = list.map((d) => deviceLocality(d.pciBusId));
   const peers = list.length > 1 ? peerAccess() : [];
   const placement = list.map((d) => placementOf(d.index));
+  let platform: PlatformInfo | null = null;
+  let platformError = '';
+  try {
+    platform = platformInfo();
+  } catch (e) {
+    platformError = (e as Error).message;
+  }
   if (o.json) {
     const out = {
       status: st,
       cudaVisibleDevices: cudaVisibleDevices(),
       devices: list.map((d, i) => ({ ...d, locality: locality[i], stagingPlacement: placement[i] })),
       peers,
+      platform,
     };
     process.stdout.write(JSON.stringify(out, null, 2) + '\n');
     return st.available ? 0 : 2;
@@ -47,12 +57,17 @@ function info(o: { json?: boolean }): number {
     `driver CUDA ${formatCudaVersion(st.driverVersion)}, runtime CUDA ${formatCudaVersion(st.runtimeVersion)}, built with CUDA: ${st.builtWithCuda}\n`,
   );
   process.stdout.write(`binary: ${st.binary.kind}${st.binary.path ? ` (${st.binary.path})` : ''}\n`);
+  for (const line of platform ? formatPlatform(platform) : [`platform: could not be read: ${platformError}`])
+    process.stdout.write(`${line}\n`);
   if (!st.available) return 2;
   if (cudaVisibleDevices() !== null)
     process.stdout.write(
       `CUDA_VISIBLE_DEVICES=${cudaVisibleDevices()}: CUDA numbers the ${list.length} visible GPU${list.length === 1 ? '' : 's'} from 0\n`,
     );
-  for (const d of list) process.stdout.write(deviceLines(d, locality[d.index], placement[d.index]));
+  for (const d of list) {
+    process.stdout.write(deviceLines(d, locality[d.index], placement[d.index]));
+    process.stdout.write(platformLines(d, platform));
+  }
   if (peers.length) {
     process.stdout.write('peer access (from -> to: can access, link, rank, native atomics):\n');
     for (const p of peers) process.stdout.write(peerLine(p));
@@ -76,6 +91,16 @@ function deviceLines(d: DeviceInfo, l: ReturnType<typeof deviceLocality>, pl: St
     `  memory: ${d.sharedMemory.summary}; addressing mode ${d.addressingMode ?? 'not reported (NVML from driver 580 on)'}\n` +
     `  NUMA node ${l && l.numaNode >= 0 ? l.numaNode : 'unknown'}${l && l.localCpus ? `, local CPUs ${l.localCpus}` : ''}; staging placement: ${where}${team}\n`
   );
+}
+
+// The MIG slice and the platform limit of a device, under its lines.
+function platformLines(d: DeviceInfo, platform: PlatformInfo | null): string {
+  let out = '';
+  if (d.mig?.instance)
+    out += `  MIG instance ${d.mig.uuid ?? '(uuid unknown)'}: ${formatBytes(d.totalMemory)}${d.mig.parentMemoryBytes !== null ? ` of the GPU's ${formatBytes(d.mig.parentMemoryBytes)}` : ''}\n`;
+  else if (d.mig?.enabled) out += '  MIG mode on (this CUDA device is the whole GPU)\n';
+  const limits = platform?.devices.find((x) => x.device === d.index);
+  return out + `  platform limit: ${limits ? describePlatformLimit(limits) : 'unknown'}\n`;
 }
 
 function peerLine(p: PeerLink): string {

@@ -4,6 +4,8 @@ import { UnavailableReason } from '../base/errors';
 import { addonPath, binaryKind, native } from '../binding/native';
 import { checkDevice } from '../base/validate';
 import { SharedMemoryInfo, sharedMemoryOf } from './shared-memory';
+import { platformInfo, gpuPlatformDevices } from './platform';
+import type { MigInfo, PlatformLimit } from './platform';
 
 /**
  * The state of CUDA for this process. Never throws.
@@ -25,6 +27,30 @@ export interface CudaStatus {
   builtWithCuda: boolean;
   /** Which binary of the addon this process loaded, and from where. */
   binary: AddonBinary;
+  /** The limits the platform puts on this process (MIG, MPS, cgroup dmem, HAMi); see platformInfo(). */
+  platform: PlatformStatus;
+}
+
+/** The platform's limits in brief, as status() reports them. */
+export interface PlatformStatus {
+  /** A limit applies to at least one device. */
+  limited: boolean;
+  /** An MPS control daemon's pipe is in the pipe directory: this process is an MPS client. */
+  mpsClient: boolean;
+  /** The limit that applies to each device that has one (the smallest of its limits). */
+  limits: (PlatformLimit & { device: number })[];
+  /** Platform values present but unreadable. */
+  warnings: string[];
+}
+
+function platformStatus(): PlatformStatus {
+  try {
+    const p = platformInfo();
+    const limits = p.devices.filter((d) => d.limit).map((d) => ({ device: d.device, ...d.limit! }));
+    return { limited: limits.length > 0, mpsClient: p.mps.controlPipe, limits, warnings: p.warnings };
+  } catch (e) {
+    return { limited: false, mpsClient: false, limits: [], warnings: [`the platform could not be read: ${(e as Error).message}`] };
+  }
 }
 
 /**
@@ -95,6 +121,10 @@ export interface DeviceInfo {
    * change, unlike `index`); null without NVML.
    */
   nvmlIndex: number | null;
+  /** MIG mode and, for a MIG instance, its slice (NVML); null on a GPU without MIG or without NVML. */
+  mig: MigInfo | null;
+  /** The platform's limit on this device (the smallest of MIG, MPS, dmem and HAMi), or null. */
+  platformLimit: PlatformLimit | null;
 }
 
 /**
@@ -105,7 +135,7 @@ export interface DeviceInfo {
 export function status(): CudaStatus {
   try {
     const st = native.status();
-    return { ...st, binary: { kind: binaryKind(addonPath, st.builtWithCuda), path: addonPath } } as CudaStatus;
+    return { ...st, binary: { kind: binaryKind(addonPath, st.builtWithCuda), path: addonPath }, platform: platformStatus() } as CudaStatus;
   } catch (e) {
     return {
       binary: { kind: 'none', path: null },
@@ -116,6 +146,7 @@ export function status(): CudaStatus {
       driverVersion: 0,
       runtimeVersion: 0,
       builtWithCuda: false,
+      platform: { limited: false, mpsClient: false, limits: [], warnings: [] },
     };
   }
 }
@@ -127,13 +158,29 @@ export function status(): CudaStatus {
  * @category Devices and streams
  */
 export function devices(): DeviceInfo[] {
-  if (!status().available) return [];
-  return (native.devices() as DeviceInfo[]).map((d) => ({ ...d, sharedMemory: sharedMemoryOf(d) }));
+  if (!cudaStatus().available) return [];
+  const list = native.devices() as DeviceInfo[];
+  let limits: (PlatformLimit | null)[] = [];
+  try {
+    limits = platformInfo({ devices: gpuPlatformDevices() }).devices.map((d) => d.limit);
+  } catch {
+    // status().platform says why
+  }
+  return list.map((d, i) => ({ ...d, sharedMemory: sharedMemoryOf(d), mig: d.mig ?? null, platformLimit: limits[i] ?? null }));
+}
+
+// CUDA's state alone: what the checks of every call need, without reading the platform.
+function cudaStatus(): { available: boolean; deviceCount: number } {
+  try {
+    return native.status();
+  } catch {
+    return { available: false, deviceCount: 0 };
+  }
 }
 
 /** @internal The device count when CUDA is usable, else undefined (device indices then go unchecked). */
 export function knownDeviceCount(): number | undefined {
-  const st = status();
+  const st = cudaStatus();
   return st.available ? st.deviceCount : undefined;
 }
 

@@ -7,7 +7,7 @@ import { Stream, streamOption } from '../device/stream';
 import { native, requireCuda } from '../binding/native';
 import { checkBoolean, checkDevice, checkOptions, checkSize } from '../base/validate';
 import { knownDeviceCount } from '../device/discovery';
-import { IpcHandle, inUseError, parseIpcHandle } from './ipc';
+import { IpcHandle, CudaIpcDescriptor, inUseError, parseIpcHandle, parseCudaIpcDescriptor } from './ipc';
 import { lockTimeoutMs, shmDir } from '../base/shm';
 import { checkHoldable } from './detach';
 import { checkInternal, guardReceivers, invalidThis, kInternal, notCloneable } from '../base/internal';
@@ -258,6 +258,48 @@ export class DeviceBuffer {
     const timeout = lockTimeoutMs('options.lockTimeoutMs', o.lockTimeoutMs);
     const [bh, device] = native.ipcImport(h, shmDir(), wanted, timeout);
     return new DeviceBuffer(kInternal, bh, h.byteLength, device, false, null);
+  }
+
+  /**
+   * Exports the buffer for a process that does not use this library (a PyTorch or CuPy process:
+   * `cupy.cuda.runtime.ipcOpenMemHandle` on the handle's bytes, then the offset and size;
+   * scripts/cuda_memory_ipc.py does it). The export is the one {@link exportIpc} makes, so the
+   * buffer lives until free(), and the lifetime rules are the same, except that a foreign process
+   * is not counted among the importers: free() cannot refuse while it has the buffer open, so the
+   * two sides must agree when it may be freed (the Python side closes its handle first).
+   */
+  exportCudaIpc(): CudaIpcDescriptor {
+    const h = this.exportIpc();
+    const toEnd = native.allocationBytesFrom(this._h);
+    return {
+      type: 'cuda-ipc@1',
+      handle: h.handle,
+      offset: h.offset,
+      byteLength: h.byteLength,
+      ...(toEnd >= 0 ? { allocationBytes: h.offset + toEnd } : {}),
+      device: h.device,
+      pid: h.pid,
+    };
+  }
+
+  /**
+   * Opens memory a process that does not use this library exported (PyTorch's
+   * `untyped_storage()._share_cuda_()`, CuPy's `ipcGetMemHandle`, as scripts/cuda_memory_ipc.py
+   * writes them into a {@link CudaIpcDescriptor}). With no record to check the handle against,
+   * it checks what the driver can say and refuses the rest (InterprocessError
+   * ERR_IPC_HANDLE_INVALID): the handle's format, that it opens device memory on the GPU with the
+   * descriptor's uuid (ERR_IPC_WRONG_DEVICE otherwise), that the offset and size lie inside the
+   * allocation it opened, and that the allocation has the size the exporter gave. free() closes
+   * the mapping; the exporter must keep the memory alive until then (a PyTorch exporter keeps a
+   * reference to the tensor).
+   */
+  static importCudaIpc(descriptor: CudaIpcDescriptor | string, options?: ImportIpcOptions): DeviceBuffer {
+    const d = parseCudaIpcDescriptor(descriptor);
+    const o = checkOptions<ImportIpcOptions>('options', options);
+    const wanted = o.device === undefined ? -1 : checkDevice(o.device, knownDeviceCount());
+    requireCuda();
+    const [bh, device] = native.ipcImportForeign(d.handle, d.offset, d.byteLength, d.device, wanted, d.allocationBytes ?? -1);
+    return new DeviceBuffer(kInternal, bh, d.byteLength, device, false, null);
   }
 
   /** Frees the buffer (as {@link DeviceBuffer.free}), for `using`. */

@@ -12,6 +12,8 @@ import type { DevicesReport } from '../bench/devices';
 import type { P2pReport } from '../bench/p2p';
 import { devices as listDevices, memGetInfo, status } from '../device/discovery';
 import type { MetricFamily } from './exposition';
+import { platformInfo } from '../device/platform';
+import { availableBytes } from '../allocator/available';
 
 /**
  * Allocators to export, by name (a record) or by position (an array, named "0", "1", …).
@@ -243,7 +245,42 @@ export function sourceFamilies(src: MetricsSources): MetricFamily[] {
     ...families(ALLOCATOR_METRICS, allocatorSamples(src.allocators)),
     ...families(PINNED_POOL_METRICS, pinnedPoolSamples(src.pinnedPools)),
     ...families(DEVICE_METRICS, deviceSamples(src.devices)),
+    ...platformFamilies(src.devices),
   ];
+}
+
+/** @internal The platform's gauges (see platformFamilies). */
+export const PLATFORM_METRICS = [
+  {
+    name: 'cuda_memory_platform_limit_bytes',
+    help: 'A memory limit the platform puts on this process on the device, by kind (mig, mps, dmem, hami); the smallest applies.',
+    type: 'gauge' as const,
+  },
+  {
+    name: 'cuda_memory_device_available_bytes',
+    help: 'What this process may still take on the device: the least of free device memory and what the platform limit still allows.',
+    type: 'gauge' as const,
+  },
+];
+
+/**
+ * @internal Each selected device's platform limits (one sample per limit found, by kind) and what
+ * the process may still take there (availableBytes); none without CUDA.
+ */
+export function platformFamilies(src: MetricsSources['devices']): MetricFamily[] {
+  if (!src || !status().available) return [];
+  const all = listDevices();
+  const picked = src === true ? all : all.filter((d) => src.includes(d.index));
+  const info = platformInfo();
+  const limit: MetricFamily = { ...PLATFORM_METRICS[0], samples: [] };
+  const available: MetricFamily = { ...PLATFORM_METRICS[1], samples: [] };
+  for (const d of picked) {
+    const labels = { device: String(d.index), uuid: d.uuid };
+    for (const l of info.devices.find((x) => x.device === d.index)?.limits ?? [])
+      limit.samples.push({ labels: { ...labels, kind: l.kind }, value: l.bytes });
+    available.samples.push({ labels, value: availableBytes(d.index).availableBytes });
+  }
+  return [limit, available];
 }
 
 function gpuLabels(device: number, uuid: string | undefined): Record<string, string> {

@@ -11,6 +11,8 @@ import {
   deviceSamples,
   pinnedPoolSamples,
   sourceFamilies,
+  platformFamilies,
+  PLATFORM_METRICS,
 } from './families';
 import type { MetricsSources } from './families';
 import { formatExposition } from './exposition';
@@ -111,7 +113,17 @@ export function registerMetrics(registry: PromRegistry, options: RegisterMetrics
   };
   if (options.allocators) add(ALLOCATOR_METRICS, ['allocator', 'device'], () => allocatorSamples(options.allocators));
   if (options.pinnedPools) add(PINNED_POOL_METRICS, ['pool'], () => pinnedPoolSamples(options.pinnedPools));
-  if (options.devices) add(DEVICE_METRICS, ['device', 'uuid'], () => deviceSamples(options.devices));
+  if (options.devices) {
+    add(DEVICE_METRICS, ['device', 'uuid'], () => deviceSamples(options.devices));
+    // The platform's families, read once per scrape and shared by the two gauges.
+    let cached: { at: number; families: ReturnType<typeof platformFamilies> } | null = null;
+    const read = (i: number) => () => {
+      if (!cached || Date.now() - cached.at > 500) cached = { at: Date.now(), families: platformFamilies(options.devices) };
+      return (cached.families[i]?.samples ?? []).map((s) => ({ labels: s.labels as Record<string, string>, stats: s.value }));
+    };
+    add([{ ...PLATFORM_METRICS[0], value: (v: number) => v }], ['device', 'uuid', 'kind'], read(0));
+    add([{ ...PLATFORM_METRICS[1], value: (v: number) => v }], ['device', 'uuid'], read(1));
+  }
   return () => {
     for (const n of names) registry.removeSingleMetric(n);
   };

@@ -254,6 +254,16 @@ core::ResolvedLimit ReadFractionLimit(Napi::Env env, Napi::Value v, uint64_t tot
   }
 }
 
+void ReadPlatformLimit(Napi::Env env, Napi::Value v, core::PolicyOptions* policy) {
+  if (!v.IsObject()) return;
+  Napi::Object o = v.As<Napi::Object>();
+  policy->platform_cap = ReadSize(env, o.Get("capBytes"), "platform.capBytes");
+  policy->platform_cap_source = ReadString(env, o.Get("capSource"), "platform.capSource");
+  policy->platform_default = ReadSize(env, o.Get("defaultBytes"), "platform.defaultBytes");
+  policy->platform_default_source =
+      ReadString(env, o.Get("defaultSource"), "platform.defaultSource");
+}
+
 uint64_t ReadInitialPoolBytes(Napi::Env env, Napi::Value v, uint64_t limit,
                               const std::string& limit_source) {
   if (Absent(v)) return 0;
@@ -354,6 +364,7 @@ Napi::Value CreateAllocator(const Napi::CallbackInfo& info) {
   if (!Absent(o.Get("memoryLimit")))
     spec.policy.memory_limit = ReadSize(env, o.Get("memoryLimit"), "memoryLimit");
   spec.policy.oversubscribe = o.Get("oversubscribe").ToBoolean();
+  ReadPlatformLimit(env, o.Get("platform"), &spec.policy);
   spec.allow_growth = o.Get("allowGrowth").ToBoolean();
   if (!Absent(o.Get("initialPoolBytes")))
     spec.initial_bytes = ReadSize(env, o.Get("initialPoolBytes"), "initialPoolBytes");

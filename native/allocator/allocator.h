@@ -89,6 +89,10 @@ Napi::Value OomError(Napi::Env env, const core::OomInfo& oom,
 // current, peak, allocated/total and freed).
 Napi::Object StatsObject(Napi::Env env, const core::PoolStats& s);
 
+// The `platform` option ({ capBytes, capSource, defaultBytes, defaultSource }, resolved by
+// lib/device/platform.ts) into `policy`; absent: no platform limit.
+void ReadPlatformLimit(Napi::Env env, Napi::Value v, core::PolicyOptions* policy);
+
 // setMemoryFraction's argument as a limit of `total` bytes; a RangeError outside [0, 1].
 core::ResolvedLimit ReadFractionLimit(Napi::Env env, Napi::Value v, uint64_t total);
 

@@ -71,6 +71,7 @@ Napi::Value CreateAsyncAllocator(const Napi::CallbackInfo& info) {
     policy.memory_fraction = o.Get("memoryFraction").As<Napi::Number>().DoubleValue();
   if (!o.Get("memoryLimit").IsUndefined() && !o.Get("memoryLimit").IsNull())
     policy.memory_limit = ReadSize(env, o.Get("memoryLimit"), "memoryLimit");
+  ReadPlatformLimit(env, o.Get("platform"), &policy);
   core::ResolvedLimit limit;
   try {
     limit = core::ResolveLimit(policy, DeviceMemInfo(device), major, minor);

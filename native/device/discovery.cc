@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "device/shared_memory.h"
+#include "device/platform.h"
 
 namespace cm {
 
@@ -227,6 +228,7 @@ Napi::Value Devices(const Napi::CallbackInfo& info) {
     int nvml_index = NvmlIndex(bus);
     o.Set("nvmlIndex",
           nvml_index >= 0 ? Napi::Value(Napi::Number::New(env, nvml_index)) : env.Null());
+    o.Set("mig", MigObject(env, bus, uuid));
     PcieLink link = ReadPcieLink(bus);
     if (link.known) {
       Napi::Object l = Napi::Object::New(env);

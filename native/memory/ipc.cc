@@ -137,8 +137,22 @@ Napi::Value IpcExport(const Napi::CallbackInfo& info) {
   return DescriptorObject(env, d);
 }
 
-// The size of the allocation that holds `p` (cuMemGetAddressRange, reached through the runtime
-// so that the binary needs only the driver); false if it cannot be had.
+}  // namespace
+
+void* OpenIpcHandle(Napi::Env env, const uint8_t* handle, int device) {
+  cudaIpcMemHandle_t h;
+  static_assert(sizeof h == 64, "cudaIpcMemHandle_t is 64 bytes");
+  std::memcpy(&h, handle, sizeof h);
+  void* base = nullptr;
+  cudaError_t err = cudaSetDevice(device);
+  if (err == cudaSuccess) err = cudaIpcOpenMemHandle(&base, h, cudaIpcMemLazyEnablePeerAccess);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    ThrowCuda(env, err, "cudaIpcOpenMemHandle");
+  }
+  return base;
+}
+
 bool AllocationBytes(void* p, uint64_t* bytes) {
   using GetRange = int (*)(unsigned long long*, size_t*, unsigned long long);
   static GetRange get_range = [] {
@@ -159,6 +173,17 @@ bool AllocationBytes(void* p, uint64_t* bytes) {
   *bytes = size - (reinterpret_cast<unsigned long long>(p) - base);
   return true;
 }
+
+Allocation* NewIpcImport(int device, void* base, uint64_t offset, uint64_t bytes) {
+  auto* a = new IpcImportAllocation(&kIpcImportOps);
+  a->device = device;
+  a->base = base;
+  a->ptr = static_cast<char*>(base) + offset;
+  a->bytes = bytes;
+  return a;
+}
+
+namespace {
 
 // ipcImport(descriptor, dir, device | -1, lockTimeoutMs) -> [handle, device]
 Napi::Value IpcImport(const Napi::CallbackInfo& info) {
@@ -195,15 +220,7 @@ Napi::Value IpcImport(const Napi::CallbackInfo& info) {
         env, core::ShmError("ERR_IPC_WRONG_DEVICE", "the IPC handle is for " + d.device +
                                                         ", which this process does not see "
                                                         "(CUDA_VISIBLE_DEVICES?)"));
-  cudaIpcMemHandle_t h;
-  std::memcpy(&h, d.handle.data(), 64);
-  void* base = nullptr;
-  cudaError_t err = cudaSetDevice(device);
-  if (err == cudaSuccess) err = cudaIpcOpenMemHandle(&base, h, cudaIpcMemLazyEnablePeerAccess);
-  if (err != cudaSuccess) {
-    (void)cudaGetLastError();
-    ThrowCuda(env, err, "cudaIpcOpenMemHandle");
-  }
+  void* base = OpenIpcHandle(env, d.handle.data(), device);
   // The record's offset and size against the allocation the driver opened: the record is the
   // exporter's word, and a wrong one would let this process reach past the buffer.
   uint64_t allocation = 0;
@@ -222,11 +239,7 @@ Napi::Value IpcImport(const Napi::CallbackInfo& info) {
                                       std::to_string(allocation) + " bytes)",
                             d.record));
   }
-  auto* a = new IpcImportAllocation(&kIpcImportOps);
-  a->device = device;
-  a->base = base;
-  a->ptr = static_cast<char*>(base) + d.offset;
-  a->bytes = d.bytes;
+  auto* a = static_cast<IpcImportAllocation*>(NewIpcImport(device, base, d.offset, d.bytes));
   a->import = std::move(rec);
   Napi::Array out = Napi::Array::New(env, 2);
   out.Set(0u, WrapAllocation(env, a));

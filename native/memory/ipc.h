@@ -11,5 +11,16 @@
 namespace cm {
 
 void InitIpc(Napi::Env env, Napi::Object exports);
+// The bytes from `p` to the end of the allocation that holds it (cuMemGetAddressRange, reached
+// through the runtime so that the binary needs only the driver); false if it cannot be had.
+bool AllocationBytes(void* p, uint64_t* bytes);
+// cudaIpcOpenMemHandle of the 64 bytes at `handle` on `device`; throws CudaError when it fails.
+void* OpenIpcHandle(Napi::Env env, const uint8_t* handle, int device);
+// A buffer over `bytes` at `offset` in the memory `base` opened from an IPC handle on `device`:
+// its release closes the handle (kIpcImportOps). With no record of the exporter's to hold a slot
+// in, for a handle of a process that does not use this library.
+Allocation* NewIpcImport(int device, void* base, uint64_t offset, uint64_t bytes);
+// Memory shared with processes that do not use this library (native/memory/ipc_foreign.cc).
+void InitForeignIpc(Napi::Env env, Napi::Object exports);
 
 }  // namespace cm

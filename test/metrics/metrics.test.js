@@ -318,6 +318,9 @@ describeGpu('metrics on the device', () => {
     const uuid = cm.devices()[0].uuid;
     expect(value(f, 'cuda_memory_device_total_bytes', { device: '0', uuid })).toBe(mem.total);
     expect(value(f, 'cuda_memory_device_free_bytes', { device: '0', uuid })).toBe(mem.free);
+    const available = value(f, 'cuda_memory_device_available_bytes', { device: '0', uuid });
+    expect(available).toBeGreaterThan(0);
+    expect(available).toBeLessThanOrEqual(mem.total);
     expect(value(f, 'cuda_memory_allocator_pool_bytes', { allocator: 'main' })).toBe(a.stats().poolBytes);
     expect(value(f, 'cuda_memory_pinned_pool_in_use_bytes', { pool: 'staging' })).toBe(pool.stats().bytesInUse);
     expect(value(f, 'cuda_memory_pinned_pool_hits_total', { pool: 'staging' })).toBe(1);

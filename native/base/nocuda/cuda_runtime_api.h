@@ -40,6 +40,17 @@ struct cudaIpcMemHandle_t {
   char reserved[64];
 };
 #define cudaIpcMemLazyEnablePeerAccess 0x01
+enum cudaMemoryType {
+  cudaMemoryTypeUnregistered = 0,
+  cudaMemoryTypeHost = 1,
+  cudaMemoryTypeDevice = 2
+};
+struct cudaPointerAttributes {
+  cudaMemoryType type;
+  int device;
+  void* devicePointer;
+  void* hostPointer;
+};
 enum cudaDeviceP2PAttr {
   cudaDevP2PAttrPerformanceRank = 1,
   cudaDevP2PAttrAccessSupported = 2,
@@ -174,6 +185,7 @@ CM_NOCUDA_FN(cudaDeviceCanAccessPeer, int*, int, int)
 CM_NOCUDA_FN(cudaDeviceEnablePeerAccess, int, unsigned)
 CM_NOCUDA_FN(cudaDeviceGetP2PAttribute, int*, cudaDeviceP2PAttr, int, int)
 CM_NOCUDA_FN(cudaMemcpyPeerAsync, void*, int, const void*, int, size_t, cudaStream_t)
+CM_NOCUDA_FN(cudaPointerGetAttributes, cudaPointerAttributes*, const void*)
 #undef CM_NOCUDA_FN
 inline cudaError_t cudaDriverGetVersion(int* v) {
   *v = 0;

@@ -10,12 +10,19 @@ namespace cm::core {
 namespace {
 
 // A group member may, by default, use up to the whole group budget; the device's free memory at
-// this moment (which the default limit would come from) does not matter.
+// this moment (which the default limit would come from) does not matter. The platform's default
+// still bounds it: past that the platform fails the allocations whatever the budget says.
 ResolvedLimit LimitOf(const AllocatorSpec& spec, Upstream& up, GroupUpstream* group) {
   MemInfo mi = up.GetMemInfo();
-  if (group && !spec.policy.memory_fraction && !spec.policy.memory_limit)
-    return {std::min<uint64_t>(group->ledger().budget(), mi.total),
-            "the budget of group '" + group->ledger().name() + "'"};
+  if (group && !spec.policy.memory_fraction && !spec.policy.memory_limit) {
+    const PolicyOptions& p = spec.policy;
+    std::string group_budget = "the budget of group '" + group->ledger().name() + "'";
+    uint64_t budget = std::min<uint64_t>(group->ledger().budget(), mi.total);
+    if (p.platform_default && *p.platform_default < budget)
+      return {*p.platform_default / kMinBlock * kMinBlock,
+              "the platform's " + p.platform_default_source + " (below " + group_budget + ")"};
+    return {budget, group_budget};
+  }
   // Whether the limit may oversubscribe the device, and by how much, depends on the memory the
   // upstream takes (managed memory spills into the host's).
   PolicyOptions policy = spec.policy;

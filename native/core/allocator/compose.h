@@ -1,7 +1,8 @@
 // How createAllocator() puts an allocator together, without Node or a GPU: the device's upstream,
 // wrapped in a group's upstream when the allocator joins a shared budget, and the pool's options
-// with the limit resolved (a group member's default is the group budget; otherwise
-// ResolveLimit's rules) and the initial region and expandable segments checked against it.
+// with the limit resolved (a group member's default is the group budget, or the platform's default
+// when that is smaller; otherwise ResolveLimit's rules) and the initial region and expandable
+// segments checked against it.
 #pragma once
 
 #include <cstdint>
@@ -27,7 +28,7 @@ struct GroupJoin {
 };
 
 struct AllocatorSpec {
-  PolicyOptions policy;  // memoryFraction / memoryLimit
+  PolicyOptions policy;  // memoryFraction / memoryLimit / the platform's limits
   std::optional<GroupJoin> group;
   bool allow_growth = false;
   bool garbage_collection = true;

@@ -65,6 +65,17 @@ void CheckOversubscription(const PolicyOptions& options, uint64_t limit, uint64_
 }
 }  // namespace
 
+void CheckPlatformCap(const PolicyOptions& options, uint64_t bytes, const std::string& what) {
+  if (!options.platform_cap || bytes <= *options.platform_cap) return;
+  throw std::invalid_argument(
+      what + " (" + FormatBytes(bytes) + ") is above the platform's limit of " +
+      FormatBytes(*options.platform_cap) + " on this device (" + options.platform_cap_source +
+      "): allocations past it would fail, so the limit is refused rather "
+      "than cut; ask for at most " +
+      std::to_string(*options.platform_cap) +
+      " bytes, or leave the limit out to get the platform's");
+}
+
 ResolvedLimit ResolveLimit(const PolicyOptions& options, const MemInfo& device, int cc_major,
                            int cc_minor) {
   if (options.memory_fraction && options.memory_limit)
@@ -78,7 +89,11 @@ ResolvedLimit ResolveLimit(const PolicyOptions& options, const MemInfo& device, 
     if (!(f > 0 && std::isfinite(f)))
       throw std::invalid_argument("memoryFraction must be a number in (0, 1], got " +
                                   std::to_string(f));
-    if (f <= 1) return FractionLimit(f, device.total);
+    if (f <= 1) {
+      ResolvedLimit fraction = FractionLimit(f, device.total);
+      CheckPlatformCap(options, fraction.bytes, fraction.source);
+      return fraction;
+    }
     std::snprintf(text, sizeof text, "memoryFraction %g", f);
     CheckOversubscription(options, static_cast<uint64_t>(f * static_cast<double>(device.total)),
                           device.total, text);
@@ -86,6 +101,7 @@ ResolvedLimit ResolveLimit(const PolicyOptions& options, const MemInfo& device, 
     std::snprintf(text, sizeof text, "memoryFraction %g of %s total (oversubscribed)", f,
                   FormatBytes(device.total).c_str());
     out.source = text;
+    CheckPlatformCap(options, out.bytes, out.source);
   } else if (options.memory_limit) {
     CheckOversubscription(options, *options.memory_limit, device.total,
                           "memoryLimit " + std::to_string(*options.memory_limit) + " bytes (" +
@@ -93,6 +109,7 @@ ResolvedLimit ResolveLimit(const PolicyOptions& options, const MemInfo& device, 
     if (*options.memory_limit < kMinBlock)
       throw std::invalid_argument("memoryLimit must be at least 256 bytes, got " +
                                   std::to_string(*options.memory_limit));
+    CheckPlatformCap(options, *options.memory_limit, "memoryLimit");
     out.bytes = *options.memory_limit;
     out.source = "memoryLimit " + FormatBytes(out.bytes);
     if (out.bytes > device.total) out.source += " (oversubscribed)";
@@ -108,6 +125,11 @@ ResolvedLimit ResolveLimit(const PolicyOptions& options, const MemInfo& device, 
         text, sizeof text, "default: %s free minus the %s reserve for compute capability %d.%d",
         FormatBytes(device.free).c_str(), FormatBytes(reserve).c_str(), cc_major, cc_minor);
     out.source = text;
+    if (options.platform_default && *options.platform_default < out.bytes) {
+      out.bytes = *options.platform_default;
+      out.source = "the platform's " + options.platform_default_source + " (below the " +
+                   std::string(text).substr(9) + ")";
+    }
   }
   RoundDown(&out);
   return out;

@@ -21,6 +21,15 @@ struct PolicyOptions {
   bool managed = false;
   bool oversubscribe = false;
   uint64_t host_bytes = 0;
+  // The platform's limit on this device (a MIG slice, an MPS client's pinned limit, a cgroup's
+  // dmem.max, HAMi's), when there is one: a memoryFraction or memoryLimit above `platform_cap`
+  // is refused, since the platform would fail the allocations past it anyway; the default limit
+  // takes `platform_default` (the cap, or what the platform says is still free under it) when it
+  // is the smaller.
+  std::optional<uint64_t> platform_cap;
+  std::string platform_cap_source;
+  std::optional<uint64_t> platform_default;
+  std::string platform_default_source;
 };
 
 // A limit above the device's memory that the options do not allow.
@@ -53,5 +62,8 @@ ResolvedLimit ResolveLimit(const PolicyOptions& options, const MemInfo& device, 
 // most that can be mapped.
 uint64_t ExpandableInitialBytes(uint64_t initial, uint64_t limit, const std::string& limit_source,
                                 uint64_t granule);
+// Throws std::invalid_argument when `bytes` (chosen by `what`, e.g. "memoryFraction 0.5 of 80.00
+// GiB total") is above the platform's cap in `options`.
+void CheckPlatformCap(const PolicyOptions& options, uint64_t bytes, const std::string& what);
 
 }  // namespace cm::core

@@ -1,5 +1,6 @@
 // Tests of how createAllocator() composes an allocator, without Node and without a GPU: the
-// limit each combination of options resolves to, a group member's default of the group budget,
+// limit each combination of options resolves to, a group member's default of the group budget
+// (or the platform's, when smaller),
 // the initial region and expandable segments checked against the limit and the upstream, and
 // the limit a member writes into the group's ledger.
 #include "core/allocator/compose.h"
@@ -116,6 +117,25 @@ void TestGroup(const std::string& dir) {
   ComposedAllocator c = ComposeAllocator(Device(8 * GiB, 8 * GiB), own);
   CHECK(c.options.limit == GiB && Has(c.options.limit_source, "memoryLimit"));
   CHECK(Ledger::Read(Ledger::PathFor(dir, "compose", "simulated")).members.size() == 3);
+  // The platform's default bounds a member's default when it is below the budget ...
+  AllocatorSpec platform = spec;
+  platform.policy.platform_cap = 2 * GiB;
+  platform.policy.platform_cap_source = "MPS pinned limit";
+  platform.policy.platform_default = 2 * GiB + 100;
+  platform.policy.platform_default_source = "MPS pinned limit";
+  ComposedAllocator d = ComposeAllocator(Device(8 * GiB, 8 * GiB), platform);
+  CHECK(d.options.limit == 2 * GiB);  // whole blocks
+  CHECK(d.options.limit_source ==
+        "the platform's MPS pinned limit (below the budget of group 'compose')");
+  // ... not when it is above it,
+  platform.policy.platform_default = 5 * GiB;
+  platform.policy.platform_cap = 5 * GiB;
+  ComposedAllocator e = ComposeAllocator(Device(8 * GiB, 8 * GiB), platform);
+  CHECK(e.options.limit == 3 * GiB && e.options.limit_source == "the budget of group 'compose'");
+  // ... and an explicit limit above the platform's cap is refused, not cut.
+  platform.policy.memory_limit = 6 * GiB;
+  CHECK(Has(Refusal([&] { ComposeAllocator(Device(8 * GiB, 8 * GiB), platform); }),
+            "memoryLimit (6.00 GiB) is above the platform's limit of 5.00 GiB"));
   // A bad group name is the ledger's ShmError.
   AllocatorSpec bad = spec;
   bad.group->name = "../escape";

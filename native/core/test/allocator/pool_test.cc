@@ -239,6 +239,46 @@ static void TestLiveLimit() {
   CHECK(l.bytes == 1000192 && l.source.find("rounded") == std::string::npos);
 }
 
+// A platform limit (MIG, MPS, dmem, HAMi): the default takes it when smaller; an explicit limit
+// above its cap is refused with a message naming it, never cut.
+static void TestPlatformLimit() {
+  PolicyOptions po;
+  po.platform_cap = 4 * GiB;
+  po.platform_cap_source = "cgroup dmem.max drm/0000:03:00.0/vram0 4294967296 bytes in /pod";
+  po.platform_default = 3 * GiB + 100;
+  po.platform_default_source = "dmem headroom";
+  ResolvedLimit l = ResolveLimit(po, {80 * GiB, 80 * GiB}, 9, 0);
+  CHECK(l.bytes == 3 * GiB);  // rounded down to whole blocks
+  CHECK(l.source.find("the platform's dmem headroom (below the ") == 0);
+  CHECK(l.source.find("rounded down") != std::string::npos);
+  // Larger than the default: the default stands.
+  po.platform_default = 79 * GiB;
+  l = ResolveLimit(po, {80 * GiB, 80 * GiB}, 9, 0);
+  CHECK(l.bytes == 80 * GiB - 1800 * MiB && l.source.find("default:") == 0);
+  po.memory_limit = 4 * GiB;
+  CHECK(ResolveLimit(po, {80 * GiB, 80 * GiB}, 9, 0).bytes == 4 * GiB);
+  po.memory_limit = 4 * GiB + 256;
+  std::string why;
+  try {
+    ResolveLimit(po, {80 * GiB, 80 * GiB}, 9, 0);
+  } catch (const std::invalid_argument& e) {
+    why = e.what();
+  }
+  CHECK(why.find("memoryLimit (4.00 GiB) is above the platform's limit of 4.00 GiB") == 0);
+  CHECK(why.find("dmem.max drm/0000:03:00.0/vram0") != std::string::npos);
+  po.memory_limit.reset();
+  po.memory_fraction = 0.5;
+  why.clear();
+  try {
+    ResolveLimit(po, {80 * GiB, 80 * GiB}, 9, 0);
+  } catch (const std::invalid_argument& e) {
+    why = e.what();
+  }
+  CHECK(why.find("memoryFraction 0.5 of 80.00 GiB total (40.00 GiB) is above") == 0);
+  po.memory_fraction = 0.05;
+  CHECK(ResolveLimit(po, {80 * GiB, 80 * GiB}, 9, 0).bytes == 4096 * MiB);
+}
+
 // TensorFlow's DeallocateFreeRegions: free regions go back only when that makes room.
 static void TestCollectionRule() {
   SimulatedUpstream up(80 * GiB, 80 * GiB, 9, 0);
@@ -469,6 +509,7 @@ int main() {
   TestInitialPool();
   TestLiveLimit();
   TestCollectionRule();
+  TestPlatformLimit();
   std::printf("pool features: %s (%d failure%s)\n", failures ? "FAILED" : "passed", failures,
               failures == 1 ? "" : "s");
   return failures ? 1 : 0;

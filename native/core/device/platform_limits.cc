@@ -1,0 +1,350 @@
+#include "core/device/platform_limits.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "core/device/numa.h"
+
+namespace cm::core {
+
+namespace {
+
+std::string Trim(const std::string& s) {
+  size_t b = 0, e = s.size();
+  while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
+  while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
+  return s.substr(b, e - b);
+}
+
+bool ReadFile(const std::string& path, std::string* out) {
+  std::ifstream f(path);
+  if (!f) return false;
+  std::stringstream ss;
+  ss << f.rdbuf();
+  *out = ss.str();
+  return true;
+}
+
+std::vector<std::string> Split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::string cur;
+  std::istringstream in(s);
+  while (std::getline(in, cur, sep)) out.push_back(cur);
+  return out;
+}
+
+std::string Join(const std::string& a, const std::string& b) {
+  if (a.empty()) return b;
+  if (b.empty()) return a;
+  bool sa = a.back() == '/', sb = b.front() == '/';
+  if (sa && sb) return a + b.substr(1);
+  if (!sa && !sb) return a + "/" + b;
+  return a + b;
+}
+
+const char* Get(const EnvMap& env, const char* key) {
+  auto it = env.find(key);
+  return it == env.end() ? nullptr : it->second.c_str();
+}
+
+bool ParseUint(const std::string& s, uint64_t* out) {
+  if (s.empty() || s.size() > 20) return false;
+  uint64_t v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return false;
+    uint64_t d = static_cast<uint64_t>(c - '0');
+    if (v > (UINT64_MAX - d) / 10) return false;
+    v = v * 10 + d;
+  }
+  *out = v;
+  return true;
+}
+
+// mountinfo writes a space, tab, newline and backslash in a path as \040, \011, \012, \134.
+std::string Unescape(const std::string& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '\\' && i + 3 < s.size() && std::isdigit(static_cast<unsigned char>(s[i + 1])) &&
+        std::isdigit(static_cast<unsigned char>(s[i + 2])) &&
+        std::isdigit(static_cast<unsigned char>(s[i + 3]))) {
+      out += static_cast<char>((s[i + 1] - '0') * 64 + (s[i + 2] - '0') * 8 + (s[i + 3] - '0'));
+      i += 3;
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
+
+// The process's cgroup v2 path and the directory it is in, from /proc/self/cgroup ("0::<path>")
+// and the cgroup2 mount in /proc/self/mountinfo. In a cgroup namespace the mount's root is the
+// namespace's root, and the path is relative to it.
+void FindCgroup(const std::string& root, PlatformReport* r) {
+  std::string text;
+  if (!ReadFile(Join(root, "proc/self/cgroup"), &text)) return;
+  for (const std::string& line : Split(text, '\n'))
+    if (line.rfind("0::", 0) == 0) r->cgroup = Trim(line.substr(3));
+  if (r->cgroup.empty()) return;
+  if (!ReadFile(Join(root, "proc/self/mountinfo"), &text)) return;
+  for (const std::string& line : Split(text, '\n')) {
+    size_t dash = line.find(" - ");
+    if (dash == std::string::npos) continue;
+    std::vector<std::string> after = Split(line.substr(dash + 3), ' ');
+    if (after.empty() || after[0] != "cgroup2") continue;
+    std::vector<std::string> f = Split(line.substr(0, dash), ' ');
+    if (f.size() < 5) continue;
+    std::string mount_root = Unescape(f[3]), mount_point = Unescape(f[4]);
+    std::string rel = r->cgroup;
+    if (mount_root != "/") {
+      if (rel.rfind(mount_root, 0) == 0)
+        rel = rel.substr(mount_root.size());
+      else if (rel != "/")
+        continue;  // a mount of another part of the hierarchy
+    }
+    r->cgroup_dir = Join(Join(root, mount_point), rel);
+    while (r->cgroup_dir.size() > 1 && r->cgroup_dir.back() == '/') r->cgroup_dir.pop_back();
+    r->variables["cgroup2 mount"] = mount_point;
+    return;
+  }
+}
+
+// A nested-keyed dmem file: "<region> <bytes|max>" per line.
+std::map<std::string, std::string> ReadKeyed(const std::string& path) {
+  std::map<std::string, std::string> out;
+  std::string text;
+  if (!ReadFile(path, &text)) return out;
+  for (const std::string& line : Split(text, '\n')) {
+    std::string t = Trim(line);
+    size_t sp = t.find_last_of(" \t");
+    if (t.empty() || sp == std::string::npos) continue;
+    out[Trim(t.substr(0, sp))] = Trim(t.substr(sp + 1));
+  }
+  return out;
+}
+
+// dmem.max is hierarchical: a cgroup may take no more than the least of its own and its
+// ancestors' limits, and each ancestor's charge counts its descendants', so the headroom is the
+// least of (max - current) over every limiting level.
+void ReadDmem(const std::string& root, PlatformReport* r) {
+  if (r->cgroup_dir.empty()) return;
+  std::string top = Join(root, r->variables["cgroup2 mount"]);
+  while (top.size() > 1 && top.back() == '/') top.pop_back();
+  std::map<std::string, DmemRegion> regions;
+  std::string dir = r->cgroup_dir;
+  bool leaf = true;
+  while (true) {
+    auto max = ReadKeyed(Join(dir, "dmem.max"));
+    auto current = ReadKeyed(Join(dir, "dmem.current"));
+    std::string rel = dir.size() > top.size() ? dir.substr(top.size()) : "/";
+    for (const auto& [name, value] : current) {
+      DmemRegion& reg = regions[name];
+      reg.name = name;
+      uint64_t used = 0;
+      if (leaf && ParseUint(value, &used)) reg.current = static_cast<int64_t>(used);
+    }
+    for (const auto& [name, value] : max) {
+      DmemRegion& reg = regions[name];
+      reg.name = name;
+      if (value == "max") continue;
+      uint64_t bytes = 0;
+      if (!ParseUint(value, &bytes)) {
+        r->warnings.push_back(Join(dir, "dmem.max") + ": region " + name + " has limit '" + value +
+                              "', not a number of bytes or 'max'; ignored");
+        continue;
+      }
+      uint64_t used = 0;
+      auto c = current.find(name);
+      bool has_used = c != current.end() && ParseUint(c->second, &used);
+      int64_t room = has_used ? static_cast<int64_t>(bytes > used ? bytes - used : 0) : -1;
+      if (!reg.limited || bytes < reg.max) {
+        reg.max = bytes;
+        reg.limited_by = rel;
+      }
+      reg.limited = true;
+      if (room >= 0 && (reg.headroom < 0 || room < reg.headroom)) reg.headroom = room;
+    }
+    leaf = false;
+    if (dir.size() <= top.size()) break;
+    size_t slash = dir.find_last_of('/');
+    if (slash == std::string::npos || slash < top.size()) break;
+    dir = slash == 0 ? "/" : dir.substr(0, slash);
+    if (dir.size() < top.size()) break;
+  }
+  for (auto& [name, reg] : regions) r->dmem.push_back(reg);
+}
+
+// The PCI device a dmem region belongs to: "drm/0000:03:00.0/vram0" -> 0000:03:00.0.
+PciAddress RegionPci(const std::string& name) {
+  std::vector<std::string> parts = Split(name, '/');
+  for (const std::string& p : parts) {
+    PciAddress a = ParsePciBusId(p);
+    if (a.ok) return a;
+  }
+  return {};
+}
+
+std::string Lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+}  // namespace
+
+bool ParseMemorySize(const std::string& text, uint64_t* bytes) {
+  std::string t = Trim(text);
+  size_t digits = 0;
+  while (digits < t.size() && std::isdigit(static_cast<unsigned char>(t[digits]))) ++digits;
+  uint64_t n = 0;
+  if (!ParseUint(t.substr(0, digits), &n)) return false;
+  std::string unit = Lower(Trim(t.substr(digits)));
+  int shift = 0;
+  if (unit.empty() || unit == "b")
+    shift = 0;
+  else if (unit == "k" || unit == "kb" || unit == "kib")
+    shift = 10;
+  else if (unit == "m" || unit == "mb" || unit == "mib")
+    shift = 20;
+  else if (unit == "g" || unit == "gb" || unit == "gib")
+    shift = 30;
+  else if (unit == "t" || unit == "tb" || unit == "tib")
+    shift = 40;
+  else
+    return false;
+  if (shift && n > (UINT64_MAX >> shift)) return false;
+  *bytes = n << shift;
+  return true;
+}
+
+const PlatformLimit* SmallestLimit(const std::vector<PlatformLimit>& limits) {
+  const PlatformLimit* best = nullptr;
+  for (const PlatformLimit& l : limits)
+    if (!best || l.bytes < best->bytes) best = &l;
+  return best;
+}
+
+PlatformReport DetectPlatform(const std::string& root, const EnvMap& env,
+                              const std::vector<DeviceRef>& devices) {
+  PlatformReport r;
+  for (const auto& [key, value] : env) {
+    bool platform = key.rfind("CUDA_MPS_", 0) == 0 || key.rfind("CUDA_DEVICE_MEMORY_", 0) == 0 ||
+                    key == "CUDA_DEVICE_SM_LIMIT" || key == "CUDA_OVERSUBSCRIBE" ||
+                    key == "NVIDIA_VISIBLE_DEVICES" || key == "NVIDIA_MIG_CONFIG_DEVICES" ||
+                    key == "GPU_CORE_UTILIZATION_POLICY" ||
+                    (key == "LD_PRELOAD" && value.find("libvgpu") != std::string::npos);
+    if (platform) r.variables[key] = value;
+  }
+
+  // MPS: a client connects through the control daemon's pipe in the pipe directory.
+  const char* pipe = Get(env, "CUDA_MPS_PIPE_DIRECTORY");
+  r.mps.pipe_directory_set = pipe != nullptr && *pipe;
+  r.mps.pipe_directory = r.mps.pipe_directory_set ? pipe : "/tmp/nvidia-mps";
+  struct stat st {};
+  r.mps.control_present =
+      ::stat(Join(Join(root, r.mps.pipe_directory), "control").c_str(), &st) == 0;
+  if (const char* p = Get(env, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")) {
+    char* end = nullptr;
+    double v = std::strtod(p, &end);
+    if (end != p && *end == '\0' && v > 0 && v <= 100)
+      r.mps.active_thread_percentage = v;
+    else
+      r.warnings.push_back(std::string("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE='") + p +
+                           "' is not a number in (0, 100]; ignored");
+  }
+  const char* pinned = Get(env, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT");
+  if (pinned) r.mps.pinned_limit = pinned;
+  // "0=1G,1=2G" per device (an ordinal as the client counts them, or a GPU uuid), or one size
+  // for every device.
+  std::map<std::string, uint64_t> mps_by_key;
+  bool mps_all = false;
+  uint64_t mps_all_bytes = 0;
+  if (pinned && *pinned) {
+    for (const std::string& item : Split(pinned, ',')) {
+      std::string t = Trim(item);
+      if (t.empty()) continue;
+      size_t eq = t.find('=');
+      uint64_t bytes = 0;
+      if (eq == std::string::npos) {
+        if (ParseMemorySize(t, &bytes)) {
+          mps_all = true;
+          mps_all_bytes = bytes;
+          continue;
+        }
+      } else if (ParseMemorySize(t.substr(eq + 1), &bytes) && eq > 0) {
+        mps_by_key[Lower(Trim(t.substr(0, eq)))] = bytes;
+        continue;
+      }
+      r.warnings.push_back("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT: '" + t +
+                           "' is neither <device>=<size> nor <size> (sizes like 1073741824, "
+                           "512M, 2G); ignored");
+    }
+  }
+
+  FindCgroup(root, &r);
+  ReadDmem(root, &r);
+
+  for (const DeviceRef& d : devices) {
+    DevicePlatformLimits out;
+    out.index = d.index;
+    std::string ordinal = std::to_string(d.index);
+    auto by_ordinal = mps_by_key.find(ordinal);
+    auto by_uuid = d.uuid.empty() ? mps_by_key.end() : mps_by_key.find(Lower(d.uuid));
+    std::string mps_note = r.mps.control_present
+                               ? ""
+                               : " (no MPS control pipe in " + r.mps.pipe_directory +
+                                     ": it binds only once this process is an MPS client)";
+    if (by_ordinal != mps_by_key.end())
+      out.limits.push_back({"mps", by_ordinal->second,
+                            "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT " + ordinal + "=" +
+                                std::to_string(by_ordinal->second) + " bytes" + mps_note});
+    else if (by_uuid != mps_by_key.end())
+      out.limits.push_back({"mps", by_uuid->second,
+                            "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT " + d.uuid + "=" +
+                                std::to_string(by_uuid->second) + " bytes" + mps_note});
+    else if (mps_all)
+      out.limits.push_back({"mps", mps_all_bytes,
+                            "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT " + std::to_string(mps_all_bytes) +
+                                " bytes for every device" + mps_note});
+
+    PciAddress pci = ParsePciBusId(d.pci_bus_id);
+    for (const DmemRegion& reg : r.dmem) {
+      if (!reg.limited || !pci.ok || !(RegionPci(reg.name) == pci)) continue;
+      out.limits.push_back({"dmem", reg.max,
+                            "cgroup dmem.max " + reg.name + " " + std::to_string(reg.max) +
+                                " bytes in " + (reg.limited_by.empty() ? "/" : reg.limited_by),
+                            reg.headroom});
+    }
+
+    // HAMi: CUDA_DEVICE_MEMORY_LIMIT_<n> for device n, else CUDA_DEVICE_MEMORY_LIMIT for all.
+    std::string own = "CUDA_DEVICE_MEMORY_LIMIT_" + ordinal;
+    const char* hami = Get(env, own.c_str());
+    std::string hami_name = own;
+    if (!hami) {
+      hami = Get(env, "CUDA_DEVICE_MEMORY_LIMIT");
+      hami_name = "CUDA_DEVICE_MEMORY_LIMIT";
+    }
+    if (hami && *hami) {
+      uint64_t bytes = 0;
+      if (ParseMemorySize(hami, &bytes) && bytes > 0)
+        out.limits.push_back({"hami", bytes, hami_name + "=" + hami + " (HAMi)"});
+      else
+        r.warnings.push_back(hami_name + "='" + hami +
+                             "' is not a size (1073741824, 1024m, 1g); ignored");
+    }
+    r.devices.push_back(out);
+  }
+  // Unreadable dmem regions say so once, whatever the devices.
+  for (const DmemRegion& reg : r.dmem)
+    if (reg.limited && !RegionPci(reg.name).ok)
+      r.warnings.push_back("dmem region " + reg.name +
+                           " names no PCI device, so no GPU could be matched to its limit");
+  std::sort(r.warnings.begin(), r.warnings.end());
+  r.warnings.erase(std::unique(r.warnings.begin(), r.warnings.end()), r.warnings.end());
+  return r;
+}
+
+}  // namespace cm::core

@@ -1,0 +1,155 @@
+// Tests of the platform-limit readers without a GPU: sizes as MPS and HAMi write them, and the
+// fixture trees of test/fixtures/platform (a Kubernetes pod's nested cgroups with dmem limits, a
+// cgroup namespace whose mount point has a space in it, an MPS client's pipe directory, a host
+// with cgroup v1 only).
+#include "core/device/platform_limits.h"
+
+#include <string>
+
+#include "core/test/check.h"
+
+using namespace cm::core;
+
+namespace {
+
+std::string Fixture(const char* name) {
+  std::string here = __FILE__;  // <repo>/native/core/test/device/platform_limits_test.cc
+  return here.substr(0, here.rfind("/native/")) + "/test/fixtures/platform/" + name;
+}
+
+const DeviceRef kDev0{0, "0000:03:00.0", "GPU-aaaaaaaa-0000-0000-0000-000000000000"};
+const DeviceRef kDev1{1, "00000000:04:00.0", "GPU-bbbbbbbb-0000-0000-0000-000000000000"};
+
+void TestSizes() {
+  uint64_t b = 0;
+  CHECK(ParseMemorySize("1073741824", &b) && b == 1073741824ull);
+  CHECK(ParseMemorySize("1G", &b) && b == 1ull << 30);
+  CHECK(ParseMemorySize("1g", &b) && b == 1ull << 30);
+  CHECK(ParseMemorySize("2GiB", &b) && b == 2ull << 30);
+  CHECK(ParseMemorySize("512MB", &b) && b == 512ull << 20);
+  CHECK(ParseMemorySize("3000m", &b) && b == 3000ull << 20);
+  CHECK(ParseMemorySize(" 100K ", &b) && b == 100ull << 10);
+  CHECK(ParseMemorySize("1T", &b) && b == 1ull << 40);
+  CHECK(ParseMemorySize("0", &b) && b == 0);
+  b = 7;
+  CHECK(!ParseMemorySize("", &b) && b == 7);
+  CHECK(!ParseMemorySize("G", &b));
+  CHECK(!ParseMemorySize("-1G", &b));
+  CHECK(!ParseMemorySize("1.5G", &b));
+  CHECK(!ParseMemorySize("1X", &b));
+  CHECK(!ParseMemorySize("99999999999999999999", &b));
+  CHECK(!ParseMemorySize("17179869184G", &b));  // 2^64 bytes
+}
+
+void TestMps() {
+  EnvMap env{{"CUDA_MPS_PIPE_DIRECTORY", "/run/mps-pipes"},
+             {"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "0=1G,1=2048M"},
+             {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "25"},
+             {"HOME", "/root"}};
+  PlatformReport r = DetectPlatform(Fixture("mps"), env, {kDev0, kDev1});
+  CHECK(r.mps.pipe_directory == "/run/mps-pipes" && r.mps.pipe_directory_set);
+  CHECK(r.mps.control_present);
+  CHECK(r.mps.active_thread_percentage == 25);
+  CHECK(r.mps.pinned_limit == "0=1G,1=2048M");
+  CHECK(r.variables.count("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT") == 1 &&
+        r.variables.count("HOME") == 0);
+  CHECK(r.devices.size() == 2);
+  CHECK(r.devices[0].limits.size() == 1 && r.devices[0].limits[0].kind == "mps" &&
+        r.devices[0].limits[0].bytes == 1ull << 30 && r.devices[0].limits[0].headroom == -1);
+  CHECK(r.devices[1].limits.size() == 1 && r.devices[1].limits[0].bytes == 2ull << 30);
+  CHECK(r.devices[0].limits[0].source.find("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT 0=") == 0);
+  CHECK(r.warnings.empty());
+  CHECK(r.cgroup == "/user.slice/user-1000.slice/session-1.scope" && r.dmem.empty());
+
+  // One size for every device; the default pipe directory; no daemon there.
+  PlatformReport plain =
+      DetectPlatform(Fixture("none"), {{"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "4G"}}, {kDev0, kDev1});
+  CHECK(!plain.mps.pipe_directory_set && plain.mps.pipe_directory == "/tmp/nvidia-mps");
+  CHECK(!plain.mps.control_present);
+  CHECK(plain.devices[0].limits.size() == 1 && plain.devices[0].limits[0].bytes == 4ull << 30);
+  CHECK(plain.devices[1].limits.size() == 1 && plain.devices[1].limits[0].bytes == 4ull << 30);
+  CHECK(plain.devices[0].limits[0].source.find("no MPS control pipe") != std::string::npos);
+  PlatformReport dflt = DetectPlatform(Fixture("mps"), {}, {kDev0});
+  CHECK(dflt.mps.control_present && dflt.devices[0].limits.empty());
+
+  // By uuid; an unreadable entry is a warning and the rest still applies.
+  PlatformReport mixed = DetectPlatform(
+      Fixture("none"),
+      {{"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "GPU-BBBBBBBB-0000-0000-0000-000000000000=3G,0=lots"},
+       {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "150"}},
+      {kDev0, kDev1});
+  CHECK(mixed.devices[0].limits.empty());
+  CHECK(mixed.devices[1].limits.size() == 1 && mixed.devices[1].limits[0].bytes == 3ull << 30);
+  CHECK(mixed.warnings.size() == 2);
+  CHECK(mixed.mps.active_thread_percentage == -1);
+}
+
+void TestDmemNested() {
+  PlatformReport r = DetectPlatform(Fixture("dmem-k8s"), {}, {kDev0, kDev1});
+  CHECK(r.cgroup == "/kubepods.slice/pod1/ctr");
+  CHECK(r.cgroup_dir == Fixture("dmem-k8s") + "/sys/fs/cgroup/kubepods.slice/pod1/ctr");
+  CHECK(r.dmem.size() == 2);
+  const DmemRegion& v0 = r.dmem[0];
+  CHECK(v0.name == "drm/0000:03:00.0/vram0");
+  CHECK(v0.limited && v0.max == 4294967296ull && v0.limited_by == "/kubepods.slice/pod1");
+  CHECK(v0.current == 1073741824);
+  // pod1: 4 GiB - 3 GiB; kubepods.slice: 8 GiB - 7.5 GiB, the tighter.
+  CHECK(v0.headroom == 536870912);
+  CHECK(!r.dmem[1].limited && r.dmem[1].current == 0);
+  CHECK(r.devices[0].limits.size() == 1 && r.devices[0].limits[0].kind == "dmem" &&
+        r.devices[0].limits[0].bytes == 4294967296ull &&
+        r.devices[0].limits[0].headroom == 536870912);
+  CHECK(r.devices[0].limits[0].source.find("/kubepods.slice/pod1") != std::string::npos);
+  CHECK(r.devices[1].limits.empty());
+  CHECK(r.warnings.empty());
+  // A device without a PCI address (simulated) matches no region.
+  PlatformReport sim = DetectPlatform(Fixture("dmem-k8s"), {}, {{0, "", ""}});
+  CHECK(sim.devices[0].limits.empty());
+}
+
+void TestDmemNamespace() {
+  PlatformReport r = DetectPlatform(Fixture("namespace"), {}, {kDev0});
+  CHECK(r.cgroup == "/");
+  CHECK(r.cgroup_dir == Fixture("namespace") + "/sys/fs/cgroup v2");
+  CHECK(r.devices[0].limits.size() == 1 && r.devices[0].limits[0].bytes == 2147483648ull &&
+        r.devices[0].limits[0].headroom == 1610612736);
+  CHECK(r.warnings.size() == 1 && r.warnings[0].find("drm/card1/vram0") != std::string::npos);
+}
+
+void TestHamiAndSmallest() {
+  EnvMap env{{"CUDA_DEVICE_MEMORY_LIMIT", "6g"},
+             {"CUDA_DEVICE_MEMORY_LIMIT_1", "3000m"},
+             {"CUDA_DEVICE_SM_LIMIT", "50"},
+             {"LD_PRELOAD", "/usr/local/vgpu/libvgpu.so"},
+             {"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "0=8G"}};
+  PlatformReport r = DetectPlatform(Fixture("dmem-k8s"), env, {kDev0, kDev1});
+  CHECK(r.variables.count("LD_PRELOAD") == 1 && r.variables.count("CUDA_DEVICE_SM_LIMIT") == 1);
+  // Device 0: MPS 8 GiB, dmem 4 GiB, HAMi 6 GiB.
+  CHECK(r.devices[0].limits.size() == 3);
+  const PlatformLimit* s0 = SmallestLimit(r.devices[0].limits);
+  CHECK(s0 && s0->kind == "dmem" && s0->bytes == 4294967296ull);
+  // Device 1: HAMi's own variable wins over the shared one.
+  CHECK(r.devices[1].limits.size() == 1 && r.devices[1].limits[0].kind == "hami" &&
+        r.devices[1].limits[0].bytes == 3000ull << 20 &&
+        r.devices[1].limits[0].source == "CUDA_DEVICE_MEMORY_LIMIT_1=3000m (HAMi)");
+  CHECK(SmallestLimit({}) == nullptr);
+  PlatformReport bad =
+      DetectPlatform(Fixture("none"), {{"CUDA_DEVICE_MEMORY_LIMIT", "six"}}, {kDev0});
+  CHECK(bad.devices[0].limits.empty() && bad.warnings.size() == 1);
+  CHECK(bad.cgroup.empty() && bad.cgroup_dir.empty());
+  PlatformReport nothing = DetectPlatform(Fixture("no-such-root"), {}, {kDev0});
+  CHECK(nothing.devices[0].limits.empty() && nothing.warnings.empty() &&
+        !nothing.mps.control_present);
+}
+
+}  // namespace
+
+int main() {
+  TestSizes();
+  TestMps();
+  TestDmemNested();
+  TestDmemNamespace();
+  TestHamiAndSmallest();
+  if (failures) std::fprintf(stderr, "%d check(s) failed\n", failures);
+  return failures ? 1 : 0;
+}
