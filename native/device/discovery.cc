@@ -7,8 +7,8 @@
 #include <mutex>
 #include <type_traits>
 
-#include "device/shared_memory.h"
 #include "device/platform.h"
+#include "device/shared_memory.h"
 
 namespace cm {
 
