@@ -105,7 +105,8 @@ try {
   const tensors = layout(Math.round(o.gib * 2 ** 30));
   const total = tensors.reduce((s, t) => s + t.bytes, 0);
   const data = Buffer.allocUnsafe(total);
-  for (let at = 0; at < total; at += 1 << 30) crypto.randomFillSync(data, at, Math.min(1 << 30, total - at));
+  // randomFillSync takes offsets below 2^31 only: fill through views of at most 1 GiB.
+  for (let at = 0; at < total; at += 1 << 30) crypto.randomFillSync(data.subarray(at, Math.min(at + (1 << 30), total)));
   const sources = {};
   const digests = {};
   let at = 0;
