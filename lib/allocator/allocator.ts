@@ -5,7 +5,7 @@
  * `TF_GPU_ALLOCATOR=cuda_malloc_async`).
  */
 import { inspectCustom, inspectSummary } from '../base/inspect';
-import type { InspectOptionsStylized, inspect } from 'node:util';
+import type { InspectOptionsLike, InspectLike } from '../base/inspect';
 import { native, requireCuda } from '../binding/native';
 import { DeviceBuffer } from '../memory/buffers';
 import { Stream, streamOption } from '../device/stream';
@@ -870,7 +870,7 @@ export class Allocator {
     };
   }
 
-  /** @internal */ [inspectCustom](depth: number, options: InspectOptionsStylized, insp: typeof inspect): string {
+  /** @internal */ [inspectCustom](depth: number, options: InspectOptionsLike, insp: InspectLike): string {
     return inspectSummary('Allocator', this.toJSON(), depth, options, insp);
   }
 }

@@ -1,6 +1,6 @@
 /** A cache of pinned host buffers. */
 import { inspectCustom, inspectSummary } from '../base/inspect';
-import type { InspectOptionsStylized, inspect } from 'node:util';
+import type { InspectOptionsLike, InspectLike } from '../base/inspect';
 import { formatBytes } from '../base/units';
 import { PinnedBuffer, PinnedAllocOptions, kLentMemory, LentMemory } from '../memory/buffers';
 import { checkOptions, checkSize } from '../base/validate';
@@ -161,7 +161,7 @@ export class PinnedPool {
     };
   }
 
-  /** @internal */ [inspectCustom](depth: number, options: InspectOptionsStylized, insp: typeof inspect): string {
+  /** @internal */ [inspectCustom](depth: number, options: InspectOptionsLike, insp: InspectLike): string {
     return inspectSummary('PinnedPool', this.toJSON(), depth, options, insp);
   }
 }
@@ -222,7 +222,7 @@ export class PooledPinnedBuffer implements LentMemory {
     };
   }
 
-  /** @internal */ [inspectCustom](depth: number, options: InspectOptionsStylized, insp: typeof inspect): string {
+  /** @internal */ [inspectCustom](depth: number, options: InspectOptionsLike, insp: InspectLike): string {
     return inspectSummary('PooledPinnedBuffer', this.toJSON(), depth, options, insp);
   }
 }

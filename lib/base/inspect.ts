@@ -3,7 +3,15 @@
  * `JSON.stringify()` show a short summary (kind, size, device, address, state), never the
  * handles and private fields behind it.
  */
-import { inspect, InspectOptionsStylized } from 'node:util';
+import { inspect } from 'node:util';
+
+/** @internal The parts of util.inspect's options a summary uses (no Node types in the typings). */
+export interface InspectOptionsLike {
+  depth?: number | null;
+  stylize(text: string, style: string): string;
+}
+/** @internal util.inspect's shape. */
+export type InspectLike = (value: unknown, options?: object) => string;
 
 /** The key `util.inspect()` looks for. */
 export const inspectCustom: unique symbol = inspect.custom as never;
@@ -13,8 +21,8 @@ export function inspectSummary(
   name: string,
   fields: object,
   depth: number,
-  options: InspectOptionsStylized,
-  insp: typeof inspect = inspect,
+  options: InspectOptionsLike,
+  insp: InspectLike = inspect,
 ): string {
   if (depth < 0) return options.stylize(`[${name}]`, 'special');
   return `${name} ${insp(fields, { ...options, depth: options.depth == null ? null : options.depth - 1 })}`;

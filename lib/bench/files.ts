@@ -108,7 +108,7 @@ function time(fn: () => void): number {
  * @internal The whole file into a new Node buffer, as fs.readFileSync does, in reads of at most
  * 1 GiB: fs.readFileSync refuses files of 2 GiB and more (ERR_FS_FILE_TOO_LARGE).
  */
-export function readWhole(file: string): Buffer {
+export function readWhole(file: string): Uint8Array {
   const fd = fs.openSync(file, 'r');
   try {
     const size = fs.fstatSync(fd).size;

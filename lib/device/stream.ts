@@ -1,6 +1,6 @@
 /** CUDA streams and events, disposable like buffers. */
 import { inspectCustom, inspectSummary } from '../base/inspect';
-import type { InspectOptionsStylized, inspect } from 'node:util';
+import type { InspectOptionsLike, InspectLike } from '../base/inspect';
 import { native } from '../binding/native';
 import { checkBoolean, checkDevice, checkOptions } from '../base/validate';
 import { knownDeviceCount } from './discovery';
@@ -74,7 +74,7 @@ export class Stream {
     return { kind: 'stream', device: this.device, state: this._disposed ? 'disposed' : 'live' };
   }
 
-  /** @internal */ [inspectCustom](depth: number, options: InspectOptionsStylized, insp: typeof inspect): string {
+  /** @internal */ [inspectCustom](depth: number, options: InspectOptionsLike, insp: InspectLike): string {
     return inspectSummary('Stream', this.toJSON(), depth, options, insp);
   }
 }
@@ -146,7 +146,7 @@ export class Event {
     return { kind: 'event', device: this.device, state: this._disposed ? 'disposed' : 'live' };
   }
 
-  /** @internal */ [inspectCustom](depth: number, options: InspectOptionsStylized, insp: typeof inspect): string {
+  /** @internal */ [inspectCustom](depth: number, options: InspectOptionsLike, insp: InspectLike): string {
     return inspectSummary('Event', this.toJSON(), depth, options, insp);
   }
 }

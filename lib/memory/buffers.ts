@@ -12,7 +12,7 @@ import { lockTimeoutMs, shmDir } from '../base/shm';
 import { checkHoldable } from './detach';
 import { checkInternal, guardReceivers, invalidThis, kInternal, notCloneable } from '../base/internal';
 import { addressOrNull, inspectCustom, inspectSummary } from '../base/inspect';
-import type { InspectOptionsStylized, inspect } from 'node:util';
+import type { InspectOptionsLike, InspectLike } from '../base/inspect';
 import type { ManagedBuffer } from './managed';
 
 // The safety net for forgotten buffers. A JS FinalizationRegistry costs about 0.3 µs per buffer
@@ -323,7 +323,7 @@ export class DeviceBuffer {
     };
   }
 
-  /** @internal */ [inspectCustom](depth: number, options: InspectOptionsStylized, insp: typeof inspect): string {
+  /** @internal */ [inspectCustom](depth: number, options: InspectOptionsLike, insp: InspectLike): string {
     return inspectSummary('DeviceBuffer', this.toJSON(), depth, options, insp);
   }
 }
@@ -472,7 +472,7 @@ export class PinnedBuffer {
     };
   }
 
-  /** @internal */ [inspectCustom](depth: number, options: InspectOptionsStylized, insp: typeof inspect): string {
+  /** @internal */ [inspectCustom](depth: number, options: InspectOptionsLike, insp: InspectLike): string {
     return inspectSummary(this.constructor.name, this.toJSON(), depth, options, insp);
   }
 }
@@ -554,7 +554,7 @@ export class RegisteredBuffer {
     };
   }
 
-  /** @internal */ [inspectCustom](depth: number, options: InspectOptionsStylized, insp: typeof inspect): string {
+  /** @internal */ [inspectCustom](depth: number, options: InspectOptionsLike, insp: InspectLike): string {
     return inspectSummary('RegisteredBuffer', this.toJSON(), depth, options, insp);
   }
 }
