@@ -404,8 +404,10 @@ FileFailure FromStatus(const core::FileStatus& s, const std::string& path, int f
   if (s.kind == core::FileStatus::kShrunk) {
     struct stat now {};
     fstat(fd, &now);
+    // With several readers the first to find the end may have started past it.
+    const uint64_t ended = std::min<uint64_t>(s.offset, static_cast<uint64_t>(now.st_size));
     return Fail("ERR_FILE_SHRUNK", path,
-                Quote(path) + " ended at byte " + std::to_string(s.offset) +
+                Quote(path) + " ended at byte " + std::to_string(ended) +
                     " while being read up to byte " + std::to_string(expected_end) + " (it has " +
                     std::to_string(now.st_size) + " bytes now): it shrank, or was being rewritten");
   }

@@ -244,14 +244,17 @@ static void TestFailures() {
       FileStatus st = RunFileRead(&team, dma, file, 10, file_bytes - 10, direct);
       CHECK(st.kind == FileStatus::kShrunk && file.misaligned == 0);
     }
-    // A range past the end of the file from the start: a short read.
+    // A range past the end of the file from the start: a short read. With several threads the
+    // first read to find the end may be one that starts past it.
     {
       FakeFile file(Pattern(100 * KiB, 4));
       std::vector<char> device(200 * KiB, 'x');
       FakeDma dma(device, true, FileRingBytes(shape), shape.slots, 4);
       CopyTeam team(threads);
       FileStatus st = RunFileRead(&team, dma, file, 0, 200 * KiB, shape);
-      CHECK(st.kind == FileStatus::kShrunk && st.offset == 100 * KiB);
+      CHECK(st.kind == FileStatus::kShrunk && st.offset >= 100 * KiB && st.offset < 200 * KiB);
+      if (threads == 1) CHECK(st.offset == 100 * KiB);
+      CHECK(dma.finished_with_nothing_moving);
     }
     // A full disk while writing.
     {
