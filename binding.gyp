@@ -47,6 +47,7 @@
         "native/bench/managed.cc",
         "native/core/base/shm.cc",
         "native/core/device/numa.cc",
+        "native/core/device/peer_grants.cc",
         "native/core/device/platform_limits.cc",
         "native/core/device/topology.cc",
         "native/core/memory/ipc_record.cc",

@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/device/peer_grants.h"
 #include "device/discovery.h"
 
 namespace cm {
@@ -15,7 +16,47 @@ struct PeerAccessState : InstanceState {
   std::mutex mutex;
   std::map<std::pair<int, int>, bool> enabled;
 };
+
+// The pairs turned on in this process, and the hook that follows each.
+struct ProcessPeers {
+  std::mutex mutex;
+  core::PeerGrants on;
+  PeerGrantHook grant = nullptr;
+};
+ProcessPeers& Process() {
+  static ProcessPeers* p = new ProcessPeers();  // never destroyed: used until the process ends
+  return *p;
+}
+
+// Records the pair process-wide, then runs the hook outside the lock (the hook takes the
+// mapping layer's lock, and that layer calls PeersReading). A mapping made meanwhile either sees
+// the record or is reached by the hook.
+bool RecordPeer(int from, int to) {
+  ProcessPeers& p = Process();
+  PeerGrantHook grant;
+  {
+    std::lock_guard<std::mutex> lock(p.mutex);
+    p.on.Grant(from, to);
+    grant = p.grant;
+  }
+  if (!grant || grant(from, to)) return true;
+  std::lock_guard<std::mutex> lock(p.mutex);
+  p.on.Revoke(from, to);
+  return false;
+}
 }  // namespace
+
+void SetPeerGrantHook(PeerGrantHook grant) {
+  ProcessPeers& p = Process();
+  std::lock_guard<std::mutex> lock(p.mutex);
+  p.grant = grant;
+}
+
+std::vector<int> PeersReading(int owner) {
+  ProcessPeers& p = Process();
+  std::lock_guard<std::mutex> lock(p.mutex);
+  return p.on.Readers(owner);
+}
 
 bool EnablePeer(Instance& inst, int from, int to) {
   PeerAccessState& st = inst.State<PeerAccessState>();
@@ -33,6 +74,10 @@ bool EnablePeer(Instance& inst, int from, int to) {
     // Peer access belongs to the process's context, so another instance may have enabled it.
     on = err == cudaSuccess || err == cudaErrorPeerAccessAlreadyEnabled;
     cudaSetDevice(current);
+    // Memory that expandable segments map on `to` needs its own grant for `from`; without it a
+    // peer copy through that memory would fail, so the pair then counts as off (copies go
+    // through the host).
+    if (on) on = RecordPeer(from, to);
   }
   (void)cudaGetLastError();
   st.enabled[key] = on;

@@ -5,6 +5,8 @@
 
 #include <napi.h>
 
+#include <vector>
+
 #include "binding/instance.h"
 
 namespace cm {
@@ -12,6 +14,17 @@ namespace cm {
 // Enables access from device `from` to device `to` if the pair allows it ("already enabled" is
 // success). Returns whether the access is on. Thread-safe.
 bool EnablePeer(Instance& inst, int from, int to);
+
+// What must follow peer access for memory mapped with CUDA's virtual memory calls, which
+// cudaDeviceEnablePeerAccess does not reach: `grant(reader, owner)` makes what is mapped on
+// `owner` usable by `reader`, false if it could not. Set once by the layer that maps such memory
+// (memory/vmm); EnablePeer calls it for each pair it turns on, outside its locks.
+using PeerGrantHook = bool (*)(int reader, int owner);
+void SetPeerGrantHook(PeerGrantHook grant);
+// The devices with peer access to `owner` on, process-wide (peer access belongs to the process's
+// context): the owner first, then the others ascending. What a new mapping on `owner` is made
+// accessible to.
+std::vector<int> PeersReading(int owner);
 void InitPeer(Napi::Env env, Napi::Object exports);
 
 }  // namespace cm

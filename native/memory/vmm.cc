@@ -1,6 +1,12 @@
 #include "memory/vmm.h"
 
+#include <mutex>
+#include <set>
+#include <vector>
+
 #include "base/cuda_api.h"
+#include "core/device/peer_grants.h"
+#include "device/peers.h"
 
 #ifndef CUDA_MEMORY_NO_CUDA
 #include <cuda.h>  // the driver API's types only: every call goes through an entry point
@@ -14,7 +20,9 @@ uint64_t Granularity(int, std::string* why) {
   *why = "this build of the addon has no CUDA";
   return 0;
 }
+Space::Space(int device, uint64_t granule) : device_(device), granule_(granule) {}
 Space::~Space() = default;
+Result GrantPeer(int, int) { return {}; }
 Result Space::Reserve(uint64_t, uint64_t*) { return {Result::kError, 35, "cuMemAddressReserve"}; }
 void Space::Unreserve(uint64_t, uint64_t) noexcept {}
 Result Space::Map(uint64_t, uint64_t) { return {Result::kError, 35, "cuMemMap"}; }
@@ -85,7 +93,63 @@ Result Status(CUresult r, const char* call) {
           static_cast<int>(r), call};
 }
 
+// Every live Space, process-wide (peer access belongs to the process's context): a grant
+// reaches the mappings of every allocator on the owner, in any environment. The lock guards the
+// spaces' granule maps too, which a grant walks.
+struct Registry {
+  std::mutex mutex;
+  std::set<Space*> spaces;
+};
+Registry& Spaces() {
+  static Registry* r = new Registry();  // never destroyed: spaces may outlive static teardown
+  return *r;
+}
+
+CUmemAccessDesc ReadWrite(int device) {
+  CUmemAccessDesc access{};
+  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access.location.id = device;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  return access;
+}
+
 }  // namespace
+
+Result GrantPeer(int reader, int owner) {
+  const Driver& d = Get();
+  if (!d.missing.empty()) return {};  // no driver calls: nothing can have been mapped
+  Registry& r = Spaces();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  for (Space* s : r.spaces) {
+    Result st = s->GrantLocked(owner, reader);
+    if (!st.ok()) return st;
+  }
+  return {};
+}
+
+Space::Space(int device, uint64_t granule) : device_(device), granule_(granule) {
+  // From the first mapping on, each pair peer access turns on reaches what is mapped.
+  static std::once_flag hooked;
+  std::call_once(hooked, [] {
+    SetPeerGrantHook([](int reader, int owner) { return GrantPeer(reader, owner).ok(); });
+  });
+  Registry& r = Spaces();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  r.spaces.insert(this);
+}
+
+Result Space::GrantLocked(int owner, int reader) {
+  if (owner != device_ || handles_.empty()) return {};
+  const CUmemAccessDesc access = ReadWrite(reader);
+  std::vector<uint64_t> starts;
+  starts.reserve(handles_.size());
+  for (const auto& [address, handle] : handles_) starts.push_back(address);
+  for (const core::MappedRun& run : core::MappedRuns(starts, granule_)) {
+    Result st = Status(Get().set_access(run.address, run.bytes, &access, 1), "cuMemSetAccess");
+    if (!st.ok()) return st;
+  }
+  return {};
+}
 
 uint64_t Granularity(int device, std::string* why) {
   const Driver& d = Get();
@@ -118,6 +182,11 @@ uint64_t Granularity(int device, std::string* why) {
 }
 
 Space::~Space() {
+  {
+    Registry& r = Spaces();
+    std::lock_guard<std::mutex> lock(r.mutex);
+    r.spaces.erase(this);
+  }
   if (!handles_.empty()) Unmap(handles_.begin()->first, 0);
   for (auto& [base, size] : ranges_) Get().address_free(base, size);
 }
@@ -143,6 +212,7 @@ Result Space::Map(uint64_t address, uint64_t bytes) {
   CUmemAllocationProp prop = Prop(device_);
   uint64_t done = 0;
   Result st;
+  Registry& r = Spaces();
   for (; done < bytes; done += granule_) {
     CUmemGenericAllocationHandle h = 0;
     st = Status(d.create(&h, granule_, &prop, 0), "cuMemCreate");
@@ -152,14 +222,15 @@ Result Space::Map(uint64_t address, uint64_t bytes) {
       d.release(h);
       break;
     }
+    std::lock_guard<std::mutex> lock(r.mutex);
     handles_[address + done] = h;
   }
   if (st.ok()) {
-    CUmemAccessDesc access{};
-    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    access.location.id = device_;
-    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    st = Status(d.set_access(address, bytes, &access, 1), "cuMemSetAccess");
+    // Read after the granules are in handles_: a pair turned on meanwhile is either in this
+    // list or its grant (GrantPeer) reaches these granules.
+    std::vector<CUmemAccessDesc> access;
+    for (int device : PeersReading(device_)) access.push_back(ReadWrite(device));
+    st = Status(d.set_access(address, bytes, access.data(), access.size()), "cuMemSetAccess");
   }
   if (!st.ok() && done > 0) Unmap(address, done);
   return st;
@@ -171,6 +242,7 @@ void Space::Unmap(uint64_t address, uint64_t bytes) noexcept {
   cudaDeviceSynchronize();  // nothing queued may still use what goes
   (void)cudaGetLastError();
   // bytes 0: everything (the destructor).
+  std::lock_guard<std::mutex> lock(Spaces().mutex);
   auto it = handles_.lower_bound(address);
   while (it != handles_.end() && (bytes == 0 || it->first < address + bytes)) {
     d.unmap(it->first, granule_);

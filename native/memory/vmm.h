@@ -24,22 +24,31 @@ struct Result {
 // filled when the driver or the device cannot do this.
 uint64_t Granularity(int device, std::string* why);
 
+// Lets `reader` use what every Space of `owner` has mapped so far (what is mapped later asks
+// PeersReading): the virtual-memory half of peer access, which cudaDeviceEnablePeerAccess does
+// not reach. Called through the hook of device/peers.h when a pair is turned on.
+Result GrantPeer(int reader, int owner);
+
 // One reservation of a device's address space and what is mapped into it.
 class Space {
  public:
-  Space(int device, uint64_t granule) : device_(device), granule_(granule) {}
+  Space(int device, uint64_t granule);
   ~Space();
   Space(const Space&) = delete;
   Space& operator=(const Space&) = delete;
   Result Reserve(uint64_t bytes, uint64_t* address);
   void Unreserve(uint64_t address, uint64_t bytes) noexcept;
   // Maps `bytes` at `address` with one physical allocation per granule, readable and writable
-  // by the device; all or nothing.
+  // by the device and by every device granted access to it (GrantPeer); all or nothing.
   Result Map(uint64_t address, uint64_t bytes);
   // Waits for the device (as cudaFree does), then unmaps and releases each granule.
   void Unmap(uint64_t address, uint64_t bytes) noexcept;
 
  private:
+  friend Result GrantPeer(int reader, int owner);
+  // Lets `reader` use what is mapped here if this space is `owner`'s; the registry's lock held.
+  Result GrantLocked(int owner, int reader);
+
   int device_;
   uint64_t granule_;
   std::map<uint64_t, unsigned long long> handles_;  // mapped granule -> its allocation handle

@@ -466,6 +466,39 @@ describeTwoGpus('copies between two devices', () => {
       }
     });
 
+  // In a child process, so that peer access is first turned on there after the blocks are
+  // mapped: the grant must reach mappings made before it and those made after.
+  test('peer copies into and out of expandable-segment blocks on both devices, mapped before and after peer access is on', () => {
+    const canPeer = [
+      [0, 1],
+      [1, 0],
+    ].every(([from, to]) => cm.peerAccess().find((p) => p.from === from && p.to === to).canAccess);
+    const script = `
+      const cm = require(${JSON.stringify(root)});
+      const n = 37 * 2 ** 20 + 5;
+      const data = new Uint8Array(n).map((_, i) => (i * 7 + 3) & 255);
+      const on = [0, 1].map((device) => cm.createAllocator({ device, expandableSegments: true, memoryLimit: 2 ** 30 }));
+      const round = (tag) => {
+        const a = on[0].alloc(n), b = on[1].alloc(n), back = on[0].alloc(n);
+        cm.copy(a, data);
+        cm.copy(b, a, { strategy: '${canPeer ? 'peer' : 'auto'}' });
+        cm.copy(back, b, { strategy: '${canPeer ? 'peer' : 'auto'}' });
+        const host = new Uint8Array(n);
+        cm.copy(host, back);
+        if (!host.every((v, i) => v === data[i])) throw new Error(tag + ': bytes differ');
+        return [a, b, back];
+      };
+      const first = round('mapped before');
+      const second = round('mapped after'); // grows both segments: new granules
+      for (const x of [...first, ...second]) x.free();
+      console.log(JSON.stringify(cm.peerAccess().filter((p) => p.from + p.to === 1).map((p) => p.enabled)));
+    `;
+    const r = spawnSync(process.execPath, ['-e', script], { encoding: 'utf8' });
+    expect(r.stderr).toBe('');
+    expect(r.status).toBe(0);
+    expect(JSON.parse(r.stdout.trim())).toEqual([canPeer, canPeer]);
+  });
+
   test('two copies in opposite directions at once (copyAsync) both arrive', async () => {
     const n = 64 * MiB;
     const x = randomBytes(n, 1);
