@@ -1,11 +1,12 @@
 /** `cuda-memory bench-files --dir DIR`: the file benchmark (lib/bench/files.ts) from the command line. */
-import * as fs from 'fs';
 import { Command, Option } from 'commander';
 import { runFilesBenchmark, filesGateSource } from '../bench/files';
-import { formatFilesTable, formatFilesCsv, filesJunit } from '../report/files';
+import { formatFilesTable, formatFilesCsv, renderFilesHtml, filesJunit } from '../report/files';
+import { writeTextfile } from '../metrics/exposition';
+import { filesFamilies } from '../metrics/families';
 import { parseGate, evaluateGates, Gate } from '../bench/gates';
 import { parseSize } from '../base/units';
-import { progressBar, gatesJson } from './common';
+import { progressBar, gatesJson, writeOutput } from './common';
 import { collect, integer, outFile, wrap } from './options';
 
 interface BenchFilesOptions {
@@ -18,7 +19,9 @@ interface BenchFilesOptions {
   json?: boolean;
   csv?: boolean;
   out?: string;
+  html?: string;
   junit?: string;
+  prometheus?: string;
   expect?: Gate[];
 }
 
@@ -37,8 +40,10 @@ async function benchFiles(o: BenchFilesOptions): Promise<number> {
   if (o.json) process.stdout.write(json + '\n');
   else if (o.csv) process.stdout.write(formatFilesCsv(report));
   else process.stdout.write(formatFilesTable(report) + '\n');
-  if (o.out) fs.writeFileSync(o.out, json + '\n');
-  if (o.junit) fs.writeFileSync(o.junit, filesJunit(report, gates));
+  if (o.out) writeOutput(o.out, json + '\n');
+  if (o.html) writeOutput(o.html, renderFilesHtml(report, gates));
+  if (o.junit) writeOutput(o.junit, filesJunit(report, gates));
+  if (o.prometheus) writeOutput(o.prometheus, (f) => writeTextfile(f, filesFamilies(report, gates)));
   for (const g of gates) process.stderr.write(g.message + '\n');
   const unverified = report.results.filter((r) => !r.verified);
   for (const r of unverified) process.stderr.write(`FAIL data check: ${r.direction} ${r.mode} did not arrive intact\n`);
@@ -58,7 +63,9 @@ export function register(program: Command): void {
     .addOption(new Option('--json', 'the JSON report on stdout instead of the table').conflicts('csv'))
     .option('--csv', 'CSV on stdout instead of the table')
     .option('--out <file>', 'also write the JSON report here', outFile)
+    .option('--html <file>', 'a self-contained HTML report with SVG charts', outFile)
     .option('--junit <file>', 'JUnit XML, one testcase per result and gate', outFile)
+    .option('--prometheus <file>', "the results in node_exporter's textfile format (name it *.prom)", outFile)
     .option(
       '--expect <gate>',
       "a gate such as 'read.library-cold>=3GB/s' or 'read.library-warm/read.naive-warm>=2'; repeatable",

@@ -10,6 +10,7 @@ import type { GateResult } from '../bench/gates';
 import type { DoctorReport } from '../bench/doctor';
 import type { DevicesReport } from '../bench/devices';
 import type { P2pReport } from '../bench/p2p';
+import type { FilesReport } from '../bench/files';
 import { devices as listDevices, memGetInfo, status } from '../device/discovery';
 import type { MetricFamily } from './exposition';
 import { platformInfo } from '../device/platform';
@@ -325,33 +326,7 @@ export function benchFamilies(report: TransferReport, gates: GateResult[], nowSe
       ],
     },
     rates,
-    {
-      name: 'cuda_memory_bench_data_verified',
-      help: 'Whether the copied data arrived intact (1) or not (0).',
-      type: 'gauge',
-      samples: report.results.map((r) => ({
-        labels: { ...gpu, direction: r.direction, mode: r.mode, size_bytes: String(r.bytes) },
-        value: r.verified ? 1 : 0,
-      })),
-    },
-    {
-      name: 'cuda_memory_bench_gate_passed',
-      help: 'Whether each --expect gate passed (1) or failed (0).',
-      type: 'gauge',
-      samples: gates.map((g) => ({ labels: { ...gpu, gate: g.gate.text }, value: g.pass ? 1 : 0 })),
-    },
-    {
-      name: 'cuda_memory_bench_ok',
-      help: 'Whether every gate passed and every copy was verified (1) or not (0).',
-      type: 'gauge',
-      samples: [{ labels: gpu, value: gates.every((g) => g.pass) && report.results.every((r) => r.verified) ? 1 : 0 }],
-    },
-    {
-      name: 'cuda_memory_bench_last_run_timestamp_seconds',
-      help: 'When cuda-memory bench wrote this file (Unix time).',
-      type: 'gauge',
-      samples: [{ labels: gpu, value: Math.round(nowSeconds) }],
-    },
+    ...outcomeFamilies('cuda_memory_bench', 'cuda-memory bench', 'copy', gpu, report.results, gates, nowSeconds),
   ];
   if (report.eventLoop)
     out.push({
@@ -361,6 +336,80 @@ export function benchFamilies(report: TransferReport, gates: GateResult[], nowSe
       samples: [{ labels: gpu, value: report.eventLoop.worstDelayMs / 1000 }],
     });
   return out;
+}
+
+// What a benchmark's textfile ends with: whether each result's data arrived intact, each gate,
+// all of it together, and when the file was written.
+function outcomeFamilies(
+  prefix: string,
+  command: string,
+  what: string,
+  gpu: Record<string, string>,
+  results: { direction: string; mode: string; bytes: number; verified: boolean }[],
+  gates: GateResult[],
+  nowSeconds: number,
+): MetricFamily[] {
+  return [
+    {
+      name: `${prefix}_data_verified`,
+      help: `Whether the ${what}'s data arrived intact (1) or not (0).`,
+      type: 'gauge',
+      samples: results.map((r) => ({
+        labels: { ...gpu, direction: r.direction, mode: r.mode, size_bytes: String(r.bytes) },
+        value: r.verified ? 1 : 0,
+      })),
+    },
+    {
+      name: `${prefix}_gate_passed`,
+      help: 'Whether each --expect gate passed (1) or failed (0).',
+      type: 'gauge',
+      samples: gates.map((g) => ({ labels: { ...gpu, gate: g.gate.text }, value: g.pass ? 1 : 0 })),
+    },
+    {
+      name: `${prefix}_ok`,
+      help: `Whether every gate passed and every ${what} was verified (1) or not (0).`,
+      type: 'gauge',
+      samples: [{ labels: gpu, value: gates.every((g) => g.pass) && results.every((r) => r.verified) ? 1 : 0 }],
+    },
+    {
+      name: `${prefix}_last_run_timestamp_seconds`,
+      help: `When ${command} wrote this file (Unix time).`,
+      type: 'gauge',
+      samples: [{ labels: gpu, value: Math.round(nowSeconds) }],
+    },
+  ];
+}
+
+/**
+ * @internal The file benchmark's report and gates as metric families: every row's rate by
+ * statistic, the share of its limit for the library's read rows, and the outcome.
+ */
+export function filesFamilies(report: FilesReport, gates: GateResult[], nowSeconds = Date.now() / 1000): MetricFamily[] {
+  const gpu = gpuLabels(report.options.device, undefined);
+  const row = (r: FilesReport['results'][number]) => ({ ...gpu, direction: r.direction, mode: r.mode, size_bytes: String(r.bytes) });
+  return [
+    {
+      name: 'cuda_memory_bench_files_info',
+      help: 'The environment of the last cuda-memory bench-files run (value 1).',
+      type: 'gauge',
+      samples: [
+        { labels: { ...gpu, gpu: report.environment.gpu ?? '', dir: report.environment.dir, node: report.environment.node }, value: 1 },
+      ],
+    },
+    {
+      name: 'cuda_memory_bench_files_bytes_per_second',
+      help: 'File transfer rate measured by cuda-memory bench-files (read rows: -cold or -warm page cache), by statistic over the samples.',
+      type: 'gauge',
+      samples: report.results.flatMap((r) => statSamples(row(r), r.gbps, 1e9)),
+    },
+    {
+      name: 'cuda_memory_bench_files_share_of_limit',
+      help: "The library's read rate as a share of the lower of the storage's rate in the same cache state and the link (0 to 1).",
+      type: 'gauge',
+      samples: report.results.filter((r) => r.shareOfLimit !== undefined).map((r) => ({ labels: row(r), value: r.shareOfLimit as number })),
+    },
+    ...outcomeFamilies('cuda_memory_bench_files', 'cuda-memory bench-files', 'transfer', gpu, report.results, gates, nowSeconds),
+  ];
 }
 
 type Stats = { median: number; p10: number; p90: number };

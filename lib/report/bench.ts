@@ -2,7 +2,7 @@
 import { TransferReport, TransferResult, findResult } from '../bench/transfer';
 import { GateResult } from '../bench/gates';
 import { esc, PALETTE, niceTicks, sizeTicks } from './chart';
-import { JunitCase, renderJunit } from './junit';
+import { RESULT_HEAD, resultCells, alignRows, resultsCsv, resultsJunit, htmlPage, htmlTable, gatesHtml, reportJson } from './results';
 import { formatBytes, formatGbps as rate } from '../base/units';
 
 function label(r: TransferResult): string {
@@ -27,38 +27,6 @@ function autoLine(st: TransferReport['environment']['staging']): string {
   if (!t || typeof t !== 'object') return '';
   const { h2d, d2h } = t as { h2d: number; d2h: number };
   return `; auto stages h2d from ${formatBytes(h2d)}, d2h from ${formatBytes(d2h)}`;
-}
-
-/** The columns of a benchmark's result table (the transfer and the file benchmark). */
-export const RESULT_HEAD = ['direction', 'mode', 'size', 'median', 'p10', 'p90', 'cv', 'extra', 'ok'];
-
-/** One result's cells under {@link RESULT_HEAD}. */
-export function resultCells(
-  r: { direction: string; mode: string; bytes: number; gbps: { median: number; p10: number; p90: number; cv: number }; verified: boolean },
-  extra: string[],
-): string[] {
-  return [
-    r.direction,
-    r.mode,
-    formatBytes(r.bytes),
-    rate(r.gbps.median),
-    rate(r.gbps.p10),
-    rate(r.gbps.p90),
-    `${(r.gbps.cv * 100).toFixed(1)}%`,
-    extra.join(', '),
-    r.verified ? 'yes' : 'NO',
-  ];
-}
-
-/** The header, a rule and the rows, in aligned columns (size to cv to the right). */
-export function alignRows(head: string[], rows: string[][]): string[] {
-  const widths = head.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i].length)));
-  const fmt = (cells: string[]) =>
-    cells
-      .map((c, i) => (i >= 2 && i <= 6 ? c.padStart(widths[i]) : c.padEnd(widths[i])))
-      .join('  ')
-      .trimEnd();
-  return [fmt(head), fmt(widths.map((w) => '-'.repeat(w))), ...rows.map(fmt)];
 }
 
 /**
@@ -104,33 +72,15 @@ function probeNote(e: NonNullable<TransferReport['eventLoop']>): string {
  * @category Reports
  */
 export function formatCsv(report: TransferReport): string {
-  const head =
-    'direction,mode,bytes,timing,median_gbps,p10_gbps,p90_gbps,min_gbps,max_gbps,cv,median_seconds,traffic_gbps,per_direction_gbps,cold_first_touch_gbps,registration_seconds,path,limit_gbps,share_of_limit,verified,samples';
-  const rows = report.results.map((r) =>
-    [
-      r.direction,
-      r.mode,
-      r.bytes,
-      r.timing,
-      r.gbps.median,
-      r.gbps.p10,
-      r.gbps.p90,
-      r.gbps.min,
-      r.gbps.max,
-      r.gbps.cv,
-      r.seconds.median,
-      r.trafficGbps?.median ?? '',
-      r.perDirectionGbps ?? '',
-      r.coldFirstTouchGbps ?? '',
-      r.registrationSeconds ?? '',
-      r.path ?? '',
-      r.limitGbps ?? '',
-      r.shareOfLimit ?? '',
-      r.verified,
-      `"${r.samples.join(' ')}"`,
-    ].join(','),
-  );
-  return [head, ...rows].join('\n') + '\n';
+  return resultsCsv(report.results, [
+    ['traffic_gbps', (r) => r.trafficGbps?.median],
+    ['per_direction_gbps', (r) => r.perDirectionGbps],
+    ['cold_first_touch_gbps', (r) => r.coldFirstTouchGbps],
+    ['registration_seconds', (r) => r.registrationSeconds],
+    ['path', (r) => r.path],
+    ['limit_gbps', (r) => r.limitGbps],
+    ['share_of_limit', (r) => r.shareOfLimit],
+  ]);
 }
 
 interface Series {
@@ -242,15 +192,10 @@ export function renderHtml(report: TransferReport, gates: GateResult[] = []): st
         `<tr><td>${r.direction}</td><td>${r.mode}</td><td>${esc(formatBytes(r.bytes))}</td><td>${rate(r.gbps.median)}</td><td>${rate(r.gbps.p10)}</td><td>${rate(r.gbps.p90)}</td><td>${(r.gbps.cv * 100).toFixed(1)}%</td><td>${r.trafficGbps ? rate(r.trafficGbps.median) : ''}</td><td>${r.coldFirstTouchGbps !== undefined ? rate(r.coldFirstTouchGbps) : ''}</td><td>${r.path ?? ''}</td><td>${r.limitGbps !== undefined ? `${rate(r.limitGbps)} (${((r.shareOfLimit ?? 0) * 100).toFixed(0)}%)` : ''}</td><td>${r.verified ? 'yes' : '<b>NO</b>'}</td></tr>`,
     )
     .join('\n');
-  const gateList = gates.length
-    ? `<h2>Gates</h2><ul>${gates.map((g) => `<li style="color:${g.pass ? 'green' : 'crimson'}">${esc(g.message)}</li>`).join('')}</ul>`
-    : '';
-  return `<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>cuda-memory transfer benchmark</title>
-<style>body{font-family:sans-serif;margin:2em;max-width:1100px}table{border-collapse:collapse;font-size:12px}td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}td:nth-child(-n+2){text-align:left}</style></head>
-<body><h1>cuda-memory transfer benchmark</h1>
-<p>${headline(report).map(esc).join('<br>')}<br>${esc(report.environment.date)}</p>
-${gateList}
+  return htmlPage(
+    'cuda-memory transfer benchmark',
+    `<p>${headline(report).map(esc).join('<br>')}<br>${esc(report.environment.date)}</p>
+${gatesHtml(gates)}
 ${dirs.map((d) => renderSvg(report, d)).join('\n')}
 ${stagedSection(report)}
 <h2>Results</h2>
@@ -258,9 +203,8 @@ ${stagedSection(report)}
 ${rows}
 </table>
 ${report.eventLoop ? `<p>Event loop: worst 1 ms timer delay ${report.eventLoop.worstDelayMs.toFixed(2)} ms during ${esc(formatBytes(report.eventLoop.copyBytes))} of asynchronous pageable copies${esc(probeNote(report.eventLoop))}.</p>` : ''}
-<script type="application/json" id="report">${JSON.stringify({ ...report, results: report.results.map((r) => ({ ...r, samples: r.samples })) }).replace(/</g, '\\u003c')}</script>
-</body></html>
-`;
+${reportJson(report)}`,
+  );
 }
 
 /**
@@ -314,9 +258,7 @@ function stagedSection(report: TransferReport): string {
   if (t.rows.length === 0) return '';
   return `<h2>Ordinary Node buffers: staged path against its limit</h2>
 <p>GB/s medians. The staged path cannot beat the lower of pinned memory (the link) and hostcopy (this host copying between pageable and pinned memory with the same threads): that is its limit.</p>
-<table><tr>${t.head.map((h) => `<th>${esc(h)}</th>`).join('')}</tr>
-${t.rows.map((r) => `<tr>${r.map((c) => `<td>${esc(c)}</td>`).join('')}</tr>`).join('\n')}
-</table>`;
+${htmlTable(t.head, t.rows)}`;
 }
 
 /**
@@ -325,15 +267,7 @@ ${t.rows.map((r) => `<tr>${r.map((c) => `<td>${esc(c)}</td>`).join('')}</tr>`).j
  * @category Reports
  */
 export function benchmarkJunit(report: TransferReport, gates: GateResult[]): string {
-  const cases: JunitCase[] = report.results.map((r) => ({
-    classname: `transfer.${r.direction}`,
-    name: `${r.mode} ${formatBytes(r.bytes)}: ${rate(r.gbps.median)} GB/s`,
-    seconds: r.samples.reduce((a, b) => a + b, 0),
-    failure: r.verified ? undefined : 'copied data did not match',
-  }));
-  for (const g of gates)
-    cases.push({ classname: 'transfer.gates', name: g.gate.text, seconds: 0, failure: g.pass ? undefined : g.message, output: g.message });
-  return renderJunit('cuda-memory bench', cases);
+  return resultsJunit('cuda-memory bench', 'transfer', report.results, gates, 'copied data did not match');
 }
 
 export { niceTicks, sizeTicks } from './chart';

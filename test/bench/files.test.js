@@ -4,7 +4,9 @@ const fs = require('fs');
 const os = require('os');
 const path = require('path');
 const { cm, root, describeGpu } = require('../helpers');
-const { formatFilesTable, formatFilesCsv, filesJunit } = require(path.join(root, 'dist/report/files'));
+const { formatFilesTable, formatFilesCsv, renderFilesHtml, filesJunit } = require(path.join(root, 'dist/report/files'));
+const { filesFamilies } = require(path.join(root, 'dist/metrics/families'));
+const { formatExposition } = require(path.join(root, 'dist/metrics/exposition'));
 
 const MiB = 1024 * 1024;
 
@@ -40,6 +42,28 @@ describe('bench-files', () => {
     expect(formatFilesTable(report)).toMatch(/read\s+storage-cold\s+8\.00 MiB/);
     expect(formatFilesCsv(report).split('\n')[0]).toMatch(/^direction,mode,bytes,timing,median_gbps/);
     expect(filesJunit(report, gates)).toContain('files.gates');
+    // HTML: one chart per direction with a bar per row, the table, and the report for tools.
+    const html = renderFilesHtml(report, gates);
+    expect(html).toMatch(/^<!doctype html>/);
+    expect(html.match(/<svg /g)).toHaveLength(new Set(report.results.map((r) => r.direction)).size);
+    for (const r of report.results) expect(html).toContain(`<td>${r.mode}</td>`);
+    expect(html).toContain('read.storage-warm');
+    expect(JSON.parse(html.match(/<script type="application\/json" id="report">(.*)<\/script>/s)[1].replace(/\\u003c/g, '<'))).toEqual(
+      JSON.parse(JSON.stringify(report)),
+    );
+    // Prometheus: each row's median in bytes per second, the gates and the outcome.
+    const prom = formatExposition(filesFamilies(report, gates, 1700000000));
+    const warm = report.results.find((r) => r.mode === 'storage-warm');
+    const line = prom
+      .split('\n')
+      .find(
+        (l) =>
+          l.startsWith('cuda_memory_bench_files_bytes_per_second{') && l.includes('mode="storage-warm"') && l.includes('stat="median"'),
+      );
+    expect(Number(line.split(' ').pop())).toBeCloseTo(warm.gbps.median * 1e9, -3);
+    expect(prom).toMatch(/^cuda_memory_bench_files_gate_passed\{device="0",gate="read.storage-warm>=0.001GB\/s"\} 1$/m);
+    expect(prom).toMatch(/^cuda_memory_bench_files_ok\{device="0"\} 1$/m);
+    expect(prom).toMatch(/^cuda_memory_bench_files_last_run_timestamp_seconds\{device="0"\} 1700000000$/m);
     if (!cm.status().available) expect(report.skipped[0]).toMatch(/no GPU/);
   });
 
@@ -57,6 +81,32 @@ describe('bench-files', () => {
     });
     expect(ok.status).toBe(0);
     expect(ok.stdout).toMatch(/^direction,mode/);
+    // Every output file at once; an output that cannot be written is a usage error (2).
+    const outs = fs.mkdtempSync(path.join(os.tmpdir(), 'cm-bench-files-out-'));
+    const files = { html: 'r.html', prometheus: 'r.prom', junit: 'r.xml', out: 'r.json' };
+    const all = spawnSync(
+      process.execPath,
+      [
+        cli,
+        'bench-files',
+        '--dir',
+        dir,
+        '--size',
+        '4MiB',
+        '--iterations',
+        '1',
+        ...Object.entries(files).flatMap(([k, f]) => [`--${k}`, path.join(outs, f)]),
+      ],
+      { encoding: 'utf8' },
+    );
+    expect(all.status).toBe(0);
+    expect(fs.readFileSync(path.join(outs, 'r.html'), 'utf8')).toContain('cuda-memory file benchmark');
+    expect(fs.readFileSync(path.join(outs, 'r.prom'), 'utf8')).toMatch(/^cuda_memory_bench_files_ok\{device="0"\} 1$/m);
+    expect(fs.readFileSync(path.join(outs, 'r.xml'), 'utf8')).toContain('cuda-memory bench-files');
+    expect(JSON.parse(fs.readFileSync(path.join(outs, 'r.json'), 'utf8')).schema).toBe('cuda-memory/files-benchmark@1');
+    fs.rmSync(outs, { recursive: true });
+    const unwritable = spawnSync(process.execPath, [cli, 'bench-files', '--dir', dir, '--html', '/proc/version'], { encoding: 'utf8' });
+    expect(unwritable.status).toBe(2);
     const bad = spawnSync(
       process.execPath,
       [cli, 'bench-files', '--dir', dir, '--size', '4MiB', '--iterations', '1', '--expect', 'read.storage-warm>=1000TB/s'],
