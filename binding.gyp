@@ -25,6 +25,7 @@
         "native/binding/instance.cc",
         "native/binding/promise_worker.cc",
         "native/device/discovery.cc",
+        "native/device/nvml.cc",
         "native/device/peers.cc",
         "native/device/platform.cc",
         "native/device/shared_memory.cc",

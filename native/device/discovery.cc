@@ -7,6 +7,7 @@
 #include <mutex>
 #include <type_traits>
 
+#include "device/nvml.h"
 #include "device/platform.h"
 #include "device/shared_memory.h"
 
@@ -109,67 +110,6 @@ void CheckDevice(Napi::Env env, int device) {
 
 namespace {
 
-// The few NVML entry points used, looked up at run time: NVML is never a build or load
-// dependency. Signatures and the one struct from nvml.h (NVML API version 2+); the NVLink calls
-// are optional (older drivers lack the remote-type query).
-struct NvmlPciInfo {  // nvmlPciInfo_t
-  char bus_id_legacy[16];
-  unsigned domain, bus, device, pci_device_id, pci_subsystem_id;
-  char bus_id[32];
-};
-
-struct Nvml {
-  using Init = int (*)();
-  using ByBusId = int (*)(const char*, void**);
-  using LinkQuery = int (*)(void*, unsigned*);
-  using LinkState = int (*)(void*, unsigned, int*);
-  using LinkRemotePci = int (*)(void*, unsigned, NvmlPciInfo*);
-  using LinkVersion = int (*)(void*, unsigned, unsigned*);
-  using AddressingMode = int (*)(void*, unsigned*);  // nvmlDeviceAddressingMode_t: version, value
-  bool ok = false;
-  ByBusId by_bus_id = nullptr;
-  LinkQuery cur_gen = nullptr, max_gen = nullptr, cur_width = nullptr, max_width = nullptr;
-  LinkQuery index = nullptr;
-  LinkState link_state = nullptr, link_remote_type = nullptr;
-  LinkRemotePci link_remote_pci = nullptr;
-  LinkVersion link_version = nullptr;
-  AddressingMode addressing_mode = nullptr;  // drivers from 580 on
-};
-
-const Nvml& LoadNvml() {
-  static std::once_flag once;
-  static Nvml nvml;  // process-wide: the library is process-wide, and this is read-only after
-  std::call_once(once, [] {
-    void* lib = dlopen("libnvidia-ml.so.1", RTLD_LAZY);
-    if (!lib) return;
-    auto find = [lib](auto* fn, const char* name) {
-      *fn = reinterpret_cast<std::remove_pointer_t<decltype(fn)>>(dlsym(lib, name));
-    };
-    Nvml::Init init = nullptr;
-    find(&init, "nvmlInit_v2");
-    find(&nvml.by_bus_id, "nvmlDeviceGetHandleByPciBusId_v2");
-    find(&nvml.cur_gen, "nvmlDeviceGetCurrPcieLinkGeneration");
-    find(&nvml.max_gen, "nvmlDeviceGetMaxPcieLinkGeneration");
-    find(&nvml.cur_width, "nvmlDeviceGetCurrPcieLinkWidth");
-    find(&nvml.max_width, "nvmlDeviceGetMaxPcieLinkWidth");
-    find(&nvml.index, "nvmlDeviceGetIndex");
-    find(&nvml.link_state, "nvmlDeviceGetNvLinkState");
-    find(&nvml.link_remote_pci, "nvmlDeviceGetNvLinkRemotePciInfo_v2");
-    find(&nvml.link_remote_type, "nvmlDeviceGetNvLinkRemoteDeviceType");
-    find(&nvml.link_version, "nvmlDeviceGetNvLinkVersion");
-    find(&nvml.addressing_mode, "nvmlDeviceGetAddressingMode");
-    nvml.ok = init && nvml.by_bus_id && nvml.cur_gen && nvml.max_gen && nvml.cur_width &&
-              nvml.max_width && init() == 0;
-  });
-  return nvml;
-}
-
-void* NvmlDevice(const Nvml& nvml, const std::string& pci_bus_id) {
-  void* dev = nullptr;
-  if (!nvml.ok || nvml.by_bus_id(pci_bus_id.c_str(), &dev) != 0) return nullptr;
-  return dev;
-}
-
 // Without NVML's remote-type query, the far end's PCI class says: NVSwitches are bridges (0x0680).
 bool IsSwitchBySysfs(const core::PciAddress& a) {
   std::FILE* f =
@@ -266,6 +206,7 @@ PcieLink ReadPcieLink(const std::string& pci_bus_id) {
   const Nvml& nvml = LoadNvml();
   void* dev = NvmlDevice(nvml, pci_bus_id);
   if (!dev) return link;
+  if (!nvml.cur_gen || !nvml.max_gen || !nvml.cur_width || !nvml.max_width) return link;
   link.known = nvml.cur_gen(dev, &link.current_gen) == 0 && nvml.max_gen(dev, &link.max_gen) == 0 &&
                nvml.cur_width(dev, &link.current_width) == 0 &&
                nvml.max_width(dev, &link.max_width) == 0;

@@ -1,58 +1,14 @@
 #include "device/platform.h"
 
-#include <dlfcn.h>
-
 #include <cctype>
-#include <mutex>
-#include <type_traits>
 
 #include "binding/instance.h"
 #include "core/device/platform_limits.h"
+#include "device/nvml.h"
 
 namespace cm {
 
 namespace {
-
-struct NvmlMemory {  // nvmlMemory_t
-  unsigned long long total, free, used;
-};
-
-// The NVML calls MIG needs (nvml.h, API version 2+), found at run time.
-struct MigNvml {
-  bool ok = false;
-  int (*by_bus_id)(const char*, void**) = nullptr;
-  int (*mig_mode)(void*, unsigned*, unsigned*) = nullptr;
-  int (*max_mig)(void*, unsigned*) = nullptr;
-  int (*mig_by_index)(void*, unsigned, void**) = nullptr;
-  int (*uuid)(void*, char*, unsigned) = nullptr;
-  int (*memory)(void*, NvmlMemory*) = nullptr;
-  int (*gpu_instance)(void*, unsigned*) = nullptr;
-  int (*compute_instance)(void*, unsigned*) = nullptr;
-};
-
-const MigNvml& LoadMigNvml() {
-  static std::once_flag once;
-  static MigNvml n;  // process-wide and read-only once loaded, as the driver library is
-  std::call_once(once, [] {
-    void* lib = dlopen("libnvidia-ml.so.1", RTLD_LAZY);
-    if (!lib) return;
-    auto find = [lib](auto* fn, const char* name) {
-      *fn = reinterpret_cast<std::remove_pointer_t<decltype(fn)>>(dlsym(lib, name));
-    };
-    int (*init)() = nullptr;
-    find(&init, "nvmlInit_v2");
-    find(&n.by_bus_id, "nvmlDeviceGetHandleByPciBusId_v2");
-    find(&n.mig_mode, "nvmlDeviceGetMigMode");
-    find(&n.max_mig, "nvmlDeviceGetMaxMigDeviceCount");
-    find(&n.mig_by_index, "nvmlDeviceGetMigDeviceHandleByIndex");
-    find(&n.uuid, "nvmlDeviceGetUUID");
-    find(&n.memory, "nvmlDeviceGetMemoryInfo");
-    find(&n.gpu_instance, "nvmlDeviceGetGpuInstanceId");
-    find(&n.compute_instance, "nvmlDeviceGetComputeInstanceId");
-    n.ok = init && n.by_bus_id && n.mig_mode && n.uuid && n.memory && init() == 0;
-  });
-  return n;
-}
 
 // The hex digits of a uuid, whatever its prefix ("GPU-", "MIG-") and dashes.
 std::string UuidHex(const std::string& uuid) {
@@ -65,7 +21,7 @@ std::string UuidHex(const std::string& uuid) {
   return out;
 }
 
-std::string NvmlUuid(const MigNvml& n, void* dev) {
+std::string NvmlUuid(const Nvml& n, void* dev) {
   char text[96] = "";
   return n.uuid(dev, text, sizeof text) == 0 ? std::string(text) : std::string();
 }
@@ -171,9 +127,10 @@ Napi::Value PlatformLimits(const Napi::CallbackInfo& info) {
 }  // namespace
 
 Napi::Value MigObject(Napi::Env env, const std::string& pci_bus_id, const std::string& uuid) {
-  const MigNvml& n = LoadMigNvml();
+  const Nvml& n = LoadNvml();
   void* parent = nullptr;
-  if (!n.ok || n.by_bus_id(pci_bus_id.c_str(), &parent) != 0) return env.Null();
+  if (!n.ok || !n.mig_mode || !n.uuid || !n.memory || n.by_bus_id(pci_bus_id.c_str(), &parent) != 0)
+    return env.Null();
   unsigned current = 0, pending = 0;
   // NVML_ERROR_NOT_SUPPORTED on GPUs without MIG: nothing to say.
   if (n.mig_mode(parent, &current, &pending) != 0) return env.Null();

@@ -1,0 +1,50 @@
+// NVML, looked up at run time: never a build or load dependency. One process-wide table of the
+// entry points the library calls (signatures and structs from nvml.h, NVML API version 2+); each
+// is null where the driver's NVML lacks it, so every caller checks the ones it uses.
+#pragma once
+
+#include <string>
+
+namespace cm {
+
+struct NvmlPciInfo {  // nvmlPciInfo_t
+  char bus_id_legacy[16];
+  unsigned domain, bus, device, pci_device_id, pci_subsystem_id;
+  char bus_id[32];
+};
+
+struct NvmlMemory {  // nvmlMemory_t
+  unsigned long long total, free, used;
+};
+
+struct Nvml {
+  bool ok = false;  // nvmlInit_v2 succeeded and devices can be found by PCI bus id
+  int (*by_bus_id)(const char*, void**) = nullptr;
+  int (*index)(void*, unsigned*) = nullptr;
+  int (*uuid)(void*, char*, unsigned) = nullptr;
+  int (*memory)(void*, NvmlMemory*) = nullptr;
+  int (*addressing_mode)(void*, unsigned*) = nullptr;  // nvmlDeviceAddressingMode_t; 580 on
+  // PCIe
+  int (*cur_gen)(void*, unsigned*) = nullptr;
+  int (*max_gen)(void*, unsigned*) = nullptr;
+  int (*cur_width)(void*, unsigned*) = nullptr;
+  int (*max_width)(void*, unsigned*) = nullptr;
+  // NVLink (older drivers lack the remote-type query)
+  int (*link_state)(void*, unsigned, int*) = nullptr;
+  int (*link_remote_type)(void*, unsigned, int*) = nullptr;
+  int (*link_remote_pci)(void*, unsigned, NvmlPciInfo*) = nullptr;
+  int (*link_version)(void*, unsigned, unsigned*) = nullptr;
+  // MIG
+  int (*mig_mode)(void*, unsigned*, unsigned*) = nullptr;
+  int (*max_mig)(void*, unsigned*) = nullptr;
+  int (*mig_by_index)(void*, unsigned, void**) = nullptr;
+  int (*gpu_instance)(void*, unsigned*) = nullptr;
+  int (*compute_instance)(void*, unsigned*) = nullptr;
+};
+
+// Loads and initialises NVML once per process; read-only after.
+const Nvml& LoadNvml();
+// The NVML handle of the device at `pci_bus_id`, or null (no NVML, or no such device).
+void* NvmlDevice(const Nvml& nvml, const std::string& pci_bus_id);
+
+}  // namespace cm
