@@ -449,16 +449,22 @@ FileFailure RunRead(const ReadRequest& r, ReadResult* out) {
     }
   }
   core::PosixFile file(out->direct ? direct.fd : fd.fd);
-  std::lock_guard<std::mutex> lock(r.engine->mutex);
   core::FileStatus s;
-  if (r.dst.where == Endpoint::kDevice) {
-    CudaFileRing ring(*r.engine, r.dst.ptr, true);
-    s = core::RunFileRead(r.team.get(), ring, file, r.file_offset, n, Shape(out->direct),
-                          r.progress);
+  if (r.dst.where != Endpoint::kDevice && r.dst.ptr && !out->direct) {
+    // Memory the CPU addresses takes buffered reads straight in: no ring, one copy. (The
+    // storage-only read has no destination: its bytes stop in the ring.)
+    s = core::ReadFileToHost(r.team.get(), file, r.file_offset, n, r.dst.ptr, kPiece, r.progress);
   } else {
-    core::HostTransport host(r.engine->ring, r.dst.ptr, true);
-    s = core::RunFileRead(r.team.get(), host, file, r.file_offset, n, Shape(out->direct),
-                          r.progress);
+    std::lock_guard<std::mutex> lock(r.engine->mutex);
+    if (r.dst.where == Endpoint::kDevice) {
+      CudaFileRing ring(*r.engine, r.dst.ptr, true);
+      s = core::RunFileRead(r.team.get(), ring, file, r.file_offset, n, Shape(out->direct),
+                            r.progress);
+    } else {
+      core::HostTransport host(r.engine->ring, r.dst.ptr, true);
+      s = core::RunFileRead(r.team.get(), host, file, r.file_offset, n, Shape(out->direct),
+                            r.progress);
+    }
   }
   if (!s.ok()) return FromStatus(s, r.path, fd.fd, r.file_offset + n);
   return {};
@@ -485,13 +491,12 @@ std::string Directory(const std::string& path) {
 // Runs the pipeline from w.src into the open file at `offset`.
 core::FileStatus WriteInto(const WriteRequest& w, int fd, uint64_t offset) {
   core::PosixFile file(fd);
+  // Memory the CPU addresses is written straight from: no ring, one copy.
+  if (w.src.where != Endpoint::kDevice)
+    return core::WriteFileFromHost(w.team.get(), file, offset, w.n, w.src.ptr, kPiece, w.progress);
   std::lock_guard<std::mutex> lock(w.engine->mutex);
-  if (w.src.where == Endpoint::kDevice) {
-    CudaFileRing ring(*w.engine, w.src.ptr, false);
-    return core::RunFileWrite(w.team.get(), ring, file, offset, w.n, Shape(false), w.progress);
-  }
-  core::HostTransport host(w.engine->ring, w.src.ptr, false);
-  return core::RunFileWrite(w.team.get(), host, file, offset, w.n, Shape(false), w.progress);
+  CudaFileRing ring(*w.engine, w.src.ptr, false);
+  return core::RunFileWrite(w.team.get(), ring, file, offset, w.n, Shape(false), w.progress);
 }
 
 // Writes into an existing regular file at an offset, in place (the file grows if the range ends

@@ -271,7 +271,74 @@ FileStatus RunFile(CopyTeam* team, StagingTransport& transport, FileIo& file, ui
   return job.status();
 }
 
+// Pieces of a range straight between the file and host memory: no ring, no order.
+class HostFileJob : public TeamJob {
+ public:
+  HostFileJob(FileIo& file, uint64_t offset, size_t n, char* host, size_t piece, bool read,
+              FileProgress* progress)
+      : file_(file),
+        offset_(offset),
+        n_(n),
+        host_(host),
+        piece_(piece ? piece : n),
+        read_(read),
+        progress_(progress) {}
+
+  size_t pieces() const override { return n_ ? (n_ + piece_ - 1) / piece_ : 0; }
+
+  void Do(size_t i) override {
+    if (failed_.load(std::memory_order_relaxed)) return;
+    const size_t at = i * piece_, len = std::min(piece_, n_ - at);
+    FileStatus st = read_ ? ReadFully(file_, host_ + at, len, len, offset_ + at, 1)
+                          : WriteFully(file_, host_ + at, len, offset_ + at);
+    if (!st.ok()) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!failed_.exchange(true)) status_ = std::move(st);
+      return;
+    }
+    if (progress_) progress_->fetch_add(len);
+  }
+
+  FileStatus status() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return status_;
+  }
+
+ private:
+  FileIo& file_;
+  const uint64_t offset_;
+  const size_t n_;
+  char* const host_;
+  const size_t piece_;
+  const bool read_;
+  FileProgress* progress_;
+  std::atomic<bool> failed_{false};
+  std::mutex mutex_;
+  FileStatus status_;
+};
+
+FileStatus RunHost(CopyTeam* team, FileIo& file, uint64_t offset, size_t n, char* host,
+                   size_t piece, bool read, FileProgress* progress) {
+  HostFileJob job(file, offset, n, host, piece, read, progress);
+  if (team)
+    team->Run(job);
+  else
+    for (size_t i = 0; i < job.pieces(); ++i) job.Do(i);
+  return job.status();
+}
+
 }  // namespace
+
+FileStatus ReadFileToHost(CopyTeam* team, FileIo& file, uint64_t offset, size_t n, char* host,
+                          size_t piece, FileProgress* progress) {
+  return RunHost(team, file, offset, n, host, piece, true, progress);
+}
+
+FileStatus WriteFileFromHost(CopyTeam* team, FileIo& file, uint64_t offset, size_t n,
+                             const char* host, size_t piece, FileProgress* progress) {
+  // The job only reads `host` when it writes the file.
+  return RunHost(team, file, offset, n, const_cast<char*>(host), piece, false, progress);
+}
 
 FileStatus RunFileRead(CopyTeam* team, StagingTransport& transport, FileIo& file, uint64_t offset,
                        size_t n, const FileShape& shape, FileProgress* progress) {

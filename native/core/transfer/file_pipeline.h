@@ -102,6 +102,16 @@ FileStatus RunFileRead(CopyTeam* team, StagingTransport& transport, FileIo& file
 FileStatus RunFileWrite(CopyTeam* team, StagingTransport& transport, FileIo& file, uint64_t offset,
                         size_t n, const FileShape& shape, FileProgress* progress = nullptr);
 
+// Memory the CPU can address (pinned, registered, managed or plain host memory) needs no ring:
+// the team reads the range straight into `host`, or writes it straight from there, in pieces of
+// `piece` bytes, so each byte is copied once (by the kernel) instead of twice. Buffered I/O only:
+// O_DIRECT's whole blocks would run past the ends of `host`, so O_DIRECT reads take the ring.
+// Failures as RunFileRead/RunFileWrite report them; progress counts each piece once done.
+FileStatus ReadFileToHost(CopyTeam* team, FileIo& file, uint64_t offset, size_t n, char* host,
+                          size_t piece, FileProgress* progress = nullptr);
+FileStatus WriteFileFromHost(CopyTeam* team, FileIo& file, uint64_t offset, size_t n,
+                             const char* host, size_t piece, FileProgress* progress = nullptr);
+
 // Whether reads on a file system should bypass the page cache (O_DIRECT), from the read rates
 // measured both ways on the same file, cold: direct when it reads at least as fast, within 5%.
 // Buffered reads cost a copy from the page cache per byte and evict other data; O_DIRECT gains
