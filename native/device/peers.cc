@@ -28,20 +28,25 @@ ProcessPeers& Process() {
   return *p;
 }
 
-// Records the pair process-wide, then runs the hook outside the lock (the hook takes the
-// mapping layer's lock, and that layer calls PeersReading). A mapping made meanwhile either sees
-// the record or is reached by the hook.
+// Records the pair process-wide, then runs the hook outside the process-wide lock (the hook
+// takes the mapping layer's lock, and that layer calls PeersReading). A mapping made meanwhile
+// either sees the record or is reached by the hook. A failed grant takes the record back only if
+// this call made it: a pair another environment recorded (and granted) stays, as its mappings
+// already carry the access and its copies go on using it; this environment counts the pair as off.
 bool RecordPeer(int from, int to) {
   ProcessPeers& p = Process();
   PeerGrantHook grant;
+  bool recorded;
   {
     std::lock_guard<std::mutex> lock(p.mutex);
-    p.on.Grant(from, to);
+    recorded = p.on.Grant(from, to);
     grant = p.grant;
   }
   if (!grant || grant(from, to)) return true;
-  std::lock_guard<std::mutex> lock(p.mutex);
-  p.on.Revoke(from, to);
+  if (recorded) {
+    std::lock_guard<std::mutex> lock(p.mutex);
+    p.on.Revoke(from, to);
+  }
   return false;
 }
 }  // namespace

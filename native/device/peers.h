@@ -18,7 +18,8 @@ bool EnablePeer(Instance& inst, int from, int to);
 // What must follow peer access for memory mapped with CUDA's virtual memory calls, which
 // cudaDeviceEnablePeerAccess does not reach: `grant(reader, owner)` makes what is mapped on
 // `owner` usable by `reader`, false if it could not. Set once by the layer that maps such memory
-// (memory/vmm); EnablePeer calls it for each pair it turns on, outside its locks.
+// (memory/vmm); EnablePeer calls it for each pair it turns on, holding its environment's peer
+// lock but not the process-wide one that PeersReading takes.
 using PeerGrantHook = bool (*)(int reader, int owner);
 void SetPeerGrantHook(PeerGrantHook grant);
 // The devices with peer access to `owner` on, process-wide (peer access belongs to the process's
