@@ -338,8 +338,17 @@ static void TestWithdrawRacesImporters() {
     d = SampleDescriptor();
     records.emplace_back(IpcExportRecord::Create(dir, &d));
   }
+  // The importer's first open is held until the exporter has seen a refusal for it, so the race
+  // runs on a loaded machine too (a late-scheduled importer used to find every record gone).
+  int held[2], seen[2];
+  CHECK(pipe(held) == 0 && pipe(seen) == 0);
   pid_t importer = fork();
   if (importer == 0) {
+    {
+      std::unique_ptr<IpcImportRecord> first(IpcImportRecord::Open(dir, ds[0]));
+      char c = 'h';
+      if (write(held[1], &c, 1) != 1 || read(seen[0], &c, 1) != 1) _exit(4);
+    }
     // Opens each record again and again until it is gone; every time it holds one, it checks
     // that the record still exists (the exporter may remove it only when nobody holds it).
     int held_after_removal = 0;
@@ -356,6 +365,12 @@ static void TestWithdrawRacesImporters() {
     _exit(held_after_removal ? 1 : 0);
   }
   int refused = 0;
+  char c = 0;
+  CHECK(read(held[0], &c, 1) == 1 && c == 'h');
+  CHECK(!records[0]->Withdraw(false).empty());  // held: refused, and the record stays
+  ++refused;
+  CHECK(write(seen[1], &c, 1) == 1);
+  for (int fd : {held[0], held[1], seen[0], seen[1]}) close(fd);
   for (auto& r : records) {
     while (!r->Withdraw(false).empty()) ++refused;
     r.reset();
@@ -363,7 +378,7 @@ static void TestWithdrawRacesImporters() {
   int status = 0;
   waitpid(importer, &status, 0);
   CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-  CHECK(refused > 0);  // the importer was caught holding records: the race was run
+  CHECK(refused > 0);
   std::printf("withdraw race: %d records, %d refusals while an importer held one\n", kRecords,
               refused);
 }
