@@ -15,8 +15,8 @@ import { addressOrNull, inspectCustom, inspectSummary } from '../base/inspect';
 import type { InspectOptionsLike, InspectLike } from '../base/inspect';
 import type { ManagedBuffer } from './managed';
 
-// The safety net for forgotten buffers. A JS FinalizationRegistry costs about 0.3 µs per buffer
-// where a native finalizer costs about 0.7, which matters for pooled allocations.
+// The safety net for forgotten buffers: a JS FinalizationRegistry, which measured cheaper per
+// buffer than a native finalizer (it matters for pooled allocations).
 const forgotten = new FinalizationRegistry<number>((handle) => {
   try {
     native.free(handle);

@@ -50,8 +50,8 @@ struct StagingState : InstanceState {
 inline StagingState& Staging(Instance& inst) { return inst.State<StagingState>(); }
 
 // Host-to-device copies from this size up use ordinary stores into the ring under Streaming::kAuto:
-// on the H100 host they measured faster there (50-53 against 44-47 GB/s at 256 MiB and 1 GiB),
-// and slower below (27-28 against 40-41 GB/s at 16 MiB); docs/transfers.md.
+// on the H100 host they measured faster than streaming stores there and slower below
+// (docs/transfers.md).
 constexpr size_t kOrdinaryStoresFrom = 64u << 20;
 
 // Whether a staged copy (or the benchmark's host copy) of n bytes uses non-temporal stores.

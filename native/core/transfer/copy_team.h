@@ -27,12 +27,10 @@ class CopyTeam;
 
 // The CPUs that several copy teams (one per GPU) draw on. While k of its teams run a job, each
 // runs at most max(2, cpus / k) threads, the caller counted: a lone team keeps its full size (up
-// to the CPUs), and
-// eight GPUs copying at once on 16 CPUs run 16 copy threads, not 96. On a 16-CPU host, eight
-// teams of 12 threads copying at once moved 63.1 GB/s in total unshared and 65.8 shared, and a
-// thread sleeping 1 ms meanwhile woke 3.3 ms late at the 99th percentile unshared, 0.15 ms shared
-// (medians of three runs; docs/several-gpus.md). The floor of 2 keeps one started thread working,
-// which a caller that waits for the team's pieces (CopyTeam::Run with `beside`) needs.
+// to the CPUs), and eight GPUs copying at once on 16 CPUs run 16 copy threads, not 96: as much
+// in total, with far less delay for other threads (docs/several-gpus.md has the measurement). The
+// floor of 2 keeps one started thread working, which a caller that waits for the team's pieces
+// (CopyTeam::Run with `beside`) needs.
 class CpuShare {
  public:
   explicit CpuShare(int cpus) : cpus_(cpus < 1 ? 1 : cpus) {}

@@ -13,8 +13,8 @@
 // To the device below kCallerIssuesBelow (where the caller issues, see IssueMode) chunks only
 // grow, and the last takes what is left. There the team fills the ring twice as fast as the DMA
 // engine empties it, so the last chunk is in the ring long before the engine reaches it and a
-// small one gains nothing, while every transfer costs the engine about 2 us (4 MiB in one call
-// took 84.6 us, in five 95.7). 4 MiB goes in three chunks instead of five (docs/transfers.md).
+// small one gains nothing, while every transfer costs the engine time of its own. 4 MiB goes in
+// three chunks instead of five (docs/transfers.md).
 //
 // The ring is one block of `slots` x `max_chunk` bytes, and chunks take it in turn byte by byte:
 // each chunk goes where the one before it ended, and each copy where the copy before it ended.
