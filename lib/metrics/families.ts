@@ -340,6 +340,16 @@ export function benchFamilies(report: TransferReport, gates: GateResult[], nowSe
 
 // What a benchmark's textfile ends with: whether each result's data arrived intact, each gate,
 // all of it together, and when the file was written.
+// A gauge family from its samples.
+function gauge(name: string, help: string, samples: MetricFamily['samples']): MetricFamily {
+  return { name, help, type: 'gauge', samples };
+}
+
+// A result's labels: the GPU's, then which row it is.
+function resultLabels(gpu: Record<string, string>, r: { direction: string; mode: string; bytes: number }): Record<string, string> {
+  return { ...gpu, direction: r.direction, mode: r.mode, size_bytes: String(r.bytes) };
+}
+
 function outcomeFamilies(
   prefix: string,
   command: string,
@@ -350,33 +360,22 @@ function outcomeFamilies(
   nowSeconds: number,
 ): MetricFamily[] {
   return [
-    {
-      name: `${prefix}_data_verified`,
-      help: `Whether the ${what}'s data arrived intact (1) or not (0).`,
-      type: 'gauge',
-      samples: results.map((r) => ({
-        labels: { ...gpu, direction: r.direction, mode: r.mode, size_bytes: String(r.bytes) },
-        value: r.verified ? 1 : 0,
-      })),
-    },
-    {
-      name: `${prefix}_gate_passed`,
-      help: 'Whether each --expect gate passed (1) or failed (0).',
-      type: 'gauge',
-      samples: gates.map((g) => ({ labels: { ...gpu, gate: g.gate.text }, value: g.pass ? 1 : 0 })),
-    },
-    {
-      name: `${prefix}_ok`,
-      help: `Whether every gate passed and every ${what} was verified (1) or not (0).`,
-      type: 'gauge',
-      samples: [{ labels: gpu, value: gates.every((g) => g.pass) && results.every((r) => r.verified) ? 1 : 0 }],
-    },
-    {
-      name: `${prefix}_last_run_timestamp_seconds`,
-      help: `When ${command} wrote this file (Unix time).`,
-      type: 'gauge',
-      samples: [{ labels: gpu, value: Math.round(nowSeconds) }],
-    },
+    gauge(
+      `${prefix}_data_verified`,
+      `Whether the ${what}'s data arrived intact (1) or not (0).`,
+      results.map((r) => ({ labels: resultLabels(gpu, r), value: r.verified ? 1 : 0 })),
+    ),
+    gauge(
+      `${prefix}_gate_passed`,
+      'Whether each --expect gate passed (1) or failed (0).',
+      gates.map((g) => ({ labels: { ...gpu, gate: g.gate.text }, value: g.pass ? 1 : 0 })),
+    ),
+    gauge(`${prefix}_ok`, `Whether every gate passed and every ${what} was verified (1) or not (0).`, [
+      { labels: gpu, value: gates.every((g) => g.pass) && results.every((r) => r.verified) ? 1 : 0 },
+    ]),
+    gauge(`${prefix}_last_run_timestamp_seconds`, `When ${command} wrote this file (Unix time).`, [
+      { labels: gpu, value: Math.round(nowSeconds) },
+    ]),
   ];
 }
 
@@ -386,28 +385,23 @@ function outcomeFamilies(
  */
 export function filesFamilies(report: FilesReport, gates: GateResult[], nowSeconds = Date.now() / 1000): MetricFamily[] {
   const gpu = gpuLabels(report.options.device, undefined);
-  const row = (r: FilesReport['results'][number]) => ({ ...gpu, direction: r.direction, mode: r.mode, size_bytes: String(r.bytes) });
+  const env = report.environment;
   return [
-    {
-      name: 'cuda_memory_bench_files_info',
-      help: 'The environment of the last cuda-memory bench-files run (value 1).',
-      type: 'gauge',
-      samples: [
-        { labels: { ...gpu, gpu: report.environment.gpu ?? '', dir: report.environment.dir, node: report.environment.node }, value: 1 },
-      ],
-    },
-    {
-      name: 'cuda_memory_bench_files_bytes_per_second',
-      help: 'File transfer rate measured by cuda-memory bench-files (read rows: -cold or -warm page cache), by statistic over the samples.',
-      type: 'gauge',
-      samples: report.results.flatMap((r) => statSamples(row(r), r.gbps, 1e9)),
-    },
-    {
-      name: 'cuda_memory_bench_files_share_of_limit',
-      help: "The library's read rate as a share of the lower of the storage's rate in the same cache state and the link (0 to 1).",
-      type: 'gauge',
-      samples: report.results.filter((r) => r.shareOfLimit !== undefined).map((r) => ({ labels: row(r), value: r.shareOfLimit as number })),
-    },
+    gauge('cuda_memory_bench_files_info', 'The environment of the last cuda-memory bench-files run (value 1).', [
+      { labels: { ...gpu, gpu: env.gpu ?? '', dir: env.dir, node: env.node }, value: 1 },
+    ]),
+    gauge(
+      'cuda_memory_bench_files_bytes_per_second',
+      'File transfer rate measured by cuda-memory bench-files (read rows: -cold or -warm page cache), by statistic over the samples.',
+      report.results.flatMap((r) => statSamples(resultLabels(gpu, r), r.gbps, 1e9)),
+    ),
+    gauge(
+      'cuda_memory_bench_files_share_of_limit',
+      "The library's read rate as a share of the lower of the storage's rate in the same cache state and the link (0 to 1).",
+      report.results
+        .filter((r) => r.shareOfLimit !== undefined)
+        .map((r) => ({ labels: resultLabels(gpu, r), value: r.shareOfLimit as number })),
+    ),
     ...outcomeFamilies('cuda_memory_bench_files', 'cuda-memory bench-files', 'transfer', gpu, report.results, gates, nowSeconds),
   ];
 }
@@ -434,7 +428,6 @@ export function multiBenchFamilies(
   const env = devices?.environment ?? p2p?.environment;
   const uuid = new Map((env?.gpus ?? []).map((g) => [g.index, g.uuid]));
   const gpu = (d: number, prefix = '') => ({ [`${prefix}device`]: String(d), ...(uuid.has(d) ? { [`${prefix}uuid`]: uuid.get(d)! } : {}) });
-  const family = (name: string, help: string, samples: MetricFamily['samples']): MetricFamily => ({ name, help, type: 'gauge', samples });
   // The library's figure and the C++ baseline's, each by statistic.
   const paths = (labels: Record<string, string>, library: Stats, raw: Stats, scale: number) => [
     ...statSamples({ ...labels, path: 'library' }, library, scale),
@@ -443,14 +436,14 @@ export function multiBenchFamilies(
   const out: MetricFamily[] = [];
   if (devices) {
     out.push(
-      family(
+      gauge(
         'cuda_memory_bench_device_transfer_bytes_per_second',
         'Transfer rate of each GPU measured by cuda-memory bench --devices, alone or with every GPU of the run at once (scope), by statistic.',
         devices.results.flatMap((r) =>
           statSamples({ ...gpu(r.device), scope: r.scope, direction: r.direction, mode: r.mode, size_bytes: String(r.bytes) }, r.gbps, 1e9),
         ),
       ),
-      family(
+      gauge(
         'cuda_memory_bench_devices_total_bytes_per_second',
         'All bytes moved by every GPU of the run at once over the time from the common start to the last finish, by statistic.',
         devices.aggregate.flatMap((a) =>
@@ -461,7 +454,7 @@ export function multiBenchFamilies(
   }
   if (p2p) {
     out.push(
-      family(
+      gauge(
         'cuda_memory_bench_p2p_bytes_per_second',
         'Copy rate from one GPU to another: through copy() from JavaScript (path="library") and cudaMemcpyPeerAsync from C++ (path="raw"), by statistic.',
         p2p.pairs.flatMap((r) =>
@@ -474,7 +467,7 @@ export function multiBenchFamilies(
           ),
         ),
       ),
-      family(
+      gauge(
         'cuda_memory_bench_p2p_bidirectional_bytes_per_second',
         'Both directions of a pair at once: copyAsync() from JavaScript (path="library"), cudaMemcpyPeerAsync from C++ (path="raw"), by statistic.',
         p2p.bidirectional.flatMap((r) =>
@@ -487,7 +480,7 @@ export function multiBenchFamilies(
           ),
         ),
       ),
-      family(
+      gauge(
         'cuda_memory_bench_p2p_latency_seconds',
         'Time of a 4-byte copy from one GPU to another: copy() call to return (path="library"), back-to-back cudaMemcpyPeerAsync (path="raw"), by statistic.',
         p2p.latency.flatMap((r) => paths({ ...gpu(r.from, 'src_'), ...gpu(r.to, 'dst_') }, r.copyUs, r.rawUs, 1e-6)),
@@ -500,18 +493,18 @@ export function multiBenchFamilies(
     ...(p2p?.bidirectional ?? []).map((r) => r.verified),
   ];
   out.push(
-    family(
+    gauge(
       'cuda_memory_bench_gate_passed',
       'Whether each --expect gate passed (1) or failed (0).',
       gates.map((g) => ({ labels: { gate: g.gate.text }, value: g.pass ? 1 : 0 })),
     ),
-    family('cuda_memory_bench_data_verified', 'Whether every copy of the run arrived intact (1) or not (0).', [
+    gauge('cuda_memory_bench_data_verified', 'Whether every copy of the run arrived intact (1) or not (0).', [
       { labels: {}, value: verified.every(Boolean) ? 1 : 0 },
     ]),
-    family('cuda_memory_bench_ok', 'Whether every gate passed and every copy was verified (1) or not (0).', [
+    gauge('cuda_memory_bench_ok', 'Whether every gate passed and every copy was verified (1) or not (0).', [
       { labels: {}, value: gates.every((g) => g.pass) && verified.every(Boolean) ? 1 : 0 },
     ]),
-    family('cuda_memory_bench_last_run_timestamp_seconds', 'When cuda-memory bench wrote this file (Unix time).', [
+    gauge('cuda_memory_bench_last_run_timestamp_seconds', 'When cuda-memory bench wrote this file (Unix time).', [
       { labels: {}, value: Math.round(nowSeconds) },
     ]),
   );
