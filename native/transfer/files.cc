@@ -155,8 +155,9 @@ struct Fd {
 };
 
 // The pinned ring and DMA stream of one device (or, for device -1, an aligned host ring for
-// destinations the CPU addresses). One transfer at a time each; kept for the life of the process,
-// as the staged path's rings are kept for its instance.
+// O_DIRECT reads into memory the CPU addresses and for the storage-only read). One transfer at a
+// time each; kept for the life of the process, as the staged path's rings are kept for its
+// instance.
 struct FileEngine {
   std::mutex mutex;
   int device = -1;
@@ -383,7 +384,7 @@ struct ReadRequest {
   uint64_t file_offset = 0;
   int64_t length = -1;  // -1: to the end of the file
   DirectMode direct = DirectMode::kAuto;
-  std::shared_ptr<FileEngine> engine;
+  std::shared_ptr<FileEngine> engine;  // the device's; null for memory the CPU addresses
   std::shared_ptr<core::CopyTeam> team;
   std::atomic<uint64_t>* progress = nullptr;
   std::atomic<uint64_t>* total = nullptr;
@@ -455,13 +456,18 @@ FileFailure RunRead(const ReadRequest& r, ReadResult* out) {
     // storage-only read has no destination: its bytes stop in the ring.)
     s = core::ReadFileToHost(r.team.get(), file, r.file_offset, n, r.dst.ptr, kPiece, r.progress);
   } else {
-    std::lock_guard<std::mutex> lock(r.engine->mutex);
+    // The device's engine came with the request; the host ring is made only for what needs it
+    // (O_DIRECT reads into host memory, the storage-only read).
+    std::shared_ptr<FileEngine> engine = r.engine;
+    Error err;
+    if (!engine && !(engine = GetEngine(-1, &err))) return FileFailure{"", "", r.path, "", 0, err};
+    std::lock_guard<std::mutex> lock(engine->mutex);
     if (r.dst.where == Endpoint::kDevice) {
-      CudaFileRing ring(*r.engine, r.dst.ptr, true);
+      CudaFileRing ring(*engine, r.dst.ptr, true);
       s = core::RunFileRead(r.team.get(), ring, file, r.file_offset, n, Shape(out->direct),
                             r.progress);
     } else {
-      core::HostTransport host(r.engine->ring, r.dst.ptr, true);
+      core::HostTransport host(engine->ring, r.dst.ptr, true);
       s = core::RunFileRead(r.team.get(), host, file, r.file_offset, n, Shape(out->direct),
                             r.progress);
     }
@@ -476,8 +482,8 @@ struct WriteRequest {
   uint64_t n = 0;
   bool fsync = false;
   int mode = 0666;
-  int64_t file_offset = -1;  // >= 0: into the existing file there, in place
-  std::shared_ptr<FileEngine> engine;
+  int64_t file_offset = -1;            // >= 0: into the existing file there, in place
+  std::shared_ptr<FileEngine> engine;  // the device's; null for memory the CPU addresses
   std::shared_ptr<core::CopyTeam> team;
   std::atomic<uint64_t>* progress = nullptr;
 };
@@ -604,16 +610,19 @@ DirectMode ReadDirectMode(Napi::Env env, Napi::Value v) {
   return m == 1 ? DirectMode::kOn : m == 2 ? DirectMode::kOff : DirectMode::kAuto;
 }
 
-// The engine and team for memory on `e`'s side: the device's ring and staged team, or the host
-// ring and team.
+// The engine and team for memory on `e`'s side: the device's ring and staged team, or, for
+// memory the CPU addresses, the host team alone (RunRead makes the host ring if it needs it).
 void Attach(Napi::Env env, const Endpoint& e, std::shared_ptr<FileEngine>* engine,
             std::shared_ptr<core::CopyTeam>* team) {
+  if (e.where != Endpoint::kDevice) {
+    *team = HostTeam();
+    return;
+  }
+  RequireCuda(env);
   Error err;
-  const bool device = e.where == Endpoint::kDevice;
-  if (device) RequireCuda(env);
-  *engine = GetEngine(device ? e.device : -1, &err);
+  *engine = GetEngine(e.device, &err);
   if (!*engine) ThrowCuda(env, err.code, err.call, err.detail);
-  *team = device ? GetStagingTeam(GetInstance(env), e.device) : HostTeam();
+  *team = GetStagingTeam(GetInstance(env), e.device);
 }
 
 // (path, dst, dstOffset, fileOffset, byteLength | -1, direct 0|1|2, progress?)
@@ -791,9 +800,6 @@ Napi::Value FileStorageRead(const Napi::CallbackInfo& info) {
   r.direct = ReadDirectMode(env, info[3]);
   r.dst.where = Endpoint::kPinned;
   r.dst.length = UINT64_MAX;  // nowhere: never written
-  Error err;
-  r.engine = GetEngine(-1, &err);
-  if (!r.engine) ThrowCuda(env, err.code, err.call, err.detail);
   r.team = HostTeam();
   ReadResult out;
   auto t0 = std::chrono::steady_clock::now();
