@@ -5,8 +5,9 @@
 // library (loadSafetensors, and through an allocator that reuses memory between passes), by PyTorch (safetensors.torch.load_file(path, device='cuda'), through
 // scripts/files-vs-torch.py) and by the naive Node path (the file into a Node buffer, then
 // copy()), beside the storage's own read rate (readFileStorage: the library's path without the
-// GPU) and the link (copy() from pinned memory). Every pass of every loader is checked byte for
-// byte. Prints one table and the JSON report (also written to $OUT/files-vs-torch.json when OUT
+// GPU) and the link (copy() from pinned memory). The loaders take turns round by round (PyTorch
+// in a co-process that runs one pass per request), and every pass of every loader is checked byte
+// for byte. Prints one table and the JSON report (also written to $OUT/files-vs-torch.json when OUT
 // is set). Exit status 1 when any data did not arrive intact.
 //
 // usage: node scripts/files-vs-torch.js --dir DIR [--gib 3] [--passes 3] [--keep] [--no-torch]
@@ -15,7 +16,8 @@ const fs = require('fs');
 const os = require('os');
 const path = require('path');
 const crypto = require('crypto');
-const { execFileSync } = require('child_process');
+const { execFileSync, spawn } = require('child_process');
+const readline = require('readline');
 
 const cm = require(path.join(__dirname, '..'));
 const { readWhole } = require(path.join(__dirname, '..', 'dist', 'bench', 'files'));
@@ -77,6 +79,42 @@ function summary(samples, bytes) {
   return { seconds: samples, medianSeconds: med, gbps: bytes / med / 1e9, bestGbps: bytes / s[0] / 1e9 };
 }
 
+// Starts scripts/files-vs-torch.py: { versions, ask(request) -> its JSON answer, stop() }, or
+// { error } where PyTorch could not be started (the last lines it printed).
+async function startTorch(file, digestsFile) {
+  const child = spawn(o.python, [path.join(__dirname, 'files-vs-torch.py'), file, digestsFile], { stdio: ['pipe', 'pipe', 'pipe'] });
+  let stderr = '';
+  child.stderr.on('data', (d) => (stderr = (stderr + d).slice(-4096)));
+  child.on('error', (e) => (stderr += String(e.message)));
+  child.stdin.on('error', () => {}); // a child that died is reported by the next answer
+  const lines = readline.createInterface({ input: child.stdout })[Symbol.asyncIterator]();
+  const lastWords = () => stderr.trim().split('\n').slice(-3).join(' | ') || 'PyTorch exited';
+  const next = async () => {
+    const { value, done } = await lines.next();
+    if (done) return { error: lastWords() };
+    try {
+      return JSON.parse(value);
+    } catch {
+      return { error: `unexpected output: ${value.slice(0, 200)}` };
+    }
+  };
+  const ready = await next();
+  if (ready.error) {
+    child.kill();
+    return { error: ready.error };
+  }
+  return {
+    versions: { torch: ready.torch, safetensors: ready.safetensors },
+    ask(request) {
+      child.stdin.write(request + '\n');
+      return next();
+    },
+    stop() {
+      child.stdin.end();
+    },
+  };
+}
+
 const dir = fs.mkdtempSync(path.join(o.dir, 'files-vs-torch-'));
 const file = path.join(dir, 'checkpoint.safetensors');
 const digestsFile = path.join(dir, 'checkpoint.sha256.json');
@@ -101,208 +139,206 @@ const report = {
 let failed = false;
 let pool; // the allocator of the pooled rows (with a GPU)
 
-try {
-  // The checkpoint: random bytes, written by the library's writer from host memory.
-  const tensors = layout(Math.round(o.gib * 2 ** 30));
-  const total = tensors.reduce((s, t) => s + t.bytes, 0);
-  const data = Buffer.allocUnsafe(total);
-  // randomFillSync takes offsets below 2^31 only: fill through views of at most 1 GiB.
-  for (let at = 0; at < total; at += 1 << 30) crypto.randomFillSync(data.subarray(at, Math.min(at + (1 << 30), total)));
-  const sources = {};
-  const digests = {};
-  let at = 0;
-  for (const t of tensors) {
-    sources[t.name] = { dtype: t.dtype, shape: t.shape, buffer: data, byteOffset: at };
-    digests[t.name] = crypto
-      .createHash('sha256')
-      .update(data.subarray(at, at + t.bytes))
-      .digest('hex');
-    t.offset = at;
-    at += t.bytes;
-  }
-  const [writeSeconds, fileBytes] = seconds(() => cm.saveSafetensors(file, sources, { fsync: true }));
-  fs.writeFileSync(digestsFile, JSON.stringify(digests));
-  report.checkpoint = { bytes: fileBytes, dataBytes: total, tensors: tensors.length, writeSeconds };
+async function main() {
+  try {
+    // The checkpoint: random bytes, written by the library's writer from host memory.
+    const tensors = layout(Math.round(o.gib * 2 ** 30));
+    const total = tensors.reduce((s, t) => s + t.bytes, 0);
+    const data = Buffer.allocUnsafe(total);
+    // randomFillSync takes offsets below 2^31 only: fill through views of at most 1 GiB.
+    for (let at = 0; at < total; at += 1 << 30) crypto.randomFillSync(data.subarray(at, Math.min(at + (1 << 30), total)));
+    const sources = {};
+    const digests = {};
+    let at = 0;
+    for (const t of tensors) {
+      sources[t.name] = { dtype: t.dtype, shape: t.shape, buffer: data, byteOffset: at };
+      digests[t.name] = crypto
+        .createHash('sha256')
+        .update(data.subarray(at, at + t.bytes))
+        .digest('hex');
+      t.offset = at;
+      at += t.bytes;
+    }
+    const [writeSeconds, fileBytes] = seconds(() => cm.saveSafetensors(file, sources, { fsync: true }));
+    fs.writeFileSync(digestsFile, JSON.stringify(digests));
+    report.checkpoint = { bytes: fileBytes, dataBytes: total, tensors: tensors.length, writeSeconds };
 
-  // Each loaded tensor against the bytes it was written from.
-  const backOf = (view) => {
-    const out = Buffer.allocUnsafe(view.byteLength);
-    cm.copy(out, view.buffer, { srcOffset: view.byteOffset, byteLength: view.byteLength });
-    return out;
-  };
-  const verify = (views) =>
-    tensors.every((t) => {
-      const v = views.get(t.name);
-      return v !== undefined && v.byteLength === t.bytes && backOf(v).equals(data.subarray(t.offset, t.offset + t.bytes));
-    });
-  const alloc = gpu ? undefined : (n) => Buffer.allocUnsafe(n);
-  pool = gpu ? cm.createAllocator({ allowGrowth: true }) : undefined;
+    // Each loaded tensor against the bytes it was written from.
+    const backOf = (view) => {
+      const out = Buffer.allocUnsafe(view.byteLength);
+      cm.copy(out, view.buffer, { srcOffset: view.byteOffset, byteLength: view.byteLength });
+      return out;
+    };
+    const verify = (views) =>
+      tensors.every((t) => {
+        const v = views.get(t.name);
+        return v !== undefined && v.byteLength === t.bytes && backOf(v).equals(data.subarray(t.offset, t.offset + t.bytes));
+      });
+    const alloc = gpu ? undefined : (n) => Buffer.allocUnsafe(n);
+    pool = gpu ? cm.createAllocator({ allowGrowth: true }) : undefined;
 
-  const loaders = {
-    storage: (cache) => {
-      const r = cm.readFileStorage(file, { direct: cache === 'cold' ? 'auto' : false });
-      return { verified: r.bytes === fileBytes, direct: r.direct };
-    },
-    library: (cache) => {
-      const l = cm.loadSafetensors(file, { alloc, direct: cache === 'cold' ? 'auto' : false });
-      return { loaded: l };
-    },
-    // Through an allocator: memory reused from pass to pass, as PyTorch's caching allocator
-    // reuses it for load_file.
-    ...(pool && {
-      pooled: (cache) => {
-        const l = cm.loadSafetensors(file, { alloc: (n) => pool.alloc(n), direct: cache === 'cold' ? 'auto' : false });
+    const loaders = {
+      storage: (cache) => {
+        const r = cm.readFileStorage(file, { direct: cache === 'cold' ? 'auto' : false });
+        return { verified: r.bytes === fileBytes, direct: r.direct };
+      },
+      library: (cache) => {
+        const l = cm.loadSafetensors(file, { alloc, direct: cache === 'cold' ? 'auto' : false });
         return { loaded: l };
       },
-    }),
-    naive: () => {
-      const buf = readWhole(file);
-      const h = cm.parseSafetensorsHeader(buf, buf.length);
-      const span = buf.length - h.dataOffset;
-      const mem = gpu ? cm.DeviceBuffer.alloc(span) : Buffer.allocUnsafe(span);
-      cm.copy(mem, buf, { srcOffset: h.dataOffset, byteLength: span });
-      const views = new Map(
-        h.tensors.map((t) => [t.name, { ...t, buffer: mem, byteOffset: t.begin - h.dataOffset, byteLength: t.end - t.begin }]),
-      );
-      return { loaded: { tensors: views, free: () => mem.free?.() } };
-    },
-  };
-
-  // O_DIRECT's measurement at the first large read of this file system, untimed.
-  drop(file);
-  cm.readFileStorage(file, { direct: 'auto' });
-  for (const cache of ['cold', 'warm']) {
-    for (const [name, load] of Object.entries(loaders)) {
-      if (cache === 'warm') {
-        const r = load(cache);
-        r.loaded?.free();
-      }
-      const samples = [];
-      const resident = [];
-      let verified = true;
-      let direct;
-      for (let i = 0; i < o.passes; i++) {
-        resident.push(cache === 'cold' ? drop(file) : cm.fileCache(file).resident);
-        const [s, r] = seconds(() => load(cache));
-        samples.push(s);
-        if (r.loaded) {
-          verified = verify(r.loaded.tensors) && verified;
-          r.loaded.free();
-        } else verified = r.verified && verified;
-        if (r.direct !== undefined) direct = r.direct;
-      }
-      report.rows.push({
-        loader: name,
-        cache,
-        bytes: fileBytes,
-        ...summary(samples, fileBytes),
-        residentBefore: resident,
-        direct,
-        verified,
-      });
-      failed = failed || !verified;
-    }
-    if (o.torch) {
-      let t;
-      try {
-        t = JSON.parse(
-          execFileSync(o.python, [path.join(__dirname, 'files-vs-torch.py'), file, digestsFile, String(o.passes), cache], {
-            encoding: 'utf8',
-            maxBuffer: 1 << 24,
-          }),
+      // Through an allocator: memory reused from pass to pass, as PyTorch's caching allocator
+      // reuses it for load_file.
+      ...(pool && {
+        pooled: (cache) => {
+          const l = cm.loadSafetensors(file, { alloc: (n) => pool.alloc(n), direct: cache === 'cold' ? 'auto' : false });
+          return { loaded: l };
+        },
+      }),
+      naive: () => {
+        const buf = readWhole(file);
+        const h = cm.parseSafetensorsHeader(buf, buf.length);
+        const span = buf.length - h.dataOffset;
+        const mem = gpu ? cm.DeviceBuffer.alloc(span) : Buffer.allocUnsafe(span);
+        cm.copy(mem, buf, { srcOffset: h.dataOffset, byteLength: span });
+        const views = new Map(
+          h.tensors.map((t) => [t.name, { ...t, buffer: mem, byteOffset: t.begin - h.dataOffset, byteLength: t.end - t.begin }]),
         );
-      } catch (e) {
-        t = {
-          error: String(e.stderr || e.message)
-            .trim()
-            .split('\n')
-            .slice(-3)
-            .join(' | '),
-        };
-      }
-      if (t.error) {
-        report.rows.push({ loader: 'torch', cache, error: t.error, verified: false });
-        failed = true;
-      } else {
-        report.rows.push({
-          loader: 'torch',
-          cache,
-          bytes: fileBytes,
-          ...summary(t.seconds, fileBytes),
-          verified: t.verified,
-          mismatched: t.mismatched,
-          versions: { torch: t.torch, safetensors: t.safetensors },
-        });
-        failed = failed || !t.verified;
-      }
+        return { loaded: { tensors: views, free: () => mem.free?.() } };
+      },
+    };
+
+    // PyTorch in a co-process that runs one pass per request, so its passes take turns with ours.
+    const torch = o.torch ? await startTorch(file, digestsFile) : undefined;
+    if (torch?.error) {
+      for (const cache of ['cold', 'warm']) report.rows.push({ loader: 'torch', cache, error: torch.error, verified: false });
+      failed = true;
+    } else if (torch) {
+      loaders.torch = async (cache) => {
+        const t = await torch.ask(cache);
+        if (t.error) throw new Error(t.error);
+        return { seconds: t.seconds, verified: t.mismatched.length === 0, mismatched: t.mismatched };
+      };
     }
-  }
-  if (gpu) {
-    // The link: pinned memory to the device, 1 GiB (or the checkpoint, if smaller).
-    const n = Math.min(1 << 30, fileBytes);
-    const pinned = cm.PinnedBuffer.alloc(n);
-    const dev = cm.DeviceBuffer.alloc(n);
+
+    // O_DIRECT's measurement at the first large read of this file system, untimed.
+    drop(file);
+    cm.readFileStorage(file, { direct: 'auto' });
     try {
-      pinned.bytes.set(data.subarray(0, n));
-      cm.copy(dev, pinned);
-      const samples = [];
-      for (let i = 0; i < o.passes; i++) samples.push(seconds(() => cm.copy(dev, pinned))[0]);
-      const back = Buffer.allocUnsafe(n);
-      cm.copy(back, dev);
-      const verified = back.equals(data.subarray(0, n));
-      report.rows.push({ loader: 'link', cache: '-', bytes: n, ...summary(samples, n), verified });
-      failed = failed || !verified;
+      for (const cache of ['cold', 'warm']) {
+        const names = Object.keys(loaders);
+        const rows = names.map((loader) => ({ loader, cache, samples: [], residentBefore: [], verified: true, mismatched: [] }));
+        if (cache === 'warm')
+          for (const name of names) {
+            if (name === 'torch') await torch.ask('warmup');
+            else (await loaders[name](cache)).loaded?.free();
+          }
+        // Round i runs every loader once, starting at loader i (mod their count): drift in the
+        // machine, the disk or a cache below this one reaches each loader alike.
+        for (let i = 0; i < o.passes; i++)
+          for (let j = 0; j < names.length; j++) {
+            const k = (i + j) % names.length;
+            const row = rows[k];
+            row.residentBefore.push(cache === 'cold' && names[k] !== 'torch' ? drop(file) : cm.fileCache(file).resident);
+            const t0 = process.hrtime.bigint();
+            const r = await loaders[names[k]](cache);
+            row.samples.push(r.seconds ?? Number(process.hrtime.bigint() - t0) / 1e9);
+            if (r.loaded) {
+              row.verified = verify(r.loaded.tensors) && row.verified;
+              r.loaded.free();
+            } else row.verified = r.verified && row.verified;
+            if (r.mismatched) row.mismatched.push(...r.mismatched);
+            // The library's loads say what each read did; the naive and torch rows cannot.
+            if (r.loaded?.reads) row.direct = r.loaded.reads.some((x) => x.direct);
+            if (r.direct !== undefined) row.direct = r.direct;
+          }
+        for (const row of rows) {
+          const { samples, mismatched, ...rest } = row;
+          report.rows.push({
+            ...rest,
+            bytes: fileBytes,
+            ...summary(samples, fileBytes),
+            ...(row.loader === 'torch'
+              ? { residentBefore: undefined, mismatched: [...new Set(mismatched)], versions: torch.versions }
+              : {}),
+          });
+          failed = failed || !row.verified;
+        }
+      }
     } finally {
-      pinned.free();
-      dev.free();
+      torch?.stop?.();
     }
+    if (gpu) {
+      // The link: pinned memory to the device, 1 GiB (or the checkpoint, if smaller).
+      const n = Math.min(1 << 30, fileBytes);
+      const pinned = cm.PinnedBuffer.alloc(n);
+      const dev = cm.DeviceBuffer.alloc(n);
+      try {
+        pinned.bytes.set(data.subarray(0, n));
+        cm.copy(dev, pinned);
+        const samples = [];
+        for (let i = 0; i < o.passes; i++) samples.push(seconds(() => cm.copy(dev, pinned))[0]);
+        const back = Buffer.allocUnsafe(n);
+        cm.copy(back, dev);
+        const verified = back.equals(data.subarray(0, n));
+        report.rows.push({ loader: 'link', cache: '-', bytes: n, ...summary(samples, n), verified });
+        failed = failed || !verified;
+      } finally {
+        pinned.free();
+        dev.free();
+      }
+    }
+
+    // The goals: the library at 90% of the slower of the storage and the link, and twice PyTorch.
+    const find = (loader, cache) => report.rows.find((r) => r.loader === loader && r.cache === cache && r.gbps !== undefined);
+    const link = find('link', '-');
+    for (const cache of ['cold', 'warm'])
+      for (const loader of ['library', 'pooled']) {
+        const lib = find(loader, cache);
+        const storage = find('storage', cache);
+        const torch = find('torch', cache);
+        if (lib && storage) {
+          const limit = Math.min(storage.gbps, link ? link.gbps : Infinity);
+          report.goals.push({
+            goal: `${cache}: ${loader} >= 90% of min(storage, link)`,
+            value: lib.gbps / limit,
+            pass: lib.gbps >= 0.9 * limit,
+          });
+        }
+        if (lib && torch)
+          report.goals.push({ goal: `${cache}: ${loader} >= 2x torch`, value: lib.gbps / torch.gbps, pass: lib.gbps >= 2 * torch.gbps });
+      }
+  } finally {
+    pool?.close();
+    if (!o.keep) fs.rmSync(dir, { recursive: true, force: true });
   }
 
-  // The goals: the library at 90% of the slower of the storage and the link, and twice PyTorch.
-  const find = (loader, cache) => report.rows.find((r) => r.loader === loader && r.cache === cache && r.gbps !== undefined);
-  const link = find('link', '-');
-  for (const cache of ['cold', 'warm'])
-    for (const loader of ['library', 'pooled']) {
-      const lib = find(loader, cache);
-      const storage = find('storage', cache);
-      const torch = find('torch', cache);
-      if (lib && storage) {
-        const limit = Math.min(storage.gbps, link ? link.gbps : Infinity);
-        report.goals.push({
-          goal: `${cache}: ${loader} >= 90% of min(storage, link)`,
-          value: lib.gbps / limit,
-          pass: lib.gbps >= 0.9 * limit,
-        });
-      }
-      if (lib && torch)
-        report.goals.push({ goal: `${cache}: ${loader} >= 2x torch`, value: lib.gbps / torch.gbps, pass: lib.gbps >= 2 * torch.gbps });
-    }
-} finally {
-  pool?.close();
-  if (!o.keep) fs.rmSync(dir, { recursive: true, force: true });
+  const pad = (s, n) => String(s).padEnd(n);
+  const lines = [
+    `checkpoint ${cm.formatBytes(report.checkpoint.bytes)} in ${report.checkpoint.tensors} tensors, in ${report.dir} (${report.fileSystem}); GPU ${report.gpu}; median of ${o.passes} passes; decimal GB/s`,
+    '',
+    `${pad('loader', 8)}  ${pad('cache', 5)}  ${'median'.padStart(7)}  ${'best'.padStart(7)}  ${pad('verified', 8)}  note`,
+  ];
+  for (const r of report.rows)
+    lines.push(
+      `${pad(r.loader, 8)}  ${pad(r.cache, 5)}  ${(r.gbps === undefined ? '-' : r.gbps.toFixed(2)).padStart(7)}  ${(r.bestGbps === undefined ? '-' : r.bestGbps.toFixed(2)).padStart(7)}  ${pad(r.verified ? 'yes' : 'NO', 8)}  ${[
+        r.error ? `error: ${r.error}` : '',
+        r.direct === true ? 'O_DIRECT' : r.direct === false ? 'buffered' : '',
+        r.residentBefore ? `cached before ${r.residentBefore.map((x) => (x * 100).toFixed(0) + '%').join('/')}` : '',
+        r.versions ? `torch ${r.versions.torch}, safetensors ${r.versions.safetensors}` : '',
+      ]
+        .filter(Boolean)
+        .join('; ')}`,
+    );
+  lines.push('');
+  for (const g of report.goals) lines.push(`${g.pass ? 'PASS' : 'MISS'} ${g.goal}: ${g.value.toFixed(2)}`);
+  console.log(lines.join('\n'));
+  const json = JSON.stringify(report, null, 2);
+  console.log(json);
+  if (process.env.OUT) fs.writeFileSync(path.join(process.env.OUT, 'files-vs-torch.json'), json + '\n');
+  process.exit(failed ? 1 : 0);
 }
 
-const pad = (s, n) => String(s).padEnd(n);
-const lines = [
-  `checkpoint ${cm.formatBytes(report.checkpoint.bytes)} in ${report.checkpoint.tensors} tensors, in ${report.dir} (${report.fileSystem}); GPU ${report.gpu}; median of ${o.passes} passes; decimal GB/s`,
-  '',
-  `${pad('loader', 8)}  ${pad('cache', 5)}  ${'median'.padStart(7)}  ${'best'.padStart(7)}  ${pad('verified', 8)}  note`,
-];
-for (const r of report.rows)
-  lines.push(
-    `${pad(r.loader, 8)}  ${pad(r.cache, 5)}  ${(r.gbps === undefined ? '-' : r.gbps.toFixed(2)).padStart(7)}  ${(r.bestGbps === undefined ? '-' : r.bestGbps.toFixed(2)).padStart(7)}  ${pad(r.verified ? 'yes' : 'NO', 8)}  ${[
-      r.error ? `error: ${r.error}` : '',
-      r.direct ? 'O_DIRECT' : '',
-      r.residentBefore ? `cached before ${r.residentBefore.map((x) => (x * 100).toFixed(0) + '%').join('/')}` : '',
-      r.versions ? `torch ${r.versions.torch}, safetensors ${r.versions.safetensors}` : '',
-    ]
-      .filter(Boolean)
-      .join('; ')}`,
-  );
-lines.push('');
-for (const g of report.goals) lines.push(`${g.pass ? 'PASS' : 'MISS'} ${g.goal}: ${g.value.toFixed(2)}`);
-console.log(lines.join('\n'));
-const json = JSON.stringify(report, null, 2);
-console.log(json);
-if (process.env.OUT) fs.writeFileSync(path.join(process.env.OUT, 'files-vs-torch.json'), json + '\n');
-process.exit(failed ? 1 : 0);
+main().catch((e) => {
+  console.error(e);
+  process.exit(1);
+});

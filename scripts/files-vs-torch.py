@@ -1,10 +1,16 @@
 #!/usr/bin/env python3
-"""PyTorch's side of scripts/files-vs-torch.js: times safetensors.torch.load_file(path,
-device='cuda'), cold (the file's pages dropped from the page cache before each pass) or warm (one
-untimed pass first), and checks every tensor of every pass against the SHA-256 digests the
-checkpoint was written with. Prints one JSON object.
+"""PyTorch's side of scripts/files-vs-torch.js, as a co-process: times
+safetensors.torch.load_file(path, device='cuda') one pass per request, so that its passes take
+turns with the library's in the same rounds, and checks every tensor of every pass against the
+SHA-256 digests the checkpoint was written with.
 
-usage: files-vs-torch.py PATH DIGESTS_JSON PASSES cold|warm
+usage: files-vs-torch.py PATH DIGESTS_JSON
+Prints one JSON line when ready ({"torch", "safetensors", "gpu"}), then reads one request a line
+from standard input and answers each with one JSON line:
+  cold    the file's pages dropped from the page cache, then one timed pass
+  warm    one timed pass as the file is
+  warmup  one untimed pass
+A request it cannot serve is answered {"error": "..."}; end of input ends it.
 """
 import hashlib
 import json
@@ -22,10 +28,13 @@ def drop_cache(path):
         os.close(fd)
 
 
+def say(obj):
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
 def main():
-    path, digests_path, passes, cache = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
-    if cache not in ("cold", "warm"):
-        raise SystemExit("the last argument must be cold or warm")
+    path, digests_path = sys.argv[1], sys.argv[2]
     with open(digests_path) as f:
         expected = json.load(f)
 
@@ -47,33 +56,29 @@ def main():
                 bad.append(name)
         return bad
 
-    if cache == "warm":
-        t = load_file(path, device="cuda")
-        torch.cuda.synchronize()
-        del t
-    seconds, mismatched = [], []
-    for _ in range(passes):
-        if cache == "cold":
+    say(
+        {
+            "torch": torch.__version__,
+            "safetensors": getattr(safetensors, "__version__", "unknown"),
+            "gpu": torch.cuda.get_device_name(0),
+        }
+    )
+    for line in sys.stdin:
+        request = line.strip()
+        if request not in ("cold", "warm", "warmup"):
+            say({"error": f"unknown request {request!r}"})
+            continue
+        if request == "cold":
             drop_cache(path)
         t0 = time.perf_counter()
         tensors = load_file(path, device="cuda")
         torch.cuda.synchronize()
-        seconds.append(time.perf_counter() - t0)
-        mismatched += check(tensors)
+        seconds = time.perf_counter() - t0
+        # Each pass allocates anew, as the library's default load does.
+        mismatched = [] if request == "warmup" else check(tensors)
         del tensors
         torch.cuda.empty_cache()
-    print(
-        json.dumps(
-            {
-                "seconds": seconds,
-                "verified": not mismatched,
-                "mismatched": sorted(set(mismatched)),
-                "torch": torch.__version__,
-                "safetensors": getattr(safetensors, "__version__", "unknown"),
-                "gpu": torch.cuda.get_device_name(0),
-            }
-        )
-    )
+        say({"seconds": seconds, "mismatched": mismatched})
 
 
 if __name__ == "__main__":

@@ -3,15 +3,16 @@
  * memory and written back from it, cold (page cache dropped before each pass, or O_DIRECT where
  * the kernel keeps the pages) and warm, three ways: the library's path (readFile/writeFile), the
  * naive Node path (fs.readFile + copy(), copy() + fs.writeFile), and the storage alone (the
- * library's path with no GPU behind it), the in-run baseline. `link` is copy() from pinned memory:
- * the other limit of a read into device memory. Without a GPU only the storage rows run.
+ * library's path with no GPU behind it), the in-run baseline. The read paths take turns pass by
+ * pass, and every pass into the device is checked. `link` is copy() from pinned memory: the other
+ * limit of a read into device memory. Without a GPU only the storage rows run.
  */
 import * as fs from 'fs';
 import * as os from 'os';
 import * as path from 'path';
 import { status, devices } from '../device/discovery';
 import { DeviceBuffer, PinnedBuffer } from '../memory/buffers';
-import { copy } from '../transfer/copy';
+import { copy, memset } from '../transfer/copy';
 import { readFile, writeFile, readFileStorage, fileCache } from '../transfer/files';
 import { summarize, rateSummary, SampleSummary } from './stats';
 import { GateMetric, GateSource } from './gates';
@@ -124,6 +125,21 @@ export function readWhole(file: string): Uint8Array {
   }
 }
 
+// One read path of the benchmark and what its passes gave.
+interface ReadPath {
+  mode: 'storage' | 'library' | 'naive';
+  /** Runs one pass; returns whether the library used O_DIRECT (undefined: not the library's). */
+  pass: () => boolean | undefined;
+  samples: number[];
+  resident: number[];
+  direct?: boolean;
+  verified: boolean;
+}
+
+function readPath(mode: ReadPath['mode'], pass: ReadPath['pass']): ReadPath {
+  return { mode, pass, samples: [], resident: [], verified: true };
+}
+
 function median(v: number[]): number {
   return summarize(v).median;
 }
@@ -179,70 +195,47 @@ export async function runFilesBenchmark(options: FilesBenchmarkOptions): Promise
         coldPass();
         readFileStorage(file, { direct });
       }
-      // Storage alone.
-      {
-        const samples: number[] = [];
-        const resident: number[] = [];
-        let usedDirect = false;
-        for (let i = 0; i < iterations; i++) {
-          resident.push(prepare());
-          const r = readFileStorage(file, { direct });
-          usedDirect = r.direct;
-          samples.push(r.seconds);
-        }
-        results.push(
-          row(
-            { direction: 'read', mode: `storage-${cache}`, bytes, resident: median(resident), coldVia, direct: usedDirect, verified: true },
-            samples,
-          ),
+      // Each pass of a path is timed; the device is cleared before it and checked after it, untimed.
+      const paths = [readPath('storage', () => readFileStorage(file, { direct }).direct)];
+      if (dev)
+        paths.push(
+          readPath('library', () => readFile(file, dev, { direct }).direct),
+          readPath('naive', () => {
+            copy(dev, readWhole(file));
+            return undefined;
+          }),
         );
-        step(`storage-${cache}`);
-      }
-      if (!dev) continue;
-      // The library's path.
-      {
-        const samples: number[] = [];
-        const resident: number[] = [];
-        let usedDirect = false;
-        for (let i = 0; i < iterations; i++) {
-          resident.push(prepare());
-          samples.push(time(() => (usedDirect = readFile(file, dev, { direct }).direct)));
+      // Interleaved: round i runs every path once, starting at path i (mod their count), so drift
+      // in the machine, the storage or a cache below the guest's reaches each path alike instead
+      // of favouring whichever ran last.
+      for (let i = 0; i < iterations; i++)
+        for (let j = 0; j < paths.length; j++) {
+          const x = paths[(i + j) % paths.length];
+          if (dev && x.mode !== 'storage') memset(dev, 0);
+          x.resident.push(prepare());
+          let used: boolean | undefined;
+          x.samples.push(time(() => (used = x.pass())));
+          if (used !== undefined) x.direct = used;
+          if (dev && x.mode !== 'storage') {
+            copy(back, dev);
+            x.verified = x.verified && equal(back, host, bytes);
+          }
         }
-        back.fill(0);
-        copy(back, dev);
+      for (const x of paths) {
         results.push(
           row(
             {
               direction: 'read',
-              mode: `library-${cache}`,
+              mode: `${x.mode}-${cache}`,
               bytes,
-              resident: median(resident),
-              coldVia,
-              direct: usedDirect,
-              verified: equal(back, host, bytes),
+              resident: median(x.resident),
+              ...(x.mode === 'naive' ? {} : { coldVia, direct: x.direct ?? false }),
+              verified: x.verified,
             },
-            samples,
+            x.samples,
           ),
         );
-        step(`library-${cache}`);
-      }
-      // fs.readFile, then copy().
-      {
-        const samples: number[] = [];
-        const resident: number[] = [];
-        for (let i = 0; i < iterations; i++) {
-          resident.push(prepare());
-          samples.push(time(() => copy(dev, readWhole(file))));
-        }
-        back.fill(0);
-        copy(back, dev);
-        results.push(
-          row(
-            { direction: 'read', mode: `naive-${cache}`, bytes, resident: median(resident), verified: equal(back, host, bytes) },
-            samples,
-          ),
-        );
-        step(`naive-${cache}`);
+        step(`${x.mode}-${cache}`);
       }
     }
     if (dev) {

@@ -7,7 +7,7 @@
 import { DeviceBuffer, Memory } from '../memory/buffers';
 import { argRangeError, describe, invalidArgument } from '../base/errors';
 import { checkDevice, checkOptions } from '../base/validate';
-import { readFile, readFileAsync, type FileProgressCallback } from './files';
+import { readFile, readFileAsync, type FileProgressCallback, type FileReadInfo } from './files';
 
 /** Element types, with safetensors' names, and their sizes in bytes. */
 export const DTYPE_BYTES = {
@@ -85,6 +85,11 @@ export interface LoadedTensors {
   buffers: Memory[];
   /** Bytes read from the file. */
   bytes: number;
+  /**
+   * What each read did, in file order (one with placement 'one'): bytes, whether it bypassed the
+   * page cache (O_DIRECT) and why.
+   */
+  reads: FileReadInfo[];
   /** Frees every allocation that has a free() (library buffers); idempotent. */
   free(): void;
 }
@@ -146,6 +151,7 @@ function layout(p: Plan): { result: LoadedTensors; reads: Read[] } {
     tensors,
     buffers,
     bytes: 0,
+    reads: [],
     free() {
       if (freed) return;
       freed = true;
@@ -204,7 +210,7 @@ export function loadTensors(path: string, entries: TensorEntry[], options?: Load
   const { result, reads } = layout(p);
   try {
     for (const r of reads) {
-      readFile(path, r.buffer, { fileOffset: r.begin, byteLength: r.end - r.begin, dstOffset: r.at, direct: p.direct });
+      result.reads.push(readFile(path, r.buffer, { fileOffset: r.begin, byteLength: r.end - r.begin, dstOffset: r.at, direct: p.direct }));
       result.bytes += r.end - r.begin;
     }
   } catch (e) {
@@ -224,13 +230,14 @@ export async function loadTensorsAsync(path: string, entries: TensorEntry[], opt
   try {
     for (const r of reads) {
       const before = result.bytes;
-      await readFileAsync(path, r.buffer, {
+      const info = await readFileAsync(path, r.buffer, {
         fileOffset: r.begin,
         byteLength: r.end - r.begin,
         dstOffset: r.at,
         direct: p.direct,
         onProgress: onProgress && ((done) => onProgress(before + done, total)),
       });
+      result.reads.push(info);
       result.bytes += r.end - r.begin;
     }
   } catch (e) {

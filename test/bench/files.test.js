@@ -138,4 +138,14 @@ describeGpu('bench-files with a GPU', () => {
     for (const r of report.results) expect(r.verified).toBe(true);
     expect(report.results.find((r) => r.mode === 'library-warm').limitGbps).toBeGreaterThan(0);
   });
+
+  test('the read paths take turns: every row has its passes, and progress follows the plan', async () => {
+    const labels = [];
+    const report = await run({ iterations: 3, onProgress: (done, total, label) => labels.push(label) });
+    for (const r of report.results.filter((x) => x.direction === 'read' && x.mode !== 'link')) expect(r.samples).toHaveLength(3);
+    expect(labels.slice(0, 6)).toEqual(['storage-cold', 'library-cold', 'naive-cold', 'storage-warm', 'library-warm', 'naive-warm']);
+    const lib = report.results.find((r) => r.mode === 'library-cold');
+    expect(typeof lib.direct).toBe('boolean');
+    expect(report.results.find((r) => r.mode === 'naive-cold').direct).toBeUndefined();
+  });
 });

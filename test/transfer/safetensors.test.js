@@ -179,6 +179,8 @@ describe('safetensors load and save on host memory', () => {
     const asked = [];
     const one = cm.loadSafetensors(p, { alloc: (n) => (asked.push(n), new Uint8Array(n)) });
     expect(asked).toEqual([a.length + 100]);
+    // One read of the whole span; a 3 MiB file just written is in the page cache: buffered.
+    expect(one.reads).toEqual([expect.objectContaining({ bytes: a.length + 100, direct: false, directReason: expect.any(String) })]);
     const bytesOf = (t) => t.buffer.subarray(t.byteOffset, t.byteOffset + t.byteLength);
     expect(same(bytesOf(one.tensors.get('a')), a)).toBe(true);
     expect(same(bytesOf(one.tensors.get('b')), b.subarray(900))).toBe(true);
@@ -187,6 +189,7 @@ describe('safetensors load and save on host memory', () => {
     const each = await cm.loadSafetensorsAsync(p, { ...host, placement: 'each', names: ['b'], onProgress: () => {} });
     expect([...each.tensors.keys()]).toEqual(['b']);
     expect(each.buffers).toHaveLength(1);
+    expect(each.reads).toEqual([expect.objectContaining({ bytes: 100, direct: false })]);
     expect(same(bytesOf(each.tensors.get('b')), b.subarray(900))).toBe(true);
     expect(() => cm.loadSafetensors(p, { ...host, names: ['zz'] })).toThrow(expect.objectContaining({ code: 'ERR_INVALID_ARG_VALUE' }));
     expect(() => cm.loadSafetensors(p, { alloc: () => new Uint8Array(1) })).toThrow(/fewer than asked for/);
