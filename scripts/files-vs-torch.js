@@ -268,38 +268,54 @@ async function main() {
       torch?.stop?.();
     }
     if (gpu) {
-      // The link: pinned memory to the device, 1 GiB (or the checkpoint, if smaller).
-      const n = Math.min(1 << 30, fileBytes);
+      // The transfer rates a load cannot beat, in turns: `link`, pinned memory to the device (1 GiB,
+      // or the checkpoint if smaller), and `staged`, copy() from the checkpoint's own Node buffer
+      // (the library's staged path for pageable memory), at the checkpoint's size.
+      const n = Math.min(1 << 30, total);
       const pinned = cm.PinnedBuffer.alloc(n);
-      const dev = cm.DeviceBuffer.alloc(n);
+      const dev = cm.DeviceBuffer.alloc(total);
       try {
         pinned.bytes.set(data.subarray(0, n));
-        cm.copy(dev, pinned);
-        const samples = [];
-        for (let i = 0; i < o.passes; i++) samples.push(seconds(() => cm.copy(dev, pinned))[0]);
-        const back = Buffer.allocUnsafe(n);
-        cm.copy(back, dev);
-        const verified = back.equals(data.subarray(0, n));
-        report.rows.push({ loader: 'link', cache: '-', bytes: n, ...summary(samples, n), verified });
-        failed = failed || !verified;
+        const rates = {
+          link: { bytes: n, pass: () => cm.copy(dev, pinned), expect: data.subarray(0, n), samples: [], verified: true },
+          staged: { bytes: total, pass: () => cm.copy(dev, data), expect: data, samples: [], verified: true },
+        };
+        const names = Object.keys(rates);
+        for (const name of names) rates[name].pass();
+        for (let i = 0; i < o.passes; i++)
+          for (let j = 0; j < names.length; j++) {
+            const r = rates[names[(i + j) % names.length]];
+            cm.memset(dev, 0);
+            r.samples.push(seconds(r.pass)[0]);
+            const back = Buffer.allocUnsafe(r.bytes);
+            cm.copy(back, dev, { byteLength: r.bytes });
+            r.verified = r.verified && back.equals(r.expect);
+          }
+        for (const name of names) {
+          const r = rates[name];
+          report.rows.push({ loader: name, cache: '-', bytes: r.bytes, ...summary(r.samples, r.bytes), verified: r.verified });
+          failed = failed || !r.verified;
+        }
       } finally {
         pinned.free();
         dev.free();
       }
     }
 
-    // The goals: the library at 90% of the slower of the storage and the link, and twice PyTorch.
+    // The goals: the library at 90% of the slower of the storage and the transfer (the staged
+    // path's rate, as the goal is set, and the pinned link's, which is stricter), and twice PyTorch.
     const find = (loader, cache) => report.rows.find((r) => r.loader === loader && r.cache === cache && r.gbps !== undefined);
-    const link = find('link', '-');
     for (const cache of ['cold', 'warm'])
       for (const loader of ['library', 'pooled']) {
         const lib = find(loader, cache);
         const storage = find('storage', cache);
         const torch = find('torch', cache);
-        if (lib && storage) {
-          const limit = Math.min(storage.gbps, link ? link.gbps : Infinity);
+        for (const transfer of ['staged', 'link']) {
+          if (!lib || !storage) break;
+          const t = find(transfer, '-');
+          const limit = Math.min(storage.gbps, t ? t.gbps : Infinity);
           report.goals.push({
-            goal: `${cache}: ${loader} >= 90% of min(storage, link)`,
+            goal: `${cache}: ${loader} >= 90% of min(storage, ${transfer})`,
             value: lib.gbps / limit,
             pass: lib.gbps >= 0.9 * limit,
           });

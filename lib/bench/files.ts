@@ -43,7 +43,7 @@ export interface FilesResult {
   direction: 'read' | 'write';
   /**
    * `library` (readFile/writeFile), `naive` (the file into a Node buffer as fs.readFile does, in
-   * reads of at most 1 GiB, then copy(); copy() then fs.writeSync),
+   * reads of at most 1 GiB, then copy(); copy() then fs.writeSync, in writes of at most 1 GiB),
    * `storage` (the library's path without a GPU), `link` (copy() from pinned memory); read rows
    * end in `-cold` or `-warm`.
    */
@@ -140,6 +140,14 @@ function readPath(mode: ReadPath['mode'], pass: ReadPath['pass']): ReadPath {
   return { mode, pass, samples: [], resident: [], verified: true };
 }
 
+/**
+ * @internal Writes all of `data` to an open file from its start, in writes of at most `piece`
+ * bytes: fs.writeSync and fs.writeFileSync refuse a buffer of 2 GiB or more in one call.
+ */
+export function writeWhole(fd: number, data: Uint8Array, piece = 1 << 30): void {
+  for (let at = 0; at < data.length;) at += fs.writeSync(fd, data, at, Math.min(data.length - at, piece), at);
+}
+
 function median(v: number[]): number {
   return summarize(v).median;
 }
@@ -162,7 +170,12 @@ export async function runFilesBenchmark(options: FilesBenchmarkOptions): Promise
   const file = path.join(work, 'data.bin');
   const host = new Uint8Array(bytes);
   fillPattern(host, 7);
-  fs.writeFileSync(file, host);
+  const fd = fs.openSync(file, 'w');
+  try {
+    writeWhole(fd, host);
+  } finally {
+    fs.closeSync(fd);
+  }
   const results: FilesResult[] = [];
   const plan: string[] = [];
   for (const c of ['cold', 'warm']) plan.push(`storage-${c}`, ...(gpu ? [`library-${c}`, `naive-${c}`] : []));
@@ -271,7 +284,7 @@ export async function runFilesBenchmark(options: FilesBenchmarkOptions): Promise
               copy(h, dev);
               const fd = fs.openSync(out, 'w');
               try {
-                fs.writeSync(fd, h);
+                writeWhole(fd, h);
                 if (fsync) fs.fsyncSync(fd);
               } finally {
                 fs.closeSync(fd);
