@@ -653,7 +653,8 @@ describeTwoGpus('several GPUs: links, stream order, allocator sets, benchmarks a
     const hog = cm.DeviceBuffer.alloc(Math.floor(free1 / 2), { device: 1 });
     const limit = Math.floor(Math.min(free0, free1) * 0.7);
     expect(() => cm.createAllocators({ devices: [0, 1], memoryLimit: limit })).toThrow(
-      expect.objectContaining({ name: 'OutOfMemoryError', message: expect.stringMatching(/device 1/) }),
+      // PyTorch's wording names the device as "GPU 1".
+      expect.objectContaining({ name: 'OutOfMemoryError', device: 1, message: expect.stringMatching(/^CUDA out of memory\..* GPU 1 /) }),
     );
     hog.free();
     expect(Math.abs(cm.memGetInfo(0).free - free0)).toBeLessThan(256 * MiB);
