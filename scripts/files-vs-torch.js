@@ -12,6 +12,8 @@
 //
 // usage: node scripts/files-vs-torch.js --dir DIR [--gib 3] [--passes 3] [--keep] [--no-torch]
 //        [--host]   (no GPU: host memory instead of device memory, to check the script itself)
+// PYTHON names the interpreter (default python3); FILES_VS_TORCH_ANSWER_SECONDS bounds the wait for
+// each of PyTorch's answers (default 600).
 const fs = require('fs');
 const os = require('os');
 const path = require('path');
@@ -79,6 +81,8 @@ function summary(samples, bytes) {
   return { seconds: samples, medianSeconds: med, gbps: bytes / med / 1e9, bestGbps: bytes / s[0] / 1e9 };
 }
 
+const ANSWER_SECONDS = Number(process.env.FILES_VS_TORCH_ANSWER_SECONDS) || 600;
+
 // Starts scripts/files-vs-torch.py: { versions, ask(request) -> its JSON answer, stop() }, or
 // { error } where PyTorch could not be started (the last lines it printed).
 async function startTorch(file, digestsFile) {
@@ -89,8 +93,19 @@ async function startTorch(file, digestsFile) {
   child.stdin.on('error', () => {}); // a child that died is reported by the next answer
   const lines = readline.createInterface({ input: child.stdout })[Symbol.asyncIterator]();
   const lastWords = () => stderr.trim().split('\n').slice(-3).join(' | ') || 'PyTorch exited';
+  // Each answer within ANSWER_SECONDS (a pass, its check and PyTorch's start take seconds), so a
+  // co-process that hangs ends the run instead of holding it.
   const next = async () => {
-    const { value, done } = await lines.next();
+    let timer;
+    const late = new Promise((resolve) => {
+      timer = setTimeout(() => resolve({ done: true, late: true }), ANSWER_SECONDS * 1000);
+    });
+    const { value, done, late: wasLate } = await Promise.race([lines.next(), late]);
+    clearTimeout(timer);
+    if (wasLate) {
+      child.kill('SIGKILL');
+      return { error: `PyTorch gave no answer within ${ANSWER_SECONDS} s` };
+    }
     if (done) return { error: lastWords() };
     try {
       return JSON.parse(value);
@@ -281,15 +296,15 @@ async function main() {
           staged: { bytes: total, pass: () => cm.copy(dev, data), expect: data, samples: [], verified: true },
         };
         const names = Object.keys(rates);
+        const back = Buffer.allocUnsafe(total);
         for (const name of names) rates[name].pass();
         for (let i = 0; i < o.passes; i++)
           for (let j = 0; j < names.length; j++) {
             const r = rates[names[(i + j) % names.length]];
             cm.memset(dev, 0);
             r.samples.push(seconds(r.pass)[0]);
-            const back = Buffer.allocUnsafe(r.bytes);
             cm.copy(back, dev, { byteLength: r.bytes });
-            r.verified = r.verified && back.equals(r.expect);
+            r.verified = r.verified && back.subarray(0, r.bytes).equals(r.expect);
           }
         for (const name of names) {
           const r = rates[name];

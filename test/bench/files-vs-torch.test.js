@@ -11,7 +11,8 @@ const { root } = require('../helpers');
 const script = path.join(root, 'scripts', 'files-vs-torch.js');
 
 // A stand-in for `python3 files-vs-torch.py PATH DIGESTS`: ready line, then one answer a request,
-// logging each request to LOG. MISMATCH=1 makes every timed pass report a wrong tensor.
+// logging each request to LOG. MISMATCH=1 makes every timed pass report a wrong tensor; HANG=1
+// makes each timed pass take 30 s.
 function standIn(dir) {
   const p = path.join(dir, 'python');
   fs.writeFileSync(
@@ -22,7 +23,7 @@ while read req; do
   echo "$req" >> "$LOG"
   case "$req" in
     warmup) echo '{"seconds": 0.25, "mismatched": []}' ;;
-    cold|warm) if [ "$MISMATCH" = 1 ]; then echo '{"seconds": 0.5, "mismatched": ["layers.0.bias"]}'; else echo '{"seconds": 0.5, "mismatched": []}'; fi ;;
+    cold|warm) if [ "$HANG" = 1 ]; then sleep 30; fi; if [ "$MISMATCH" = 1 ]; then echo '{"seconds": 0.5, "mismatched": ["layers.0.bias"]}'; else echo '{"seconds": 0.5, "mismatched": []}'; fi ;;
     *) echo '{"error": "unknown request"}' ;;
   esac
 done
@@ -86,5 +87,14 @@ describe('files-vs-torch', () => {
     expect(none.status).toBe(1);
     expect(none.stdout).toMatch(/torch\s+cold\s+-\s+-\s+NO\s+error: PyTorch exited/);
     expect(none.stdout).toMatch(/storage\s+warm/);
+  });
+
+  test('a PyTorch that stops answering ends the run within the time allowed, and the folder is cleaned', () => {
+    const t0 = Date.now();
+    const r = run(dir, { HANG: '1', FILES_VS_TORCH_ANSWER_SECONDS: '1' });
+    expect(r.status).toBe(1);
+    expect(r.stderr).toMatch(/PyTorch gave no answer within 1 s/);
+    expect(Date.now() - t0).toBeLessThan(20000);
+    expect(fs.readdirSync(dir).filter((n) => n.startsWith('files-vs-torch-'))).toEqual([]);
   });
 });
