@@ -10,7 +10,7 @@
 #include "device/discovery.h"
 #include "device/peers.h"
 #include "device/platform.h"
-#include "device/streams.h"
+#include "device/stream.h"
 #include "memory/buffers.h"
 #include "memory/ipc.h"
 #include "memory/managed.h"
@@ -61,6 +61,7 @@ Napi::Object RegisterExports(Napi::Env env, Napi::Object exports) {
   cm::InitSharedHost(env, exports);
   cm::InitStreamOrdered(env, exports);
   cm::InitBench(env, exports);
+  cm::InitAllocBench(env, exports);
   cm::InitBenchDevices(env, exports);
   cm::InitManagedBench(env, exports);
   return exports;

@@ -25,6 +25,16 @@ function describeGpu(name, fn) {
   return describe.skip(`[GPU] ${name} — skipped: no GPU (${st.reason}: ${st.message})`, fn);
 }
 
+const gpuCount = gpu ? st.deviceCount : 0;
+
+// Tests of two or more GPUs: skipped with the count of devices here, failing under REQUIRE_GPUS=2.
+function describeTwoGpus(name, fn) {
+  if (gpuCount >= 2) return describe(`[2 GPUs] ${name}`, fn);
+  if (process.env.REQUIRE_GPUS === '2')
+    return describe(`[2 GPUs] ${name}`, () => test('needs two GPUs (REQUIRE_GPUS=2)', () => expect(gpuCount).toBeGreaterThanOrEqual(2)));
+  return describe.skip(`[2 GPUs] ${name} — skipped: ${gpuCount} device${gpuCount === 1 ? '' : 's'} here`, fn);
+}
+
 // Deterministic pseudo-random bytes (xorshift32), different for each seed.
 /** An allocator on a simulated 80 GiB device (the H100's size); `device` overrides its fields. */
 function simAllocator(opts = {}, device = {}) {
@@ -62,4 +72,4 @@ function same(a, b) {
   return Buffer.compare(Buffer.from(a.buffer, a.byteOffset, a.byteLength), Buffer.from(b.buffer, b.byteOffset, b.byteLength)) === 0;
 }
 
-module.exports = { cm, root, st, gpu, requireGpu, describeGpu, simAllocator, randomBytes, rng, same };
+module.exports = { cm, root, st, gpu, gpuCount, requireGpu, describeGpu, describeTwoGpus, simAllocator, randomBytes, rng, same };

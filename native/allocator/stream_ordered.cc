@@ -5,7 +5,7 @@
 #include "allocator/allocator.h"
 #include "core/allocator/policy.h"
 #include "device/discovery.h"
-#include "device/streams.h"
+#include "device/stream.h"
 
 namespace cm {
 

@@ -10,7 +10,7 @@
 
 #include "binding/instance.h"
 #include "core/allocator/budget.h"
-#include "device/streams.h"
+#include "device/stream.h"
 
 namespace cm {
 
