@@ -10,7 +10,7 @@ import { native, requireCuda } from '../binding/native';
 import { checkDevice, checkOptions, checkSize } from '../base/validate';
 import { knownDeviceCount } from '../device/discovery';
 import { checkInternal, kInternal } from '../base/internal';
-import { freedError, kHandleMemory } from './buffers';
+import { freedError, kHandleMemory } from './handle';
 
 /** Where managed memory can be: a device index, or the host's RAM. */
 export type ManagedLocation = number | 'host';
