@@ -1,9 +1,8 @@
 // Registers the addon's exports; each concern lives in its own file.
 #include <napi.h>
 
-#include "allocator/allocator.h"
+#include "allocator/backend.h"
 #include "allocator/group.h"
-#include "allocator/stream_ordered.h"
 #include "bench/bench.h"
 #include "binding/instance.h"
 #include "binding/promise_worker.h"
@@ -59,7 +58,6 @@ Napi::Object RegisterExports(Napi::Env env, Napi::Object exports) {
   cm::InitPlatform(env, exports);
   cm::InitPeer(env, exports);
   cm::InitSharedHost(env, exports);
-  cm::InitStreamOrdered(env, exports);
   cm::InitBench(env, exports);
   cm::InitAllocBench(env, exports);
   cm::InitBenchDevices(env, exports);

@@ -25,6 +25,8 @@ export interface NativeBinding {
   pinnedAlloc(bytes: number, flags: number, device: number): [number, ArrayBuffer];
   registerHost(view: ArrayBufferView, flags: number, device: number): number;
   free(handle: number): boolean;
+  /** free() after the work queued on `stream` (in its order, for a kind freed in stream order). */
+  freeOn(handle: number, stream: unknown): boolean;
   handleInfo(handle: number): { address?: number; devicePointer?: number | null; released: boolean; simulated?: boolean };
   liveCount(): number;
   copy(dst: unknown, dstOffset: number, src: unknown, srcOffset: number, n: number, strategy?: string, stream?: unknown): void;
@@ -64,7 +66,6 @@ export interface NativeBinding {
   allocatorSetFraction(a: unknown, fraction: number): number;
   allocatorEmptyCache(a: unknown): number;
   allocatorClose(a: unknown, force: boolean): number;
-  freeOn(handle: number, stream: unknown): boolean;
   allocatorRecord(a: unknown, maxEvents: number | null): void;
   allocatorTrace(a: unknown): {
     action: Uint8Array;
@@ -192,6 +193,7 @@ export const NATIVE_EXPORTS = [
   'pinnedAlloc',
   'registerHost',
   'free',
+  'freeOn',
   'handleInfo',
   'liveCount',
   'copy',
@@ -220,7 +222,6 @@ export const NATIVE_EXPORTS = [
   'allocatorSetFraction',
   'allocatorEmptyCache',
   'allocatorClose',
-  'freeOn',
   'allocatorRecord',
   'allocatorTrace',
   'allocatorSnapshot',
