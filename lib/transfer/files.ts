@@ -198,8 +198,23 @@ function runAsync<T>(
  * undefined.
  */
 export function readFile(path: string | URL, dst: Memory, options?: ReadFileOptions): FileReadInfo {
-  const r = prepareRead(path, dst, options);
-  return native.fileRead(r.p, r.d.target, r.dstOffset, r.fileOffset, r.n, r.direct);
+  return readOpenFile({ path }, dst, options);
+}
+
+/**
+ * @internal A file to read: `path`, or where `fd` is given, that open file (left open), which
+ * `path` then only names in errors. A format that reads its header from an open file reads its
+ * data from the same one: a file renamed over the path meanwhile is not mixed in.
+ */
+export interface FileSource {
+  path: string | URL;
+  fd?: number;
+}
+
+/** @internal {@link readFile} from a {@link FileSource}. */
+export function readOpenFile(file: FileSource, dst: Memory, options?: ReadFileOptions): FileReadInfo {
+  const r = prepareRead(file.path, dst, options);
+  return native.fileRead(r.p, r.d.target, r.dstOffset, r.fileOffset, r.n, r.direct, undefined, file.fd);
 }
 
 /**
@@ -208,14 +223,19 @@ export function readFile(path: string | URL, dst: Memory, options?: ReadFileOpti
  * meanwhile, as with copyAsync() (see the API guide's lifetime section).
  */
 export function readFileAsync(path: string | URL, dst: Memory, options?: ReadFileAsyncOptions): Promise<FileReadInfo> {
+  return readOpenFileAsync({ path }, dst, options);
+}
+
+/** @internal {@link readFileAsync} from a {@link FileSource}. */
+export function readOpenFileAsync(file: FileSource, dst: Memory, options?: ReadFileAsyncOptions): Promise<FileReadInfo> {
   let r: ReturnType<typeof prepareRead>;
   try {
-    r = prepareRead(path, dst, options);
+    r = prepareRead(file.path, dst, options);
   } catch (e) {
     return Promise.reject(e);
   }
   return runAsync('readFileAsync', r.d.target, r.n, r.o, (progress) =>
-    native.fileReadAsync(r.p, r.d.target, r.dstOffset, r.fileOffset, r.n, r.direct, progress),
+    native.fileReadAsync(r.p, r.d.target, r.dstOffset, r.fileOffset, r.n, r.direct, progress, file.fd),
   );
 }
 

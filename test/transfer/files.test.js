@@ -62,6 +62,51 @@ describe('readFile into host memory', () => {
     expect(same(dst, data.subarray(777, 777 + dst.length))).toBe(true);
   });
 
+  // /proc unmounted in a private mount namespace (root only): the O_DIRECT reopen goes through the
+  // path, checked to be the same file.
+  const noProc = (() => {
+    try {
+      execFileSync('unshare', ['-m', '--propagation', 'private', 'sh', '-c', 'umount -l /proc && test ! -e /proc/self'], {
+        stdio: 'ignore',
+      });
+      return true;
+    } catch {
+      return false;
+    }
+  })();
+  (noProc ? test : test.skip)(
+    `direct: true with /proc not mounted reads the file${noProc ? '' : ' (skipped: needs unshare -m and umount, as root)'}`,
+    () => {
+      const script = `
+      const cm = require(${JSON.stringify(require('../helpers').root)});
+      const dst = new Uint8Array(${data.length});
+      let out;
+      try { out = cm.readFile(${JSON.stringify(file)}, dst, { direct: true }); } catch (e) { out = { code: e.code, message: e.message }; }
+      const same = Buffer.from(dst).equals(require('fs').readFileSync(${JSON.stringify(file)}));
+      process.stdout.write(JSON.stringify({ out, same }));`;
+      const r = JSON.parse(
+        execFileSync(
+          'unshare',
+          [
+            '-m',
+            '--propagation',
+            'private',
+            'sh',
+            '-c',
+            `umount -l /proc && exec "${process.execPath}" -e '${script.replace(/'/g, "'\\''")}'`,
+          ],
+          {
+            encoding: 'utf8',
+            timeout: 60000,
+          },
+        ),
+      );
+      // tmpfs and some overlay file systems refuse O_DIRECT: then that, not a missing file.
+      if (r.out.code) expect(r.out).toMatchObject({ code: 'ERR_FILE_IO', message: expect.stringContaining('EINVAL') });
+      else expect(r).toEqual({ out: expect.objectContaining({ bytes: data.length, direct: true }), same: true });
+    },
+  );
+
   test('direct: false and small reads do not use O_DIRECT, and say why', () => {
     expect(cm.readFile(file, new Uint8Array(100), { byteLength: 100, direct: false })).toEqual({
       bytes: 100,
@@ -222,6 +267,88 @@ describe('writeFile from host memory', () => {
     expect(() => cm.writeFile(p, data, { fsync: 1 })).toThrow(TypeError);
     await expect(cm.writeFileAsync(path.join(dir, 'nope', 'x'), data)).rejects.toMatchObject({ code: 'ERR_FILE_NOT_FOUND' });
   });
+});
+
+describe('replacing a file: what is refused, and what the new file keeps', () => {
+  const dir = tmpDir();
+  afterAll(() => fs.rmSync(dir, { recursive: true, force: true }));
+  const data = randomBytes(4096 + 7, 21);
+  // Every writer that replaces a file, with the bytes each writes for `data`.
+  const writers = {
+    writeFile: (p) => cm.writeFile(p, data),
+    writeFileAsync: (p) => cm.writeFileAsync(p, data),
+    saveSafetensors: (p) => cm.saveSafetensors(p, { x: { dtype: 'U8', shape: [data.length], buffer: data } }),
+    saveSafetensorsAsync: (p) => cm.saveSafetensorsAsync(p, { x: { dtype: 'U8', shape: [data.length], buffer: data } }),
+  };
+  const wrote = (p) => {
+    const f = fs.readFileSync(p);
+    return f.length >= data.length && same(f.subarray(f.length - data.length), data);
+  };
+  let mknod = false;
+  try {
+    execFileSync('mknod', [path.join(dir, 'probe'), 'c', '1', '3'], { stdio: 'ignore' });
+    fs.rmSync(path.join(dir, 'probe'));
+    mknod = true;
+  } catch {
+    // not root, or no CAP_MKNOD: the device case is left out
+  }
+
+  for (const [name, write] of Object.entries(writers)) {
+    test(`${name}: a FIFO, a device or a folder is refused with its code and left as it was`, async () => {
+      const sub = path.join(dir, `${name}-dir`);
+      fs.mkdirSync(sub);
+      const fifo = path.join(dir, `${name}-fifo`);
+      execFileSync('mkfifo', [fifo]);
+      const targets = [
+        [fifo, 'ERR_FILE_NOT_REGULAR', (st) => st.isFIFO()],
+        [sub, 'ERR_FILE_IS_DIRECTORY', (st) => st.isDirectory()],
+      ];
+      if (mknod) {
+        const dev = path.join(dir, `${name}-dev`);
+        execFileSync('mknod', [dev, 'c', '1', '3']);
+        targets.push([dev, 'ERR_FILE_NOT_REGULAR', (st) => st.isCharacterDevice()]);
+      }
+      for (const [p, code, kind] of targets) {
+        await expect((async () => write(p))()).rejects.toMatchObject({ code });
+        expect(kind(fs.lstatSync(p))).toBe(true);
+        // A link to it is followed to it, and refused the same way.
+        const link = `${p}-link`;
+        fs.symlinkSync(p, link);
+        await expect((async () => write(link))()).rejects.toMatchObject({ code });
+        expect(fs.lstatSync(link).isSymbolicLink()).toBe(true);
+      }
+      expect(fs.readdirSync(dir).filter((f) => f.includes('.tmp-'))).toEqual([]);
+    });
+
+    test(`${name}: a replaced file keeps its mode (and owner, where permitted); a symlink is written through to its target`, async () => {
+      const p = path.join(dir, `${name}-private`);
+      fs.writeFileSync(p, 'old', { mode: 0o600 });
+      fs.chmodSync(p, 0o640);
+      if (isRoot) fs.chownSync(p, 12345, 23456);
+      await write(p);
+      expect(wrote(p)).toBe(true);
+      const st = fs.statSync(p);
+      expect(st.mode & 0o7777).toBe(0o640);
+      if (isRoot) expect([st.uid, st.gid]).toEqual([12345, 23456]);
+      const target = path.join(dir, `${name}-target`);
+      fs.writeFileSync(target, 'old', { mode: 0o600 });
+      fs.chmodSync(target, 0o600);
+      const link = path.join(dir, `${name}-link`);
+      fs.symlinkSync(path.basename(target), link);
+      await write(link);
+      expect(fs.lstatSync(link).isSymbolicLink()).toBe(true);
+      expect(fs.readlinkSync(link)).toBe(path.basename(target));
+      expect(wrote(target)).toBe(true);
+      expect(fs.statSync(target).mode & 0o7777).toBe(0o600);
+      // A dangling link: its target is created, as fs.writeFile does.
+      const dangling = path.join(dir, `${name}-dangling`);
+      fs.symlinkSync(`${name}-new`, dangling);
+      await write(dangling);
+      expect(fs.lstatSync(dangling).isSymbolicLink()).toBe(true);
+      expect(wrote(path.join(dir, `${name}-new`))).toBe(true);
+      expect(fs.readdirSync(dir).filter((f) => f.includes('.tmp-'))).toEqual([]);
+    });
+  }
 });
 
 describeGpu('readFile/writeFile with device memory', () => {
