@@ -29,6 +29,7 @@
 #include "binding/promise_worker.h"
 #include "core/transfer/file_pipeline.h"
 #include "device/discovery.h"
+#include "memory/managed.h"
 #include "transfer/copy.h"
 #include "transfer/staging.h"
 
@@ -441,6 +442,19 @@ FileFailure FromStatus(const core::FileStatus& s, const std::string& path, int f
   return FromErrno(s.err, s.call.c_str(), path, " at byte " + std::to_string(s.offset));
 }
 
+// Managed memory is read and written by host threads here (it is not device memory to the ring).
+// Where the device cannot access managed memory while the host does, a host access while a kernel
+// runs faults the process: first wait for the device's work, as copies and ManagedBuffer.bytes
+// do. (The JavaScript side counts the operation as in flight on the buffer meanwhile.)
+FileFailure SettleManaged(const Endpoint& e, const std::string& path) {
+  if (e.where != Endpoint::kManaged || ConcurrentManagedAccess(e.device)) return {};
+  cudaError_t r = UseDevice(e.device);
+  if (r == cudaSuccess) r = cudaDeviceSynchronize();
+  if (r == cudaSuccess) return {};
+  (void)cudaGetLastError();
+  return FileFailure{"", "", path, "", 0, Error{r, "cudaDeviceSynchronize", ""}};
+}
+
 FileFailure RunRead(const ReadRequest& r, ReadResult* out) {
   Fd own;
   struct stat st {};
@@ -467,6 +481,7 @@ FileFailure RunRead(const ReadRequest& r, ReadResult* out) {
   if (r.total) r.total->store(n);
   out->bytes = n;
   if (n == 0) return {};
+  if (FileFailure f = SettleManaged(r.dst, r.path)) return f;
   out->direct = ChooseDirect(fd, r.path, st, r.file_offset, n, r.direct, &out->why);
   Fd direct;
   if (out->direct) {
@@ -544,6 +559,7 @@ FileFailure RunWriteAt(const WriteRequest& w) {
   if (fstat(fd.fd, &st) != 0) return FromErrno(errno, "fstat", w.path);
   if (!S_ISREG(st.st_mode))
     return Fail("ERR_FILE_NOT_REGULAR", w.path, Quote(w.path) + " is not a regular file");
+  if (FileFailure f = SettleManaged(w.src, w.path)) return f;
   if (w.n) {
     core::FileStatus s = WriteInto(w, fd.fd, static_cast<uint64_t>(w.file_offset));
     if (!s.ok()) return FromStatus(s, w.path, fd.fd, w.file_offset + w.n);
@@ -661,6 +677,7 @@ FileFailure CommitReplace(const std::string& path, const Replacement& r, Fd* fd,
 // looks complete.
 FileFailure RunWrite(const WriteRequest& w) {
   if (w.file_offset >= 0) return RunWriteAt(w);
+  if (FileFailure f = SettleManaged(w.src, w.path)) return f;
   Replacement r;
   Fd fd;
   if (FileFailure f = BeginReplace(w.path, w.mode, &r, &fd)) return f;
@@ -935,21 +952,30 @@ Napi::Value FileStorageRead(const Napi::CallbackInfo& info) {
   return o;
 }
 
-// The fraction of the file's pages in the page cache (mincore over a mapping), -1 if unknown.
+// The fraction of the file's pages in the page cache (mincore over a mapping of each span that
+// core::ResidencySpans picks: exact up to kResidencyWhole pages, else an estimate from windows
+// spread over the file), -1 if unknown. Time and memory are bounded whatever the file's size.
+constexpr uint64_t kResidencyWhole = 1u << 21, kResidencyWindow = 1u << 14;
+
 double Resident(int fd, uint64_t size) {
   if (size == 0) return 0;
-  void* m = mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
-  if (m == MAP_FAILED) return -1;
-  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-  std::vector<unsigned char> vec((size + page - 1) / page);
-  double frac = -1;
-  if (mincore(m, size, vec.data()) == 0) {
-    size_t in = 0;
-    for (unsigned char v : vec) in += v & 1;
-    frac = static_cast<double>(in) / vec.size();
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  const uint64_t pages = (size + page - 1) / page;
+  std::vector<unsigned char> vec(kResidencyWindow);
+  uint64_t in = 0, looked = 0;
+  for (const core::PageSpan& s : core::ResidencySpans(pages, kResidencyWhole, kResidencyWindow)) {
+    const uint64_t offset = s.first * page;
+    const size_t bytes = static_cast<size_t>(std::min(s.count * page, size - offset));
+    void* m = mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, static_cast<off_t>(offset));
+    if (m == MAP_FAILED) return -1;
+    const bool ok = mincore(m, bytes, vec.data()) == 0;
+    munmap(m, bytes);
+    if (!ok) return -1;
+    const size_t n = (bytes + page - 1) / page;
+    for (size_t i = 0; i < n; ++i) in += vec[i] & 1;
+    looked += n;
   }
-  munmap(m, size);
-  return frac;
+  return looked ? static_cast<double>(in) / looked : 0;
 }
 
 // fileCache(path, drop) -> { resident, dropped }: how much of the file is in the page cache, after

@@ -208,6 +208,102 @@ describe('readFile into host memory', () => {
   });
 });
 
+describe('{ take: true } for readFileAsync and writeFileAsync', () => {
+  const dir = tmpDir();
+  afterAll(() => fs.rmSync(dir, { recursive: true, force: true }));
+  const data = randomBytes(3 * MiB + 11, 31);
+  const file = fileWith(dir, 'take.bin', data);
+
+  test('a read takes the destination at the call and hands it back as taken, with the data', async () => {
+    const dst = new Uint8Array(data.length);
+    const reading = cm.readFileAsync(file, dst, { take: true });
+    // Taken: nothing the caller holds reaches the memory while the read runs.
+    expect(dst.byteLength).toBe(0);
+    expect(dst.buffer.byteLength).toBe(0);
+    const r = await reading;
+    expect(r).toMatchObject({ bytes: data.length, direct: expect.any(Boolean) });
+    expect(r.taken).toBeInstanceOf(Uint8Array);
+    expect(same(r.taken, data)).toBe(true);
+    // The kind is kept: a Buffer comes back as a Buffer, an ArrayBuffer as an ArrayBuffer.
+    const ab = new ArrayBuffer(100);
+    const back = await cm.readFileAsync(file, ab, { take: true, byteLength: 100 });
+    expect(ab.byteLength).toBe(0);
+    expect(back.taken).toBeInstanceOf(ArrayBuffer);
+    expect(same(new Uint8Array(back.taken), data.subarray(0, 100))).toBe(true);
+    const buf = Buffer.from(new ArrayBuffer(50));
+    expect(Buffer.isBuffer((await cm.readFileAsync(file, buf, { take: true, byteLength: 50 })).taken)).toBe(true);
+  });
+
+  test('a write takes the source and hands it back with the bytes written', async () => {
+    const src = new Uint8Array(data);
+    const out = path.join(dir, 'out.bin');
+    const writing = cm.writeFileAsync(out, src, { take: true });
+    expect(src.byteLength).toBe(0);
+    const w = await writing;
+    expect(w.bytes).toBe(data.length);
+    expect(same(w.taken, data)).toBe(true);
+    expect(same(fs.readFileSync(out), data)).toBe(true);
+  });
+
+  test('a failure carries taken; a view of part of a buffer, or take not a boolean, is refused before anything is taken', async () => {
+    const dst = new Uint8Array(16);
+    const e = await cm.readFileAsync(path.join(dir, 'missing'), dst, { take: true }).catch((x) => x);
+    expect(e).toMatchObject({ code: 'ERR_FILE_NOT_FOUND' });
+    expect(e.taken).toBeInstanceOf(Uint8Array);
+    expect(e.taken.byteLength).toBe(16);
+    const whole = new Uint8Array(64);
+    const part = whole.subarray(8, 16);
+    await expect(cm.readFileAsync(file, part, { take: true })).rejects.toMatchObject({ code: 'ERR_INVALID_ARG_VALUE' });
+    expect(whole.byteLength).toBe(64);
+    await expect(cm.writeFileAsync(path.join(dir, 'x'), whole, { take: 1 })).rejects.toMatchObject({ code: 'ERR_INVALID_ARG_TYPE' });
+    expect(whole.byteLength).toBe(64);
+  });
+});
+
+describe('fileCache on large files', () => {
+  test('a sparse file of 8 TiB is measured in bounded time and memory (in a child process with a time limit)', () => {
+    const dir = tmpDir();
+    try {
+      const p = path.join(dir, 'sparse.bin');
+      const fd = fs.openSync(p, 'w');
+      try {
+        fs.ftruncateSync(fd, 8 * 2 ** 40);
+      } catch (e) {
+        // A file system without files this large (ext4 with small blocks, tmpfs limits).
+        expect(e.code).toMatch(/EFBIG|EINVAL/);
+        return;
+      } finally {
+        fs.closeSync(fd);
+      }
+      // A cached part at the start: estimates see it in proportion, not as the whole file.
+      fs.writeFileSync(p, Buffer.alloc(MiB, 1), { flag: 'r+' });
+      const script = `
+        const cm = require(${JSON.stringify(require('../helpers').root)});
+        const t0 = Date.now();
+        const c = cm.fileCache(${JSON.stringify(p)});
+        process.stdout.write(JSON.stringify({ c, ms: Date.now() - t0, rss: process.memoryUsage().rss }));`;
+      const r = JSON.parse(execFileSync(process.execPath, ['-e', script], { encoding: 'utf8', timeout: 30000 }));
+      expect(r.c.resident).toBeGreaterThanOrEqual(0);
+      expect(r.c.resident).toBeLessThan(0.01);
+      expect(r.rss).toBeLessThan(256 * MiB);
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  test('a file of a few MiB is measured whole: exactly what is cached', () => {
+    const dir = tmpDir();
+    try {
+      const p = fileWith(dir, 'small.bin', randomBytes(8 * MiB, 3));
+      expect(cm.fileCache(p).resident).toBe(1);
+      const c = cm.fileCache(p, true);
+      if (c.dropped) expect(c.resident).toBeLessThan(1);
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
 describe('writeFile from host memory', () => {
   const dir = tmpDir();
   afterAll(() => fs.rmSync(dir, { recursive: true, force: true }));
@@ -349,6 +445,47 @@ describe('replacing a file: what is refused, and what the new file keeps', () =>
       expect(fs.readdirSync(dir).filter((f) => f.includes('.tmp-'))).toEqual([]);
     });
   }
+});
+
+describeGpu('readFile/writeFile with managed memory', () => {
+  const dir = tmpDir();
+  afterAll(() => fs.rmSync(dir, { recursive: true, force: true }));
+
+  test('into and from a ManagedBuffer; where the host must wait for the device, bytes refuses while a file transfer runs', async () => {
+    const data = randomBytes(12 * MiB + 5, 41);
+    const file = fileWith(dir, 'managed.bin', data);
+    const saved = process.env.CUDA_MEMORY_MANAGED_CONCURRENT;
+    process.env.CUDA_MEMORY_MANAGED_CONCURRENT = '0';
+    let m;
+    try {
+      m = cm.ManagedBuffer.alloc(data.length);
+    } finally {
+      if (saved === undefined) delete process.env.CUDA_MEMORY_MANAGED_CONCURRENT;
+      else process.env.CUDA_MEMORY_MANAGED_CONCURRENT = saved;
+    }
+    try {
+      expect(m.concurrentAccess).toBe(false);
+      expect(cm.readFile(file, m).bytes).toBe(data.length);
+      expect(same(m.bytes, data)).toBe(true);
+      m.bytes.fill(0);
+      const reading = cm.readFileAsync(file, m);
+      expect(() => m.bytes).toThrow(expect.objectContaining({ code: 'ERR_MANAGED_BUSY' }));
+      await reading;
+      expect(same(m.bytes, data)).toBe(true);
+      const out = path.join(dir, 'managed-out.bin');
+      const writing = cm.writeFileAsync(out, m);
+      expect(() => m.bytes).toThrow(/readFileAsync or writeFileAsync/);
+      expect(await writing).toBe(data.length);
+      expect(same(fs.readFileSync(out), data)).toBe(true);
+      expect(cm.writeFile(out, m, { byteLength: 100 })).toBe(100);
+      expect(same(fs.readFileSync(out), data.subarray(0, 100))).toBe(true);
+      // A failed transfer releases the buffer too.
+      await expect(cm.readFileAsync(path.join(dir, 'missing'), m)).rejects.toMatchObject({ code: 'ERR_FILE_NOT_FOUND' });
+      expect(m.bytes.length).toBe(data.length);
+    } finally {
+      m.free();
+    }
+  });
 });
 
 describeGpu('readFile/writeFile with device memory', () => {
