@@ -10,6 +10,7 @@ import { CudaMemoryError, describe, invalidArgument } from '../base/errors';
 import { checkBoolean, checkOptions } from '../base/validate';
 import { Memory, resolveMemory } from '../memory/buffers';
 import { native } from '../binding/native';
+import { fileError } from '../base/files';
 import { writeFile, writeFileAsync } from './files';
 import {
   DTYPE_BYTES,
@@ -130,21 +131,6 @@ export function parseSafetensorsHeader(bytes: Uint8Array, fileSize: number, maxH
     if (b.begin < a.end) throw invalid(`tensors ${JSON.stringify(a.name)} and ${JSON.stringify(b.name)} overlap in the data section`);
   }
   return { headerBytes: n, dataOffset, tensors, metadata };
-}
-
-const FILE_CODES: Record<string, string> = {
-  ENOENT: 'ERR_FILE_NOT_FOUND',
-  ENOTDIR: 'ERR_FILE_NOT_FOUND',
-  EACCES: 'ERR_FILE_PERMISSION',
-  EPERM: 'ERR_FILE_PERMISSION',
-  EISDIR: 'ERR_FILE_IS_DIRECTORY',
-};
-
-// A Node fs error as the library's coded file error.
-function fileError(e: NodeJS.ErrnoException, path: string): Error {
-  if (!e || typeof e.code !== 'string' || e instanceof CudaMemoryError) return e;
-  const err = new CudaMemoryError(e.message, FILE_CODES[e.code] ?? 'ERR_FILE_IO');
-  return Object.assign(err, { path, syscall: e.syscall, errno: e.code });
 }
 
 // Opens a safetensors file to read: a regular file only. O_NONBLOCK: a FIFO is refused at once

@@ -5,7 +5,7 @@ const fs = require('fs');
 const os = require('os');
 const path = require('path');
 const { execFileSync } = require('child_process');
-const { cm, describeGpu, randomBytes, same } = require('../helpers');
+const { cm, describeGpu, randomBytes, same, inPrivateMounts, privateMountsWork } = require('../helpers');
 
 const KiB = 1024;
 const MiB = 1024 * KiB;
@@ -64,16 +64,7 @@ describe('readFile into host memory', () => {
 
   // /proc unmounted in a private mount namespace (root only): the O_DIRECT reopen goes through the
   // path, checked to be the same file.
-  const noProc = (() => {
-    try {
-      execFileSync('unshare', ['-m', '--propagation', 'private', 'sh', '-c', 'umount -l /proc && test ! -e /proc/self'], {
-        stdio: 'ignore',
-      });
-      return true;
-    } catch {
-      return false;
-    }
-  })();
+  const noProc = privateMountsWork('umount -l /proc && test ! -e /proc/self');
   (noProc ? test : test.skip)(
     `direct: true with /proc not mounted reads the file${noProc ? '' : ' (skipped: needs unshare -m and umount, as root)'}`,
     () => {
@@ -85,21 +76,10 @@ describe('readFile into host memory', () => {
       const same = Buffer.from(dst).equals(require('fs').readFileSync(${JSON.stringify(file)}));
       process.stdout.write(JSON.stringify({ out, same }));`;
       const r = JSON.parse(
-        execFileSync(
-          'unshare',
-          [
-            '-m',
-            '--propagation',
-            'private',
-            'sh',
-            '-c',
-            `umount -l /proc && exec "${process.execPath}" -e '${script.replace(/'/g, "'\\''")}'`,
-          ],
-          {
-            encoding: 'utf8',
-            timeout: 60000,
-          },
-        ),
+        inPrivateMounts(`umount -l /proc && exec "${process.execPath}" -e '${script.replace(/'/g, "'\\''")}'`, {
+          encoding: 'utf8',
+          timeout: 60000,
+        }),
       );
       // tmpfs and some overlay file systems refuse O_DIRECT: then that, not a missing file.
       if (r.out.code) expect(r.out).toMatchObject({ code: 'ERR_FILE_IO', message: expect.stringContaining('EINVAL') });
