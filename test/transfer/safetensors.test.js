@@ -312,10 +312,14 @@ describe('safetensors load while another process replaces the file', () => {
     cm.saveSafetensors(p, { x: { dtype: 'U8', shape: [1], buffer: new Uint8Array(1) } }, { metadata: { which: 'none' } });
     const child = spawn(process.execPath, ['-e', saver], { stdio: 'ignore' });
     const mixed = [];
+    const seen = new Set();
     let loads = 0;
     try {
-      const until = Date.now() + 3000;
-      while (Date.now() < until) {
+      // 3 s of loads once both files have been seen (the saver is running), 15 s at most.
+      const start = Date.now();
+      let until = Infinity;
+      while (Date.now() < Math.min(until, start + 15000)) {
+        if (until === Infinity && seen.has('A') && seen.has('B')) until = Date.now() + 3000;
         let l;
         try {
           l = cm.loadSafetensors(p, { alloc: (n) => new Uint8Array(n) });
@@ -326,12 +330,14 @@ describe('safetensors load while another process replaces the file', () => {
         loads++;
         const t = l.tensors.get('x');
         const bytes = t.buffer.subarray(t.byteOffset, t.byteOffset + t.byteLength);
+        seen.add(l.metadata.which);
         const want = { A: [0x41, 3000], B: [0x42, 5000], none: [0, 1] }[l.metadata.which];
         if (!want || bytes.length !== want[1] || !bytes.every((v) => v === want[0])) mixed.push(l.metadata.which);
       }
     } finally {
       child.kill('SIGKILL');
     }
+    expect(seen.has('A') && seen.has('B')).toBe(true);
     expect(loads).toBeGreaterThan(0);
     expect(mixed).toEqual([]);
   });
