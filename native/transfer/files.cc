@@ -550,10 +550,15 @@ core::FileStatus WriteInto(const WriteRequest& w, int fd, uint64_t offset) {
 
 // Writes into an existing regular file at an offset, in place (the file grows if the range ends
 // past it): how a multi-part file (a checkpoint) is assembled under its temporary name. A
-// symbolic link is written through, as by a replacing write.
+// symbolic link is refused, not followed: a temporary file swapped for a link between its
+// creation and these writes would send them elsewhere.
 FileFailure RunWriteAt(const WriteRequest& w) {
   Fd fd;
-  fd.fd = open(w.path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+  fd.fd = open(w.path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC | O_NOFOLLOW);
+  if (fd.fd < 0 && errno == ELOOP)
+    return Fail("ERR_FILE_NOT_REGULAR", w.path,
+                Quote(w.path) + " is a symbolic link; writes at a fileOffset do not follow " +
+                    "links (pass the path of the file it names)");
   if (fd.fd < 0) return FromErrno(errno, "open", w.path);
   struct stat st {};
   if (fstat(fd.fd, &st) != 0) return FromErrno(errno, "fstat", w.path);

@@ -425,6 +425,19 @@ describe('replacing a file: what is refused, and what the new file keeps', () =>
       expect(fs.readdirSync(dir).filter((f) => f.includes('.tmp-'))).toEqual([]);
     });
   }
+
+  test('writes at a fileOffset refuse a symbolic link instead of following it', () => {
+    const target = path.join(dir, 'in-place-target');
+    fs.writeFileSync(target, 'abcdef');
+    const link = path.join(dir, 'in-place-link');
+    fs.symlinkSync(target, link);
+    expect(() => cm.writeFile(link, new Uint8Array([1, 2]), { fileOffset: 1 })).toThrow(
+      expect.objectContaining({ code: 'ERR_FILE_NOT_REGULAR', message: expect.stringContaining('symbolic link') }),
+    );
+    expect(fs.readFileSync(target, 'utf8')).toBe('abcdef');
+    expect(cm.writeFile(target, new Uint8Array([0x41, 0x42]), { fileOffset: 1 })).toBe(2);
+    expect(fs.readFileSync(target, 'utf8')).toBe('aABdef');
+  });
 });
 
 describeGpu('readFile/writeFile with managed memory', () => {
