@@ -72,4 +72,35 @@ function same(a, b) {
   return Buffer.compare(Buffer.from(a.buffer, a.byteOffset, a.byteLength), Buffer.from(b.buffer, b.byteOffset, b.byteLength)) === 0;
 }
 
-module.exports = { cm, root, st, gpu, gpuCount, requireGpu, describeGpu, describeTwoGpus, simAllocator, randomBytes, rng, same };
+// Runs a shell script in a private mount namespace (unshare -m, root only), where a test may
+// unmount /proc or mount a small or read-only tmpfs without touching the machine's mounts.
+function inPrivateMounts(script, options = {}) {
+  return require('child_process').execFileSync('unshare', ['-m', '--propagation', 'private', 'sh', '-c', script], options);
+}
+
+// Whether `probe` succeeds there: the tests that need it skip, saying so, where it does not.
+function privateMountsWork(probe) {
+  try {
+    inPrivateMounts(probe, { stdio: 'ignore' });
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+module.exports = {
+  cm,
+  root,
+  st,
+  gpu,
+  gpuCount,
+  requireGpu,
+  describeGpu,
+  describeTwoGpus,
+  simAllocator,
+  randomBytes,
+  rng,
+  same,
+  inPrivateMounts,
+  privateMountsWork,
+};

@@ -125,7 +125,10 @@ export interface NativeBinding {
   stagingPlacement(device: number): StagingPlacement;
   peerAccess(): PeerLink[];
   enablePeerAccess(from: number, to: number): boolean;
-  /** direct: 0 'auto', 1 on, 2 off; byteLength -1: to the end of the file; progress: [done, total]. */
+  /**
+   * direct: 0 'auto', 1 on, 2 off; byteLength -1: to the end of the file; progress: [done, total];
+   * fd: read this open file (left open), which path only names.
+   */
   fileRead(
     path: string,
     dst: unknown,
@@ -134,6 +137,7 @@ export interface NativeBinding {
     byteLength: number,
     direct: number,
     progress?: BigUint64Array,
+    fd?: number,
   ): FileReadInfo;
   fileReadAsync(
     path: string,
@@ -143,6 +147,7 @@ export interface NativeBinding {
     byteLength: number,
     direct: number,
     progress?: BigUint64Array,
+    fd?: number,
   ): Promise<FileReadInfo>;
   fileWrite(
     path: string,
@@ -166,6 +171,10 @@ export interface NativeBinding {
   ): Promise<number>;
   fileStorageRead(path: string, fileOffset: number, byteLength: number, direct: number): FileReadInfo & { seconds: number };
   fileCache(path: string, drop: boolean): { resident: number; dropped: boolean };
+  /** Starts replacing path (its links followed): [the temporary file to fill, the target]. */
+  fileReplaceBegin(path: string): [string, string];
+  /** Renames tmp over target (fsync'd first with sync); removes tmp on failure. */
+  fileReplaceCommit(path: string, tmp: string, target: string, sync: boolean): void;
   fileDirectChoices(): { device: number; direct: boolean; directRate: number; bufferedRate: number; reason: string }[];
   managedAlloc(bytes: number, device: number, attachHost: boolean): [number, ArrayBuffer];
   managedPrefetch(handle: number, offset: number, n: number, location: number, stream?: unknown): Promise<void>;
@@ -255,6 +264,8 @@ export const NATIVE_EXPORTS = [
   'fileWriteAsync',
   'fileStorageRead',
   'fileCache',
+  'fileReplaceBegin',
+  'fileReplaceCommit',
   'fileDirectChoices',
   'managedAlloc',
   'managedPrefetch',
