@@ -13,6 +13,17 @@ import { checkHoldable } from '../memory/detach';
 
 export type { FileReadInfo } from '../binding/native';
 
+/**
+ * A `file:` URL (`new URL('file:///data/model.bin')`, `pathToFileURL(p)`), named by the fields
+ * read from it so that the typings need neither `@types/node` nor the DOM library for `URL`. A
+ * path given this way must be a `URL` instance at run time.
+ */
+export interface FileUrl {
+  readonly href: string;
+  readonly protocol: string;
+  readonly pathname: string;
+}
+
 /** Called while a transfer runs: bytes done so far of `byteLength`. */
 export type FileProgressCallback = (bytesDone: number, byteLength: number) => void;
 
@@ -197,7 +208,7 @@ function runAsync<T>(
  * never written outside `[dstOffset, dstOffset + byteLength)`; after a failure its bytes there are
  * undefined.
  */
-export function readFile(path: string | URL, dst: Memory, options?: ReadFileOptions): FileReadInfo {
+export function readFile(path: string | FileUrl, dst: Memory, options?: ReadFileOptions): FileReadInfo {
   const r = prepareRead(path, dst, options);
   return native.fileRead(r.p, r.d.target, r.dstOffset, r.fileOffset, r.n, r.direct);
 }
@@ -207,7 +218,7 @@ export function readFile(path: string | URL, dst: Memory, options?: ReadFileOpti
  * referenced (a free() waits) until the promise settles; a Node buffer must not be detached
  * meanwhile, as with copyAsync() (see the API guide's lifetime section).
  */
-export function readFileAsync(path: string | URL, dst: Memory, options?: ReadFileAsyncOptions): Promise<FileReadInfo> {
+export function readFileAsync(path: string | FileUrl, dst: Memory, options?: ReadFileAsyncOptions): Promise<FileReadInfo> {
   let r: ReturnType<typeof prepareRead>;
   try {
     r = prepareRead(path, dst, options);
@@ -228,13 +239,13 @@ export function readFileAsync(path: string | URL, dst: Memory, options?: ReadFil
  *
  * Errors as {@link readFile}'s, and `ERR_FILE_NO_SPACE` (ENOSPC, EDQUOT, EFBIG).
  */
-export function writeFile(path: string | URL, src: Memory, options?: WriteFileOptions): number {
+export function writeFile(path: string | FileUrl, src: Memory, options?: WriteFileOptions): number {
   const w = prepareWrite(path, src, options);
   return native.fileWrite(w.p, w.s.target, w.srcOffset, w.n, w.fsync, w.mode, undefined, w.fileOffset);
 }
 
 /** Like {@link writeFile}, off the JavaScript thread, with progress (bytes in the file). */
-export function writeFileAsync(path: string | URL, src: Memory, options?: WriteFileAsyncOptions): Promise<number> {
+export function writeFileAsync(path: string | FileUrl, src: Memory, options?: WriteFileAsyncOptions): Promise<number> {
   let w: ReturnType<typeof prepareWrite>;
   try {
     w = prepareWrite(path, src, options);
@@ -255,7 +266,7 @@ export interface StorageReadInfo extends FileReadInfo {
  * Reads a file range through the library's read path with no GPU behind it (the bytes stop in the
  * ring): the storage's own read rate, the baseline of the file benchmark. Needs no CUDA.
  */
-export function readFileStorage(path: string | URL, options?: Omit<ReadFileOptions, 'dstOffset'>): StorageReadInfo {
+export function readFileStorage(path: string | FileUrl, options?: Omit<ReadFileOptions, 'dstOffset'>): StorageReadInfo {
   const p = checkPath(path);
   const o = checkOptions<ReadFileOptions>('options', options);
   const fileOffset = o.fileOffset === undefined ? 0 : checkSize('options.fileOffset', o.fileOffset);
@@ -270,7 +281,7 @@ export function readFileStorage(path: string | URL, options?: Omit<ReadFileOptio
  * it first when `drop` is true (posix_fadvise DONTNEED, once its dirty pages are written back:
  * any user who can open the file may). `dropped`: the kernel took the request. Needs no CUDA.
  */
-export function fileCache(path: string | URL, drop = false): { resident: number; dropped: boolean } {
+export function fileCache(path: string | FileUrl, drop = false): { resident: number; dropped: boolean } {
   if (typeof drop !== 'boolean') throw invalidArgument('drop', 'a boolean', drop, TypeError);
   return native.fileCache(checkPath(path), drop);
 }
