@@ -49,3 +49,21 @@ describeGpu("the README's GPU example", () => {
     expect({ status: r.status, stderr: r.stderr, stdout: r.stdout.trim() }).toEqual({ status: 0, stderr: '', stdout: '7' });
   });
 });
+
+test('every script the library names (messages, API reference) ships in the package', () => {
+  // Named in the API reference as the other side of a comparison that runs from a clone.
+  const cloneOnly = new Set(['scripts/compare-torch-alloc.py']);
+  const files = new Set(require(path.join(root, 'package.json')).files);
+  const named = new Set();
+  const walk = (dir) => {
+    for (const e of fs.readdirSync(dir, { withFileTypes: true })) {
+      const p = path.join(dir, e.name);
+      if (e.isDirectory()) walk(p);
+      else if (e.name.endsWith('.ts'))
+        for (const m of fs.readFileSync(p, 'utf8').matchAll(/scripts\/[\w.-]+\.(?:py|js|sh)/g)) named.add(m[0]);
+    }
+  };
+  walk(path.join(__dirname, '..', '..', 'lib'));
+  expect(named.size).toBeGreaterThan(0);
+  expect([...named].filter((s) => !files.has(s) && !cloneOnly.has(s)).sort()).toEqual([]);
+});
