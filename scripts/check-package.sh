@@ -33,6 +33,15 @@ if echo "$files" | grep -E '^package/(test|build|build-cmake|build-nocuda|docs/s
   exit 1
 fi
 
+# The API reference renders the guides as its own pages and links those, not the raw Markdown.
+for guide in $(echo "$files" | sed -n 's#^package/docs/\([a-z0-9-]*\)\.md$#\1#p' | grep -vx api-intro); do
+  echo "$files" | grep -qxF "package/docs/api/documents/$guide.html" || { echo "FAIL: the API reference does not render docs/$guide.md"; exit 1; }
+done
+if tar xzOf "$tgz" --wildcards 'package/docs/api/*.html' | grep -oE 'href="[^"]*media/[a-z0-9-]+\.md"' | grep -v 'media/README.md' | sort -u | grep .; then
+  echo "FAIL: the API reference links the raw Markdown of the guides above"
+  exit 1
+fi
+
 echo "== install the tarball with no toolkit and a failing compiler"
 mkdir -p "$work/app" "$work/bin"
 printf '#!/bin/sh\necho "check-package: a compiler was called: $0 $*" >&2\nexit 1\n' >"$work/bin/fail"

@@ -93,3 +93,15 @@ test('troubleshooting.md lists every error code the library can throw, and no ot
   const stale = [...listed].filter((code) => !thrown.has(code));
   expect({ missing: missing.sort(), stale: stale.sort() }).toEqual({ missing: [], stale: [] });
 });
+
+test('the API reference renders every guide as a page of its own (typedoc.json projectDocuments)', () => {
+  // Otherwise TypeDoc copies a linked guide as raw Markdown and the reference links that copy.
+  const repo = path.join(__dirname, '..', '..');
+  const { readme, projectDocuments } = JSON.parse(fs.readFileSync(path.join(repo, 'typedoc.json'), 'utf8'));
+  const guides = fs
+    .readdirSync(path.join(repo, 'docs'))
+    .filter((f) => f.endsWith('.md'))
+    .map((f) => `docs/${f}`)
+    .filter((f) => f !== readme);
+  expect([...(projectDocuments ?? [])].sort()).toEqual(guides.sort());
+});
