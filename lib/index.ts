@@ -65,6 +65,7 @@ export type {
   WriteFileAsyncOptions,
   FileProgressCallback,
   TakeOption,
+  FileUrl,
 } from './transfer/files';
 export { loadTensors, loadTensorsAsync, DTYPE_BYTES } from './transfer/tensor-file';
 export type { Dtype, TensorEntry, TensorView, LoadTensorsOptions, LoadTensorsAsyncOptions, LoadedTensors } from './transfer/tensor-file';

@@ -1,6 +1,8 @@
 'use strict';
 // Shared test helpers. GPU tests go through describeGpu: without a usable device they are
 // skipped with the reason printed; with REQUIRE_GPU=1 the missing device is a failure instead.
+const fs = require('fs');
+const os = require('os');
 const path = require('path');
 
 // The package under test: this checkout, or an installed copy (CUDA_MEMORY_PACKAGE=/app/node_modules/
@@ -67,6 +69,16 @@ function rng(seed = 12345) {
   };
 }
 
+// A new temporary folder, removed with everything in it when the test file ends (a test file that
+// leaves anything in the temporary folder fails the run: test/reporters/tmpdir.js).
+const tempDirs = [];
+if (typeof afterAll === 'function') afterAll(() => tempDirs.splice(0).forEach((d) => fs.rmSync(d, { recursive: true, force: true })));
+function tempDir(prefix) {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), prefix));
+  tempDirs.push(dir);
+  return dir;
+}
+
 // Byte-for-byte equality of two views.
 function same(a, b) {
   return Buffer.compare(Buffer.from(a.buffer, a.byteOffset, a.byteLength), Buffer.from(b.buffer, b.byteOffset, b.byteLength)) === 0;
@@ -103,4 +115,5 @@ module.exports = {
   same,
   inPrivateMounts,
   privateMountsWork,
+  tempDir,
 };

@@ -14,6 +14,17 @@ import { ManagedBuffer } from '../memory/managed';
 
 export type { FileReadInfo } from '../binding/native';
 
+/**
+ * A `file:` URL (`new URL('file:///data/model.bin')`, `pathToFileURL(p)`), named by the fields
+ * read from it so that the typings need neither `@types/node` nor the DOM library for `URL`. A
+ * path given this way must be a `URL` instance at run time.
+ */
+export interface FileUrl {
+  readonly href: string;
+  readonly protocol: string;
+  readonly pathname: string;
+}
+
 /** Called while a transfer runs: bytes done so far of `byteLength`. */
 export type FileProgressCallback = (bytesDone: number, byteLength: number) => void;
 
@@ -235,7 +246,7 @@ function runAsync<T>(
  * never written outside `[dstOffset, dstOffset + byteLength)`; after a failure its bytes there are
  * undefined.
  */
-export function readFile(path: string | URL, dst: Memory, options?: ReadFileOptions): FileReadInfo {
+export function readFile(path: string | FileUrl, dst: Memory, options?: ReadFileOptions): FileReadInfo {
   return readOpenFile({ path }, dst, options);
 }
 
@@ -245,7 +256,7 @@ export function readFile(path: string | URL, dst: Memory, options?: ReadFileOpti
  * data from the same one: a file renamed over the path meanwhile is not mixed in.
  */
 export interface FileSource {
-  path: string | URL;
+  path: string | FileUrl;
   fd?: number;
 }
 
@@ -262,12 +273,12 @@ export function readOpenFile(file: FileSource, dst: Memory, options?: ReadFileOp
  * hands it back as `taken` (see {@link TakeOption} and the API guide's lifetime section).
  */
 export function readFileAsync<D extends Memory>(
-  path: string | URL,
+  path: string | FileUrl,
   dst: D,
   options: ReadFileAsyncOptions & { take: true },
 ): Promise<FileReadInfo & { taken: D }>;
-export function readFileAsync(path: string | URL, dst: Memory, options?: ReadFileAsyncOptions): Promise<FileReadInfo>;
-export function readFileAsync(path: string | URL, dst: Memory, options?: ReadFileAsyncOptions): Promise<FileReadInfo> {
+export function readFileAsync(path: string | FileUrl, dst: Memory, options?: ReadFileAsyncOptions): Promise<FileReadInfo>;
+export function readFileAsync(path: string | FileUrl, dst: Memory, options?: ReadFileAsyncOptions): Promise<FileReadInfo> {
   return readOpenFileAsync({ path }, dst, options);
 }
 
@@ -293,7 +304,7 @@ export function readOpenFileAsync(file: FileSource, dst: Memory, options?: ReadF
  *
  * Errors as {@link readFile}'s, and `ERR_FILE_NO_SPACE` (ENOSPC, EDQUOT, EFBIG).
  */
-export function writeFile(path: string | URL, src: Memory, options?: WriteFileOptions): number {
+export function writeFile(path: string | FileUrl, src: Memory, options?: WriteFileOptions): number {
   const w = prepareWrite(path, src, options);
   return native.fileWrite(w.p, w.s.target, w.srcOffset, w.n, w.fsync, w.mode, undefined, w.fileOffset);
 }
@@ -303,13 +314,13 @@ export function writeFile(path: string | URL, src: Memory, options?: WriteFileOp
  * the bytes written; with `{ take: true }` (see {@link TakeOption}) to `{ bytes, taken }`.
  */
 export function writeFileAsync<S extends Memory>(
-  path: string | URL,
+  path: string | FileUrl,
   src: S,
   options: WriteFileAsyncOptions & { take: true },
 ): Promise<{ bytes: number; taken: S }>;
-export function writeFileAsync(path: string | URL, src: Memory, options?: WriteFileAsyncOptions): Promise<number>;
+export function writeFileAsync(path: string | FileUrl, src: Memory, options?: WriteFileAsyncOptions): Promise<number>;
 export function writeFileAsync(
-  path: string | URL,
+  path: string | FileUrl,
   src: Memory,
   options?: WriteFileAsyncOptions,
 ): Promise<number | { bytes: number; taken: Memory }> {
@@ -333,7 +344,7 @@ export interface StorageReadInfo extends FileReadInfo {
  * Reads a file range through the library's read path with no GPU behind it (the bytes stop in the
  * ring): the storage's own read rate, the baseline of the file benchmark. Needs no CUDA.
  */
-export function readFileStorage(path: string | URL, options?: Omit<ReadFileOptions, 'dstOffset'>): StorageReadInfo {
+export function readFileStorage(path: string | FileUrl, options?: Omit<ReadFileOptions, 'dstOffset'>): StorageReadInfo {
   const p = checkPath(path);
   const o = checkOptions<ReadFileOptions>('options', options);
   const fileOffset = o.fileOffset === undefined ? 0 : checkSize('options.fileOffset', o.fileOffset);
@@ -348,7 +359,7 @@ export function readFileStorage(path: string | URL, options?: Omit<ReadFileOptio
  * it first when `drop` is true (posix_fadvise DONTNEED, once its dirty pages are written back:
  * any user who can open the file may). `dropped`: the kernel took the request. Needs no CUDA.
  */
-export function fileCache(path: string | URL, drop = false): { resident: number; dropped: boolean } {
+export function fileCache(path: string | FileUrl, drop = false): { resident: number; dropped: boolean } {
   if (typeof drop !== 'boolean') throw invalidArgument('drop', 'a boolean', drop, TypeError);
   return native.fileCache(checkPath(path), drop);
 }

@@ -1,15 +1,14 @@
 'use strict';
 // Recording, snapshots, replay and the memory page, on simulated devices (no GPU needed).
 const fs = require('fs');
-const os = require('os');
 const path = require('path');
 const { spawnSync } = require('child_process');
-const { cm, rng } = require('../helpers');
+const { cm, rng, tempDir } = require('../helpers');
 
 const MiB = 2 ** 20;
 const GiB = 2 ** 30;
 const cli = path.join(__dirname, '..', '..', 'dist', 'cli.js');
-const tmp = () => fs.mkdtempSync(path.join(os.tmpdir(), 'cm-trace-'));
+const tmp = () => tempDir('cm-trace-');
 
 function sim(opts = {}, totalBytes = 24 * GiB) {
   return cm.createAllocator({ simulate: { totalBytes }, ...opts });

@@ -2,16 +2,15 @@
 // readFile/writeFile: host destinations and every error need no GPU; device memory, pinned
 // memory and allocator blocks run under describeGpu.
 const fs = require('fs');
-const os = require('os');
 const path = require('path');
 const { execFileSync } = require('child_process');
-const { cm, describeGpu, randomBytes, same, inPrivateMounts, privateMountsWork } = require('../helpers');
+const { cm, describeGpu, randomBytes, same, inPrivateMounts, privateMountsWork, tempDir } = require('../helpers');
 
 const KiB = 1024;
 const MiB = 1024 * KiB;
 
 function tmpDir() {
-  return fs.mkdtempSync(path.join(os.tmpdir(), 'cm-files-'));
+  return tempDir('cm-files-');
 }
 
 function fileWith(dir, name, bytes) {

@@ -3,10 +3,9 @@
 // staged-path rows and the tuning script's refusals; no GPU needed. The pipeline itself is tested
 // without a GPU in native/core/test/transfer/staging_pipeline_test.cc and with one below.
 const fs = require('fs');
-const os = require('os');
 const path = require('path');
 const { execFileSync, spawnSync } = require('child_process');
-const { cm, root, describeGpu, randomBytes, same } = require('../helpers');
+const { cm, root, describeGpu, randomBytes, same, tempDir } = require('../helpers');
 const { formatTable, formatCsv, renderHtml, stagedTable } = require(path.join(root, 'dist/report/bench'));
 const { sampleReport } = require('../fixtures/sample-report');
 
@@ -14,7 +13,7 @@ const KiB = 1024;
 const MiB = 1024 * KiB;
 
 function tmpFile(name) {
-  return path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'cm-staging-')), name);
+  return path.join(tempDir('cm-staging-'), name);
 }
 
 describe('configureStaging', () => {
