@@ -146,7 +146,9 @@ describe('bench-files where the folder or the size cannot work', () => {
   });
 
   // A full and a read-only file system, as tmpfs mounts in a private mount namespace (root only).
-  const mounts = privateMountsWork('d=$(mktemp -d) && mount -t tmpfs -o size=64k tmpfs "$d"; r=$?; umount "$d" 2>/dev/null; rmdir "$d"; exit $r');
+  const mounts = privateMountsWork(
+    'd=$(mktemp -d) && mount -t tmpfs -o size=64k tmpfs "$d"; r=$?; umount "$d" 2>/dev/null; rmdir "$d"; exit $r',
+  );
   (mounts ? test : test.skip)(
     `a full disk and a read-only folder: exit 2 naming --dir, and nothing left behind${mounts ? '' : ' (skipped: needs unshare -m and mount, as root)'}`,
     () => {
