@@ -33,4 +33,6 @@ export type { PinnedPoolOptions, PinnedPoolStats } from './pinned-pool';
 export { replayTrace, parsePolicy, formatReplay } from './replay';
 export type { ReplayPolicy, ReplayOptions, ReplayResult } from './replay';
 export { groupStats, listGroups, formatGroups } from './group';
+export { preloadLibraryPath, memberEnvironment } from './preload';
+export type { MemberEnvironmentOptions } from './preload';
 export type { SharedBudgetOptions, GroupStats, GroupMember, GroupStatsOptions, ListGroupsOptions, UnreadableGroup } from './group';
