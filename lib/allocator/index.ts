@@ -33,6 +33,6 @@ export type { PinnedPoolOptions, PinnedPoolStats } from './pinned-pool';
 export { replayTrace, parsePolicy, formatReplay, smallestBudget, DIRECT_POLICY } from './replay';
 export type { ReplayPolicy, ReplayOptions, ReplayResult, SmallestBudget } from './replay';
 export { groupStats, listGroups, formatGroups } from './group';
-export { preloadLibraryPath, memberEnvironment } from './preload';
-export type { MemberEnvironmentOptions } from './preload';
+export { preloadLibraryPath, memberEnvironment } from './member';
+export type { MemberEnvironmentOptions } from './member';
 export type { SharedBudgetOptions, GroupStats, GroupMember, GroupStatsOptions, ListGroupsOptions, UnreadableGroup } from './group';

@@ -10,7 +10,7 @@ import { Command, InvalidArgumentError, Option } from 'commander';
 import { devices } from '../device/discovery';
 import { groupStats } from '../allocator/group';
 import type { GroupStats } from '../allocator/group';
-import { memberEnvironment, preloadLibraryPath } from '../allocator/preload';
+import { memberEnvironment, preloadLibraryPath } from '../allocator/member';
 import { CudaMemoryError } from '../base/errors';
 import { checkShmName } from '../base/shm';
 import { formatBytes, parseSize } from '../base/units';

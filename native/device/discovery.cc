@@ -6,7 +6,6 @@
 #include <cstring>
 #include <mutex>
 #include <type_traits>
-#include <vector>
 
 #include "device/nvml.h"
 #include "device/platform.h"

@@ -3,7 +3,7 @@
 // usage errors, and the program as a group member (pid, command, bytes) in groupStats, top and the
 // Prometheus gauges. Without a GPU the group lives on a simulated device (--simulate), where no
 // interposer is preloaded and the program joins through this library; on a GPU the interposer
-// is preloaded (test/allocator/preload.test.js checks where it is found).
+// is preloaded (test/allocator/member.test.js checks where it is found).
 const fs = require('fs');
 const os = require('os');
 const path = require('path');

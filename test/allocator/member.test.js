@@ -7,7 +7,7 @@ const os = require('os');
 const path = require('path');
 const { spawnSync } = require('child_process');
 const { cm, root } = require('../helpers');
-const { findPreloadLibrary, preloadCandidates } = require(path.join(root, 'dist', 'allocator', 'preload'));
+const { findPreloadLibrary, preloadCandidates } = require(path.join(root, 'dist', 'allocator', 'member'));
 
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'cm-preload-'));
 afterAll(() => fs.rmSync(tmp, { recursive: true, force: true }));
