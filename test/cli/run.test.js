@@ -218,4 +218,68 @@ describeGpu('cuda-memory run on the GPU', () => {
       LD_PRELOAD: cm.preloadLibraryPath(),
     });
   });
+
+  test('a plain CUDA program under run is refused past the budget and listed with its command, charge and NVML’s used memory', async () => {
+    // cudaMalloc calls of 32 MiB (DeviceBuffer.alloc, no allocator): the interposer charges them.
+    const prog = `const cm = require(${JSON.stringify(root)}); const held = [];
+try { for (;;) held.push(cm.DeviceBuffer.alloc(32 * 2 ** 20)); } catch (e) { console.log(JSON.stringify({ held: held.length, code: e.code })); }
+console.log('holding'); process.stdin.resume().on('end', () => process.exit(0));`;
+    const child = spawn(process.execPath, [cli, 'run', '--group', 'gpu-run', '--limit', '256MiB', '--', process.execPath, '-e', prog], {
+      stdio: ['pipe', 'pipe', 'pipe'],
+      env: process.env,
+    });
+    let out = '';
+    let err = '';
+    child.stderr.on('data', (d) => (err += d));
+    try {
+      await new Promise((resolve, reject) => {
+        child.stdout.on('data', (d) => (out += d).includes('holding') && resolve());
+        child.once('exit', (c) => reject(new Error(`exited ${c}: ${out} ${err}`)));
+      });
+      const took = JSON.parse(out.split('\n')[0]);
+      expect(took.code).toBe('cudaErrorMemoryAllocation');
+      expect(took.held * 32 * MiB).toBeLessThanOrEqual(256 * MiB);
+      expect(took.held * 32 * MiB).toBeGreaterThan(128 * MiB);
+      expect(err).toMatch(/cuda-memory preload \(pid \d+\)/); // its one line about the refusal
+      const g = cm.groupStats('gpu-run');
+      expect(g.members).toHaveLength(1);
+      const m = g.members[0];
+      expect(m.command).toContain(`${process.execPath} -e const cm = require(`);
+      expect(m.bytesInUse).toBe(took.held * 32 * MiB);
+      expect(m.poolBytes).toBeLessThanOrEqual(256 * MiB);
+      // NVML's figure includes the context and the 32 MiB blocks; null where NVML lists another
+      // pid namespace's pids (then it lists no process of this one).
+      const { native } = require(path.join(root, 'dist', 'binding', 'native'));
+      const listed = (native.deviceProcesses(g.device) || []).some((p) => p.pid === m.pid);
+      if (listed) expect(m.nvmlUsedBytes).toBeGreaterThan(took.held * 32 * MiB);
+      else expect(m.nvmlUsedBytes).toBeNull();
+    } finally {
+      child.stdin.end();
+    }
+    expect(await new Promise((r) => child.on('exit', r))).toBe(0);
+    // Its share is back: the group is empty, or gone with its last member.
+    let left = [];
+    try {
+      left = cm.groupStats('gpu-run').members;
+    } catch (e) {
+      expect(e.code).toBe('ERR_GROUP_NOT_FOUND');
+    }
+    expect(left).toEqual([]);
+  }, 60000);
+
+  test('a group member of this library on the GPU: nvmlUsedBytes is NVML’s figure for its pid', () => {
+    const a = cm.createAllocator({ allowGrowth: true, shared: { name: 'gpu-nvml', memoryLimit: 256 * MiB } });
+    const b = a.alloc(64 * MiB);
+    const g = a.group();
+    const { native } = require(path.join(root, 'dist', 'binding', 'native'));
+    const mine = (native.deviceProcesses(g.device) || []).find((p) => p.pid === process.pid);
+    const m = g.members.find((x) => x.self);
+    expect(m.command).toContain('jest');
+    if (mine) {
+      expect(m.nvmlUsedBytes).toBeGreaterThanOrEqual(64 * MiB);
+      expect(Math.abs(m.nvmlUsedBytes - mine.usedBytes)).toBeLessThan(64 * MiB); // read a moment apart
+    } else expect(m.nvmlUsedBytes).toBeNull();
+    b.free();
+    a.close();
+  });
 });
