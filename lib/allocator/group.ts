@@ -214,7 +214,7 @@ export function formatGroups(list: { groups: GroupStats[]; unreadable: Unreadabl
     );
     for (const m of g.members)
       lines.push(
-        `  ${String(m.pid).padStart(8)}  ${formatBytes(m.poolBytes).padStart(12)}  ${formatBytes(m.bytesInUse).padStart(12)}  ${(m.nvmlUsedBytes === null ? '-' : formatBytes(m.nvmlUsedBytes)).padStart(12)}  ${formatBytes(m.peakPoolBytes).padStart(12)}  ${formatBytes(m.limitBytes).padStart(12)}  ${new Date(m.joinedAt).toISOString().padEnd(24)}  ${m.command === null ? '-' : shortCommand(m.command)}`,
+        `  ${String(m.pid).padStart(8)}  ${formatBytes(m.poolBytes).padStart(12)}  ${formatBytes(m.bytesInUse).padStart(12)}  ${(m.nvmlUsedBytes === null ? '-' : formatBytes(m.nvmlUsedBytes)).padStart(12)}  ${formatBytes(m.peakPoolBytes).padStart(12)}  ${(m.limitBytes ? formatBytes(m.limitBytes) : '-').padStart(12)}  ${new Date(m.joinedAt).toISOString().padEnd(24)}  ${m.command === null ? '-' : shortCommand(m.command)}`,
       );
   }
   for (const u of list.unreadable) lines.push(`unreadable ${u.path}: ${u.code}: ${u.message}`);

@@ -129,7 +129,7 @@ export interface GroupMember {
   /** Bytes its live buffers use (published at each alloc and free). */
   bytesInUse: number;
   peakPoolBytes: number;
-  /** Its own limit (memoryFraction, memoryLimit, or the group budget). */
+  /** Its own limit (memoryFraction, memoryLimit, or the group budget); 0 for a process the interposer charges, which has none. */
   limitBytes: number;
   /** When it joined (ms since the epoch). */
   joinedAt: number;

@@ -171,8 +171,8 @@ describe('cuda-memory run on a simulated device', () => {
         ),
       );
       expect(top.stdout).not.toContain('\x1b');
-      const shown = cm.formatGroups({ groups: [{ ...g, members: [{ ...m, command: `python3 ${odd}` }] }], unreadable: [] });
-      expect(shown).toMatch(/ python3 odd\\x1b\[2Jname$/m);
+      const shown = cm.formatGroups({ groups: [{ ...g, members: [{ ...m, command: `python3 ${odd}`, limitBytes: 0 }] }], unreadable: [] });
+      expect(shown).toMatch(/ 32 MiB\s+-\s+\d{4}-\S+\s+python3 odd\\x1b\[2Jname$/m); // no own limit (a preloaded process's)
 
       const text = cm.metricsText({ groups: true });
       const labels = `group="shown",device="simulated"`;
