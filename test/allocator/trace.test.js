@@ -197,6 +197,19 @@ describe('replay', () => {
     expect(d).toEqual({ policy: cm.DIRECT_POLICY, budgetBytes: 410, granularityBytes: 1, replays: expect.any(Number), failedAtBelow: 4 });
     expect(d.replays).toBeLessThanOrEqual(1 + Math.ceil(Math.log2(510 + 1)));
     expect(cm.smallestBudget(minimal([])).budgetBytes).toBe(0);
+    // The interposer's form: addresses as ids (reused once freed), its source, a refusal.
+    const preloaded = {
+      schema: 'cuda-memory/trace@1',
+      source: 'cuda-memory preload, pid 4711: ./train',
+      events: [
+        { action: 'alloc', id: '0x7f0000000000', bytes: 10 * MiB, time: 26.4 },
+        { action: 'alloc', id: '0x7f0000a00000', bytes: 20 * MiB, time: 4435 },
+        { action: 'free', id: '0x7f0000000000', time: 5000 },
+        { action: 'alloc', id: '0x7f0000000000', bytes: 4 * MiB, time: 5100 },
+        { action: 'oom', bytes: 40 * MiB, time: 5200 },
+      ],
+    };
+    expect(cm.smallestBudget(preloaded)).toMatchObject({ budgetBytes: 30 * MiB, failedAtBelow: 1 });
     expect(cm.smallestBudget(minimal([A(1, 7), F(1), A(2, 7)]))).toMatchObject({ budgetBytes: 7, failedAtBelow: 0 });
     // Under an allocator policy: preallocation needs both 10 MiB blocks in its one region.
     const pre = cm.smallestBudget(minimal([A(1, 10 * MiB), A(2, 10 * MiB), F(1), F(2)]), {
