@@ -262,15 +262,21 @@ function gpuProcesses(native, uuid) {
   return native.deviceProcesses(uuid) || [];
 }
 
-// The most NVML says `pid` uses while it sits idle: five samples 100 ms apart, a second after it
-// said it was ready (or 1.5 s after its start, for a program that does not say).
+// The most NVML says a program uses while it sits idle: five samples 100 ms apart, a second
+// after it said it was ready (or 1.5 s after its start, for a program that does not say). Its
+// processes are those NVML lists that it did not list before, so the figure holds where NVML's
+// pids are another pid namespace's (a container's host).
 async function overheadOf(native, uuid, cmd) {
+  const before = new Set(gpuProcesses(native, uuid).map((q) => q.pid));
   const p = start(cmd[0], cmd.slice(1));
   await Promise.race([p.ready, sleep(cmd.includes('--max-live-bytes') ? 1500 : 120000)]);
   await sleep(1000);
   let most = 0;
   for (let i = 0; i < 5; i++) {
-    for (const q of gpuProcesses(native, uuid)) if (q.pid === p.pid && q.usedBytes) most = Math.max(most, q.usedBytes);
+    const sum = gpuProcesses(native, uuid)
+      .filter((q) => !before.has(q.pid))
+      .reduce((t, q) => t + (q.usedBytes || 0), 0);
+    most = Math.max(most, sum);
     await sleep(100);
   }
   p.child.kill('SIGKILL');
@@ -282,6 +288,7 @@ async function runAll(o) {
   const { native } = require(path.join(root, 'dist', 'binding', 'native'));
   const cm = require(root);
   const dev = cm.devices()[0];
+  cm.memGetInfo(0); // this process's own context, made first, so that every baseline holds it
   const uuid = dev.uuid;
   const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'shared-budget-'));
   o.churnBinary = path.join(tmp, 'alloc-churn');
@@ -298,8 +305,8 @@ async function runAll(o) {
   r.thresholdBytes = o.budgetBytes + r.overheads.node + r.overheads.torch + 2 * r.overheads.cpp;
 
   // 2. The shared run, sampled every 100 ms.
+  // What NVML lists now (this process's own context included) is not the run's.
   const before = new Set(gpuProcesses(native, uuid).map((q) => q.pid));
-  before.add(process.pid);
   const members = {};
   members.node = start(p.shared.node[0], p.shared.node.slice(1));
   await members.node.ready; // the first member sets the budget
@@ -337,6 +344,8 @@ async function runAll(o) {
   await Promise.all(Object.values(members).map((m) => m.exited));
   clearInterval(sampler);
   r.nvml = judgeSamples(samples, r.thresholdBytes);
+  // The processes at the most, to see where a sum above the threshold came from.
+  r.nvml.atMost = (samples.find((x) => x.t === r.nvml.maxSumAtMs) || { processes: [] }).processes;
   r.ledger = ledger;
   const errorNames = { node: 'OutOfMemoryError', torch: 'torch.OutOfMemoryError', cpp: 'cudaErrorMemoryAllocation' };
   r.members = {};
