@@ -173,6 +173,17 @@ describe('cuda-memory run on a simulated device', () => {
       expect(top.stdout).not.toContain('\x1b');
       const shown = cm.formatGroups({ groups: [{ ...g, members: [{ ...m, command: `python3 ${odd}`, limitBytes: 0 }] }], unreadable: [] });
       expect(shown).toMatch(/ 32 MiB\s+-\s+\d{4}-\S+\s+python3 odd\\x1b\[2Jname$/m); // no own limit (a preloaded process's)
+      // On a GPU: NVML's figure per member, and the total of those NVML lists on the group's line.
+      const seen = {
+        ...g,
+        members: [
+          { ...m, nvmlUsedBytes: 600 * MiB },
+          { ...m, pid: 1, nvmlUsedBytes: null },
+        ],
+      };
+      const withNvml = cm.formatGroups({ groups: [seen], unreadable: [] });
+      expect(withNvml).toContain('\n  NVML: the 1 of 2 members it lists use 600 MiB of the device (contexts and all)\n');
+      expect(withNvml).toMatch(new RegExp(`\\n\\s+${m.pid}\\s+32 MiB\\s+32 MiB\\s+600 MiB\\s+32 MiB`));
 
       const text = cm.metricsText({ groups: true });
       const labels = `group="shown",device="simulated"`;
