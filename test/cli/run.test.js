@@ -197,6 +197,19 @@ describe('cuda-memory run on a simulated device', () => {
       expect(text).toMatch(new RegExp(`cuda_memory_group_member_in_use_bytes\\{${labels},pid="${m.pid}",[^}]*\\} ${32 * MiB}`));
       expect(text).not.toContain('cuda_memory_group_member_nvml_used_bytes{');
       expect(cm.metricsText({ groups: ['other'] })).not.toContain('group="shown"');
+      // The same through prom-client, read at the scrape.
+      const client = require('prom-client');
+      const registry = new client.Registry();
+      const remove = cm.registerMetrics(registry, { groups: true, promClient: client });
+      const scraped = await registry.metrics();
+      expect(scraped).toContain(`cuda_memory_group_budget_bytes{${labels}} ${256 * MiB}`);
+      expect(scraped).toMatch(
+        new RegExp(
+          `cuda_memory_group_member_charged_bytes\\{${labels},pid="${m.pid}",command="[^"]*group-member-env\\.js[^"]*"\\} ${32 * MiB}`,
+        ),
+      );
+      remove();
+      expect(await registry.metrics()).not.toContain('cuda_memory_group');
 
       // A second member joins the live budget without --limit, and a different budget is refused.
       const join = runCli(['--group', 'shown', '--simulate', '80GiB', '--', process.execPath, '-e', PRINT_ENV]);
