@@ -187,3 +187,69 @@ describe('NVML per-process used memory, through a stand-in libnvidia-ml.so.1', (
     expect(r.stdout.trim()).toBe('null');
   });
 });
+
+// The interposer itself (built beside the addon) in a program of the stand-in CUDA driver that
+// its own tests build (test/allocator/preload/): the member as the Node side sees it, NVML's
+// figure included through the stand-in NVML above. Skipped where the interposer is not built.
+describe('a preloaded program as the Node side sees it (stand-in driver and NVML)', () => {
+  const so = path.join(root, 'build', 'Release', 'cuda_memory_preload.so');
+  const fixtures = path.join(root, 'test', 'allocator', 'preload');
+  const DEV = 'GPU-11111111-1111-1111-1111-111111111111'; // the stand-in driver's device 0
+  const run = fs.existsSync(so) ? test : test.skip;
+
+  run(
+    'its pid, command, charge, bytes in use and NVML’s used memory in listGroups and top',
+    async () => {
+      const bin = fs.mkdtempSync(path.join(tmp, 'bin-'));
+      const shm = fs.mkdtempSync(path.join(tmp, 'shm-'));
+      const cc = (args, cwd) => spawnSync('cc', ['-O1', ...args], { cwd, encoding: 'utf8' });
+      expect(
+        cc(['-shared', '-fPIC', 'fake_driver.c', '-o', `${bin}/libcuda.so.1`, '-Wl,-soname,libcuda.so.1', '-Wl,-Bsymbolic'], fixtures)
+          .status,
+      ).toBe(0);
+      expect(cc(['program.c', 'fake_runtime.c', '-o', `${bin}/static`, '-ldl', '-lpthread'], fixtures).status).toBe(0);
+      fs.writeFileSync(path.join(bin, 'nvml.c'), STANDIN.replace(UUID, DEV));
+      expect(cc(['-shared', '-fPIC', 'nvml.c', '-o', `${bin}/libnvidia-ml.so.1`], bin).status).toBe(0);
+      const env = { ...process.env, LD_LIBRARY_PATH: bin, CUDA_MEMORY_SHM_DIR: shm };
+      const m = cm.memberEnvironment({
+        group: 'standin',
+        deviceKey: DEV,
+        totalBytes: 2 ** 30,
+        memoryLimit: 64 * 2 ** 20,
+        preload: so,
+        env,
+      });
+      const child = require('child_process').spawn(path.join(bin, 'static'), [], { env: m.env, stdio: ['pipe', 'pipe', 'pipe'] });
+      try {
+        child.stdin.write(`alloc malloc ${10 * 2 ** 20}\n`);
+        const answer = await new Promise((r) => child.stdout.once('data', (d) => r(String(d))));
+        expect(answer).toMatch(/^ok 0x/);
+        const nvml = { ...env, STANDIN_PROCS: `${child.pid}:555745280,1:1` };
+        let g = null;
+        for (let i = 0; i < 100 && !(g && g.members[0] && g.members[0].bytesInUse); i++) {
+          const top = spawnSync(process.execPath, [path.join(root, 'dist', 'cli.js'), 'top', '--json'], { encoding: 'utf8', env: nvml });
+          g = JSON.parse(top.stdout).groups.find((x) => x.name === 'standin');
+        }
+        expect(g).toMatchObject({ device: DEV, budgetBytes: 64 * 2 ** 20, budgetSource: 'limit 64 MiB' });
+        expect(g.members).toEqual([
+          expect.objectContaining({
+            pid: child.pid,
+            command: path.join(bin, 'static'),
+            bytesInUse: 10 * 2 ** 20,
+            nvmlUsedBytes: 555745280,
+            limitBytes: 0,
+          }),
+        ]);
+        expect(g.members[0].poolBytes).toBeGreaterThanOrEqual(10 * 2 ** 20);
+        const table = spawnSync(process.execPath, [path.join(root, 'dist', 'cli.js'), 'top'], { encoding: 'utf8', env: nvml }).stdout;
+        expect(table).toContain('NVML: the members it lists use 530 MiB of the device (contexts and all)');
+        expect(table).toMatch(
+          new RegExp(`\\n\\s+${child.pid}\\s+\\S+ MiB\\s+10 MiB\\s+530 MiB\\s+\\S+ MiB\\s+-\\s+\\d{4}-\\S+\\s+${bin}/static\\n`),
+        );
+      } finally {
+        child.kill('SIGKILL');
+      }
+    },
+    60000,
+  );
+});
