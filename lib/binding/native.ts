@@ -21,6 +21,8 @@ export interface NativeBinding {
   };
   devices(): any[];
   memGetInfo(device: number): { free: number; total: number };
+  /** NVML's compute processes on the GPU of this uuid; null where NVML cannot answer. */
+  deviceProcesses(uuid: string): { pid: number; usedBytes: number | null }[] | null;
   deviceAlloc(bytes: number, device: number): number;
   pinnedAlloc(bytes: number, flags: number, device: number): [number, ArrayBuffer];
   registerHost(view: ArrayBufferView, flags: number, device: number): number;
@@ -198,6 +200,7 @@ export const NATIVE_EXPORTS = [
   'status',
   'devices',
   'memGetInfo',
+  'deviceProcesses',
   'deviceAlloc',
   'pinnedAlloc',
   'registerHost',

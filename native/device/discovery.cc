@@ -256,10 +256,61 @@ bool ReadNvLinks(const std::string& pci_bus_id, core::GpuLinks* out) {
   return true;
 }
 
+bool NvmlProcesses(const std::string& uuid, std::vector<GpuProcess>* out) {
+  out->clear();
+  const Nvml& nvml = LoadNvml();
+  void* dev = nullptr;
+  if (!nvml.ok || !nvml.by_uuid || !nvml.compute_processes || nvml.by_uuid(uuid.c_str(), &dev) != 0)
+    return false;
+  // The count can grow between the call that sizes the array and the one that fills it
+  // (NVML_ERROR_INSUFFICIENT_SIZE, 7): a few tries with room to spare, then no answer.
+  std::vector<NvmlProcessInfo> procs;
+  unsigned count = 0;
+  int rc = nvml.compute_processes(dev, &count, nullptr);
+  for (int attempt = 0; rc == 7 && attempt < 4; ++attempt) {
+    procs.resize(count + 16);
+    count = static_cast<unsigned>(procs.size());
+    rc = nvml.compute_processes(dev, &count, procs.data());
+  }
+  if (rc != 0) return false;
+  for (unsigned i = 0; i < count && i < procs.size(); ++i) {
+    GpuProcess p;
+    p.pid = procs[i].pid;
+    // NVML_VALUE_NOT_AVAILABLE is all ones.
+    if (procs[i].used_gpu_memory <= static_cast<unsigned long long>(INT64_MAX))
+      p.used_bytes = static_cast<int64_t>(procs[i].used_gpu_memory);
+    out->push_back(p);
+  }
+  return true;
+}
+
+namespace {
+
+// deviceProcesses(uuid) -> [{ pid, usedBytes }] (usedBytes null where NVML cannot tell), or null
+// where NVML cannot answer.
+Napi::Value DeviceProcesses(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  std::vector<GpuProcess> procs;
+  if (!NvmlProcesses(ReadString(env, info[0], "uuid"), &procs)) return env.Null();
+  Napi::Array out = Napi::Array::New(env, procs.size());
+  for (size_t i = 0; i < procs.size(); ++i) {
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("pid", static_cast<double>(procs[i].pid));
+    o.Set("usedBytes", procs[i].used_bytes < 0
+                           ? env.Null()
+                           : Napi::Number::New(env, static_cast<double>(procs[i].used_bytes)));
+    out.Set(i, o);
+  }
+  return out;
+}
+
+}  // namespace
+
 void InitDiscovery(Napi::Env env, Napi::Object exports) {
   exports.Set("status", Napi::Function::New(env, Status, "status"));
   exports.Set("devices", Napi::Function::New(env, Devices, "devices"));
   exports.Set("memGetInfo", Napi::Function::New(env, MemGetInfo, "memGetInfo"));
+  exports.Set("deviceProcesses", Napi::Function::New(env, DeviceProcesses, "deviceProcesses"));
 }
 
 }  // namespace cm

@@ -22,6 +22,10 @@ const Nvml& LoadNvml() {
     find(&nvml.index, "nvmlDeviceGetIndex");
     find(&nvml.uuid, "nvmlDeviceGetUUID");
     find(&nvml.memory, "nvmlDeviceGetMemoryInfo");
+    find(&nvml.by_uuid, "nvmlDeviceGetHandleByUUID");
+    find(&nvml.compute_processes, "nvmlDeviceGetComputeRunningProcesses_v3");
+    if (!nvml.compute_processes)
+      find(&nvml.compute_processes, "nvmlDeviceGetComputeRunningProcesses_v2");
     find(&nvml.addressing_mode, "nvmlDeviceGetAddressingMode");
     find(&nvml.cur_gen, "nvmlDeviceGetCurrPcieLinkGeneration");
     find(&nvml.max_gen, "nvmlDeviceGetMaxPcieLinkGeneration");
