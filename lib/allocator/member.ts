@@ -18,12 +18,13 @@ const FILE = 'cuda_memory_preload.so';
 
 /**
  * @internal Where the interposer may be, in order: CUDA_MEMORY_PRELOAD where it is set (and then
- * only there), the prebuilt copy shipped in the package, a source build.
+ * only there), a source build, the prebuilt copy shipped in the package: the order the addon
+ * itself is found in, so that the two always come from the same build.
  */
 export function preloadCandidates(root: string, env: NodeJS.ProcessEnv): { forced: boolean; paths: string[] } {
   const forced = env.CUDA_MEMORY_PRELOAD;
   if (forced) return { forced: true, paths: [path.resolve(forced)] };
-  return { forced: false, paths: [path.join(root, 'prebuilds', 'linux-x64', FILE), path.join(root, 'build', 'Release', FILE)] };
+  return { forced: false, paths: [path.join(root, 'build', 'Release', FILE), path.join(root, 'prebuilds', 'linux-x64', FILE)] };
 }
 
 /** @internal {@link preloadLibraryPath} for a package at `root` and an environment. */
@@ -48,8 +49,8 @@ function isFile(p: string): boolean {
 }
 
 /**
- * The interposer library's path: CUDA_MEMORY_PRELOAD if set, else the copy in the package's
- * `prebuilds/linux-x64/`, else a source build's `build/Release/`. Throws CudaMemoryError
+ * The interposer library's path: CUDA_MEMORY_PRELOAD if set, else a source build's
+ * `build/Release/`, else the copy in the package's `prebuilds/linux-x64/` (the addon's order). Throws CudaMemoryError
  * `ERR_PRELOAD_NOT_FOUND` naming every place it looked.
  *
  * ```js

@@ -18,8 +18,8 @@ describe('preloadLibraryPath', () => {
   const prebuilt = path.join(pkg, 'prebuilds', 'linux-x64', 'cuda_memory_preload.so');
   const built = path.join(pkg, 'build', 'Release', 'cuda_memory_preload.so');
 
-  test('the order: CUDA_MEMORY_PRELOAD alone when set, else the prebuilt copy, then a source build', () => {
-    expect(preloadCandidates(pkg, {})).toEqual({ forced: false, paths: [prebuilt, built] });
+  test('the order: CUDA_MEMORY_PRELOAD alone when set, else a source build, then the prebuilt copy (as the addon is found)', () => {
+    expect(preloadCandidates(pkg, {})).toEqual({ forced: false, paths: [built, prebuilt] });
     expect(preloadCandidates(pkg, { CUDA_MEMORY_PRELOAD: 'rel/x.so' })).toEqual({ forced: true, paths: [path.resolve('rel/x.so')] });
   });
 
@@ -32,13 +32,13 @@ describe('preloadLibraryPath', () => {
     }
     expect(err).toBeInstanceOf(cm.CudaMemoryError);
     expect(err.code).toBe('ERR_PRELOAD_NOT_FOUND');
-    expect(err.message).toContain(`looked for ${prebuilt} and ${built} (CUDA_MEMORY_PRELOAD is not set)`);
-    fs.mkdirSync(path.dirname(built), { recursive: true });
-    fs.writeFileSync(built, '');
-    expect(findPreloadLibrary(pkg, {})).toBe(built);
+    expect(err.message).toContain(`looked for ${built} and ${prebuilt} (CUDA_MEMORY_PRELOAD is not set)`);
     fs.mkdirSync(path.dirname(prebuilt), { recursive: true });
     fs.writeFileSync(prebuilt, '');
     expect(findPreloadLibrary(pkg, {})).toBe(prebuilt);
+    fs.mkdirSync(path.dirname(built), { recursive: true });
+    fs.writeFileSync(built, '');
+    expect(findPreloadLibrary(pkg, {})).toBe(built);
     // A forced path that is missing (or a folder) is an error, not a fall-back to the others.
     expect(() => findPreloadLibrary(pkg, { CUDA_MEMORY_PRELOAD: path.join(tmp, 'missing.so') })).toThrow(
       `CUDA_MEMORY_PRELOAD names ${path.join(tmp, 'missing.so')}, which is not a file`,
