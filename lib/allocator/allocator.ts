@@ -993,7 +993,7 @@ export function createAllocator(options?: AllocatorOptions): Allocator {
       const p = checkOptions<SimulatedPlatform>('simulate.platform', s.platform);
       for (const k of ['pciBusId', 'uuid', 'root'] as const)
         if (p[k] !== undefined && typeof p[k] !== 'string') throw invalidArgument(`simulate.platform.${k}`, 'a string', p[k]);
-      platformDevice = { index: device, pciBusId: p.pciBusId, uuid: p.uuid };
+      platformDevice = { index: device, pciBusId: p.pciBusId, uuid: p.uuid, totalMemory: totalBytes };
       platformRead = { root: p.root, env: p.env ?? {} };
     }
   } else {
