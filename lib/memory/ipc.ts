@@ -127,13 +127,14 @@ export function parseCudaIpcDescriptor(value: unknown): CudaIpcDescriptor {
     throw invalid('allocationBytes must be a positive integer when given');
   if (o.allocationBytes !== undefined && (o.offset as number) + (o.byteLength as number) > (o.allocationBytes as number))
     throw invalid(`offset ${o.offset} + byteLength ${o.byteLength} runs past allocationBytes ${o.allocationBytes}`);
+  // `+ 0` turns a -0 (which JSON can carry) into 0.
   return {
     type: 'cuda-ipc@1',
     handle,
-    offset: o.offset as number,
+    offset: (o.offset as number) + 0,
     byteLength: o.byteLength as number,
     ...(o.allocationBytes !== undefined ? { allocationBytes: o.allocationBytes as number } : {}),
     device: o.device,
-    pid: o.pid as number,
+    pid: (o.pid as number) + 0,
   };
 }
