@@ -286,3 +286,55 @@ describeWithPython(`the Python helper checks descriptors exactly as Node does${p
       }
   });
 });
+
+describe('a cuda-ipc@1 import checks what the addon is given before casting it', () => {
+  const { native } = require(path.join(root, 'dist', 'binding', 'native.js'));
+  const handle = 'ab'.repeat(64);
+  const uuid = 'GPU-01234567-89ab-cdef-0123-456789abcdef';
+  for (const allocationBytes of [NaN, Infinity, -Infinity, 2 ** 64, 2 ** 53, 0.5, -2, 0, '4096'])
+    test(`allocationBytes ${String(allocationBytes)} is refused with a code, before CUDA`, () => {
+      expect(() => native.ipcImportForeign(handle, 0, 4096, uuid, -1, allocationBytes)).toThrow(
+        expect.objectContaining({
+          code: 'ERR_IPC_HANDLE_INVALID',
+          message: expect.stringMatching(/allocationBytes must be a positive integer/),
+        }),
+      );
+    });
+});
+
+describeGpu('cuda-ipc@1 between two Node processes', () => {
+  test('one descriptor opens once per process (ERR_IPC_ALREADY_OPEN), as the library’s own format does; again once freed', () => {
+    const n = 3 * MiB;
+    const buf = cm.DeviceBuffer.alloc(n);
+    cm.copy(buf, pattern(n, 21));
+    const desc = buf.exportCudaIpc();
+    const script = `
+      const cm = require(${JSON.stringify(root)});
+      const desc = JSON.parse(process.argv[1]);
+      const out = {};
+      const tryOpen = (d) => { try { return cm.DeviceBuffer.importCudaIpc(d); } catch (e) { return e; } };
+      const first = tryOpen(desc);
+      const second = tryOpen(desc);
+      out.second = second instanceof Error ? second.code : 'opened';
+      const part = tryOpen({ ...desc, byteLength: 4096 });
+      out.part = part instanceof Error ? part.code : 'opened';
+      const b = new Uint8Array(8);
+      cm.copy(b, first, { byteLength: 8 });
+      out.bytes = Array.from(b);
+      first.free();
+      part.free();
+      const again = tryOpen(desc);
+      out.again = again instanceof Error ? again.code : 'opened';
+      again.free();
+      console.log(JSON.stringify(out));`;
+    const r = spawnSync(process.execPath, ['-e', script, JSON.stringify(desc)], { encoding: 'utf8', timeout: 60000 });
+    expect(r.stderr).toBe('');
+    expect(JSON.parse(r.stdout)).toEqual({
+      second: 'ERR_IPC_ALREADY_OPEN',
+      part: 'opened',
+      bytes: Array.from(pattern(8, 21)),
+      again: 'opened',
+    });
+    buf.free();
+  });
+});
