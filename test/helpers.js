@@ -62,4 +62,18 @@ function same(a, b) {
   return Buffer.compare(Buffer.from(a.buffer, a.byteOffset, a.byteLength), Buffer.from(b.buffer, b.byteOffset, b.byteLength)) === 0;
 }
 
-module.exports = { cm, root, st, gpu, requireGpu, describeGpu, simAllocator, randomBytes, rng, same };
+// structuredClone and postMessage (through `port`) of each [value, what] throw ERR_NOT_CLONEABLE
+// naming `what` ("a DeviceBuffer").
+function expectNotCloneable(port, cases) {
+  for (const [value, what] of cases) {
+    const refused = expect.objectContaining({
+      name: 'CudaMemoryError',
+      code: 'ERR_NOT_CLONEABLE',
+      message: expect.stringMatching(new RegExp(`^${what} cannot be cloned or sent to another thread \\(structuredClone, postMessage\\)`)),
+    });
+    expect(() => structuredClone(value)).toThrow(refused);
+    expect(() => port.postMessage(value)).toThrow(refused);
+  }
+}
+
+module.exports = { cm, root, st, gpu, requireGpu, describeGpu, simAllocator, randomBytes, rng, same, expectNotCloneable };
