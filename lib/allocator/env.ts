@@ -1,6 +1,8 @@
 /** Allocator options from the environment, TensorFlow's variables included. */
 import type { AllocatorOptions } from './allocator';
 import { parseSize } from '../base/units';
+import { invalidArgument } from '../base/errors';
+import { checkOptions } from '../base/validate';
 
 /**
  * What {@link allocatorOptionsFromEnv} found, with anything it ignored and why.
@@ -24,6 +26,8 @@ export interface EnvAllocatorOptions extends AllocatorOptions {
  * @category Allocators
  */
 export function allocatorOptionsFromEnv(env: Record<string, string | undefined> = process.env): EnvAllocatorOptions {
+  if (env === null) throw invalidArgument('env', 'an object of variables', env);
+  checkOptions<Record<string, string | undefined>>('env', env);
   const out: EnvAllocatorOptions = { warnings: [] };
   const growth = env.CUDA_MEMORY_ALLOW_GROWTH;
   if (growth !== undefined && growth !== '') {

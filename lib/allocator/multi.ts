@@ -6,7 +6,7 @@
 import { Allocator, AllocatorOptions, AllocatorStats, AllocOptions, SimulatedDevice, createAllocator } from './allocator';
 import { DeviceBuffer } from '../memory/buffers';
 import { checkBoolean, checkDeviceList, checkOptions } from '../base/validate';
-import { invalidArgument, argTypeError, argRangeError, CudaMemoryError } from '../base/errors';
+import { invalidArgument, argTypeError, argRangeError, CudaMemoryError, describe } from '../base/errors';
 import { knownDeviceCount } from '../device/discovery';
 import { formatBytes } from '../base/units';
 import { checkInternal, guardReceivers, kInternal } from '../base/internal';
@@ -100,7 +100,10 @@ export class AllocatorSet implements Iterable<Allocator> {
   /** The allocator of `device`; a RangeError naming the set's devices when it has none there. */
   get(device: number): Allocator {
     const i = this.devices.indexOf(device);
-    if (i < 0) throw argRangeError(`Expected one of the set's devices (${this.devices.join(', ')}) but received ${JSON.stringify(device)}`);
+    if (i < 0)
+      throw argRangeError(
+        `Expected one of the set's devices (${this.devices.join(', ')}) but received ${typeof device === 'number' ? device : describe(device)}`,
+      );
     return this.allocators[i];
   }
 

@@ -65,7 +65,7 @@ export class PinnedPool {
 
   /** @internal Use {@link createPinnedPool}. */
   constructor(options: PinnedPoolOptions) {
-    const { memoryLimit, ...rest } = options;
+    const { memoryLimit, ...rest } = checkOptions<PinnedPoolOptions>('options', options);
     this.allocOptions = rest;
     this.limitBytes = memoryLimit === undefined ? Infinity : checkSize('memoryLimit', memoryLimit, 1);
   }

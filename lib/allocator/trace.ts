@@ -7,6 +7,7 @@ import { constants as bufferConstants } from 'buffer';
 import { CudaMemoryError } from '../base/errors';
 import { BoundedRead, readBounded } from '../base/files';
 import { formatBytes } from '../base/units';
+import { checkDevice, checkFilePath, isArray, isReadable } from '../base/validate';
 
 /**
  * The largest trace file {@link loadTrace} reads: 512 MiB, about the longest string JavaScript
@@ -97,7 +98,7 @@ function isSize(v: unknown, min = 1): v is number {
  * @category Allocators
  */
 export function checkTrace(t: unknown): Trace {
-  if (typeof t !== 'object' || t === null || Array.isArray(t)) throw new TraceError('a trace must be a JSON object');
+  if (typeof t !== 'object' || t === null || !isReadable(t) || Array.isArray(t)) throw new TraceError('a trace must be a JSON object');
   const o = t as Record<string, unknown>;
   if (o.schema !== 'cuda-memory/trace@1')
     throw new TraceError(`expected schema "cuda-memory/trace@1" but found ${JSON.stringify(o.schema)} (PyTorch files have device_traces)`);
@@ -146,12 +147,15 @@ interface TorchTraceEntry {
  * @category Allocators
  */
 export function fromPyTorchSnapshot(snapshot: unknown, device?: number): Trace {
+  if (snapshot === null || typeof snapshot !== 'object' || !isReadable(snapshot))
+    throw new TraceError('not a PyTorch snapshot: expected the object torch.cuda.memory._snapshot() returns');
+  if (device !== undefined) checkDevice(device);
   const s = snapshot as { device_traces?: unknown; segments?: { device?: number; total_size?: number }[] };
-  if (!Array.isArray(s.device_traces)) throw new TraceError('not a PyTorch snapshot: no device_traces array');
+  if (!isArray(s.device_traces)) throw new TraceError('not a PyTorch snapshot: no device_traces array');
   const traces = s.device_traces as TorchTraceEntry[][];
   const index = device ?? traces.reduce((best, t, i) => ((t?.length ?? 0) > (traces[best]?.length ?? 0) ? i : best), 0);
   const entries = traces[index];
-  if (!Array.isArray(entries)) throw new TraceError(`the PyTorch snapshot has no trace for device ${index}`);
+  if (!isArray(entries)) throw new TraceError(`the PyTorch snapshot has no trace for device ${index}`);
   const completes = entries.some((e) => e?.action === 'free_completed');
   const freeAction = completes ? 'free_completed' : 'free_requested';
   const checked = new Set(['alloc', freeAction, 'segment_alloc', 'segment_free', 'oom']);
@@ -195,7 +199,7 @@ export function fromPyTorchSnapshot(snapshot: unknown, device?: number): Trace {
  * @category Allocators
  */
 export function loadTrace(input: string | object, options: { device?: number } = {}): Trace {
-  if (typeof input !== 'string' && (typeof input !== 'object' || input === null))
+  if (typeof input !== 'string' && (typeof input !== 'object' || input === null || !isReadable(input)))
     throw new TraceError(
       `a trace must be a file path, a trace object or a PyTorch snapshot; got ${input === null ? 'null' : typeof input}`,
     );
@@ -241,5 +245,13 @@ export function loadTrace(input: string | object, options: { device?: number } =
  * @category Allocators
  */
 export function saveTrace(file: string, trace: Trace): void {
-  fs.writeFileSync(file, JSON.stringify(trace) + '\n');
+  const path = checkFilePath('file', file);
+  if (typeof trace !== 'object' || trace === null || Array.isArray(trace)) throw new TraceError('a trace must be an object');
+  let text: string;
+  try {
+    text = JSON.stringify(trace);
+  } catch (e) {
+    throw new TraceError(`the trace cannot be written as JSON: ${(e as Error).message}`);
+  }
+  fs.writeFileSync(path, text + '\n');
 }

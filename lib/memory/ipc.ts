@@ -3,6 +3,7 @@
  * {@link DeviceBuffer.importIpc} takes.
  */
 import { InterprocessError } from '../base/errors';
+import { isReadable } from '../base/validate';
 
 /**
  * An exported device buffer, as a plain object of strings and numbers: it survives
@@ -44,7 +45,7 @@ function jsonObject(value: unknown, expected: string): Record<string, unknown> {
       throw invalid('it is a string but not JSON');
     }
   }
-  if (h === null || typeof h !== 'object' || Array.isArray(h)) throw invalid(`expected ${expected}, or its JSON`);
+  if (h === null || typeof h !== 'object' || !isReadable(h) || Array.isArray(h)) throw invalid(`expected ${expected}, or its JSON`);
   return h as Record<string, unknown>;
 }
 

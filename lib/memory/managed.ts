@@ -9,7 +9,7 @@ import { Stream, streamOption } from '../device/stream';
 import { native, requireCuda } from '../binding/native';
 import { checkDevice, checkOptions, checkSize } from '../base/validate';
 import { knownDeviceCount } from '../device/discovery';
-import { checkInternal, kInternal, notCloneable } from '../base/internal';
+import { checkInternal, guardReceivers, kInternal, notCloneable } from '../base/internal';
 import { freedError, kHandleMemory } from './buffers';
 
 /** Where managed memory can be: a device index, or the host's RAM. */
@@ -253,3 +253,5 @@ export class ManagedBuffer {
     return 'ManagedBuffer';
   }
 }
+
+guardReceivers(ManagedBuffer, 'ManagedBuffer');
