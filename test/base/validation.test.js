@@ -329,6 +329,27 @@ describe("sizes in the out-of-memory sentence, as PyTorch's format_size writes t
   });
 });
 
+describe('a detached ArrayBuffer is refused with a code before V8 sees it', () => {
+  const detached = () => {
+    const ab = new ArrayBuffer(64);
+    structuredClone(ab, { transfer: [ab] });
+    return ab;
+  };
+  const refused = (name) =>
+    expect.objectContaining({
+      name: 'TypeError',
+      code: 'ERR_INVALID_ARG_VALUE',
+      message: `Expected an ArrayBuffer that is not detached for ${name} but received a detached ArrayBuffer`,
+    });
+  test('copy, copyAsync, memset and registerHost name the argument', async () => {
+    expect(() => cm.copy(detached(), new Uint8Array(8))).toThrow(refused('dst'));
+    expect(() => cm.copy(new Uint8Array(8), detached())).toThrow(refused('src'));
+    await expect(cm.copyAsync(detached(), new Uint8Array(8))).rejects.toThrow(refused('dst'));
+    expect(() => cm.memset(detached(), 0)).toThrow(refused('target'));
+    expect(() => cm.registerHost(detached())).toThrow(refused('memory'));
+  });
+});
+
 // Misuse through prototypes: every method and accessor of every public class refuses a receiver
 // of another kind with a code and a sentence, as Node's own classes do.
 describe('methods called on something else', () => {
@@ -338,6 +359,7 @@ describe('methods called on something else', () => {
     'DeviceBuffer',
     'PinnedBuffer',
     'RegisteredBuffer',
+    'ManagedBuffer',
     'PinnedPool',
     'PooledPinnedBuffer',
     'Stream',
