@@ -5,7 +5,7 @@
  */
 import { Allocator, AllocatorOptions, AllocatorStats, AllocOptions, SimulatedDevice, createAllocator } from './allocator';
 import { DeviceBuffer } from '../memory/buffers';
-import { checkBoolean, checkDeviceList, checkOptions } from '../base/validate';
+import { checkBoolean, checkDeviceList, checkOptions, isArray } from '../base/validate';
 import { invalidArgument, argTypeError, argRangeError, CudaMemoryError, describe } from '../base/errors';
 import { knownDeviceCount } from '../device/discovery';
 import { formatBytes } from '../base/units';
@@ -189,7 +189,7 @@ export function createAllocators(options?: MultiAllocatorOptions): AllocatorSet 
   const o = checkOptions<MultiAllocatorOptions>('options', options);
   const { devices: which, simulate, ...policy } = o;
   if ('device' in o) throw argTypeError("createAllocators takes devices ('all' or a list), not device; createAllocator makes one");
-  const specs = simulate === undefined ? undefined : Array.isArray(simulate) ? simulate : null;
+  const specs = simulate === undefined ? undefined : isArray(simulate) ? simulate : null;
   let devices: number[];
   if (which === undefined || which === 'all') {
     if (specs) devices = specs.map((_, i) => i);
@@ -204,7 +204,7 @@ export function createAllocators(options?: MultiAllocatorOptions): AllocatorSet 
       }
       devices = Array.from({ length: count }, (_, i) => i);
     }
-  } else if (Array.isArray(which)) {
+  } else if (isArray(which)) {
     devices = checkDeviceList('devices', which, simulate === undefined ? knownDeviceCount() : undefined);
     if (specs && specs.length !== devices.length)
       throw argRangeError(`simulate lists ${specs.length} devices but devices lists ${devices.length}`);

@@ -251,6 +251,20 @@ export function describe(value: unknown): string {
   }
 }
 
+/**
+ * @internal A value as JSON for a message (`"x"`, `5`, `null`), or as {@link describe} says where
+ * JSON cannot hold it (a bigint, a cycle, a revoked proxy, undefined).
+ */
+export function jsonText(value: unknown): string {
+  try {
+    const text = JSON.stringify(value);
+    if (typeof text === 'string') return text;
+  } catch {
+    // described below
+  }
+  return describe(value);
+}
+
 /** @internal True for an ArrayBuffer that was transferred away (detached). */
 export function isDetached(ab: ArrayBuffer): boolean {
   if (ab.byteLength !== 0) return false;
