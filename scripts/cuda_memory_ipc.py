@@ -143,7 +143,7 @@ def parse_descriptor(desc):
         try:
             # JSON as JavaScript reads it: no NaN or Infinity.
             desc = json.loads(desc, parse_constant=_refuse_constant)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nesting deeper than Python's stack
             raise DescriptorError("it is a string but not JSON") from None
     if not isinstance(desc, dict):
         raise DescriptorError("expected a cuda-ipc@1 descriptor object, or its JSON")
