@@ -100,6 +100,20 @@ function privateMountsWork(probe) {
   }
 }
 
+// structuredClone and postMessage (through `port`) of each [value, what] throw ERR_NOT_CLONEABLE
+// naming `what` ("a DeviceBuffer").
+function expectNotCloneable(port, cases) {
+  for (const [value, what] of cases) {
+    const refused = expect.objectContaining({
+      name: 'CudaMemoryError',
+      code: 'ERR_NOT_CLONEABLE',
+      message: expect.stringMatching(new RegExp(`^${what} cannot be cloned or sent to another thread \\(structuredClone, postMessage\\)`)),
+    });
+    expect(() => structuredClone(value)).toThrow(refused);
+    expect(() => port.postMessage(value)).toThrow(refused);
+  }
+}
+
 module.exports = {
   cm,
   root,
@@ -116,4 +130,5 @@ module.exports = {
   inPrivateMounts,
   privateMountsWork,
   tempDir,
+  expectNotCloneable,
 };

@@ -9,7 +9,7 @@ import type { InspectOptionsLike, InspectLike } from '../base/inspect';
 import { native, requireCuda } from '../binding/native';
 import { DeviceBuffer } from '../memory/buffers';
 import { Stream, streamOption } from '../device/stream';
-import { checkBoolean, checkDevice, checkOptions, checkSize } from '../base/validate';
+import { checkBoolean, checkDevice, checkOptions, checkSize, isInstance } from '../base/validate';
 import { invalidArgument, argTypeError, argRangeError } from '../base/errors';
 import { knownDeviceCount } from '../device/discovery';
 import { formatBytes } from '../base/units';
@@ -564,7 +564,7 @@ export class Allocator {
    * Throws OutOfMemoryError (the allocator stays usable).
    */
   alloc(bytes: number, options?: AllocOptions): DeviceBuffer {
-    if (!(this instanceof Allocator)) throw invalidThis('Allocator', 'alloc', this);
+    if (!isInstance(this, Allocator)) throw invalidThis('Allocator', 'alloc', this);
     if (typeof bytes !== 'number' || !Number.isSafeInteger(bytes) || bytes < 1) checkSize('bytes', bytes, 1);
     let stream: unknown;
     let alignment: number | undefined;
@@ -915,7 +915,7 @@ function readSimulatedDevice(
     const p = checkOptions<SimulatedPlatform>('simulate.platform', s.platform);
     for (const k of ['pciBusId', 'uuid', 'root'] as const)
       if (p[k] !== undefined && typeof p[k] !== 'string') throw invalidArgument(`simulate.platform.${k}`, 'a string', p[k]);
-    platformDevice = { index: device, pciBusId: p.pciBusId, uuid: p.uuid };
+    platformDevice = { index: device, pciBusId: p.pciBusId, uuid: p.uuid, totalMemory: totalBytes };
     platformRead = { root: p.root, env: p.env ?? {} };
   }
   const simulate = { totalBytes, freeBytes, ccMajor: Number(m[1]), ccMinor: Number(m[2]), granularity, hostBytes };

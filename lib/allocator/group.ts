@@ -9,7 +9,7 @@ import * as fs from 'fs';
 import * as path from 'path';
 import { native } from '../binding/native';
 import { InterprocessError, invalidArgument, argTypeError, argRangeError } from '../base/errors';
-import { checkOptions, checkSize } from '../base/validate';
+import { checkObjects, checkOptions, checkSize } from '../base/validate';
 import { checkShmName, lockTimeoutMs, shmDir } from '../base/shm';
 import { formatBytes } from '../base/units';
 import type { GroupStats } from '../base/types';
@@ -197,6 +197,10 @@ function shortCommand(command: string): string {
  * @category Processes
  */
 export function formatGroups(list: { groups: GroupStats[]; unreadable: UnreadableGroup[] }): string {
+  const l = checkOptions<{ groups: GroupStats[]; unreadable: UnreadableGroup[] }>('list', list);
+  if (list === null || list === undefined) throw invalidArgument('list', 'what listGroups() returned', list);
+  checkObjects('list.groups', 'the groups listGroups() returned', l.groups);
+  checkObjects('list.unreadable', 'the unreadable groups listGroups() returned', l.unreadable);
   const lines: string[] = [];
   if (list.groups.length === 0 && list.unreadable.length === 0) lines.push(`no groups in ${shmDir()}`);
   for (const g of list.groups) {

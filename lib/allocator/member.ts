@@ -11,7 +11,7 @@ import { packageRoot } from '../binding/native';
 import { CudaMemoryError, argRangeError, invalidArgument } from '../base/errors';
 import { groupBudget } from './group';
 import { checkShmName } from '../base/shm';
-import { checkSize } from '../base/validate';
+import { checkFilePath, checkOptions, checkSize } from '../base/validate';
 
 /** The interposer's file name. */
 const FILE = 'cuda_memory_preload.so';
@@ -108,7 +108,7 @@ export function memberEnvironment(options: MemberEnvironmentOptions): {
   budgetBytes: number;
   budgetSource: string;
 } {
-  const o = options;
+  const o = checkOptions<MemberEnvironmentOptions>('options', options);
   const group = checkShmName('group', o.group);
   if (typeof o.deviceKey !== 'string' || !(o.deviceKey === 'simulated' || /^GPU-[0-9a-f-]{36}$/.test(o.deviceKey)))
     throw invalidArgument('deviceKey', 'a GPU uuid ("GPU-" and 36 hex digits and dashes) or "simulated"', o.deviceKey);
@@ -120,14 +120,18 @@ export function memberEnvironment(options: MemberEnvironmentOptions): {
     () => total,
     ['limit', 'fraction'],
   );
-  const env: NodeJS.ProcessEnv = { ...(o.env ?? process.env) };
+  const base = o.env === undefined ? process.env : checkOptions<NodeJS.ProcessEnv>('options.env', o.env);
+  const trace = o.trace === undefined ? undefined : checkFilePath('options.trace', o.trace);
+  const preload = o.preload === undefined || o.preload === null ? undefined : checkFilePath('options.preload', o.preload);
+  const env: NodeJS.ProcessEnv = {};
+  for (const [k, v] of Object.entries(base)) if (typeof v === 'string') env[k] = v;
   env.CUDA_MEMORY_GROUP = group;
   env.CUDA_MEMORY_GROUP_DEVICE = o.deviceKey;
   env.CUDA_MEMORY_GROUP_BUDGET = String(budgetBytes);
   if (budgetSource) env.CUDA_MEMORY_GROUP_BUDGET_SOURCE = budgetSource;
   else delete env.CUDA_MEMORY_GROUP_BUDGET_SOURCE;
-  if (o.trace !== undefined) env.CUDA_MEMORY_TRACE = path.resolve(o.trace);
-  if (o.preload) env.LD_PRELOAD = withPreload(o.preload, env.LD_PRELOAD);
+  if (trace !== undefined) env.CUDA_MEMORY_TRACE = path.resolve(trace);
+  if (preload) env.LD_PRELOAD = withPreload(preload, env.LD_PRELOAD);
   return { env, budgetBytes, budgetSource };
 }
 

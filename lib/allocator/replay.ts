@@ -5,7 +5,8 @@
  */
 import { Allocator, AllocatorOptions, createAllocator } from './allocator';
 import { DeviceBuffer } from '../memory/buffers';
-import { OutOfMemoryError, argTypeError, argRangeError } from '../base/errors';
+import { OutOfMemoryError, argTypeError, argRangeError, invalidArgument } from '../base/errors';
+import { checkObjects } from '../base/validate';
 import { Trace, loadTrace } from './trace';
 import { formatBytes, parseSize } from '../base/units';
 
@@ -80,6 +81,7 @@ export function policyName(p: ReplayPolicy, deviceBytes: number): string {
  * @category Allocators
  */
 export function parsePolicy(spec: string): ReplayPolicy {
+  if (typeof spec !== 'string') throw invalidArgument('policy', "a policy such as 'growth,limit=8GiB' (a string)", spec);
   const p: ReplayPolicy = { allowGrowth: false };
   for (const raw of spec.split(',')) {
     const part = raw.trim();
@@ -372,6 +374,7 @@ export function replayRecorded(
  * @category Allocators
  */
 export function formatReplay(results: ReplayResult[]): string {
+  checkObjects('results', 'what replayTrace() returned', results);
   const rows = results.map((r) => [
     r.policy,
     r.survived ? 'survived' : r.failedAt === null ? 'could not start' : `failed at event ${r.failedAt}`,

@@ -5,6 +5,7 @@
  * on first use.
  */
 import { CudaMemoryError, argTypeError, describe } from './errors';
+import { isInstance } from './validate';
 
 /** @internal */
 export const kInternal: unique symbol = Symbol('cuda-memory.internal');
@@ -36,7 +37,7 @@ export function guardReceivers(cls: abstract new (...args: never[]) => unknown, 
     const member = typeof key === 'symbol' ? `[${key.description ?? ''}]` : key;
     const guard = <F extends (...args: unknown[]) => unknown>(fn: F): F => {
       const wrapped = function (this: unknown, ...args: unknown[]) {
-        if (!(this instanceof cls)) throw invalidThis(name, member, this);
+        if (!isInstance(this, cls)) throw invalidThis(name, member, this);
         return fn.apply(this, args);
       };
       Object.defineProperty(wrapped, 'name', { value: fn.name });

@@ -11,7 +11,7 @@ import { copy, memset } from '../transfer/copy';
 import { native } from '../binding/native';
 import { rateSummary } from './stats';
 import { formatGbps as rate } from '../base/units';
-import { checkDevice } from '../base/validate';
+import { checkDevice, checkOptions } from '../base/validate';
 import { resolveDevices } from './devices';
 import { platformInfo, describePlatformLimit } from '../device/platform';
 
@@ -125,6 +125,7 @@ export function platformCheck(device: number): Omit<DoctorCheck, 'name' | 'secon
  * @category Benchmarks
  */
 export function runDoctor(options: DoctorOptions = {}): DoctorReport {
+  options = checkOptions<DoctorOptions>('options', options);
   const minPinned = options.minPinnedGbps ?? 20;
   const minD2d = options.minD2dGbps ?? 500;
   const bytes = options.bytes ?? 256 * 2 ** 20;
@@ -284,7 +285,7 @@ export function peerCopyFloor(
  * @category Benchmarks
  */
 export function runDoctorDevices(options: DoctorDevicesOptions = {}): DoctorDevicesReport {
-  const { devices: which, minP2pGbps, ...single } = options;
+  const { devices: which, minP2pGbps, ...single } = checkOptions<DoctorDevicesOptions>('options', options);
   const st = status();
   if (!st.available) {
     const only = runDoctor(single);

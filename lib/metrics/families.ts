@@ -14,6 +14,8 @@ import type { FilesReport } from '../bench/files';
 import { devices as listDevices, memGetInfo, status } from '../device/discovery';
 import type { MetricFamily } from './exposition';
 import { platformInfo } from '../device/platform';
+import { invalidArgument } from '../base/errors';
+import { isArray, isReadable } from '../base/validate';
 import { availableBytes } from '../allocator/available';
 import { listGroups } from '../allocator/group';
 
@@ -211,22 +213,28 @@ export const DEVICE_METRICS: Def<{ free: number; total: number }>[] = [
   { name: 'cuda_memory_device_total_bytes', help: 'Total device memory (cudaMemGetInfo).', type: 'gauge', value: (m) => m.total },
 ];
 
-function entries<T>(n: Named<T> | (() => Named<T>) | undefined): [string, T][] {
+// The named objects of a source, each checked to have stats() (an Allocator, a PinnedPool).
+function entries<T>(n: Named<T> | (() => Named<T>) | undefined, what: string): [string, T][] {
   const v = typeof n === 'function' ? n() : n;
   if (!v) return [];
-  return Array.isArray(v) ? v.map((x, i) => [String(i), x]) : Object.entries(v);
+  if (typeof v !== 'object' || !isReadable(v)) throw invalidArgument(`sources.${what}`, `an array or object of ${what}`, v);
+  const out: [string, T][] = isArray(v) ? Array.from(v, (x, i) => [String(i), x as T]) : Object.entries(v);
+  for (const [name, x] of out)
+    if (x === null || typeof x !== 'object' || !isReadable(x) || typeof (x as { stats?: unknown }).stats !== 'function')
+      throw invalidArgument(`sources.${what}[${JSON.stringify(name)}]`, `one of the library's ${what} (with stats())`, x);
+  return out;
 }
 
 /** @internal Each live allocator's labels and stats; closed ones are left out. */
 export function allocatorSamples(src: MetricsSources['allocators']): { labels: Record<string, string>; stats: AllocatorStats }[] {
-  return entries(src)
+  return entries(src, 'allocators')
     .filter(([, a]) => !a.closed)
     .map(([name, a]) => ({ labels: { allocator: name, device: String(a.device) }, stats: a.stats() }));
 }
 
 /** @internal Each pinned pool's labels and stats. */
 export function pinnedPoolSamples(src: MetricsSources['pinnedPools']): { labels: Record<string, string>; stats: PinnedPoolStats }[] {
-  return entries(src).map(([name, p]) => ({ labels: { pool: name }, stats: p.stats() }));
+  return entries(src, 'pinnedPools').map(([name, p]) => ({ labels: { pool: name }, stats: p.stats() }));
 }
 
 /** @internal Each selected device's labels and memory; none without CUDA. */
@@ -234,6 +242,7 @@ export function deviceSamples(
   src: MetricsSources['devices'],
 ): { labels: Record<string, string>; stats: { free: number; total: number } }[] {
   if (!src || !status().available) return [];
+  if (src !== true && !isArray(src)) throw invalidArgument('sources.devices', 'true or an array of device indices', src);
   const all = listDevices();
   const picked = src === true ? all : all.filter((d) => src.includes(d.index));
   return picked.map((d) => ({ labels: { device: String(d.index), uuid: d.uuid }, stats: memGetInfo(d.index) }));
@@ -323,6 +332,7 @@ export const PLATFORM_METRICS = [
  */
 export function platformFamilies(src: MetricsSources['devices']): MetricFamily[] {
   if (!src || !status().available) return [];
+  if (src !== true && !isArray(src)) throw invalidArgument('sources.devices', 'true or an array of device indices', src);
   const all = listDevices();
   const picked = src === true ? all : all.filter((d) => src.includes(d.index));
   const info = platformInfo();

@@ -21,7 +21,8 @@ import {
 import type { MetricsSources } from './families';
 import type { MetricFamily } from './exposition';
 import { formatExposition } from './exposition';
-import { CudaMemoryError, argTypeError } from '../base/errors';
+import { CudaMemoryError, argTypeError, invalidArgument } from '../base/errors';
+import { checkOptions, isReadable } from '../base/validate';
 
 export type { MetricsSources, Named } from './families';
 export type { MetricFamily, MetricSample } from './exposition';
@@ -87,8 +88,9 @@ function loadPromClient(given: unknown): PromModule {
  * @category Metrics
  */
 export function registerMetrics(registry: PromRegistry, options: RegisterMetricsOptions = {}): () => void {
-  if (!registry || typeof registry.registerMetric !== 'function')
+  if (!registry || typeof registry !== 'object' || !isReadable(registry) || typeof registry.registerMetric !== 'function')
     throw argTypeError('Expected registry to be a prom-client Registry (with registerMetric) but received ' + typeof registry);
+  options = checkOptions<RegisterMetricsOptions>('options', options);
   const prom = loadPromClient(options.promClient);
   const names: string[] = [];
   const add = <S>(
@@ -151,5 +153,8 @@ function cachedFamilies(compute: () => MetricFamily[]): (i: number) => () => { l
  * @category Metrics
  */
 export function metricsText(sources: MetricsSources): string {
+  if (sources === null || sources === undefined)
+    throw invalidArgument('sources', 'an object { allocators?, pinnedPools?, devices? }', sources);
+  checkOptions<MetricsSources>('sources', sources);
   return formatExposition(sourceFamilies(sources));
 }

@@ -7,7 +7,7 @@
 import { fileURLToPath } from 'url';
 import { native, type FileReadInfo } from '../binding/native';
 import { Memory, resolveMemory } from '../memory/buffers';
-import { checkBoolean, checkOptions, checkSize } from '../base/validate';
+import { checkBoolean, checkOptions, checkSize, isInstance } from '../base/validate';
 import { argRangeError, argTypeError, describe, invalidArgument } from '../base/errors';
 import { checkHoldable, checkTakeable, takeMemory } from '../memory/detach';
 import { ManagedBuffer } from '../memory/managed';
@@ -79,7 +79,7 @@ export interface WriteFileAsyncOptions extends WriteFileOptions, TakeOption {
 }
 
 function checkPath(path: unknown): string {
-  if (path instanceof URL) {
+  if (isInstance(path, URL)) {
     if (path.protocol !== 'file:') throw invalidArgument('path', 'a file: URL', path.href, TypeError);
     return fileURLToPath(path);
   }

@@ -7,7 +7,7 @@
  */
 import * as fs from 'fs';
 import { CudaMemoryError, describe, invalidArgument } from '../base/errors';
-import { checkBoolean, checkOptions } from '../base/validate';
+import { checkBoolean, checkOptions, checkSize, isInstance } from '../base/validate';
 import { Memory, resolveMemory } from '../memory/buffers';
 import { native } from '../binding/native';
 import { fileError } from '../base/files';
@@ -43,6 +43,9 @@ function invalid(message: string): CudaMemoryError {
 
 /** The header length N from the first 8 bytes, checked against the file's size and the limit. */
 export function safetensorsHeaderLength(first8: Uint8Array, fileSize: number, maxHeader = SAFETENSORS_MAX_HEADER): number {
+  if (!isInstance(first8, Uint8Array)) throw invalidArgument('bytes', "a Uint8Array of the file's first bytes", first8);
+  checkSize('fileSize', fileSize);
+  checkSize('maxHeader', maxHeader);
   if (fileSize < 8 || first8.length < 8) throw invalid(`the file has ${fileSize} bytes, fewer than the 8 of the header length`);
   const n = new DataView(first8.buffer, first8.byteOffset, 8).getBigUint64(0, true);
   if (n > BigInt(maxHeader)) throw invalid(`the header length ${n} is above the limit of ${maxHeader} bytes`);
