@@ -17,6 +17,8 @@ const { findCuda } = require('./find-cuda');
 const root = path.join(__dirname, '..');
 const outDir = path.join(root, 'prebuilds', `${process.platform}-${process.arch}`);
 const outFile = path.join(outDir, 'cuda-memory.napi.glibc.node');
+// The interposer (native/preload), shipped beside the addon: `cuda-memory run` preloads it.
+const preloadFile = path.join(outDir, 'cuda_memory_preload.so');
 
 // The newest GLIBC_x.y symbol version a binary needs: the oldest glibc it runs on.
 function glibcFloor(file) {
@@ -60,10 +62,11 @@ function build() {
     });
     fs.mkdirSync(outDir, { recursive: true });
     fs.copyFileSync(path.join(work, 'build', 'Release', 'cuda_memory.node'), outFile);
+    fs.copyFileSync(path.join(work, 'build', 'Release', 'cuda_memory_preload.so'), preloadFile);
   } finally {
     fs.rmSync(work, { recursive: true, force: true });
   }
-  execFileSync('strip', ['--strip-unneeded', outFile]);
+  execFileSync('strip', ['--strip-unneeded', outFile, preloadFile]);
   const st = JSON.parse(
     execFileSync(
       process.execPath,

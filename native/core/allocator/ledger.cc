@@ -515,6 +515,14 @@ void Ledger::Leave() noexcept {
   fd_ = -1;
 }
 
+void Ledger::Abandon() noexcept {
+  // The descriptor shares its open file description (and so the slot's lock) with the parent's:
+  // closing it here drops nothing while the parent has it open.
+  slot_ = -1;
+  if (fd_ >= 0) close(fd_);
+  fd_ = -1;
+}
+
 Ledger::~Ledger() { Leave(); }
 
 Ledger::PublisherState Ledger::PublisherStatus() {

@@ -95,6 +95,10 @@ class Ledger {
   // Clears this member's slot, and removes the file if no member is left. Never throws; a lock not
   // had in time leaves the slot to be cleared by the next process that finds it unheld.
   void Leave() noexcept;
+  // In a child process after fork: lets go of the parent's membership without touching the file
+  // (the slot and its charge stay the parent's) and closes the inherited descriptor, so that the
+  // child never keeps the parent's slot held after the parent dies. Never throws.
+  void Abandon() noexcept;
 
   GroupSnapshot Snapshot();
   // Whether this process's publishing thread runs, and how often it has woken (for tests).
