@@ -31,7 +31,9 @@ afterAll(() => {
 beforeAll(() => {
   if (!fs.existsSync(preload)) throw new Error(`${preload} is not built: run npx node-gyp rebuild`);
   const cc = (args) => execFileSync('gcc', ['-O1', '-Wall', ...args], { cwd: src, stdio: ['ignore', 'ignore', 'inherit'] });
-  cc(['-shared', '-fPIC', 'fake_driver.c', '-o', `${bin}/libcuda.so.1`, '-Wl,-soname,libcuda.so.1']);
+  // -Bsymbolic: the driver's own references to its functions (its cuGetProcAddress table) bind inside
+  // it, as in the real driver, so that only the interposer's substitution can hand out its wrappers.
+  cc(['-shared', '-fPIC', 'fake_driver.c', '-o', `${bin}/libcuda.so.1`, '-Wl,-soname,libcuda.so.1', '-Wl,-Bsymbolic']);
   cc(['-shared', '-fPIC', 'fake_runtime.c', '-o', `${bin}/libcudart.so.13`, '-Wl,-soname,libcudart.so.13', '-ldl', '-lpthread']);
   cc(['program.c', '-o', `${bin}/dynamic`, `-L${bin}`, '-l:libcudart.so.13', '-lpthread']);
   cc(['program.c', 'fake_runtime.c', '-o', `${bin}/static`, '-ldl', '-lpthread']);

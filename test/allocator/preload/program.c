@@ -34,18 +34,25 @@ static int device;
 static int alloc(const char* api, size_t n, unsigned long long* out, size_t* pitch) {
   void* p = NULL;
   int r;
-  if (!strcmp(api, "malloc")) r = cudaMalloc(&p, n);
-  else if (!strcmp(api, "managed")) r = cudaMallocManaged(&p, n, 1);
-  else if (!strcmp(api, "pitch")) r = cudaMallocPitch(&p, pitch, n, 4);
-  else if (!strcmp(api, "async")) r = cudaMallocAsync(&p, n, NULL);
-  else if (!strcmp(api, "async_ptsz")) r = cudaMallocAsync_ptsz(&p, n, NULL);
-  else if (!strcmp(api, "pool")) r = cudaMallocFromPoolAsync(&p, n, NULL, NULL);
+  if (!strcmp(api, "malloc"))
+    r = cudaMalloc(&p, n);
+  else if (!strcmp(api, "managed"))
+    r = cudaMallocManaged(&p, n, 1);
+  else if (!strcmp(api, "pitch"))
+    r = cudaMallocPitch(&p, pitch, n, 4);
+  else if (!strcmp(api, "async"))
+    r = cudaMallocAsync(&p, n, NULL);
+  else if (!strcmp(api, "async_ptsz"))
+    r = cudaMallocAsync_ptsz(&p, n, NULL);
+  else if (!strcmp(api, "pool"))
+    r = cudaMallocFromPoolAsync(&p, n, NULL, NULL);
   else if (!strcmp(api, "create")) {
     int (*create)(unsigned long long*, size_t, const struct prop*, unsigned long long);
     cudaGetDriverEntryPoint("cuMemCreate", (void**)&create);
     struct prop pr = {1, 0, 1, device, NULL, {0}};
     return create(out, n, &pr, 0);
-  } else return -1;
+  } else
+    return -1;
   *out = (unsigned long long)p;
   return r;
 }
@@ -80,13 +87,18 @@ int main(void) {
       unsigned long long p = 0;
       size_t pitch = 0;
       int r = alloc(api, a, &p, &pitch);
-      if (r) printf("err %d\n", r);
-      else if (pitch) printf("ok 0x%llx %zu\n", p, pitch);
-      else printf("ok 0x%llx\n", p);
+      if (r)
+        printf("err %d\n", r);
+      else if (pitch)
+        printf("ok 0x%llx %zu\n", p, pitch);
+      else
+        printf("ok 0x%llx\n", p);
     } else if (sscanf(line, "free %31s %llx", api, &a) == 2) {
       int r = release(api, a);
-      if (r) printf("err %d\n", r);
-      else printf("ok\n");
+      if (r)
+        printf("err %d\n", r);
+      else
+        printf("ok\n");
     } else if (sscanf(line, "device %llu", &a) == 1) {
       device = (int)a;
       cudaSetDevice(device);
@@ -124,7 +136,7 @@ int main(void) {
         if (write(up[1], msg, n) != n) _exit(3);
         char x;
         if (read(down[0], &x, 1) != 1) _exit(4);
-        exit(0);  /* exit handlers run: the child leaves the group */
+        exit(0); /* exit handlers run: the child leaves the group */
       }
       close(up[1]);
       close(down[0]);
