@@ -88,19 +88,19 @@
       ]
     },
     {
-      # The interposer (native/preload/interpose.cc): a plain shared library, preloaded into any
-      # CUDA program, that links no CUDA and no Node. It declares the driver's few types itself
-      # (native/preload/cuda_abi.h), so it builds without a CUDA toolkit too. Only the interposed
-      # entry points are exported (an unversioned list, so that they bind whatever glibc or driver
-      # symbol version the program asks for); the C++ runtime stays private.
+      # The interposer (native/allocator/preload/interpose.cc): a plain shared library, preloaded
+      # into any CUDA program, that links no CUDA and no Node. It declares the driver's few types
+      # itself (native/allocator/preload/cuda_abi.h), so it builds without a CUDA toolkit too. Only
+      # the interposed entry points are exported (an unversioned list, so that they bind whatever
+      # glibc or driver symbol version the program asks for); the C++ runtime stays private.
       "target_name": "cuda_memory_preload",
       "type": "shared_library",
       "product_prefix": "",
       "product_extension": "so",
       "sources": [
-        "native/preload/interpose.cc",
-        "native/preload/member.cc",
-        "native/preload/recorder.cc",
+        "native/allocator/preload/interpose.cc",
+        "native/allocator/preload/member.cc",
+        "native/allocator/preload/recorder.cc",
         "native/core/base/shm.cc",
         "native/core/allocator/grants.cc",
         "native/core/allocator/ledger.cc",
@@ -111,7 +111,7 @@
       "cflags_cc!": ["-fno-exceptions", "-std=gnu++17"],
       "cflags": ["-fvisibility=hidden"],
       "cflags_cc": ["-std=c++17", "-fexceptions", "-fvisibility=hidden", "-Wall", "-Wextra", "-Wno-unused-parameter"],
-      "ldflags": ["-Wl,--version-script=<(module_root_dir)/native/preload/exports.map", "-Wl,--no-undefined"],
+      "ldflags": ["-Wl,--version-script=<(module_root_dir)/native/allocator/preload/exports.map", "-Wl,--no-undefined"],
       "libraries": ["-ldl", "-lpthread"],
       "conditions": [
         ["static_cxx==1", { "ldflags": ["-static-libstdc++", "-static-libgcc"], "sources": ["native/base/glibc_compat.cc"] }]

@@ -17,7 +17,7 @@ const { findCuda } = require('./find-cuda');
 const root = path.join(__dirname, '..');
 const outDir = path.join(root, 'prebuilds', `${process.platform}-${process.arch}`);
 const outFile = path.join(outDir, 'cuda-memory.napi.glibc.node');
-// The interposer (native/preload), shipped beside the addon: `cuda-memory run` preloads it.
+// The interposer (native/allocator/preload), shipped beside the addon: `cuda-memory run` preloads it.
 const preloadFile = path.join(outDir, 'cuda_memory_preload.so');
 
 // The newest GLIBC_x.y symbol version a binary needs: the oldest glibc it runs on.

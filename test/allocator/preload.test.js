@@ -1,5 +1,5 @@
 'use strict';
-// The interposer (native/preload), preloaded into CUDA programs that run against a stand-in CUDA
+// The interposer (native/allocator/preload), preloaded into CUDA programs that run against a stand-in CUDA
 // driver and runtime built here (test/allocator/preload/): no GPU. The programs reach the driver
 // the three ways real ones do (the runtime linked dynamically, the runtime compiled in as nvcc's
 // static default does, the driver's own symbols) and are driven line by line on stdin. Every

@@ -1,4 +1,4 @@
-#include "preload/recorder.h"
+#include "allocator/preload/recorder.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "preload/member.h"  // Say
+#include "allocator/preload/member.h"  // Say
 
 namespace cm::preload {
 

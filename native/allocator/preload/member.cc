@@ -1,4 +1,4 @@
-#include "preload/member.h"
+#include "allocator/preload/member.h"
 
 #include <unistd.h>
 

@@ -38,11 +38,11 @@
 #include <mutex>
 #include <string>
 
+#include "allocator/preload/allocations.h"
+#include "allocator/preload/cuda_abi.h"
+#include "allocator/preload/member.h"
+#include "allocator/preload/recorder.h"
 #include "core/device/uuid.h"
-#include "preload/allocations.h"
-#include "preload/cuda_abi.h"
-#include "preload/member.h"
-#include "preload/recorder.h"
 
 #define CM_EXPORT extern "C" __attribute__((visibility("default")))
 
