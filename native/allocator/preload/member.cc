@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <new>
@@ -100,7 +101,8 @@ bool Member::JoinLocked(const std::string& device) noexcept {
 Member::Verdict Member::Take(uint64_t bytes, const char* api, const std::string& device) noexcept {
   if (group_.empty()) return Verdict::kUncharged;
   std::lock_guard<std::mutex> lock(mutex_);
-  if (detached_ || (!ledger_ && !JoinLocked(device))) return Verdict::kUncharged;
+  if (detached_ || LockBackoffLocked() || (!ledger_ && !JoinLocked(device)))
+    return Verdict::kUncharged;
   try {
     core::GroupRefusal refusal;
     if (grants_->Take(*ledger_, bytes, &refusal)) return Verdict::kCharged;
@@ -111,7 +113,9 @@ Member::Verdict Member::Take(uint64_t bytes, const char* api, const std::string&
       // A stopped or hung holder: this allocation goes on uncharged, the next one tries again.
       if (lock_timeouts_++ == 0)
         Say(e.code + ": " + e.what() + " An allocation of " + core::FormatBytes(bytes) +
-            " went on uncharged (said once; later ones too)");
+            " went on uncharged, and so do the ones after it for a while (said once)");
+      lock_retry_at_ms_ =
+          core::shm::NowUnixMs() + std::max<uint64_t>(1000, 10ull * lock_timeout_ms_);
       return Verdict::kUncharged;
     }
     detached_ = true;
@@ -146,10 +150,14 @@ void Member::RefusedLocked(uint64_t bytes, const char* api,
   last_refusal_line_ms_ = now;
 }
 
+bool Member::LockBackoffLocked() const {
+  return lock_retry_at_ms_ && core::shm::NowUnixMs() < lock_retry_at_ms_;
+}
+
 void Member::Give(uint64_t bytes) noexcept {
   if (group_.empty()) return;
   std::lock_guard<std::mutex> lock(mutex_);
-  if (ledger_ && !detached_) grants_->Give(*ledger_, bytes);
+  if (ledger_ && !detached_) grants_->Give(*ledger_, bytes, !LockBackoffLocked());
 }
 
 void Member::Leave() noexcept {
@@ -166,6 +174,7 @@ void Member::AfterForkChild() noexcept {
   detached_ = false;
   refusals_ = refusals_said_ = 0;
   lock_timeouts_ = 0;
+  lock_retry_at_ms_ = 0;
   // The mutex was held by the forking thread in the parent; the child is a copy of that thread.
   mutex_.unlock();
 }

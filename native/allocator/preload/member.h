@@ -7,9 +7,10 @@
 // and a ledger that cannot be used (missing with no budget to create it, another budget, full,
 // damaged, foreign, another user's, its lock not had in time) costs one line on stderr and the
 // process goes on uncharged ("fails open"): a budget that cannot be kept must not stop a training
-// run. A lock not had in time passes that one allocation uncharged; anything else detaches the
-// process from the group for the rest of its life. Refusals, one line on stderr the first time and
-// then at most one every ten seconds, return the API's own out-of-memory error.
+// run. A lock not had in time passes that allocation uncharged, and the ones after it for ten
+// times the lock timeout (at least a second), then the ledger is tried again; anything else
+// detaches the process from the group for the rest of its life. Refusals, one line on stderr the
+// first time and then at most one every ten seconds, return the API's own out-of-memory error.
 //
 // fork: the child lets go of the parent's membership without touching it (the parent's slot and
 // charge stay the parent's) and, if it allocates, joins as a new member of its own. CUDA itself
@@ -66,6 +67,10 @@ class Member {
   uint64_t refusals_ = 0, refusals_said_ = 0;
   int64_t last_refusal_line_ms_ = 0;
   uint64_t lock_timeouts_ = 0;
+  // After a lock not had in time, the ledger is left alone until then (unix ms): allocations go
+  // on uncharged at once instead of each waiting the timeout again behind a hung holder.
+  uint64_t lock_retry_at_ms_ = 0;
+  bool LockBackoffLocked() const;
 };
 
 }  // namespace cm::preload

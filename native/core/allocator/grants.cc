@@ -27,10 +27,10 @@ bool GrantedCharge::Take(Ledger& ledger, uint64_t bytes, GroupRefusal* refusal) 
   return true;
 }
 
-void GrantedCharge::Give(Ledger& ledger, uint64_t bytes) noexcept {
+void GrantedCharge::Give(Ledger& ledger, uint64_t bytes, bool release) noexcept {
   used_ -= std::min(bytes, used_);
   uint64_t spare = held_ - used_;
-  if (spare > 2 * grant_) {
+  if (release && spare > 2 * grant_) {
     uint64_t back = spare - grant_;
     ledger.Release(back);
     held_ -= back;

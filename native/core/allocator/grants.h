@@ -30,8 +30,10 @@ class GrantedCharge {
   // False when it cannot afford the shortfall (*refusal says why). Throws ShmError as
   // Ledger::Charge does; nothing is taken then.
   bool Take(Ledger& ledger, uint64_t bytes, GroupRefusal* refusal);
-  // Gives back the bytes of an allocation (at most what is in use). Never throws.
-  void Give(Ledger& ledger, uint64_t bytes) noexcept;
+  // Gives back the bytes of an allocation (at most what is in use). Never throws. release: false
+  // keeps everything held, for when the ledger's lock is known to be out of reach (a Release
+  // would wait for it); a later Give gives back what is spare then.
+  void Give(Ledger& ledger, uint64_t bytes, bool release = true) noexcept;
 
   uint64_t held() const { return held_; }  // charged to the ledger
   uint64_t used() const { return used_; }  // in use by allocations

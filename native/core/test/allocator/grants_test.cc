@@ -35,9 +35,12 @@ int main() {
     // Freed: kept while the spare is at most two grants.
     g.Give(*l, MiB);
     CHECK(g.used() == 5 * MiB / 2 && g.held() == 4 * MiB && Charged(path) == 4 * MiB);
-    // More spare than two grants: back down to one.
+    // More spare than two grants: back down to one, unless the ledger is to be left alone now;
+    // then at the next Give.
     CHECK(g.Take(*l, 20 * MiB, &r));
-    g.Give(*l, 20 * MiB);
+    g.Give(*l, 10 * MiB, false);
+    CHECK(g.held() - g.used() == 11 * MiB && Charged(path) == g.held());
+    g.Give(*l, 10 * MiB);
     CHECK(g.held() - g.used() == MiB && Charged(path) == g.held());
     // The whole budget is usable: the grant is dropped when it does not fit, never the request.
     uint64_t rest = 128 * MiB - g.used();
