@@ -142,31 +142,38 @@ describe('the interposer charges a group for every way a program reaches the dri
     },
   );
 
-  test('every interposed allocation entry point is charged and given back, each to its size', async () => {
-    const name = 'entry-points';
-    const p = start('dynamic', budget(name, 64 * MiB));
-    const sizes = { malloc: MiB, managed: 2 * MiB, async: 3 * MiB, async_ptsz: 4 * MiB, pool: 5 * MiB, create: 6 * MiB };
-    const live = [];
-    let total = 0;
-    for (const [api, bytes] of Object.entries(sizes)) {
-      const r = await p.send(`alloc ${api} ${bytes}`);
-      expect([api, r]).toEqual([api, expect.stringMatching(/^ok 0x[0-9a-f]+$/)]);
-      total += bytes;
-      live.push([api === 'create' ? 'create' : api.startsWith('async') || api === 'pool' ? 'async' : 'malloc', r.split(' ')[1]]);
-      expect((await inUse(name, p.pid, total)).bytesInUse).toBe(total);
-      // What remains of the budget plus one byte is refused through this entry point too.
-      expect([api, await p.send(`alloc ${api} ${64 * MiB - total + 1}`)]).toEqual([api, 'err 2']);
-    }
-    // A pitched allocation is charged its pitch × height, known only after the call.
-    const pitched = await p.send('alloc pitch 1000');
-    expect(pitched).toMatch(/^ok 0x[0-9a-f]+ 1024$/);
-    expect((await inUse(name, p.pid, total + 4096)).bytesInUse).toBe(total + 4096);
-    live.push(['malloc', pitched.split(' ')[1]]);
-    for (const [api, address] of live) expect(await p.send(`free ${api} ${address}`)).toBe('ok');
-    expect((await inUse(name, p.pid, 0)).bytesInUse).toBe(0);
-    expect(await p.send('used 0')).toBe('ok 0');
-    await p.exit();
-  });
+  test.each([
+    ['the exported functions', 'exported', {}],
+    // Addresses no exported symbol has: the interposer knows the entry points by name and version.
+    ['addresses of its own', 'own', { FAKE_CUDA_PROC_INTERNAL: '1' }],
+  ])(
+    'every interposed allocation entry point is charged and given back, each to its size (cuGetProcAddress answering %s)',
+    async (_, tag, fake) => {
+      const name = `entry-points-${tag}`;
+      const p = start('dynamic', { ...budget(name, 64 * MiB), ...fake });
+      const sizes = { malloc: MiB, managed: 2 * MiB, async: 3 * MiB, async_ptsz: 4 * MiB, pool: 5 * MiB, create: 6 * MiB };
+      const live = [];
+      let total = 0;
+      for (const [api, bytes] of Object.entries(sizes)) {
+        const r = await p.send(`alloc ${api} ${bytes}`);
+        expect([api, r]).toEqual([api, expect.stringMatching(/^ok 0x[0-9a-f]+$/)]);
+        total += bytes;
+        live.push([api === 'create' ? 'create' : api.startsWith('async') || api === 'pool' ? 'async' : 'malloc', r.split(' ')[1]]);
+        expect((await inUse(name, p.pid, total)).bytesInUse).toBe(total);
+        // What remains of the budget plus one byte is refused through this entry point too.
+        expect([api, await p.send(`alloc ${api} ${64 * MiB - total + 1}`)]).toEqual([api, 'err 2']);
+      }
+      // A pitched allocation is charged its pitch × height, known only after the call.
+      const pitched = await p.send('alloc pitch 1000');
+      expect(pitched).toMatch(/^ok 0x[0-9a-f]+ 1024$/);
+      expect((await inUse(name, p.pid, total + 4096)).bytesInUse).toBe(total + 4096);
+      live.push(['malloc', pitched.split(' ')[1]]);
+      for (const [api, address] of live) expect(await p.send(`free ${api} ${address}`)).toBe('ok');
+      expect((await inUse(name, p.pid, 0)).bytesInUse).toBe(0);
+      expect(await p.send('used 0')).toBe('ok 0');
+      await p.exit();
+    },
+  );
 
   test('allocations on another device pass uncharged; a free of an unknown address passes through', async () => {
     const name = 'other-device';

@@ -186,6 +186,40 @@ void* Substitute(void* p) {
   return p;
 }
 
+// The wrapper for what cuGetProcAddress answered for `symbol`: by the address first, as for dlsym;
+// if the driver handed out an address of its own that no exported symbol has, by the name and
+// version, as the driver picks them (a base name at version 3020 or later is the _v2 entry
+// point; the per-thread default stream flag picks the _ptsz form; cuGetProcAddress itself is
+// _v2 from 12000 on). Anything else is left as the driver answered.
+void* SubstituteProc(const char* symbol, int version, uint64_t flags, void* p) {
+  void* w = Substitute(p);
+  if (w != p || !p || !symbol || !Active()) return w;
+  constexpr uint64_t kPerThreadStream = 2;  // CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM
+  bool ptsz = flags & kPerThreadStream;
+  static const struct {
+    const char* name;
+    int min_version;
+    Fn legacy, per_thread;
+  } kByName[] = {
+      {"cuMemAlloc", 3020, kMemAlloc, kMemAlloc},
+      {"cuMemFree", 3020, kMemFree, kMemFree},
+      {"cuMemAllocPitch", 3020, kMemAllocPitch, kMemAllocPitch},
+      {"cuMemAllocManaged", 0, kMemAllocManaged, kMemAllocManaged},
+      {"cuMemAllocAsync", 0, kMemAllocAsync, kMemAllocAsyncPtsz},
+      {"cuMemAllocFromPoolAsync", 0, kMemAllocFromPoolAsync, kMemAllocFromPoolAsyncPtsz},
+      {"cuMemFreeAsync", 0, kMemFreeAsync, kMemFreeAsyncPtsz},
+      {"cuMemCreate", 0, kMemCreate, kMemCreate},
+      {"cuMemRelease", 0, kMemRelease, kMemRelease},
+      {"cuGetProcAddress", 12000, kGetProcAddressV2, kGetProcAddressV2},
+  };
+  for (const auto& e : kByName) {
+    if (std::strcmp(symbol, e.name) != 0) continue;
+    if (version >= e.min_version) return g_wrappers[ptsz ? e.per_thread : e.legacy];
+    return std::strcmp(symbol, "cuGetProcAddress") == 0 ? g_wrappers[kGetProcAddress] : p;
+  }
+  return p;
+}
+
 // ---- which device ---------------------------------------------------------------------------
 
 std::string UuidOf(CUdevice dev) {
@@ -309,7 +343,7 @@ extern "C" void* cm_dlsym_next_early(void* handle, const char* name) {
 CM_EXPORT CUresult cuGetProcAddress(const char* symbol, void** pfn, int version, uint64_t flags) {
   using F = CUresult (*)(const char*, void**, int, uint64_t);
   CUresult r = Forward<F>(kGetProcAddress, symbol, pfn, version, flags);
-  if (r == kCudaSuccess && pfn) *pfn = Substitute(*pfn);
+  if (r == kCudaSuccess && pfn) *pfn = SubstituteProc(symbol, version, flags, *pfn);
   return r;
 }
 
@@ -317,7 +351,7 @@ CM_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int versi
                                        void* status) {
   using F = CUresult (*)(const char*, void**, int, uint64_t, void*);
   CUresult r = Forward<F>(kGetProcAddressV2, symbol, pfn, version, flags, status);
-  if (r == kCudaSuccess && pfn) *pfn = Substitute(*pfn);
+  if (r == kCudaSuccess && pfn) *pfn = SubstituteProc(symbol, version, flags, *pfn);
   return r;
 }
 

@@ -134,6 +134,38 @@ EXPORT CUresult cuGetProcAddress(const char* symbol, void** pfn, int version,
   return cuGetProcAddress_v2(symbol, pfn, version, flags, NULL);
 }
 
+/* With FAKE_CUDA_PROC_INTERNAL=1, cuGetProcAddress hands out addresses of its own that no
+ * exported symbol has (functions that forward to the exported ones), as a driver may: the
+ * interposer must then know the entry point by its name and version. */
+static CUresult i_alloc(CUdeviceptr* p, size_t n) { return cuMemAlloc_v2(p, n); }
+static CUresult i_free(CUdeviceptr p) { return cuMemFree_v2(p); }
+static CUresult i_managed(CUdeviceptr* p, size_t n, unsigned f) {
+  return cuMemAllocManaged(p, n, f);
+}
+static CUresult i_pitch(CUdeviceptr* p, size_t* pitch, size_t w, size_t h, unsigned e) {
+  return cuMemAllocPitch_v2(p, pitch, w, h, e);
+}
+static CUresult i_async(CUdeviceptr* p, size_t n, void* s) { return cuMemAllocAsync(p, n, s); }
+static CUresult i_async_ptsz(CUdeviceptr* p, size_t n, void* s) {
+  return cuMemAllocAsync_ptsz(p, n, s);
+}
+static CUresult i_pool(CUdeviceptr* p, size_t n, void* pool, void* s) {
+  return cuMemAllocFromPoolAsync(p, n, pool, s);
+}
+static CUresult i_pool_ptsz(CUdeviceptr* p, size_t n, void* pool, void* s) {
+  return cuMemAllocFromPoolAsync_ptsz(p, n, pool, s);
+}
+static CUresult i_free_async(CUdeviceptr p, void* s) { return cuMemFreeAsync(p, s); }
+static CUresult i_free_async_ptsz(CUdeviceptr p, void* s) { return cuMemFreeAsync_ptsz(p, s); }
+static CUresult i_create(unsigned long long* h, size_t n, const struct prop* pr,
+                         unsigned long long f) {
+  return cuMemCreate(h, n, pr, f);
+}
+static CUresult i_release(unsigned long long h) { return cuMemRelease(h); }
+static CUresult i_gpa(const char* s, void** p, int v, unsigned long long f, int* st) {
+  return cuGetProcAddress_v2(s, p, v, f, st);
+}
+
 #define PTDS 2ull /* CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM */
 EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version,
                                     unsigned long long flags, int* status) {
@@ -141,6 +173,8 @@ EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version,
     const char* name;
     void* legacy;
     void* ptsz;
+    void* internal;
+    void* internal_ptsz;
   } table[] = {
       {"cuInit", (void*)cuInit, 0},
       {"cuDriverGetVersion", (void*)cuDriverGetVersion, 0},
@@ -148,22 +182,26 @@ EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version,
       {"cuCtxGetDevice", (void*)cuCtxGetDevice, 0},
       {"cuDeviceGetUuid", (void*)cuDeviceGetUuid_v2, 0},
       {"cuMemGetInfo", (void*)cuMemGetInfo_v2, 0},
-      {"cuMemAlloc", (void*)cuMemAlloc_v2, 0},
-      {"cuMemFree", (void*)cuMemFree_v2, 0},
-      {"cuMemAllocManaged", (void*)cuMemAllocManaged, 0},
-      {"cuMemAllocPitch", (void*)cuMemAllocPitch_v2, 0},
-      {"cuMemAllocAsync", (void*)cuMemAllocAsync, (void*)cuMemAllocAsync_ptsz},
-      {"cuMemAllocFromPoolAsync", (void*)cuMemAllocFromPoolAsync,
-       (void*)cuMemAllocFromPoolAsync_ptsz},
-      {"cuMemFreeAsync", (void*)cuMemFreeAsync, (void*)cuMemFreeAsync_ptsz},
-      {"cuMemCreate", (void*)cuMemCreate, 0},
-      {"cuMemRelease", (void*)cuMemRelease, 0},
-      {"cuGetProcAddress", (void*)cuGetProcAddress_v2, 0},
+      {"cuMemAlloc", (void*)cuMemAlloc_v2, 0, (void*)i_alloc, 0},
+      {"cuMemFree", (void*)cuMemFree_v2, 0, (void*)i_free, 0},
+      {"cuMemAllocManaged", (void*)cuMemAllocManaged, 0, (void*)i_managed, 0},
+      {"cuMemAllocPitch", (void*)cuMemAllocPitch_v2, 0, (void*)i_pitch, 0},
+      {"cuMemAllocAsync", (void*)cuMemAllocAsync, (void*)cuMemAllocAsync_ptsz, (void*)i_async,
+       (void*)i_async_ptsz},
+      {"cuMemAllocFromPoolAsync", (void*)cuMemAllocFromPoolAsync, (void*)cuMemAllocFromPoolAsync_ptsz,
+       (void*)i_pool, (void*)i_pool_ptsz},
+      {"cuMemFreeAsync", (void*)cuMemFreeAsync, (void*)cuMemFreeAsync_ptsz, (void*)i_free_async,
+       (void*)i_free_async_ptsz},
+      {"cuMemCreate", (void*)cuMemCreate, 0, (void*)i_create, 0},
+      {"cuMemRelease", (void*)cuMemRelease, 0, (void*)i_release, 0},
+      {"cuGetProcAddress", (void*)cuGetProcAddress_v2, 0, (void*)i_gpa, 0},
   };
   for (size_t i = 0; i < sizeof table / sizeof table[0]; ++i) {
     if (strcmp(symbol, table[i].name) != 0) continue;
-    void* f = table[i].legacy;
-    if ((flags & PTDS) && table[i].ptsz) f = table[i].ptsz;
+    const char* internal = getenv("FAKE_CUDA_PROC_INTERNAL");
+    int own = internal && *internal == '1' && table[i].internal;
+    void* f = own ? table[i].internal : table[i].legacy;
+    if ((flags & PTDS) && table[i].ptsz) f = own ? table[i].internal_ptsz : table[i].ptsz;
     if (strcmp(symbol, "cuGetProcAddress") == 0 && version < 12000) f = (void*)cuGetProcAddress;
     *pfn = f;
     if (status) *status = 0;
