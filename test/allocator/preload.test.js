@@ -7,8 +7,9 @@
 const fs = require('fs');
 const os = require('os');
 const path = require('path');
-const { execFileSync, spawn } = require('child_process');
-const { cm, root } = require('../helpers');
+const { execFileSync, spawn, spawnSync } = require('child_process');
+const { cm, root, describeGpu } = require('../helpers');
+const { findCuda } = require('../../scripts/find-cuda');
 
 const MiB = 2 ** 20;
 const preload = path.join(root, 'build', 'Release', 'cuda_memory_preload.so');
@@ -413,4 +414,101 @@ describe('cost', () => {
       `stand-in cudaMalloc+cudaFree pair: ${raw.toFixed(0)} ns raw, ${charged.toFixed(0)} ns charged (+${(charged - raw).toFixed(0)} ns)`,
     );
   });
+});
+
+// On a real GPU: the programs of the shared-budget run (scripts/preload/*.cu), built with nvcc's
+// default static runtime, under the interposer and the real driver.
+describeGpu('the interposer on a real GPU, with the static CUDA runtime', () => {
+  const GiB = 2 ** 30;
+  const uuid = () => cm.devices()[0].uuid;
+  const build = (name) => {
+    const cuda = findCuda();
+    if (!cuda) throw new Error('no CUDA toolkit (nvcc) to build scripts/preload/*.cu');
+    const out = path.join(bin, name);
+    execFileSync(path.join(cuda, 'bin', 'nvcc'), ['-O2', '-o', out, path.join(root, 'scripts', 'preload', `${name}.cu`)], {
+      stdio: ['ignore', 'ignore', 'inherit'],
+    });
+    return out;
+  };
+  // Runs a program to its end; its one JSON line and its stderr.
+  const runJson = (file, args, env, preloads) => {
+    const r = spawnSync(file, args, {
+      encoding: 'utf8',
+      timeout: 120000,
+      env: { ...process.env, LD_PRELOAD: preloads.join(':'), ...env },
+    });
+    if (r.status !== 0) throw new Error(`${path.basename(file)} ${args.join(' ')}: status ${r.status}\n${r.stderr}`);
+    return { json: JSON.parse(r.stdout.trim().split('\n').pop()), stderr: r.stderr };
+  };
+  let churn;
+  let pairCost;
+  beforeAll(() => {
+    churn = build('alloc-churn');
+    pairCost = build('pair-cost');
+  }, 300000);
+
+  test.each([
+    ['cudaMalloc', 'malloc'],
+    ['cudaMallocAsync', 'async'],
+  ])(
+    '%s: held to a 1 GiB budget, refusals reach the program as cudaErrorMemoryAllocation, the trace records every call',
+    (_, api) => {
+      const args = [
+        '--seconds',
+        '5',
+        '--min-bytes',
+        String(MiB),
+        '--max-bytes',
+        String(256 * MiB),
+        '--max-live-bytes',
+        String(2 * GiB),
+        '--api',
+        api,
+      ];
+      const trace = path.join(bin, `gpu-${api}.trace.json`);
+      const held = runJson(
+        churn,
+        args,
+        {
+          CUDA_MEMORY_GROUP: `gpu-${api}`,
+          CUDA_MEMORY_GROUP_DEVICE: uuid(),
+          CUDA_MEMORY_GROUP_BUDGET: String(GiB),
+          CUDA_MEMORY_TRACE: trace,
+        },
+        [preload],
+      );
+      expect(held.json.allocs).toBeGreaterThan(0);
+      expect(held.json.refusals).toBeGreaterThan(0);
+      expect(held.json.peakBytes).toBeLessThanOrEqual(GiB);
+      expect(held.stderr).toMatch(new RegExp(`group 'gpu-${api}' refused cuMemAlloc`));
+      const t = cm.loadTrace(trace);
+      // The program's own calls, and any the runtime makes for itself.
+      const count = (action) => t.events.filter((e) => e.action === action).length;
+      console.log(
+        `${api}: program ${JSON.stringify(held.json)}; trace ${count('alloc')} allocs, ${count('free')} frees, ${count('oom')} ooms`,
+      );
+      expect(count('alloc')).toBeGreaterThanOrEqual(held.json.allocs);
+      expect(count('free')).toBeGreaterThanOrEqual(held.json.frees);
+      expect(count('oom')).toBe(held.json.refusals);
+      // The same program without the interposer goes past the budget.
+      const free = runJson(churn, args, {}, []);
+      expect(free.json.refusals).toBe(0);
+      expect(free.json.peakBytes).toBeGreaterThan(GiB);
+    },
+    120000,
+  );
+
+  test('a cudaMalloc+cudaFree pair costs at most 2 µs more under the interposer', () => {
+    const args = ['--bytes', String(MiB), '--pairs', '5000'];
+    const raw = runJson(pairCost, args, {}, []).json;
+    const charged = runJson(
+      pairCost,
+      args,
+      { CUDA_MEMORY_GROUP: 'gpu-pairs', CUDA_MEMORY_GROUP_DEVICE: uuid(), CUDA_MEMORY_GROUP_BUDGET: String(20 * GiB) },
+      [preload],
+    ).json;
+    console.log(`cudaMalloc+cudaFree of 1 MiB: median ${raw.medianNs} ns raw, ${charged.medianNs} ns under the interposer`);
+    expect([raw.preloaded, charged.preloaded]).toEqual([false, true]);
+    expect(charged.medianNs - raw.medianNs).toBeLessThanOrEqual(2000);
+  }, 120000);
 });
