@@ -114,7 +114,7 @@
       "ldflags": ["-Wl,--version-script=<(module_root_dir)/native/allocator/preload/exports.map", "-Wl,--no-undefined"],
       "libraries": ["-ldl", "-lpthread"],
       "conditions": [
-        ["static_cxx==1", { "ldflags": ["-static-libstdc++", "-static-libgcc"], "sources": ["native/base/glibc_compat.cc"] }]
+        ["static_cxx==1", { "ldflags": ["-static-libstdc++"], "sources": ["native/base/glibc_compat.cc"] }]
       ]
     }
   ]

@@ -83,6 +83,9 @@ function build() {
     .map((l) => l.trim().split(/\s+/)[1]);
   const kib = Math.round(fs.statSync(outFile).size / 1024);
   console.error(
+    `prebuild: ${path.relative(root, preloadFile)} (${Math.round(fs.statSync(preloadFile).size / 1024)} KiB, needs glibc >= ${glibcFloor(preloadFile)})`,
+  );
+  console.error(
     `prebuild: ${path.relative(root, outFile)} (${kib} KiB, CUDA runtime ${st.runtimeVersion}, needs glibc >= ${glibcFloor(outFile)}; links ${needed.join(', ')})`,
   );
 }
