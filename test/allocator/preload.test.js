@@ -126,6 +126,7 @@ describe('the interposer charges a group for every way a program reaches the dri
       expect(g.budgetBytes).toBe(64 * MiB);
       expect(g.device).toBe(DEV0);
       expect(g.members.map((m) => m.pid)).toEqual([p.pid]);
+      expect(g.members[0].limitBytes).toBe(64 * MiB); // the group's budget: no limit of its own
       expect((await inUse(name, p.pid, 10 * MiB)).bytesInUse).toBe(10 * MiB);
       expect(g.chargedBytes).toBeGreaterThanOrEqual(10 * MiB);
       expect(g.chargedBytes).toBeLessThanOrEqual(64 * MiB);
@@ -247,6 +248,7 @@ describe('the interposer never harms its host', () => {
     const b = start('dynamic', member(name)); // joins the group's budget
     expect(await a.send(`alloc malloc ${50 * MiB}`)).toMatch(/^ok/);
     expect(await b.send(`alloc malloc ${20 * MiB}`)).toBe('err 2');
+    expect(group(name).members.find((m) => m.pid === b.pid).limitBytes).toBe(64 * MiB);
     a.kill();
     await a.exited;
     const t0 = Date.now();

@@ -78,8 +78,11 @@ bool Member::JoinLocked(const std::string& device) noexcept {
     if (!problem_.empty()) {
       why = problem_;
     } else {
-      ledger_.reset(
-          core::Ledger::Join(dir_, group_, device, budget_, budget_source_, 0, lock_timeout_ms_));
+      // A preloaded process has no limit of its own: the group's budget is its limit, as for an
+      // allocator of the library that joins without one.
+      ledger_.reset(core::Ledger::Join(dir_, group_, device, budget_, budget_source_, budget_,
+                                       lock_timeout_ms_));
+      if (!budget_) ledger_->SetLimit(ledger_->budget());
       grants_.reset(new core::GrantedCharge(core::GrantedCharge::GrantFor(ledger_->budget())));
       return true;
     }
