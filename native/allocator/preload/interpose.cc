@@ -181,8 +181,10 @@ bool Active() {
 // The wrapper for a driver function the program was about to get, else the function itself.
 void* Substitute(void* p) {
   if (!p || !Active() || !Resolve()) return p;
+  // A wrapper not filled in yet (a lookup from another library's constructor that ran before
+  // this one's) leaves the driver's function in place.
   for (int i = 0; i < kWrapped; ++i)
-    if (g_real[i].load(std::memory_order_relaxed) == p) return g_wrappers[i];
+    if (g_real[i].load(std::memory_order_relaxed) == p) return g_wrappers[i] ? g_wrappers[i] : p;
   return p;
 }
 
@@ -214,8 +216,10 @@ void* SubstituteProc(const char* symbol, int version, uint64_t flags, void* p) {
   };
   for (const auto& e : kByName) {
     if (std::strcmp(symbol, e.name) != 0) continue;
-    if (version >= e.min_version) return g_wrappers[ptsz ? e.per_thread : e.legacy];
-    return std::strcmp(symbol, "cuGetProcAddress") == 0 ? g_wrappers[kGetProcAddress] : p;
+    void* w = version >= e.min_version ? g_wrappers[ptsz ? e.per_thread : e.legacy]
+              : std::strcmp(symbol, "cuGetProcAddress") == 0 ? g_wrappers[kGetProcAddress]
+                                                             : nullptr;
+    return w ? w : p;
   }
   return p;
 }
@@ -397,6 +401,8 @@ CM_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t w
           Member::Verdict::kRefused) {
     Forward<CUresult (*)(CUdeviceptr)>(kMemFree, *dptr);
     Member::Get().Give(a.bytes);
+    Recorder::Get().Free(false, *dptr, a.bytes);
+    Recorder::Get().Oom(actual);
     return kCudaErrorOutOfMemory;
   }
   if (a.charged && actual < a.bytes) Member::Get().Give(a.bytes - actual);
