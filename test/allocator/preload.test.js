@@ -191,6 +191,18 @@ describe('the interposer charges a group for every way a program reaches the dri
     expect((await inUse(name, p.pid, MiB)).bytesInUse).toBe(MiB);
     await p.exit();
   });
+
+  test('without CUDA_MEMORY_GROUP_DEVICE the group is on the process device 0, by its uuid', async () => {
+    const name = 'device-zero';
+    const p = start('dynamic', { CUDA_MEMORY_GROUP: name, CUDA_MEMORY_GROUP_BUDGET: String(16 * MiB), CUDA_MEMORY_GROUP_DEVICE: '' });
+    expect(await p.send('device 1')).toBe('ok');
+    expect(await p.send(`alloc malloc ${32 * MiB}`)).toMatch(/^ok/); // device 1: not the group's
+    expect(group(name)).toBe(null); // nothing charged yet: not a member
+    expect(await p.send('device 0')).toBe('ok');
+    expect(await p.send(`alloc malloc ${32 * MiB}`)).toBe('err 2');
+    expect(group(name).device).toBe(DEV0);
+    await p.exit();
+  });
 });
 
 describe('the interposer never harms its host', () => {

@@ -235,12 +235,22 @@ std::string UuidOf(CUdevice dev) {
   return cm::core::GpuUuid(u.bytes);
 }
 
-// The group's device key: CUDA_MEMORY_GROUP_DEVICE, else the uuid of the process's device 0.
+// The group's device key: CUDA_MEMORY_GROUP_DEVICE, else the uuid of the process's device 0
+// (empty, and asked again next time, while the driver cannot say it).
 const std::string& GroupDevice() {
-  static const std::string key = [] {
+  static std::string key;  // written once, before `known` is set
+  static std::atomic<bool> known{false};
+  static std::mutex mutex;
+  static const std::string none;
+  if (known.load(std::memory_order_acquire)) return key;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (!known.load(std::memory_order_relaxed)) {
     const char* v = std::getenv("CUDA_MEMORY_GROUP_DEVICE");
-    return std::string(v && *v ? v : UuidOf(0));
-  }();
+    std::string k = v && *v ? std::string(v) : UuidOf(0);
+    if (k.empty()) return none;
+    key = k;
+    known.store(true, std::memory_order_release);
+  }
   return key;
 }
 
