@@ -512,6 +512,25 @@ describeGpu('the interposer on a real GPU, with the static CUDA runtime', () => 
     120000,
   );
 
+  test('a Node process whose library allocator is in the group is charged once for its regions', () => {
+    const script = `
+      const cm = require(${JSON.stringify(root)});
+      const a = cm.createAllocator({ allowGrowth: true, shared: { name: 'gpu-node', memoryLimit: ${GiB} } });
+      const b = a.alloc(${64 * MiB});
+      const g = cm.groupStats('gpu-node');
+      console.log(JSON.stringify({ pool: a.stats().poolBytes, charged: g.chargedBytes, members: g.members.map((m) => [m.pid, m.poolBytes]) }));
+      b.free();
+      a.close();`;
+    const r = runJson(
+      process.execPath,
+      ['-e', script],
+      { CUDA_MEMORY_GROUP: 'gpu-node', CUDA_MEMORY_GROUP_DEVICE: uuid(), CUDA_MEMORY_GROUP_BUDGET: String(GiB) },
+      [preload],
+    ).json;
+    expect(r.pool).toBeGreaterThanOrEqual(64 * MiB);
+    expect(r.charged).toBe(r.pool);
+  }, 120000);
+
   test('a cudaMalloc+cudaFree pair costs at most 2 µs more under the interposer', () => {
     const args = ['--bytes', String(MiB), '--pairs', '5000'];
     const raw = runJson(pairCost, args, {}, []).json;

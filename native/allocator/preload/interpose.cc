@@ -282,6 +282,34 @@ CUdevice CurrentDevice() {
   return d;
 }
 
+// ---- allocations the library makes for itself ----------------------------------------------
+
+// Whether the caller of a driver entry point is the cuda-memory addon (cuda_memory.node, or the
+// prebuilt cuda-memory.*.node): its group allocators charge their regions to the ledger
+// themselves, so in a process where they are members too, the interposer must not charge the same
+// regions again (Member::Take). Cached per return address: the addon's calls come from a few.
+bool IsAddon(const char* path) {
+  const char* base = std::strrchr(path, '/');
+  base = base ? base + 1 : path;
+  size_t n = std::strlen(base);
+  bool node = n > 5 && std::strcmp(base + n - 5, ".node") == 0;
+  return node && (std::strcmp(base, "cuda_memory.node") == 0 ||
+                  std::strncmp(base, "cuda-memory.", 12) == 0);
+}
+
+std::atomic<uint64_t> g_callers[64];  // (return address << 1) | from the addon
+
+bool FromLibrary(void* caller) {
+  uint64_t a = reinterpret_cast<uintptr_t>(caller);
+  std::atomic<uint64_t>& slot = g_callers[(a >> 4) % 64];
+  uint64_t e = slot.load(std::memory_order_relaxed);
+  if (a && e >> 1 == a) return e & 1;
+  Dl_info info;
+  bool lib = caller && dladdr(caller, &info) && info.dli_fname && IsAddon(info.dli_fname);
+  slot.store(a << 1 | (lib ? 1 : 0), std::memory_order_relaxed);
+  return lib;
+}
+
 // ---- the common paths -----------------------------------------------------------------------
 
 Allocations g_pointers, g_handles;
@@ -289,11 +317,11 @@ Allocations g_pointers, g_handles;
 // An allocation of `bytes` on `dev` through `api`: charged before alloc() runs, given back if it
 // fails, then remembered under key() for its free.
 template <typename Alloc, typename Key>
-CUresult Allocate(Allocations& table, bool handle, CUdevice dev, uint64_t bytes, const char* api,
-                  Alloc alloc, Key key) {
+CUresult Allocate(void* caller, Allocations& table, bool handle, CUdevice dev, uint64_t bytes,
+                  const char* api, Alloc alloc, Key key) {
   if (!Active() || !Tracked(dev)) return alloc();
   Member& m = Member::Get();
-  Member::Verdict v = m.Take(bytes, api, GroupDevice());
+  Member::Verdict v = m.Take(bytes, api, GroupDevice(), FromLibrary(caller));
   if (v == Member::Verdict::kRefused) {
     Recorder::Get().Oom(bytes);
     return kCudaErrorOutOfMemory;
@@ -372,7 +400,7 @@ CM_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int versi
 CM_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes) {
   using F = CUresult (*)(CUdeviceptr*, size_t);
   return Allocate(
-      g_pointers, false, CurrentDevice(), bytes, "cuMemAlloc",
+      __builtin_return_address(0), g_pointers, false, CurrentDevice(), bytes, "cuMemAlloc",
       [&] { return Forward<F>(kMemAlloc, dptr, bytes); }, [&] { return *dptr; });
 }
 
@@ -384,7 +412,7 @@ CM_EXPORT CUresult cuMemFree_v2(CUdeviceptr p) {
 CM_EXPORT CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t bytes, unsigned int flags) {
   using F = CUresult (*)(CUdeviceptr*, size_t, unsigned int);
   return Allocate(
-      g_pointers, false, CurrentDevice(), bytes, "cuMemAllocManaged",
+      __builtin_return_address(0), g_pointers, false, CurrentDevice(), bytes, "cuMemAllocManaged",
       [&] { return Forward<F>(kMemAllocManaged, dptr, bytes, flags); }, [&] { return *dptr; });
 }
 
@@ -399,7 +427,7 @@ CM_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t w
   if (__builtin_mul_overflow(static_cast<uint64_t>(row), static_cast<uint64_t>(height), &bytes))
     return Forward<F>(kMemAllocPitch, dptr, pitch, width, height, element);
   CUresult r = Allocate(
-      g_pointers, false, dev, bytes, "cuMemAllocPitch",
+      __builtin_return_address(0), g_pointers, false, dev, bytes, "cuMemAllocPitch",
       [&] { return Forward<F>(kMemAllocPitch, dptr, pitch, width, height, element); },
       [&] { return *dptr; });
   if (r != kCudaSuccess || !Active() || !pitch) return r;
@@ -422,19 +450,20 @@ CM_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t w
 }
 
 // The stream-ordered allocators, each in its legacy-stream and per-thread-stream form.
-#define CM_ASYNC_ALLOC(name, fn)                                                     \
-  CM_EXPORT CUresult name(CUdeviceptr* dptr, size_t bytes, CUstream stream) {        \
-    using F = CUresult (*)(CUdeviceptr*, size_t, CUstream);                          \
-    return Allocate(                                                                 \
-        g_pointers, false, CurrentDevice(), bytes, "cuMemAllocAsync",                \
-        [&] { return Forward<F>(fn, dptr, bytes, stream); }, [&] { return *dptr; }); \
+#define CM_ASYNC_ALLOC(name, fn)                                                                   \
+  CM_EXPORT CUresult name(CUdeviceptr* dptr, size_t bytes, CUstream stream) {                      \
+    using F = CUresult (*)(CUdeviceptr*, size_t, CUstream);                                        \
+    return Allocate(                                                                               \
+        __builtin_return_address(0), g_pointers, false, CurrentDevice(), bytes, "cuMemAllocAsync", \
+        [&] { return Forward<F>(fn, dptr, bytes, stream); }, [&] { return *dptr; });               \
   }
 #define CM_POOL_ALLOC(name, fn)                                                                  \
   CM_EXPORT CUresult name(CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool, CUstream stream) { \
     using F = CUresult (*)(CUdeviceptr*, size_t, CUmemoryPool, CUstream);                        \
     return Allocate(                                                                             \
-        g_pointers, false, CurrentDevice(), bytes, "cuMemAllocFromPoolAsync",                    \
-        [&] { return Forward<F>(fn, dptr, bytes, pool, stream); }, [&] { return *dptr; });       \
+        __builtin_return_address(0), g_pointers, false, CurrentDevice(), bytes,                  \
+        "cuMemAllocFromPoolAsync", [&] { return Forward<F>(fn, dptr, bytes, pool, stream); },    \
+        [&] { return *dptr; });                                                                  \
   }
 #define CM_ASYNC_FREE(name, fn)                                                      \
   CM_EXPORT CUresult name(CUdeviceptr p, CUstream stream) {                          \
@@ -454,7 +483,7 @@ CM_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t byte
   const auto* head = static_cast<const CUmemAllocationPropHead*>(prop);
   CUdevice dev = head && head->location.type == kMemLocationTypeDevice ? head->location.id : -1;
   return Allocate(
-      g_handles, true, dev, bytes, "cuMemCreate",
+      __builtin_return_address(0), g_handles, true, dev, bytes, "cuMemCreate",
       [&] { return Forward<F>(kMemCreate, handle, bytes, prop, flags); }, [&] { return *handle; });
 }
 

@@ -38,7 +38,11 @@ class Member {
   enum class Verdict { kUncharged, kCharged, kRefused };
   // Charges `bytes` for an allocation through `api` on the group's device (`device` is its key,
   // used when joining). kUncharged: no group, or the group cannot be used; go on uncharged.
-  Verdict Take(uint64_t bytes, const char* api, const std::string& device) noexcept;
+  // from_library: the cuda-memory addon made the call; it goes on uncharged when an allocator of
+  // the library in this process is a member of the group too, since that allocator has charged
+  // the region itself.
+  Verdict Take(uint64_t bytes, const char* api, const std::string& device,
+               bool from_library = false) noexcept;
   // Gives back a charged allocation's bytes.
   void Give(uint64_t bytes) noexcept;
   // Leaves the group (at exit); later allocations pass uncharged.
@@ -54,6 +58,8 @@ class Member {
  private:
   Member();
   bool JoinLocked(const std::string& device) noexcept;
+  // Whether the ledger has another member with this process's pid (a library allocator).
+  bool LibraryMemberLocked();
   void RefusedLocked(uint64_t bytes, const char* api, const core::GroupRefusal& refusal) noexcept;
 
   std::mutex mutex_;
