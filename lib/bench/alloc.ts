@@ -2,6 +2,9 @@
  * The allocator benchmark: what a pooled allocation costs from JavaScript against cudaMalloc,
  * and a pinned pool hit against cudaMallocHost, measured in one run.
  */
+import * as fs from 'fs';
+import * as path from 'path';
+import { spawnSync } from 'child_process';
 import { native } from '../binding/native';
 import { Allocator, createAllocator, createPinnedPool } from '../allocator';
 import { Stream } from '../device/stream';
@@ -63,6 +66,42 @@ async function heldBatches(pairs: number, alloc: () => { free(): void }): Promis
   const out: number[] = [];
   for (let b = 0; b < pairs / BATCH; b++) out.push(await once());
   return out;
+}
+
+// The interposer (cuda_memory_preload.so) where a source build or the package puts it.
+function interposerPath(): string | null {
+  const root = path.join(__dirname, '..', '..');
+  const candidates = [
+    process.env.CUDA_MEMORY_PRELOAD,
+    path.join(root, 'prebuilds', `${process.platform}-${process.arch}`, 'cuda_memory_preload.so'),
+    path.join(root, 'build', 'Release', 'cuda_memory_preload.so'),
+  ];
+  return candidates.find((c): c is string => !!c && fs.existsSync(c)) ?? null;
+}
+
+/**
+ * cudaMalloc+cudaFree pairs timed in C++ in a child process of their own, plainly or with the
+ * interposer preloaded into a group (its budget, 8 GiB, keeps 1 MiB and 64 MiB pairs within one
+ * grant, as a member's steady state is): the interposer binds only at a process's start, so both
+ * sides run as children, side by side. Seconds per pair; null if the child failed.
+ */
+function childPairs(bytes: number, iterations: number, device: number, preload: string | null): number[] | null {
+  const binding = JSON.stringify(path.join(__dirname, '..', 'binding', 'native'));
+  const script = `const { native } = require(${binding}); process.stdout.write(JSON.stringify(Array.from(native.timeRawAlloc('device', ${bytes}, ${iterations}, ${device}))));`;
+  const env: NodeJS.ProcessEnv = { ...process.env };
+  if (preload) {
+    env.LD_PRELOAD = [preload, process.env.LD_PRELOAD].filter(Boolean).join(':');
+    env.CUDA_MEMORY_GROUP = `bench-alloc-${process.pid}`;
+    env.CUDA_MEMORY_GROUP_DEVICE = devices()[device].uuid;
+    env.CUDA_MEMORY_GROUP_BUDGET = String(8 * 2 ** 30);
+    env.CUDA_MEMORY_GROUP_BUDGET_SOURCE = 'bench-alloc';
+  }
+  const r = spawnSync(process.execPath, ['-e', script], { env, encoding: 'utf8', timeout: 120_000 });
+  try {
+    return r.status === 0 ? (JSON.parse(r.stdout) as number[]) : null;
+  } catch {
+    return null;
+  }
 }
 
 /**
@@ -194,6 +233,29 @@ export async function runAllocBenchmark(options: { device?: number; pairs?: numb
   sim.close({ force: true });
   raw('cudaMalloc + cudaFree (C++, no JS)', 'device', MiB, 200);
   raw('cudaMalloc + cudaFree (C++, no JS)', 'device', 64 * MiB, 50);
+  // What the interposer adds to a pair (issue: at most 2 µs): both sides in child processes.
+  const interposer = interposerPath();
+  if (interposer) {
+    for (const [bytes, iterations] of [
+      [MiB, 200],
+      [64 * MiB, 50],
+    ]) {
+      const plain = childPairs(bytes, iterations, device, null);
+      const preloaded = childPairs(bytes, iterations, device, interposer);
+      if (plain && preloaded) {
+        add(
+          'cudaMalloc + cudaFree (C++, child process)',
+          bytes,
+          plain.map((x) => x * 1e6),
+        );
+        add(
+          'cudaMalloc + cudaFree (C++, child under the interposer)',
+          bytes,
+          preloaded.map((x) => x * 1e6),
+        );
+      }
+    }
+  }
 
   const pinned = createPinnedPool({ device });
   add(

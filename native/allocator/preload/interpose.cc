@@ -298,16 +298,26 @@ bool IsAddon(const char* path) {
 }
 
 std::atomic<uint64_t> g_callers[64];  // (return address << 1) | from the addon
+// The addon's count of its own group members (core/allocator/ledger.h, MembersNamed).
+std::atomic<Member::LibraryMembers> g_library_members{nullptr};
 
-bool FromLibrary(void* caller) {
+// The addon's count of its members, if `caller` is in the addon (else null).
+Member::LibraryMembers FromLibrary(void* caller) {
   uint64_t a = reinterpret_cast<uintptr_t>(caller);
   std::atomic<uint64_t>& slot = g_callers[(a >> 4) % 64];
   uint64_t e = slot.load(std::memory_order_relaxed);
-  if (a && e >> 1 == a) return e & 1;
+  if (a && e >> 1 == a) return e & 1 ? g_library_members.load(std::memory_order_acquire) : nullptr;
   Dl_info info;
   bool lib = caller && dladdr(caller, &info) && info.dli_fname && IsAddon(info.dli_fname);
+  if (lib && !g_library_members.load(std::memory_order_acquire)) {
+    void* h = dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
+    DlsymFn real = RealDlsym();
+    void* f = h && real ? real(h, "cuda_memory_ledger_members_named") : nullptr;
+    if (h) dlclose(h);
+    g_library_members.store(reinterpret_cast<Member::LibraryMembers>(f), std::memory_order_release);
+  }
   slot.store(a << 1 | (lib ? 1 : 0), std::memory_order_relaxed);
-  return lib;
+  return lib ? g_library_members.load(std::memory_order_acquire) : nullptr;
 }
 
 // ---- the common paths -----------------------------------------------------------------------

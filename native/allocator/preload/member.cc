@@ -101,21 +101,18 @@ bool Member::JoinLocked(const std::string& device) noexcept {
   return false;
 }
 
-bool Member::LibraryMemberLocked() {
-  int64_t pid = getpid();
-  for (const core::GroupMember& g : ledger_->Snapshot().members)
-    if (g.pid == pid && !g.self) return true;
-  return false;
-}
-
 Member::Verdict Member::Take(uint64_t bytes, const char* api, const std::string& device,
-                             bool from_library) noexcept {
+                             LibraryMembers library) noexcept {
   if (group_.empty()) return Verdict::kUncharged;
   std::lock_guard<std::mutex> lock(mutex_);
   if (detached_ || LockBackoffLocked() || (!ledger_ && !JoinLocked(device)))
     return Verdict::kUncharged;
   try {
-    if (from_library && LibraryMemberLocked()) return Verdict::kUncharged;
+    if (library) {
+      size_t slash = ledger_->path().rfind('/');
+      if (library(ledger_->path().c_str() + (slash == std::string::npos ? 0 : slash + 1)) > 0)
+        return Verdict::kUncharged;
+    }
     core::GroupRefusal refusal;
     if (grants_->Take(*ledger_, bytes, &refusal)) return Verdict::kCharged;
     RefusedLocked(bytes, api, refusal);

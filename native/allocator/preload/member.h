@@ -38,11 +38,12 @@ class Member {
   enum class Verdict { kUncharged, kCharged, kRefused };
   // Charges `bytes` for an allocation through `api` on the group's device (`device` is its key,
   // used when joining). kUncharged: no group, or the group cannot be used; go on uncharged.
-  // from_library: the cuda-memory addon made the call; it goes on uncharged when an allocator of
-  // the library in this process is a member of the group too, since that allocator has charged
-  // the region itself.
+  // The addon's count of its own members of a ledger, by file name (Ledger::MembersNamed).
+  using LibraryMembers = int (*)(const char* file);
+  // library: set when the cuda-memory addon made the call; it goes on uncharged when the addon
+  // holds a member of this group (one of its allocators, which has charged the region itself).
   Verdict Take(uint64_t bytes, const char* api, const std::string& device,
-               bool from_library = false) noexcept;
+               LibraryMembers library = nullptr) noexcept;
   // Gives back a charged allocation's bytes.
   void Give(uint64_t bytes) noexcept;
   // Leaves the group (at exit); later allocations pass uncharged.
@@ -58,8 +59,6 @@ class Member {
  private:
   Member();
   bool JoinLocked(const std::string& device) noexcept;
-  // Whether the ledger has another member with this process's pid (a library allocator).
-  bool LibraryMemberLocked();
   void RefusedLocked(uint64_t bytes, const char* api, const core::GroupRefusal& refusal) noexcept;
 
   std::mutex mutex_;
