@@ -119,7 +119,8 @@ Member::Verdict Member::Take(uint64_t bytes, const char* api, const std::string&
     return Verdict::kRefused;
   } catch (const core::ShmError& e) {
     if (e.code == "ERR_SHM_LOCK_TIMEOUT") {
-      // A stopped or hung holder: this allocation goes on uncharged, the next one tries again.
+      // A stopped or hung holder: this allocation goes on uncharged, and so do the ones until
+      // lock_retry_at_ms_, so that each does not wait the timeout again.
       if (lock_timeouts_++ == 0)
         Say(e.code + ": " + e.what() + " An allocation of " + core::FormatBytes(bytes) +
             " went on uncharged, and so do the ones after it for a while (said once)");
