@@ -22,7 +22,7 @@ tgz="$work/$(tail -1 "$work/packed")"
 bytes=$(stat -c %s "$tgz")
 files=$(tar tzf "$tgz")
 echo "tarball $(basename "$tgz"): $bytes bytes ($((bytes / 1024)) KiB), $(echo "$files" | wc -l) files, $(tar xzOf "$tgz" | wc -c) bytes unpacked"
-for must in package/prebuilds/linux-x64/cuda-memory.napi.glibc.node package/dist/index.js package/dist/index.d.ts \
+for must in package/prebuilds/linux-x64/cuda-memory.napi.glibc.node package/prebuilds/linux-x64/cuda_memory_preload.so package/dist/index.js package/dist/index.d.ts \
   package/dist/index.mjs package/dist/index.d.mts package/dist/cli.js package/binding.gyp package/scripts/build-addon.js package/scripts/cuda_memory_ipc.py package/scripts/pytorch-trace.py package/README.md \
   package/docs/install.md package/docs/troubleshooting.md package/docs/api/index.html package/examples/basics.js \
   package/LICENSE package/CHANGELOG.md; do

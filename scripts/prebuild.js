@@ -18,6 +18,8 @@ const { localNodeHeaders } = require('./build-addon');
 const root = path.join(__dirname, '..');
 const outDir = path.join(root, 'prebuilds', `${process.platform}-${process.arch}`);
 const outFile = path.join(outDir, 'cuda-memory.napi.glibc.node');
+// The interposer (native/allocator/preload), shipped beside the addon: `cuda-memory run` preloads it.
+const preloadFile = path.join(outDir, 'cuda_memory_preload.so');
 
 // The newest GLIBC_x.y symbol version a binary needs: the oldest glibc it runs on.
 function glibcFloor(file) {
@@ -58,10 +60,11 @@ function build() {
     });
     fs.mkdirSync(outDir, { recursive: true });
     fs.copyFileSync(path.join(work, 'build', 'Release', 'cuda_memory.node'), outFile);
+    fs.copyFileSync(path.join(work, 'build', 'Release', 'cuda_memory_preload.so'), preloadFile);
   } finally {
     fs.rmSync(work, { recursive: true, force: true });
   }
-  execFileSync('strip', ['--strip-unneeded', outFile]);
+  execFileSync('strip', ['--strip-unneeded', outFile, preloadFile]);
   const st = JSON.parse(
     execFileSync(
       process.execPath,
@@ -77,6 +80,9 @@ function build() {
     .filter((l) => /NEEDED/.test(l))
     .map((l) => l.trim().split(/\s+/)[1]);
   const kib = Math.round(fs.statSync(outFile).size / 1024);
+  console.error(
+    `prebuild: ${path.relative(root, preloadFile)} (${Math.round(fs.statSync(preloadFile).size / 1024)} KiB, needs glibc >= ${glibcFloor(preloadFile)})`,
+  );
   console.error(
     `prebuild: ${path.relative(root, outFile)} (${kib} KiB, CUDA runtime ${st.runtimeVersion}, needs glibc >= ${glibcFloor(outFile)}; links ${needed.join(', ')})`,
   );

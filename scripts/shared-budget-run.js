@@ -126,7 +126,9 @@ function lastJson(text) {
 
 // An allocator of this library in the group: log-uniform sizes from 1 MiB to 1 GiB, a random live
 // block freed about half the time, and on an OutOfMemoryError (the library's, caught) half the
-// live blocks freed. One JSON line at the end.
+// live blocks freed. Its pool gives its free regions back to the group now and then (emptyCache,
+// as the PyTorch member empties its cache): a pool that only grows would take its peak once and
+// never ask the group again. One JSON line at the end.
 function nodeMember(o) {
   const cm = require(root);
   // --simulate SIZE: on a simulated device (to try the member without a GPU).
@@ -149,6 +151,7 @@ function nodeMember(o) {
     if (live.length && (live.length >= 32 || rand() < 0.45)) {
       live.splice(Math.floor(rand() * live.length), 1)[0].free();
       r.frees++;
+      if (rand() < 0.1) a.emptyCache();
       continue;
     }
     const bytes = Math.max(1, Math.floor(Math.exp(Math.log(MiB) + rand() * (Math.log(GiB) - Math.log(MiB))) / MiB)) * MiB;

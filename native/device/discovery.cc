@@ -7,6 +7,7 @@
 #include <mutex>
 #include <type_traits>
 
+#include "core/device/uuid.h"
 #include "device/nvml.h"
 #include "device/platform.h"
 #include "device/shared_memory.h"
@@ -14,13 +15,7 @@
 namespace cm {
 
 std::string FormatUuid(const cudaUUID_t& id) {
-  char uuid[64];
-  const unsigned char* u = reinterpret_cast<const unsigned char*>(id.bytes);
-  std::snprintf(uuid, sizeof uuid,
-                "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0],
-                u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13],
-                u[14], u[15]);
-  return uuid;
+  return core::GpuUuid(reinterpret_cast<const unsigned char*>(id.bytes));
 }
 
 std::string DeviceUuid(int device) {

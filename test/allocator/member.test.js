@@ -237,7 +237,7 @@ describe('a preloaded program as the Node side sees it (stand-in driver and NVML
             command: path.join(bin, 'static'),
             bytesInUse: 10 * 2 ** 20,
             nvmlUsedBytes: 555745280,
-            limitBytes: 0,
+            limitBytes: 64 * 2 ** 20, // a preloaded member's own limit is the group's budget
           }),
         ]);
         expect(g.members[0].poolBytes).toBeGreaterThanOrEqual(10 * 2 ** 20);
