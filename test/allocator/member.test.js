@@ -244,7 +244,7 @@ describe('a preloaded program as the Node side sees it (stand-in driver and NVML
         const table = spawnSync(process.execPath, [path.join(root, 'dist', 'cli.js'), 'top'], { encoding: 'utf8', env: nvml }).stdout;
         expect(table).toContain('NVML: the members it lists use 530 MiB of the device (contexts and all)');
         expect(table).toMatch(
-          new RegExp(`\\n\\s+${child.pid}\\s+\\S+ MiB\\s+10 MiB\\s+530 MiB\\s+\\S+ MiB\\s+-\\s+\\d{4}-\\S+\\s+${bin}/static\\n`),
+          new RegExp(`\\n\\s+${child.pid}\\s+\\S+ MiB\\s+10 MiB\\s+530 MiB\\s+\\S+ MiB\\s+64 MiB\\s+\\d{4}-\\S+\\s+${bin}/static\\n`),
         );
       } finally {
         child.kill('SIGKILL');
