@@ -113,6 +113,19 @@ export { parseGate, evaluateGates } from './bench/gates';
 export type { Gate, GateResult, GateMetric, GateUnit, GateSource } from './bench/gates';
 export { summarize } from './bench/stats';
 export { registerMetrics, metricsText } from './metrics';
+export { createLeakGate, installLeakGate, allowLeaks, rawDeviceAlloc, LeakError } from './testing';
+export type {
+  DriverReading,
+  Leak,
+  LeakDriverSource,
+  LeakGate,
+  LeakGateOptions,
+  LeakReport,
+  LeakSnapshot,
+  LiveBufferRow,
+  RawAllocation,
+  TestHooks,
+} from './testing';
 export type { MetricsSources, Named, PromRegistry, RegisterMetricsOptions } from './metrics';
 export type { SampleSummary } from './bench/stats';
 

@@ -5,7 +5,7 @@
 import * as fs from 'fs';
 import * as path from 'path';
 import { CudaError, CudaMemoryError, CudaUnavailableError, InterprocessError, OutOfMemoryError } from '../base/errors';
-import type { PeerLink, StagingPlacement, StagingSettings } from '../base/types';
+import type { LiveBufferRow, NvmlDeviceState, PeerLink, StagingPlacement, StagingSettings } from '../base/types';
 
 /** The native exports; `test/binding/load.test.js` checks this list against the addon. */
 export interface NativeBinding {
@@ -27,6 +27,15 @@ export interface NativeBinding {
   free(handle: number): boolean;
   handleInfo(handle: number): { address?: number; devicePointer?: number | null; released: boolean; simulated?: boolean };
   liveCount(): number;
+  /** The live buffers by kind, device and simulated-ness (for leak checks). */
+  liveSummary(): LiveBufferRow[];
+  /** The open allocators ('allocator') and group members ('group') by device, with pool bytes. */
+  allocatorsLive(): LiveBufferRow[];
+  /** A cudaMalloc no handle knows of (leak checks' tests); freed only by rawDeviceFree. */
+  rawDeviceAlloc(bytes: number, device: number, simulated: boolean, where: string, listed: boolean): number;
+  rawDeviceFree(address: number): boolean;
+  /** What NVML says of a device now, or null where it does not know it. */
+  nvmlState(pciBusId: string): NvmlDeviceState | null;
   copy(dst: unknown, dstOffset: number, src: unknown, srcOffset: number, n: number, strategy?: string, stream?: unknown): void;
   /** The memory copyHandles() reads its three numbers from (see copy() in lib/transfer/copy.ts). */
   copyArgs(): ArrayBuffer;
@@ -194,6 +203,10 @@ export const NATIVE_EXPORTS = [
   'free',
   'handleInfo',
   'liveCount',
+  'liveSummary',
+  'rawDeviceAlloc',
+  'rawDeviceFree',
+  'nvmlState',
   'copy',
   'copyArgs',
   'copyHandles',
@@ -225,6 +238,7 @@ export const NATIVE_EXPORTS = [
   'allocatorTrace',
   'allocatorSnapshot',
   'blockId',
+  'allocatorsLive',
   'timeCopy',
   'timeBidirectional',
   'timeRawPinned',
@@ -323,6 +337,9 @@ function unloaded(reason: string): NativeBinding {
     builtWithCuda: false,
   });
   stub.liveCount = () => 0;
+  stub.liveSummary = () => [];
+  stub.allocatorsLive = () => [];
+  stub.nvmlState = () => null;
   return stub as unknown as NativeBinding;
 }
 

@@ -9,6 +9,7 @@
 #include "core/allocator/compose.h"
 #include "core/allocator/policy.h"
 #include "device/discovery.h"
+#include "memory/buffers.h"
 
 namespace cm {
 
@@ -163,6 +164,9 @@ const BufferOps kPoolBlockOps{
       *offset = reinterpret_cast<uintptr_t>(a->ptr) - region;
       *base = reinterpret_cast<void*>(static_cast<uintptr_t>(region));
     },
+    /*free_host=*/nullptr,
+    /*managed=*/false,
+    /*kind=*/"allocator-block",
 };
 
 // A block of a managed allocator: its region is one cudaMallocManaged allocation, which copies
@@ -180,6 +184,7 @@ const BufferOps kManagedPoolBlockOps{
     },
     /*free_host=*/nullptr,
     /*managed=*/true,
+    /*kind=*/"allocator-block",
 };
 
 // Whether `a` is a block of a BFC allocator (managed or not).
@@ -408,6 +413,7 @@ Napi::Value CreateAllocator(const Napi::CallbackInfo& info) {
         delete ref;
       });
   ext.TypeTag(&kPoolTag);
+  RememberAllocator(&GetInstance(env).State<MadeAllocators>().bfc, binding);
   return ext;
 }
 
@@ -645,6 +651,27 @@ Napi::Value EitherBackend(const Napi::CallbackInfo& info) {
   return PoolOrNull(info[0]) || !IsAsyncAllocator(info[0]) ? Bfc(info) : Async(info);
 }
 
+// allocatorsLive() -> [{ kind: 'allocator' | 'group', device, simulated, count, bytes }]: the
+// open allocators by device with their pool bytes, and those of them that are group members (a
+// group's charge is its members' pool bytes), for leak checks.
+Napi::Value AllocatorsLive(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  std::vector<LiveRow> rows;
+  MadeAllocators& made = GetInstance(env).State<MadeAllocators>();
+  for (const auto& w : made.bfc) {
+    std::shared_ptr<PoolBinding> p = w.lock();
+    if (!p || p->closed || !p->pool) continue;
+    uint64_t bytes = p->pool->Stats().pool_bytes;
+    CountLive(&rows, "allocator", p->upstream->device(), p->upstream->simulated(), bytes);
+    if (p->group) CountLive(&rows, "group", p->upstream->device(), p->upstream->simulated(), bytes);
+  }
+  for (const auto& w : made.async) {
+    std::shared_ptr<AsyncPool> p = w.lock();
+    if (p && !p->closed) CountLive(&rows, "allocator", p->device, false, AsyncPoolBytes(*p));
+  }
+  return LiveRowsValue(env, rows);
+}
+
 // createAllocator({ backend: 'bfc' | 'async', ... }) -> an allocator handle of that backend.
 Napi::Value CreateEither(const Napi::CallbackInfo& info) {
   if (info[0].IsObject()) {
@@ -685,6 +712,7 @@ void InitAllocator(Napi::Env env, Napi::Object exports) {
   exports.Set("allocatorSnapshot",
               Napi::Function::New(env, AllocatorSnapshot, "allocatorSnapshot"));
   exports.Set("blockId", Napi::Function::New(env, BlockId, "blockId"));
+  exports.Set("allocatorsLive", Napi::Function::New(env, AllocatorsLive, "allocatorsLive"));
 }
 
 }  // namespace cm

@@ -4,7 +4,9 @@
 
 #include <napi.h>
 
+#include <algorithm>
 #include <memory>
+#include <vector>
 
 #include "binding/instance.h"
 #include "core/allocator/group_upstream.h"
@@ -75,6 +77,23 @@ struct PoolAllocation : Allocation {
 };
 
 // Free and total memory of a device (cudaMemGetInfo); zeros if it cannot be read.
+struct AsyncPool;
+
+// The allocators this environment made, both backends, held weakly: allocatorsLive() counts the
+// open ones for leak checks.
+struct MadeAllocators : InstanceState {
+  std::vector<std::weak_ptr<PoolBinding>> bfc;
+  std::vector<std::weak_ptr<AsyncPool>> async;
+};
+// Adds `made` to `list`, dropping the entries of allocators that are gone.
+template <class T>
+void RememberAllocator(std::vector<std::weak_ptr<T>>* list, const std::shared_ptr<T>& made) {
+  list->erase(std::remove_if(list->begin(), list->end(),
+                             [](const std::weak_ptr<T>& w) { return w.expired(); }),
+              list->end());
+  list->push_back(made);
+}
+
 core::MemInfo DeviceMemInfo(int device);
 // The errors both backends give: a closed allocator (ERR_ALLOCATOR_CLOSED), and close() while
 // buffers are live (ERR_ALLOCATOR_BUSY).

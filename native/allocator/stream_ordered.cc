@@ -138,6 +138,7 @@ Napi::Value CreateAsyncAllocator(const Napi::CallbackInfo& info) {
         delete ref;
       });
   ext.TypeTag(&kAsyncPoolTag);
+  RememberAllocator(&GetInstance(env).State<MadeAllocators>().async, p);
   return ext;
 }
 
@@ -243,6 +244,9 @@ const BufferOps kAsyncBlockOps{
                          "pool was not created for IPC (use the 'bfc' backend, or "
                          "DeviceBuffer.alloc)");
     },
+    /*free_host=*/nullptr,
+    /*managed=*/false,
+    /*kind=*/"allocator-block",
 };
 
 // allocatorAlloc(allocator, bytes, alignment?, stream?) -> handle
@@ -445,6 +449,10 @@ AsyncPool::~AsyncPool() {
 
 bool IsAsyncAllocator(Napi::Value v) {
   return v.IsExternal() && v.As<Napi::Object>().CheckTypeTag(&kAsyncPoolTag);
+}
+
+uint64_t AsyncPoolBytes(const AsyncPool& p) {
+  return PoolAttr(p.pool, cudaMemPoolAttrReservedMemCurrent);
 }
 
 namespace async_backend {

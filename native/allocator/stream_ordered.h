@@ -47,6 +47,8 @@ struct AsyncAllocation : Allocation {
   void* base = nullptr;
   size_t charged = 0;
 };
+// The bytes the pool holds from the device now (what its stats call poolBytes).
+uint64_t AsyncPoolBytes(const AsyncPool& p);
 // Whether `v` is a handle of this backend. The allocator* exports (allocator.cc) pick the backend
 // by the handle and call the functions below, which take the same arguments.
 bool IsAsyncAllocator(Napi::Value v);

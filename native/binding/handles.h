@@ -37,6 +37,8 @@ struct BufferOps {
   // The memory is managed: the driver pages it between the host and the devices, so copies leave
   // the direction to it (cudaMemcpyDefault) and host code may touch it.
   bool managed = false;
+  // What the buffer is, as leak reports name it ("device", "pinned", "allocator-block", ...).
+  const char* kind = "buffer";
 };
 
 // What an export keeps while the buffer lives (the IPC record of memory/ipc.cc); it goes first

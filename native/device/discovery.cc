@@ -6,6 +6,7 @@
 #include <cstring>
 #include <mutex>
 #include <type_traits>
+#include <vector>
 
 #include "device/nvml.h"
 #include "device/platform.h"
@@ -199,6 +200,63 @@ Napi::Value MemGetInfo(const Napi::CallbackInfo& info) {
   return o;
 }
 
+// nvmlState(pciBusId) -> { driverVersion, smClockMHz, smClockMaxMHz, memoryClockMHz,
+// memoryClockMaxMHz, clocksEventReasons, processes: [{ pid, usedBytes }] } with null for what
+// NVML does not answer, or null when NVML does not know the device. Needs no CUDA context: the
+// leak checks and the doctor's causes read it without touching the device.
+Napi::Value NvmlState(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!info[0].IsString()) ThrowType(env, "pciBusId must be a string");
+  const Nvml& nvml = LoadNvml();
+  void* dev = NvmlDevice(nvml, info[0].As<Napi::String>().Utf8Value());
+  if (!dev) return env.Null();
+  Napi::Object o = Napi::Object::New(env);
+  char version[96] = {0};
+  o.Set("driverVersion", nvml.driver_version && nvml.driver_version(version, sizeof version) == 0
+                             ? Napi::Value(Napi::String::New(env, version))
+                             : env.Null());
+  auto clock = [&](int (*fn)(void*, int, unsigned*), int type) -> Napi::Value {
+    unsigned mhz = 0;
+    if (!fn || fn(dev, type, &mhz) != 0) return env.Null();
+    return Napi::Number::New(env, mhz);
+  };
+  o.Set("smClockMHz", clock(nvml.clock, 1));
+  o.Set("smClockMaxMHz", clock(nvml.max_clock, 1));
+  o.Set("memoryClockMHz", clock(nvml.clock, 2));
+  o.Set("memoryClockMaxMHz", clock(nvml.max_clock, 2));
+  unsigned long long reasons = 0;
+  o.Set("clocksEventReasons",
+        nvml.clock_reasons && nvml.clock_reasons(dev, &reasons) == 0
+            ? Napi::Value(Napi::Number::New(env, static_cast<double>(reasons)))
+            : env.Null());
+  // NVML_ERROR_INSUFFICIENT_SIZE (7) when more processes came since the count: ask again.
+  std::vector<NvmlProcessInfo> procs;
+  unsigned count = 0;
+  int rc = nvml.processes ? nvml.processes(dev, &count, nullptr) : -1;
+  for (int attempt = 0; nvml.processes && attempt < 3 && (rc == 0 || rc == 7); ++attempt) {
+    procs.resize(count + 8);
+    count = static_cast<unsigned>(procs.size());
+    rc = nvml.processes(dev, &count, procs.data());
+    if (rc == 0) break;
+  }
+  if (rc == 0) {
+    Napi::Array list = Napi::Array::New(env, count);
+    for (unsigned i = 0; i < count; ++i) {
+      Napi::Object p = Napi::Object::New(env);
+      p.Set("pid", procs[i].pid);
+      p.Set("usedBytes", procs[i].used_gpu_memory == ~0ull
+                             ? env.Null()
+                             : Napi::Value(Napi::Number::New(
+                                   env, static_cast<double>(procs[i].used_gpu_memory))));
+      list.Set(i, p);
+    }
+    o.Set("processes", list);
+  } else {
+    o.Set("processes", env.Null());
+  }
+  return o;
+}
+
 }  // namespace
 
 PcieLink ReadPcieLink(const std::string& pci_bus_id) {
@@ -260,6 +318,7 @@ void InitDiscovery(Napi::Env env, Napi::Object exports) {
   exports.Set("status", Napi::Function::New(env, Status, "status"));
   exports.Set("devices", Napi::Function::New(env, Devices, "devices"));
   exports.Set("memGetInfo", Napi::Function::New(env, MemGetInfo, "memGetInfo"));
+  exports.Set("nvmlState", Napi::Function::New(env, NvmlState, "nvmlState"));
 }
 
 }  // namespace cm

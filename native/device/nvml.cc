@@ -36,6 +36,13 @@ const Nvml& LoadNvml() {
     find(&nvml.mig_by_index, "nvmlDeviceGetMigDeviceHandleByIndex");
     find(&nvml.gpu_instance, "nvmlDeviceGetGpuInstanceId");
     find(&nvml.compute_instance, "nvmlDeviceGetComputeInstanceId");
+    find(&nvml.clock, "nvmlDeviceGetClockInfo");
+    find(&nvml.max_clock, "nvmlDeviceGetMaxClockInfo");
+    find(&nvml.clock_reasons, "nvmlDeviceGetCurrentClocksEventReasons");
+    if (!nvml.clock_reasons) find(&nvml.clock_reasons, "nvmlDeviceGetCurrentClocksThrottleReasons");
+    find(&nvml.processes, "nvmlDeviceGetComputeRunningProcesses_v3");
+    if (!nvml.processes) find(&nvml.processes, "nvmlDeviceGetComputeRunningProcesses_v2");
+    find(&nvml.driver_version, "nvmlSystemGetDriverVersion");
     nvml.ok = init && nvml.by_bus_id && init() == 0;
   });
   return nvml;

@@ -17,6 +17,12 @@ struct NvmlMemory {  // nvmlMemory_t
   unsigned long long total, free, used;
 };
 
+struct NvmlProcessInfo {  // nvmlProcessInfo_t (the _v2 and _v3 queries)
+  unsigned pid;
+  unsigned long long used_gpu_memory;  // NVML_VALUE_NOT_AVAILABLE (all ones) where not readable
+  unsigned gpu_instance_id, compute_instance_id;
+};
+
 struct Nvml {
   bool ok = false;  // nvmlInit_v2 succeeded and devices can be found by PCI bus id
   int (*by_bus_id)(const char*, void**) = nullptr;
@@ -40,6 +46,14 @@ struct Nvml {
   int (*mig_by_index)(void*, unsigned, void**) = nullptr;
   int (*gpu_instance)(void*, unsigned*) = nullptr;
   int (*compute_instance)(void*, unsigned*) = nullptr;
+  // Clocks (nvmlClockType_t: 1 SM, 2 memory), the reasons they are held down (a bit mask of
+  // nvmlClocksEventReason*, named ThrottleReasons before driver 535), the processes with a
+  // context on the device, and the driver's version.
+  int (*clock)(void*, int, unsigned*) = nullptr;
+  int (*max_clock)(void*, int, unsigned*) = nullptr;
+  int (*clock_reasons)(void*, unsigned long long*) = nullptr;
+  int (*processes)(void*, unsigned*, NvmlProcessInfo*) = nullptr;
+  int (*driver_version)(char*, unsigned) = nullptr;
 };
 
 // Loads and initialises NVML once per process; read-only after.

@@ -43,6 +43,9 @@ const BufferOps kIpcImportOps{
       throw LibraryError(env, "ERR_NOT_SUPPORTED",
                          "an imported buffer cannot be exported again; export the original");
     },
+    /*free_host=*/nullptr,
+    /*managed=*/false,
+    /*kind=*/"ipc-import",
 };
 
 IpcExportState* ExportOf(Allocation* a) { return static_cast<IpcExportState*>(a->exported.get()); }

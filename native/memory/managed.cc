@@ -59,6 +59,7 @@ const BufferOps kManagedOps{
       (void)cudaGetLastError();
     },
     /*managed=*/true,
+    /*kind=*/"managed",
 };
 
 Allocation* UnwrapManaged(Napi::Env env, Napi::Value v) {
