@@ -27,7 +27,8 @@ import { parseGate, evaluateGates, combineSources, Gate, GateResult } from '../b
 import { formatTable, formatCsv, formatChart, renderHtml, benchmarkJunit } from '../report/bench';
 import { formatDevicesTable, formatP2pTable, formatMultiCsv, renderMultiHtml, multiJunit } from '../report/devices';
 import { writeTextfile } from '../metrics/exposition';
-import { benchFamilies, multiBenchFamilies } from '../metrics/families';
+import { benchFamilies, multiBenchFamilies, unavailableFamilies } from '../metrics/families';
+import { unavailableJunit } from '../report/junit';
 import { parseSizeList, parseSize, formatBytes } from '../base/units';
 import { Usage, gatesJson, progressBar, requireGpu, writeOutput } from './common';
 import { collect, deviceList, integer, list, outFile, wrap } from './options';
@@ -155,14 +156,18 @@ function finish(results: GateResult[], unverified: string[]): number {
   return results.every((r) => r.pass) && unverified.length === 0 ? 0 : 1;
 }
 
-// Without CUDA: with --json (and --out), a report that says why, as doctor --json gives; then the
-// one line on stderr and exit 2 either way.
+// Without CUDA: every report asked for says why (--json and --out a JSON report, as doctor --json
+// gives; --junit a failing testcase; --prometheus a textfile whose gauge says the check could not
+// run), so that CI sees a failure, not a missing file; then the one line on stderr and exit 2.
 function unavailableReport(o: BenchOptions, empty: object): void {
   const st = status();
   if (st.available) return;
   const json = JSON.stringify({ ...empty, available: false, reason: st.reason, message: st.message, gates: [] }, null, 2) + '\n';
   if (o.json) process.stdout.write(json);
   if (o.out) writeOutput(o.out, json);
+  if (o.junit) writeOutput(o.junit, unavailableJunit('bench', st.reason, st.message));
+  if (o.prometheus)
+    writeOutput(o.prometheus, (f) => writeTextfile(f, unavailableFamilies('cuda_memory_bench', 'cuda-memory bench', st.reason)));
   requireGpu('bench');
 }
 

@@ -511,6 +511,28 @@ export function multiBenchFamilies(
   return out;
 }
 
+/**
+ * @internal The textfile of a run that could not start because CUDA cannot be used: the check
+ * could not run (`<prefix>_available` 0, its `reason` label saying why), so it is not ok, and when
+ * that was found.
+ */
+export function unavailableFamilies(
+  prefix: string,
+  command: string,
+  reason: string | null,
+  nowSeconds = Date.now() / 1000,
+): MetricFamily[] {
+  return [
+    gauge(`${prefix}_available`, `Whether CUDA could be used, so that ${command} could run (1), or not (0; reason says why).`, [
+      { labels: { reason: reason ?? 'UNKNOWN' }, value: 0 },
+    ]),
+    gauge(`${prefix}_ok`, `Whether ${command} ran and passed (1) or not (0).`, [{ labels: {}, value: 0 }]),
+    gauge(`${prefix}_last_run_timestamp_seconds`, `When ${command} wrote this file (Unix time).`, [
+      { labels: {}, value: Math.round(nowSeconds) },
+    ]),
+  ];
+}
+
 /** @internal A doctor report as metric families. */
 export function doctorFamilies(report: DoctorReport, uuid: string | undefined, nowSeconds = Date.now() / 1000): MetricFamily[] {
   const gpu = gpuLabels(report.device, uuid);

@@ -32,3 +32,15 @@ export function renderJunit(suite: string, cases: JunitCase[]): string {
     .join('\n');
   return `<?xml version="1.0" encoding="UTF-8"?>\n<testsuites tests="${cases.length}" failures="${failures}" time="${total.toFixed(6)}">\n <testsuite name="${esc(suite)}" tests="${cases.length}" failures="${failures}" time="${total.toFixed(6)}">\n${body}\n </testsuite>\n</testsuites>\n`;
 }
+
+/**
+ * JUnit for a run that could not start because CUDA cannot be used: one failing testcase that
+ * says why, so that CI sees a failure rather than a missing file.
+ *
+ * @category Reports
+ */
+export function unavailableJunit(command: string, reason: string | null, message: string): string {
+  return renderJunit(`cuda-memory ${command}`, [
+    { classname: command, name: 'CUDA available', seconds: 0, failure: `CUDA is not available (${reason}): ${message}` },
+  ]);
+}
