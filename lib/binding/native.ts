@@ -25,7 +25,13 @@ export interface NativeBinding {
   pinnedAlloc(bytes: number, flags: number, device: number): [number, ArrayBuffer];
   registerHost(view: ArrayBufferView, flags: number, device: number): number;
   free(handle: number): boolean;
-  handleInfo(handle: number): { address?: number; devicePointer?: number | null; released: boolean; simulated?: boolean };
+  handleInfo(handle: number): {
+    address?: number;
+    devicePointer?: number | null;
+    released: boolean;
+    simulated?: boolean;
+    numaNode?: number;
+  };
   liveCount(): number;
   /** The live buffers by kind, device and simulated-ness (for leak checks). */
   liveSummary(): LiveBufferRow[];
@@ -296,6 +302,15 @@ function candidates(): string[] {
   const picked = nodeGypBuildPath();
   if (picked && !out.includes(picked)) out.push(picked);
   return out;
+}
+
+/** The package's version (from its package.json), or `unknown` where that cannot be read. */
+export function packageVersion(): string {
+  try {
+    return (JSON.parse(fs.readFileSync(path.join(packageRoot, 'package.json'), 'utf8')) as { version: string }).version;
+  } catch {
+    return 'unknown';
+  }
 }
 
 /**

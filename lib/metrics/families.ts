@@ -8,6 +8,7 @@ import type { Allocator, AllocatorStats, PinnedPool, PinnedPoolStats } from '../
 import type { TransferReport } from '../bench/transfer';
 import type { GateResult } from '../bench/gates';
 import type { DoctorReport } from '../bench/doctor';
+import type { RunState } from '../bench/run-state';
 import type { DevicesReport } from '../bench/devices';
 import type { P2pReport } from '../bench/p2p';
 import type { FilesReport } from '../bench/files';
@@ -533,10 +534,58 @@ export function unavailableFamilies(
   ];
 }
 
+/**
+ * @internal The run state as metric families: the versions (an info gauge), the clocks and the
+ * reasons they are held down, under `prefix`.
+ */
+export function runStateFamilies(prefix: string, command: string, state: RunState, gpu: Record<string, string>): MetricFamily[] {
+  const out: MetricFamily[] = [
+    gauge(`${prefix}_versions_info`, `The versions of the last ${command} run (value 1).`, [
+      {
+        labels: {
+          ...gpu,
+          nvidia_driver: state.nvidiaDriverVersion ?? 'unknown',
+          cuda_driver: state.cudaDriverVersion,
+          cuda_runtime: state.runtimeVersion,
+          cuda_memory: state.library,
+        },
+        value: 1,
+      },
+    ]),
+  ];
+  const c = state.clocks;
+  if (c) {
+    const clocks: MetricFamily['samples'] = [];
+    for (const [clock, current, max] of [
+      ['sm', c.smClockMHz, c.smClockMaxMHz],
+      ['memory', c.memoryClockMHz, c.memoryClockMaxMHz],
+    ] as const) {
+      if (current !== null) clocks.push({ labels: { ...gpu, clock, state: 'current' }, value: current * 1e6 });
+      if (max !== null) clocks.push({ labels: { ...gpu, clock, state: 'max' }, value: max * 1e6 });
+    }
+    out.push(gauge(`${prefix}_clock_hertz`, `The GPU's clocks when ${command} ran (NVML), current and maximum.`, clocks));
+    if (c.eventReasons !== null)
+      out.push(
+        gauge(
+          `${prefix}_clocks_event_reasons`,
+          `Why the clocks were held down when ${command} ran: NVML's nvmlClocksEventReason bit mask (0: none).`,
+          [{ labels: gpu, value: c.eventReasons }],
+        ),
+      );
+  }
+  return out;
+}
+
 /** @internal A doctor report as metric families. */
 export function doctorFamilies(report: DoctorReport, uuid: string | undefined, nowSeconds = Date.now() / 1000): MetricFamily[] {
   const gpu = gpuLabels(report.device, uuid);
   return [
+    ...(report.environment ? runStateFamilies('cuda_memory_doctor', 'cuda-memory doctor', report.environment, gpu) : []),
+    gauge(
+      'cuda_memory_doctor_fault',
+      'A likely cause of a failed cuda-memory doctor check, by its stable code (value 1).',
+      report.checks.flatMap((c) => (c.faults ?? []).map((f) => ({ labels: { ...gpu, check: c.name, code: f.code }, value: 1 }))),
+    ),
     {
       name: 'cuda_memory_doctor_check',
       help: "The outcome of each cuda-memory doctor check: 1 for the check's status (pass, fail or skip).",

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "binding/instance.h"
+#include "core/device/numa.h"
 #include "device/discovery.h"
 
 namespace cm {
@@ -246,7 +247,7 @@ Napi::Value AddressValue(Napi::Env env, const void* p) {
   return Napi::Number::New(env, static_cast<double>(v));
 }
 
-// handleInfo(handle) -> { address: number, devicePointer: number|null, released, simulated }
+// handleInfo(handle) -> { address, devicePointer: number|null, released, simulated, numaNode }
 Napi::Value HandleInfo(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Allocation* a = UnwrapAllocation(env, info[0], "buffer", true);
@@ -259,6 +260,8 @@ Napi::Value HandleInfo(const Napi::CallbackInfo& info) {
   o.Set("devicePointer", a->device_ptr ? AddressValue(env, a->device_ptr) : env.Null());
   o.Set("released", false);
   o.Set("simulated", a->simulated);
+  // Host memory: the NUMA node its first page is on (-1 unknown), which a copy's rate depends on.
+  o.Set("numaNode", a->ops->on_device || a->simulated ? -1 : core::NodeOfAddress(a->ptr));
   return o;
 }
 
