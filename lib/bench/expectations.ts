@@ -9,6 +9,7 @@ import * as fs from 'fs';
 import * as path from 'path';
 import { CudaMemoryError } from '../base/errors';
 import { packageRoot } from '../binding/native';
+import { Gate, parseGate } from './gates';
 
 /**
  * The figures one GPU model on one link should reach; null: no expectation (the command's own
@@ -164,4 +165,19 @@ export function expectationsMatch(e: Expectations, d: ExpectationTarget): boolea
 export function expectationsFor(d: ExpectationTarget, userFile?: string, list?: Expectations[]): Expectations | null {
   if (userFile) return readExpectations(userFile);
   return (list ?? shippedExpectations()).find((e) => expectationsMatch(e, d)) ?? null;
+}
+
+/**
+ * The benchmark's gates for an expectation file: pinned h2d and d2h, and device-to-device traffic
+ * (reads plus writes), each at the benchmark's headline size; a null figure gives no gate.
+ *
+ * @category Benchmarks
+ */
+export function expectationGates(e: Expectations): Gate[] {
+  const x = e.expect;
+  const out: string[] = [];
+  if (x.h2dPinnedGbps !== null) out.push(`h2d.pinned>=${x.h2dPinnedGbps}GB/s`);
+  if (x.d2hPinnedGbps !== null) out.push(`d2h.pinned>=${x.d2hPinnedGbps}GB/s`);
+  if (x.d2dGbps !== null) out.push(`d2d.traffic>=${x.d2dGbps}GB/s`);
+  return out.map(parseGate);
 }

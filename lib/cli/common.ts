@@ -57,5 +57,11 @@ export function progressBar(): ((done: number, total: number, label: string) => 
 
 /** The JSON form of gate results, as every report carries them. */
 export function gatesJson(results: GateResult[]): object[] {
-  return results.map((r) => ({ gate: r.gate.text, pass: r.pass, actual: r.actual, message: r.message }));
+  return results.map((r) => ({
+    gate: r.gate.text,
+    pass: r.pass,
+    actual: r.actual,
+    message: r.message,
+    ...(r.faults ? { faults: r.faults } : {}),
+  }));
 }

@@ -328,6 +328,12 @@ export function benchFamilies(report: TransferReport, gates: GateResult[], nowSe
     },
     rates,
     ...outcomeFamilies('cuda_memory_bench', 'cuda-memory bench', 'copy', gpu, report.results, gates, nowSeconds),
+    ...(env.state ? runStateFamilies('cuda_memory_bench', 'cuda-memory bench', env.state, gpu) : []),
+    gauge(
+      'cuda_memory_bench_fault',
+      'A likely cause of a failed cuda-memory bench gate, by its stable code (value 1).',
+      gates.flatMap((g) => (g.faults ?? []).map((f) => ({ labels: { ...gpu, gate: g.gate.text, code: f.code }, value: 1 }))),
+    ),
   ];
   if (report.eventLoop)
     out.push({

@@ -117,3 +117,71 @@ test('several causes are all named, in a stable order', () => {
     'CM_FAULT_UNSTABLE',
   ]);
 });
+
+describe('the benchmark: failed gates carry their causes', () => {
+  const { sampleReport } = require('../fixtures/sample-report');
+  const { parseGate, evaluateGates } = require(path.join(root, 'dist', 'bench', 'gates'));
+  const { gateSource, gateFaults } = require(path.join(root, 'dist', 'bench', 'transfer'));
+  const { benchFamilies } = require(path.join(root, 'dist', 'metrics', 'families'));
+  const { benchmarkJunit } = require(path.join(root, 'dist', 'report', 'bench'));
+  const { expectationGates, shippedExpectations } = require(path.join(root, 'dist', 'bench', 'expectations'));
+  const state = {
+    nvidiaDriverVersion: '550.54.15',
+    cudaDriverVersion: '12.4',
+    runtimeVersion: '13.0',
+    library: '0.1.0',
+    clocks: clockState(nvml()),
+    processes: [{ pid: process.pid, usedBytes: 1 }],
+    gpuNumaNode: 0,
+  };
+  const report = () => {
+    const r = sampleReport();
+    r.environment.state = state;
+    return r;
+  };
+  const run = (r, ...texts) => gateFaults(r, evaluateGates(texts.map(parseGate), gateSource(r)));
+
+  test('a pageable source below the expectation is CM_FAULT_PAGEABLE_SOURCE; a passing gate has none', () => {
+    const [pageable, pinned] = run(report(), 'h2d.pageable>=48GB/s', 'h2d.pinned>=48GB/s');
+    expect(pageable.faults.map((f) => f.code)).toEqual(['CM_FAULT_PAGEABLE_SOURCE']);
+    expect(pageable.message).toMatch(/^FAIL h2d\.pageable>=48GB\/s: .* \[CM_FAULT_PAGEABLE_SOURCE: the host buffer is pageable memory/);
+    expect(pinned).toMatchObject({ pass: true });
+    expect(pinned.faults).toBeUndefined();
+  });
+
+  test('another process on the GPU and a trained-down link are named on a pinned row', () => {
+    const r = report();
+    r.environment.state = { ...state, processes: [...state.processes, { pid: 4242, usedBytes: 2 ** 30 }] };
+    r.environment.gpu.pcie = { currentGeneration: 5, maxGeneration: 5, currentWidth: 8, maxWidth: 16 };
+    const [g] = run(r, 'h2d.pinned>=60GB/s');
+    expect(g.faults.map((f) => f.code)).toEqual(['CM_FAULT_PCIE_DEGRADED', 'CM_FAULT_GPU_SHARED']);
+  });
+
+  test('the textfile carries each fault, the versions and the clocks; the JUnit suite the versions', () => {
+    const r = report();
+    const results = run(r, 'h2d.pageable>=48GB/s');
+    const text = require(path.join(root, 'dist', 'metrics', 'exposition')).formatExposition(benchFamilies(r, results, 1));
+    expect(text).toMatch(/cuda_memory_bench_fault\{[^}]*gate="h2d.pageable>=48GB\/s",code="CM_FAULT_PAGEABLE_SOURCE"\} 1/);
+    expect(text).toMatch(
+      /cuda_memory_bench_versions_info\{[^}]*nvidia_driver="550.54.15",cuda_driver="12.4",cuda_runtime="13.0",cuda_memory="0.1.0"\} 1/,
+    );
+    expect(text).toMatch(/cuda_memory_bench_clock_hertz\{[^}]*clock="memory",state="max"\} 2619000000/);
+    const xml = benchmarkJunit(r, results);
+    expect(xml).toContain('<property name="nvidia.driver" value="550.54.15"/>');
+    expect(xml).toMatch(/<failure message="FAIL h2d.pageable&gt;=48GB\/s: [^"]*CM_FAULT_PAGEABLE_SOURCE/);
+  });
+
+  test("an expectation file's gates: pinned both ways and d2d traffic, none for a null figure", () => {
+    const pcie = shippedExpectations().find((e) => e.name.startsWith('H100 PCIe'));
+    expect(expectationGates(pcie).map((g) => g.text)).toEqual([
+      `h2d.pinned>=${pcie.expect.h2dPinnedGbps}GB/s`,
+      `d2h.pinned>=${pcie.expect.d2hPinnedGbps}GB/s`,
+      `d2d.traffic>=${pcie.expect.d2dGbps}GB/s`,
+    ]);
+    const sxm = shippedExpectations().find((e) => e.name.startsWith('H100 SXM'));
+    expect(expectationGates(sxm).map((g) => g.text)).toEqual([
+      `h2d.pinned>=${sxm.expect.h2dPinnedGbps}GB/s`,
+      `d2h.pinned>=${sxm.expect.d2hPinnedGbps}GB/s`,
+    ]);
+  });
+});
