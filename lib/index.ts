@@ -112,7 +112,7 @@ export type { P2pBenchmarkOptions, P2pReport, P2pPair, P2pBidirectional, P2pLate
 export { parseGate, evaluateGates } from './bench/gates';
 export type { Gate, GateResult, GateMetric, GateUnit, GateSource } from './bench/gates';
 export { summarize } from './bench/stats';
-export { registerMetrics, metricsText } from './metrics';
+export { registerMetrics, metricsText, hpcJobMapping, writeHpcJobMapping } from './metrics';
 export { createLeakGate, installLeakGate, allowLeaks, rawDeviceAlloc, LeakError } from './testing';
 export type {
   DriverReading,

@@ -210,11 +210,31 @@ function entries<T>(n: Named<T> | (() => Named<T>) | undefined): [string, T][] {
   return Array.isArray(v) ? v.map((x, i) => [String(i), x]) : Object.entries(v);
 }
 
+/**
+ * @internal dcgm-exporter's labels for the GPU with this uuid: `gpu`, NVML's index (host-wide, as
+ * dcgm-exporter numbers GPUs; the `device` label is CUDA's, which CUDA_VISIBLE_DEVICES renumbers),
+ * and `UUID`, so that these series join the DCGM metrics a fleet already scrapes. Empty where the
+ * uuid or NVML's index is unknown.
+ */
+export function dcgmLabels(uuid: string | undefined, nvmlIndex: number | null | undefined): Record<string, string> {
+  if (!uuid) return {};
+  return nvmlIndex === null || nvmlIndex === undefined ? { UUID: uuid } : { gpu: String(nvmlIndex), UUID: uuid };
+}
+
+// NVML's index of each GPU by uuid, read once per export; empty without CUDA.
+function nvmlIndices(): Map<string, number | null> {
+  if (!status().available) return new Map();
+  return new Map(listDevices().map((d) => [d.uuid, d.nvmlIndex]));
+}
+
 /** @internal Each live allocator's labels and stats; closed ones are left out. */
 export function allocatorSamples(src: MetricsSources['allocators']): { labels: Record<string, string>; stats: AllocatorStats }[] {
-  return entries(src)
-    .filter(([, a]) => !a.closed)
-    .map(([name, a]) => ({ labels: { allocator: name, device: String(a.device) }, stats: a.stats() }));
+  const open = entries(src).filter(([, a]) => !a.closed);
+  const real = open.some(([, a]) => !a.simulated) && status().available ? listDevices() : [];
+  return open.map(([name, a]) => {
+    const d = a.simulated ? undefined : real[a.device];
+    return { labels: { allocator: name, device: String(a.device), ...dcgmLabels(d?.uuid, d?.nvmlIndex) }, stats: a.stats() };
+  });
 }
 
 /** @internal Each pinned pool's labels and stats. */
@@ -229,7 +249,10 @@ export function deviceSamples(
   if (!src || !status().available) return [];
   const all = listDevices();
   const picked = src === true ? all : all.filter((d) => src.includes(d.index));
-  return picked.map((d) => ({ labels: { device: String(d.index), uuid: d.uuid }, stats: memGetInfo(d.index) }));
+  return picked.map((d) => ({
+    labels: { device: String(d.index), uuid: d.uuid, ...dcgmLabels(d.uuid, d.nvmlIndex) },
+    stats: memGetInfo(d.index),
+  }));
 }
 
 function families<S>(defs: Def<S>[], samples: { labels: Record<string, string>; stats: S }[]): MetricFamily[] {
@@ -277,7 +300,7 @@ export function platformFamilies(src: MetricsSources['devices']): MetricFamily[]
   const limit: MetricFamily = { ...PLATFORM_METRICS[0], samples: [] };
   const available: MetricFamily = { ...PLATFORM_METRICS[1], samples: [] };
   for (const d of picked) {
-    const labels = { device: String(d.index), uuid: d.uuid };
+    const labels = { device: String(d.index), uuid: d.uuid, ...dcgmLabels(d.uuid, d.nvmlIndex) };
     for (const l of info.devices.find((x) => x.device === d.index)?.limits ?? [])
       limit.samples.push({ labels: { ...labels, kind: l.kind }, value: l.bytes });
     available.samples.push({ labels, value: availableBytes(d.index).availableBytes });
@@ -285,8 +308,10 @@ export function platformFamilies(src: MetricsSources['devices']): MetricFamily[]
   return [limit, available];
 }
 
-function gpuLabels(device: number, uuid: string | undefined): Record<string, string> {
-  return uuid ? { device: String(device), uuid } : { device: String(device) };
+// A report's GPU labels: CUDA's index and uuid, and dcgm-exporter's gpu and UUID (NVML's index
+// read from this machine, where the report was made).
+function gpuLabels(device: number, uuid: string | undefined, indices = nvmlIndices()): Record<string, string> {
+  return uuid ? { device: String(device), uuid, ...dcgmLabels(uuid, indices.get(uuid)) } : { device: String(device) };
 }
 
 /** @internal A benchmark report and its gates as metric families. */
@@ -316,7 +341,7 @@ export function benchFamilies(report: TransferReport, gates: GateResult[], nowSe
         {
           labels: {
             ...gpu,
-            gpu: env.gpu.name,
+            modelName: env.gpu.name,
             pci_bus_id: env.gpu.pciBusId,
             driver: env.driverVersion,
             runtime: env.runtimeVersion,
@@ -395,7 +420,7 @@ export function filesFamilies(report: FilesReport, gates: GateResult[], nowSecon
   const env = report.environment;
   return [
     gauge('cuda_memory_bench_files_info', 'The environment of the last cuda-memory bench-files run (value 1).', [
-      { labels: { ...gpu, gpu: env.gpu ?? '', dir: env.dir, node: env.node }, value: 1 },
+      { labels: { ...gpu, modelName: env.gpu ?? '', dir: env.dir, node: env.node }, value: 1 },
     ]),
     gauge(
       'cuda_memory_bench_files_bytes_per_second',
@@ -434,7 +459,11 @@ export function multiBenchFamilies(
 ): MetricFamily[] {
   const env = devices?.environment ?? p2p?.environment;
   const uuid = new Map((env?.gpus ?? []).map((g) => [g.index, g.uuid]));
-  const gpu = (d: number, prefix = '') => ({ [`${prefix}device`]: String(d), ...(uuid.has(d) ? { [`${prefix}uuid`]: uuid.get(d)! } : {}) });
+  const indices = nvmlIndices();
+  const gpu = (d: number, prefix = '') =>
+    prefix
+      ? { [`${prefix}device`]: String(d), ...(uuid.has(d) ? { [`${prefix}uuid`]: uuid.get(d)! } : {}) }
+      : gpuLabels(d, uuid.get(d), indices);
   // The library's figure and the C++ baseline's, each by statistic.
   const paths = (labels: Record<string, string>, library: Stats, raw: Stats, scale: number) => [
     ...statSamples({ ...labels, path: 'library' }, library, scale),

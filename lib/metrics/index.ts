@@ -20,6 +20,7 @@ import { CudaMemoryError, argTypeError } from '../base/errors';
 
 export type { MetricsSources, Named } from './families';
 export type { MetricFamily, MetricSample } from './exposition';
+export { hpcJobMapping, writeHpcJobMapping } from './hpc-jobs';
 
 /**
  * The part of a prom-client `Registry` this library uses.

@@ -218,7 +218,11 @@ test('bench --prometheus: rates in bytes per second by statistic, gates, verific
   expect(value(f, 'cuda_memory_bench_data_verified', { mode: 'pageable', size_bytes: String(MiB) })).toBe(1);
   expect(value(f, 'cuda_memory_bench_last_run_timestamp_seconds')).toBe(1700000000);
   expect(value(f, 'cuda_memory_bench_event_loop_worst_delay_seconds')).toBeCloseTo(0.0008, 10);
-  expect(f.cuda_memory_bench_info.samples[0].labels).toMatchObject({ gpu: 'Test GPU', driver: '13.0', pci_bus_id: '00000000:01:00.0' });
+  expect(f.cuda_memory_bench_info.samples[0].labels).toMatchObject({
+    modelName: 'Test GPU',
+    driver: '13.0',
+    pci_bus_id: '00000000:01:00.0',
+  });
 });
 
 test('doctor --prometheus: one sample per check with its status; the textfile is written even without CUDA', () => {
