@@ -94,6 +94,19 @@ export type {
 } from './bench/transfer';
 export { runDoctor, runDoctorDevices } from './bench/doctor';
 export type { DoctorOptions, DoctorReport, DoctorCheck, DoctorDevicesOptions, DoctorDevicesReport, DoctorPair } from './bench/doctor';
+export {
+  readExpectations,
+  checkExpectations,
+  shippedExpectations,
+  expectationsMatch,
+  expectationsFor,
+  expectationGates,
+} from './bench/expectations';
+export type { Expectations, ExpectedFigures, ExpectationTarget } from './bench/expectations';
+export { faultsFor, faultsOfFailure, clockState } from './bench/faults';
+export type { Fault, FaultCode, ClockState, RunObservation } from './bench/faults';
+export { runState } from './bench/run-state';
+export type { RunState } from './bench/run-state';
 export { runDevicesBenchmark } from './bench/devices';
 export type {
   DevicesBenchmarkOptions,

@@ -50,7 +50,11 @@ export interface Expectations {
   file?: string;
 }
 
-/** The device fields an expectation file is matched against. */
+/**
+ * The device fields an expectation file is matched against (as `devices()` reports them).
+ *
+ * @category Benchmarks
+ */
 export interface ExpectationTarget {
   name: string;
   pcie?: { maxGeneration: number; maxWidth: number } | null;

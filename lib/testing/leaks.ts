@@ -38,6 +38,12 @@ export interface LeakGateOptions {
   /** The devices the driver level checks; default every visible device. */
   devices?: number[];
   /**
+   * Whether resources on simulated devices count (default true, or `CUDA_MEMORY_LEAK_SIMULATED=0`
+   * for false): off for a suite that leaves simulated allocators, which hold no memory, to the
+   * garbage collector, and is checked for real device memory only.
+   */
+  simulated?: boolean;
+  /**
    * @internal Replaces the driver-level reading (tests without a GPU): the used bytes per device,
    * or null where nothing can be read.
    */
@@ -131,7 +137,11 @@ function resolveOptions(options?: LeakGateOptions): Required<Omit<LeakGateOption
   }
   if (o.readDriver !== undefined && typeof o.readDriver !== 'function')
     throw invalidArgument('options.readDriver', 'a function', o.readDriver);
-  return { ...o, driver, driverToleranceBytes: tolerance };
+  const envSimulated = process.env.CUDA_MEMORY_LEAK_SIMULATED;
+  if (o.simulated === undefined && envSimulated !== undefined && envSimulated !== '0' && envSimulated !== '1')
+    throw invalidArgument('CUDA_MEMORY_LEAK_SIMULATED', '0 or 1', envSimulated, RangeError);
+  const simulated = checkBoolean('options.simulated', o.simulated, envSimulated !== '0');
+  return { ...o, driver, driverToleranceBytes: tolerance, simulated };
 }
 
 /**
@@ -243,7 +253,7 @@ export interface LeakGate {
   /** As end(), but throws a {@link LeakError} when something leaked. */
   check(testName?: string): void;
   /** The options in force, defaults and environment applied. */
-  readonly options: { driver: LeakDriverSource; driverToleranceBytes: number };
+  readonly options: { driver: LeakDriverSource; driverToleranceBytes: number; simulated: boolean };
 }
 
 /**
@@ -276,11 +286,12 @@ export function createLeakGate(options?: LeakGateOptions): LeakGate {
       const r = o.readDriver ? o.readDriver(d.device) : readDevice(d.device, d.pciBusId, o.driver);
       if (r) driver.push(r);
     }
-    return { resources: libraryResources(), driver };
+    const resources = libraryResources();
+    return { resources: o.simulated ? resources : resources.filter((r) => !r.simulated), driver };
   };
   let before: LeakSnapshot | null = null;
   const gate: LeakGate = {
-    options: { driver: o.driver, driverToleranceBytes: o.driverToleranceBytes },
+    options: { driver: o.driver, driverToleranceBytes: o.driverToleranceBytes, simulated: o.simulated },
     begin() {
       before = snapshot();
     },

@@ -46,7 +46,7 @@ describe('compareSnapshots', () => {
 
 describe('the gate on simulated devices', () => {
   test('names each kind, count, bytes and where a raw allocation was made', () => {
-    const gate = testing.createLeakGate({ driver: 'off' });
+    const gate = testing.createLeakGate({ driver: 'off', simulated: true });
     const kept = cm.createAllocator({ simulate: sim, allowGrowth: true });
     gate.begin();
     const a = cm.createAllocator({ simulate: sim, allowGrowth: true });
@@ -73,7 +73,7 @@ describe('the gate on simulated devices', () => {
   });
 
   test('check() throws LeakError with code ERR_DEVICE_MEMORY_LEAK and the leaks', () => {
-    const gate = testing.createLeakGate({ driver: 'off' });
+    const gate = testing.createLeakGate({ driver: 'off', simulated: true });
     gate.begin();
     const raw = testing.rawDeviceAlloc(256, { simulated: true });
     let err;
@@ -90,7 +90,7 @@ describe('the gate on simulated devices', () => {
   });
 
   test('an unlisted raw allocation is invisible to the library level: only the driver level can see it', () => {
-    const gate = testing.createLeakGate({ driver: 'off' });
+    const gate = testing.createLeakGate({ driver: 'off', simulated: true });
     gate.begin();
     const raw = testing.rawDeviceAlloc(256, { simulated: true, listed: false });
     expect(gate.end().leaks).toEqual([]);
@@ -119,7 +119,11 @@ describe('the gate on simulated devices', () => {
     const saved = process.env.CUDA_MEMORY_LEAK_TOLERANCE;
     try {
       process.env.CUDA_MEMORY_LEAK_TOLERANCE = '32MiB';
-      expect(testing.createLeakGate({ driver: 'off' }).options).toEqual({ driver: 'off', driverToleranceBytes: 32 * MiB });
+      expect(testing.createLeakGate({ driver: 'off', simulated: true }).options).toEqual({
+        driver: 'off',
+        driverToleranceBytes: 32 * MiB,
+        simulated: true,
+      });
       process.env.CUDA_MEMORY_LEAK_TOLERANCE = 'lots';
       expect(() => testing.createLeakGate()).toThrow(
         expect.objectContaining({ code: 'ERR_OUT_OF_RANGE', message: expect.stringContaining('CUDA_MEMORY_LEAK_TOLERANCE') }),
@@ -128,7 +132,7 @@ describe('the gate on simulated devices', () => {
       if (saved === undefined) delete process.env.CUDA_MEMORY_LEAK_TOLERANCE;
       else process.env.CUDA_MEMORY_LEAK_TOLERANCE = saved;
     }
-    expect(testing.createLeakGate({ driver: 'off' }).options.driverToleranceBytes).toBe(64 * MiB);
+    expect(testing.createLeakGate({ driver: 'off', simulated: true }).options.driverToleranceBytes).toBe(64 * MiB);
     expect(() => testing.createLeakGate({ driver: 'sometimes' })).toThrow(
       expect.objectContaining({
         code: 'ERR_OUT_OF_RANGE',
@@ -137,12 +141,34 @@ describe('the gate on simulated devices', () => {
     );
     expect(() => testing.rawDeviceAlloc(0)).toThrow(expect.objectContaining({ code: 'ERR_OUT_OF_RANGE' }));
   });
+  test('simulated: false (CUDA_MEMORY_LEAK_SIMULATED=0) leaves simulated resources out', () => {
+    const saved = process.env.CUDA_MEMORY_LEAK_SIMULATED;
+    try {
+      process.env.CUDA_MEMORY_LEAK_SIMULATED = '0';
+      const gate = testing.createLeakGate({ driver: 'off' });
+      expect(gate.options.simulated).toBe(false);
+      gate.begin();
+      const raw = testing.rawDeviceAlloc(256, { simulated: true });
+      expect(gate.end().leaks).toEqual([]);
+      raw.free();
+      process.env.CUDA_MEMORY_LEAK_SIMULATED = 'no';
+      expect(() => testing.createLeakGate()).toThrow(
+        expect.objectContaining({ code: 'ERR_OUT_OF_RANGE', message: expect.stringContaining('CUDA_MEMORY_LEAK_SIMULATED') }),
+      );
+    } finally {
+      if (saved === undefined) delete process.env.CUDA_MEMORY_LEAK_SIMULATED;
+      else process.env.CUDA_MEMORY_LEAK_SIMULATED = saved;
+    }
+  });
 });
 
-// The child runs: each on the fixture, with a time limit, in a folder of its own for group files.
+// The child runs: each on the fixture, with a time limit, in a folder of its own for group files,
+// and the gate's settings at their defaults whatever this run was given.
 function childEnv() {
   const shm = fs.mkdtempSync(path.join(os.tmpdir(), 'cuda-memory-leak-gate-'));
-  return { shm, env: { ...process.env, CUDA_MEMORY_PACKAGE: root, CUDA_MEMORY_SHM_DIR: shm } };
+  const env = { ...process.env, CUDA_MEMORY_PACKAGE: root, CUDA_MEMORY_SHM_DIR: shm };
+  for (const k of Object.keys(env)) if (k.startsWith('CUDA_MEMORY_LEAK_')) delete env[k];
+  return { shm, env };
 }
 
 function runJestFixture() {
