@@ -116,23 +116,21 @@ describe('the gate on simulated devices', () => {
   });
 
   test('options: the tolerance from CUDA_MEMORY_LEAK_TOLERANCE, bad values named', () => {
-    const saved = process.env.CUDA_MEMORY_LEAK_TOLERANCE;
-    try {
-      process.env.CUDA_MEMORY_LEAK_TOLERANCE = '32MiB';
+    withEnv('CUDA_MEMORY_LEAK_TOLERANCE', '32MiB', () =>
       expect(testing.createLeakGate({ driver: 'off', simulated: true }).options).toEqual({
         driver: 'off',
         driverToleranceBytes: 32 * MiB,
         simulated: true,
-      });
-      process.env.CUDA_MEMORY_LEAK_TOLERANCE = 'lots';
+      }),
+    );
+    withEnv('CUDA_MEMORY_LEAK_TOLERANCE', 'lots', () =>
       expect(() => testing.createLeakGate()).toThrow(
         expect.objectContaining({ code: 'ERR_OUT_OF_RANGE', message: expect.stringContaining('CUDA_MEMORY_LEAK_TOLERANCE') }),
-      );
-    } finally {
-      if (saved === undefined) delete process.env.CUDA_MEMORY_LEAK_TOLERANCE;
-      else process.env.CUDA_MEMORY_LEAK_TOLERANCE = saved;
-    }
-    expect(testing.createLeakGate({ driver: 'off', simulated: true }).options.driverToleranceBytes).toBe(64 * MiB);
+      ),
+    );
+    withEnv('CUDA_MEMORY_LEAK_TOLERANCE', undefined, () =>
+      expect(testing.createLeakGate({ driver: 'off', simulated: true }).options.driverToleranceBytes).toBe(64 * MiB),
+    );
     expect(() => testing.createLeakGate({ driver: 'sometimes' })).toThrow(
       expect.objectContaining({
         code: 'ERR_OUT_OF_RANGE',
@@ -141,26 +139,36 @@ describe('the gate on simulated devices', () => {
     );
     expect(() => testing.rawDeviceAlloc(0)).toThrow(expect.objectContaining({ code: 'ERR_OUT_OF_RANGE' }));
   });
+
   test('simulated: false (CUDA_MEMORY_LEAK_SIMULATED=0) leaves simulated resources out', () => {
-    const saved = process.env.CUDA_MEMORY_LEAK_SIMULATED;
-    try {
-      process.env.CUDA_MEMORY_LEAK_SIMULATED = '0';
+    withEnv('CUDA_MEMORY_LEAK_SIMULATED', '0', () => {
       const gate = testing.createLeakGate({ driver: 'off' });
       expect(gate.options.simulated).toBe(false);
       gate.begin();
       const raw = testing.rawDeviceAlloc(256, { simulated: true });
       expect(gate.end().leaks).toEqual([]);
       raw.free();
-      process.env.CUDA_MEMORY_LEAK_SIMULATED = 'no';
+    });
+    withEnv('CUDA_MEMORY_LEAK_SIMULATED', 'no', () =>
       expect(() => testing.createLeakGate()).toThrow(
         expect.objectContaining({ code: 'ERR_OUT_OF_RANGE', message: expect.stringContaining('CUDA_MEMORY_LEAK_SIMULATED') }),
-      );
-    } finally {
-      if (saved === undefined) delete process.env.CUDA_MEMORY_LEAK_SIMULATED;
-      else process.env.CUDA_MEMORY_LEAK_SIMULATED = saved;
-    }
+      ),
+    );
   });
 });
+
+// Runs fn with one environment variable set (or unset: undefined), then puts it back.
+function withEnv(name, value, fn) {
+  const saved = process.env[name];
+  try {
+    if (value === undefined) delete process.env[name];
+    else process.env[name] = value;
+    fn();
+  } finally {
+    if (saved === undefined) delete process.env[name];
+    else process.env[name] = saved;
+  }
+}
 
 // The child runs: each on the fixture, with a time limit, in a folder of its own for group files,
 // and the gate's settings at their defaults whatever this run was given.
