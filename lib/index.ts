@@ -105,6 +105,7 @@ export {
 export type { Expectations, ExpectedFigures, ExpectationTarget } from './bench/expectations';
 export { faultsFor, faultsOfFailure, clockState } from './bench/faults';
 export type { Fault, FaultCode, ClockState, RunObservation } from './bench/faults';
+export type { NvmlDeviceState } from './base/types';
 export { runState } from './bench/run-state';
 export type { RunState } from './bench/run-state';
 export { runDevicesBenchmark } from './bench/devices';

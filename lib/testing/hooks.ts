@@ -11,7 +11,9 @@ import { LeakGate, LeakGateOptions, createLeakGate } from './leaks';
  * @category Testing
  */
 export interface TestHooks {
+  /** Registers `fn` to run before each test (it may get the runner's test context). */
   beforeEach(fn: (...args: any[]) => unknown): unknown;
+  /** Registers `fn` to run after each test (it may get the runner's test context). */
   afterEach(fn: (...args: any[]) => unknown): unknown;
 }
 
