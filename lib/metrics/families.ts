@@ -459,7 +459,7 @@ export function multiBenchFamilies(
 ): MetricFamily[] {
   const env = devices?.environment ?? p2p?.environment;
   const uuid = new Map((env?.gpus ?? []).map((g) => [g.index, g.uuid]));
-  const indices = nvmlIndices();
+  const indices = new Map((env?.gpus ?? []).map((g) => [g.uuid, g.nvmlIndex]));
   const gpu = (d: number, prefix = '') =>
     prefix
       ? { [`${prefix}device`]: String(d), ...(uuid.has(d) ? { [`${prefix}uuid`]: uuid.get(d)! } : {}) }
@@ -544,6 +544,15 @@ export function multiBenchFamilies(
       { labels: {}, value: Math.round(nowSeconds) },
     ]),
   );
+  // Each GPU's versions and clocks, one family per figure with a sample per GPU.
+  const states = new Map<string, MetricFamily>();
+  for (const g of env?.gpus ?? [])
+    for (const f of g.state ? runStateFamilies('cuda_memory_bench', 'cuda-memory bench', g.state, gpu(g.index)) : []) {
+      const had = states.get(f.name);
+      if (had) had.samples.push(...f.samples);
+      else states.set(f.name, f);
+    }
+  out.push(...states.values());
   return out;
 }
 

@@ -107,3 +107,34 @@ describeGpu("dcgm-exporter's labels on this machine's GPUs", () => {
     });
   });
 });
+
+test("several GPUs' textfile: gpu and UUID from the report's NVML indices, each GPU's versions and clocks", () => {
+  const { multiBenchFamilies } = require(path.join(root, 'dist', 'metrics', 'families'));
+  const { formatExposition } = require(path.join(root, 'dist', 'metrics', 'exposition'));
+  const state = (sm) => ({
+    nvidiaDriverVersion: '550.54.15',
+    cudaDriverVersion: '12.4',
+    runtimeVersion: '13.0',
+    library: '0.1.0',
+    clocks: { smClockMHz: sm, smClockMaxMHz: 1980, memoryClockMHz: 2619, memoryClockMaxMHz: 2619, eventReasons: 0, reasons: [] },
+    processes: [],
+    gpuNumaNode: -1,
+  });
+  const environment = {
+    gpus: [0, 1].map((i) => ({
+      index: i,
+      name: 'Test GPU',
+      uuid: `GPU-${i}`,
+      pciBusId: '',
+      nvmlIndex: i + 2,
+      numaNode: -1,
+      state: state(1000 + i),
+    })),
+  };
+  const text = formatExposition(multiBenchFamilies({ environment, results: [], aggregate: [], options: {} }, undefined, [], 1));
+  expect(text).toContain(
+    'cuda_memory_bench_clock_hertz{device="1",uuid="GPU-1",gpu="3",UUID="GPU-1",clock="sm",state="current"} 1001000000',
+  );
+  expect(text.match(/cuda_memory_bench_versions_info\{/g)).toHaveLength(2);
+  expect(text).toContain('cuda_memory_bench_versions_info{device="0",uuid="GPU-0",gpu="2",UUID="GPU-0",nvidia_driver="550.54.15"');
+});
