@@ -89,7 +89,13 @@ describeGpu("dcgm-exporter's labels on this machine's GPUs", () => {
       setTimeout(() => {}, 60000);`;
     const child = require('child_process').spawn(process.execPath, ['-e', holder], { env: { ...process.env, CUDA_MEMORY_SHM_DIR: shm } });
     return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => {
+        child.kill('SIGKILL');
+        reject(new Error('the group member did not start within 60 s'));
+      }, 60000);
+      child.once('exit', (code) => reject(new Error(`the group member exited (${code}) before it was ready`)));
       child.stdout.once('data', () => {
+        clearTimeout(timer);
         try {
           const r = spawnSync(process.execPath, [path.join(root, 'dist', 'cli.js'), 'top', '--hpc-job-mapping-dir', dir], {
             encoding: 'utf8',
