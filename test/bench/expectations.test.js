@@ -74,3 +74,25 @@ test('a bad file is refused with ERR_EXPECTATIONS_INVALID, naming the file and w
     expect.objectContaining({ code: 'ERR_EXPECTATIONS_INVALID', message: expect.stringContaining('ENOENT') }),
   );
 });
+
+test('--expectations: a bad file stops doctor and bench before anything runs, naming it; with --devices bench refuses it', () => {
+  const cli = path.join(root, 'dist', 'cli.js');
+  const bad = write('bad-cli.json', { schema: 'cuda-memory/expectations@1', name: 'x', expect: { d2dGbps: 'fast' } });
+  for (const command of ['doctor', 'bench']) {
+    const r = require('child_process').spawnSync(process.execPath, [cli, command, '--expectations', bad], {
+      encoding: 'utf8',
+      timeout: 60000,
+    });
+    expect([command, r.status]).toEqual([command, 2]);
+    expect(r.stderr).toContain(
+      `the expectation file ${bad} is not valid: expected expect.d2dGbps to be a positive number or null, got "fast"`,
+    );
+  }
+  const good = write('good-cli.json', { schema: 'cuda-memory/expectations@1', name: 'x', expect: {} });
+  const r = require('child_process').spawnSync(process.execPath, [cli, 'bench', '--devices', 'all', '--expectations', good], {
+    encoding: 'utf8',
+    timeout: 60000,
+  });
+  expect(r.status).toBe(2);
+  expect(r.stderr).toContain('--expectations is for the one-GPU benchmark');
+});
