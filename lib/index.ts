@@ -64,6 +64,8 @@ export type {
   WriteFileOptions,
   WriteFileAsyncOptions,
   FileProgressCallback,
+  TakeOption,
+  FileUrl,
 } from './transfer/files';
 export { loadTensors, loadTensorsAsync, DTYPE_BYTES } from './transfer/tensor-file';
 export type { Dtype, TensorEntry, TensorView, LoadTensorsOptions, LoadTensorsAsyncOptions, LoadedTensors } from './transfer/tensor-file';

@@ -1,16 +1,15 @@
 // Registers the addon's exports; each concern lives in its own file.
 #include <napi.h>
 
-#include "allocator/allocator.h"
+#include "allocator/backend.h"
 #include "allocator/group.h"
-#include "allocator/stream_ordered.h"
 #include "bench/bench.h"
 #include "binding/instance.h"
 #include "binding/promise_worker.h"
 #include "device/discovery.h"
 #include "device/peers.h"
 #include "device/platform.h"
-#include "device/streams.h"
+#include "device/stream.h"
 #include "memory/buffers.h"
 #include "memory/ipc.h"
 #include "memory/managed.h"
@@ -59,8 +58,8 @@ Napi::Object RegisterExports(Napi::Env env, Napi::Object exports) {
   cm::InitPlatform(env, exports);
   cm::InitPeer(env, exports);
   cm::InitSharedHost(env, exports);
-  cm::InitStreamOrdered(env, exports);
   cm::InitBench(env, exports);
+  cm::InitAllocBench(env, exports);
   cm::InitBenchDevices(env, exports);
   cm::InitManagedBench(env, exports);
   return exports;

@@ -13,6 +13,7 @@ const os = require('os');
 const path = require('path');
 const { execFileSync } = require('child_process');
 const { findCuda } = require('./find-cuda');
+const { localNodeHeaders } = require('./build-addon');
 
 const root = path.join(__dirname, '..');
 const outDir = path.join(root, 'prebuilds', `${process.platform}-${process.arch}`);
@@ -27,14 +28,11 @@ function glibcFloor(file) {
   return v ? v.filter((x, i) => i < 2 || x).join('.') : 'none';
 }
 
-// The running Node's own headers (nothing is downloaded): npm's nodedir setting, else the
-// installation the node binary belongs to.
+// The running Node's own headers (nothing is downloaded).
 function nodeHeaders() {
-  const configured = process.env.npm_config_nodedir;
-  if (configured) return configured;
-  const prefix = path.dirname(path.dirname(process.execPath));
-  if (fs.existsSync(path.join(prefix, 'include', 'node', 'node_api.h'))) return prefix;
-  throw new Error(`prebuild: no Node headers under ${prefix}/include/node; set npm_config_nodedir`);
+  const dir = localNodeHeaders();
+  if (dir) return dir;
+  throw new Error(`prebuild: no Node headers under ${path.dirname(path.dirname(process.execPath))}/include/node; set npm_config_nodedir`);
 }
 
 function build() {

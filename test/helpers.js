@@ -1,6 +1,8 @@
 'use strict';
 // Shared test helpers. GPU tests go through describeGpu: without a usable device they are
 // skipped with the reason printed; with REQUIRE_GPU=1 the missing device is a failure instead.
+const fs = require('fs');
+const os = require('os');
 const path = require('path');
 
 // The package under test: this checkout, or an installed copy (CUDA_MEMORY_PACKAGE=/app/node_modules/
@@ -23,6 +25,16 @@ function describeGpu(name, fn) {
   }
   // A visible reason, in the test name itself.
   return describe.skip(`[GPU] ${name} — skipped: no GPU (${st.reason}: ${st.message})`, fn);
+}
+
+const gpuCount = gpu ? st.deviceCount : 0;
+
+// Tests of two or more GPUs: skipped with the count of devices here, failing under REQUIRE_GPUS=2.
+function describeTwoGpus(name, fn) {
+  if (gpuCount >= 2) return describe(`[2 GPUs] ${name}`, fn);
+  if (process.env.REQUIRE_GPUS === '2')
+    return describe(`[2 GPUs] ${name}`, () => test('needs two GPUs (REQUIRE_GPUS=2)', () => expect(gpuCount).toBeGreaterThanOrEqual(2)));
+  return describe.skip(`[2 GPUs] ${name} — skipped: ${gpuCount} device${gpuCount === 1 ? '' : 's'} here`, fn);
 }
 
 // Deterministic pseudo-random bytes (xorshift32), different for each seed.
@@ -57,9 +69,51 @@ function rng(seed = 12345) {
   };
 }
 
+// A new temporary folder, removed with everything in it when the test file ends (a test file that
+// leaves anything in the temporary folder fails the run: test/reporters/tmpdir.js).
+const tempDirs = [];
+if (typeof afterAll === 'function') afterAll(() => tempDirs.splice(0).forEach((d) => fs.rmSync(d, { recursive: true, force: true })));
+function tempDir(prefix) {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), prefix));
+  tempDirs.push(dir);
+  return dir;
+}
+
 // Byte-for-byte equality of two views.
 function same(a, b) {
   return Buffer.compare(Buffer.from(a.buffer, a.byteOffset, a.byteLength), Buffer.from(b.buffer, b.byteOffset, b.byteLength)) === 0;
 }
 
-module.exports = { cm, root, st, gpu, requireGpu, describeGpu, simAllocator, randomBytes, rng, same };
+// Runs a shell script in a private mount namespace (unshare -m, root only), where a test may
+// unmount /proc or mount a small or read-only tmpfs without touching the machine's mounts.
+function inPrivateMounts(script, options = {}) {
+  return require('child_process').execFileSync('unshare', ['-m', '--propagation', 'private', 'sh', '-c', script], options);
+}
+
+// Whether `probe` succeeds there: the tests that need it skip, saying so, where it does not.
+function privateMountsWork(probe) {
+  try {
+    inPrivateMounts(probe, { stdio: 'ignore' });
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+module.exports = {
+  cm,
+  root,
+  st,
+  gpu,
+  gpuCount,
+  requireGpu,
+  describeGpu,
+  describeTwoGpus,
+  simAllocator,
+  randomBytes,
+  rng,
+  same,
+  inPrivateMounts,
+  privateMountsWork,
+  tempDir,
+};

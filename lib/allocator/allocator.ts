@@ -10,11 +10,13 @@ import { native, requireCuda } from '../binding/native';
 import { DeviceBuffer } from '../memory/buffers';
 import { Stream, streamOption } from '../device/stream';
 import { checkBoolean, checkDevice, checkOptions, checkSize } from '../base/validate';
-import { invalidArgument, argTypeError, argRangeError, CudaMemoryError } from '../base/errors';
+import { invalidArgument, argTypeError, argRangeError } from '../base/errors';
 import { knownDeviceCount } from '../device/discovery';
 import { formatBytes } from '../base/units';
 import { Trace, TraceEvent, saveTrace as writeTrace } from './trace';
 import { GroupStats, SharedBudgetOptions, resolveShared } from './group';
+import { ALLOCATOR_BACKENDS, isAllocatorBackend, managedRefusal, requireFeature, supports } from './backend';
+import type { AllocatorBackend } from './backend';
 import { checkInternal, guardReceivers, invalidThis, kInternal, notCloneable } from '../base/internal';
 import { platformInfo, gpuPlatformDevices, allocatorPlatformOption } from '../device/platform';
 import type { PlatformDevice, PlatformLimit, DevicePlatformLimits } from '../device/platform';
@@ -139,15 +141,10 @@ export function availability(device: number, simulated: boolean, terms: Availabl
   return { device, simulated, availableBytes: least.bytes, limitedBy: least.name, terms };
 }
 
-/**
- * Where an allocator's memory comes from. `bfc`: best-fit with coalescing over regions taken with
- * cudaMalloc (TensorFlow's BFC allocator). `async`: CUDA's stream-ordered memory pool
- * (cudaMallocFromPoolAsync / cudaFreeAsync) on a pool of the allocator's own, under the same
- * limit, statistics and errors.
- *
- * @category Allocators
- */
-export type AllocatorBackend = 'bfc' | 'async';
+export type { AllocatorBackend } from './backend';
+
+/** Where the platform's limits on a device are read: a fixture tree and environment, or the host's. */
+type PlatformRead = { root?: string; env?: Record<string, string | undefined> };
 
 /**
  * Options of {@link createAllocator}.
@@ -439,7 +436,7 @@ export class Allocator {
   private _stacks: Map<number, string> | null = null;
   private _initialRegions: RegionInfo[] = [];
   private _platformDevice: PlatformDevice | null = null;
-  private _platformRead: { root?: string; env?: Record<string, string | undefined> } = {};
+  private _platformRead: PlatformRead = {};
   private _platformCap: number | null = null;
 
   /** @internal Use {@link createAllocator}. */
@@ -463,7 +460,7 @@ export class Allocator {
   }
 
   /** @internal Where the platform's limits on this allocator's device are read (set by createAllocator). */
-  _setPlatform(device: PlatformDevice | null, read: { root?: string; env?: Record<string, string | undefined> }, cap: number | null): void {
+  _setPlatform(device: PlatformDevice | null, read: PlatformRead, cap: number | null): void {
     this._platformDevice = device;
     this._platformRead = read;
     this._platformCap = cap;
@@ -589,21 +586,13 @@ export class Allocator {
     return new DeviceBuffer(kInternal, h, bytes, this.device, this.simulated, this);
   }
 
-  private bfcOnly(what: string): void {
-    if (this.backend !== 'bfc')
-      throw new CudaMemoryError(
-        `${what} needs the 'bfc' backend: CUDA's stream-ordered pool does not report its blocks and regions`,
-        'ERR_NOT_SUPPORTED',
-      );
-  }
-
   /**
    * Starts recording every allocation, free, refused request, region taken or given back and
    * emptyCache, afresh (an earlier recording is dropped). Blocks get ids from 1. The regions the
    * pool holds already open the trace as region_alloc events at time 0.
    */
   startRecording(options?: RecordingOptions): void {
-    this.bfcOnly('recording');
+    requireFeature(this.backend, 'recording');
     const o = checkOptions<RecordingOptions>('options', options);
     const maxEvents = o.maxEvents === undefined ? 1_000_000 : checkSize('options.maxEvents', o.maxEvents, 1);
     this._stacks = checkBoolean('options.stacks', o.stacks, false) ? new Map() : null;
@@ -615,7 +604,7 @@ export class Allocator {
 
   /** Stops recording and returns the trace. */
   stopRecording(): Trace {
-    this.bfcOnly('recording');
+    requireFeature(this.backend, 'recording');
     native.allocatorRecord(this._a, null);
     const t = this.trace();
     this._stacks = null;
@@ -624,7 +613,7 @@ export class Allocator {
 
   /** The trace recorded so far (or by the last recording), as `cuda-memory/trace@1`. */
   trace(): Trace {
-    this.bfcOnly('recording');
+    requireFeature(this.backend, 'recording');
     const c = native.allocatorTrace(this._a);
     const info = native.allocatorInfo(this._a);
     const events: TraceEvent[] = this._initialRegions.map((r) => ({
@@ -673,7 +662,7 @@ export class Allocator {
 
   /** The pool as it is: each region (segment) with its blocks in address order. */
   snapshot(): MemorySnapshot {
-    this.bfcOnly('snapshot()');
+    requireFeature(this.backend, 'snapshot');
     const segments = native.allocatorSnapshot(this._a).map((r) => {
       const blocks: SnapshotBlock[] = r.blocks.map((b) => {
         const out: SnapshotBlock = {
@@ -877,6 +866,62 @@ export class Allocator {
 
 guardReceivers(Allocator, 'Allocator', ['alloc']);
 
+/** The options createAllocator() takes; anything else is refused by name. */
+const ALLOCATOR_OPTION_NAMES: readonly (keyof AllocatorOptions)[] = [
+  'device',
+  'backend',
+  'asyncDefaultPool',
+  'allowGrowth',
+  'memoryFraction',
+  'memoryLimit',
+  'garbageCollection',
+  'initialPoolBytes',
+  'expandableSegments',
+  'simulate',
+  'shared',
+  'managed',
+  'oversubscribe',
+];
+
+/** A simulated device as the addon takes it. */
+interface NativeSimulatedDevice {
+  totalBytes: number;
+  freeBytes: number;
+  ccMajor: number;
+  ccMinor: number;
+  granularity: number | undefined;
+  hostBytes: number | undefined;
+}
+
+/** `simulate` checked field by field, and the platform it runs under (absent: none). */
+function readSimulatedDevice(
+  value: unknown,
+  device: number,
+): { simulate: NativeSimulatedDevice; platformDevice: PlatformDevice | null; platformRead: PlatformRead } {
+  const s = checkOptions<SimulatedDevice>('simulate', value);
+  const totalBytes = checkSize('simulate.totalBytes', s.totalBytes, 1);
+  const freeBytes = s.freeBytes === undefined ? totalBytes : checkSize('simulate.freeBytes', s.freeBytes);
+  if (freeBytes > totalBytes) throw argRangeError(`simulate.freeBytes (${freeBytes}) must not exceed simulate.totalBytes (${totalBytes})`);
+  const cc = s.computeCapability ?? '9.0';
+  const m = /^(\d+)\.(\d+)$/.exec(String(cc));
+  if (!m) throw invalidArgument('simulate.computeCapability', 'a string such as "9.0"', cc);
+  const granularity = s.granularity === undefined ? undefined : checkSize('simulate.granularity', s.granularity);
+  if (granularity !== undefined && granularity % 256 !== 0)
+    throw invalidArgument('simulate.granularity', 'a multiple of 256 bytes', s.granularity, RangeError);
+  const hostBytes = s.hostBytes === undefined ? undefined : checkSize('simulate.hostBytes', s.hostBytes);
+  let platformDevice: PlatformDevice | null = null;
+  let platformRead: PlatformRead = {};
+  if (s.platform !== undefined) {
+    const p = checkOptions<SimulatedPlatform>('simulate.platform', s.platform);
+    for (const k of ['pciBusId', 'uuid', 'root'] as const)
+      if (p[k] !== undefined && typeof p[k] !== 'string') throw invalidArgument(`simulate.platform.${k}`, 'a string', p[k]);
+    platformDevice = { index: device, pciBusId: p.pciBusId, uuid: p.uuid };
+    platformRead = { root: p.root, env: p.env ?? {} };
+  }
+  const simulate = { totalBytes, freeBytes, ccMajor: Number(m[1]), ccMinor: Number(m[2]), granularity, hostBytes };
+  return { simulate, platformDevice, platformRead };
+}
+
 /**
  * Creates a pool allocator on a device (or a simulated one). With no limit option, the limit is
  * the free memory less a reserve left to the driver (TensorFlow's rule); without allowGrowth the
@@ -885,176 +930,115 @@ guardReceivers(Allocator, 'Allocator', ['alloc']);
  * @category Allocators
  */
 export function createAllocator(options?: AllocatorOptions): Allocator {
+  // 1. Validate the arguments: the options object, its names, each option alone.
   const o = checkOptions<AllocatorOptions>('options', options);
-  const known = new Set([
-    'device',
-    'backend',
-    'asyncDefaultPool',
-    'allowGrowth',
-    'memoryFraction',
-    'memoryLimit',
-    'garbageCollection',
-    'initialPoolBytes',
-    'expandableSegments',
-    'simulate',
-    'shared',
-    'managed',
-    'oversubscribe',
-  ]);
   for (const k of Object.keys(o))
-    if (!known.has(k)) throw argTypeError(`Unknown allocator option ${JSON.stringify(k)}; expected one of ${[...known].join(', ')}`);
-  if (o.memoryFraction !== undefined && o.memoryLimit !== undefined)
+    if (!(ALLOCATOR_OPTION_NAMES as readonly string[]).includes(k))
+      throw argTypeError(`Unknown allocator option ${JSON.stringify(k)}; expected one of ${ALLOCATOR_OPTION_NAMES.join(', ')}`);
+  if (!isAllocatorBackend(o.backend ?? ALLOCATOR_BACKENDS[0]))
+    throw invalidArgument('backend', ALLOCATOR_BACKENDS.map((b) => `'${b}'`).join(' or '), o.backend, RangeError);
+  const managed = checkBoolean('managed', o.managed, false);
+  const oversubscribe = checkBoolean('oversubscribe', o.oversubscribe, false);
+  const expandableSegments = checkBoolean('expandableSegments', o.expandableSegments, false);
+  const growthAsked = checkBoolean('allowGrowth', o.allowGrowth, false);
+  const asyncDefaultPool = checkBoolean('asyncDefaultPool', o.asyncDefaultPool, false);
+  const garbageCollection = checkBoolean('garbageCollection', o.garbageCollection, true);
+  const memoryFraction = o.memoryFraction;
+  // Above 1 is an oversubscription, which step 3 allows or refuses.
+  if (
+    memoryFraction !== undefined &&
+    (typeof memoryFraction !== 'number' || !(memoryFraction > 0 && (memoryFraction <= 1 || Number.isFinite(memoryFraction))))
+  )
+    throw invalidArgument(
+      'memoryFraction',
+      'a number in (0, 1]',
+      memoryFraction,
+      typeof memoryFraction === 'number' ? RangeError : TypeError,
+    );
+  const memoryLimit = o.memoryLimit === undefined ? undefined : checkSize('memoryLimit', o.memoryLimit, 256);
+  const initialPoolBytes = o.initialPoolBytes === undefined ? undefined : checkSize('initialPoolBytes', o.initialPoolBytes);
+  if (initialPoolBytes !== undefined && initialPoolBytes % 256 !== 0)
+    throw invalidArgument('initialPoolBytes', 'a multiple of 256 (the block size)', o.initialPoolBytes, RangeError);
+  const device = checkDevice(o.device, o.simulate === undefined ? knownDeviceCount() : undefined);
+  const sim = o.simulate === undefined ? undefined : readSimulatedDevice(o.simulate, device);
+
+  // 2. Interpret them: the default backend, expandable segments grow the pool, the platform the
+  // device (real or simulated) runs under.
+  const backend = o.backend ?? ALLOCATOR_BACKENDS[0];
+  const allowGrowth = growthAsked || expandableSegments;
+  const simulate = sim?.simulate;
+  const platformDevice = sim ? sim.platformDevice : (gpuPlatformDevices().find((d) => d.index === device) ?? null);
+  const platformRead = sim?.platformRead ?? {};
+
+  // 3. Validate the interpreted options: those that go together, and what the backend takes
+  // (./backend.ts).
+  if (memoryFraction !== undefined && memoryLimit !== undefined)
     throw argRangeError(
       'memoryFraction and memoryLimit were both given; choose one: memoryFraction is a share of total device memory, memoryLimit a number of bytes',
     );
-  const managed = checkBoolean('managed', o.managed, false);
-  const oversubscribe = checkBoolean('oversubscribe', o.oversubscribe, false);
   if (oversubscribe && !managed)
     throw argRangeError(
       'oversubscribe needs managed: true: only managed memory can be paged out to the host, device memory cannot',
       'ERR_OVERSUBSCRIPTION',
     );
-  if (typeof o.memoryFraction === 'number' && o.memoryFraction > 1 && Number.isFinite(o.memoryFraction) && !(managed && oversubscribe))
+  if (memoryFraction !== undefined && memoryFraction > 1 && !(managed && oversubscribe))
     throw argRangeError(
-      `Expected memoryFraction in (0, 1] but received ${o.memoryFraction}: a fraction above 1 oversubscribes the device, which only a managed allocator can do, and only when asked (managed: true, oversubscribe: true)`,
+      `Expected memoryFraction in (0, 1] but received ${memoryFraction}: a fraction above 1 oversubscribes the device, which only a managed allocator can do, and only when asked (managed: true, oversubscribe: true)`,
       'ERR_OVERSUBSCRIPTION',
     );
-  if (
-    o.memoryFraction !== undefined &&
-    (typeof o.memoryFraction !== 'number' || !(o.memoryFraction > 0 && (o.memoryFraction <= 1 || Number.isFinite(o.memoryFraction))))
-  )
-    throw invalidArgument(
-      'memoryFraction',
-      'a number in (0, 1]',
-      o.memoryFraction,
-      typeof o.memoryFraction === 'number' ? RangeError : TypeError,
-    );
-  const memoryLimit = o.memoryLimit === undefined ? undefined : checkSize('memoryLimit', o.memoryLimit, 256);
-  const expandableSegments = checkBoolean('expandableSegments', o.expandableSegments, false);
   if (expandableSegments && o.allowGrowth === false)
     throw argRangeError('expandableSegments grows the pool as it needs; it cannot be combined with allowGrowth: false');
-  const allowGrowth = checkBoolean('allowGrowth', o.allowGrowth, false) || expandableSegments;
-  let initialPoolBytes: number | undefined;
-  if (o.initialPoolBytes !== undefined) {
-    initialPoolBytes = checkSize('initialPoolBytes', o.initialPoolBytes);
-    if (initialPoolBytes % 256 !== 0)
-      throw invalidArgument('initialPoolBytes', 'a multiple of 256 (the block size)', o.initialPoolBytes, RangeError);
-    if (!allowGrowth)
-      throw argRangeError(
-        'initialPoolBytes needs allowGrowth: true; without growth the whole limit is taken at creation (set memoryLimit to the pool size you want instead)',
-      );
+  if (initialPoolBytes !== undefined && !allowGrowth)
+    throw argRangeError(
+      'initialPoolBytes needs allowGrowth: true; without growth the whole limit is taken at creation (set memoryLimit to the pool size you want instead)',
+    );
+  if (managed) {
+    requireFeature(backend, 'managed');
+    if (expandableSegments) throw managedRefusal('expandableSegments');
+    if (o.shared !== undefined) throw managedRefusal('shared');
   }
-  const backend = o.backend ?? 'bfc';
-  if (backend !== 'bfc' && backend !== 'async') throw invalidArgument('backend', "'bfc' or 'async'", o.backend, RangeError);
-  if (managed && (backend !== 'bfc' || expandableSegments || o.shared !== undefined))
-    throw argRangeError(
-      `managed needs backend 'bfc' without ${backend !== 'bfc' ? "backend 'async'" : expandableSegments ? 'expandableSegments' : 'shared'}: its regions are cudaMallocManaged allocations carved by the BFC pool`,
-      'ERR_NOT_SUPPORTED',
-    );
-  const asyncDefaultPool = checkBoolean('asyncDefaultPool', o.asyncDefaultPool, false);
-  if (o.asyncDefaultPool !== undefined && backend !== 'async') throw argRangeError("asyncDefaultPool applies to backend 'async' only");
-  if (backend === 'async' && expandableSegments)
-    throw argRangeError(
-      "expandableSegments needs backend 'bfc': CUDA's stream-ordered pool maps its own memory (it grows and shrinks inside the driver)",
-      'ERR_NOT_SUPPORTED',
-    );
-  if (backend === 'async' && o.simulate !== undefined)
-    throw argRangeError(
-      "backend 'async' cannot run on a simulated device: CUDA's stream-ordered pool lives in the driver, with no policy code of ours to simulate; use backend 'bfc' with simulate, or a GPU",
-    );
-  const garbageCollection = checkBoolean('garbageCollection', o.garbageCollection, true);
-  let simulate: object | undefined;
-  let device: number;
-  let platformDevice: PlatformDevice | null = null;
-  let platformRead: { root?: string; env?: Record<string, string | undefined> } = {};
-  if (o.simulate !== undefined) {
-    const s = checkOptions<SimulatedDevice>('simulate', o.simulate);
-    const totalBytes = checkSize('simulate.totalBytes', s.totalBytes, 1);
-    const freeBytes = s.freeBytes === undefined ? totalBytes : checkSize('simulate.freeBytes', s.freeBytes);
-    if (freeBytes > totalBytes)
-      throw argRangeError(`simulate.freeBytes (${freeBytes}) must not exceed simulate.totalBytes (${totalBytes})`);
-    const cc = s.computeCapability ?? '9.0';
-    const m = /^(\d+)\.(\d+)$/.exec(String(cc));
-    if (!m) throw invalidArgument('simulate.computeCapability', 'a string such as "9.0"', cc);
-    const granularity = s.granularity === undefined ? undefined : checkSize('simulate.granularity', s.granularity);
-    if (granularity !== undefined && granularity % 256 !== 0)
-      throw invalidArgument('simulate.granularity', 'a multiple of 256 bytes', s.granularity, RangeError);
-    const hostBytes = s.hostBytes === undefined ? undefined : checkSize('simulate.hostBytes', s.hostBytes);
-    if (hostBytes !== undefined && !managed)
+  if (o.asyncDefaultPool !== undefined) requireFeature(backend, 'asyncDefaultPool');
+  if (expandableSegments) requireFeature(backend, 'expandableSegments');
+  if (simulate !== undefined) {
+    requireFeature(backend, 'simulate');
+    if (simulate.hostBytes !== undefined && !managed)
       throw argRangeError('simulate.hostBytes applies to managed allocators (managed: true) only: device memory never spills to the host');
-    if (oversubscribe && hostBytes === undefined)
+    if (oversubscribe && simulate.hostBytes === undefined)
       throw argRangeError(
         'oversubscribe on a simulated device needs simulate.hostBytes: the host memory its pages may be evicted to',
         'ERR_MISSING_ARGS',
       );
-    simulate = { totalBytes, freeBytes, ccMajor: Number(m[1]), ccMinor: Number(m[2]), granularity, hostBytes };
-    device = checkDevice(o.device);
-    if (s.platform !== undefined) {
-      const p = checkOptions<SimulatedPlatform>('simulate.platform', s.platform);
-      for (const k of ['pciBusId', 'uuid', 'root'] as const)
-        if (p[k] !== undefined && typeof p[k] !== 'string') throw invalidArgument(`simulate.platform.${k}`, 'a string', p[k]);
-      platformDevice = { index: device, pciBusId: p.pciBusId, uuid: p.uuid };
-      platformRead = { root: p.root, env: p.env ?? {} };
-    }
-  } else {
-    device = checkDevice(o.device, knownDeviceCount());
-    platformDevice = gpuPlatformDevices().find((d) => d.index === device) ?? null;
   }
+  if (o.shared !== undefined) requireFeature(backend, 'shared');
+
+  // 4. What the device tells: the platform's limits, and the group's budget.
   const platformLimits = platformDevice ? platformInfo({ ...platformRead, devices: [platformDevice] }).devices[0] : undefined;
   const platform = allocatorPlatformOption(platformLimits);
-  const made = (a: Allocator): Allocator => {
-    a._setPlatform(platformDevice, platformRead, platform ? platform.capBytes : null);
-    return a;
-  };
   let shared: object | undefined;
   if (o.shared !== undefined) {
-    if (backend === 'async')
-      throw argRangeError(
-        "shared budgets need backend 'bfc': CUDA's stream-ordered pool grows its reservation inside the driver, so there is no region to charge to the group before it is taken",
-        'ERR_NOT_SUPPORTED',
-      );
     if (simulate === undefined) requireCuda();
-    shared = resolveShared(o.shared, device, simulate === undefined ? null : (simulate as { totalBytes: number }).totalBytes);
+    shared = resolveShared(o.shared, device, simulate === undefined ? null : simulate.totalBytes);
   }
-  if (backend === 'async') {
-    requireCuda();
-    return made(
-      new Allocator(
-        kInternal,
-        native.createAllocator({
-          backend: 'async',
-          device,
-          allowGrowth,
-          memoryFraction: o.memoryFraction,
-          memoryLimit,
-          initialPoolBytes,
-          defaultPool: asyncDefaultPool,
-          platform,
-        }),
-        'async',
-        o.memoryFraction,
-      ),
-    );
-  }
-  return made(
-    new Allocator(
-      kInternal,
-      native.createAllocator({
-        device,
-        allowGrowth,
-        memoryFraction: o.memoryFraction,
-        memoryLimit,
-        platform,
-        initialPoolBytes,
-        garbageCollection,
-        expandableSegments,
-        simulate,
-        shared,
-        managed,
-        oversubscribe,
-      }),
-      'bfc',
-      o.memoryFraction,
-    ),
-  );
+  if (!supports(backend, 'simulate')) requireCuda(); // a backend in the driver needs one
+
+  // 5. Call the addon once, with the options under their public names.
+  const handle = native.createAllocator({
+    backend,
+    device,
+    allowGrowth,
+    memoryFraction,
+    memoryLimit,
+    platform,
+    initialPoolBytes,
+    garbageCollection,
+    expandableSegments,
+    simulate,
+    shared,
+    managed,
+    oversubscribe,
+    asyncDefaultPool,
+  });
+  const a = new Allocator(kInternal, handle, backend, memoryFraction);
+  a._setPlatform(platformDevice, platformRead, platform ? platform.capBytes : null);
+  return a;
 }

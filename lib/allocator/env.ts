@@ -1,6 +1,7 @@
 /** Allocator options from the environment, TensorFlow's variables included. */
 import type { AllocatorOptions } from './allocator';
 import { parseSize } from '../base/units';
+import { isAllocatorBackend, supports } from './backend';
 
 /**
  * What {@link allocatorOptionsFromEnv} found, with anything it ignored and why.
@@ -61,7 +62,7 @@ export function allocatorOptionsFromEnv(env: Record<string, string | undefined> 
   }
   const backend = env.CUDA_MEMORY_BACKEND;
   if (backend !== undefined && backend !== '') {
-    if (backend === 'bfc' || backend === 'async') out.backend = backend;
+    if (isAllocatorBackend(backend)) out.backend = backend;
     else out.warnings.push(`CUDA_MEMORY_BACKEND=${JSON.stringify(backend)} is neither "bfc" nor "async" and was ignored`);
   }
   // tensorflow/core/common_runtime/gpu/gpu_process_state.cc: TF_GPU_ALLOCATOR is compared exactly
@@ -101,7 +102,7 @@ export function allocatorOptionsFromEnv(env: Record<string, string | undefined> 
           `PYTORCH_CUDA_ALLOC_CONF ${JSON.stringify(pair)} tunes PyTorch's own allocator and has no equivalent here; ignored`,
         );
     }
-    if (out.expandableSegments && out.backend === 'async') {
+    if (out.expandableSegments && out.backend !== undefined && !supports(out.backend, 'expandableSegments')) {
       out.warnings.push(
         'PYTORCH_CUDA_ALLOC_CONF asks for expandable_segments with backend:cudaMallocAsync; expandable segments need the bfc backend and were left off',
       );

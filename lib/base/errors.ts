@@ -225,6 +225,8 @@ export function describe(value: unknown): string {
   if (typeof value === 'function') return 'a function';
   if (typeof value === 'symbol') return 'a symbol';
   if (Array.isArray(value)) return `an array of length ${value.length}`;
-  const name = (value as object).constructor?.name;
-  return name ? `an instance of ${name}` : 'an object';
+  // Only a string is printed: an object's own "constructor" (JSON.parse makes one from a hostile
+  // file) may hold anything, a value that cannot even be turned into a string among them.
+  const name: unknown = (value as { constructor?: { name?: unknown } }).constructor?.name;
+  return typeof name === 'string' && name ? `an instance of ${name}` : 'an object';
 }

@@ -129,12 +129,24 @@ export interface GroupMember {
   /** Bytes its live buffers use (published at each alloc and free). */
   bytesInUse: number;
   peakPoolBytes: number;
-  /** Its own limit (memoryFraction, memoryLimit, or the group budget). */
+  /** Its own limit (memoryFraction, memoryLimit, or the group budget); 0 for a process the interposer charges, which has none. */
   limitBytes: number;
   /** When it joined (ms since the epoch). */
   joinedAt: number;
   /** True for the allocator asking. */
   self: boolean;
+  /**
+   * Its command line (/proc/PID/cmdline, arguments joined by spaces, the first 4 KiB), or null
+   * where it cannot be read. The process's own text: printed, its control characters are escaped.
+   */
+  command: string | null;
+  /**
+   * The device memory NVML reports the process using: its CUDA context and every allocation it
+   * holds, by any API, whether the group charged it or not. Null on a simulated device, without
+   * NVML, and where NVML does not list the pid (a process without a CUDA context yet, or a
+   * member in another pid namespace: NVML lists the host's pids).
+   */
+  nvmlUsedBytes: number | null;
 }
 
 /**

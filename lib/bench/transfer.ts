@@ -1,6 +1,6 @@
 /**
  * The transfer benchmark: what pinned memory buys over pageable memory, and what the staged
- * path recovers for ordinary Node buffers. Timing loops run in C++ (see native/bench/bench.cc):
+ * path recovers for ordinary Node buffers. Timing loops run in C++ (see native/bench/transfer.cc):
  * CUDA events around asynchronous copies of pinned and device memory, a steady clock around
  * synchronous copies of pageable memory. Method: docs/transfers.md, "Benchmarks and CI gates".
  */

@@ -21,10 +21,14 @@ export interface NativeBinding {
   };
   devices(): any[];
   memGetInfo(device: number): { free: number; total: number };
+  /** NVML's compute processes on the GPU of this uuid; null where NVML cannot answer. */
+  deviceProcesses(uuid: string): { pid: number; usedBytes: number | null }[] | null;
   deviceAlloc(bytes: number, device: number): number;
   pinnedAlloc(bytes: number, flags: number, device: number): [number, ArrayBuffer];
   registerHost(view: ArrayBufferView, flags: number, device: number): number;
   free(handle: number): boolean;
+  /** free() after the work queued on `stream` (in its order, for a kind freed in stream order). */
+  freeOn(handle: number, stream: unknown): boolean;
   handleInfo(handle: number): {
     address?: number;
     devicePointer?: number | null;
@@ -79,7 +83,6 @@ export interface NativeBinding {
   allocatorSetFraction(a: unknown, fraction: number): number;
   allocatorEmptyCache(a: unknown): number;
   allocatorClose(a: unknown, force: boolean): number;
-  freeOn(handle: number, stream: unknown): boolean;
   allocatorRecord(a: unknown, maxEvents: number | null): void;
   allocatorTrace(a: unknown): {
     action: Uint8Array;
@@ -139,7 +142,10 @@ export interface NativeBinding {
   stagingPlacement(device: number): StagingPlacement;
   peerAccess(): PeerLink[];
   enablePeerAccess(from: number, to: number): boolean;
-  /** direct: 0 'auto', 1 on, 2 off; byteLength -1: to the end of the file; progress: [done, total]. */
+  /**
+   * direct: 0 'auto', 1 on, 2 off; byteLength -1: to the end of the file; progress: [done, total];
+   * fd: read this open file (left open), which path only names.
+   */
   fileRead(
     path: string,
     dst: unknown,
@@ -148,6 +154,7 @@ export interface NativeBinding {
     byteLength: number,
     direct: number,
     progress?: BigUint64Array,
+    fd?: number,
   ): FileReadInfo;
   fileReadAsync(
     path: string,
@@ -157,6 +164,7 @@ export interface NativeBinding {
     byteLength: number,
     direct: number,
     progress?: BigUint64Array,
+    fd?: number,
   ): Promise<FileReadInfo>;
   fileWrite(
     path: string,
@@ -180,6 +188,10 @@ export interface NativeBinding {
   ): Promise<number>;
   fileStorageRead(path: string, fileOffset: number, byteLength: number, direct: number): FileReadInfo & { seconds: number };
   fileCache(path: string, drop: boolean): { resident: number; dropped: boolean };
+  /** Starts replacing path (its links followed): [the temporary file to fill, the target]. */
+  fileReplaceBegin(path: string): [string, string];
+  /** Renames tmp over target (fsync'd first with sync); removes tmp on failure. */
+  fileReplaceCommit(path: string, tmp: string, target: string, sync: boolean): void;
   fileDirectChoices(): { device: number; direct: boolean; directRate: number; bufferedRate: number; reason: string }[];
   managedAlloc(bytes: number, device: number, attachHost: boolean): [number, ArrayBuffer];
   managedPrefetch(handle: number, offset: number, n: number, location: number, stream?: unknown): Promise<void>;
@@ -203,10 +215,12 @@ export const NATIVE_EXPORTS = [
   'status',
   'devices',
   'memGetInfo',
+  'deviceProcesses',
   'deviceAlloc',
   'pinnedAlloc',
   'registerHost',
   'free',
+  'freeOn',
   'handleInfo',
   'liveCount',
   'liveSummary',
@@ -239,7 +253,6 @@ export const NATIVE_EXPORTS = [
   'allocatorSetFraction',
   'allocatorEmptyCache',
   'allocatorClose',
-  'freeOn',
   'allocatorRecord',
   'allocatorTrace',
   'allocatorSnapshot',
@@ -274,6 +287,8 @@ export const NATIVE_EXPORTS = [
   'fileWriteAsync',
   'fileStorageRead',
   'fileCache',
+  'fileReplaceBegin',
+  'fileReplaceCommit',
   'fileDirectChoices',
   'managedAlloc',
   'managedPrefetch',

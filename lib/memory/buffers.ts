@@ -14,6 +14,7 @@ import { checkInternal, guardReceivers, invalidThis, kInternal, notCloneable } f
 import { addressOrNull, inspectCustom, inspectSummary } from '../base/inspect';
 import type { InspectOptionsLike, InspectLike } from '../base/inspect';
 import type { ManagedBuffer } from './managed';
+import { freedError, kHandleMemory } from './handle';
 
 // The safety net for forgotten buffers: a JS FinalizationRegistry, which measured cheaper per
 // buffer than a native finalizer (it matters for pooled allocations).
@@ -68,11 +69,6 @@ function unwatch(b: Watchable): void {
 const DEVICE_NOT_CLONEABLE = notCloneable('a DeviceBuffer');
 const PINNED_NOT_CLONEABLE = notCloneable('a PinnedBuffer');
 const REGISTERED_NOT_CLONEABLE = notCloneable('a RegisteredBuffer');
-
-/** @internal Throws the error every use of a freed buffer gets. */
-export function freedError(what: string): CudaError {
-  return new CudaError(`${what} was freed and can no longer be used`, { code: 'ERR_BUFFER_FREED', call: what });
-}
 
 // Exported buffers stay reachable until freed: the garbage collector must never free memory that
 // another process may have open.
@@ -596,9 +592,6 @@ export interface LentMemory {
   /** The pinned block behind it, the length in use, and whether it was given back. */
   [kLentMemory](): { buffer: PinnedBuffer; byteLength: number; freed: boolean };
 }
-
-/** @internal Implemented by memory of other kinds behind a handle (managed memory), which copies take as they are. */
-export const kHandleMemory = Symbol('cuda-memory.handle');
 
 /**
  * Anything copy() accepts as a source or destination.

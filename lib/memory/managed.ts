@@ -10,7 +10,7 @@ import { native, requireCuda } from '../binding/native';
 import { checkDevice, checkOptions, checkSize } from '../base/validate';
 import { knownDeviceCount } from '../device/discovery';
 import { checkInternal, kInternal } from '../base/internal';
-import { freedError, kHandleMemory } from './buffers';
+import { freedError, kHandleMemory } from './handle';
 
 /** Where managed memory can be: a device index, or the host's RAM. */
 export type ManagedLocation = number | 'host';
@@ -147,7 +147,7 @@ export class ManagedBuffer {
     if (!this._freed && !this.concurrentAccess) {
       if (this._busy > 0)
         throw new CudaError(
-          `the managed buffer is in use by ${this._busy} asynchronous operation${this._busy === 1 ? '' : 's'} (copyAsync or prefetch), and device ${this.device} cannot access managed memory while the host does; await them before reading bytes`,
+          `the managed buffer is in use by ${this._busy} asynchronous operation${this._busy === 1 ? '' : 's'} (copyAsync, prefetch, readFileAsync or writeFileAsync), and device ${this.device} cannot access managed memory while the host does; await them before reading bytes`,
           { code: 'ERR_MANAGED_BUSY', call: 'ManagedBuffer.bytes' },
         );
       native.managedSynchronize(this.device);

@@ -16,6 +16,7 @@ import { devices as listDevices, memGetInfo, status } from '../device/discovery'
 import type { MetricFamily } from './exposition';
 import { platformInfo } from '../device/platform';
 import { availableBytes } from '../allocator/available';
+import { listGroups } from '../allocator/group';
 
 /**
  * Allocators to export, by name (a record) or by position (an array, named "0", "1", …).
@@ -36,6 +37,13 @@ export interface MetricsSources {
   pinnedPools?: Named<PinnedPool> | (() => Named<PinnedPool>);
   /** Device free and total memory: `true` for every device, or a list of indices. */
   devices?: boolean | number[];
+  /**
+   * Group budgets: `true` for every group in this user's folder ({@link listGroups}), or a list
+   * of group names. Labels `group`, `device` (the GPU's uuid or "simulated"); a member's also
+   * `pid` and `command` (its first 128 characters), whatever runtime it is (a process of this
+   * library or one started by `cuda-memory run`).
+   */
+  groups?: boolean | string[];
 }
 
 interface Def<S> {
@@ -271,7 +279,52 @@ export function sourceFamilies(src: MetricsSources): MetricFamily[] {
     ...families(PINNED_POOL_METRICS, pinnedPoolSamples(src.pinnedPools)),
     ...families(DEVICE_METRICS, deviceSamples(src.devices)),
     ...platformFamilies(src.devices),
+    ...(src.groups ? groupFamilies(src.groups) : []),
   ];
+}
+
+/** @internal The group gauges (see groupFamilies): per group, then per member. */
+export const GROUP_METRICS = [
+  { name: 'cuda_memory_group_budget_bytes', help: "The group's budget.", type: 'gauge' as const },
+  { name: 'cuda_memory_group_charged_bytes', help: "The sum of the members' charges.", type: 'gauge' as const },
+  {
+    name: 'cuda_memory_group_member_charged_bytes',
+    help: 'Bytes a member has charged to the group (pool bytes of an allocator; device allocations of a preloaded process).',
+    type: 'gauge' as const,
+  },
+  { name: 'cuda_memory_group_member_in_use_bytes', help: 'Bytes the member reports in use.', type: 'gauge' as const },
+  {
+    name: 'cuda_memory_group_member_nvml_used_bytes',
+    help: 'Device memory NVML reports the member process using (context and every allocation, charged or not); absent where NVML does not list it.',
+    type: 'gauge' as const,
+  },
+];
+
+/** @internal The label names of the group gauges, per group and per member. */
+export const GROUP_LABELS = ['group', 'device'];
+export const GROUP_MEMBER_LABELS = ['group', 'device', 'pid', 'command'];
+
+/**
+ * @internal Each selected group's budget and charge, and each member's charge, bytes in use and
+ * NVML's used memory (where known). Ledgers that cannot be read are left out (`cuda-memory top`
+ * lists them).
+ */
+export function groupFamilies(src: MetricsSources['groups']): MetricFamily[] {
+  const out: MetricFamily[] = GROUP_METRICS.map((d) => ({ ...d, samples: [] }));
+  if (!src) return out;
+  for (const g of listGroups().groups) {
+    if (src !== true && !src.includes(g.name)) continue;
+    const labels = { group: g.name, device: g.device };
+    out[0].samples.push({ labels, value: g.budgetBytes });
+    out[1].samples.push({ labels, value: g.chargedBytes });
+    for (const m of g.members) {
+      const ml = { ...labels, pid: String(m.pid), command: (m.command ?? '').slice(0, 128) };
+      out[2].samples.push({ labels: ml, value: m.poolBytes });
+      out[3].samples.push({ labels: ml, value: m.bytesInUse });
+      if (m.nvmlUsedBytes !== null) out[4].samples.push({ labels: ml, value: m.nvmlUsedBytes });
+    }
+  }
+  return out;
 }
 
 /** @internal The platform's gauges (see platformFamilies). */

@@ -13,8 +13,13 @@ import {
   sourceFamilies,
   platformFamilies,
   PLATFORM_METRICS,
+  GROUP_METRICS,
+  GROUP_LABELS,
+  GROUP_MEMBER_LABELS,
+  groupFamilies,
 } from './families';
 import type { MetricsSources } from './families';
+import type { MetricFamily } from './exposition';
 import { formatExposition } from './exposition';
 import { CudaMemoryError, argTypeError } from '../base/errors';
 
@@ -69,7 +74,7 @@ function loadPromClient(given: unknown): PromModule {
 }
 
 /**
- * Registers gauges and counters for allocators, pinned pools and devices in a prom-client
+ * Registers gauges and counters for allocators, pinned pools, devices and group budgets in a prom-client
  * registry. The figures are read at each scrape (`allocator.stats()`, `cudaMemGetInfo`), so
  * nothing runs between scrapes. Returns a function that removes them again.
  *
@@ -117,16 +122,27 @@ export function registerMetrics(registry: PromRegistry, options: RegisterMetrics
   if (options.devices) {
     add(DEVICE_METRICS, ['device', 'uuid'], () => deviceSamples(options.devices));
     // The platform's families, read once per scrape and shared by the two gauges.
-    let cached: { at: number; families: ReturnType<typeof platformFamilies> } | null = null;
-    const read = (i: number) => () => {
-      if (!cached || Date.now() - cached.at > 500) cached = { at: Date.now(), families: platformFamilies(options.devices) };
-      return (cached.families[i]?.samples ?? []).map((s) => ({ labels: s.labels as Record<string, string>, stats: s.value }));
-    };
+    const read = cachedFamilies(() => platformFamilies(options.devices));
     add([{ ...PLATFORM_METRICS[0], value: (v: number) => v }], ['device', 'uuid', 'kind'], read(0));
     add([{ ...PLATFORM_METRICS[1], value: (v: number) => v }], ['device', 'uuid'], read(1));
   }
+  if (options.groups) {
+    // Every ledger read once per scrape for the five gauges.
+    const read = cachedFamilies(() => groupFamilies(options.groups));
+    GROUP_METRICS.forEach((d, i) => add([{ ...d, value: (v: number) => v }], i < 2 ? GROUP_LABELS : GROUP_MEMBER_LABELS, read(i)));
+  }
   return () => {
     for (const n of names) registry.removeSingleMetric(n);
+  };
+}
+
+// Families computed at most once per 500 ms (one scrape reads each of them in turn), and a
+// reader of the samples of the i-th, as registerMetrics' `add` takes them.
+function cachedFamilies(compute: () => MetricFamily[]): (i: number) => () => { labels: Record<string, string>; stats: number }[] {
+  let cached: { at: number; families: MetricFamily[] } | null = null;
+  return (i) => () => {
+    if (!cached || Date.now() - cached.at > 500) cached = { at: Date.now(), families: compute() };
+    return (cached.families[i]?.samples ?? []).map((s) => ({ labels: s.labels as Record<string, string>, stats: s.value }));
   };
 }
 

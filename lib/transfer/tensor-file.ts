@@ -7,7 +7,7 @@
 import { DeviceBuffer, Memory } from '../memory/buffers';
 import { argRangeError, describe, invalidArgument } from '../base/errors';
 import { checkDevice, checkOptions } from '../base/validate';
-import { readFile, readFileAsync, type FileProgressCallback, type FileReadInfo } from './files';
+import { readOpenFile, readOpenFileAsync, type FileProgressCallback, type FileReadInfo, type FileSource } from './files';
 
 /** Element types, with safetensors' names, and their sizes in bytes. */
 export const DTYPE_BYTES = {
@@ -180,7 +180,9 @@ function layout(p: Plan): { result: LoadedTensors; reads: Read[] } {
       // One span from the first tensor's first byte to the last's last: the gaps between chosen
       // tensors (if any) are read too, which costs less than a read per tensor.
       const first = p.entries[0].begin;
-      const last = Math.max(...p.entries.map((e) => e.end));
+      // A loop, not Math.max(...): a spread of 300,000 arguments overflows the stack.
+      let last = first;
+      for (const e of p.entries) if (e.end > last) last = e.end;
       const buffer = allocate(last - first);
       for (const e of p.entries)
         tensors.set(e.name, {
@@ -206,11 +208,18 @@ function layout(p: Plan): { result: LoadedTensors; reads: Read[] } {
  * parser does). On failure, what was allocated is freed.
  */
 export function loadTensors(path: string, entries: TensorEntry[], options?: LoadTensorsOptions): LoadedTensors {
+  return loadTensorsFrom({ path }, entries, options);
+}
+
+/** @internal {@link loadTensors} from a {@link FileSource} (the open file a header was read from). */
+export function loadTensorsFrom(file: FileSource, entries: TensorEntry[], options?: LoadTensorsOptions): LoadedTensors {
   const p = plan(entries, options);
   const { result, reads } = layout(p);
   try {
     for (const r of reads) {
-      result.reads.push(readFile(path, r.buffer, { fileOffset: r.begin, byteLength: r.end - r.begin, dstOffset: r.at, direct: p.direct }));
+      result.reads.push(
+        readOpenFile(file, r.buffer, { fileOffset: r.begin, byteLength: r.end - r.begin, dstOffset: r.at, direct: p.direct }),
+      );
       result.bytes += r.end - r.begin;
     }
   } catch (e) {
@@ -222,6 +231,15 @@ export function loadTensors(path: string, entries: TensorEntry[], options?: Load
 
 /** Like {@link loadTensors}, off the JavaScript thread, with progress over all its reads. */
 export async function loadTensorsAsync(path: string, entries: TensorEntry[], options?: LoadTensorsAsyncOptions): Promise<LoadedTensors> {
+  return loadTensorsFromAsync({ path }, entries, options);
+}
+
+/** @internal {@link loadTensorsAsync} from a {@link FileSource}. */
+export async function loadTensorsFromAsync(
+  file: FileSource,
+  entries: TensorEntry[],
+  options?: LoadTensorsAsyncOptions,
+): Promise<LoadedTensors> {
   const p = plan(entries, options);
   const onProgress = options?.onProgress;
   if (onProgress !== undefined && typeof onProgress !== 'function') throw invalidArgument('options.onProgress', 'a function', onProgress);
@@ -230,7 +248,7 @@ export async function loadTensorsAsync(path: string, entries: TensorEntry[], opt
   try {
     for (const r of reads) {
       const before = result.bytes;
-      const info = await readFileAsync(path, r.buffer, {
+      const info = await readOpenFileAsync(file, r.buffer, {
         fileOffset: r.begin,
         byteLength: r.end - r.begin,
         dstOffset: r.at,

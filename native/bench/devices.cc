@@ -14,8 +14,6 @@ namespace cm {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
 // One copy repeated in step with the others. 'events': cudaMemcpyAsync (cudaMemcpyPeerAsync
 // between two devices, driven by the source) on a stream of the job's own with events around it,
 // the GPU's own view; 'clock': the library's copy (CopyRange) timed with a steady clock.

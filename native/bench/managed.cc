@@ -14,8 +14,6 @@ namespace cm {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
 cudaMemLocation Where(bool device, int id) {
   cudaMemLocation l{};
   l.type = device ? cudaMemLocationTypeDevice : cudaMemLocationTypeHost;

@@ -37,6 +37,10 @@ struct BufferOps {
   // The memory is managed: the driver pages it between the host and the devices, so copies leave
   // the direction to it (cudaMemcpyDefault) and host code may touch it.
   bool managed = false;
+  // free({ stream }) of a kind freed in stream order (a stream-ordered allocator's block): marks
+  // `a` to be freed in `stream`'s order, after the work queued there, when it is released. Null:
+  // free({ stream }) waits for the stream, then releases.
+  void (*free_on)(Allocation* a, cudaStream_t stream) = nullptr;
   // What the buffer is, as leak reports name it ("device", "pinned", "allocator-block", ...).
   const char* kind = "buffer";
 };

@@ -200,6 +200,20 @@ Napi::Value MemGetInfo(const Napi::CallbackInfo& info) {
   return o;
 }
 
+// [{ pid, usedBytes }] (usedBytes null where NVML cannot tell).
+Napi::Array ProcessList(Napi::Env env, const std::vector<GpuProcess>& procs) {
+  Napi::Array out = Napi::Array::New(env, procs.size());
+  for (size_t i = 0; i < procs.size(); ++i) {
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("pid", static_cast<double>(procs[i].pid));
+    o.Set("usedBytes", procs[i].used_bytes < 0
+                           ? env.Null()
+                           : Napi::Number::New(env, static_cast<double>(procs[i].used_bytes)));
+    out.Set(static_cast<uint32_t>(i), o);
+  }
+  return out;
+}
+
 // nvmlState(pciBusId) -> { driverVersion, smClockMHz, smClockMaxMHz, memoryClockMHz,
 // memoryClockMaxMHz, clocksEventReasons, processes: [{ pid, usedBytes }] } with null for what
 // NVML does not answer, or null when NVML does not know the device. Needs no CUDA context: the
@@ -229,28 +243,10 @@ Napi::Value NvmlState(const Napi::CallbackInfo& info) {
         nvml.clock_reasons && nvml.clock_reasons(dev, &reasons) == 0
             ? Napi::Value(Napi::Number::New(env, static_cast<double>(reasons)))
             : env.Null());
-  // NVML_ERROR_INSUFFICIENT_SIZE (7) when more processes came since the count: ask again.
-  std::vector<NvmlProcessInfo> procs;
-  unsigned count = 0;
-  int rc = nvml.processes ? nvml.processes(dev, &count, nullptr) : -1;
-  for (int attempt = 0; nvml.processes && attempt < 3 && (rc == 0 || rc == 7); ++attempt) {
-    procs.resize(count + 8);
-    count = static_cast<unsigned>(procs.size());
-    rc = nvml.processes(dev, &count, procs.data());
-    if (rc == 0) break;
-  }
-  if (rc == 0) {
-    Napi::Array list = Napi::Array::New(env, count);
-    for (unsigned i = 0; i < count; ++i) {
-      Napi::Object p = Napi::Object::New(env);
-      p.Set("pid", procs[i].pid);
-      p.Set("usedBytes", procs[i].used_gpu_memory == ~0ull
-                             ? env.Null()
-                             : Napi::Value(Napi::Number::New(
-                                   env, static_cast<double>(procs[i].used_gpu_memory))));
-      list.Set(i, p);
-    }
-    o.Set("processes", list);
+  char uuid[96] = {0};
+  std::vector<GpuProcess> procs;
+  if (nvml.uuid && nvml.uuid(dev, uuid, sizeof uuid) == 0 && NvmlProcesses(uuid, &procs)) {
+    o.Set("processes", ProcessList(env, procs));
   } else {
     o.Set("processes", env.Null());
   }
@@ -314,10 +310,52 @@ bool ReadNvLinks(const std::string& pci_bus_id, core::GpuLinks* out) {
   return true;
 }
 
+bool NvmlProcesses(const std::string& uuid, std::vector<GpuProcess>* out) {
+  out->clear();
+  const Nvml& nvml = LoadNvml();
+  void* dev = nullptr;
+  if (!nvml.ok || !nvml.by_uuid || !nvml.compute_processes || nvml.by_uuid(uuid.c_str(), &dev) != 0)
+    return false;
+  // The count can grow between the call that sizes the array and the one that fills it
+  // (NVML_ERROR_INSUFFICIENT_SIZE, 7): a few tries with room to spare, then no answer.
+  std::vector<NvmlProcessInfo> procs;
+  unsigned count = 0;
+  int rc = nvml.compute_processes(dev, &count, nullptr);
+  for (int attempt = 0; rc == 7 && attempt < 4; ++attempt) {
+    procs.resize(count + 16);
+    count = static_cast<unsigned>(procs.size());
+    rc = nvml.compute_processes(dev, &count, procs.data());
+  }
+  if (rc != 0) return false;
+  for (unsigned i = 0; i < count && i < procs.size(); ++i) {
+    GpuProcess p;
+    p.pid = procs[i].pid;
+    // NVML_VALUE_NOT_AVAILABLE is all ones.
+    if (procs[i].used_gpu_memory <= static_cast<unsigned long long>(INT64_MAX))
+      p.used_bytes = static_cast<int64_t>(procs[i].used_gpu_memory);
+    out->push_back(p);
+  }
+  return true;
+}
+
+namespace {
+
+// deviceProcesses(uuid) -> [{ pid, usedBytes }] (usedBytes null where NVML cannot tell), or null
+// where NVML cannot answer.
+Napi::Value DeviceProcesses(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  std::vector<GpuProcess> procs;
+  if (!NvmlProcesses(ReadString(env, info[0], "uuid"), &procs)) return env.Null();
+  return ProcessList(env, procs);
+}
+
+}  // namespace
+
 void InitDiscovery(Napi::Env env, Napi::Object exports) {
   exports.Set("status", Napi::Function::New(env, Status, "status"));
   exports.Set("devices", Napi::Function::New(env, Devices, "devices"));
   exports.Set("memGetInfo", Napi::Function::New(env, MemGetInfo, "memGetInfo"));
+  exports.Set("deviceProcesses", Napi::Function::New(env, DeviceProcesses, "deviceProcesses"));
   exports.Set("nvmlState", Napi::Function::New(env, NvmlState, "nvmlState"));
 }
 

@@ -9,6 +9,7 @@
 #include "binding/instance.h"
 #include "core/device/numa.h"
 #include "device/discovery.h"
+#include "device/stream.h"
 
 namespace cm {
 
@@ -31,6 +32,7 @@ const BufferOps kDeviceOps{
     },
     /*free_host=*/nullptr,
     /*managed=*/false,
+    /*free_on=*/nullptr,
     /*kind=*/"device",
 };
 
@@ -45,6 +47,7 @@ const BufferOps kPinnedOps{
       (void)cudaGetLastError();
     },
     /*managed=*/false,
+    /*free_on=*/nullptr,
     /*kind=*/"pinned",
 };
 
@@ -63,6 +66,7 @@ const BufferOps kRegisteredOps{
     /*export_range=*/nullptr,
     /*free_host=*/nullptr,
     /*managed=*/false,
+    /*free_on=*/nullptr,
     /*kind=*/"registered",
 };
 
@@ -232,6 +236,33 @@ Napi::Value Free(const Napi::CallbackInfo& info) {
   return Napi::Boolean::New(env, true);
 }
 
+// freeOn(handle, stream): frees a buffer after the work queued on `stream`. A kind freed in
+// stream order (BufferOps::free_on) is freed in that stream's order; any other memory waits for
+// the stream, then is freed.
+Napi::Value FreeOn(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Allocation* a = UnwrapAllocation(env, info[0], "buffer", true);
+  StreamRec* rec = UnwrapStreamRec(env, info[1]);
+  if (!a) return Napi::Boolean::New(env, false);
+  auto wait = [&] {
+    cudaError_t err = cudaStreamSynchronize(rec->stream);
+    if (err != cudaSuccess) ThrowCuda(env, err, "cudaStreamSynchronize");
+  };
+  if (a->pending > 0) {
+    // A copyAsync still uses it: the stream's work so far is waited for now, and the buffer is
+    // released when the copy settles (on its allocation stream, for a stream-ordered block).
+    wait();
+    a->free_requested = true;
+    return Napi::Boolean::New(env, true);
+  }
+  if (a->ops->free_on)
+    a->ops->free_on(a, rec->stream);
+  else
+    wait();
+  ReleaseAllocation(env, a);
+  return Napi::Boolean::New(env, true);
+}
+
 // An address as a JavaScript number, as every address the library reports is (snapshots and traces
 // too): exact below 2^53, which device and host addresses on x86-64 and arm64 are. One that is
 // not is refused rather than rounded.
@@ -397,6 +428,7 @@ void InitMemory(Napi::Env env, Napi::Object exports) {
   exports.Set("pinnedAlloc", Napi::Function::New(env, PinnedAlloc, "pinnedAlloc"));
   exports.Set("registerHost", Napi::Function::New(env, RegisterHost, "registerHost"));
   exports.Set("free", Napi::Function::New(env, Free, "free"));
+  exports.Set("freeOn", Napi::Function::New(env, FreeOn, "freeOn"));
   exports.Set("handleInfo", Napi::Function::New(env, HandleInfo, "handleInfo"));
   exports.Set("liveCount", Napi::Function::New(env, LiveCount, "liveCount"));
   exports.Set("liveSummary", Napi::Function::New(env, LiveSummary, "liveSummary"));

@@ -45,6 +45,7 @@ const BufferOps kIpcImportOps{
     },
     /*free_host=*/nullptr,
     /*managed=*/false,
+    /*free_on=*/nullptr,
     /*kind=*/"ipc-import",
 };
 

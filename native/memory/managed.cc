@@ -6,7 +6,7 @@
 #include "binding/instance.h"
 #include "binding/promise_worker.h"
 #include "device/discovery.h"
-#include "device/streams.h"
+#include "device/stream.h"
 #include "memory/buffers.h"
 
 namespace cm {
@@ -59,6 +59,7 @@ const BufferOps kManagedOps{
       (void)cudaGetLastError();
     },
     /*managed=*/true,
+    /*free_on=*/nullptr,
     /*kind=*/"managed",
 };
 

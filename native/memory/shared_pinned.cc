@@ -38,6 +38,7 @@ const BufferOps kSharedHostOps{
       if (s->owner) unlink(s->path.c_str());
     },
     /*managed=*/false,
+    /*free_on=*/nullptr,
     /*kind=*/"shared-pinned",
 };
 

@@ -250,10 +250,87 @@ Napi::Value StagingPlacement(const Napi::CallbackInfo& info) {
   return o;
 }
 
+// configureStaging({chunkBytes, firstChunkBytes, lastChunkBytes, slots, threads, streaming,
+// autoThreshold: {h2d, d2h}}) -> the settings in force. A field set to null returns to its default.
+// Drops the engines and the team, so the next staged copy builds them with the new settings (copies
+// in flight keep the ones they hold).
+Napi::Value ConfigureStaging(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  StagingState& st = Staging(GetInstance(env));
+  if (info[0].IsObject()) {
+    Napi::Object o = info[0].As<Napi::Object>();
+    StagingState::Config cfg = st.config;
+    auto has = [&](const Napi::Object& from, const char* key, bool* reset) {
+      Napi::Value v = from.Get(key);
+      *reset = v.IsNull();
+      return !v.IsUndefined();
+    };
+    bool reset = false;
+    if (has(o, "chunkBytes", &reset))
+      cfg.chunk_bytes = reset ? 0 : ReadSize(env, o.Get("chunkBytes"), "chunkBytes");
+    if (has(o, "firstChunkBytes", &reset))
+      cfg.first_chunk_bytes =
+          reset ? 0 : ReadSize(env, o.Get("firstChunkBytes"), "firstChunkBytes");
+    if (has(o, "lastChunkBytes", &reset))
+      cfg.last_chunk_bytes = reset ? 0 : ReadSize(env, o.Get("lastChunkBytes"), "lastChunkBytes");
+    if (has(o, "slots", &reset))
+      cfg.slots = reset ? 0 : ReadInt(env, o.Get("slots"), "slots", 2, 64);
+    if (has(o, "threads", &reset))
+      cfg.threads = reset ? 0 : ReadInt(env, o.Get("threads"), "threads", 1, 256);
+    if (has(o, "streaming", &reset))
+      cfg.streaming = reset ? std::nullopt
+                      : o.Get("streaming").IsString()  // 'auto', checked by the TS layer
+                          ? std::optional<Streaming>(Streaming::kAuto)
+                          : o.Get("streaming").ToBoolean() ? Streaming::kOn : Streaming::kOff;
+    if (has(o, "autoThreshold", &reset)) {
+      if (reset) {
+        cfg.auto_h2d = cfg.auto_d2h = -1;
+      } else {
+        Napi::Object t = o.Get("autoThreshold").As<Napi::Object>();
+        bool r = false;
+        if (has(t, "h2d", &r))
+          cfg.auto_h2d =
+              r ? -1 : static_cast<int64_t>(ReadSize(env, t.Get("h2d"), "autoThreshold.h2d"));
+        if (has(t, "d2h", &r))
+          cfg.auto_d2h =
+              r ? -1 : static_cast<int64_t>(ReadSize(env, t.Get("d2h"), "autoThreshold.d2h"));
+      }
+    }
+    // Chunk sizes: 0 (the default) or from 64 KiB to 1 GiB.
+    for (auto [bytes, name] : {std::pair{cfg.chunk_bytes, "chunkBytes"},
+                               std::pair{cfg.first_chunk_bytes, "firstChunkBytes"},
+                               std::pair{cfg.last_chunk_bytes, "lastChunkBytes"}})
+      if (bytes && (bytes < 65536 || bytes > (1ull << 30)))
+        ThrowRange(env, std::string(name) + " must be from 64 KiB to 1 GiB");
+    std::lock_guard<std::mutex> lock(st.mutex);
+    st.config = cfg;
+    st.engines.clear();
+    st.teams.clear();
+  }
+  std::lock_guard<std::mutex> lock(st.mutex);
+  StagingOptions o = StagingOptionsInForce(st);
+  Napi::Object out = Napi::Object::New(env);
+  out.Set("chunkBytes", static_cast<double>(o.chunk_bytes));
+  out.Set("firstChunkBytes", static_cast<double>(std::min(o.first_chunk_bytes, o.chunk_bytes)));
+  out.Set("lastChunkBytes", static_cast<double>(std::min(o.last_chunk_bytes, o.chunk_bytes)));
+  out.Set("slots", o.slots);
+  out.Set("threads", o.threads);
+  if (o.streaming == Streaming::kAuto)
+    out.Set("streaming", "auto");
+  else
+    out.Set("streaming", o.streaming == Streaming::kOn);
+  Napi::Object t = Napi::Object::New(env);
+  t.Set("h2d", static_cast<double>(o.auto_h2d));
+  t.Set("d2h", static_cast<double>(o.auto_d2h));
+  out.Set("autoThreshold", t);
+  return out;
+}
+
 }  // namespace
 
 void InitStaging(Napi::Env env, Napi::Object exports) {
   exports.Set("stagingPlacement", Napi::Function::New(env, StagingPlacement, "stagingPlacement"));
+  exports.Set("configureStaging", Napi::Function::New(env, ConfigureStaging, "configureStaging"));
 }
 
 }  // namespace cm

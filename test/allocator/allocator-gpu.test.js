@@ -345,3 +345,74 @@ describeGpu('a forced close under an asynchronous copy', () => {
     expect(JSON.parse(r.stdout)).toEqual({ bfc: expected, expandable: expected, async: expected, managed });
   });
 });
+
+describeGpu('allocators on the device', () => {
+  test('preallocation takes the limit from the device, and the cap holds', () => {
+    const before = cm.memGetInfo(0).free;
+    const a = cm.createAllocator({ memoryLimit: 512 * MiB });
+    const taken = before - cm.memGetInfo(0).free;
+    expect(taken).toBeGreaterThanOrEqual(512 * MiB);
+    expect(taken).toBeLessThan(512 * MiB + 64 * MiB);
+    const bufs = [];
+    expect(() => {
+      for (;;) bufs.push(a.alloc(100 * MiB));
+    }).toThrow(cm.OutOfMemoryError);
+    expect(bufs.length).toBe(5);
+    expect(a.stats().poolBytes).toBe(512 * MiB);
+    expect(before - cm.memGetInfo(0).free).toBe(taken); // nothing beyond the pool
+    a.close({ force: true });
+    expect(cm.memGetInfo(0).free).toBe(before);
+  });
+
+  test('allowGrowth grows on demand; data in one block never reaches its neighbours', () => {
+    const before = cm.memGetInfo(0).free;
+    const a = cm.createAllocator({ allowGrowth: true, memoryFraction: 0.05 });
+    expect(cm.memGetInfo(0).free).toBe(before);
+    const blocks = [];
+    for (let i = 0; i < 64; i++) blocks.push(a.alloc(1000 + i * 4099));
+    expect(a.stats().poolBytes).toBeGreaterThan(0);
+    expect(before - cm.memGetInfo(0).free).toBeGreaterThanOrEqual(a.stats().poolBytes);
+    blocks.forEach((b, i) => cm.memset(b, i + 1));
+    blocks.forEach((b, i) => {
+      const h = new Uint8Array(b.byteLength);
+      cm.copy(h, b);
+      expect(h.every((x) => x === i + 1)).toBe(true);
+    });
+    // Neighbours in address order are disjoint.
+    const ranges = blocks.map((b) => [b.address, b.byteLength]).sort((x, y) => (x[0] < y[0] ? -1 : 1));
+    for (let i = 1; i < ranges.length; i++) expect(ranges[i][0] >= ranges[i - 1][0] + ranges[i - 1][1]).toBe(true);
+    blocks.forEach((b) => b.free());
+    expect(a.emptyCache()).toBeGreaterThan(0);
+    expect(cm.memGetInfo(0).free).toBe(before);
+    expect(a.limitSource).toMatch(/memoryFraction 0.05/);
+    a.close();
+  });
+
+  test('pinned pool: hits reuse memory, and the data path works', () => {
+    const p = cm.createPinnedPool({ memoryLimit: 64 * MiB });
+    const a = p.alloc(3 * MiB);
+    expect(a.byteLength).toBe(3 * MiB);
+    a.bytes.fill(9);
+    const d = cm.DeviceBuffer.alloc(3 * MiB);
+    cm.copy(d, a);
+    a.free();
+    const b = p.alloc(3 * MiB);
+    cm.memset(b.bytes, 0);
+    cm.copy(b, d);
+    expect(b.bytes.every((x) => x === 9)).toBe(true);
+    expect(p.stats()).toMatchObject({ hits: 1, misses: 1, allocations: 1, bytesInUse: 4 * MiB });
+    b.free();
+    const keep = [];
+    expect(() => {
+      for (let i = 0; i < 20; i++) keep.push(p.alloc(8 * MiB));
+    }).toThrow(/pinned pool limit/);
+    // 64 MiB hold eight 8 MiB blocks; the cached 4 MiB block was released to make room.
+    expect(keep.length).toBe(8);
+    expect(p.stats()).toMatchObject({ bytesInUse: 64 * MiB, cachedBytes: 0 });
+    keep.forEach((k) => k.free());
+    expect(p.stats().cachedBytes).toBe(64 * MiB);
+    expect(p.emptyCache()).toBe(64 * MiB);
+    d.free();
+    p.close();
+  });
+});

@@ -3,13 +3,12 @@
 // textfiles for node_exporter, and the example service's /metrics, read back with an independent
 // parser of the exposition format (parse-prometheus-text-format).
 const fs = require('fs');
-const os = require('os');
 const path = require('path');
 const http = require('http');
 const { spawn, spawnSync } = require('child_process');
 const client = require('prom-client');
 const parsePrometheus = require('parse-prometheus-text-format');
-const { cm, gpu, root } = require('../helpers');
+const { cm, gpu, root, tempDir } = require('../helpers');
 const { formatExposition, writeTextfile } = require('../../dist/metrics/exposition');
 const { benchFamilies, doctorFamilies } = require('../../dist/metrics/families');
 const { evaluateGates, parseGate } = require('../../dist/bench/gates');
@@ -193,7 +192,7 @@ describe('registerMetrics with prom-client', () => {
 test('bench --prometheus: rates in bytes per second by statistic, gates, verification, environment', () => {
   const report = sampleReport();
   const gates = evaluateGates(['h2d.pinned>=48GB/s', 'h2d.pinned>=60GB/s'].map(parseGate), gateSource(report));
-  const file = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'cm-prom-')), 'bench.prom');
+  const file = path.join(tempDir('cm-prom-'), 'bench.prom');
   writeTextfile(file, benchFamilies(report, gates, 1700000000));
   expect(fs.readdirSync(path.dirname(file))).toEqual(['bench.prom']); // no temporary file left
   const f = parse(fs.readFileSync(file, 'utf8'));
@@ -306,7 +305,7 @@ test('doctor --prometheus: one sample per check with its status; the textfile is
     ['pinned h2d >= 48 GB/s', 'CM_FAULT_GPU_SHARED', 1],
   ]);
 
-  const file = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'cm-doctor-')), 'doctor.prom');
+  const file = path.join(tempDir('cm-doctor-'), 'doctor.prom');
   const r = spawnSync(process.execPath, [path.join(repo, 'dist', 'cli.js'), 'doctor', '--prometheus', file, '--bytes', '64MiB'], {
     encoding: 'utf8',
   });

@@ -103,3 +103,85 @@ test('lib/, native/, native/core/ and test/ name their concern folders alike', (
   // test/ holds the concerns, the package's own checks, the shared fixtures and the reporter.
   expect(notLayers('test', ['package', 'fixtures', 'reporters'])).toEqual([]);
 });
+
+// Strongly connected groups of files with more than one member (Tarjan's algorithm): import
+// circles, which a layer may hide inside itself.
+function circles(edges) {
+  const next = new Map();
+  for (const [from, to] of edges) {
+    if (!next.has(from)) next.set(from, []);
+    next.get(from).push(to);
+  }
+  let counter = 0;
+  const index = new Map();
+  const low = new Map();
+  const stack = [];
+  const onStack = new Set();
+  const out = [];
+  const visit = (v) => {
+    index.set(v, counter);
+    low.set(v, counter++);
+    stack.push(v);
+    onStack.add(v);
+    for (const w of next.get(v) ?? []) {
+      if (!index.has(w)) {
+        visit(w);
+        low.set(v, Math.min(low.get(v), low.get(w)));
+      } else if (onStack.has(w)) low.set(v, Math.min(low.get(v), index.get(w)));
+    }
+    if (low.get(v) === index.get(v)) {
+      const group = [];
+      let w;
+      do {
+        w = stack.pop();
+        onStack.delete(w);
+        group.push(w);
+      } while (w !== v);
+      if (group.length > 1) out.push(group.sort().join(' <-> '));
+    }
+  };
+  for (const v of next.keys()) if (!index.has(v)) visit(v);
+  return out.sort();
+}
+
+test('no import or include circle, inside a layer either', () => {
+  expect(circles(libEdges())).toEqual([]);
+  expect(circles(nativeEdges())).toEqual([]);
+  // The check sees a circle when there is one.
+  expect(
+    circles([
+      ['a', 'b'],
+      ['b', 'c'],
+      ['c', 'a'],
+      ['c', 'd'],
+    ]),
+  ).toEqual(['a <-> b <-> c']);
+});
+
+// Which native file registers each export the addon offers.
+function nativeExports() {
+  const out = new Map();
+  for (const f of walk(path.join(root, 'native')).filter((f) => f.endsWith('.cc'))) {
+    const src = fs.readFileSync(f, 'utf8');
+    for (const m of src.matchAll(/(?:exports\.Set\(\s*|Export\(\s*env,\s*exports,\s*)"([A-Za-z0-9_]+)"/g)) out.set(m[1], rel(f));
+  }
+  return out;
+}
+
+// Calls still to be moved down; the list only shrinks.
+const KNOWN_UPWARD_CALLS = new Set(['lib/binding/native.ts -> native.status (native/device/discovery.cc)']);
+
+test('lib/ calls only native exports of its own layer or lower', () => {
+  const exports = nativeExports();
+  const calls = [];
+  for (const f of walk(path.join(root, 'lib')).filter((f) => f.endsWith('.ts'))) {
+    for (const m of fs.readFileSync(f, 'utf8').matchAll(/\bnative\.([A-Za-z0-9_]+)/g)) calls.push([rel(f), m[1]]);
+  }
+  // Every call names an export the test can place (else the check below would miss it).
+  expect(calls.filter(([, name]) => !exports.has(name)).map(([f, name]) => `${f}: native.${name}`)).toEqual([]);
+  const upwardCalls = calls
+    .filter(([from, name]) => !TOPS.has(from) && layerOf(exports.get(name)) > layerOf(from))
+    .map(([from, name]) => `${from} -> native.${name} (${exports.get(name)})`);
+  expect([...new Set(upwardCalls)].filter((c) => !KNOWN_UPWARD_CALLS.has(c))).toEqual([]);
+  expect([...KNOWN_UPWARD_CALLS].filter((c) => !upwardCalls.includes(c))).toEqual([]);
+});

@@ -1,12 +1,11 @@
 'use strict';
 // The staged path's settings (configureStaging, saved settings applied at load), the benchmark's
 // staged-path rows and the tuning script's refusals; no GPU needed. The pipeline itself is tested
-// without a GPU in native/core/test/staging_test.cc and with one in gpu.test.js.
+// without a GPU in native/core/test/transfer/staging_pipeline_test.cc and with one below.
 const fs = require('fs');
-const os = require('os');
 const path = require('path');
 const { execFileSync, spawnSync } = require('child_process');
-const { cm, root, describeGpu, randomBytes, same } = require('../helpers');
+const { cm, root, describeGpu, randomBytes, same, tempDir } = require('../helpers');
 const { formatTable, formatCsv, renderHtml, stagedTable } = require(path.join(root, 'dist/report/bench'));
 const { sampleReport } = require('../fixtures/sample-report');
 
@@ -14,7 +13,7 @@ const KiB = 1024;
 const MiB = 1024 * KiB;
 
 function tmpFile(name) {
-  return path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'cm-staging-')), name);
+  return path.join(tempDir('cm-staging-'), name);
 }
 
 describe('configureStaging', () => {
@@ -273,5 +272,39 @@ describeGpu('the first staged copy on a full device', () => {
     });
     expect({ signal: r.signal, status: r.status, stderr: r.stderr }).toEqual({ signal: null, status: 0, stderr: '' });
     expect(JSON.parse(r.stdout)).toEqual({ full: true, copy: 'same bytes', copyAsync: 'same bytes' });
+  });
+});
+
+describeGpu('staged path', () => {
+  test('byte-exact on random sizes and offsets, both directions', () => {
+    const rand = rng(77);
+    const d = cm.DeviceBuffer.alloc(64 * MiB + 8192);
+    const host = Buffer.from(randomBytes(64 * MiB + 8192, 31));
+    const back = Buffer.alloc(64 * MiB + 8192);
+    for (let i = 0; i < 40; i++) {
+      const n = i < 5 ? [1, 255, 4097, (1 << 20) - 1, 16 * MiB + 3][i] : 1 + rand(64 * MiB);
+      const so = rand(4096);
+      const dof = rand(4096);
+      cm.copy(d, host, { srcOffset: so, dstOffset: dof, byteLength: n, strategy: 'staged' });
+      back.fill(0);
+      cm.copy(back, d, { srcOffset: dof, dstOffset: so, byteLength: n, strategy: 'staged' });
+      expect(Buffer.compare(back.subarray(so, so + n), host.subarray(so, so + n))).toBe(0);
+    }
+    d.free();
+  });
+
+  test('configureStaging changes the pipeline and keeps it correct', () => {
+    const old = cm.configureStaging();
+    const now = cm.configureStaging({ chunkBytes: 1 * MiB, slots: 3, threads: 2 });
+    expect([now.chunkBytes, now.slots, now.threads]).toEqual([MiB, 3, 2]);
+    const d = cm.DeviceBuffer.alloc(10 * MiB + 5);
+    const h = Buffer.from(randomBytes(10 * MiB + 5, 3));
+    cm.copy(d, h, { strategy: 'staged' });
+    const b = Buffer.alloc(h.length);
+    cm.copy(b, d, { strategy: 'staged' });
+    expect(b.equals(h)).toBe(true);
+    cm.configureStaging({ chunkBytes: old.chunkBytes, slots: old.slots, threads: old.threads });
+    expect(() => cm.configureStaging({ chunkBytes: 100 })).toThrow(/chunkBytes/);
+    d.free();
   });
 });

@@ -9,7 +9,7 @@
 //
 // Not translated: the caching allocator's stream cases (record_stream, cross-stream reuse:
 // bfc blocks are not stream-ordered; the async backend's are CUDA's own) and the CUDA graph pool
-// cases. Expandable segments have their own tests (test/expandable.test.js).
+// cases. Expandable segments have their own tests (test/allocator/expandable.test.js).
 const { describeGpu, rng } = require('../../helpers');
 const { cm, MiB, GiB, sim } = require('./util');
 

@@ -1,18 +1,14 @@
-#include "allocator/stream_ordered.h"
+#include "allocator/async.h"
 
 #include <algorithm>
 
-#include "allocator/allocator.h"
 #include "core/allocator/policy.h"
 #include "device/discovery.h"
-#include "device/streams.h"
+#include "device/stream.h"
 
 namespace cm {
 
 namespace {
-constexpr napi_type_tag kAsyncPoolTag = {0x6a09e667f3bcc908ull, 0xbb67ae8584caa73bull};
-using AsyncPoolRef = std::shared_ptr<AsyncPool>;
-
 uint64_t PoolAttr(cudaMemPool_t pool, cudaMemPoolAttr attr) {
   uint64_t v = 0;  // a cuuint64_t, 64 bits
   if (pool && cudaMemPoolGetAttribute(pool, attr, &v) != cudaSuccess) {
@@ -28,16 +24,8 @@ void SetPoolAttr(cudaMemPool_t pool, cudaMemPoolAttr attr, uint64_t value) {
   (void)cudaGetLastError();
 }
 
-AsyncPool* UnwrapAsyncPool(Napi::Env env, Napi::Value v, bool allow_closed = false) {
-  if (!v.IsExternal() || !v.As<Napi::Object>().CheckTypeTag(&kAsyncPoolTag))
-    ThrowType(env, "allocator must be an allocator handle of this library");
-  AsyncPool* p = v.As<Napi::External<AsyncPoolRef>>().Data()->get();
-  if (p->closed && !allow_closed) ThrowAllocatorClosed(env);
-  return p;
-}
-
 // The out-of-memory report: the allocator's figures, the pool's reservation, the device.
-core::OomInfo Report(const AsyncPool& p, uint64_t requested) {
+core::OomInfo Report(const AsyncBackend& p, uint64_t requested) {
   core::OomInfo o = p.budget.Oom(requested);
   o.device = p.device;
   o.pool_bytes = PoolAttr(p.pool, cudaMemPoolAttrReservedMemCurrent);
@@ -49,12 +37,10 @@ core::OomInfo Report(const AsyncPool& p, uint64_t requested) {
   return o;
 }
 
-// createAsyncAllocator({device, allowGrowth, memoryFraction?, memoryLimit?, defaultPool})
-Napi::Value CreateAsyncAllocator(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  if (!info[0].IsObject()) ThrowType(env, "options must be an object");
-  Napi::Object o = info[0].As<Napi::Object>();
-  int device = ReadInt(env, o.Get("device"), "options.device", 0, 1 << 20);
+}  // namespace
+
+BackendRef CreateAsyncBackend(Napi::Env env, const AllocatorOptions& o) {
+  int device = o.device;
   CheckDevice(env, device);
   int supported = 0;
   cudaDeviceGetAttribute(&supported, cudaDevAttrMemoryPoolsSupported, device);
@@ -66,28 +52,23 @@ Napi::Value CreateAsyncAllocator(const Napi::CallbackInfo& info) {
   int major = 0, minor = 0;
   cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
   cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
-  core::PolicyOptions policy;
-  if (o.Get("memoryFraction").IsNumber())
-    policy.memory_fraction = o.Get("memoryFraction").As<Napi::Number>().DoubleValue();
-  if (!o.Get("memoryLimit").IsUndefined() && !o.Get("memoryLimit").IsNull())
-    policy.memory_limit = ReadSize(env, o.Get("memoryLimit"), "memoryLimit");
-  ReadPlatformLimit(env, o.Get("platform"), &policy);
   core::ResolvedLimit limit;
   try {
-    limit = core::ResolveLimit(policy, DeviceMemInfo(device), major, minor);
+    limit = core::ResolveLimit(o.spec.policy, DeviceMemInfo(device), major, minor);
+    // What is reserved at creation and kept: the whole limit without growth, else
+    // initialPoolBytes.
+    if (o.spec.allow_growth)
+      core::CheckInitialBytes(o.spec.initial_bytes, limit.bytes, limit.source);
   } catch (const std::invalid_argument& e) {
     ThrowRange(env, e.what());
   }
-  auto p = std::make_shared<AsyncPool>(limit.bytes, limit.source);
+  auto p = std::make_shared<AsyncBackend>(limit.bytes, limit.source);
   p->device = device;
   p->cc_major = major;
   p->cc_minor = minor;
-  p->allow_growth = o.Get("allowGrowth").ToBoolean();
-  p->own = !o.Get("defaultPool").ToBoolean();
-  // What is reserved at creation and kept: the whole limit without growth, else initialPoolBytes.
-  uint64_t keep = p->allow_growth ? ReadInitialPoolBytes(env, o.Get("initialPoolBytes"),
-                                                         limit.bytes, limit.source)
-                                  : limit.bytes;
+  p->allow_growth = o.spec.allow_growth;
+  p->own = !o.async_default_pool;
+  uint64_t keep = p->allow_growth ? o.spec.initial_bytes : limit.bytes;
   p->initial_bytes = p->allow_growth ? keep : 0;
   cudaError_t err = cudaSetDevice(device);
   if (err == cudaSuccess && p->own) {
@@ -132,17 +113,12 @@ Napi::Value CreateAsyncAllocator(const Napi::CallbackInfo& info) {
     SetPoolAttr(p->pool, cudaMemPoolAttrReleaseThreshold,
                 std::max(keep, PoolAttr(p->pool, cudaMemPoolAttrReservedMemCurrent)));
   }
-  auto ext =
-      Napi::External<AsyncPoolRef>::New(env, new AsyncPoolRef(p), [](Napi::Env, AsyncPoolRef* ref) {
-        // The pool goes when the last live block lets go of it too (~AsyncPool).
-        delete ref;
-      });
-  ext.TypeTag(&kAsyncPoolTag);
-  RememberAllocator(&GetInstance(env).State<MadeAllocators>().async, p);
-  return ext;
+  return p;
 }
 
-cudaEvent_t TakeEvent(AsyncPool* p) {
+namespace {
+
+cudaEvent_t TakeEvent(AsyncBackend* p) {
   if (!p->idle_events.empty()) {
     cudaEvent_t e = p->idle_events.back();
     p->idle_events.pop_back();
@@ -156,7 +132,7 @@ cudaEvent_t TakeEvent(AsyncPool* p) {
   return e;
 }
 
-void GiveEvent(AsyncPool* p, cudaEvent_t e) noexcept {
+void GiveEvent(AsyncBackend* p, cudaEvent_t e) noexcept {
   if (!e) return;
   if (p && p->idle_events.size() < 64) {
     p->idle_events.push_back(e);
@@ -168,7 +144,7 @@ void GiveEvent(AsyncPool* p, cudaEvent_t e) noexcept {
 
 // Gives back every byte the pool holds that no block uses: after the device's queued work, so
 // that frees still pending in stream order count.
-uint64_t Trim(AsyncPool* p) noexcept {
+uint64_t Trim(AsyncBackend* p) noexcept {
   cudaSetDevice(p->device);
   cudaDeviceSynchronize();
   uint64_t before = PoolAttr(p->pool, cudaMemPoolAttrReservedMemCurrent);
@@ -180,7 +156,7 @@ uint64_t Trim(AsyncPool* p) noexcept {
 
 // The end of close(): trims the pool and destroys it if it is the allocator's own; returns the
 // bytes given back.
-uint64_t DestroyPool(AsyncPool* p) noexcept {
+uint64_t DestroyPool(AsyncBackend* p) noexcept {
   uint64_t released = Trim(p);
   if (p->own && p->pool) {
     cudaMemPoolDestroy(p->pool);
@@ -193,7 +169,7 @@ uint64_t DestroyPool(AsyncPool* p) noexcept {
 // Frees a block in stream order (its allocation stream, or the one free({ stream }) named).
 void ReleaseAsyncBlock(napi_env env, Allocation* alloc) noexcept {
   auto* a = static_cast<AsyncAllocation*>(alloc);
-  AsyncPool* p = a->pool.get();
+  AsyncBackend* p = a->pool.get();
   cudaStream_t s = a->stream ? a->stream->stream : nullptr;  // null once that stream was disposed
   cudaSetDevice(a->device);
   if (a->ready) {
@@ -246,23 +222,28 @@ const BufferOps kAsyncBlockOps{
     },
     /*free_host=*/nullptr,
     /*managed=*/false,
+    /*free_on=*/
+    [](Allocation* alloc, cudaStream_t stream) {
+      auto* a = static_cast<AsyncAllocation*>(alloc);
+      a->free_on_stream = true;
+      a->free_stream = stream;
+    },
     /*kind=*/"allocator-block",
 };
 
-// allocatorAlloc(allocator, bytes, alignment?, stream?) -> handle
-Napi::Value AsyncAlloc(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  AsyncPool* p = UnwrapAsyncPool(env, info[0]);
-  uint64_t bytes = ReadSize(env, info[1], "bytes");
-  if (bytes == 0) ThrowRange(env, "bytes must be at least 1, got 0");
+}  // namespace
+
+// `stream` (a Stream's handle, or undefined): the block is allocated in its order.
+Napi::Value AsyncBackend::Alloc(Napi::Env env, const BackendRef& self, uint64_t bytes,
+                                size_t alignment, Napi::Value stream) {
+  AsyncBackend* p = this;
   StreamRec* rec = nullptr;
-  if (info.Length() > 3 && !Absent(info[3])) {
-    rec = UnwrapStreamRec(env, info[3]);
+  if (!Absent(stream)) {
+    rec = UnwrapStreamRec(env, stream);
     if (rec->device != p->device)
       ThrowRange(env, "the stream is on device " + std::to_string(rec->device) +
                           " but the allocator on device " + std::to_string(p->device));
   }
-  size_t alignment = info.Length() > 2 ? ReadAlignment(env, info[2]) : core::kMinBlock;
   // cudaMallocFromPoolAsync aligns to 256 bytes: a larger alignment takes room for the padding
   // (RMM's aligned_resource_adaptor does the same) and the budget is charged for it.
   uint64_t charged = bytes;
@@ -302,10 +283,10 @@ Napi::Value AsyncAlloc(const Napi::CallbackInfo& info) {
     a->ptr = reinterpret_cast<void*>((at + alignment - 1) / alignment * alignment);
   }
   a->bytes = bytes;
-  a->pool = *info[0].As<Napi::External<AsyncPoolRef>>().Data();
+  a->pool = std::static_pointer_cast<AsyncBackend>(self);
   if (rec) {
     a->stream = rec;
-    napi_create_reference(env, info[3], 1, &a->host_ref);  // keeps the stream's record alive
+    napi_create_reference(env, stream, 1, &a->host_ref);  // keeps the stream's record alive
     a->ready = TakeEvent(p);
     if (a->ready && cudaEventRecord(a->ready, s) != cudaSuccess) {
       (void)cudaGetLastError();
@@ -318,9 +299,8 @@ Napi::Value AsyncAlloc(const Napi::CallbackInfo& info) {
   return WrapAllocation(env, a);
 }
 
-Napi::Value AsyncStats(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  AsyncPool* p = UnwrapAsyncPool(env, info[0]);
+Napi::Object AsyncBackend::Stats(Napi::Env env) {
+  AsyncBackend* p = this;
   core::PoolStats s = p->budget.Stats();
   uint64_t reserved = PoolAttr(p->pool, cudaMemPoolAttrReservedMemCurrent);
   uint64_t reserved_high = PoolAttr(p->pool, cudaMemPoolAttrReservedMemHigh);
@@ -342,9 +322,8 @@ Napi::Value AsyncStats(const Napi::CallbackInfo& info) {
   return o;
 }
 
-Napi::Value AsyncInfo(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  AsyncPool* p = UnwrapAsyncPool(env, info[0]);
+Napi::Object AsyncBackend::Info(Napi::Env env) {
+  AsyncBackend* p = this;
   core::MemInfo mi = DeviceMemInfo(p->device);
   Napi::Object o = Napi::Object::New(env);
   o.Set("device", p->device);
@@ -362,82 +341,38 @@ Napi::Value AsyncInfo(const Napi::CallbackInfo& info) {
   return o;
 }
 
-Napi::Value AsyncResetPeak(const Napi::CallbackInfo& info) {
-  AsyncPool* p = UnwrapAsyncPool(info.Env(), info[0]);
-  p->budget.ResetPeak();
+void AsyncBackend::ResetPeak() {
+  budget.ResetPeak();
   // CUDA allows the high watermarks to be reset to zero only, which sets them to the current
   // values.
-  SetPoolAttr(p->pool, cudaMemPoolAttrReservedMemHigh, 0);
-  SetPoolAttr(p->pool, cudaMemPoolAttrUsedMemHigh, 0);
-  return info.Env().Undefined();
+  SetPoolAttr(pool, cudaMemPoolAttrReservedMemHigh, 0);
+  SetPoolAttr(pool, cudaMemPoolAttrUsedMemHigh, 0);
 }
 
-Napi::Value AsyncResetAccumulated(const Napi::CallbackInfo& info) {
-  UnwrapAsyncPool(info.Env(), info[0])->budget.ResetAccumulated();
-  return info.Env().Undefined();
+// The reservation is left as it is: lowering the limit frees nothing, it refuses new blocks past
+// it.
+uint64_t AsyncBackend::SetFraction(Napi::Env env, Napi::Value fraction) {
+  core::ResolvedLimit limit = ReadFractionLimit(env, fraction, DeviceMemInfo(device).total);
+  budget.SetLimit(limit.bytes, limit.source);
+  return limit.bytes;
 }
 
-// allocatorSetFraction(allocator, fraction in [0, 1]) -> the new limit in bytes. The reservation is
-// left as it is: lowering the limit frees nothing, it refuses new blocks past it.
-Napi::Value AsyncSetFraction(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  AsyncPool* p = UnwrapAsyncPool(env, info[0]);
-  core::ResolvedLimit limit = ReadFractionLimit(env, info[1], DeviceMemInfo(p->device).total);
-  p->budget.SetLimit(limit.bytes, limit.source);
-  return Napi::Number::New(env, static_cast<double>(limit.bytes));
-}
+uint64_t AsyncBackend::EmptyCache() { return Trim(this); }
 
-Napi::Value AsyncEmptyCache(const Napi::CallbackInfo& info) {
-  return Napi::Number::New(info.Env(),
-                           static_cast<double>(Trim(UnwrapAsyncPool(info.Env(), info[0]))));
-}
-
-// allocatorClose(allocator, force) -> bytes returned to the device
-Napi::Value AsyncClose(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  AsyncPool* p = UnwrapAsyncPool(env, info[0], true);
-  if (p->closed) return Napi::Number::New(env, 0);
+uint64_t AsyncBackend::Close(Napi::Env env, bool force) {
+  AsyncBackend* p = this;
   uint64_t live = p->budget.live();
-  if (live > 0 && !info[1].ToBoolean()) ThrowAllocatorBusy(env, live, p->budget.in_use());
+  if (live > 0 && !force) ThrowAllocatorBusy(env, live, p->budget.in_use());
   // A block that an asynchronous copy still uses is released when the copy settles (as free()
   // does), and the pool is destroyed after it: the copy may still read or write the block.
   p->deferred = ReleaseOrDefer(env, GetInstance(env).handles.Live(), [p](Allocation* a) {
     return a->ops == &kAsyncBlockOps && static_cast<AsyncAllocation*>(a)->pool.get() == p;
   });
   p->closed = true;
-  return Napi::Number::New(env, static_cast<double>(p->deferred ? Trim(p) : DestroyPool(p)));
+  return p->deferred ? Trim(p) : DestroyPool(p);
 }
 
-// freeOn(handle, stream): frees a buffer after the work queued on `stream`. A stream-ordered
-// block is freed in that stream's order; any other memory waits for the stream, then is freed.
-Napi::Value FreeOn(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  Allocation* a = UnwrapAllocation(env, info[0], "buffer", true);
-  StreamRec* rec = UnwrapStreamRec(env, info[1]);
-  if (!a) return Napi::Boolean::New(env, false);
-  if (a->pending > 0) {
-    // A copyAsync still uses it: the stream's work so far is waited for now, and the buffer is
-    // released when the copy settles (on its allocation stream, for a stream-ordered block).
-    cudaError_t err = cudaStreamSynchronize(rec->stream);
-    if (err != cudaSuccess) ThrowCuda(env, err, "cudaStreamSynchronize");
-    a->free_requested = true;
-    return Napi::Boolean::New(env, true);
-  }
-  if (a->ops == &kAsyncBlockOps) {
-    auto* b = static_cast<AsyncAllocation*>(a);
-    b->free_on_stream = true;
-    b->free_stream = rec->stream;
-  } else {
-    cudaError_t err = cudaStreamSynchronize(rec->stream);
-    if (err != cudaSuccess) ThrowCuda(env, err, "cudaStreamSynchronize");
-  }
-  ReleaseAllocation(env, a);
-  return Napi::Boolean::New(env, true);
-}
-
-}  // namespace
-
-AsyncPool::~AsyncPool() {
+AsyncBackend::~AsyncBackend() {
   if (pool && own) {
     cudaSetDevice(device);
     cudaMemPoolDestroy(pool);  // deferred by CUDA until pending frees have run
@@ -447,28 +382,10 @@ AsyncPool::~AsyncPool() {
   (void)cudaGetLastError();
 }
 
-bool IsAsyncAllocator(Napi::Value v) {
-  return v.IsExternal() && v.As<Napi::Object>().CheckTypeTag(&kAsyncPoolTag);
-}
-
-uint64_t AsyncPoolBytes(const AsyncPool& p) {
-  return PoolAttr(p.pool, cudaMemPoolAttrReservedMemCurrent);
-}
-
-namespace async_backend {
-Napi::Value Create(const Napi::CallbackInfo& info) { return CreateAsyncAllocator(info); }
-Napi::Value Alloc(const Napi::CallbackInfo& info) { return AsyncAlloc(info); }
-Napi::Value Stats(const Napi::CallbackInfo& info) { return AsyncStats(info); }
-Napi::Value Info(const Napi::CallbackInfo& info) { return AsyncInfo(info); }
-Napi::Value ResetPeak(const Napi::CallbackInfo& info) { return AsyncResetPeak(info); }
-Napi::Value ResetAccumulated(const Napi::CallbackInfo& info) { return AsyncResetAccumulated(info); }
-Napi::Value SetFraction(const Napi::CallbackInfo& info) { return AsyncSetFraction(info); }
-Napi::Value EmptyCache(const Napi::CallbackInfo& info) { return AsyncEmptyCache(info); }
-Napi::Value Close(const Napi::CallbackInfo& info) { return AsyncClose(info); }
-}  // namespace async_backend
-
-void InitStreamOrdered(Napi::Env env, Napi::Object exports) {
-  exports.Set("freeOn", Napi::Function::New(env, FreeOn, "freeOn"));
+void AsyncBackend::CountLive(std::vector<LiveRow>* rows) {
+  if (!closed)
+    cm::CountLive(rows, "allocator", device, false,
+                  PoolAttr(pool, cudaMemPoolAttrReservedMemCurrent));
 }
 
 }  // namespace cm

@@ -1,13 +1,12 @@
-// The JS binding of the pool allocators in core/: createAllocator() and the calls on it, over
-// either the CUDA device or a simulated one.
+// The 'bfc' backend of createAllocator(): the BFC pool of core/ (core::Pool) over the CUDA device
+// or a simulated one, behind the allocator Backend interface (backend.h).
 #pragma once
 
 #include <napi.h>
 
-#include <algorithm>
 #include <memory>
-#include <vector>
 
+#include "allocator/backend.h"
 #include "binding/instance.h"
 #include "core/allocator/group_upstream.h"
 #include "core/allocator/policy.h"
@@ -48,14 +47,36 @@ class CudaUpstream final : public core::Upstream {
   std::unique_ptr<vmm::Space> space_;
 };
 
-class PoolBinding {
+// The 'bfc' backend: a core::Pool over the device's upstream (or a group's over it).
+class BfcBackend final : public Backend {
  public:
+  Napi::Value Alloc(Napi::Env env, const BackendRef& self, uint64_t bytes, size_t alignment,
+                    Napi::Value stream) override;
+  Napi::Object Stats(Napi::Env env) override;
+  Napi::Array Regions(Napi::Env env) override;
+  Napi::Object Info(Napi::Env env) override;
+  void ResetPeak() override { pool->ResetPeakStats(); }
+  void ResetAccumulated() override { pool->ResetAccumulatedStats(); }
+  uint64_t SetFraction(Napi::Env env, Napi::Value fraction) override;
+  uint64_t EmptyCache() override { return pool->EmptyCache(); }
+  uint64_t Close(Napi::Env env, bool force) override;
+  void Record(Napi::Env env, Napi::Value max_events) override;
+  Napi::Value Trace(Napi::Env env) override;
+  Napi::Value Snapshot(Napi::Env env) override;
+  void CountLive(std::vector<LiveRow>* rows) override;
+  // The pool's regions go back when the last block lets go of it too.
+  void Collected() noexcept override {
+    if (!closed) {
+      closed = true;
+      pool.reset();
+    }
+  }
+
   // Members are destroyed in reverse order: the pool records its last region frees into the
   // recorder and returns them to the upstream as it goes, so both must outlive it.
   std::unique_ptr<core::Upstream> upstream;
   std::unique_ptr<core::Recorder> recorder;  // while recording, and after, until the next start
   std::unique_ptr<core::Pool> pool;
-  bool closed = false;
   // Blocks a forced close found busy (an asynchronous copy still using them): the pool keeps its
   // regions until the last of them is released, since the copy may still touch their memory.
   uint64_t deferred = 0;
@@ -68,60 +89,15 @@ class PoolBinding {
   void ReleaseRegions() noexcept;
 };
 
-// A buffer carved from a PoolBinding's pool: the pool (kept alive while the buffer is) and its
+// A buffer carved from a BfcBackend's pool: the backend (kept alive while the buffer is) and its
 // core::Pool block.
 struct PoolAllocation : Allocation {
   using Allocation::Allocation;
-  std::shared_ptr<PoolBinding> pool;
+  std::shared_ptr<BfcBackend> pool;
   core::Pool::Chunk* block = nullptr;
 };
 
-// Free and total memory of a device (cudaMemGetInfo); zeros if it cannot be read.
-struct AsyncPool;
-
-// The allocators this environment made, both backends, held weakly: allocatorsLive() counts the
-// open ones for leak checks.
-struct MadeAllocators : InstanceState {
-  std::vector<std::weak_ptr<PoolBinding>> bfc;
-  std::vector<std::weak_ptr<AsyncPool>> async;
-};
-// Adds `made` to `list`, dropping the entries of allocators that are gone.
-template <class T>
-void RememberAllocator(std::vector<std::weak_ptr<T>>* list, const std::shared_ptr<T>& made) {
-  list->erase(std::remove_if(list->begin(), list->end(),
-                             [](const std::weak_ptr<T>& w) { return w.expired(); }),
-              list->end());
-  list->push_back(made);
-}
-
-core::MemInfo DeviceMemInfo(int device);
-// The errors both backends give: a closed allocator (ERR_ALLOCATOR_CLOSED), and close() while
-// buffers are live (ERR_ALLOCATOR_BUSY).
-[[noreturn]] void ThrowAllocatorClosed(Napi::Env env);
-[[noreturn]] void ThrowAllocatorBusy(Napi::Env env, uint64_t live, uint64_t bytes_in_use);
-// The OutOfMemoryError for an allocator's report, shared by both backends.
-// With `group`, the error carries the group that refused the region.
-Napi::Value OomError(Napi::Env env, const core::OomInfo& oom,
-                     const core::GroupSnapshot* group = nullptr);
-
-// The statistics both backends report: the named figures and the counters (RMM's and PyTorch's
-// current, peak, allocated/total and freed).
-Napi::Object StatsObject(Napi::Env env, const core::PoolStats& s);
-
-// The `platform` option ({ capBytes, capSource, defaultBytes, defaultSource }, resolved by
-// lib/device/platform.ts) into `policy`; absent: no platform limit.
-void ReadPlatformLimit(Napi::Env env, Napi::Value v, core::PolicyOptions* policy);
-
-// setMemoryFraction's argument as a limit of `total` bytes; a RangeError outside [0, 1].
-core::ResolvedLimit ReadFractionLimit(Napi::Env env, Napi::Value v, uint64_t total);
-
-// createAllocator's initialPoolBytes (absent: 0): a multiple of 256, at most `limit` (a
-// RangeError naming `limit_source` otherwise).
-uint64_t ReadInitialPoolBytes(Napi::Env env, Napi::Value v, uint64_t limit,
-                              const std::string& limit_source);
-
-// An alloc()'s alignment argument: absent gives 256, else a power of two up to 1 GiB.
-size_t ReadAlignment(Napi::Env env, Napi::Value v);
-void InitAllocator(Napi::Env env, Napi::Object exports);
+// blockId(buffer handle) -> the id a recording allocator gave the block, or 0.
+Napi::Value BlockId(const Napi::CallbackInfo& info);
 
 }  // namespace cm

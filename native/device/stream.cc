@@ -1,4 +1,4 @@
-#include "device/streams.h"
+#include "device/stream.h"
 
 #include "device/discovery.h"
 

@@ -1,9 +1,10 @@
-#include "bench/bench.h"
-
+// The transfer benchmark's timing loops: copies in one direction and both, the raw pinned
+// baseline, the host's own memory copy and the cost of cudaHostRegister.
 #include <chrono>
 #include <thread>
 #include <vector>
 
+#include "bench/bench.h"
 #include "device/discovery.h"
 #include "transfer/copy.h"
 #include "transfer/staging.h"
@@ -17,14 +18,6 @@ Napi::Float64Array ToFloat64Array(Napi::Env env, const std::vector<double>& v) {
 }
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double Seconds(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
-
-[[noreturn]] void Fail(Napi::Env env, const Error& e) { ThrowCuda(env, e.code, e.call, e.detail); }
 
 // timeCopy(dst, src, bytes, warmup, iterations, timing: 'events'|'clock', strategy)
 // -> Float64Array of seconds per copy. 'events' issues cudaMemcpyAsync on a private stream with
@@ -229,34 +222,6 @@ Napi::Value TimeHostCopy(const Napi::CallbackInfo& info) {
   return ToFloat64Array(env, samples);
 }
 
-// timeRawAlloc(kind 'device'|'pinned', bytes, iterations, device) -> seconds per alloc+free pair
-Napi::Value TimeRawAlloc(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  RequireCuda(env);
-  bool device_mem = info[0].ToString().Utf8Value() == "device";
-  size_t n = ReadSize(env, info[1], "bytes");
-  int iters = ReadInt(env, info[2], "iterations", 1, 1 << 24);
-  int device = ReadInt(env, info[3], "device", 0, 1 << 20);
-  Error err;
-  CM_TRY(err, cudaSetDevice(device), "cudaSetDevice");
-  std::vector<double> samples;
-  for (int i = 0; i < iters && !err; ++i) {
-    void* p = nullptr;
-    auto t0 = Clock::now();
-    if (device_mem) {
-      CM_TRY(err, cudaMalloc(&p, n), "cudaMalloc");
-      if (!err) CM_TRY(err, cudaFree(p), "cudaFree");
-    } else {
-      CM_TRY(err, cudaMallocHost(&p, n), "cudaMallocHost");
-      if (!err) CM_TRY(err, cudaFreeHost(p), "cudaFreeHost");
-    }
-    auto t1 = Clock::now();
-    if (!err) samples.push_back(Seconds(t0, t1));
-  }
-  if (err) Fail(env, err);
-  return ToFloat64Array(env, samples);
-}
-
 // timeHostRegister(view, iterations) -> seconds per cudaHostRegister+cudaHostUnregister
 Napi::Value TimeHostRegister(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
@@ -284,7 +249,6 @@ void InitBench(Napi::Env env, Napi::Object exports) {
               Napi::Function::New(env, TimeBidirectional, "timeBidirectional"));
   exports.Set("timeRawPinned", Napi::Function::New(env, TimeRawPinned, "timeRawPinned"));
   exports.Set("timeHostCopy", Napi::Function::New(env, TimeHostCopy, "timeHostCopy"));
-  exports.Set("timeRawAlloc", Napi::Function::New(env, TimeRawAlloc, "timeRawAlloc"));
   exports.Set("timeHostRegister", Napi::Function::New(env, TimeHostRegister, "timeHostRegister"));
 }
 

@@ -1,0 +1,35 @@
+'use strict';
+// lib/bench/transfer.ts on a GPU: a small run of the transfer benchmark.
+const { cm, describeGpu } = require('../helpers');
+
+const MiB = 2 ** 20;
+
+describeGpu('transfer benchmark (small run)', () => {
+  test('every mode and direction gives verified data and sane numbers', async () => {
+    const report = await cm.runTransferBenchmark({
+      sizes: [64 * 1024, 8 * MiB],
+      iterations: 10,
+      smallIterations: 30,
+      warmup: 1,
+      eventLoopProbe: false,
+    });
+    const modes = new Set(report.results.map((r) => `${r.direction}.${r.mode}`));
+    for (const m of ['pageable', 'staged', 'auto', 'pinned', 'pinned-wc', 'registered', 'mapped', 'hostcopy'])
+      for (const d of ['h2d', 'd2h', 'bidir']) expect(modes.has(`${d}.${m}`)).toBe(true);
+    for (const d of ['h2d', 'd2h']) expect(modes.has(`${d}.pinned-call`)).toBe(true);
+    expect(modes.has('bidir.pinned-call')).toBe(false);
+    expect(modes.has('d2d.device')).toBe(true);
+    expect(modes.has('h2d.baseline')).toBe(true);
+    const auto = report.results.filter((r) => r.mode === 'auto' && r.direction === 'h2d');
+    expect(auto.map((r) => r.path)).toEqual(['driver', 'staged']); // 64 KiB under the threshold, 8 MiB over
+    for (const r of report.results) {
+      expect(r.verified).toBe(true);
+      // Up to 1 MiB a copy takes microseconds: smallIterations samples there.
+      expect(r.samples.length).toBe(r.bytes <= MiB ? 30 : 10);
+      if (r.mode === 'staged' || r.mode === 'auto') expect(r.shareOfLimit).toBeCloseTo(r.gbps.median / r.limitGbps, 6);
+      expect(r.gbps.median).toBeGreaterThan(0.01);
+      expect(r.gbps.median).toBeLessThan(r.direction === 'd2d' ? 10000 : 200);
+    }
+    expect(report.environment.gpu.uuid).toMatch(/^GPU-/);
+  });
+});
