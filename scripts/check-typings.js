@@ -44,14 +44,17 @@ const s: Status = status();
 b[Symbol.dispose]();
 a.close();
 export const reason: string | null = s.reason;
+const gate: LeakGate = createLeakGate({ driver: 'off' });
+gate.begin();
+export const leaked: number = gate.end('t').leaks.length;
 `;
 fs.writeFileSync(
   path.join(project, 'cjs.ts'),
-  `import { createAllocator, copy, status, DeviceBuffer, CudaStatus as Status } from 'cuda-memory';\n${use}`,
+  `import { createAllocator, copy, status, DeviceBuffer, CudaStatus as Status } from 'cuda-memory';\nimport { createLeakGate, LeakGate } from 'cuda-memory/testing';\n${use}`,
 );
 fs.writeFileSync(
   path.join(project, 'esm.mts'),
-  `import { createAllocator, copy, status, type DeviceBuffer, type CudaStatus as Status } from 'cuda-memory';\n${use}`,
+  `import { createAllocator, copy, status, type DeviceBuffer, type CudaStatus as Status } from 'cuda-memory';\nimport { createLeakGate, type LeakGate } from 'cuda-memory/testing';\n${use}`,
 );
 
 // The README's tsconfig.json, exactly: its first JSON block that holds compilerOptions.

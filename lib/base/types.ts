@@ -169,3 +169,39 @@ export interface GroupStats {
   reapedMembers: number;
   members: GroupMember[];
 }
+
+/**
+ * Live resources of one kind on one device, as the addon counts them for leak checks: buffers
+ * (`device`, `pinned`, `registered`, `managed`, `shared-pinned`, `ipc-import`,
+ * `allocator-block`), raw allocations (`raw`), open allocators (`allocator`, bytes: their pool
+ * bytes) and group members (`group`).
+ *
+ * @category Testing
+ */
+export interface LiveBufferRow {
+  kind: string;
+  device: number;
+  simulated: boolean;
+  count: number;
+  bytes: number;
+  /** Where each was made, where known (raw allocations). */
+  where: string[];
+}
+
+/**
+ * What NVML says of a device at one moment; null where NVML does not answer.
+ *
+ * @category Devices and streams
+ */
+export interface NvmlDeviceState {
+  /** The NVIDIA driver's version, e.g. `550.54.15`. */
+  driverVersion: string | null;
+  smClockMHz: number | null;
+  smClockMaxMHz: number | null;
+  memoryClockMHz: number | null;
+  memoryClockMaxMHz: number | null;
+  /** Why the clocks are held down: a bit mask of NVML's `nvmlClocksEventReason*` (0: not held). */
+  clocksEventReasons: number | null;
+  /** The processes with a CUDA context on the device and their memory (null: not readable here). */
+  processes: { pid: number; usedBytes: number | null }[] | null;
+}

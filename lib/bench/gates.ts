@@ -12,6 +12,7 @@
 import { formatBytes, parseSize } from '../base/units';
 import { argRangeError, invalidArgument } from '../base/errors';
 import { isArray, isReadable } from '../base/validate';
+import type { Fault } from './faults';
 
 /**
  * One side of a gate: a result picked by direction, mode, scope and optionally size.
@@ -61,6 +62,8 @@ export interface GateResult {
   /** The measured value (GB/s, µs or the ratio), NaN when the result was missing. */
   actual: number;
   message: string;
+  /** A failed gate of a report that names causes (the transfer benchmark's): its likely causes. */
+  faults?: Fault[];
 }
 
 const METRIC = /^([a-z0-9]+)\.([a-z0-9-]+)(?:\.([a-z0-9]+))?(?:@([0-9.]+[a-zA-Z]*))?$/;

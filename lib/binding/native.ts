@@ -5,7 +5,7 @@
 import * as fs from 'fs';
 import * as path from 'path';
 import { CudaError, CudaMemoryError, CudaUnavailableError, InterprocessError, OutOfMemoryError } from '../base/errors';
-import type { PeerLink, StagingPlacement, StagingSettings } from '../base/types';
+import type { LiveBufferRow, NvmlDeviceState, PeerLink, StagingPlacement, StagingSettings } from '../base/types';
 
 /** The native exports; `test/binding/load.test.js` checks this list against the addon. */
 export interface NativeBinding {
@@ -29,8 +29,23 @@ export interface NativeBinding {
   free(handle: number): boolean;
   /** free() after the work queued on `stream` (in its order, for a kind freed in stream order). */
   freeOn(handle: number, stream: unknown): boolean;
-  handleInfo(handle: number): { address?: number; devicePointer?: number | null; released: boolean; simulated?: boolean };
+  handleInfo(handle: number): {
+    address?: number;
+    devicePointer?: number | null;
+    released: boolean;
+    simulated?: boolean;
+    numaNode?: number;
+  };
   liveCount(): number;
+  /** The live buffers by kind, device and simulated-ness (for leak checks). */
+  liveSummary(): LiveBufferRow[];
+  /** The open allocators ('allocator') and group members ('group') by device, with pool bytes. */
+  allocatorsLive(): LiveBufferRow[];
+  /** A cudaMalloc no handle knows of (leak checks' tests); freed only by rawDeviceFree. */
+  rawDeviceAlloc(bytes: number, device: number, simulated: boolean, where: string, listed: boolean): number;
+  rawDeviceFree(address: number): boolean;
+  /** What NVML says of a device now, or null where it does not know it. */
+  nvmlState(pciBusId: string): NvmlDeviceState | null;
   copy(dst: unknown, dstOffset: number, src: unknown, srcOffset: number, n: number, strategy?: string, stream?: unknown): void;
   /** The memory copyHandles() reads its three numbers from (see copy() in lib/transfer/copy.ts). */
   copyArgs(): ArrayBuffer;
@@ -208,6 +223,10 @@ export const NATIVE_EXPORTS = [
   'freeOn',
   'handleInfo',
   'liveCount',
+  'liveSummary',
+  'rawDeviceAlloc',
+  'rawDeviceFree',
+  'nvmlState',
   'copy',
   'copyArgs',
   'copyHandles',
@@ -238,6 +257,7 @@ export const NATIVE_EXPORTS = [
   'allocatorTrace',
   'allocatorSnapshot',
   'blockId',
+  'allocatorsLive',
   'timeCopy',
   'timeBidirectional',
   'timeRawPinned',
@@ -299,6 +319,15 @@ function candidates(): string[] {
   return out;
 }
 
+/** The package's version (from its package.json), or `unknown` where that cannot be read. */
+export function packageVersion(): string {
+  try {
+    return (JSON.parse(fs.readFileSync(path.join(packageRoot, 'package.json'), 'utf8')) as { version: string }).version;
+  } catch {
+    return 'unknown';
+  }
+}
+
 /**
  * The binary node-gyp-build picks for this package: a source build if there is one, else the
  * prebuilt binary under prebuilds/ that fits this platform (platform, arch, Node-API, libc
@@ -338,6 +367,9 @@ function unloaded(reason: string): NativeBinding {
     builtWithCuda: false,
   });
   stub.liveCount = () => 0;
+  stub.liveSummary = () => [];
+  stub.allocatorsLive = () => [];
+  stub.nvmlState = () => null;
   return stub as unknown as NativeBinding;
 }
 

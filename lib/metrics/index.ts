@@ -26,6 +26,7 @@ import { checkOptions, isReadable } from '../base/validate';
 
 export type { MetricsSources, Named } from './families';
 export type { MetricFamily, MetricSample } from './exposition';
+export { hpcJobMapping, writeHpcJobMapping } from './hpc-jobs';
 
 /**
  * The part of a prom-client `Registry` this library uses.

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <mutex>
 #include <type_traits>
+#include <vector>
 
 #include "core/device/uuid.h"
 #include "device/nvml.h"
@@ -194,6 +195,59 @@ Napi::Value MemGetInfo(const Napi::CallbackInfo& info) {
   return o;
 }
 
+// [{ pid, usedBytes }] (usedBytes null where NVML cannot tell).
+Napi::Array ProcessList(Napi::Env env, const std::vector<GpuProcess>& procs) {
+  Napi::Array out = Napi::Array::New(env, procs.size());
+  for (size_t i = 0; i < procs.size(); ++i) {
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("pid", static_cast<double>(procs[i].pid));
+    o.Set("usedBytes", procs[i].used_bytes < 0
+                           ? env.Null()
+                           : Napi::Number::New(env, static_cast<double>(procs[i].used_bytes)));
+    out.Set(static_cast<uint32_t>(i), o);
+  }
+  return out;
+}
+
+// nvmlState(pciBusId) -> { driverVersion, smClockMHz, smClockMaxMHz, memoryClockMHz,
+// memoryClockMaxMHz, clocksEventReasons, processes: [{ pid, usedBytes }] } with null for what
+// NVML does not answer, or null when NVML does not know the device. Needs no CUDA context: the
+// leak checks and the doctor's causes read it without touching the device.
+Napi::Value NvmlState(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!info[0].IsString()) ThrowType(env, "pciBusId must be a string");
+  const Nvml& nvml = LoadNvml();
+  void* dev = NvmlDevice(nvml, info[0].As<Napi::String>().Utf8Value());
+  if (!dev) return env.Null();
+  Napi::Object o = Napi::Object::New(env);
+  char version[96] = {0};
+  o.Set("driverVersion", nvml.driver_version && nvml.driver_version(version, sizeof version) == 0
+                             ? Napi::Value(Napi::String::New(env, version))
+                             : env.Null());
+  auto clock = [&](int (*fn)(void*, int, unsigned*), int type) -> Napi::Value {
+    unsigned mhz = 0;
+    if (!fn || fn(dev, type, &mhz) != 0) return env.Null();
+    return Napi::Number::New(env, mhz);
+  };
+  o.Set("smClockMHz", clock(nvml.clock, 1));
+  o.Set("smClockMaxMHz", clock(nvml.max_clock, 1));
+  o.Set("memoryClockMHz", clock(nvml.clock, 2));
+  o.Set("memoryClockMaxMHz", clock(nvml.max_clock, 2));
+  unsigned long long reasons = 0;
+  o.Set("clocksEventReasons",
+        nvml.clock_reasons && nvml.clock_reasons(dev, &reasons) == 0
+            ? Napi::Value(Napi::Number::New(env, static_cast<double>(reasons)))
+            : env.Null());
+  char uuid[96] = {0};
+  std::vector<GpuProcess> procs;
+  if (nvml.uuid && nvml.uuid(dev, uuid, sizeof uuid) == 0 && NvmlProcesses(uuid, &procs)) {
+    o.Set("processes", ProcessList(env, procs));
+  } else {
+    o.Set("processes", env.Null());
+  }
+  return o;
+}
+
 }  // namespace
 
 PcieLink ReadPcieLink(const std::string& pci_bus_id) {
@@ -287,16 +341,7 @@ Napi::Value DeviceProcesses(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   std::vector<GpuProcess> procs;
   if (!NvmlProcesses(ReadString(env, info[0], "uuid"), &procs)) return env.Null();
-  Napi::Array out = Napi::Array::New(env, procs.size());
-  for (size_t i = 0; i < procs.size(); ++i) {
-    Napi::Object o = Napi::Object::New(env);
-    o.Set("pid", static_cast<double>(procs[i].pid));
-    o.Set("usedBytes", procs[i].used_bytes < 0
-                           ? env.Null()
-                           : Napi::Number::New(env, static_cast<double>(procs[i].used_bytes)));
-    out.Set(i, o);
-  }
-  return out;
+  return ProcessList(env, procs);
 }
 
 }  // namespace
@@ -306,6 +351,7 @@ void InitDiscovery(Napi::Env env, Napi::Object exports) {
   exports.Set("devices", Napi::Function::New(env, Devices, "devices"));
   exports.Set("memGetInfo", Napi::Function::New(env, MemGetInfo, "memGetInfo"));
   exports.Set("deviceProcesses", Napi::Function::New(env, DeviceProcesses, "deviceProcesses"));
+  exports.Set("nvmlState", Napi::Function::New(env, NvmlState, "nvmlState"));
 }
 
 }  // namespace cm

@@ -40,6 +40,11 @@ const Nvml& LoadNvml() {
     find(&nvml.mig_by_index, "nvmlDeviceGetMigDeviceHandleByIndex");
     find(&nvml.gpu_instance, "nvmlDeviceGetGpuInstanceId");
     find(&nvml.compute_instance, "nvmlDeviceGetComputeInstanceId");
+    find(&nvml.clock, "nvmlDeviceGetClockInfo");
+    find(&nvml.max_clock, "nvmlDeviceGetMaxClockInfo");
+    find(&nvml.clock_reasons, "nvmlDeviceGetCurrentClocksEventReasons");
+    if (!nvml.clock_reasons) find(&nvml.clock_reasons, "nvmlDeviceGetCurrentClocksThrottleReasons");
+    find(&nvml.driver_version, "nvmlSystemGetDriverVersion");
     nvml.ok = init && nvml.by_bus_id && init() == 0;
   });
   return nvml;

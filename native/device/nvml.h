@@ -49,6 +49,12 @@ struct Nvml {
   int (*mig_by_index)(void*, unsigned, void**) = nullptr;
   int (*gpu_instance)(void*, unsigned*) = nullptr;
   int (*compute_instance)(void*, unsigned*) = nullptr;
+  // Clocks (nvmlClockType_t: 1 SM, 2 memory), the reasons they are held down (a bit mask of
+  // nvmlClocksEventReason*, named ThrottleReasons before driver 535), and the driver's version.
+  int (*clock)(void*, int, unsigned*) = nullptr;
+  int (*max_clock)(void*, int, unsigned*) = nullptr;
+  int (*clock_reasons)(void*, unsigned long long*) = nullptr;
+  int (*driver_version)(char*, unsigned) = nullptr;
 };
 
 // Loads and initialises NVML once per process; read-only after.

@@ -45,6 +45,10 @@ const BufferOps kIpcImportOps{
       throw LibraryError(env, "ERR_NOT_SUPPORTED",
                          "an imported buffer cannot be exported again; export the original");
     },
+    /*free_host=*/nullptr,
+    /*managed=*/false,
+    /*free_on=*/nullptr,
+    /*kind=*/"ipc-import",
 };
 
 IpcExportState* ExportOf(Allocation* a) { return static_cast<IpcExportState*>(a->exported.get()); }
