@@ -167,7 +167,8 @@ function measure(o, label, root, k) {
         gbps(find(m, 'managed-raw', d, n)),
       );
   rows['event loop worst delay, 1 GiB copyAsync, ms'] = t?.eventLoop?.worstDelayMs;
-  rows['event loop: GC pauses in the window (longest ms)'] = t?.eventLoop === undefined ? undefined : t.eventLoop.longestGcMs;
+  rows['event loop: longest GC pause in the window, ms'] = t?.eventLoop?.longestGcMs;
+  rows['event loop: times the JS thread was preempted in the window'] = t?.eventLoop?.preemptions;
   for (const d of ['h2d', 'd2h']) {
     const js = find(c, 'pinned-call', d, 4096)?.seconds?.median;
     const cpp = find(c, 'baseline', d, 4096)?.seconds?.median;
