@@ -19,7 +19,8 @@
 //          [--python python3] [--skip-python]
 //
 // --baseline DIR: a second checkout of the package with its dist/ and build/ built (the library
-// before a change); both are measured in every repeat, in turn, and shown side by side.
+// before a change); both are measured in every repeat, in turn, and shown side by side. Its
+// node_modules may be left out: modules it lacks are taken from this checkout's.
 // Each measurement runs in a child process of its own, so neither library sees the other's state.
 'use strict';
 const fs = require('fs');
@@ -75,10 +76,18 @@ function median(xs) {
   return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
 }
 
+// A baseline checkout may have no node_modules of its own: its children also look in this one's.
+const NODE_PATH = [path.resolve(__dirname, '..', 'node_modules'), process.env.NODE_PATH].filter(Boolean).join(path.delimiter);
+
 function run(cmd, args, log) {
   const t0 = Date.now();
   try {
-    execFileSync(cmd, args, { stdio: ['ignore', 'ignore', 'pipe'], maxBuffer: 64 * MiB, timeout: 240_000 });
+    execFileSync(cmd, args, {
+      stdio: ['ignore', 'ignore', 'pipe'],
+      maxBuffer: 64 * MiB,
+      timeout: 240_000,
+      env: { ...process.env, NODE_PATH },
+    });
     return true;
   } catch (e) {
     process.stderr.write(`${log}: failed (${e.status ?? e.signal}): ${String(e.stderr ?? e.message).slice(-2000)}\n`);
