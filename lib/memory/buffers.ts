@@ -197,7 +197,7 @@ export class DeviceBuffer {
    */
   free(options?: FreeOptions): void {
     if (!isInstance(this, DeviceBuffer)) throw invalidThis('DeviceBuffer', 'free', this);
-    if (this.freed) return;
+    if (this._freed || (this._owner !== null && this._owner.closed)) return;
     const o = options === undefined ? undefined : checkOptions<FreeOptions>('options', options);
     const stream = o === undefined ? undefined : streamOption(o.stream);
     if (exported.has(this)) {
