@@ -4,6 +4,7 @@
 #include "allocator/backend.h"
 #include "allocator/group.h"
 #include "bench/bench.h"
+#include "binding/exports.h"
 #include "binding/instance.h"
 #include "binding/promise_worker.h"
 #include "device/discovery.h"
@@ -43,7 +44,7 @@ Napi::Object RegisterExports(Napi::Env env, Napi::Object exports) {
   env.AddCleanupHook([env]() {
     cm::NoThrow("freeing a closing environment's buffers", [env] { cm::ReleaseAllLive(env); });
   });
-  exports.Set("init", Napi::Function::New(env, Init, "init"));
+  cm::Register(env, exports, {{"init", Init}});
   cm::InitDiscovery(env, exports);
   cm::InitMemory(env, exports);
   cm::InitManaged(env, exports);

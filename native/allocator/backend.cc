@@ -4,6 +4,7 @@
 
 #include "allocator/bfc.h"
 #include "allocator/group.h"
+#include "binding/exports.h"
 
 namespace cm {
 
@@ -264,40 +265,38 @@ Napi::Value Record(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
-void Export(Napi::Env env, Napi::Object exports, const char* name,
-            Napi::Value (*f)(const Napi::CallbackInfo&)) {
-  exports.Set(name, Napi::Function::New(env, f, name));
-}
-
 }  // namespace
 
 void InitAllocator(Napi::Env env, Napi::Object exports) {
   using Info = const Napi::CallbackInfo&;
-  Export(env, exports, "createAllocator", Create);
-  Export(env, exports, "allocatorAlloc", Alloc);
-  Export(env, exports, "allocatorStats",
-         [](Info i) -> Napi::Value { return Open(i)->Stats(i.Env()); });
-  Export(env, exports, "allocatorRegions",
-         [](Info i) -> Napi::Value { return Open(i)->Regions(i.Env()); });
-  Export(env, exports, "allocatorInfo",
-         [](Info i) -> Napi::Value { return Open(i)->Info(i.Env()); });
-  Export(env, exports, "allocatorResetPeak", [](Info i) -> Napi::Value {
-    Open(i)->ResetPeak();
-    return i.Env().Undefined();
-  });
-  Export(env, exports, "allocatorResetAccumulated", [](Info i) -> Napi::Value {
-    Open(i)->ResetAccumulated();
-    return i.Env().Undefined();
-  });
-  Export(env, exports, "allocatorSetFraction",
-         [](Info i) { return Number(i, Open(i)->SetFraction(i.Env(), i[1])); });
-  Export(env, exports, "allocatorEmptyCache",
-         [](Info i) { return Number(i, Open(i)->EmptyCache()); });
-  Export(env, exports, "allocatorClose", Close);
-  Export(env, exports, "allocatorRecord", Record);
-  Export(env, exports, "allocatorTrace", [](Info i) { return Open(i)->Trace(i.Env()); });
-  Export(env, exports, "allocatorSnapshot", [](Info i) { return Open(i)->Snapshot(i.Env()); });
-  Export(env, exports, "blockId", BlockId);
+  Register(
+      env, exports,
+      {
+          {"createAllocator", Create},
+          {"allocatorAlloc", Alloc},
+          {"allocatorStats", [](Info i) -> Napi::Value { return Open(i)->Stats(i.Env()); }},
+          {"allocatorRegions", [](Info i) -> Napi::Value { return Open(i)->Regions(i.Env()); }},
+          {"allocatorInfo", [](Info i) -> Napi::Value { return Open(i)->Info(i.Env()); }},
+          {"allocatorResetPeak",
+           [](Info i) -> Napi::Value {
+             Open(i)->ResetPeak();
+             return i.Env().Undefined();
+           }},
+          {"allocatorResetAccumulated",
+           [](Info i) -> Napi::Value {
+             Open(i)->ResetAccumulated();
+             return i.Env().Undefined();
+           }},
+          {"allocatorSetFraction",
+           [](Info i) -> Napi::Value { return Number(i, Open(i)->SetFraction(i.Env(), i[1])); }},
+          {"allocatorEmptyCache",
+           [](Info i) -> Napi::Value { return Number(i, Open(i)->EmptyCache()); }},
+          {"allocatorClose", Close},
+          {"allocatorRecord", Record},
+          {"allocatorTrace", [](Info i) -> Napi::Value { return Open(i)->Trace(i.Env()); }},
+          {"allocatorSnapshot", [](Info i) -> Napi::Value { return Open(i)->Snapshot(i.Env()); }},
+          {"blockId", BlockId},
+      });
 }
 
 }  // namespace cm

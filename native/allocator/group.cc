@@ -1,5 +1,6 @@
 #include "allocator/group.h"
 
+#include "binding/exports.h"
 #include "binding/instance.h"
 
 namespace cm {
@@ -56,8 +57,11 @@ Napi::Value GroupRead(const Napi::CallbackInfo& info) {
 }  // namespace
 
 void InitGroup(Napi::Env env, Napi::Object exports) {
-  exports.Set("groupPath", Napi::Function::New(env, GroupPath, "groupPath"));
-  exports.Set("groupRead", Napi::Function::New(env, GroupRead, "groupRead"));
+  Register(env, exports,
+           {
+               {"groupPath", GroupPath},
+               {"groupRead", GroupRead},
+           });
 }
 
 }  // namespace cm

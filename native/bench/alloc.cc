@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "bench/bench.h"
+#include "binding/exports.h"
 #include "device/discovery.h"
 
 namespace cm {
@@ -40,7 +41,10 @@ Napi::Value TimeRawAlloc(const Napi::CallbackInfo& info) {
 }  // namespace
 
 void InitAllocBench(Napi::Env env, Napi::Object exports) {
-  exports.Set("timeRawAlloc", Napi::Function::New(env, TimeRawAlloc, "timeRawAlloc"));
+  Register(env, exports,
+           {
+               {"timeRawAlloc", TimeRawAlloc},
+           });
 }
 
 }  // namespace cm

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "bench/bench.h"
+#include "binding/exports.h"
 #include "device/discovery.h"
 #include "transfer/copy.h"
 
@@ -183,8 +184,11 @@ Napi::Value TimePeerLatency(const Napi::CallbackInfo& info) {
 }  // namespace
 
 void InitBenchDevices(Napi::Env env, Napi::Object exports) {
-  exports.Set("timeTogether", Napi::Function::New(env, TimeTogether, "timeTogether"));
-  exports.Set("timePeerLatency", Napi::Function::New(env, TimePeerLatency, "timePeerLatency"));
+  Register(env, exports,
+           {
+               {"timeTogether", TimeTogether},
+               {"timePeerLatency", TimePeerLatency},
+           });
 }
 
 }  // namespace cm

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "bench/bench.h"
+#include "binding/exports.h"
 #include "binding/instance.h"
 #include "device/discovery.h"
 
@@ -78,7 +79,10 @@ Napi::Value TimeRawManaged(const Napi::CallbackInfo& info) {
 }  // namespace
 
 void InitManagedBench(Napi::Env env, Napi::Object exports) {
-  exports.Set("timeRawManaged", Napi::Function::New(env, TimeRawManaged, "timeRawManaged"));
+  Register(env, exports,
+           {
+               {"timeRawManaged", TimeRawManaged},
+           });
 }
 
 }  // namespace cm

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "bench/bench.h"
+#include "binding/exports.h"
 #include "device/discovery.h"
 #include "transfer/copy.h"
 #include "transfer/staging.h"
@@ -244,12 +245,14 @@ Napi::Value TimeHostRegister(const Napi::CallbackInfo& info) {
 }  // namespace
 
 void InitBench(Napi::Env env, Napi::Object exports) {
-  exports.Set("timeCopy", Napi::Function::New(env, TimeCopy, "timeCopy"));
-  exports.Set("timeBidirectional",
-              Napi::Function::New(env, TimeBidirectional, "timeBidirectional"));
-  exports.Set("timeRawPinned", Napi::Function::New(env, TimeRawPinned, "timeRawPinned"));
-  exports.Set("timeHostCopy", Napi::Function::New(env, TimeHostCopy, "timeHostCopy"));
-  exports.Set("timeHostRegister", Napi::Function::New(env, TimeHostRegister, "timeHostRegister"));
+  Register(env, exports,
+           {
+               {"timeCopy", TimeCopy},
+               {"timeBidirectional", TimeBidirectional},
+               {"timeRawPinned", TimeRawPinned},
+               {"timeHostCopy", TimeHostCopy},
+               {"timeHostRegister", TimeHostRegister},
+           });
 }
 
 }  // namespace cm

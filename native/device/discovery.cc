@@ -7,6 +7,7 @@
 #include <mutex>
 #include <type_traits>
 
+#include "binding/exports.h"
 #include "device/nvml.h"
 #include "device/platform.h"
 #include "device/shared_memory.h"
@@ -257,9 +258,12 @@ bool ReadNvLinks(const std::string& pci_bus_id, core::GpuLinks* out) {
 }
 
 void InitDiscovery(Napi::Env env, Napi::Object exports) {
-  exports.Set("status", Napi::Function::New(env, Status, "status"));
-  exports.Set("devices", Napi::Function::New(env, Devices, "devices"));
-  exports.Set("memGetInfo", Napi::Function::New(env, MemGetInfo, "memGetInfo"));
+  Register(env, exports,
+           {
+               {"status", Status},
+               {"devices", Devices},
+               {"memGetInfo", MemGetInfo},
+           });
 }
 
 }  // namespace cm

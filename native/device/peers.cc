@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "binding/exports.h"
 #include "core/device/peer_grants.h"
 #include "device/discovery.h"
 
@@ -181,8 +182,11 @@ Napi::Value EnablePeerJs(const Napi::CallbackInfo& info) {
 }  // namespace
 
 void InitPeer(Napi::Env env, Napi::Object exports) {
-  exports.Set("peerAccess", Napi::Function::New(env, PeerAccess, "peerAccess"));
-  exports.Set("enablePeerAccess", Napi::Function::New(env, EnablePeerJs, "enablePeerAccess"));
+  Register(env, exports,
+           {
+               {"peerAccess", PeerAccess},
+               {"enablePeerAccess", EnablePeerJs},
+           });
 }
 
 }  // namespace cm

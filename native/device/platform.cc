@@ -2,6 +2,7 @@
 
 #include <cctype>
 
+#include "binding/exports.h"
 #include "binding/instance.h"
 #include "core/device/platform_limits.h"
 #include "device/nvml.h"
@@ -172,7 +173,10 @@ Napi::Value MigObject(Napi::Env env, const std::string& pci_bus_id, const std::s
 }
 
 void InitPlatform(Napi::Env env, Napi::Object exports) {
-  exports.Set("platformLimits", Napi::Function::New(env, PlatformLimits, "platformLimits"));
+  Register(env, exports,
+           {
+               {"platformLimits", PlatformLimits},
+           });
 }
 
 }  // namespace cm

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "binding/exports.h"
 #include "binding/instance.h"
 #include "device/discovery.h"
 #include "device/stream.h"
@@ -289,13 +290,16 @@ void ReleaseAllLive(Napi::Env env) {
 }
 
 void InitMemory(Napi::Env env, Napi::Object exports) {
-  exports.Set("deviceAlloc", Napi::Function::New(env, DeviceAlloc, "deviceAlloc"));
-  exports.Set("pinnedAlloc", Napi::Function::New(env, PinnedAlloc, "pinnedAlloc"));
-  exports.Set("registerHost", Napi::Function::New(env, RegisterHost, "registerHost"));
-  exports.Set("free", Napi::Function::New(env, Free, "free"));
-  exports.Set("freeOn", Napi::Function::New(env, FreeOn, "freeOn"));
-  exports.Set("handleInfo", Napi::Function::New(env, HandleInfo, "handleInfo"));
-  exports.Set("liveCount", Napi::Function::New(env, LiveCount, "liveCount"));
+  Register(env, exports,
+           {
+               {"deviceAlloc", DeviceAlloc},
+               {"pinnedAlloc", PinnedAlloc},
+               {"registerHost", RegisterHost},
+               {"free", Free},
+               {"freeOn", FreeOn},
+               {"handleInfo", HandleInfo},
+               {"liveCount", LiveCount},
+           });
 }
 
 }  // namespace cm

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "binding/exports.h"
 #include "binding/instance.h"
 #include "core/memory/ipc_record.h"
 #include "device/discovery.h"
@@ -283,10 +284,13 @@ Napi::Value IpcWithdraw(const Napi::CallbackInfo& info) {
 }  // namespace
 
 void InitIpc(Napi::Env env, Napi::Object exports) {
-  exports.Set("ipcExport", Napi::Function::New(env, IpcExport, "ipcExport"));
-  exports.Set("ipcImport", Napi::Function::New(env, IpcImport, "ipcImport"));
-  exports.Set("ipcImporters", Napi::Function::New(env, IpcImportersJs, "ipcImporters"));
-  exports.Set("ipcWithdraw", Napi::Function::New(env, IpcWithdraw, "ipcWithdraw"));
+  Register(env, exports,
+           {
+               {"ipcExport", IpcExport},
+               {"ipcImport", IpcImport},
+               {"ipcImporters", IpcImportersJs},
+               {"ipcWithdraw", IpcWithdraw},
+           });
 }
 
 }  // namespace cm

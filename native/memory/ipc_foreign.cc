@@ -6,6 +6,7 @@
 #include <array>
 #include <string>
 
+#include "binding/exports.h"
 #include "binding/instance.h"
 #include "core/memory/ipc_record.h"
 #include "device/discovery.h"
@@ -104,9 +105,11 @@ Napi::Value AllocationBytesFrom(const Napi::CallbackInfo& info) {
 }  // namespace
 
 void InitForeignIpc(Napi::Env env, Napi::Object exports) {
-  exports.Set("ipcImportForeign", Napi::Function::New(env, IpcImportForeign, "ipcImportForeign"));
-  exports.Set("allocationBytesFrom",
-              Napi::Function::New(env, AllocationBytesFrom, "allocationBytesFrom"));
+  Register(env, exports,
+           {
+               {"ipcImportForeign", IpcImportForeign},
+               {"allocationBytesFrom", AllocationBytesFrom},
+           });
 }
 
 }  // namespace cm

@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "binding/exports.h"
 #include "binding/instance.h"
 #include "binding/promise_worker.h"
 #include "device/discovery.h"
@@ -286,15 +287,15 @@ bool ConcurrentManagedAccess(int device) noexcept {
 }
 
 void InitManaged(Napi::Env env, Napi::Object exports) {
-  exports.Set("managedAlloc", Napi::Function::New(env, ManagedAlloc, "managedAlloc"));
-  exports.Set("managedPrefetch", Napi::Function::New(env, ManagedPrefetch, "managedPrefetch"));
-  exports.Set("managedAdvise", Napi::Function::New(env, ManagedAdvise, "managedAdvise"));
-  exports.Set("managedAttributes",
-              Napi::Function::New(env, ManagedAttributes, "managedAttributes"));
-  exports.Set("managedConcurrent",
-              Napi::Function::New(env, ManagedConcurrent, "managedConcurrent"));
-  exports.Set("managedSynchronize",
-              Napi::Function::New(env, ManagedSynchronize, "managedSynchronize"));
+  Register(env, exports,
+           {
+               {"managedAlloc", ManagedAlloc},
+               {"managedPrefetch", ManagedPrefetch},
+               {"managedAdvise", ManagedAdvise},
+               {"managedAttributes", ManagedAttributes},
+               {"managedConcurrent", ManagedConcurrent},
+               {"managedSynchronize", ManagedSynchronize},
+           });
 }
 
 }  // namespace cm

@@ -7,6 +7,7 @@
 
 #include <cerrno>
 
+#include "binding/exports.h"
 #include "binding/instance.h"
 #include "core/base/shm.h"
 #include "device/discovery.h"
@@ -143,9 +144,12 @@ Napi::Value SharedHostUnlink(const Napi::CallbackInfo& info) {
 }  // namespace
 
 void InitSharedHost(Napi::Env env, Napi::Object exports) {
-  exports.Set("sharedHostCreate", Napi::Function::New(env, SharedHostCreate, "sharedHostCreate"));
-  exports.Set("sharedHostOpen", Napi::Function::New(env, SharedHostOpen, "sharedHostOpen"));
-  exports.Set("sharedHostUnlink", Napi::Function::New(env, SharedHostUnlink, "sharedHostUnlink"));
+  Register(env, exports,
+           {
+               {"sharedHostCreate", SharedHostCreate},
+               {"sharedHostOpen", SharedHostOpen},
+               {"sharedHostUnlink", SharedHostUnlink},
+           });
 }
 
 }  // namespace cm

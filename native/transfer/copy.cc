@@ -6,6 +6,7 @@
 #include <cstring>
 #include <string>
 
+#include "binding/exports.h"
 #include "binding/promise_worker.h"
 #include "device/discovery.h"
 #include "device/peers.h"
@@ -427,11 +428,14 @@ Napi::Value Memset(const Napi::CallbackInfo& info) {
 }  // namespace
 
 void InitCopy(Napi::Env env, Napi::Object exports) {
-  exports.Set("copy", Napi::Function::New(env, Copy, "copy"));
-  exports.Set("copyArgs", Napi::Function::New(env, CopyArgsBuffer, "copyArgs"));
-  exports.Set("copyHandles", Napi::Function::New(env, CopyHandles, "copyHandles"));
-  exports.Set("copyAsync", Napi::Function::New(env, CopyAsync, "copyAsync"));
-  exports.Set("memset", Napi::Function::New(env, Memset, "memset"));
+  Register(env, exports,
+           {
+               {"copy", Copy},
+               {"copyArgs", CopyArgsBuffer},
+               {"copyHandles", CopyHandles},
+               {"copyAsync", CopyAsync},
+               {"memset", Memset},
+           });
 }
 
 }  // namespace cm

@@ -23,6 +23,7 @@
 
 #include "binding/args.h"
 #include "binding/errors.h"
+#include "binding/exports.h"
 #include "binding/handles.h"
 #include "binding/instance.h"
 #include "binding/promise_worker.h"
@@ -870,14 +871,16 @@ Napi::Value FileDirectChoices(const Napi::CallbackInfo& info) {
 }  // namespace
 
 void InitFiles(Napi::Env env, Napi::Object exports) {
-  exports.Set("fileRead", Napi::Function::New(env, FileRead, "fileRead"));
-  exports.Set("fileReadAsync", Napi::Function::New(env, FileReadAsync, "fileReadAsync"));
-  exports.Set("fileWrite", Napi::Function::New(env, FileWrite, "fileWrite"));
-  exports.Set("fileWriteAsync", Napi::Function::New(env, FileWriteAsync, "fileWriteAsync"));
-  exports.Set("fileStorageRead", Napi::Function::New(env, FileStorageRead, "fileStorageRead"));
-  exports.Set("fileCache", Napi::Function::New(env, FileCache, "fileCache"));
-  exports.Set("fileDirectChoices",
-              Napi::Function::New(env, FileDirectChoices, "fileDirectChoices"));
+  Register(env, exports,
+           {
+               {"fileRead", FileRead},
+               {"fileReadAsync", FileReadAsync},
+               {"fileWrite", FileWrite},
+               {"fileWriteAsync", FileWriteAsync},
+               {"fileStorageRead", FileStorageRead},
+               {"fileCache", FileCache},
+               {"fileDirectChoices", FileDirectChoices},
+           });
 }
 
 }  // namespace cm

@@ -4,6 +4,7 @@
 #include <map>
 #include <thread>
 
+#include "binding/exports.h"
 #include "device/discovery.h"
 
 namespace cm {
@@ -329,8 +330,11 @@ Napi::Value ConfigureStaging(const Napi::CallbackInfo& info) {
 }  // namespace
 
 void InitStaging(Napi::Env env, Napi::Object exports) {
-  exports.Set("stagingPlacement", Napi::Function::New(env, StagingPlacement, "stagingPlacement"));
-  exports.Set("configureStaging", Napi::Function::New(env, ConfigureStaging, "configureStaging"));
+  Register(env, exports,
+           {
+               {"stagingPlacement", StagingPlacement},
+               {"configureStaging", ConfigureStaging},
+           });
 }
 
 }  // namespace cm

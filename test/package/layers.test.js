@@ -158,12 +158,15 @@ test('no import or include circle, inside a layer either', () => {
   ).toEqual(['a <-> b <-> c']);
 });
 
-// Which native file registers each export the addon offers.
+// Which native file registers each export the addon offers: the entries { "name", function } of
+// its Register(env, exports, { ... }) tables (native/binding/exports.h).
 function nativeExports() {
   const out = new Map();
   for (const f of walk(path.join(root, 'native')).filter((f) => f.endsWith('.cc'))) {
     const src = fs.readFileSync(f, 'utf8');
-    for (const m of src.matchAll(/(?:exports\.Set\(\s*|Export\(\s*env,\s*exports,\s*)"([A-Za-z0-9_]+)"/g)) out.set(m[1], rel(f));
+    for (const table of src.matchAll(/\bRegister\(\s*env,\s*exports,\s*\{([\s\S]*?)\}\);/g)) {
+      for (const m of table[1].matchAll(/\{\s*"([A-Za-z0-9_]+)",/g)) out.set(m[1], rel(f));
+    }
   }
   return out;
 }
