@@ -5,13 +5,14 @@
  * through host memory instead of the two of `fs.readFile` followed by `copy()`.
  */
 import { fileURLToPath } from 'url';
-import { native, type FileReadInfo } from '../binding/native';
+import { native } from '../binding/native';
+import type { FileReadInfo } from '../binding/types';
 import { Memory, resolveMemory } from '../memory/buffers';
 import { checkBoolean, checkOptions, checkSize } from '../base/validate';
 import { argRangeError, argTypeError, describe, invalidArgument } from '../base/errors';
 import { checkHoldable } from '../memory/detach';
 
-export type { FileReadInfo } from '../binding/native';
+export type { FileReadInfo } from '../binding/types';
 
 /** Called while a transfer runs: bytes done so far of `byteLength`. */
 export type FileProgressCallback = (bytesDone: number, byteLength: number) => void;
