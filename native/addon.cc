@@ -21,9 +21,8 @@
 
 namespace {
 
-// init({CudaMemoryError, CudaError, OutOfMemoryError, CudaUnavailableError, InterprocessError}):
-// the JS error classes that native code constructs, so every error carries the library's types
-// and `code`.
+// init: the JS error classes that native code constructs, so every error carries the library's
+// types and `code`.
 Napi::Value Init(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   cm::Instance& inst = cm::GetInstance(env);

@@ -67,7 +67,7 @@ type CopyArgs = [
   stream?: StreamHandle,
 ];
 
-/** How timeCopy and timeBidirectional time their copies. */
+/** How timeCopy and timeBidirectional time their copies; timing: 'events' or 'clock'. */
 type TimedRun = [bytes: number, warmup: number, iterations: number, timing: string, strategy?: string];
 
 // Declares one export's type. The value is only a placeholder: the table's keys are the names.
@@ -149,17 +149,22 @@ const surface = {
   blockId: fn<(handle: BufferHandle) => number>(),
   timeCopy: fn<(dst: CopyTarget, src: CopyTarget, ...run: TimedRun) => Float64Array>(),
   timeBidirectional: fn<(a: CopyTarget, b: CopyTarget, c: CopyTarget, d: CopyTarget, ...run: TimedRun) => Float64Array>(),
+  /** direction: 'h2d' or 'd2h'. */
   timeRawPinned: fn<(bytes: number, warmup: number, iterations: number, direction: string, device: number) => Float64Array>(),
+  /** direction: 'h2d', 'd2h' or 'bidir'. */
   timeHostCopy:
     fn<(pageable: Uint8Array, pinned: number, bytes: number, warmup: number, iterations: number, direction: string) => Float64Array>(),
+  /** kind: 'device' or 'pinned'; seconds per alloc+free pair. */
   timeRawAlloc: fn<(kind: string, bytes: number, iterations: number, device: number) => Float64Array>(),
   timeHostRegister: fn<(view: ArrayBufferView, iterations: number) => Float64Array>(),
   groupPath: fn<(dir: string, name: string, device: string) => string>(),
   groupRead: fn<(path: string, lockTimeoutMs: number) => GroupStats>(),
   ipcExport: fn<(handle: BufferHandle, dir: string, lockTimeoutMs: number) => any>(),
+  /** device: -1 for the one the descriptor names; returns [handle, device]. */
   ipcImport: fn<(descriptor: object, dir: string, device: number, lockTimeoutMs: number) => [number, number]>(),
   ipcImporters: fn<(handle: BufferHandle) => number[]>(),
   ipcWithdraw: fn<(handle: BufferHandle, force: boolean) => number[]>(),
+  /** handle: 128 hex digits; wanted: a device or -1; allocationBytes: -1 when unknown; returns [handle, device, allocation bytes]. */
   ipcImportForeign:
     fn<
       (
@@ -193,15 +198,18 @@ const surface = {
   fileReadAsync: fn<(...args: FileReadArgs) => Promise<FileReadInfo>>(),
   fileWrite: fn<(...args: FileWriteArgs) => number>(),
   fileWriteAsync: fn<(...args: FileWriteArgs) => Promise<number>>(),
+  /** byteLength -1: to the end of the file; direct: 0 'auto', 1 on, 2 off. */
   fileStorageRead: fn<(path: string, fileOffset: number, byteLength: number, direct: number) => FileReadInfo & { seconds: number }>(),
   fileCache: fn<(path: string, drop: boolean) => { resident: number; dropped: boolean }>(),
   fileDirectChoices: fn<() => { device: number; direct: boolean; directRate: number; bufferedRate: number; reason: string }[]>(),
   managedAlloc: fn<(bytes: number, device: number, attachHost: boolean) => [BufferHandle, ArrayBuffer]>(),
   managedPrefetch: fn<(handle: BufferHandle, offset: number, n: number, location: number, stream?: StreamHandle) => Promise<void>>(),
+  /** advice: a cudaMemoryAdvise value, 1 to 6. */
   managedAdvise: fn<(handle: BufferHandle, offset: number, n: number, advice: number, location: number) => void>(),
   managedAttributes: fn<(handle: BufferHandle, offset: number, n: number) => object>(),
   managedConcurrent: fn<(device: number) => boolean>(),
   managedSynchronize: fn<(device: number) => void>(),
+  /** what: 'prefetch-h2d', 'prefetch-d2h', 'copy-h2d' or 'copy-d2h'. */
   timeRawManaged: fn<(bytes: number, warmup: number, iterations: number, what: string, device: number) => Float64Array>(),
 };
 

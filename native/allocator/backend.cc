@@ -228,7 +228,7 @@ Napi::Value Number(const Napi::CallbackInfo& info, uint64_t n) {
   return Napi::Number::New(info.Env(), static_cast<double>(n));
 }
 
-// createAllocator(options) -> an allocator handle of the backend the options name.
+// createAllocator: returns an allocator handle of the backend the options name.
 Napi::Value Create(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   AllocatorOptions o = ReadAllocatorOptions(env, info[0]);
@@ -243,7 +243,7 @@ Napi::Value Create(const Napi::CallbackInfo& info) {
   return ext;
 }
 
-// allocatorAlloc(allocator, bytes, alignment?, stream?) -> a buffer handle
+// allocatorAlloc: returns a buffer handle
 Napi::Value Alloc(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   const BackendRef& b = Unwrap(env, info[0]);
@@ -253,13 +253,13 @@ Napi::Value Alloc(const Napi::CallbackInfo& info) {
   return b->Alloc(env, b, bytes, alignment, info.Length() > 3 ? info[3] : env.Undefined());
 }
 
-// allocatorClose(allocator, force) -> bytes returned to the device (0: closed already)
+// allocatorClose: returns bytes returned to the device (0: closed already)
 Napi::Value Close(const Napi::CallbackInfo& info) {
   Backend* b = Unwrap(info.Env(), info[0], true).get();
   return Number(info, b->closed ? 0 : b->Close(info.Env(), info[1].ToBoolean()));
 }
 
-// allocatorRecord(allocator, maxEvents | null): starts recording afresh (a number) or stops.
+// allocatorRecord: starts recording afresh (a number) or stops.
 Napi::Value Record(const Napi::CallbackInfo& info) {
   Open(info)->Record(info.Env(), info[1]);
   return info.Env().Undefined();

@@ -34,7 +34,7 @@ Napi::Object GroupObject(Napi::Env env, const core::GroupSnapshot& g) {
 
 namespace {
 
-// groupPath(dir, name, device) -> the ledger file of a group
+// groupPath: returns the ledger file of a group
 Napi::Value GroupPath(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   return Napi::String::New(
@@ -42,7 +42,7 @@ Napi::Value GroupPath(const Napi::CallbackInfo& info) {
                                  ReadString(env, info[2], "device")));
 }
 
-// groupRead(path, lockTimeoutMs) -> the group object (dead members' slots cleared on the way)
+// groupRead: returns the group object (dead members' slots cleared on the way)
 Napi::Value GroupRead(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   std::string path = ReadString(env, info[0], "path");

@@ -10,7 +10,7 @@ namespace cm {
 
 namespace {
 
-// timeRawAlloc(kind 'device'|'pinned', bytes, iterations, device) -> seconds per alloc+free pair
+// timeRawAlloc: returns seconds per alloc+free pair
 Napi::Value TimeRawAlloc(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   RequireCuda(env);

@@ -22,11 +22,10 @@ cudaMemLocation Where(bool device, int id) {
   return l;
 }
 
-// timeRawManaged(bytes, warmup, iterations, what, device) -> seconds per call, each from the call
-// to the end of its work (a stream synchronization), as the library's rows are timed.
-// what: 'prefetch-h2d' | 'prefetch-d2h' | 'copy-h2d' | 'copy-d2h'. Before each sample the pages are
-// put where the measured call starts from (untimed): on the host, or on the device for
-// 'prefetch-d2h'.
+// timeRawManaged: returns seconds per call, each from the call to the end of its work (a stream
+// synchronization), as the library's rows are timed. what: 'prefetch-h2d' | 'prefetch-d2h' |
+// 'copy-h2d' | 'copy-d2h'. Before each sample the pages are put where the measured call starts from
+// (untimed): on the host, or on the device for 'prefetch-d2h'.
 Napi::Value TimeRawManaged(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   RequireCuda(env);

@@ -126,7 +126,7 @@ Napi::Value PairRate(Napi::Env env, const core::PairLinks& pair, int from, int t
   return o;
 }
 
-// peerAccess() -> [{ from, to, canAccess, enabled, performanceRank, nativeAtomics, linkType,
+// peerAccess: returns [{ from, to, canAccess, enabled, performanceRank, nativeAtomics, linkType,
 // nvlinks, viaNvSwitch, nvlinkRate }] for every ordered pair of devices. The link comes from NVML
 // ('unknown' and null without it).
 Napi::Value PeerAccess(const Napi::CallbackInfo& info) {
@@ -169,7 +169,7 @@ Napi::Value PeerAccess(const Napi::CallbackInfo& info) {
   return out;
 }
 
-// enablePeerAccess(from, to) -> whether access from `from` to `to` is on
+// enablePeerAccess: returns whether access from `from` to `to` is on
 Napi::Value EnablePeerJs(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   int from = ReadInt(env, info[0], "from", 0, 1 << 20);

@@ -51,7 +51,7 @@ Napi::Object LimitObject(Napi::Env env, const core::PlatformLimit& l) {
   return o;
 }
 
-// platformLimits(root, env, [{ index, pciBusId, uuid }]) -> the report of DetectPlatform.
+// platformLimits: returns the report of DetectPlatform.
 Napi::Value PlatformLimits(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   std::string root = ReadString(env, info[0], "root");

@@ -143,7 +143,7 @@ Napi::Value EventQuery(const Napi::CallbackInfo& info) {
   return Napi::Boolean::New(info.Env(), true);
 }
 
-// eventElapsed(start, end) -> milliseconds
+// eventElapsed: returns milliseconds
 Napi::Value EventElapsed(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   EventRec* a = Unwrap<EventRec>(env, info[0], &kEventTag, "event");

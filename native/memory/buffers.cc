@@ -141,7 +141,7 @@ Napi::Value ExposeHostMemory(Napi::Env env, Allocation* a) {
 
 namespace {
 
-// pinnedAlloc(bytes, flags, device) -> [handle, arrayBuffer]
+// pinnedAlloc: returns [handle, arrayBuffer]
 Napi::Value PinnedAlloc(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   uint64_t bytes = ReadSize(env, info[0], "bytes");
@@ -173,8 +173,8 @@ Napi::Value PinnedAlloc(const Napi::CallbackInfo& info) {
   return ExposeHostMemory(env, a);
 }
 
-// registerHost(view: TypedArray|DataView, flags, device) -> handle. The view is held by a strong
-// reference until unregistered, so its memory cannot be collected while page-locked.
+// registerHost: returns the handle. The view is held by a strong reference until unregistered, so
+// its memory cannot be collected while page-locked.
 Napi::Value RegisterHost(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   char* data = nullptr;
@@ -216,9 +216,9 @@ Napi::Value Free(const Napi::CallbackInfo& info) {
   return Napi::Boolean::New(env, true);
 }
 
-// freeOn(handle, stream): frees a buffer after the work queued on `stream`. A kind freed in
-// stream order (BufferOps::free_on) is freed in that stream's order; any other memory waits for
-// the stream, then is freed.
+// freeOn: frees a buffer after the work queued on `stream`. A kind freed in stream order
+// (BufferOps::free_on) is freed in that stream's order; any other memory waits for the stream, then
+// is freed.
 Napi::Value FreeOn(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Allocation* a = UnwrapAllocation(env, info[0], "buffer", true);
@@ -258,7 +258,7 @@ Napi::Value AddressValue(Napi::Env env, const void* p) {
   return Napi::Number::New(env, static_cast<double>(v));
 }
 
-// handleInfo(handle) -> { address: number, devicePointer: number|null, released, simulated }
+// handleInfo: returns { address: number, devicePointer: number|null, released, simulated }
 Napi::Value HandleInfo(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Allocation* a = UnwrapAllocation(env, info[0], "buffer", true);

@@ -99,8 +99,8 @@ core::IpcDescriptor ReadDescriptor(Napi::Env env, Napi::Value v) {
   return d;
 }
 
-// ipcExport(handle, dir, lockTimeoutMs) -> descriptor. The same buffer exports once; later calls
-// return it again. The wait for the record's lock, here and at every later count or free.
+// ipcExport: returns the descriptor. The same buffer exports once; later calls return it again. The
+// wait for the record's lock, here and at every later count or free.
 Napi::Value IpcExport(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Allocation* a = UnwrapAllocation(env, info[0], "buffer");
@@ -186,7 +186,7 @@ Allocation* NewIpcImport(int device, void* base, uint64_t offset, uint64_t bytes
 
 namespace {
 
-// ipcImport(descriptor, dir, device | -1, lockTimeoutMs) -> [handle, device]
+// ipcImport: returns [handle, device]
 Napi::Value IpcImport(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   core::IpcDescriptor d = ReadDescriptor(env, info[0]);
@@ -248,7 +248,7 @@ Napi::Value IpcImport(const Napi::CallbackInfo& info) {
   return out;
 }
 
-// ipcImporters(handle) -> pids of the processes that hold the exported buffer open
+// ipcImporters: returns pids of the processes that hold the exported buffer open
 Napi::Value IpcImportersJs(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Allocation* a = UnwrapAllocation(env, info[0], "buffer");
@@ -263,9 +263,9 @@ Napi::Value IpcImportersJs(const Napi::CallbackInfo& info) {
   return out;
 }
 
-// ipcWithdraw(handle, force) -> the pids that hold the exported buffer open; empty when its
-// record was removed (no process can open it any more). One step under the record's lock, so no
-// importer opens it between the count and the removal; free() goes on only when it is empty.
+// ipcWithdraw: returns the pids that hold the exported buffer open; empty when its record was
+// removed (no process can open it any more). One step under the record's lock, so no importer opens
+// it between the count and the removal; free() goes on only when it is empty.
 Napi::Value IpcWithdraw(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Allocation* a = UnwrapAllocation(env, info[0], "buffer");

@@ -29,8 +29,7 @@ uint64_t ReadU64(Napi::Env env, Napi::Value v, const char* what) {
   return static_cast<uint64_t>(x);
 }
 
-// ipcImportForeign(handle hex (128 digits), offset, byteLength, device uuid, wanted device | -1,
-// allocationBytes | -1) -> [buffer handle, device, allocation bytes]
+// ipcImportForeign: returns [buffer handle, device, allocation bytes]
 Napi::Value IpcImportForeign(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   std::array<uint8_t, 64> bytes{};
@@ -92,8 +91,8 @@ Napi::Value IpcImportForeign(const Napi::CallbackInfo& info) {
   return out;
 }
 
-// allocationBytesFrom(buffer handle) -> bytes from the buffer's start to the end of the CUDA
-// allocation holding it, or -1 when the driver cannot say.
+// allocationBytesFrom: returns bytes from the buffer's start to the end of the CUDA allocation
+// holding it, or -1 when the driver cannot say.
 Napi::Value AllocationBytesFrom(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Allocation* a = UnwrapAllocation(env, info[0], "buffer");

@@ -80,7 +80,7 @@ char* ReadRange(Napi::Env env, Allocation* a, Napi::Value off, Napi::Value len, 
   return static_cast<char*>(a->ptr) + offset;
 }
 
-// managedAlloc(bytes, device, attachHost) -> [handle, arrayBuffer]
+// managedAlloc: returns [handle, arrayBuffer]
 Napi::Value ManagedAlloc(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   uint64_t bytes = ReadSize(env, info[0], "bytes");
@@ -172,7 +172,7 @@ class PrefetchWorker : public PromiseWorker {
   Napi::ObjectReference keep_;
 };
 
-// managedPrefetch(handle, offset, byteLength, location, stream?) -> Promise<void>
+// managedPrefetch: returns Promise<void>
 Napi::Value ManagedPrefetch(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   RequireCuda(env);
@@ -188,7 +188,6 @@ Napi::Value ManagedPrefetch(const Napi::CallbackInfo& info) {
   return promise;
 }
 
-// managedAdvise(handle, offset, byteLength, advice 1..6 (cudaMemoryAdvise), location)
 Napi::Value ManagedAdvise(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   RequireCuda(env);
@@ -208,8 +207,8 @@ Napi::Value ManagedAdvise(const Napi::CallbackInfo& info) {
   return env.Undefined();
 }
 
-// managedAttributes(handle, offset, byteLength) -> { readMostly, preferredLocation,
-// lastPrefetchLocation, accessedBy } as cudaMemRangeGetAttribute reports them for the range.
+// managedAttributes: returns { readMostly, preferredLocation, lastPrefetchLocation, accessedBy } as
+// cudaMemRangeGetAttribute reports them for the range.
 Napi::Value ManagedAttributes(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   RequireCuda(env);
@@ -249,8 +248,8 @@ Napi::Value ManagedAttributes(const Napi::CallbackInfo& info) {
   return o;
 }
 
-// managedConcurrent(device) -> whether the device accesses managed memory concurrently with the
-// host (cudaDevAttrConcurrentManagedAccess).
+// managedConcurrent: returns whether the device accesses managed memory concurrently with the host
+// (cudaDevAttrConcurrentManagedAccess).
 Napi::Value ManagedConcurrent(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   RequireCuda(env);
@@ -259,8 +258,8 @@ Napi::Value ManagedConcurrent(const Napi::CallbackInfo& info) {
   return Napi::Boolean::New(env, ConcurrentManagedAccess(device));
 }
 
-// managedSynchronize(device): waits for all work on the device (cudaDeviceSynchronize), which a
-// device without concurrent managed access needs before the host touches managed memory.
+// managedSynchronize: waits for all work on the device (cudaDeviceSynchronize), which a device
+// without concurrent managed access needs before the host touches managed memory.
 Napi::Value ManagedSynchronize(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   RequireCuda(env);

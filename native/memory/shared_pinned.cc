@@ -73,7 +73,7 @@ Napi::Value MapAndRegister(Napi::Env env, int fd, const std::string& path, size_
   return ExposeHostMemory(env, a);
 }
 
-// sharedHostCreate(path, bytes, device) -> [handle, arrayBuffer]
+// sharedHostCreate: returns [handle, arrayBuffer]
 Napi::Value SharedHostCreate(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   std::string path = ReadString(env, info[0], "path");
@@ -98,7 +98,7 @@ Napi::Value SharedHostCreate(const Napi::CallbackInfo& info) {
   return MapAndRegister(env, fd, path, bytes, device, true);
 }
 
-// sharedHostOpen(path, device) -> [handle, arrayBuffer]
+// sharedHostOpen: returns [handle, arrayBuffer]
 Napi::Value SharedHostOpen(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   std::string path = ReadString(env, info[0], "path");
@@ -123,7 +123,7 @@ Napi::Value SharedHostOpen(const Napi::CallbackInfo& info) {
   return MapAndRegister(env, fd, path, static_cast<size_t>(st.st_size), device, false);
 }
 
-// sharedHostUnlink(path) -> whether a file was removed
+// sharedHostUnlink: returns whether a file was removed
 Napi::Value SharedHostUnlink(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   std::string path = ReadString(env, info[0], "path");

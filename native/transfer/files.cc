@@ -788,9 +788,9 @@ Napi::Value FileWriteAsync(const Napi::CallbackInfo& info) {
   return p;
 }
 
-// fileStorageRead(path, fileOffset, byteLength | -1, direct 0|1|2) -> { bytes, seconds, direct,
-// directReason }: the library's read path without a GPU (the bytes stop in the ring), the
-// storage's own rate for the file benchmark. Needs no CUDA.
+// fileStorageRead: returns { bytes, seconds, direct, directReason }: the library's read path
+// without a GPU (the bytes stop in the ring), the storage's own rate for the file benchmark. Needs
+// no CUDA.
 Napi::Value FileStorageRead(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   ReadRequest r;
@@ -828,9 +828,9 @@ double Resident(int fd, uint64_t size) {
   return frac;
 }
 
-// fileCache(path, drop) -> { resident, dropped }: how much of the file is in the page cache, after
-// asking the kernel to drop it when `drop` (posix_fadvise DONTNEED, after writing back its dirty
-// pages; any user may, for a file they can open).
+// fileCache: returns { resident, dropped }: how much of the file is in the page cache, after asking
+// the kernel to drop it when `drop` (posix_fadvise DONTNEED, after writing back its dirty pages;
+// any user may, for a file they can open).
 Napi::Value FileCache(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   std::string path = ReadString(env, info[0], "path");
@@ -849,7 +849,7 @@ Napi::Value FileCache(const Napi::CallbackInfo& info) {
   return o;
 }
 
-// fileDirectChoices() -> [{ device, direct, directRate, bufferedRate, reason }]: what the
+// fileDirectChoices: returns [{ device, direct, directRate, bufferedRate, reason }]: what the
 // measurements at first use chose per file system.
 Napi::Value FileDirectChoices(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
