@@ -698,7 +698,7 @@ export class Allocator {
    * across it.
    */
   stats(): AllocatorStats {
-    return { ...native.allocatorStats(this._a), backend: this.backend };
+    return { ...(native.allocatorStats(this._a) as Omit<AllocatorStats, 'backend'>), backend: this.backend };
   }
 
   /** The group budget this allocator charges (see `shared`), as it is now; null if none. */
@@ -751,7 +751,7 @@ export class Allocator {
 
   /** The BFC pool's regions; the stream-ordered pool does not report its own (empty). */
   regions(): RegionInfo[] {
-    return native.allocatorRegions(this._a);
+    return native.allocatorRegions(this._a) as RegionInfo[];
   }
 
   /**

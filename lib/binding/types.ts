@@ -70,6 +70,40 @@ type CopyArgs = [
 /** How timeCopy and timeBidirectional time their copies; timing: 'events' or 'clock'. */
 type TimedRun = [bytes: number, warmup: number, iterations: number, timing: string, strategy?: string];
 
+/** A device as devices() describes it; lib/device/discovery.ts adds the rest of DeviceInfo. */
+export interface NativeDevice {
+  index: number;
+  name: string;
+  uuid: string;
+  totalMemory: number;
+  pciBusId: string;
+}
+
+/** What allocatorInfo() reports of an allocator; the fields after `computeCapability` are one backend's. */
+export interface NativeAllocatorInfo {
+  device: number;
+  simulated: boolean;
+  allowGrowth: boolean;
+  garbageCollection: boolean;
+  limitBytes: number;
+  limitSource: string;
+  initialPoolBytes: number;
+  deviceFree: number;
+  deviceTotal: number;
+  computeCapability: string;
+  liveBlocks: number;
+  /** bfc */
+  managed?: boolean;
+  hostBytes?: number;
+  expandableSegments?: boolean;
+  granularity?: number;
+  reservedRange?: number;
+  /** bfc, in a group: the group's ledger. */
+  group?: GroupStats;
+  /** async: whether it allocates from the device's default pool. */
+  defaultPool?: boolean;
+}
+
 // Declares one export's type. The value is only a placeholder: the table's keys are the names.
 function fn<F extends (...args: never[]) => unknown>(): F {
   return undefined as unknown as F;
@@ -88,7 +122,7 @@ const surface = {
       builtWithCuda: boolean;
     }
   >(),
-  devices: fn<() => any[]>(),
+  devices: fn<() => NativeDevice[]>(),
   memGetInfo: fn<(device: number) => { free: number; total: number }>(),
   deviceAlloc: fn<(bytes: number, device: number) => BufferHandle>(),
   pinnedAlloc: fn<(bytes: number, flags: number, device: number) => [BufferHandle, ArrayBuffer]>(),
@@ -119,9 +153,9 @@ const surface = {
   createAllocator: fn<(options: object) => AllocatorHandle>(),
   /** `stream`: the async backend's; a bfc block is usable on any stream at once. */
   allocatorAlloc: fn<(a: AllocatorHandle, bytes: number, alignment?: number, stream?: StreamHandle) => BufferHandle>(),
-  allocatorStats: fn<(a: AllocatorHandle) => any>(),
-  allocatorRegions: fn<(a: AllocatorHandle) => any[]>(),
-  allocatorInfo: fn<(a: AllocatorHandle) => any>(),
+  allocatorStats: fn<(a: AllocatorHandle) => object>(),
+  allocatorRegions: fn<(a: AllocatorHandle) => object[]>(),
+  allocatorInfo: fn<(a: AllocatorHandle) => NativeAllocatorInfo>(),
   allocatorResetPeak: fn<(a: AllocatorHandle) => void>(),
   allocatorResetAccumulated: fn<(a: AllocatorHandle) => void>(),
   allocatorSetFraction: fn<(a: AllocatorHandle, fraction: number) => number>(),
@@ -159,7 +193,7 @@ const surface = {
   timeHostRegister: fn<(view: ArrayBufferView, iterations: number) => Float64Array>(),
   groupPath: fn<(dir: string, name: string, device: string) => string>(),
   groupRead: fn<(path: string, lockTimeoutMs: number) => GroupStats>(),
-  ipcExport: fn<(handle: BufferHandle, dir: string, lockTimeoutMs: number) => any>(),
+  ipcExport: fn<(handle: BufferHandle, dir: string, lockTimeoutMs: number) => object>(),
   /** device: -1 for the one the descriptor names; returns [handle, device]. */
   ipcImport: fn<(descriptor: object, dir: string, device: number, lockTimeoutMs: number) => [number, number]>(),
   ipcImporters: fn<(handle: BufferHandle) => number[]>(),
@@ -177,7 +211,10 @@ const surface = {
       ) => [number, number, number]
     >(),
   allocationBytesFrom: fn<(handle: BufferHandle) => number>(),
-  platformLimits: fn<(root: string, env: Record<string, string>, devices: { index: number; pciBusId?: string; uuid?: string }[]) => any>(),
+  platformLimits:
+    fn<
+      (root: string, env: Record<string, string>, devices: { index: number; pciBusId?: string; uuid?: string }[]) => { devices: unknown[] }
+    >(),
   sharedHostCreate: fn<(path: string, bytes: number, device: number) => [BufferHandle, ArrayBuffer]>(),
   sharedHostOpen: fn<(path: string, device: number) => [BufferHandle, ArrayBuffer]>(),
   sharedHostUnlink: fn<(path: string) => boolean>(),
