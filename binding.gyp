@@ -88,6 +88,36 @@
           }
         ]
       ]
+    },
+    {
+      # The interposer (native/allocator/preload/interpose.cc): a plain shared library, preloaded
+      # into any CUDA program, that links no CUDA and no Node. It declares the driver's few types
+      # itself (native/allocator/preload/cuda_abi.h), so it builds without a CUDA toolkit too. Only
+      # the interposed entry points are exported (an unversioned list, so that they bind whatever
+      # glibc or driver symbol version the program asks for); the C++ runtime stays private.
+      "target_name": "cuda_memory_preload",
+      "type": "shared_library",
+      "product_prefix": "",
+      "product_extension": "so",
+      "sources": [
+        "native/allocator/preload/interpose.cc",
+        "native/allocator/preload/member.cc",
+        "native/allocator/preload/recorder.cc",
+        "native/core/base/shm.cc",
+        "native/core/allocator/grants.cc",
+        "native/core/allocator/ledger.cc",
+        "native/core/allocator/pool.cc"
+      ],
+      "include_dirs": ["native"],
+      "cflags!": ["-fno-exceptions"],
+      "cflags_cc!": ["-fno-exceptions", "-std=gnu++17"],
+      "cflags": ["-fvisibility=hidden"],
+      "cflags_cc": ["-std=c++17", "-fexceptions", "-fvisibility=hidden", "-Wall", "-Wextra", "-Wno-unused-parameter"],
+      "ldflags": ["-Wl,--version-script=<(module_root_dir)/native/allocator/preload/exports.map", "-Wl,--no-undefined"],
+      "libraries": ["-ldl", "-lpthread"],
+      "conditions": [
+        ["static_cxx==1", { "ldflags": ["-static-libstdc++"], "sources": ["native/base/glibc_compat.cc"] }]
+      ]
     }
   ]
 }

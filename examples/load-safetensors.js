@@ -1,6 +1,6 @@
 // Loads a safetensors file onto the GPU: its header first (checked against the file), then every
 // tensor in one device allocation, read through the pinned ring. Without a GPU it prints the header
-// and says what it would do. With no file given, it writes a small one to load.
+// and says what it would do. With no file given, it writes a small one to load (and removes it).
 // Run: node examples/load-safetensors.js [model.safetensors]
 'use strict';
 const fs = require('fs');
@@ -10,7 +10,9 @@ const cm = require('cuda-memory');
 
 let file = process.argv[2];
 if (!file) {
-  file = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'cm-example-')), 'tiny.safetensors');
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cm-example-'));
+  process.on('exit', () => fs.rmSync(dir, { recursive: true, force: true })); // the file is ours: remove it
+  file = path.join(dir, 'tiny.safetensors');
   const weight = new Float32Array(256 * 256).map((_, i) => Math.sin(i));
   const bias = new Float32Array(256).fill(0.5);
   cm.saveSafetensors(

@@ -2,7 +2,7 @@
 /**
  * The `cuda-memory` command: `info`, `bench` (transfer benchmark), `bench-alloc` (allocator
  * benchmark), `doctor` (CI runner check), `replay` and `memory-html` (traces), `top` (group
- * budgets), each in lib/cli/<command>.ts. `cuda-memory --help` and `cuda-memory <command> --help`
+ * budgets), `run` (any program as a group member), each in lib/cli/<command>.ts. `cuda-memory --help` and `cuda-memory <command> --help`
  * list the options. Exit codes: 0 success, 1 a failed gate or check, 2 a usage error or no CUDA.
  */
 import { CommanderError } from 'commander';

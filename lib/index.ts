@@ -64,6 +64,8 @@ export type {
   WriteFileOptions,
   WriteFileAsyncOptions,
   FileProgressCallback,
+  TakeOption,
+  FileUrl,
 } from './transfer/files';
 export { loadTensors, loadTensorsAsync, DTYPE_BYTES } from './transfer/tensor-file';
 export type { Dtype, TensorEntry, TensorView, LoadTensorsOptions, LoadTensorsAsyncOptions, LoadedTensors } from './transfer/tensor-file';
@@ -94,6 +96,20 @@ export type {
 } from './bench/transfer';
 export { runDoctor, runDoctorDevices } from './bench/doctor';
 export type { DoctorOptions, DoctorReport, DoctorCheck, DoctorDevicesOptions, DoctorDevicesReport, DoctorPair } from './bench/doctor';
+export {
+  readExpectations,
+  checkExpectations,
+  shippedExpectations,
+  expectationsMatch,
+  expectationsFor,
+  expectationGates,
+} from './bench/expectations';
+export type { Expectations, ExpectedFigures, ExpectationTarget } from './bench/expectations';
+export { faultsFor, faultsOfFailure, clockState } from './bench/faults';
+export type { Fault, FaultCode, ClockState, RunObservation } from './bench/faults';
+export type { NvmlDeviceState } from './base/types';
+export { runState } from './bench/run-state';
+export type { RunState } from './bench/run-state';
 export { runDevicesBenchmark } from './bench/devices';
 export type {
   DevicesBenchmarkOptions,
@@ -112,7 +128,20 @@ export type { P2pBenchmarkOptions, P2pReport, P2pPair, P2pBidirectional, P2pLate
 export { parseGate, evaluateGates } from './bench/gates';
 export type { Gate, GateResult, GateMetric, GateUnit, GateSource } from './bench/gates';
 export { summarize } from './bench/stats';
-export { registerMetrics, metricsText } from './metrics';
+export { registerMetrics, metricsText, hpcJobMapping, writeHpcJobMapping } from './metrics';
+export { createLeakGate, installLeakGate, allowLeaks, rawDeviceAlloc, LeakError } from './testing';
+export type {
+  DriverReading,
+  Leak,
+  LeakDriverSource,
+  LeakGate,
+  LeakGateOptions,
+  LeakReport,
+  LeakSnapshot,
+  LiveBufferRow,
+  RawAllocation,
+  TestHooks,
+} from './testing';
 export type { MetricsSources, Named, PromRegistry, RegisterMetricsOptions } from './metrics';
 export type { SampleSummary } from './bench/stats';
 

@@ -43,19 +43,29 @@ function tryPrebuilt() {
 }
 
 // Compiles with node-gyp, saying first why and about how long, and after, how long it took. Its
-// own output is shown only when it fails (or with CUDA_MEMORY_VERBOSE_BUILD=1).
-async function nodeGyp(extraEnv, why) {
+// own output is shown only when it fails (or with CUDA_MEMORY_VERBOSE_BUILD=1). `rebuild`
+// configures afresh (with CUDA where a toolkit is found); `build` recompiles what changed since
+// the last one, in the variant it configured.
+async function nodeGyp(extraEnv, why, command = 'rebuild') {
   const cuda = !truthy(extraEnv.CUDA_MEMORY_NO_CUDA) && !truthy(process.env.CUDA_MEMORY_NO_CUDA);
   const cudaHome = cuda ? spawnSync(process.execPath, [path.join(__dirname, 'find-cuda.js')], { encoding: 'utf8' }).stdout.trim() : '';
   const cores = require('os').availableParallelism?.() ?? require('os').cpus().length;
   // 48 s on 2 cores of the development machine (2026-11-23); the compile uses every core.
   const seconds = Math.max(20, Math.round(100 / Math.min(cores, 8) / 10) * 10);
+  const variant = cudaHome
+    ? `with the CUDA toolkit in ${cudaHome}`
+    : cuda
+      ? 'without CUDA (no toolkit in CUDA_PATH, CUDA_HOME, /usr/local/cuda or beside nvcc on the PATH)'
+      : 'without CUDA (CUDA_MEMORY_NO_CUDA)';
   say(
-    `${why}: compiling the addon from source ${cudaHome ? `with the CUDA toolkit in ${cudaHome}` : 'without CUDA (no toolkit found)'}; ` +
-      `this takes about ${seconds} s on ${cores} core${cores === 1 ? '' : 's'}`,
+    command === 'rebuild'
+      ? `${why}: compiling the addon from source ${variant}; this takes about ${seconds} s on ${cores} core${cores === 1 ? '' : 's'}`
+      : `${why}: recompiling the sources that changed (node-gyp build, in the variant configured before)`,
   );
   const gyp = findNodeGyp();
-  const [cmd, args] = gyp ? [process.execPath, [gyp, 'rebuild']] : ['node-gyp', ['rebuild']];
+  const headers = localNodeHeaders();
+  const gypArgs = [command, ...(headers ? [`--nodedir=${headers}`] : [])];
+  const [cmd, args] = gyp ? [process.execPath, [gyp, ...gypArgs]] : ['node-gyp', gypArgs];
   const verbose = truthy(process.env.CUDA_MEMORY_VERBOSE_BUILD);
   const t0 = Date.now();
   const r = await runWithProgress(cmd, args, { ...process.env, ...extraEnv }, verbose);
@@ -135,7 +145,21 @@ async function main() {
     : fs.existsSync(path.join(root, 'prebuilds'))
       ? 'the prebuilt binary does not load here'
       : 'no prebuilt binary in this checkout (npm pack makes it)';
-  if (await nodeGyp({}, why)) return 0;
+  return (await buildFromSource(why)) ? 0 : 1;
+}
+
+// Compiles build/Release/cuda_memory.node: with CUDA where a toolkit is found, else (or when that
+// fails) without. Says first what is missing to compile at all, once, instead of node-gyp's error.
+async function buildFromSource(why) {
+  const missing = missingTools();
+  if (missing.length) {
+    console.warn(
+      `cuda-memory: ${why}, but the addon cannot be compiled here: ${missing.join(', ')} not found. ` +
+        'Install them (Debian/Ubuntu: apt-get install -y g++ make python3; Fedora/RHEL: dnf install -y gcc-c++ make python3) and run this again.',
+    );
+    return false;
+  }
+  if (await nodeGyp({}, why)) return true;
   if (!truthy(process.env.CUDA_MEMORY_NO_CUDA)) {
     if (
       await nodeGyp(
@@ -143,10 +167,34 @@ async function main() {
         'the CUDA build failed; trying the build without CUDA (GPU calls will report NOT_BUILT_WITH_CUDA)',
       )
     )
-      return 0;
+      return true;
   }
   console.warn('cuda-memory: no binary could be built or loaded; status() reports ADDON_NOT_LOADED. See the build errors above.');
-  return 1;
+  return false;
 }
 
-main().then((code) => process.exit(code));
+// What node-gyp needs to compile and cannot find: python3, make and a C++ compiler ($CXX if set).
+function missingTools() {
+  const onPath = (cmd) => !!cmd && spawnSync('sh', ['-c', 'command -v "$0"', cmd], { stdio: 'ignore' }).status === 0;
+  const python = process.env.npm_config_python || process.env.PYTHON || 'python3';
+  const cxx = process.env.CXX ? process.env.CXX.split(' ')[0] : ['g++', 'c++', 'clang++'].find(onPath) || 'g++';
+  return [
+    [python, 'python3'],
+    ['make', 'make'],
+    [cxx, `a C++ compiler (${cxx})`],
+  ]
+    .filter(([cmd]) => !onPath(cmd))
+    .map(([, name]) => name);
+}
+
+// The running Node's own headers, so that node-gyp downloads nothing: npm's nodedir setting, else
+// the installation the node binary belongs to; undefined where it has none.
+function localNodeHeaders() {
+  const configured = process.env.npm_config_nodedir;
+  if (configured) return configured;
+  const prefix = path.dirname(path.dirname(process.execPath));
+  return fs.existsSync(path.join(prefix, 'include', 'node', 'node_api.h')) ? prefix : undefined;
+}
+
+module.exports = { buildFromSource, recompile: (why) => nodeGyp({}, why, 'build'), localNodeHeaders };
+if (require.main === module) main().then((code) => process.exit(code));

@@ -22,14 +22,23 @@ tgz="$work/$(tail -1 "$work/packed")"
 bytes=$(stat -c %s "$tgz")
 files=$(tar tzf "$tgz")
 echo "tarball $(basename "$tgz"): $bytes bytes ($((bytes / 1024)) KiB), $(echo "$files" | wc -l) files, $(tar xzOf "$tgz" | wc -c) bytes unpacked"
-for must in package/prebuilds/linux-x64/cuda-memory.napi.glibc.node package/dist/index.js package/dist/index.d.ts \
-  package/dist/index.mjs package/dist/index.d.mts package/dist/cli.js package/binding.gyp package/scripts/build-addon.js package/README.md \
+for must in package/prebuilds/linux-x64/cuda-memory.napi.glibc.node package/prebuilds/linux-x64/cuda_memory_preload.so package/dist/index.js package/dist/index.d.ts \
+  package/dist/index.mjs package/dist/index.d.mts package/dist/cli.js package/binding.gyp package/scripts/build-addon.js package/scripts/cuda_memory_ipc.py package/scripts/pytorch-trace.py package/README.md \
   package/docs/install.md package/docs/troubleshooting.md package/docs/api/index.html package/examples/basics.js \
   package/LICENSE package/CHANGELOG.md; do
   echo "$files" | grep -qxF "$must" || { echo "FAIL: the tarball lacks $must"; exit 1; }
 done
 if echo "$files" | grep -E '^package/(test|build|build-cmake|build-nocuda|docs/screenshots|\.gpu|native/core/test|node_modules)/|\.tsbuildinfo$|\.o$'; then
   echo "FAIL: the tarball holds files a user does not need (above)"
+  exit 1
+fi
+
+# The API reference renders the guides as its own pages and links those, not the raw Markdown.
+for guide in $(echo "$files" | sed -n 's#^package/docs/\([a-z0-9-]*\)\.md$#\1#p' | grep -vx api-intro); do
+  echo "$files" | grep -qxF "package/docs/api/documents/$guide.html" || { echo "FAIL: the API reference does not render docs/$guide.md"; exit 1; }
+done
+if tar xzOf "$tgz" --wildcards 'package/docs/api/*.html' | grep -oE 'href="[^"]*media/[a-z0-9-]+\.md"' | grep -v 'media/README.md' | sort -u | grep .; then
+  echo "FAIL: the API reference links the raw Markdown of the guides above"
   exit 1
 fi
 
@@ -69,6 +78,17 @@ node --input-type=module -e "
   console.log('import: ok');"
 echo "cuda-memory --version: $(npx --no-install cuda-memory --version)"
 npx --no-install cuda-memory info || true # exits 2 where CUDA is unavailable
+
+echo "== the Python scripts the docs name, from the installed package (no CuPy or PyTorch needed)"
+if command -v python3 >/dev/null; then
+  PYTHONPATH="$pkg/scripts" python3 -c "import cuda_memory_ipc as cmi; assert 'cuda-ipc@1' in cmi.__doc__ and callable(cmi.open_descriptor), 'cuda_memory_ipc'" ||
+    { echo "FAIL: scripts/cuda_memory_ipc.py does not import from the installed package"; exit 1; }
+  python3 "$pkg/scripts/pytorch-trace.py" --help | grep -q 'usage: pytorch-trace.py' ||
+    { echo "FAIL: scripts/pytorch-trace.py --help"; exit 1; }
+  echo "python scripts: ok"
+else
+  echo "python3 not installed: the Python scripts not checked"
+fi
 
 echo "== frozen intrinsics: load and a copy"
 node --frozen-intrinsics -e "const cm = require('cuda-memory'); cm.copyAsync(new Uint8Array(8), new Uint8Array(8).fill(1)).then(() => console.log('frozen intrinsics: ok'))" 2>&1 | grep -v ExperimentalWarning | grep -v trace-warnings

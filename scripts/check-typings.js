@@ -1,9 +1,13 @@
 #!/usr/bin/env node
 // Checks the typings as a user's project meets them: the packed tarball installed into a fresh
-// project, a file that imports the package from CommonJS and one from an ES module, compiled with
-// `tsc --noEmit` under `strict`, for module `nodenext` and `bundler`, with TypeScript 5 and the
+// project (`"type": "commonjs"`, as `npm init -y` writes it), a file that imports the package from
+// CommonJS and one from an ES module, compiled with `tsc --noEmit` under `strict` and the `lib`
+// the README recommends (no DOM), for module `nodenext` and `bundler`, with TypeScript 5 and the
 // latest TypeScript (the devDependencies `typescript` and `typescript-latest`), with and without
-// @types/node. Exits 1 if any of the 8 combinations fails, printing the compiler's errors.
+// @types/node; then the README's own tsconfig.json; then the README's default import
+// (`import cm, { copy } from 'cuda-memory'`) compiled and run: tsc to CommonJS and to an ES module,
+// esbuild to CommonJS and to an ES module with the package external. Exits 1 if any check fails,
+// printing the compiler's errors or the program's.
 //
 //   node scripts/check-typings.js [cuda-memory-x.y.z.tgz]   (packs one when none is given)
 'use strict';
@@ -28,7 +32,7 @@ if (!tarball) {
 // The project: the package installed (no install script: only its files matter here).
 const project = path.join(work, 'project');
 fs.mkdirSync(project);
-fs.writeFileSync(path.join(project, 'package.json'), JSON.stringify({ name: 'typings-check', private: true }));
+fs.writeFileSync(path.join(project, 'package.json'), JSON.stringify({ name: 'typings-check', private: true, type: 'commonjs' }));
 execFileSync('npm', ['install', '--ignore-scripts', '--no-audit', '--no-fund', '--silent', tarball], { cwd: project, stdio: 'inherit' });
 
 const use = `
@@ -40,15 +44,25 @@ const s: Status = status();
 b[Symbol.dispose]();
 a.close();
 export const reason: string | null = s.reason;
+const gate: LeakGate = createLeakGate({ driver: 'off' });
+gate.begin();
+export const leaked: number = gate.end('t').leaks.length;
 `;
 fs.writeFileSync(
   path.join(project, 'cjs.ts'),
-  `import { createAllocator, copy, status, DeviceBuffer, CudaStatus as Status } from 'cuda-memory';\n${use}`,
+  `import { createAllocator, copy, status, DeviceBuffer, CudaStatus as Status } from 'cuda-memory';\nimport { createLeakGate, LeakGate } from 'cuda-memory/testing';\n${use}`,
 );
 fs.writeFileSync(
   path.join(project, 'esm.mts'),
-  `import { createAllocator, copy, status, type DeviceBuffer, type CudaStatus as Status } from 'cuda-memory';\n${use}`,
+  `import { createAllocator, copy, status, type DeviceBuffer, type CudaStatus as Status } from 'cuda-memory';\nimport { createLeakGate, type LeakGate } from 'cuda-memory/testing';\n${use}`,
 );
+
+// The README's tsconfig.json, exactly: its first JSON block that holds compilerOptions.
+const readmeTsconfig = [...fs.readFileSync(path.join(root, 'README.md'), 'utf8').matchAll(/```json\n([\s\S]*?)```/g)]
+  .map((m) => m[1])
+  .find((t) => t.includes('compilerOptions'));
+if (!readmeTsconfig) throw new Error('check-typings: the README has no tsconfig.json block');
+const readmeLib = JSON.parse(readmeTsconfig).compilerOptions.lib;
 
 const compilers = [
   ['TypeScript 5', path.join(root, 'node_modules', 'typescript', 'bin', 'tsc')],
@@ -64,6 +78,7 @@ for (const [label, tsc] of compilers) {
         strict: true,
         noEmit: true,
         target: 'ES2022',
+        lib: readmeLib,
         module: mode === 'nodenext' ? 'nodenext' : 'esnext',
         moduleResolution: mode,
         types: withNode ? ['node'] : [],
@@ -81,5 +96,69 @@ for (const [label, tsc] of compilers) {
       }
     }
 }
-console.log(failed ? `typings: ${failed} of 8 combinations failed` : 'typings: all 8 combinations compile');
+
+// Prints one check's outcome, and its output when it failed.
+function report(ok, label, output) {
+  console.log(`${ok ? 'ok  ' : 'FAIL'} ${label}`);
+  if (!ok) {
+    failed++;
+    console.log(output.trim().replace(/^/gm, '     '));
+  }
+}
+const run = (cmd, args) => {
+  const r = spawnSync(cmd, args, { cwd: project, encoding: 'utf8' });
+  return { ok: r.status === 0, output: `${r.stdout || ''}${r.stderr || ''}${r.error ? r.error.message : ''}` };
+};
+
+// The README's default import, used the way its examples use it.
+const useDefault = `import cm, { copy, status } from 'cuda-memory';
+if (cm.copy !== copy || cm.status !== status || typeof cm.status().available !== 'boolean')
+  throw new Error('the default import is not the package: ' + typeof cm);
+`;
+fs.writeFileSync(path.join(project, 'default.ts'), useDefault);
+fs.writeFileSync(path.join(project, 'default.mts'), useDefault);
+
+fs.writeFileSync(path.join(project, 'tsconfig.json'), readmeTsconfig);
+const inReadme = JSON.parse(readmeTsconfig);
+// Every consumer file of the project, as the README's tsconfig.json finds them (checked, not emitted).
+const readmeBuild = run(process.execPath, [compilers[0][1], '-p', 'tsconfig.json', '--noEmit']);
+report(
+  readmeBuild.ok,
+  `the README's tsconfig.json (${JSON.stringify(inReadme.compilerOptions)}), ${compilers[0][0]}, without @types/node`,
+  readmeBuild.output,
+);
+
+fs.writeFileSync(
+  path.join(project, 'tsconfig.json'),
+  JSON.stringify(
+    { compilerOptions: { ...inReadme.compilerOptions, types: [], outDir: 'out' }, files: ['default.ts', 'default.mts'] },
+    null,
+    2,
+  ),
+);
+const emitted = run(process.execPath, [compilers[0][1], '-p', 'tsconfig.json']);
+report(emitted.ok, 'the default import, compiled by tsc (module nodenext) to CommonJS and to an ES module', emitted.output);
+if (emitted.ok) {
+  const cjs = run(process.execPath, ['out/default.js']);
+  report(cjs.ok, 'the default import, run from tsc\'s CommonJS output ("type": "commonjs")', cjs.output);
+  const esm = run(process.execPath, ['out/default.mjs']);
+  report(esm.ok, "the default import, run from tsc's ES module output", esm.output);
+}
+const esbuild = process.env.ESBUILD || path.join(root, 'node_modules', '.bin', 'esbuild');
+for (const format of ['cjs', 'esm']) {
+  const out = `esbuild-default.${format === 'cjs' ? 'cjs' : 'mjs'}`;
+  const bundled = run(esbuild, [
+    'default.ts',
+    '--bundle',
+    '--platform=node',
+    `--format=${format}`,
+    '--external:cuda-memory',
+    '--log-level=error',
+    `--outfile=${out}`,
+  ]);
+  const ran = bundled.ok ? run(process.execPath, [out]) : bundled;
+  report(ran.ok, `the default import, bundled by esbuild --format=${format} --external:cuda-memory and run`, ran.output);
+}
+
+console.log(failed ? `typings: ${failed} checks failed` : 'typings: every check passed');
 process.exit(failed ? 1 : 0);

@@ -6,7 +6,13 @@ Rows: a cached 1 MiB block (torch.empty + del); mixed sizes, the same 1,024 size
 8 MiB that bench-alloc uses; a block allocated on one stream and last used on another
 (record_stream), freed. The backend is PyTorch's own caching allocator, or CUDA's stream-ordered
 pool when run with PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync (set before CUDA starts).
+Where CuPy is installed, its default memory pool's cached 1 MiB pair (cupy.empty + del) follows.
+
+--only-cached: the cached 1 MiB rows only. --json FILE: the rows also as JSON, a list of
+{library, version, row, median, p10, p90} in microseconds.
 """
+import argparse
+import json
 import statistics
 import time
 
@@ -60,8 +66,38 @@ def two_streams(_):
     del x
 
 
-backend = torch.cuda.get_allocator_backend()
-for name, pair in [("cached 1 MiB", cached), ("mixed sizes 4 KiB-8 MiB", mixed), ("alloc on one stream, used and freed on another", two_streams)]:
+parser = argparse.ArgumentParser()
+parser.add_argument("--only-cached", action="store_true")
+parser.add_argument("--json")
+args = parser.parse_args()
+rows = []
+
+
+def report(library, version, name, pair):
     med, p10, p90 = measure(pair)
-    print(f"torch {torch.__version__} backend {backend}: {name}: median {med:.3f} us, p10 {p10:.3f} us, p90 {p90:.3f} us per pair", flush=True)
+    rows.append({"library": library, "version": version, "row": name, "median": med, "p10": p10, "p90": p90})
+    print(f"{library} {version}: {name}: median {med:.3f} us, p10 {p10:.3f} us, p90 {p90:.3f} us per pair", flush=True)
+
+
+backend = torch.cuda.get_allocator_backend()
+torch_rows = [("cached 1 MiB", cached), ("mixed sizes 4 KiB-8 MiB", mixed), ("alloc on one stream, used and freed on another", two_streams)]
+for name, pair in torch_rows[:1] if args.only_cached else torch_rows:
+    report(f"torch ({backend})", torch.__version__, name, pair)
 torch.cuda.synchronize()
+
+try:
+    import cupy
+except ImportError:
+    cupy = None
+if cupy is not None:
+
+    def cupy_cached(_):
+        x = cupy.empty(1 << 20, dtype=cupy.uint8)
+        del x
+
+    report("cupy (default memory pool)", cupy.__version__, "cached 1 MiB", cupy_cached)
+    cupy.cuda.Device().synchronize()
+
+if args.json:
+    with open(args.json, "w") as f:
+        json.dump(rows, f, indent=2)

@@ -16,8 +16,12 @@ As a module (needs CuPy; PyTorch for the torch functions):
     desc = cmi.export_torch(tensor)      # untyped_storage()._share_cuda_(); keep `tensor` alive
     desc = cmi.export_cupy(array)        # cupy.cuda.runtime.ipcGetMemHandle; keep `array` alive
 
+    desc = cmi.parse_descriptor(text)    # the checks open_descriptor makes, without a GPU
+
 As a program (what the library's tests run):
 
+    cuda_memory_ipc.py validate                          each line of stdin a descriptor's JSON;
+                                                         each line of stdout what the checks said
     cuda_memory_ipc.py check-and-write DESCRIPTOR SEED   check pattern SEED, write its complement
     cuda_memory_ipc.py hold DESCRIPTOR                   open it, print "opened", wait
     cuda_memory_ipc.py export torch|cupy BYTES SEED      export pattern SEED, then obey stdin:
@@ -26,9 +30,12 @@ As a program (what the library's tests run):
 """
 import ctypes
 import json
+import math
+import re
 import sys
 
 CUDA_IPC_HANDLE_SIZE = 64
+MAX_SAFE_INTEGER = 2**53 - 1  # JavaScript's Number.MAX_SAFE_INTEGER: the Node side's bound
 
 _cuda = None
 
@@ -94,6 +101,93 @@ def _handle_bytes(handle):
     raise ValueError("unknown CUDA IPC handle format (%d bytes)" % len(h))
 
 
+class DescriptorError(ValueError):
+    """A descriptor refused by parse_descriptor; `code` is the Node side's error code."""
+
+    code = "ERR_IPC_HANDLE_INVALID"
+
+    def __init__(self, why):
+        super().__init__("the IPC handle is not valid: " + why)
+
+
+def _js_text(value):
+    """A value as JavaScript's JSON.stringify writes it in the Node side's messages."""
+    if value is _MISSING:
+        return "undefined"
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+_MISSING = object()
+_HEX = re.compile(r"[0-9a-fA-F]+")
+_GPU_UUID = re.compile(r"[Gg][Pp][Uu]-[0-9a-fA-F-]{36}")
+
+
+def _is_safe_size(value):
+    """Number.isSafeInteger(value) && value >= 0, for what JSON gives Python (bool is not a number)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
+        return False
+    return 0 <= value <= MAX_SAFE_INTEGER
+
+
+def _refuse_constant(name):
+    raise ValueError("%s is not JSON" % name)
+
+
+def parse_descriptor(desc):
+    """Checks a cuda-ipc@1 descriptor (a dict or its JSON) exactly as the Node side does
+    (parseCudaIpcDescriptor in lib/memory/ipc.ts: the same checks, in the same order, with the
+    same messages) and returns it with a 128-digit handle; DescriptorError otherwise."""
+    if isinstance(desc, str):
+        try:
+            # JSON as JavaScript reads it: no NaN or Infinity.
+            desc = json.loads(desc, parse_constant=_refuse_constant)
+        except (ValueError, RecursionError):  # RecursionError: nesting deeper than Python's stack
+            raise DescriptorError("it is a string but not JSON") from None
+    if not isinstance(desc, dict):
+        raise DescriptorError("expected a cuda-ipc@1 descriptor object, or its JSON")
+    kind = desc.get("type", _MISSING)
+    if kind != "cuda-ipc@1":
+        raise DescriptorError('its type is %s, expected "cuda-ipc@1"' % _js_text(kind))
+    handle = desc.get("handle")
+    if not isinstance(handle, str) or not _HEX.fullmatch(handle):
+        raise DescriptorError("handle must be a string of hex digits")
+    raw = handle.lower()
+    if len(raw) == 2 * (CUDA_IPC_HANDLE_SIZE + 2):
+        # PyTorch's shareable handle: a version byte, a type byte, then cudaIpcMemHandle_t.
+        byte = raw[2:4]
+        if byte == "65":
+            raise DescriptorError(
+                "it is a PyTorch expandable-segment handle ('e'): that memory is mapped with cuMemCreate and "
+                "cannot be opened with cudaIpcOpenMemHandle; export from a process without expandable_segments")
+        if byte != "63":
+            raise DescriptorError("its 66-byte handle has type byte 0x%s, expected 0x63 ('c', a cudaMalloc block)" % byte)
+        raw = raw[4:]
+    if len(raw) != 2 * CUDA_IPC_HANDLE_SIZE:
+        raise DescriptorError("handle must be 128 hex digits (the 64 bytes of cudaIpcMemHandle_t), got %d" % len(handle))
+    device = desc.get("device")
+    if not isinstance(device, str) or not _GPU_UUID.fullmatch(device):
+        raise DescriptorError('device must be a GPU uuid ("GPU-…")')
+    for key in ("offset", "byteLength", "pid"):
+        if not _is_safe_size(desc.get(key)):
+            raise DescriptorError("%s must be a non-negative integer" % key)
+    offset, length, pid = (int(desc[k]) for k in ("offset", "byteLength", "pid"))
+    if length == 0:
+        raise DescriptorError("byteLength must be at least 1")
+    out = {"type": "cuda-ipc@1", "handle": raw, "offset": offset, "byteLength": length}
+    if "allocationBytes" in desc:
+        allocation = desc["allocationBytes"]
+        if not _is_safe_size(allocation) or allocation < 1:
+            raise DescriptorError("allocationBytes must be a positive integer when given")
+        if offset + length > allocation:
+            raise DescriptorError("offset %d + byteLength %d runs past allocationBytes %d" % (offset, length, allocation))
+        out["allocationBytes"] = int(allocation)
+    out["device"] = device
+    out["pid"] = pid
+    return out
+
+
 class Opened:
     """An opened descriptor: `array` is a CuPy uint8 array over the bytes; close() unmaps them."""
 
@@ -115,19 +209,16 @@ class Opened:
 def open_descriptor(desc):
     """Opens a cuda-ipc@1 descriptor (a dict or its JSON) as a CuPy uint8 array, after checking it."""
     import cupy
-    if isinstance(desc, str):
-        desc = json.loads(desc)
-    if desc.get("type") != "cuda-ipc@1":
-        raise ValueError("not a cuda-ipc@1 descriptor: type %r" % desc.get("type"))
-    offset, length = int(desc["offset"]), int(desc["byteLength"])
+    desc = parse_descriptor(desc)
+    offset, length = desc["offset"], desc["byteLength"]
     dev = device_index(desc["device"])
     with cupy.cuda.Device(dev):
-        base = cupy.cuda.runtime.ipcOpenMemHandle(_handle_bytes(bytes.fromhex(desc["handle"])))
+        base = cupy.cuda.runtime.ipcOpenMemHandle(bytes.fromhex(desc["handle"]))
         try:
             start, size = address_range(base)
             if start != base or offset + length > size:
                 raise ValueError("offset %d + %d bytes runs past the %d-byte allocation" % (offset, length, size))
-            if "allocationBytes" in desc and int(desc["allocationBytes"]) != size:
+            if "allocationBytes" in desc and desc["allocationBytes"] != size:
                 raise ValueError("the exporter's allocation was %d bytes, this one is %d" % (desc["allocationBytes"], size))
         except Exception:
             cupy.cuda.runtime.ipcCloseMemHandle(base)
@@ -185,12 +276,33 @@ def pattern(n, seed):
     return ((cupy.arange(n, dtype=cupy.int64) * 7 + seed) % 256).astype(cupy.uint8)
 
 
+def _validate_lines(lines, out):
+    """One result per descriptor line: {"ok": true, "descriptor": ...} or {"ok": false, "code", "message"}."""
+    for line in lines:
+        try:
+            result = {"ok": True, "descriptor": parse_descriptor(line.rstrip("\n"))}
+        except DescriptorError as e:
+            result = {"ok": False, "code": e.code, "message": str(e)}
+        out.write(json.dumps(result) + "\n")
+    out.flush()
+    return 0
+
+
 def _main(argv):
-    import cupy
     cmd = argv[1] if len(argv) > 1 else ""
+    if cmd == "validate":
+        return _validate_lines(sys.stdin, sys.stdout)
+    if cmd in ("check-and-write", "hold"):
+        # Checked before CUDA, CuPy or PyTorch is touched: a refused descriptor maps nothing.
+        try:
+            desc = parse_descriptor(argv[2] if len(argv) > 2 else "")
+        except DescriptorError as e:
+            print(json.dumps({"ok": False, "code": e.code, "message": str(e)}), flush=True)
+            return 1
+    import cupy
     if cmd == "check-and-write":
         import torch
-        desc, seed = json.loads(argv[2]), int(argv[3])
+        seed = int(argv[3])
         opened = open_descriptor(desc)
         n = opened.array.size
         want = pattern(n, seed)
@@ -204,7 +316,7 @@ def _main(argv):
         print(json.dumps({"ok": ok_cupy and ok_torch, "cupy": ok_cupy, "torch": ok_torch, "bytes": n}), flush=True)
         return 0 if ok_cupy and ok_torch else 1
     if cmd == "hold":
-        opened = open_descriptor(argv[2])
+        opened = open_descriptor(desc)
         opened.array[:16] = opened.array[:16]  # touch it: the mapping is in use
         cupy.cuda.runtime.deviceSynchronize()
         print("opened", flush=True)

@@ -13,10 +13,13 @@ const os = require('os');
 const path = require('path');
 const { execFileSync } = require('child_process');
 const { findCuda } = require('./find-cuda');
+const { localNodeHeaders } = require('./build-addon');
 
 const root = path.join(__dirname, '..');
 const outDir = path.join(root, 'prebuilds', `${process.platform}-${process.arch}`);
 const outFile = path.join(outDir, 'cuda-memory.napi.glibc.node');
+// The interposer (native/allocator/preload), shipped beside the addon: `cuda-memory run` preloads it.
+const preloadFile = path.join(outDir, 'cuda_memory_preload.so');
 
 // The newest GLIBC_x.y symbol version a binary needs: the oldest glibc it runs on.
 function glibcFloor(file) {
@@ -27,14 +30,11 @@ function glibcFloor(file) {
   return v ? v.filter((x, i) => i < 2 || x).join('.') : 'none';
 }
 
-// The running Node's own headers (nothing is downloaded): npm's nodedir setting, else the
-// installation the node binary belongs to.
+// The running Node's own headers (nothing is downloaded).
 function nodeHeaders() {
-  const configured = process.env.npm_config_nodedir;
-  if (configured) return configured;
-  const prefix = path.dirname(path.dirname(process.execPath));
-  if (fs.existsSync(path.join(prefix, 'include', 'node', 'node_api.h'))) return prefix;
-  throw new Error(`prebuild: no Node headers under ${prefix}/include/node; set npm_config_nodedir`);
+  const dir = localNodeHeaders();
+  if (dir) return dir;
+  throw new Error(`prebuild: no Node headers under ${path.dirname(path.dirname(process.execPath))}/include/node; set npm_config_nodedir`);
 }
 
 function build() {
@@ -60,10 +60,11 @@ function build() {
     });
     fs.mkdirSync(outDir, { recursive: true });
     fs.copyFileSync(path.join(work, 'build', 'Release', 'cuda_memory.node'), outFile);
+    fs.copyFileSync(path.join(work, 'build', 'Release', 'cuda_memory_preload.so'), preloadFile);
   } finally {
     fs.rmSync(work, { recursive: true, force: true });
   }
-  execFileSync('strip', ['--strip-unneeded', outFile]);
+  execFileSync('strip', ['--strip-unneeded', outFile, preloadFile]);
   const st = JSON.parse(
     execFileSync(
       process.execPath,
@@ -79,6 +80,9 @@ function build() {
     .filter((l) => /NEEDED/.test(l))
     .map((l) => l.trim().split(/\s+/)[1]);
   const kib = Math.round(fs.statSync(outFile).size / 1024);
+  console.error(
+    `prebuild: ${path.relative(root, preloadFile)} (${Math.round(fs.statSync(preloadFile).size / 1024)} KiB, needs glibc >= ${glibcFloor(preloadFile)})`,
+  );
   console.error(
     `prebuild: ${path.relative(root, outFile)} (${kib} KiB, CUDA runtime ${st.runtimeVersion}, needs glibc >= ${glibcFloor(outFile)}; links ${needed.join(', ')})`,
   );

@@ -8,14 +8,22 @@ small; everything else is as PyTorch wrote it.
 """
 import argparse
 import json
+import sys
 
-import torch
-
-ap = argparse.ArgumentParser()
-ap.add_argument("out")
-ap.add_argument("--steps", type=int, default=4)
-ap.add_argument("--frames", type=int, default=2)
+ap = argparse.ArgumentParser(
+    description="Writes a PyTorch memory trace (torch.cuda.memory._snapshot() as JSON) around a few training steps, "
+    "for `cuda-memory replay` and `cuda-memory memory-html`. Needs PyTorch and a GPU."
+)
+ap.add_argument("out", help="the JSON file to write")
+ap.add_argument("--steps", type=int, default=4, help="training steps to record (default 4)")
+ap.add_argument("--frames", type=int, default=2, help="stack frames kept per event (default 2)")
 a = ap.parse_args()
+
+# After the arguments, so that --help works where PyTorch is not installed.
+try:
+    import torch
+except ImportError as e:
+    sys.exit(f"pytorch-trace.py needs PyTorch (pip install torch): {e}")
 
 torch.cuda.memory._record_memory_history(max_entries=100000)
 model = torch.nn.Sequential(

@@ -1,6 +1,8 @@
 'use strict';
 // Shared test helpers. GPU tests go through describeGpu: without a usable device they are
 // skipped with the reason printed; with REQUIRE_GPU=1 the missing device is a failure instead.
+const fs = require('fs');
+const os = require('os');
 const path = require('path');
 
 // The package under test: this checkout, or an installed copy (CUDA_MEMORY_PACKAGE=/app/node_modules/
@@ -67,9 +69,66 @@ function rng(seed = 12345) {
   };
 }
 
+// A new temporary folder, removed with everything in it when the test file ends (a test file that
+// leaves anything in the temporary folder fails the run: test/reporters/tmpdir.js).
+const tempDirs = [];
+if (typeof afterAll === 'function') afterAll(() => tempDirs.splice(0).forEach((d) => fs.rmSync(d, { recursive: true, force: true })));
+function tempDir(prefix) {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), prefix));
+  tempDirs.push(dir);
+  return dir;
+}
+
 // Byte-for-byte equality of two views.
 function same(a, b) {
   return Buffer.compare(Buffer.from(a.buffer, a.byteOffset, a.byteLength), Buffer.from(b.buffer, b.byteOffset, b.byteLength)) === 0;
 }
 
-module.exports = { cm, root, st, gpu, gpuCount, requireGpu, describeGpu, describeTwoGpus, simAllocator, randomBytes, rng, same };
+// Runs a shell script in a private mount namespace (unshare -m, root only), where a test may
+// unmount /proc or mount a small or read-only tmpfs without touching the machine's mounts.
+function inPrivateMounts(script, options = {}) {
+  return require('child_process').execFileSync('unshare', ['-m', '--propagation', 'private', 'sh', '-c', script], options);
+}
+
+// Whether `probe` succeeds there: the tests that need it skip, saying so, where it does not.
+function privateMountsWork(probe) {
+  try {
+    inPrivateMounts(probe, { stdio: 'ignore' });
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+// structuredClone and postMessage (through `port`) of each [value, what] throw ERR_NOT_CLONEABLE
+// naming `what` ("a DeviceBuffer").
+function expectNotCloneable(port, cases) {
+  for (const [value, what] of cases) {
+    const refused = expect.objectContaining({
+      name: 'CudaMemoryError',
+      code: 'ERR_NOT_CLONEABLE',
+      message: expect.stringMatching(new RegExp(`^${what} cannot be cloned or sent to another thread \\(structuredClone, postMessage\\)`)),
+    });
+    expect(() => structuredClone(value)).toThrow(refused);
+    expect(() => port.postMessage(value)).toThrow(refused);
+  }
+}
+
+module.exports = {
+  cm,
+  root,
+  st,
+  gpu,
+  gpuCount,
+  requireGpu,
+  describeGpu,
+  describeTwoGpus,
+  simAllocator,
+  randomBytes,
+  rng,
+  same,
+  inPrivateMounts,
+  privateMountsWork,
+  tempDir,
+  expectNotCloneable,
+};

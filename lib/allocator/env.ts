@@ -2,6 +2,8 @@
 import type { AllocatorOptions } from './allocator';
 import { parseSize } from '../base/units';
 import { isAllocatorBackend, supports } from './backend';
+import { invalidArgument } from '../base/errors';
+import { checkOptions } from '../base/validate';
 
 /**
  * What {@link allocatorOptionsFromEnv} found, with anything it ignored and why.
@@ -25,21 +27,29 @@ export interface EnvAllocatorOptions extends AllocatorOptions {
  * @category Allocators
  */
 export function allocatorOptionsFromEnv(env: Record<string, string | undefined> = process.env): EnvAllocatorOptions {
+  if (env === null) throw invalidArgument('env', 'an object of variables', env);
+  checkOptions<Record<string, string | undefined>>('env', env);
+  // Each variable as a string (process.env holds nothing else), or undefined.
+  const read = (key: string): string | undefined => {
+    const v = env[key];
+    if (v !== undefined && typeof v !== 'string') throw invalidArgument(`env.${key}`, 'a string', v);
+    return v;
+  };
   const out: EnvAllocatorOptions = { warnings: [] };
-  const growth = env.CUDA_MEMORY_ALLOW_GROWTH;
+  const growth = read('CUDA_MEMORY_ALLOW_GROWTH');
   if (growth !== undefined && growth !== '') {
     const v = growth.toLowerCase();
     if (['1', 'true', 'yes', 'on'].includes(v)) out.allowGrowth = true;
     else if (['0', 'false', 'no', 'off'].includes(v)) out.allowGrowth = false;
     else out.warnings.push(`CUDA_MEMORY_ALLOW_GROWTH=${JSON.stringify(growth)} is not a boolean (true/false/1/0) and was ignored`);
   }
-  const fraction = env.CUDA_MEMORY_FRACTION;
+  const fraction = read('CUDA_MEMORY_FRACTION');
   if (fraction !== undefined && fraction !== '') {
     const f = Number(fraction);
     if (f > 0 && f <= 1) out.memoryFraction = f;
     else out.warnings.push(`CUDA_MEMORY_FRACTION=${JSON.stringify(fraction)} is not a number in (0, 1] and was ignored`);
   }
-  const limit = env.CUDA_MEMORY_LIMIT;
+  const limit = read('CUDA_MEMORY_LIMIT');
   if (limit !== undefined && limit !== '') {
     try {
       out.memoryLimit = parseSize(limit);
@@ -53,14 +63,14 @@ export function allocatorOptionsFromEnv(env: Record<string, string | undefined> 
   }
   // tensorflow/core/common_runtime/gpu/gpu_bfc_allocator.cc, GetAllowGrowthValue: exactly
   // "true" or "false" (case-insensitive) override the option; anything else is logged and ignored.
-  const tf = env.TF_FORCE_GPU_ALLOW_GROWTH;
+  const tf = read('TF_FORCE_GPU_ALLOW_GROWTH');
   if (tf !== undefined) {
     const v = tf.toLowerCase();
     if (v === 'true') out.allowGrowth = true;
     else if (v === 'false') out.allowGrowth = false;
     else out.warnings.push(`TF_FORCE_GPU_ALLOW_GROWTH=${JSON.stringify(tf)} is neither "true" nor "false" and was ignored`);
   }
-  const backend = env.CUDA_MEMORY_BACKEND;
+  const backend = read('CUDA_MEMORY_BACKEND');
   if (backend !== undefined && backend !== '') {
     if (isAllocatorBackend(backend)) out.backend = backend;
     else out.warnings.push(`CUDA_MEMORY_BACKEND=${JSON.stringify(backend)} is neither "bfc" nor "async" and was ignored`);
@@ -68,7 +78,7 @@ export function allocatorOptionsFromEnv(env: Record<string, string | undefined> 
   // tensorflow/core/common_runtime/gpu/gpu_process_state.cc: TF_GPU_ALLOCATOR is compared exactly
   // (strcmp): "cuda_malloc_async" selects GpuCudaMallocAsyncAllocator, "cuda_malloc" and
   // "memory_guard" two debugging allocators, and anything else leaves the BFC allocator.
-  const tfAllocator = env.TF_GPU_ALLOCATOR;
+  const tfAllocator = read('TF_GPU_ALLOCATOR');
   if (tfAllocator !== undefined && tfAllocator !== '') {
     if (tfAllocator === 'cuda_malloc_async') out.backend = 'async';
     else if (tfAllocator === 'cuda_malloc' || tfAllocator === 'memory_guard')
@@ -84,7 +94,7 @@ export function allocatorOptionsFromEnv(env: Record<string, string | undefined> 
   // pairs. expandable_segments:True|False and backend:native|cudaMallocAsync have equivalents
   // here; the other keys tune PyTorch's own caching allocator and are reported as ignored.
   // TensorFlow has no variable for its virtual-memory sub-allocator.
-  const torch = env.PYTORCH_CUDA_ALLOC_CONF;
+  const torch = read('PYTORCH_CUDA_ALLOC_CONF');
   if (torch !== undefined && torch !== '') {
     for (const raw of torch.split(',')) {
       const pair = raw.trim();

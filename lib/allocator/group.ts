@@ -9,7 +9,7 @@ import * as fs from 'fs';
 import * as path from 'path';
 import { native } from '../binding/native';
 import { InterprocessError, invalidArgument, argTypeError, argRangeError } from '../base/errors';
-import { checkOptions, checkSize } from '../base/validate';
+import { checkObjects, checkOptions, checkSize } from '../base/validate';
 import { checkShmName, lockTimeoutMs, shmDir } from '../base/shm';
 import { formatBytes } from '../base/units';
 import type { GroupStats } from '../base/types';
@@ -78,6 +78,31 @@ function uuidOf(info: { uuid?: string } | undefined, device: number): string {
   return info.uuid;
 }
 
+/**
+ * @internal A group's budget from a byte limit or a share of the device's total (neither: 0, to
+ * join the group's budget), and the words that say how it was set ("memoryLimit 8 GiB",
+ * "fraction 0.5 of 80 GiB"). `names` are the arguments' names in refusals.
+ */
+export function groupBudget(
+  names: { limit: string; fraction: string },
+  limit: unknown,
+  fraction: unknown,
+  total: () => number,
+  words: [string, string],
+): { budget: number; budgetSource: string } {
+  if (limit !== undefined && fraction !== undefined)
+    throw argRangeError(`${names.limit} and ${names.fraction} were both given; choose one`, 'ERR_INVALID_ARG_VALUE');
+  if (limit !== undefined) {
+    const budget = checkSize(names.limit, limit, 256);
+    return { budget, budgetSource: `${words[0]} ${formatBytes(budget)}` };
+  }
+  if (fraction === undefined) return { budget: 0, budgetSource: '' };
+  if (typeof fraction !== 'number' || !(fraction > 0 && fraction <= 1))
+    throw invalidArgument(names.fraction, 'a number in (0, 1]', fraction, typeof fraction === 'number' ? RangeError : TypeError);
+  const t = total();
+  return { budget: Math.floor(t * fraction), budgetSource: `${words[1]} ${fraction} of ${formatBytes(t)}` };
+}
+
 /** @internal What createAllocator passes to the addon for `shared`. */
 export function resolveShared(value: unknown, device: number, totalBytes: number | null): object {
   const s = checkOptions<SharedBudgetOptions>('shared', value);
@@ -86,28 +111,16 @@ export function resolveShared(value: unknown, device: number, totalBytes: number
       throw argTypeError(`Unknown shared option ${JSON.stringify(k)}; expected name, memoryLimit, memoryFraction or lockTimeoutMs`);
   const timeout = lockTimeoutMs('shared.lockTimeoutMs', s.lockTimeoutMs);
   const name = checkShmName('shared.name', s.name);
-  if (s.memoryLimit !== undefined && s.memoryFraction !== undefined)
-    throw argRangeError('shared.memoryLimit and shared.memoryFraction were both given; choose one', 'ERR_INVALID_ARG_VALUE');
   // A GPU's properties, read once (a simulated device has its total given).
   const info = totalBytes === null ? (native.devices()[device] as { uuid?: string; totalMemory: number } | undefined) : undefined;
   const key = totalBytes !== null ? 'simulated' : uuidOf(info, device);
-  let budget = 0;
-  let budgetSource = '';
-  if (s.memoryLimit !== undefined) {
-    budget = checkSize('shared.memoryLimit', s.memoryLimit, 256);
-    budgetSource = `memoryLimit ${formatBytes(budget)}`;
-  } else if (s.memoryFraction !== undefined) {
-    if (typeof s.memoryFraction !== 'number' || !(s.memoryFraction > 0 && s.memoryFraction <= 1))
-      throw invalidArgument(
-        'shared.memoryFraction',
-        'a number in (0, 1]',
-        s.memoryFraction,
-        typeof s.memoryFraction === 'number' ? RangeError : TypeError,
-      );
-    const total = totalBytes ?? (info as { totalMemory: number }).totalMemory;
-    budget = Math.floor(total * s.memoryFraction);
-    budgetSource = `memoryFraction ${s.memoryFraction} of ${formatBytes(total)}`;
-  }
+  const { budget, budgetSource } = groupBudget(
+    { limit: 'shared.memoryLimit', fraction: 'shared.memoryFraction' },
+    s.memoryLimit,
+    s.memoryFraction,
+    () => totalBytes ?? (info as { totalMemory: number }).totalMemory,
+    ['memoryLimit', 'memoryFraction'],
+  );
   return { dir: shmDir(), name, device: key, budget, budgetSource, lockTimeoutMs: timeout };
 }
 
@@ -173,12 +186,21 @@ export function listGroups(options?: ListGroupsOptions): { groups: GroupStats[];
   return { groups, unreadable };
 }
 
+// A command line as the table shows it: its first 80 characters.
+function shortCommand(command: string): string {
+  return command.length > 80 ? `${command.slice(0, 79)}…` : command;
+}
+
 /**
  * The table `cuda-memory top` prints: each group, then a line per member.
  *
  * @category Processes
  */
 export function formatGroups(list: { groups: GroupStats[]; unreadable: UnreadableGroup[] }): string {
+  const l = checkOptions<{ groups: GroupStats[]; unreadable: UnreadableGroup[] }>('list', list);
+  if (list === null || list === undefined) throw invalidArgument('list', 'what listGroups() returned', list);
+  checkObjects('list.groups', 'the groups listGroups() returned', l.groups);
+  checkObjects('list.unreadable', 'the unreadable groups listGroups() returned', l.unreadable);
   const lines: string[] = [];
   if (list.groups.length === 0 && list.unreadable.length === 0) lines.push(`no groups in ${shmDir()}`);
   for (const g of list.groups) {
@@ -186,12 +208,17 @@ export function formatGroups(list: { groups: GroupStats[]; unreadable: Unreadabl
     lines.push(
       `group ${g.name} on ${g.device}: budget ${formatBytes(g.budgetBytes)} (${g.budgetSource}), charged ${formatBytes(g.chargedBytes)} (${used}%), free ${formatBytes(g.freeBytes)}, ${g.members.length} member${g.members.length === 1 ? '' : 's'}`,
     );
+    const seen = g.members.filter((m) => m.nvmlUsedBytes !== null);
+    if (seen.length)
+      lines.push(
+        `  NVML: the ${seen.length === g.members.length ? '' : `${seen.length} of ${g.members.length} `}members it lists use ${formatBytes(seen.reduce((t, m) => t + (m.nvmlUsedBytes as number), 0))} of the device (contexts and all)`,
+      );
     lines.push(
-      `  ${'pid'.padStart(8)}  ${'pool'.padStart(12)}  ${'in use'.padStart(12)}  ${'peak pool'.padStart(12)}  ${'own limit'.padStart(12)}  joined`,
+      `  ${'pid'.padStart(8)}  ${'pool'.padStart(12)}  ${'in use'.padStart(12)}  ${'nvml used'.padStart(12)}  ${'peak pool'.padStart(12)}  ${'own limit'.padStart(12)}  ${'joined'.padEnd(24)}  command`,
     );
     for (const m of g.members)
       lines.push(
-        `  ${String(m.pid).padStart(8)}  ${formatBytes(m.poolBytes).padStart(12)}  ${formatBytes(m.bytesInUse).padStart(12)}  ${formatBytes(m.peakPoolBytes).padStart(12)}  ${formatBytes(m.limitBytes).padStart(12)}  ${new Date(m.joinedAt).toISOString()}`,
+        `  ${String(m.pid).padStart(8)}  ${formatBytes(m.poolBytes).padStart(12)}  ${formatBytes(m.bytesInUse).padStart(12)}  ${(m.nvmlUsedBytes === null ? '-' : formatBytes(m.nvmlUsedBytes)).padStart(12)}  ${formatBytes(m.peakPoolBytes).padStart(12)}  ${(m.limitBytes ? formatBytes(m.limitBytes) : '-').padStart(12)}  ${new Date(m.joinedAt).toISOString().padEnd(24)}  ${m.command === null ? '-' : shortCommand(m.command)}`,
       );
   }
   for (const u of list.unreadable) lines.push(`unreadable ${u.path}: ${u.code}: ${u.message}`);

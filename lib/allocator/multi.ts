@@ -5,8 +5,8 @@
  */
 import { Allocator, AllocatorOptions, AllocatorStats, AllocOptions, SimulatedDevice, createAllocator } from './allocator';
 import { DeviceBuffer } from '../memory/buffers';
-import { checkBoolean, checkDeviceList, checkOptions } from '../base/validate';
-import { invalidArgument, argTypeError, argRangeError, CudaMemoryError } from '../base/errors';
+import { checkBoolean, checkDeviceList, checkOptions, isArray } from '../base/validate';
+import { invalidArgument, argTypeError, argRangeError, CudaMemoryError, describe } from '../base/errors';
 import { knownDeviceCount } from '../device/discovery';
 import { formatBytes } from '../base/units';
 import { checkInternal, guardReceivers, kInternal } from '../base/internal';
@@ -100,7 +100,10 @@ export class AllocatorSet implements Iterable<Allocator> {
   /** The allocator of `device`; a RangeError naming the set's devices when it has none there. */
   get(device: number): Allocator {
     const i = this.devices.indexOf(device);
-    if (i < 0) throw argRangeError(`Expected one of the set's devices (${this.devices.join(', ')}) but received ${JSON.stringify(device)}`);
+    if (i < 0)
+      throw argRangeError(
+        `Expected one of the set's devices (${this.devices.join(', ')}) but received ${typeof device === 'number' ? device : describe(device)}`,
+      );
     return this.allocators[i];
   }
 
@@ -186,7 +189,7 @@ export function createAllocators(options?: MultiAllocatorOptions): AllocatorSet 
   const o = checkOptions<MultiAllocatorOptions>('options', options);
   const { devices: which, simulate, ...policy } = o;
   if ('device' in o) throw argTypeError("createAllocators takes devices ('all' or a list), not device; createAllocator makes one");
-  const specs = simulate === undefined ? undefined : Array.isArray(simulate) ? simulate : null;
+  const specs = simulate === undefined ? undefined : isArray(simulate) ? simulate : null;
   let devices: number[];
   if (which === undefined || which === 'all') {
     if (specs) devices = specs.map((_, i) => i);
@@ -201,7 +204,7 @@ export function createAllocators(options?: MultiAllocatorOptions): AllocatorSet 
       }
       devices = Array.from({ length: count }, (_, i) => i);
     }
-  } else if (Array.isArray(which)) {
+  } else if (isArray(which)) {
     devices = checkDeviceList('devices', which, simulate === undefined ? knownDeviceCount() : undefined);
     if (specs && specs.length !== devices.length)
       throw argRangeError(`simulate lists ${specs.length} devices but devices lists ${devices.length}`);

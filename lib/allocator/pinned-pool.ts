@@ -5,7 +5,7 @@ import { formatBytes } from '../base/units';
 import { PinnedBuffer, PinnedAllocOptions, kLentMemory, LentMemory } from '../memory/buffers';
 import { checkOptions, checkSize } from '../base/validate';
 import { OutOfMemoryError, CudaMemoryError } from '../base/errors';
-import { checkInternal, guardReceivers, kInternal } from '../base/internal';
+import { checkInternal, guardReceivers, kInternal, notCloneable } from '../base/internal';
 
 /**
  * Options of {@link createPinnedPool}.
@@ -44,6 +44,9 @@ function sizeClass(bytes: number): number {
   return bytes <= MIN_CLASS ? MIN_CLASS : 2 ** Math.ceil(Math.log2(bytes));
 }
 
+const PINNED_POOL_NOT_CLONEABLE = notCloneable('a PinnedPool');
+const POOLED_NOT_CLONEABLE = notCloneable('a PooledPinnedBuffer');
+
 /**
  * A cache of pinned host buffers in power-of-two size classes (from 4 KiB): a hit costs a
  * small fraction of a microsecond where cudaHostAlloc costs about a millisecond per MiB.
@@ -51,6 +54,8 @@ function sizeClass(bytes: number): number {
  * @category Allocators
  */
 export class PinnedPool {
+  // First, so that cloning throws before it copies the pool's buffers.
+  /** @internal */ readonly _noClone = PINNED_POOL_NOT_CLONEABLE;
   private readonly free = new Map<number, PinnedBuffer[]>();
   private readonly live = new Map<PinnedBuffer, number>();
   private readonly allocOptions: PinnedAllocOptions;
@@ -60,7 +65,7 @@ export class PinnedPool {
 
   /** @internal Use {@link createPinnedPool}. */
   constructor(options: PinnedPoolOptions) {
-    const { memoryLimit, ...rest } = options;
+    const { memoryLimit, ...rest } = checkOptions<PinnedPoolOptions>('options', options);
     this.allocOptions = rest;
     this.limitBytes = memoryLimit === undefined ? Infinity : checkSize('memoryLimit', memoryLimit, 1);
   }
@@ -173,6 +178,8 @@ guardReceivers(PinnedPool, 'PinnedPool');
  * @category Allocators
  */
 export class PooledPinnedBuffer implements LentMemory {
+  // First, so that cloning throws before it copies the pinned bytes.
+  /** @internal */ readonly _noClone = POOLED_NOT_CLONEABLE;
   /** The pinned memory, exactly the requested length. */
   readonly bytes: Uint8Array;
   readonly byteLength: number;

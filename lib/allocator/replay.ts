@@ -5,7 +5,8 @@
  */
 import { Allocator, AllocatorOptions, createAllocator } from './allocator';
 import { DeviceBuffer } from '../memory/buffers';
-import { OutOfMemoryError, argTypeError, argRangeError } from '../base/errors';
+import { OutOfMemoryError, argTypeError, argRangeError, invalidArgument } from '../base/errors';
+import { checkObjects } from '../base/validate';
 import { Trace, loadTrace } from './trace';
 import { formatBytes, parseSize } from '../base/units';
 
@@ -80,6 +81,7 @@ export function policyName(p: ReplayPolicy, deviceBytes: number): string {
  * @category Allocators
  */
 export function parsePolicy(spec: string): ReplayPolicy {
+  if (typeof spec !== 'string') throw invalidArgument('policy', "a policy such as 'growth,limit=8GiB' (a string)", spec);
   const p: ReplayPolicy = { allowGrowth: false };
   for (const raw of spec.split(',')) {
     const part = raw.trim();
@@ -248,6 +250,106 @@ function findMinLimit(
 }
 
 /**
+ * What {@link smallestBudget} found.
+ *
+ * @category Allocators
+ */
+export interface SmallestBudget {
+  /** The policy the trace was replayed under ("direct: ...", or an allocator policy's name). */
+  policy: string;
+  /** The smallest budget under which the trace replays without an out-of-memory; null if none up to the device's size. */
+  budgetBytes: number | null;
+  /** The step of the search: 1 byte for `direct`, 1 MiB for an allocator policy. */
+  granularityBytes: number;
+  /** How many replays the bisection took. */
+  replays: number;
+  /** The event (an alloc) that fails one step below the answer; null where there is none below. */
+  failedAtBelow: number | null;
+}
+
+/**
+ * The policy `direct` of {@link smallestBudget}, as reports name it.
+ *
+ * @category Allocators
+ */
+export const DIRECT_POLICY = 'direct: every allocation charged at its size as it is made, freed at its free (as the interposer charges)';
+
+// A replay without an allocator: each alloc charged at `size` (what was charged) or else `bytes`,
+// refused once the charges would pass `budget`, given back at its free.
+function replayDirect(events: Trace['events'], budget: number): { survived: boolean; failedAt: number | null } {
+  const live = new Map<number | string, number>();
+  let charged = 0;
+  for (let i = 0; i < events.length; i++) {
+    const e = events[i];
+    if (e.action === 'alloc') {
+      const c = e.size ?? e.bytes!;
+      if (charged + c > budget) return { survived: false, failedAt: i };
+      live.set(e.id!, c);
+      charged += c;
+    } else if (e.action === 'free') {
+      charged -= live.get(e.id!) ?? 0;
+      live.delete(e.id!);
+    }
+  }
+  return { survived: true, failedAt: null };
+}
+
+/**
+ * The smallest budget under which a trace replays without an out-of-memory, found by bisection
+ * over replays. `policy` `'direct'` (the default for a trace not recorded by an allocator of
+ * this library, such as the interposer's) charges each allocation at its size (`size`, else
+ * `bytes`) when it is made, as the interposer charges a preloaded process: the answer is exact to
+ * the byte. An allocator policy (the default for a trace an allocator recorded: its own policy)
+ * searches that allocator's memoryLimit to 1 MiB on a simulated device, as `findMinLimit` does.
+ * A program that reacts to a refusal (PyTorch frees its cache and retries) may survive under less
+ * than a trace of its unrefused run says.
+ *
+ * @category Allocators
+ */
+export function smallestBudget(input: Trace | object | string, options: { policy?: 'direct' | ReplayPolicy } = {}): SmallestBudget {
+  const trace = loadTrace(input);
+  // An allocator of this library recorded it: its own policy (anything else: direct).
+  const p = trace.policy?.backend === 'bfc' ? trace.policy : null;
+  const recorded: ReplayPolicy | null = p
+    ? { allowGrowth: p.allowGrowth, garbageCollection: p.garbageCollection, ...(p.expandableSegments ? { expandableSegments: true } : {}) }
+    : null;
+  const policy = options.policy ?? recorded ?? 'direct';
+  if (policy === 'direct') {
+    let replays = 0;
+    const under = (b: number) => {
+      replays++;
+      return replayDirect(trace.events, b);
+    };
+    // Everything allocated at once always fits; nothing never does (unless nothing is allocated).
+    let hi = trace.events.reduce((t, e) => t + (e.action === 'alloc' ? (e.size ?? e.bytes!) : 0), 0);
+    let lo = -1;
+    while (hi - lo > 1) {
+      const mid = Math.floor((lo + hi) / 2);
+      if (under(mid).survived) hi = mid;
+      else lo = mid;
+    }
+    const below = hi > 0 ? under(hi - 1).failedAt : null;
+    return { policy: DIRECT_POLICY, budgetBytes: hi, granularityBytes: 1, replays, failedAtBelow: below };
+  }
+  if (typeof policy !== 'object' || policy === null)
+    throw argTypeError(`Expected options.policy to be 'direct' or a replay policy but received ${JSON.stringify(policy)}`);
+  const { totalBytes, computeCapability } = deviceOf(trace, policy);
+  let replays = 0;
+  const min = findMinLimit(trace, policy, totalBytes, computeCapability, (step) => (replays = step));
+  let failedAtBelow: number | null = null;
+  if (min !== null && min > MiB) {
+    replays++;
+    failedAtBelow = runOnce(
+      trace,
+      { ...policy, memoryFraction: undefined, memoryLimit: min - MiB },
+      totalBytes,
+      computeCapability,
+    ).failedAt;
+  }
+  return { policy: policy.name ?? policyName(policy, totalBytes), budgetBytes: min, granularityBytes: MiB, replays, failedAtBelow };
+}
+
+/**
  * Replays `trace` under one policy with recording on: the trace the simulated allocator wrote
  * (regions, offsets and all), for drawing a trace that lacks them.
  *
@@ -272,6 +374,7 @@ export function replayRecorded(
  * @category Allocators
  */
 export function formatReplay(results: ReplayResult[]): string {
+  checkObjects('results', 'what replayTrace() returned', results);
   const rows = results.map((r) => [
     r.policy,
     r.survived ? 'survived' : r.failedAt === null ? 'could not start' : `failed at event ${r.failedAt}`,

@@ -4,9 +4,10 @@
  */
 import * as fs from 'fs';
 import { constants as bufferConstants } from 'buffer';
-import { CudaMemoryError } from '../base/errors';
+import { CudaMemoryError, jsonText } from '../base/errors';
 import { BoundedRead, readBounded } from '../base/files';
 import { formatBytes } from '../base/units';
+import { checkDevice, checkFilePath, isArray, isReadable } from '../base/validate';
 
 /**
  * The largest trace file {@link loadTrace} reads: 512 MiB, about the longest string JavaScript
@@ -97,32 +98,32 @@ function isSize(v: unknown, min = 1): v is number {
  * @category Allocators
  */
 export function checkTrace(t: unknown): Trace {
-  if (typeof t !== 'object' || t === null || Array.isArray(t)) throw new TraceError('a trace must be a JSON object');
+  if (typeof t !== 'object' || t === null || !isReadable(t) || Array.isArray(t)) throw new TraceError('a trace must be a JSON object');
   const o = t as Record<string, unknown>;
   if (o.schema !== 'cuda-memory/trace@1')
-    throw new TraceError(`expected schema "cuda-memory/trace@1" but found ${JSON.stringify(o.schema)} (PyTorch files have device_traces)`);
+    throw new TraceError(`expected schema "cuda-memory/trace@1" but found ${jsonText(o.schema)} (PyTorch files have device_traces)`);
   if (!Array.isArray(o.events)) throw new TraceError('a trace needs an events array');
   const live = new Set<number | string>();
   o.events.forEach((e: unknown, i: number) => {
     const at = (msg: string) => new TraceError(`event ${i}: ${msg}`, i);
     if (typeof e !== 'object' || e === null) throw at('not an object');
     const ev = e as TraceEvent;
-    if (!ACTIONS.has(ev.action)) throw at(`unknown action ${JSON.stringify(ev.action)}; expected one of ${[...ACTIONS].join(', ')}`);
+    if (!ACTIONS.has(ev.action)) throw at(`unknown action ${jsonText(ev.action)}; expected one of ${[...ACTIONS].join(', ')}`);
     if (ev.action === 'alloc' || ev.action === 'free') {
       if (typeof ev.id !== 'number' && typeof ev.id !== 'string') throw at(`${ev.action} needs an id (a number or a string)`);
     }
     if (ev.action === 'alloc') {
-      if (!isSize(ev.bytes)) throw at(`alloc needs bytes, a positive safe integer; got ${JSON.stringify(ev.bytes)}`);
-      if (live.has(ev.id!)) throw at(`alloc of id ${JSON.stringify(ev.id)}, which is already live`);
+      if (!isSize(ev.bytes)) throw at(`alloc needs bytes, a positive safe integer; got ${jsonText(ev.bytes)}`);
+      if (live.has(ev.id!)) throw at(`alloc of id ${jsonText(ev.id)}, which is already live`);
       live.add(ev.id!);
     } else if (ev.action === 'free') {
-      if (!live.has(ev.id!)) throw at(`free of id ${JSON.stringify(ev.id)}, which was never allocated or is already freed`);
+      if (!live.has(ev.id!)) throw at(`free of id ${jsonText(ev.id)}, which was never allocated or is already freed`);
       live.delete(ev.id!);
     }
     for (const k of ['bytes', 'size', 'region', 'offset'] as const)
-      if (ev[k] !== undefined && !isSize(ev[k], 0)) throw at(`${k} must be a non-negative safe integer; got ${JSON.stringify(ev[k])}`);
+      if (ev[k] !== undefined && !isSize(ev[k], 0)) throw at(`${k} must be a non-negative safe integer; got ${jsonText(ev[k])}`);
     if (ev.time !== undefined && (typeof ev.time !== 'number' || !Number.isFinite(ev.time) || ev.time < 0))
-      throw at(`time must be a non-negative number of microseconds; got ${JSON.stringify(ev.time)}`);
+      throw at(`time must be a non-negative number of microseconds; got ${jsonText(ev.time)}`);
   });
   return o as unknown as Trace;
 }
@@ -146,12 +147,15 @@ interface TorchTraceEntry {
  * @category Allocators
  */
 export function fromPyTorchSnapshot(snapshot: unknown, device?: number): Trace {
+  if (snapshot === null || typeof snapshot !== 'object' || !isReadable(snapshot))
+    throw new TraceError('not a PyTorch snapshot: expected the object torch.cuda.memory._snapshot() returns');
+  if (device !== undefined) checkDevice(device);
   const s = snapshot as { device_traces?: unknown; segments?: { device?: number; total_size?: number }[] };
-  if (!Array.isArray(s.device_traces)) throw new TraceError('not a PyTorch snapshot: no device_traces array');
+  if (!isArray(s.device_traces)) throw new TraceError('not a PyTorch snapshot: no device_traces array');
   const traces = s.device_traces as TorchTraceEntry[][];
   const index = device ?? traces.reduce((best, t, i) => ((t?.length ?? 0) > (traces[best]?.length ?? 0) ? i : best), 0);
   const entries = traces[index];
-  if (!Array.isArray(entries)) throw new TraceError(`the PyTorch snapshot has no trace for device ${index}`);
+  if (!isArray(entries)) throw new TraceError(`the PyTorch snapshot has no trace for device ${index}`);
   const completes = entries.some((e) => e?.action === 'free_completed');
   const freeAction = completes ? 'free_completed' : 'free_requested';
   const checked = new Set(['alloc', freeAction, 'segment_alloc', 'segment_free', 'oom']);
@@ -166,9 +170,9 @@ export function fromPyTorchSnapshot(snapshot: unknown, device?: number): Trace {
     const stack = e.frames?.length ? e.frames.map((f) => `${f.name} (${f.filename}:${f.line})`).join('\n') : undefined;
     if (checked.has(e.action)) {
       if (!isSize(e.size, e.action === 'oom' ? 0 : 1))
-        throw new TraceError(`PyTorch event ${i}: ${e.action} of ${JSON.stringify(e.size)} bytes`, i);
+        throw new TraceError(`PyTorch event ${i}: ${e.action} of ${jsonText(e.size)} bytes`, i);
       if (e.action !== 'oom' && !isSize(e.addr, 0))
-        throw new TraceError(`PyTorch event ${i}: ${e.action} at address ${JSON.stringify(e.addr)}, not a non-negative safe integer`, i);
+        throw new TraceError(`PyTorch event ${i}: ${e.action} at address ${jsonText(e.addr)}, not a non-negative safe integer`, i);
     }
     if (e.action === 'alloc') {
       const id = next++;
@@ -195,7 +199,7 @@ export function fromPyTorchSnapshot(snapshot: unknown, device?: number): Trace {
  * @category Allocators
  */
 export function loadTrace(input: string | object, options: { device?: number } = {}): Trace {
-  if (typeof input !== 'string' && (typeof input !== 'object' || input === null))
+  if (typeof input !== 'string' && (typeof input !== 'object' || input === null || !isReadable(input)))
     throw new TraceError(
       `a trace must be a file path, a trace object or a PyTorch snapshot; got ${input === null ? 'null' : typeof input}`,
     );
@@ -241,5 +245,13 @@ export function loadTrace(input: string | object, options: { device?: number } =
  * @category Allocators
  */
 export function saveTrace(file: string, trace: Trace): void {
-  fs.writeFileSync(file, JSON.stringify(trace) + '\n');
+  const path = checkFilePath('file', file);
+  if (typeof trace !== 'object' || trace === null || Array.isArray(trace)) throw new TraceError('a trace must be an object');
+  let text: string;
+  try {
+    text = JSON.stringify(trace);
+  } catch (e) {
+    throw new TraceError(`the trace cannot be written as JSON: ${(e as Error).message}`);
+  }
+  fs.writeFileSync(path, text + '\n');
 }

@@ -23,9 +23,9 @@ export class CudaMemoryError extends Error {
   code: string;
   /** An error with a stable `code` (`ERR_...`) to branch on. */
   constructor(message: string, code: string) {
-    super(message);
+    super(textOf(message));
     this.name = 'CudaMemoryError';
-    this.code = code;
+    this.code = textOf(code);
   }
 }
 
@@ -43,10 +43,11 @@ export class CudaError extends CudaMemoryError {
   call: string;
   /** A CUDA failure: its code, the CUDA error number where there is one, and the call that failed. */
   constructor(message: string, details: { code: string; cudaCode?: number; call?: string }) {
-    super(message, details.code);
+    const d = fieldsOf(details);
+    super(message, d.code ?? 'ERR_CUDA');
     this.name = 'CudaError';
-    this.cudaCode = details.cudaCode ?? 0;
-    this.call = details.call ?? '';
+    this.cudaCode = typeof d.cudaCode === 'number' ? d.cudaCode : 0;
+    this.call = d.call === undefined ? '' : textOf(d.call);
   }
 }
 
@@ -84,7 +85,7 @@ export interface OutOfMemoryDetails {
  * rounds the exact quotient (a tie to even). 1 GiB reads "1024.00 MiB".
  */
 export function formatSizeAsPyTorch(bytes: number): string {
-  if (bytes <= 1024) return `${bytes} bytes`;
+  if (typeof bytes !== 'number' || !Number.isSafeInteger(bytes) || bytes <= 1024) return `${textOf(bytes)} bytes`;
   const [unit, shift] = bytes <= 2 ** 20 ? ['KiB', 10n] : bytes <= 2 ** 30 ? ['MiB', 20n] : ['GiB', 30n];
   const scaled = BigInt(bytes) * 100n;
   const divisor = 1n << shift;
@@ -126,11 +127,12 @@ export class OutOfMemoryError extends CudaError {
   group?: GroupStats;
   /** Made by the library from what was asked for and the state of the allocator and device at the time. */
   constructor(details: OutOfMemoryDetails) {
+    details = fieldsOf(details) as OutOfMemoryDetails;
     const message =
       details.message ??
       // PyTorch's sentence, which services grep logs for; the allocator's own message leads with it too.
-      `CUDA out of memory. Tried to allocate ${formatSizeAsPyTorch(details.requestedBytes)}. GPU ${details.device} has a total capacity of ` +
-        `${formatSizeAsPyTorch(details.deviceTotal)} of which ${formatSizeAsPyTorch(details.deviceFree)} is free (${details.call ?? 'cudaMalloc'} of ${details.requestedBytes} bytes).`;
+      `CUDA out of memory. Tried to allocate ${formatSizeAsPyTorch(details.requestedBytes)}. GPU ${textOf(details.device)} has a total capacity of ` +
+        `${formatSizeAsPyTorch(details.deviceTotal)} of which ${formatSizeAsPyTorch(details.deviceFree)} is free (${textOf(details.call ?? 'cudaMalloc')} of ${textOf(details.requestedBytes)} bytes).`;
     super(message, { code: 'cudaErrorMemoryAllocation', cudaCode: 2, call: details.call ?? 'cudaMalloc' });
     this.name = 'OutOfMemoryError';
     this.requestedBytes = details.requestedBytes;
@@ -158,7 +160,7 @@ export class CudaUnavailableError extends CudaMemoryError {
   reason: UnavailableReason;
   /** Made by the library with the reason CUDA cannot be used. */
   constructor(reason: UnavailableReason, message: string) {
-    super(`CUDA is not available (${reason}): ${message}`, 'ERR_CUDA_UNAVAILABLE');
+    super(`CUDA is not available (${textOf(reason)}): ${textOf(message)}`, 'ERR_CUDA_UNAVAILABLE');
     this.name = 'CudaUnavailableError';
     this.reason = reason;
   }
@@ -178,10 +180,24 @@ export class InterprocessError extends CudaMemoryError {
   importers?: number[];
   /** Made by the library with the code, the shared file and the processes that have the memory open. */
   constructor(message: string, details: { code: string; path?: string; importers?: number[] }) {
-    super(message, details.code);
+    const d = fieldsOf(details);
+    super(message, d.code ?? 'ERR_INTERPROCESS');
     this.name = 'InterprocessError';
-    this.path = details.path ?? '';
-    if (details.importers) this.importers = details.importers;
+    this.path = d.path === undefined ? '' : textOf(d.path);
+    if (Array.isArray(d.importers)) this.importers = d.importers;
+  }
+}
+
+/**
+ * The own fields of an error's `details` as a plain object: empty for anything that is not an
+ * object or cannot be read (a revoked proxy), so that making an error never throws another.
+ */
+function fieldsOf<T extends object>(details: T): Partial<T> {
+  if (details === null || typeof details !== 'object') return {};
+  try {
+    return { ...details };
+  } catch {
+    return {};
   }
 }
 
@@ -224,7 +240,54 @@ export function describe(value: unknown): string {
     return `${typeof value} ${String(value)}${typeof value === 'bigint' ? 'n' : ''}`;
   if (typeof value === 'function') return 'a function';
   if (typeof value === 'symbol') return 'a symbol';
-  if (Array.isArray(value)) return `an array of length ${value.length}`;
-  const name = (value as object).constructor?.name;
-  return name ? `an instance of ${name}` : 'an object';
+  // A proxy (revoked, or with traps that throw) is described, never allowed to throw from here.
+  try {
+    if (Array.isArray(value)) return `an array of length ${value.length}`;
+    if (value instanceof ArrayBuffer && isDetached(value)) return 'a detached ArrayBuffer';
+    // Only a string is printed: an object's own "constructor" (JSON.parse makes one from a hostile
+    // file) may hold anything, a value that cannot even be turned into a string among them.
+    const name: unknown = (value as { constructor?: { name?: unknown } }).constructor?.name;
+    return typeof name === 'string' && name ? `an instance of ${name}` : 'an object';
+  } catch {
+    return 'an object that cannot be read (a revoked proxy, or one whose traps throw)';
+  }
+}
+
+/**
+ * @internal A value as JSON for a message (`"x"`, `5`, `null`), or as {@link describe} says where
+ * JSON cannot hold it (a bigint, a cycle, a revoked proxy, undefined).
+ */
+export function jsonText(value: unknown): string {
+  try {
+    const text = JSON.stringify(value);
+    if (typeof text === 'string') return text;
+  } catch {
+    // described below
+  }
+  return describe(value);
+}
+
+/** @internal True for an ArrayBuffer that was transferred away (detached). */
+export function isDetached(ab: ArrayBuffer): boolean {
+  if (ab.byteLength !== 0) return false;
+  try {
+    new Uint8Array(ab);
+    return false;
+  } catch {
+    return true;
+  }
+}
+
+/**
+ * @internal The text of a value for a message: a string as it is, anything else as String() makes
+ * it, or as {@link describe} does where String() throws (a symbol converts; an object without
+ * toString, a revoked proxy or a view of a detached buffer does not).
+ */
+export function textOf(value: unknown): string {
+  if (typeof value === 'string') return value;
+  try {
+    return String(value);
+  } catch {
+    return describe(value);
+  }
 }

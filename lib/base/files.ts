@@ -4,6 +4,7 @@
  * would hold the process until memory runs out.
  */
 import * as fs from 'fs';
+import { CudaMemoryError } from './errors';
 
 /** @internal What {@link readBounded} read. */
 export type BoundedRead =
@@ -47,4 +48,27 @@ export function readBounded(file: string, maxBytes: number, head?: (first: Buffe
   } finally {
     fs.closeSync(fd);
   }
+}
+
+// The codes of the native file errors (native/transfer/files.cc, FromErrno), for Node's.
+const FILE_CODES: Record<string, string> = {
+  ENOENT: 'ERR_FILE_NOT_FOUND',
+  ENOTDIR: 'ERR_FILE_NOT_FOUND',
+  EACCES: 'ERR_FILE_PERMISSION',
+  EPERM: 'ERR_FILE_PERMISSION',
+  EROFS: 'ERR_FILE_PERMISSION',
+  EISDIR: 'ERR_FILE_IS_DIRECTORY',
+  ENOSPC: 'ERR_FILE_NO_SPACE',
+  EDQUOT: 'ERR_FILE_NO_SPACE',
+  EFBIG: 'ERR_FILE_NO_SPACE',
+};
+
+/**
+ * @internal A Node fs error as the library's coded file error (`code` ERR_FILE_..., with `path`,
+ * `syscall` and the errno name as `errno`, as the addon's); anything else is returned as it is.
+ */
+export function fileError(e: NodeJS.ErrnoException, path: string): Error {
+  if (!e || typeof e.code !== 'string' || e instanceof CudaMemoryError) return e;
+  const err = new CudaMemoryError(e.message, FILE_CODES[e.code] ?? 'ERR_FILE_IO');
+  return Object.assign(err, { path, syscall: e.syscall, errno: e.code });
 }

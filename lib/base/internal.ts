@@ -4,7 +4,9 @@
  * like. A constructor called without it refuses at once, instead of making an object that fails
  * on first use.
  */
+import * as path from 'path';
 import { CudaMemoryError, argTypeError, describe } from './errors';
+import { isInstance } from './validate';
 
 /** @internal */
 export const kInternal: unique symbol = Symbol('cuda-memory.internal');
@@ -36,7 +38,7 @@ export function guardReceivers(cls: abstract new (...args: never[]) => unknown, 
     const member = typeof key === 'symbol' ? `[${key.description ?? ''}]` : key;
     const guard = <F extends (...args: unknown[]) => unknown>(fn: F): F => {
       const wrapped = function (this: unknown, ...args: unknown[]) {
-        if (!(this instanceof cls)) throw invalidThis(name, member, this);
+        if (!isInstance(this, cls)) throw invalidThis(name, member, this);
         return fn.apply(this, args);
       };
       Object.defineProperty(wrapped, 'name', { value: fn.name });
@@ -69,4 +71,21 @@ export function notCloneable(what: string): object {
     },
   });
   return Object.freeze(guard);
+}
+
+/**
+ * @internal The place (file:line:col) of the first frame of `stack` outside this package's own
+ * code: where a user's code made something, for reports that say where it came from. Null
+ * when every frame is the library's or there is no stack.
+ */
+export function creationSite(stack: string | undefined): string | null {
+  if (!stack) return null;
+  const own = path.join(__dirname, '..');
+  for (const line of stack.split('\n').slice(1)) {
+    const frame = line.trim();
+    if (!frame.startsWith('at ') || frame.includes(own) || frame.includes('node:internal')) continue;
+    const place = /\((.*)\)$/.exec(frame); // "at f (file:line:col)": the place alone
+    return place ? place[1] : frame.slice(3);
+  }
+  return null;
 }

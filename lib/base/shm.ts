@@ -1,5 +1,5 @@
 import * as path from 'path';
-import { argTypeError, argRangeError } from './errors';
+import { argTypeError, argRangeError, jsonText } from './errors';
 
 /**
  * Where files that processes share live: this user's own folder `cuda-memory-<uid>` (by effective
@@ -41,7 +41,7 @@ export const DEFAULT_LOCK_TIMEOUT_MS = 5000;
 export function lockTimeoutMs(name: string, value: unknown, fallback = DEFAULT_LOCK_TIMEOUT_MS): number {
   const check = (what: string, v: unknown): number => {
     if (typeof v !== 'number' || !Number.isInteger(v) || v < 0 || v > 86400000)
-      throw argRangeError(`Expected an integer from 0 to 86400000 (milliseconds) for ${what} but received ${JSON.stringify(v)}`);
+      throw argRangeError(`Expected an integer from 0 to 86400000 (milliseconds) for ${what} but received ${jsonText(v)}`);
     return v;
   };
   if (value !== undefined) return check(name, value);

@@ -129,12 +129,24 @@ export interface GroupMember {
   /** Bytes its live buffers use (published at each alloc and free). */
   bytesInUse: number;
   peakPoolBytes: number;
-  /** Its own limit (memoryFraction, memoryLimit, or the group budget). */
+  /** Its own limit (memoryFraction, memoryLimit, or the group budget); 0 for a process the interposer charges, which has none. */
   limitBytes: number;
   /** When it joined (ms since the epoch). */
   joinedAt: number;
   /** True for the allocator asking. */
   self: boolean;
+  /**
+   * Its command line (/proc/PID/cmdline, arguments joined by spaces, the first 4 KiB), or null
+   * where it cannot be read. The process's own text: printed, its control characters are escaped.
+   */
+  command: string | null;
+  /**
+   * The device memory NVML reports the process using: its CUDA context and every allocation it
+   * holds, by any API, whether the group charged it or not. Null on a simulated device, without
+   * NVML, and where NVML does not list the pid (a process without a CUDA context yet, or a
+   * member in another pid namespace: NVML lists the host's pids).
+   */
+  nvmlUsedBytes: number | null;
 }
 
 /**
@@ -156,4 +168,40 @@ export interface GroupStats {
   /** Slots of dead members this read cleared. */
   reapedMembers: number;
   members: GroupMember[];
+}
+
+/**
+ * Live resources of one kind on one device, as the addon counts them for leak checks: buffers
+ * (`device`, `pinned`, `registered`, `managed`, `shared-pinned`, `ipc-import`,
+ * `allocator-block`), raw allocations (`raw`), open allocators (`allocator`, bytes: their pool
+ * bytes) and group members (`group`).
+ *
+ * @category Testing
+ */
+export interface LiveBufferRow {
+  kind: string;
+  device: number;
+  simulated: boolean;
+  count: number;
+  bytes: number;
+  /** Where each was made, where known (raw allocations). */
+  where: string[];
+}
+
+/**
+ * What NVML says of a device at one moment; null where NVML does not answer.
+ *
+ * @category Devices and streams
+ */
+export interface NvmlDeviceState {
+  /** The NVIDIA driver's version, e.g. `550.54.15`. */
+  driverVersion: string | null;
+  smClockMHz: number | null;
+  smClockMaxMHz: number | null;
+  memoryClockMHz: number | null;
+  memoryClockMaxMHz: number | null;
+  /** Why the clocks are held down: a bit mask of NVML's `nvmlClocksEventReason*` (0: not held). */
+  clocksEventReasons: number | null;
+  /** The processes with a CUDA context on the device and their memory (null: not readable here). */
+  processes: { pid: number; usedBytes: number | null }[] | null;
 }

@@ -1,5 +1,5 @@
 /** Sizes and rates for people: binary units for bytes, decimal GB/s for rates. */
-import { argRangeError } from './errors';
+import { argRangeError, invalidArgument } from './errors';
 
 const UNITS: Record<string, number> = {
   b: 1,
@@ -28,7 +28,8 @@ export function parseSize(text: string | number): number {
     if (!Number.isSafeInteger(text) || text < 0) throw argRangeError(`Expected a non-negative integer size but received ${text}`);
     return text;
   }
-  const m = /^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$/.exec(String(text));
+  if (typeof text !== 'string') throw invalidArgument('size', 'a size such as 4096, 64KiB or 1GiB (a string or a number)', text);
+  const m = /^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$/.exec(text);
   const unit = m ? UNITS[m[2].toLowerCase()] : undefined;
   if (!m || unit === undefined)
     throw argRangeError(`Expected a size such as 4096, 64KiB, 256MiB or 1GiB but received ${JSON.stringify(text)}`);
@@ -44,6 +45,7 @@ export function parseSize(text: string | number): number {
  * @category Units and sizes
  */
 export function parseSizeList(text: string): number[] {
+  if (typeof text !== 'string') throw invalidArgument('sizes', 'a list such as "4KiB,64MiB" or "4KiB..1GiB" (a string)', text);
   const out: number[] = [];
   for (const part of text
     .split(',')
@@ -73,6 +75,7 @@ export function parseSizeList(text: string): number[] {
  * @category Units and sizes
  */
 export function formatBytes(bytes: number): string {
+  if (typeof bytes !== 'number') throw invalidArgument('bytes', 'a number', bytes);
   const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
   let v = bytes;
   let i = 0;
@@ -104,5 +107,6 @@ export function formatGbps(gbPerSecond: number): string {
  * @category Units and sizes
  */
 export function formatRate(gbPerSecond: number): string {
+  if (typeof gbPerSecond !== 'number') throw invalidArgument('gbPerSecond', 'a number', gbPerSecond);
   return `${formatGbps(gbPerSecond)} GB/s`;
 }

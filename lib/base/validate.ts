@@ -1,5 +1,5 @@
 /** Argument checks that run before anything reaches CUDA; each names the argument. */
-import { invalidArgument, argRangeError } from './errors';
+import { invalidArgument, argRangeError, argTypeError, describe, isDetached } from './errors';
 
 /**
  * Checks a byte count: a non-negative safe integer, at least `min`. A bigint is refused, as every
@@ -42,12 +42,100 @@ export function checkDeviceList(name: string, list: unknown[], deviceCount?: num
 /** Checks that `options` is undefined or a plain object. */
 export function checkOptions<T extends object>(name: string, value: unknown): Partial<T> {
   if (value === undefined || value === null) return {};
-  if (typeof value !== 'object' || Array.isArray(value)) throw invalidArgument(name, 'an options object', value);
+  if (typeof value !== 'object' || isArrayOrRevoked(value)) throw invalidArgument(name, 'an options object', value);
   return value as Partial<T>;
+}
+
+function isArrayOrRevoked(value: object): boolean {
+  return !isReadable(value) || Array.isArray(value);
+}
+
+/** False for an object nothing can be read from: a revoked proxy (Array.isArray throws for one). */
+export function isReadable(value: object): boolean {
+  try {
+    Array.isArray(value);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** Array.isArray(value), false for a revoked proxy (for which Array.isArray throws). */
+export function isArray(value: unknown): value is unknown[] {
+  try {
+    return Array.isArray(value);
+  } catch {
+    return false;
+  }
+}
+
+/** `value instanceof cls`, false where the check itself throws (a revoked proxy). */
+export function isInstance<T>(value: unknown, cls: abstract new (...args: never[]) => T): value is T {
+  try {
+    return value instanceof cls;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * A Uint8Array over a whole ArrayBuffer or SharedArrayBuffer; a detached ArrayBuffer is refused
+ * with ERR_INVALID_ARG_VALUE naming `name`, where V8 would throw a TypeError without a code.
+ */
+export function wholeView(name: string, buffer: ArrayBufferLike): Uint8Array {
+  if (buffer instanceof ArrayBuffer && isDetached(buffer))
+    throw argTypeError(
+      `Expected an ArrayBuffer that is not detached for ${name} but received a detached ArrayBuffer`,
+      'ERR_INVALID_ARG_VALUE',
+    );
+  return new Uint8Array(buffer);
 }
 
 export function checkBoolean(name: string, value: unknown, fallback: boolean): boolean {
   if (value === undefined) return fallback;
   if (typeof value !== 'boolean') throw invalidArgument(name, 'a boolean', value);
   return value;
+}
+
+/**
+ * Checks a path the library opens: a non-empty string without NUL characters. A number (which
+ * `fs` would take as a file descriptor), a Buffer or anything else is refused.
+ */
+export function checkFilePath(name: string, value: unknown): string {
+  if (typeof value !== 'string') throw invalidArgument(name, 'a file path (a string)', value);
+  if (value.length === 0 || value.includes('\0'))
+    throw argTypeError(
+      `Expected a non-empty path without NUL characters for ${name} but received ${describe(value)}`,
+      'ERR_INVALID_ARG_VALUE',
+    );
+  return value;
+}
+
+/** Checks an array whose every element is an object (`expected` says what made it). */
+export function checkObjects(name: string, expected: string, value: unknown): object[] {
+  if (!isArray(value)) throw invalidArgument(name, `an array: ${expected}`, value);
+  for (let i = 0; i < value.length; i++) {
+    const v = value[i];
+    if (v === null || typeof v !== 'object' || !isReadable(v)) throw invalidArgument(`${name}[${i}]`, `an object: ${expected}`, v);
+  }
+  return value as object[];
+}
+
+/** An array or typed array of numbers as a plain array; a view of a detached buffer is refused. */
+export function checkNumbers(name: string, value: unknown): number[] {
+  if (isInstance(value, DataView) || (!ArrayBuffer.isView(value) && !isArray(value)))
+    throw invalidArgument(name, 'an array of numbers', value);
+  let out: unknown[];
+  if (!ArrayBuffer.isView(value)) out = Array.from(value as unknown[]);
+  else
+    try {
+      out = Array.from(value as unknown as ArrayLike<unknown>);
+    } catch {
+      // V8 refuses to read a view of a detached buffer, or one past the end of a shrunk one.
+      throw argTypeError(`Expected numbers for ${name} but received a view of a detached or shrunk buffer`, 'ERR_INVALID_ARG_VALUE');
+    }
+  out.forEach((v, i) => {
+    if (typeof v !== 'number') throw invalidArgument(`${name}[${i}]`, 'a number', v);
+  });
+  return out as number[];
 }

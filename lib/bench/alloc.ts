@@ -2,12 +2,15 @@
  * The allocator benchmark: what a pooled allocation costs from JavaScript against cudaMalloc,
  * and a pinned pool hit against cudaMallocHost, measured in one run.
  */
+import * as path from 'path';
+import { spawnSync } from 'child_process';
 import { native } from '../binding/native';
 import { Allocator, createAllocator, createPinnedPool } from '../allocator';
 import { Stream } from '../device/stream';
 import { devices, knownDeviceCount } from '../device/discovery';
 import { summarize, SampleSummary } from './stats';
 import { checkDevice } from '../base/validate';
+import { memberEnvironment, preloadLibraryPath } from '../allocator/member';
 import { formatBytes } from '../base/units';
 
 /**
@@ -63,6 +66,43 @@ async function heldBatches(pairs: number, alloc: () => { free(): void }): Promis
   const out: number[] = [];
   for (let b = 0; b < pairs / BATCH; b++) out.push(await once());
   return out;
+}
+
+// The interposer (cuda_memory_preload.so) where a source build or the package puts it.
+// The interposer of this package, or null where it was not built.
+function interposerPath(): string | null {
+  try {
+    return preloadLibraryPath();
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * cudaMalloc+cudaFree pairs timed in C++ in a child process of their own, plainly or with the
+ * interposer preloaded into a group (its budget, 8 GiB, keeps 1 MiB and 64 MiB pairs within one
+ * grant, as a member's steady state is): the interposer binds only at a process's start, so both
+ * sides run as children, side by side. Seconds per pair; null if the child failed.
+ */
+function childPairs(bytes: number, iterations: number, device: number, preload: string | null): number[] | null {
+  const binding = JSON.stringify(path.join(__dirname, '..', 'binding', 'native'));
+  const script = `const { native } = require(${binding}); process.stdout.write(JSON.stringify(Array.from(native.timeRawAlloc('device', ${bytes}, ${iterations}, ${device}))));`;
+  const d = devices()[device];
+  const env = preload
+    ? memberEnvironment({
+        group: `bench-alloc-${process.pid}`,
+        deviceKey: d.uuid,
+        totalBytes: d.totalMemory,
+        memoryLimit: 8 * 2 ** 30,
+        preload,
+      }).env
+    : { ...process.env };
+  const r = spawnSync(process.execPath, ['-e', script], { env, encoding: 'utf8', timeout: 120_000 });
+  try {
+    return r.status === 0 ? (JSON.parse(r.stdout) as number[]) : null;
+  } catch {
+    return null;
+  }
 }
 
 /**
@@ -194,6 +234,38 @@ export async function runAllocBenchmark(options: { device?: number; pairs?: numb
   sim.close({ force: true });
   raw('cudaMalloc + cudaFree (C++, no JS)', 'device', MiB, 200);
   raw('cudaMalloc + cudaFree (C++, no JS)', 'device', 64 * MiB, 50);
+  // What the interposer adds to a pair: both sides in child processes, in turns (the driver's own
+  // pair time moves between runs by more than the interposer's cost, so one run of each would
+  // compare two states of the driver, not the two sides).
+  const interposer = interposerPath();
+  if (interposer) {
+    for (const [bytes, iterations] of [
+      [MiB, 100],
+      [64 * MiB, 25],
+    ]) {
+      const plain: number[] = [];
+      const preloaded: number[] = [];
+      for (let round = 0; round < 6; round++) {
+        const [first, second] = round % 2 ? [interposer, null] : [null, interposer];
+        for (const side of [first, second]) {
+          const t = childPairs(bytes, iterations, device, side);
+          if (t) (side ? preloaded : plain).push(...t);
+        }
+      }
+      if (plain.length && preloaded.length) {
+        add(
+          'cudaMalloc + cudaFree (C++, child process)',
+          bytes,
+          plain.map((x) => x * 1e6),
+        );
+        add(
+          'cudaMalloc + cudaFree (C++, child under the interposer)',
+          bytes,
+          preloaded.map((x) => x * 1e6),
+        );
+      }
+    }
+  }
 
   const pinned = createPinnedPool({ device });
   add(

@@ -13,6 +13,7 @@ import { copy } from '../transfer/copy';
 import { summarize, rateSummary, SampleSummary } from './stats';
 import { GateMetric, GateSource } from './gates';
 import { fillPattern, equal } from './transfer';
+import { RunState, runState } from './run-state';
 import { checkDeviceList } from '../base/validate';
 import { argRangeError } from '../base/errors';
 
@@ -100,6 +101,8 @@ export interface BenchGpu {
   pciBusId: string;
   nvmlIndex: number | null;
   numaNode: number;
+  /** The versions, and this GPU's clocks and processes, at the end of the run. */
+  state?: RunState;
 }
 
 /**
@@ -153,6 +156,7 @@ export function multiGpuEnvironment(indices: number[]): MultiGpuEnvironment {
         pciBusId: d.pciBusId,
         nvmlIndex: d.nvmlIndex ?? null,
         numaNode: deviceLocality(d.pciBusId)?.numaNode ?? -1,
+        state: runState(i),
       };
     }),
     driverVersion: formatCudaVersion(st.driverVersion),

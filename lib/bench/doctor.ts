@@ -11,9 +11,12 @@ import { copy, memset } from '../transfer/copy';
 import { native } from '../binding/native';
 import { rateSummary } from './stats';
 import { formatGbps as rate } from '../base/units';
-import { checkDevice } from '../base/validate';
+import { checkDevice, checkOptions } from '../base/validate';
 import { resolveDevices } from './devices';
 import { platformInfo, describePlatformLimit } from '../device/platform';
+import { Expectations, checkExpectations, expectationsFor, readExpectations } from './expectations';
+import { Fault, RunObservation, faultsOfFailure } from './faults';
+import { RunState, runState } from './run-state';
 
 /**
  * Options of {@link runDoctor}.
@@ -28,10 +31,16 @@ export interface DoctorOptions {
   minD2dGbps?: number;
   /** Bytes per timed copy (default 256 MiB). */
   bytes?: number;
+  /**
+   * The expectations the rate checks are held to where no `min...` option is given: a file's
+   * path, a parsed file, or null for none. Default: the shipped file that matches the device
+   * (its name and PCIe link), if any; else 20 GB/s pinned and 500 GB/s device-to-device.
+   */
+  expectations?: string | Expectations | null;
 }
 
 /**
- * One check.
+ * One check. A failed rate check carries its likely causes (`faults`).
  *
  * @category Benchmarks
  */
@@ -41,10 +50,13 @@ export interface DoctorCheck {
   detail: string;
   value?: number;
   seconds: number;
+  /** A failed rate check: its likely causes, each with a stable code. */
+  faults?: Fault[];
 }
 
 /**
- * The doctor's report.
+ * The doctor's report: the checks, the expectation file they were held to (null: the defaults or
+ * the options), and the versions and clock state of the run.
  *
  * @category Benchmarks
  */
@@ -53,6 +65,41 @@ export interface DoctorReport {
   ok: boolean;
   device: number;
   checks: DoctorCheck[];
+  expectations: { name: string; file: string | null } | null;
+  environment: RunState;
+}
+
+// The expectations a run is held to (see DoctorOptions.expectations).
+function resolveExpectations(device: number, given: DoctorOptions['expectations']): Expectations | null {
+  if (given === null) return null;
+  if (typeof given === 'string') return readExpectations(given);
+  if (given !== undefined) return checkExpectations(given, '(options.expectations)');
+  if (!status().available) return null;
+  const d = devices()[device];
+  return expectationsFor({ name: d.name, pcie: d.pcie ?? null });
+}
+
+// A rate check's outcome: pass at or above `min`, else fail with the causes the run saw.
+function rateOutcome(g: number, min: number, detail: string, seen: RunObservation): Omit<DoctorCheck, 'name' | 'seconds'> {
+  if (g >= min) return { status: 'pass', detail, value: g };
+  const faults = faultsOfFailure(seen, `${rate(g)} GB/s is below ${rate(min)} GB/s`);
+  return { status: 'fail', detail: `${detail}; ${faults.map((f) => `${f.code}: ${f.cause}`).join('; ')}`, value: g, faults };
+}
+
+// What the run saw on `device` for faultsFor(): the link, the GPU's node, NVML's processes and clocks.
+function observe(
+  device: number,
+  state: RunState,
+  o: Omit<RunObservation, 'pcie' | 'gpuNumaNode' | 'processes' | 'pid' | 'clocks'>,
+): RunObservation {
+  return {
+    ...o,
+    pcie: devices()[device].pcie ?? null,
+    gpuNumaNode: state.gpuNumaNode,
+    processes: state.processes,
+    pid: process.pid,
+    clocks: state.clocks,
+  };
 }
 
 // What system memory the GPU reaches, and, where it has managed memory, a round trip through a
@@ -125,12 +172,26 @@ export function platformCheck(device: number): Omit<DoctorCheck, 'name' | 'secon
  * @category Benchmarks
  */
 export function runDoctor(options: DoctorOptions = {}): DoctorReport {
-  const minPinned = options.minPinnedGbps ?? 20;
-  const minD2d = options.minD2dGbps ?? 500;
+  options = checkOptions<DoctorOptions>('options', options);
   const bytes = options.bytes ?? 256 * 2 ** 20;
   const st = status();
   const checks: DoctorCheck[] = [];
   const device = checkDevice(options.device, knownDeviceCount());
+  const exp = resolveExpectations(device, options.expectations);
+  const minPinned = {
+    h2d: options.minPinnedGbps ?? exp?.expect.h2dPinnedGbps ?? 20,
+    d2h: options.minPinnedGbps ?? exp?.expect.d2hPinnedGbps ?? 20,
+  };
+  const minD2d = options.minD2dGbps ?? exp?.expect.d2dGbps ?? 500;
+  const maxCv = exp?.expect.maxCv ?? 0.05;
+  const done = (): DoctorReport => ({
+    schema: 'cuda-memory/doctor@1',
+    ok: checks.every((c) => c.status !== 'fail'),
+    device,
+    checks,
+    expectations: exp ? { name: exp.name, file: exp.file ?? null } : null,
+    environment: runState(device),
+  });
   checks.push(
     timed('device visible', () => {
       if (!st.available) return { status: 'fail', detail: `${st.reason}: ${st.message}` };
@@ -141,7 +202,7 @@ export function runDoctor(options: DoctorOptions = {}): DoctorReport {
       };
     }),
   );
-  if (!st.available) return { schema: 'cuda-memory/doctor@1', ok: false, device, checks };
+  if (!st.available) return done();
   checks.push(timed('platform memory limit', () => platformCheck(device)));
   checks.push(
     timed('PCIe link at its maximum', () => {
@@ -176,20 +237,24 @@ export function runDoctor(options: DoctorOptions = {}): DoctorReport {
   const pinned: Record<string, number> = {};
   for (const dir of ['h2d', 'd2h'] as const) {
     checks.push(
-      timed(`pinned ${dir} >= ${minPinned} GB/s`, () => {
+      timed(`pinned ${dir} >= ${minPinned[dir]} GB/s`, () => {
         const d = DeviceBuffer.alloc(bytes, { device });
         const p = PinnedBuffer.alloc(bytes, { device });
         try {
           p.bytes.fill(3);
           const s =
             dir === 'h2d' ? native.timeCopy(d._h, p._h, bytes, 2, 10, 'events') : native.timeCopy(p._h, d._h, bytes, 2, 10, 'events');
-          const g = rateSummary(s, bytes).median;
+          const summary = rateSummary(s, bytes);
+          const g = summary.median;
           pinned[dir] = g;
-          return {
-            status: g >= minPinned ? 'pass' : 'fail',
-            detail: `${g.toFixed(2)} GB/s median of 10 at ${(bytes / 2 ** 20).toFixed(0)} MiB`,
-            value: g,
-          };
+          const seen = observe(device, runState(device), {
+            path: 'host',
+            hostMemory: 'pinned',
+            bufferNumaNode: native.handleInfo(p._h).numaNode ?? -1,
+            cv: summary.cv,
+            maxCv,
+          });
+          return rateOutcome(g, minPinned[dir], `${g.toFixed(2)} GB/s median of 10 at ${(bytes / 2 ** 20).toFixed(0)} MiB`, seen);
         } finally {
           d.free();
           p.free();
@@ -202,16 +267,16 @@ export function runDoctor(options: DoctorOptions = {}): DoctorReport {
       const a = DeviceBuffer.alloc(bytes, { device });
       const b = DeviceBuffer.alloc(bytes, { device });
       try {
-        const s = native.timeCopy(b._h, a._h, bytes, 2, 10, 'events');
-        const g = rateSummary(s, 2 * bytes).median;
-        return { status: g >= minD2d ? 'pass' : 'fail', detail: `${g.toFixed(1)} GB/s read+write median of 10`, value: g };
+        const summary = rateSummary(native.timeCopy(b._h, a._h, bytes, 2, 10, 'events'), 2 * bytes);
+        const seen = observe(device, runState(device), { path: 'device', cv: summary.cv, maxCv });
+        return rateOutcome(summary.median, minD2d, `${summary.median.toFixed(1)} GB/s read+write median of 10`, seen);
       } finally {
         a.free();
         b.free();
       }
     }),
   );
-  return { schema: 'cuda-memory/doctor@1', ok: checks.every((c) => c.status !== 'fail'), device, checks };
+  return done();
 }
 
 /**
@@ -284,7 +349,7 @@ export function peerCopyFloor(
  * @category Benchmarks
  */
 export function runDoctorDevices(options: DoctorDevicesOptions = {}): DoctorDevicesReport {
-  const { devices: which, minP2pGbps, ...single } = options;
+  const { devices: which, minP2pGbps, ...single } = checkOptions<DoctorDevicesOptions>('options', options);
   const st = status();
   if (!st.available) {
     const only = runDoctor(single);
@@ -292,6 +357,8 @@ export function runDoctorDevices(options: DoctorDevicesOptions = {}): DoctorDevi
   }
   const devices = resolveDevices(which, st.deviceCount);
   const gpus = devices.map((device) => runDoctor({ ...single, device }));
+  const exp = resolveExpectations(devices[0], options.expectations);
+  const p2pFloor = minP2pGbps ?? exp?.expect.p2pGbps ?? undefined;
   const bytes = options.bytes ?? 256 * 2 ** 20;
   const links = devices.length > 1 ? peerAccess() : [];
   const pairs: DoctorPair[] = [];
@@ -315,7 +382,7 @@ export function runDoctorDevices(options: DoctorDevicesOptions = {}): DoctorDevi
           return { status: on ? 'pass' : 'fail', detail: `${how}, peer access ${on ? 'enabled' : 'could not be enabled'}` };
         }),
       );
-      const { min, why } = peerCopyFloor(link, minP2pGbps);
+      const { min, why } = peerCopyFloor(link, p2pFloor);
       checks.push(
         timed(`copy ${from} -> ${to}${min !== undefined ? ` >= ${rate(min)} GB/s` : ''}`, () => {
           if (min === undefined) return { status: 'skip', detail: 'no NVLink between them and no --min-p2p given' };
@@ -332,12 +399,11 @@ export function runDoctorDevices(options: DoctorDevicesOptions = {}): DoctorDevi
             const probe = new Uint8Array(4096);
             copy(probe, b, { srcOffset: bytes - 4096 });
             if (!probe.every((x) => x === 0x3c)) return { status: 'fail', detail: 'the copied bytes did not arrive' };
-            const g = rateSummary(samples, bytes).median;
-            return {
-              status: g >= min ? 'pass' : 'fail',
-              detail: `${rate(g)} GB/s median of 10 copy() calls at ${(bytes / 2 ** 20).toFixed(0)} MiB${why ? ` (${why})` : ''}`,
-              value: g,
-            };
+            const summary = rateSummary(samples, bytes);
+            const seen = observe(from, runState(from), { path: 'peer', cv: summary.cv, maxCv: exp?.expect.maxCv ?? 0.05 });
+            const source = why || (minP2pGbps === undefined && exp ? `least: ${exp.name} expectations` : '');
+            const detail = `${rate(summary.median)} GB/s median of 10 copy() calls at ${(bytes / 2 ** 20).toFixed(0)} MiB${source ? ` (${source})` : ''}`;
+            return rateOutcome(summary.median, min, detail, seen);
           } finally {
             a.free();
             b.free();

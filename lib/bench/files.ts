@@ -8,6 +8,7 @@
  * limit of a read into device memory. Without a GPU only the storage rows run.
  */
 import * as fs from 'fs';
+import { constants as bufferConstants } from 'buffer';
 import * as os from 'os';
 import * as path from 'path';
 import { status, devices } from '../device/discovery';
@@ -18,7 +19,9 @@ import { summarize, rateSummary, SampleSummary } from './stats';
 import { GateMetric, GateSource } from './gates';
 import { fillPattern, equal } from './transfer';
 import { checkDevice, checkOptions, checkSize } from '../base/validate';
-import { invalidArgument } from '../base/errors';
+import { argRangeError, invalidArgument } from '../base/errors';
+import { fileError } from '../base/files';
+import { formatBytes } from '../base/units';
 
 /** Options of {@link runFilesBenchmark}. */
 export interface FilesBenchmarkOptions {
@@ -148,6 +151,11 @@ export function writeWhole(fd: number, data: Uint8Array, piece = 1 << 30): void 
   for (let at = 0; at < data.length;) at += fs.writeSync(fd, data, at, Math.min(data.length - at, piece), at);
 }
 
+// The largest Buffer this Node makes (buffer.constants.MAX_LENGTH: 2^32 on Node 20).
+function maxBuffer(): number {
+  return Math.min(Number.MAX_SAFE_INTEGER, bufferConstants.MAX_LENGTH);
+}
+
 function median(v: number[]): number {
   return summarize(v).median;
 }
@@ -158,6 +166,12 @@ export async function runFilesBenchmark(options: FilesBenchmarkOptions): Promise
   if (typeof o.dir !== 'string' || !fs.existsSync(o.dir) || !fs.statSync(o.dir).isDirectory())
     throw invalidArgument('options.dir', 'an existing folder', o.dir);
   const bytes = o.bytes === undefined ? 1 << 30 : checkSize('options.bytes', o.bytes, 1);
+  // The file is held in a Node buffer (the data to check against, and fs.readFile's way of
+  // reading it): no larger than this Node makes one (4 GiB on Node 20).
+  if (bytes > maxBuffer())
+    throw argRangeError(
+      `Expected options.bytes of at most ${maxBuffer()} (${formatBytes(maxBuffer())}, the largest buffer Node ${process.version} makes) but received ${bytes}`,
+    );
   const iterations = o.iterations === undefined ? 5 : checkSize('options.iterations', o.iterations, 1);
   const warmup = o.warmup === undefined ? 1 : checkSize('options.warmup', o.warmup, 0);
   const device = o.device === undefined ? 0 : checkDevice(o.device);
@@ -166,16 +180,13 @@ export async function runFilesBenchmark(options: FilesBenchmarkOptions): Promise
   const skipped: string[] = [];
   if (!gpu) skipped.push(`library, naive and link rows: no GPU (${status().message})`);
 
-  const work = fs.mkdtempSync(path.join(o.dir, 'cuda-memory-bench-'));
-  const file = path.join(work, 'data.bin');
-  const host = new Uint8Array(bytes);
-  fillPattern(host, 7);
-  const fd = fs.openSync(file, 'w');
+  let work: string;
   try {
-    writeWhole(fd, host);
-  } finally {
-    fs.closeSync(fd);
+    work = fs.mkdtempSync(path.join(o.dir, 'cuda-memory-bench-'));
+  } catch (e) {
+    throw fileError(e as NodeJS.ErrnoException, o.dir);
   }
+  const file = path.join(work, 'data.bin');
   const results: FilesResult[] = [];
   const plan: string[] = [];
   for (const c of ['cold', 'warm']) plan.push(`storage-${c}`, ...(gpu ? [`library-${c}`, `naive-${c}`] : []));
@@ -190,14 +201,20 @@ export async function runFilesBenchmark(options: FilesBenchmarkOptions): Promise
     const c = fileCache(file, true);
     return c.resident;
   };
-  const dropWorks = (() => {
-    const r = coldPass();
-    return r >= 0 && r < 0.05;
-  })();
 
-  const dev = gpu ? DeviceBuffer.alloc(bytes, { device }) : undefined;
-  const back = new Uint8Array(bytes);
+  let allocated: DeviceBuffer | undefined;
   try {
+    const host = new Uint8Array(bytes);
+    fillPattern(host, 7);
+    // The library's write: a full disk is ERR_FILE_NO_SPACE, and no partial file stays.
+    writeFile(file, host);
+    const dropWorks = (() => {
+      const r = coldPass();
+      return r >= 0 && r < 0.05;
+    })();
+    const dev = gpu ? DeviceBuffer.alloc(bytes, { device }) : undefined;
+    allocated = dev;
+    const back = new Uint8Array(bytes);
     for (const cache of ['cold', 'warm'] as const) {
       const prepare = () => (cache === 'cold' ? coldPass() : fileCache(file).resident);
       if (cache === 'warm') for (let i = 0; i < warmup; i++) readFileStorage(file, { direct: false });
@@ -304,7 +321,7 @@ export async function runFilesBenchmark(options: FilesBenchmarkOptions): Promise
       step('write storage');
     }
   } finally {
-    dev?.free();
+    allocated?.free();
     fs.rmSync(work, { recursive: true, force: true });
   }
   // Each library read against what it cannot beat: the storage in the same state, and the link.

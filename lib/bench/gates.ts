@@ -10,7 +10,9 @@
  * once (total), `p2p.0-1.latency` a 4-byte copy() in µs.
  */
 import { formatBytes, parseSize } from '../base/units';
-import { argRangeError } from '../base/errors';
+import { argRangeError, invalidArgument } from '../base/errors';
+import { isArray, isReadable } from '../base/validate';
+import type { Fault } from './faults';
 
 /**
  * One side of a gate: a result picked by direction, mode, scope and optionally size.
@@ -60,6 +62,8 @@ export interface GateResult {
   /** The measured value (GB/s, µs or the ratio), NaN when the result was missing. */
   actual: number;
   message: string;
+  /** A failed gate of a report that names causes (the transfer benchmark's): its likely causes. */
+  faults?: Fault[];
 }
 
 const METRIC = /^([a-z0-9]+)\.([a-z0-9-]+)(?:\.([a-z0-9]+))?(?:@([0-9.]+[a-zA-Z]*))?$/;
@@ -103,6 +107,7 @@ const UNIT_WORDS: Record<GateUnit, string> = { rate: 'a rate (GB/s)', time: 'a t
  * @category Benchmarks
  */
 export function parseGate(text: string): Gate {
+  if (typeof text !== 'string') throw invalidArgument('gate', "a gate such as 'h2d.pinned>=48GB/s' (a string)", text);
   const m = /^(.+?)(>=|<=|>|<)\s*([0-9.]+)\s*([a-zA-Zµ/]*)\s*$/.exec(text);
   if (!m || !Number.isFinite(Number(m[3])))
     throw argRangeError(`Expected a gate such as 'h2d.pinned>=48GB/s' but received ${JSON.stringify(text)}`);
@@ -188,25 +193,40 @@ function show(value: number, unit: GateUnit): string {
  * @category Benchmarks
  */
 export function evaluateGates(gates: Gate[], source: GateSource): GateResult[] {
-  return gates.map((gate) => {
-    const a = source.lookup(gate.metric);
-    const b = gate.divisor ? source.lookup(gate.divisor) : undefined;
-    if (!a || (gate.divisor && !b)) {
-      const missing = !a ? gate.metric : gate.divisor!;
-      return {
-        gate,
-        pass: false,
-        actual: NaN,
-        message: `FAIL ${gate.text}: no result for ${name(missing)}${missing.size ? ` at ${formatBytes(missing.size)}` : ''} (was that mode, direction and size measured?)`,
-      };
-    }
-    const actual = b ? a.value / b.value : a.value;
-    const pass = compare(actual, gate.op, gate.value);
-    // Sizes in binary units; a ratio names both sides' sizes, which differ when one side has `@size`.
-    const unit = metricUnit(gate.metric);
-    const shown = b
-      ? `${actual.toFixed(2)}x (${show(a.value, unit)} at ${formatBytes(a.size)} / ${show(b.value, unit)} at ${formatBytes(b.size)})`
-      : `${show(actual, unit)} at ${formatBytes(a.size)}`;
-    return { gate, pass, actual, message: `${pass ? 'PASS' : 'FAIL'} ${gate.text}: measured ${shown}` };
+  if (!isArray(gates)) throw invalidArgument('gates', 'an array of gates from parseGate()', gates);
+  const lookup = source !== null && typeof source === 'object' && isReadable(source) ? source.lookup : undefined;
+  if (typeof lookup !== 'function') throw invalidArgument('source', 'a gate source ({ lookup(metric) })', source);
+  return Array.from(gates, (gate: unknown, i) => {
+    if (
+      gate === null ||
+      typeof gate !== 'object' ||
+      !isReadable(gate) ||
+      typeof (gate as Gate).text !== 'string' ||
+      typeof (gate as Gate).metric !== 'object'
+    )
+      throw invalidArgument(`gates[${i}]`, 'a gate from parseGate()', gate);
+    return evaluateGate(gate as Gate, source);
   });
+}
+
+function evaluateGate(gate: Gate, source: GateSource): GateResult {
+  const a = source.lookup(gate.metric);
+  const b = gate.divisor ? source.lookup(gate.divisor) : undefined;
+  if (!a || (gate.divisor && !b)) {
+    const missing = !a ? gate.metric : gate.divisor!;
+    return {
+      gate,
+      pass: false,
+      actual: NaN,
+      message: `FAIL ${gate.text}: no result for ${name(missing)}${missing.size ? ` at ${formatBytes(missing.size)}` : ''} (was that mode, direction and size measured?)`,
+    };
+  }
+  const actual = b ? a.value / b.value : a.value;
+  const pass = compare(actual, gate.op, gate.value);
+  // Sizes in binary units; a ratio names both sides' sizes, which differ when one side has `@size`.
+  const unit = metricUnit(gate.metric);
+  const shown = b
+    ? `${actual.toFixed(2)}x (${show(a.value, unit)} at ${formatBytes(a.size)} / ${show(b.value, unit)} at ${formatBytes(b.size)})`
+    : `${show(actual, unit)} at ${formatBytes(a.size)}`;
+  return { gate, pass, actual, message: `${pass ? 'PASS' : 'FAIL'} ${gate.text}: measured ${shown}` };
 }

@@ -1,4 +1,5 @@
 /** Summary statistics of timing samples. */
+import { checkNumbers } from '../base/validate';
 
 /**
  * Summary of samples, in the samples' unit.
@@ -36,7 +37,7 @@ export function percentile(sorted: ArrayLike<number>, p: number): number {
  * @category Benchmarks
  */
 export function summarize(samples: ArrayLike<number>): SampleSummary {
-  const sorted = Array.from(samples).sort((a, b) => a - b);
+  const sorted = checkNumbers('samples', samples).sort((a, b) => a - b);
   const n = sorted.length;
   if (n === 0) return { count: 0, median: NaN, p10: NaN, p90: NaN, min: NaN, max: NaN, mean: NaN, cv: NaN };
   const mean = sorted.reduce((a, b) => a + b, 0) / n;

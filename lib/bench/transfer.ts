@@ -14,7 +14,9 @@ import { ManagedBuffer, ManagedLocation } from '../memory/managed';
 import { copy, copyAsync, CopyStrategy } from '../transfer/copy';
 import { configureStaging, StagingSettings } from '../transfer/staging';
 import { summarize, rateSummary, SampleSummary } from './stats';
-import { GateMetric, GateSource } from './gates';
+import { GateMetric, GateResult, GateSource } from './gates';
+import { RunObservation, faultsOfFailure } from './faults';
+import { RunState as RunRecordState, runState } from './run-state';
 import { checkDevice } from '../base/validate';
 import { argRangeError } from '../base/errors';
 
@@ -139,6 +141,8 @@ export interface TransferEnvironment {
   host: { hostname: string; cpu: string; cpus: number; memoryBytes: number; platform: string; kernel: string };
   node: string;
   staging: StagingSettings;
+  /** The versions (NVIDIA driver, library) and the clocks and processes on the GPU at the end of the run. */
+  state: RunRecordState;
 }
 
 /**
@@ -622,7 +626,57 @@ function environmentOf(gpu: DeviceInfo, st: ReturnType<typeof status>, staging: 
     },
     node: process.version,
     staging,
+    state: runState(gpu.index),
   };
+}
+
+// The host memory a mode copies from or to, for the fault causes.
+const HOST_MEMORY: Partial<Record<TransferMode, RunObservation['hostMemory']>> = {
+  pageable: 'pageable',
+  staged: 'staged',
+  auto: 'staged',
+  pinned: 'pinned',
+  'pinned-call': 'pinned',
+  'pinned-wc': 'pinned',
+  registered: 'registered',
+};
+
+/**
+ * The gates' results with each failed gate's likely causes (`faults`, also appended to its
+ * message), named from the report: the row's mode and spread, the link, and the clocks and
+ * processes on the GPU at the end of the run.
+ *
+ * @category Benchmarks
+ */
+export function gateFaults(
+  report: Pick<TransferReport, 'results' | 'headlineBytes' | 'environment'>,
+  results: GateResult[],
+  maxCv = 0.05,
+): GateResult[] {
+  const state = report.environment.state;
+  return results.map((g) => {
+    if (g.pass || Number.isNaN(g.actual)) return g;
+    const m = g.gate.metric;
+    const size = m.size ?? report.headlineBytes;
+    const row = report.results.find(
+      (r) => r.direction === m.direction && r.bytes === size && (r.mode === m.mode || (m.direction === 'd2d' && r.mode === 'device')),
+    );
+    const faults = faultsOfFailure(
+      {
+        path: m.direction === 'd2d' ? 'device' : 'host',
+        hostMemory: row ? HOST_MEMORY[row.mode as TransferMode] : undefined,
+        cv: row?.gbps.cv,
+        maxCv,
+        pcie: report.environment.gpu.pcie ?? null,
+        gpuNumaNode: state?.gpuNumaNode,
+        processes: state?.processes,
+        pid: process.pid,
+        clocks: state?.clocks,
+      },
+      `${g.gate.text} failed`,
+    );
+    return { ...g, faults, message: `${g.message} [${faults.map((f) => `${f.code}: ${f.cause}`).join('; ')}]` };
+  });
 }
 
 function targetOf(h: Host): number | Uint8Array {

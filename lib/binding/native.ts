@@ -28,6 +28,15 @@ function candidates(): string[] {
   return out;
 }
 
+/** The package's version (from its package.json), or `unknown` where that cannot be read. */
+export function packageVersion(): string {
+  try {
+    return (JSON.parse(fs.readFileSync(path.join(packageRoot, 'package.json'), 'utf8')) as { version: string }).version;
+  } catch {
+    return 'unknown';
+  }
+}
+
 /**
  * The binary node-gyp-build picks for this package: a source build if there is one, else the
  * prebuilt binary under prebuilds/ that fits this platform (platform, arch, Node-API, libc
@@ -67,6 +76,9 @@ function unloaded(reason: string): NativeBinding {
     builtWithCuda: false,
   });
   stub.liveCount = () => 0;
+  stub.liveSummary = () => [];
+  stub.allocatorsLive = () => [];
+  stub.nvmlState = () => null;
   return stub as unknown as NativeBinding;
 }
 

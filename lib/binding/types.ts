@@ -5,7 +5,7 @@
  * (native/binding/exports.h: each concern's Register table). Imports only base types, so the
  * bottom of the graph knows nothing of the top. The loader, beside this file, loads the addon.
  */
-import type { GroupStats, PeerLink, StagingPlacement, StagingSettings } from '../base/types';
+import type { GroupStats, LiveBufferRow, NvmlDeviceState, PeerLink, StagingPlacement, StagingSettings } from '../base/types';
 
 declare const brand: unique symbol;
 /** A value of type T that only the export that made it hands out: another T does not pass for it. */
@@ -42,6 +42,7 @@ type FileReadArgs = [
   byteLength: number,
   direct: number,
   progress?: BigUint64Array,
+  fd?: number,
 ];
 
 /** The arguments of fileWrite and fileWriteAsync. */
@@ -124,14 +125,34 @@ const surface = {
   >(),
   devices: fn<() => NativeDevice[]>(),
   memGetInfo: fn<(device: number) => { free: number; total: number }>(),
+  /** NVML's compute processes on the GPU of this uuid; null where NVML cannot answer. */
+  deviceProcesses: fn<(uuid: string) => { pid: number; usedBytes: number | null }[] | null>(),
+  /** What NVML says of a device now, or null where it does not know it. */
+  nvmlState: fn<(pciBusId: string) => NvmlDeviceState | null>(),
   deviceAlloc: fn<(bytes: number, device: number) => BufferHandle>(),
   pinnedAlloc: fn<(bytes: number, flags: number, device: number) => [BufferHandle, ArrayBuffer]>(),
   registerHost: fn<(view: ArrayBufferView, flags: number, device: number) => BufferHandle>(),
   free: fn<(handle: BufferHandle) => boolean>(),
   /** free() after the work queued on `stream` (in its order, for a kind freed in stream order). */
   freeOn: fn<(handle: BufferHandle, stream: StreamHandle) => boolean>(),
-  handleInfo: fn<(handle: BufferHandle) => { address?: number; devicePointer?: number | null; released: boolean; simulated?: boolean }>(),
+  handleInfo: fn<
+    (handle: BufferHandle) => {
+      address?: number;
+      devicePointer?: number | null;
+      released: boolean;
+      simulated?: boolean;
+      numaNode?: number;
+    }
+  >(),
   liveCount: fn<() => number>(),
+  /** The live buffers by kind, device and simulated-ness (for leak checks). */
+  liveSummary: fn<() => LiveBufferRow[]>(),
+  /**
+   * A cudaMalloc no handle knows of (leak checks' tests): its device address, which only
+   * rawDeviceFree frees (it is no BufferHandle).
+   */
+  rawDeviceAlloc: fn<(bytes: number, device: number, simulated: boolean, where: string, listed: boolean) => number>(),
+  rawDeviceFree: fn<(address: number) => boolean>(),
   copy: fn<(...args: CopyArgs) => void>(),
   /** The memory copyHandles() reads its three numbers from (see copy() in lib/transfer/copy.ts). */
   copyArgs: fn<() => ArrayBuffer>(),
@@ -150,6 +171,8 @@ const surface = {
   eventQuery: fn<(e: EventHandle) => boolean>(),
   eventElapsed: fn<(a: EventHandle, b: EventHandle) => number>(),
   eventDestroy: fn<(e: EventHandle) => boolean>(),
+  /** The open allocators ('allocator') and group members ('group') by device, with pool bytes. */
+  allocatorsLive: fn<() => LiveBufferRow[]>(),
   createAllocator: fn<(options: object) => AllocatorHandle>(),
   /** `stream`: the async backend's; a bfc block is usable on any stream at once. */
   allocatorAlloc: fn<(a: AllocatorHandle, bytes: number, alignment?: number, stream?: StreamHandle) => BufferHandle>(),
@@ -230,7 +253,10 @@ const surface = {
   stagingPlacement: fn<(device: number) => StagingPlacement>(),
   peerAccess: fn<() => PeerLink[]>(),
   enablePeerAccess: fn<(from: number, to: number) => boolean>(),
-  /** direct: 0 'auto', 1 on, 2 off; byteLength -1: to the end of the file; progress: [done, total]. */
+  /**
+   * direct: 0 'auto', 1 on, 2 off; byteLength -1: to the end of the file; progress: [done, total];
+   * fd: read this open file (left open), which path only names.
+   */
   fileRead: fn<(...args: FileReadArgs) => FileReadInfo>(),
   fileReadAsync: fn<(...args: FileReadArgs) => Promise<FileReadInfo>>(),
   fileWrite: fn<(...args: FileWriteArgs) => number>(),
@@ -238,6 +264,10 @@ const surface = {
   /** byteLength -1: to the end of the file; direct: 0 'auto', 1 on, 2 off. */
   fileStorageRead: fn<(path: string, fileOffset: number, byteLength: number, direct: number) => FileReadInfo & { seconds: number }>(),
   fileCache: fn<(path: string, drop: boolean) => { resident: number; dropped: boolean }>(),
+  /** Starts replacing path (its links followed): [the temporary file to fill, the target]. */
+  fileReplaceBegin: fn<(path: string) => [tmp: string, target: string]>(),
+  /** Renames tmp over target (fsync'd first with sync); removes tmp on failure. */
+  fileReplaceCommit: fn<(path: string, tmp: string, target: string, sync: boolean) => void>(),
   fileDirectChoices: fn<() => { device: number; direct: boolean; directRate: number; bufferedRate: number; reason: string }[]>(),
   managedAlloc: fn<(bytes: number, device: number, attachHost: boolean) => [BufferHandle, ArrayBuffer]>(),
   managedPrefetch: fn<(handle: BufferHandle, offset: number, n: number, location: number, stream?: StreamHandle) => Promise<void>>(),

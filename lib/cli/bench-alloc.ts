@@ -1,6 +1,7 @@
 /** `cuda-memory bench-alloc`: pooled alloc+free against cudaMalloc, the pinned pool against cudaMallocHost. */
 import { Command, Option } from 'commander';
 import { runAllocBenchmark, formatAllocReport } from '../bench/alloc';
+import { status } from '../device/discovery';
 import { requireGpu } from './common';
 import { integer } from './options';
 
@@ -22,6 +23,16 @@ export function register(program: Command): void {
       integer(1, MAX_PAIRS),
     )
     .action(async (o: { json?: boolean; device?: number; pairs?: number }) => {
+      // Without CUDA, --json still gets a report, saying why (then one line on stderr, exit 2).
+      const st = status();
+      if (!st.available && o.json)
+        process.stdout.write(
+          JSON.stringify(
+            { schema: 'cuda-memory/alloc-benchmark@1', available: false, reason: st.reason, message: st.message, rows: [] },
+            null,
+            2,
+          ) + '\n',
+        );
       requireGpu('bench-alloc');
       const report = await runAllocBenchmark({ device: o.device, pairs: o.pairs });
       process.stdout.write(o.json ? JSON.stringify(report, null, 2) + '\n' : formatAllocReport(report) + '\n');

@@ -6,7 +6,7 @@ import { writeTextfile } from '../metrics/exposition';
 import { filesFamilies } from '../metrics/families';
 import { parseGate, evaluateGates, Gate } from '../bench/gates';
 import { parseSize } from '../base/units';
-import { progressBar, gatesJson, writeOutput } from './common';
+import { progressBar, gatesJson, writeOutput, Usage } from './common';
 import { collect, integer, outFile, wrap } from './options';
 
 interface BenchFilesOptions {
@@ -25,16 +25,31 @@ interface BenchFilesOptions {
   expect?: Gate[];
 }
 
+// A folder that cannot take the test file is a usage error naming it: the user picks another.
+const DIR_PROBLEMS: Record<string, string> = {
+  ERR_FILE_PERMISSION: 'it cannot be written (permission denied, or a read-only file system)',
+  ERR_FILE_NO_SPACE: 'there is not enough space for the test file (see --size)',
+  ERR_FILE_NOT_FOUND: 'it does not exist',
+};
+
 async function benchFiles(o: BenchFilesOptions): Promise<number> {
-  const report = await runFilesBenchmark({
-    dir: o.dir,
-    bytes: o.size,
-    iterations: o.iterations,
-    warmup: o.warmup,
-    device: o.device,
-    fsync: o.fsync,
-    onProgress: progressBar(),
-  });
+  let report;
+  try {
+    report = await runFilesBenchmark({
+      dir: o.dir,
+      bytes: o.size,
+      iterations: o.iterations,
+      warmup: o.warmup,
+      device: o.device,
+      fsync: o.fsync,
+      onProgress: progressBar(),
+    });
+  } catch (e) {
+    const { code, errno } = e as { code?: unknown; errno?: unknown };
+    const why = typeof code === 'string' ? DIR_PROBLEMS[code] : undefined;
+    if (why) throw new Usage(`--dir ${JSON.stringify(o.dir)}: ${why}${typeof errno === 'string' ? ` (${errno})` : ''}`);
+    throw e;
+  }
   const gates = evaluateGates(o.expect ?? [], filesGateSource(report));
   const json = JSON.stringify({ ...report, gates: gatesJson(gates) }, null, 2);
   if (o.json) process.stdout.write(json + '\n');

@@ -7,6 +7,7 @@ import { status } from '../device/discovery';
 import {
   runTransferBenchmark,
   gateSource,
+  gateFaults,
   ALL_MODES,
   KNOWN_MODES,
   ALL_DIRECTIONS,
@@ -23,11 +24,13 @@ import {
   DevicesReport,
 } from '../bench/devices';
 import { runP2pBenchmark, p2pGateSource, P2pReport } from '../bench/p2p';
+import { Expectations, expectationGates, expectationsFor, readExpectations } from '../bench/expectations';
 import { parseGate, evaluateGates, combineSources, Gate, GateResult } from '../bench/gates';
 import { formatTable, formatCsv, formatChart, renderHtml, benchmarkJunit } from '../report/bench';
 import { formatDevicesTable, formatP2pTable, formatMultiCsv, renderMultiHtml, multiJunit } from '../report/devices';
 import { writeTextfile } from '../metrics/exposition';
-import { benchFamilies, multiBenchFamilies } from '../metrics/families';
+import { benchFamilies, multiBenchFamilies, unavailableFamilies } from '../metrics/families';
+import { unavailableJunit } from '../report/junit';
 import { parseSizeList, parseSize, formatBytes } from '../base/units';
 import { Usage, gatesJson, progressBar, requireGpu, writeOutput } from './common';
 import { collect, deviceList, integer, list, outFile, wrap } from './options';
@@ -48,6 +51,7 @@ interface BenchOptions extends Pick<TransferBenchmarkOptions, 'sizes' | 'modes' 
   junit?: string;
   out?: string;
   prometheus?: string;
+  expectations?: string;
   expect?: Gate[];
   eventLoop: boolean;
 }
@@ -93,6 +97,11 @@ export function register(program: Command): void {
     .option('--out <file>', 'also write the JSON report here', outFile)
     .option('--prometheus <file>', "the results in node_exporter's textfile format (name it *.prom)", outFile)
     .option(
+      '--expectations <file>',
+      "gates from an expectation file (pinned h2d and d2h, d2d traffic at the headline size): a file, or 'auto' for the package's file for this GPU and link",
+      wrap(benchExpectationsOption),
+    )
+    .option(
       '--expect <gate>',
       "a gate such as 'h2d.pinned>=48GB/s', 'h2d.staged/h2d.pageable>=4', 'h2d.pinned@64MiB>=20GB/s'; with --devices 'h2d.pinned.all>=50GB/s', 'h2d.pinned.share>=0.95'; with --p2p 'p2p.0-1>=300GB/s', 'p2p.0-1.bidir>=700GB/s', 'p2p.0-1.latency<=20us'; repeatable",
       collect(wrap(parseGate)),
@@ -129,7 +138,9 @@ async function bench(o: BenchOptions): Promise<number> {
     eventLoopProbe: o.eventLoop,
     onProgress: progressBar(),
   });
-  const results = evaluateGates(o.expect ?? [], gateSource(report));
+  const exp = o.expectations ? benchExpectations(o.expectations, report.environment.gpu) : null;
+  const gates = [...(o.expect ?? []), ...(exp ? expectationGates(exp) : [])];
+  const results = gateFaults(report, evaluateGates(gates, gateSource(report)), exp?.expect.maxCv ?? undefined);
   const json = JSON.stringify({ ...report, gates: gatesJson(results) }, null, 2);
   if (o.json) process.stdout.write(json + '\n');
   else if (o.csv) process.stdout.write(formatCsv(report));
@@ -155,14 +166,18 @@ function finish(results: GateResult[], unverified: string[]): number {
   return results.every((r) => r.pass) && unverified.length === 0 ? 0 : 1;
 }
 
-// Without CUDA: with --json (and --out), a report that says why, as doctor --json gives; then the
-// one line on stderr and exit 2 either way.
+// Without CUDA: every report asked for says why (--json and --out a JSON report, as doctor --json
+// gives; --junit a failing testcase; --prometheus a textfile whose gauge says the check could not
+// run), so that CI sees a failure, not a missing file; then the one line on stderr and exit 2.
 function unavailableReport(o: BenchOptions, empty: object): void {
   const st = status();
   if (st.available) return;
   const json = JSON.stringify({ ...empty, available: false, reason: st.reason, message: st.message, gates: [] }, null, 2) + '\n';
   if (o.json) process.stdout.write(json);
   if (o.out) writeOutput(o.out, json);
+  if (o.junit) writeOutput(o.junit, unavailableJunit('bench', st.reason, st.message));
+  if (o.prometheus)
+    writeOutput(o.prometheus, (f) => writeTextfile(f, unavailableFamilies('cuda_memory_bench', 'cuda-memory bench', st.reason)));
   requireGpu('bench');
 }
 
@@ -173,6 +188,7 @@ const ONE_GPU_ONLY: [keyof BenchOptions, string][] = [
   ['lastChunk', '--last-chunk'],
   ['threads', '--threads'],
   ['slots', '--slots'],
+  ['expectations', '--expectations'],
   ['chart', '--chart'],
 ];
 
@@ -227,4 +243,17 @@ async function benchDevices(o: BenchOptions): Promise<number> {
     ...(p2p?.bidirectional ?? []).filter((r) => !r.verified).map((r) => `p2p ${r.a} <-> ${r.b} ${formatBytes(r.bytes)}`),
   ];
   return finish(results, unverified);
+}
+
+// --expectations: 'auto', or a file read (and checked) before anything runs.
+function benchExpectationsOption(value: string): string {
+  if (value !== 'auto') readExpectations(value);
+  return value;
+}
+
+// The expectations for the measured GPU; 'auto' with no file for it is a usage error.
+function benchExpectations(value: string, gpu: { name: string; pcie?: { maxGeneration: number; maxWidth: number } | null }): Expectations {
+  const e = expectationsFor({ name: gpu.name, pcie: gpu.pcie ?? null }, value === 'auto' ? undefined : value);
+  if (!e) throw new Usage(`--expectations auto: the package has no expectation file for ${gpu.name}; name one (--expectations FILE)`);
+  return e;
 }

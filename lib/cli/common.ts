@@ -3,9 +3,8 @@
  * writing its output files, the progress bar and the package's version.
  */
 import * as fs from 'fs';
-import * as path from 'path';
 import { status } from '../device/discovery';
-import { packageRoot } from '../binding/native';
+import { packageVersion } from '../binding/native';
 import type { GateResult } from '../bench/gates';
 
 /** A usage error: printed as one line, exit 2. */
@@ -22,7 +21,7 @@ export function requireGpu(command: string): void {
 
 /** The package's version. */
 export function version(): string {
-  return (JSON.parse(fs.readFileSync(path.join(packageRoot, 'package.json'), 'utf8')) as { version: string }).version;
+  return packageVersion();
 }
 
 /**
@@ -58,5 +57,11 @@ export function progressBar(): ((done: number, total: number, label: string) => 
 
 /** The JSON form of gate results, as every report carries them. */
 export function gatesJson(results: GateResult[]): object[] {
-  return results.map((r) => ({ gate: r.gate.text, pass: r.pass, actual: r.actual, message: r.message }));
+  return results.map((r) => ({
+    gate: r.gate.text,
+    pass: r.pass,
+    actual: r.actual,
+    message: r.message,
+    ...(r.faults ? { faults: r.faults } : {}),
+  }));
 }

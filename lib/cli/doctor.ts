@@ -2,6 +2,7 @@
 import { Command, Option } from 'commander';
 import { status, devices } from '../device/discovery';
 import { runDoctor, runDoctorDevices } from '../bench/doctor';
+import { readExpectations } from '../bench/expectations';
 import { formatDoctor, doctorJunit, formatDoctorDevices, doctorDevicesJunit } from '../report/doctor';
 import { writeTextfile } from '../metrics/exposition';
 import { doctorFamilies } from '../metrics/families';
@@ -20,6 +21,7 @@ interface DoctorCliOptions {
   json?: boolean;
   junit?: string;
   prometheus?: string;
+  expectations?: string;
 }
 
 export function register(program: Command): void {
@@ -36,6 +38,11 @@ export function register(program: Command): void {
       rate,
     )
     .option('--bytes <size>', 'copy size of the rate checks', wrap(parseSize))
+    .option(
+      '--expectations <file>',
+      "the expectation file the rate checks are held to (default: the package's file for this GPU and link, if any; 'none' for the built-in floors)",
+      wrap(expectationsOption),
+    )
     .option('--json', 'the JSON report on stdout')
     .option('--junit <file>', 'JUnit XML, one testcase per check', outFile)
     .option('--prometheus <file>', "the checks in node_exporter's textfile format (name it *.prom)", outFile)
@@ -45,7 +52,13 @@ export function register(program: Command): void {
 }
 
 function doctor(o: DoctorCliOptions): number {
-  const report = runDoctor({ device: o.device, minPinnedGbps: o.minPinned, minD2dGbps: o.minD2d, bytes: o.bytes });
+  const report = runDoctor({
+    device: o.device,
+    minPinnedGbps: o.minPinned,
+    minD2dGbps: o.minD2d,
+    bytes: o.bytes,
+    expectations: expectationsArg(o.expectations),
+  });
   if (o.junit) writeOutput(o.junit, doctorJunit(report));
   if (o.prometheus) {
     const uuid = status().available ? devices().find((d) => d.index === report.device)?.uuid : undefined;
@@ -72,10 +85,21 @@ function doctorDevices(o: DoctorCliOptions): number {
     minD2dGbps: o.minD2d,
     minP2pGbps: o.minP2p,
     bytes: o.bytes,
+    expectations: expectationsArg(o.expectations),
   });
   if (o.junit) writeOutput(o.junit, doctorDevicesJunit(report));
   if (o.json) process.stdout.write(JSON.stringify(report, null, 2) + '\n');
   else if (status().available) process.stdout.write(formatDoctorDevices(report) + '\n');
   else requireGpu('doctor');
   return doctorExit(report.ok);
+}
+
+// --expectations: a file, read (and checked) before anything runs, or 'none'.
+function expectationsOption(value: string): string {
+  if (value !== 'none') readExpectations(value);
+  return value;
+}
+
+function expectationsArg(value: string | undefined): string | null | undefined {
+  return value === 'none' ? null : value;
 }

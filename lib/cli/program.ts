@@ -12,6 +12,7 @@ import * as doctor from './doctor';
 import * as replay from './replay';
 import * as memoryHtml from './memory-html';
 import * as top from './top';
+import * as run from './run';
 import * as help from './help';
 import * as build from './build';
 
@@ -29,6 +30,6 @@ export function program(): Command {
     // An argument a command does not take is refused, not ignored (every command inherits this).
     .allowExcessArguments(false)
     .exitOverride();
-  for (const command of [info, bench, benchAlloc, benchFiles, doctor, replay, memoryHtml, top, build, help]) command.register(p);
+  for (const command of [info, bench, benchAlloc, benchFiles, doctor, replay, memoryHtml, top, run, build, help]) command.register(p);
   return p;
 }

@@ -1,6 +1,7 @@
 /** `cuda-memory top`: group budgets now, or every so many seconds. */
 import { Command } from 'commander';
 import { formatGroups, listGroups } from '../allocator/group';
+import { writeHpcJobMapping } from '../metrics/hpc-jobs';
 import { shmDir } from '../base/shm';
 import { printable } from '../base/printable';
 import { Usage } from './common';
@@ -10,6 +11,7 @@ interface TopOptions {
   watch?: number | true;
   json?: boolean;
   count?: number;
+  hpcJobMappingDir?: string;
 }
 
 export function register(program: Command): void {
@@ -19,6 +21,10 @@ export function register(program: Command): void {
     .option('--watch [seconds]', 'refresh every so many seconds (default 1) until interrupted', seconds)
     .option('--count <n>', 'with --watch: stop after this many refreshes', integer(1))
     .option('--json', 'JSON (with --watch, one document per line)')
+    .option(
+      '--hpc-job-mapping-dir <folder>',
+      "also write the groups as dcgm-exporter's HPC job mapping there (a file per GPU, named by its NVML index, a group name per line), at each refresh",
+    )
     .action(async (o: TopOptions) => {
       process.exitCode = await top(o);
     });
@@ -32,6 +38,20 @@ async function top(o: TopOptions): Promise<number> {
   const clear = interval > 0 && !o.json && process.stdout.isTTY;
   for (let i = 0; ; i++) {
     const list = listGroups();
+    if (o.hpcJobMappingDir) {
+      const dir = o.hpcJobMappingDir;
+      const r = (() => {
+        try {
+          return writeHpcJobMapping(dir, list.groups);
+        } catch (e) {
+          throw new Usage(`cannot write the HPC job mapping in ${dir}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`);
+        }
+      })();
+      if (r.skipped.length)
+        process.stderr.write(
+          printable(`cuda-memory top: not in the HPC job mapping (no GPU index for them): ${r.skipped.join(', ')}`) + '\n',
+        );
+    }
     if (o.json) process.stdout.write(JSON.stringify({ time: new Date().toISOString(), dir: shmDir(), ...list }) + '\n');
     else
       process.stdout.write(

@@ -1,6 +1,6 @@
 /** What CUDA can be used here: the addon's status, the devices, their memory and where they sit. */
 import * as fs from 'fs';
-import { CudaUnavailableError, UnavailableReason } from '../base/errors';
+import { CudaUnavailableError, UnavailableReason, invalidArgument } from '../base/errors';
 import { addonPath, binaryKind, native } from '../binding/native';
 import { checkDevice } from '../base/validate';
 import { SharedMemoryInfo, sharedMemoryOf } from './shared-memory';
@@ -200,6 +200,7 @@ export function memGetInfo(device = 0): { free: number; total: number } {
  * @category Devices and streams
  */
 export function formatCudaVersion(v: number): string {
+  if (typeof v !== 'number') throw invalidArgument('version', 'a CUDA version number such as 12040', v);
   return v ? `${Math.floor(v / 1000)}.${Math.floor((v % 1000) / 10)}` : 'none';
 }
 

@@ -10,7 +10,7 @@
  */
 import { native } from '../binding/native';
 import { formatBytes } from '../base/units';
-import { checkOptions } from '../base/validate';
+import { checkOptions, checkSize } from '../base/validate';
 import { invalidArgument } from '../base/errors';
 
 /**
@@ -100,7 +100,11 @@ export interface DmemRegion {
  */
 export interface DevicePlatformLimits {
   device: number;
-  /** Every limit found, in the order MIG, MPS, dmem, HAMi. */
+  /**
+   * Every limit found, in the order MIG, MPS, dmem, HAMi. A limit at or beyond the device's
+   * memory (or 2^53 bytes, where the device's size is not known) binds nothing and is left out:
+   * "no limit" may read as 2^64 − 1.
+   */
   limits: PlatformLimit[];
   /** The smallest of them (the one that applies), or null. */
   limit: PlatformLimit | null;
@@ -138,7 +142,7 @@ export interface PlatformDevice {
   pciBusId?: string;
   /** Matches CUDA_MPS_PINNED_DEVICE_MEM_LIMIT entries given by uuid. */
   uuid?: string;
-  /** With `mig`, the slice's size. */
+  /** The device's memory (with `mig`, the slice's size): a limit at or beyond it binds nothing. */
   totalMemory?: number;
   mig?: MigInfo | null;
 }
@@ -185,6 +189,23 @@ function migLimit(d: PlatformDevice): PlatformLimit | null {
   };
 }
 
+/** One of platformInfo's devices as the addon reads it, each field checked. */
+function checkPlatformDevice(value: unknown, i: number): { index: number; pciBusId?: string; uuid?: string; totalMemory?: number } {
+  const d = checkOptions<PlatformDevice>(`options.devices[${i}]`, value);
+  const index = d.index;
+  if (typeof index !== 'number' || !Number.isInteger(index) || index < 0 || index > 2 ** 20)
+    throw invalidArgument(
+      `options.devices[${i}].index`,
+      'a device index from 0 to 2^20',
+      index,
+      typeof index === 'number' ? RangeError : TypeError,
+    );
+  for (const k of ['pciBusId', 'uuid'] as const)
+    if (d[k] !== undefined && typeof d[k] !== 'string') throw invalidArgument(`options.devices[${i}].${k}`, 'a string', d[k]);
+  const totalMemory = d.totalMemory === undefined ? undefined : checkSize(`options.devices[${i}].totalMemory`, d.totalMemory);
+  return { index, pciBusId: d.pciBusId, uuid: d.uuid, totalMemory };
+}
+
 /**
  * The platform's limits, read now: MIG, MPS, the cgroup's dmem and HAMi, per device, with the
  * smallest of each device's named. Never throws for what it reads (an unreadable value is a
@@ -202,11 +223,7 @@ export function platformInfo(options?: PlatformOptions): PlatformInfo {
   for (const [k, v] of Object.entries(envIn)) if (typeof v === 'string') env[k] = v;
   const devices = o.devices ?? gpuPlatformDevices();
   if (!Array.isArray(devices)) throw invalidArgument('options.devices', 'an array of { index, pciBusId?, uuid? }', o.devices);
-  const r = native.platformLimits(
-    root,
-    env,
-    devices.map((d) => ({ index: d.index, pciBusId: d.pciBusId, uuid: d.uuid })),
-  );
+  const r = native.platformLimits(root, env, devices.map(checkPlatformDevice));
   r.devices = (r.devices as { index: number; limits: PlatformLimit[] }[]).map((d, i) => {
     const mig = migLimit(devices[i]);
     const limits = mig ? [mig, ...d.limits] : d.limits;

@@ -7,6 +7,8 @@
  */
 import * as os from 'os';
 import { formatBytes } from '../base/units';
+import { invalidArgument } from '../base/errors';
+import { checkOptions, checkSize } from '../base/validate';
 
 /** How a device reaches system memory (see {@link DeviceInfo.sharedMemory}). */
 export interface SharedMemoryInfo {
@@ -44,6 +46,9 @@ export interface SharedMemoryFacts {
 
 /** The dedicated/shared summary of a device (pure: the host's memory may be given, for tests). */
 export function sharedMemoryOf(d: SharedMemoryFacts, systemBytes: number = os.totalmem()): SharedMemoryInfo {
+  if (d === null || d === undefined) throw invalidArgument('device', 'a device of devices() (or its facts)', d);
+  checkOptions<SharedMemoryFacts>('device', d);
+  checkSize('systemBytes', systemBytes);
   const pageable: 'hmm' | 'ats' | null = d.pageableMemoryAccess
     ? d.pageableMemoryAccessUsesHostPageTables || d.addressingMode === 'ats'
       ? 'ats'

@@ -3,7 +3,7 @@ import { inspectCustom, inspectSummary } from '../base/inspect';
 import type { InspectOptionsLike, InspectLike } from '../base/inspect';
 import { native } from '../binding/native';
 import type { EventHandle, StreamHandle } from '../binding/types';
-import { checkBoolean, checkDevice, checkOptions } from '../base/validate';
+import { checkBoolean, checkDevice, checkOptions, isInstance } from '../base/validate';
 import { knownDeviceCount } from './discovery';
 import { invalidArgument, argTypeError, CudaMemoryError } from '../base/errors';
 import { guardReceivers } from '../base/internal';
@@ -18,8 +18,8 @@ function disposedError(what: string): Error {
  */
 export function streamOption(stream: unknown): StreamHandle | undefined {
   if (stream === undefined) return undefined;
-  if (!(stream instanceof Stream)) throw invalidArgument('options.stream', 'a Stream', stream);
-  return stream.handle();
+  if (!isInstance(stream, Stream)) throw invalidArgument('options.stream', 'a Stream', stream);
+  return (stream as Stream).handle();
 }
 
 /**
@@ -105,7 +105,7 @@ export class Event {
 
   /** Records the event in `stream` (default: the legacy default stream). */
   record(stream?: Stream): this {
-    if (stream !== undefined && !(stream instanceof Stream)) throw argTypeError('Expected a Stream for stream');
+    if (stream !== undefined && !isInstance(stream, Stream)) throw argTypeError('Expected a Stream for stream');
     native.eventRecord(this.handle(), stream ? stream.handle() : undefined);
     return this;
   }
@@ -122,7 +122,7 @@ export class Event {
 
   /** Milliseconds between two recorded events (cudaEventElapsedTime). */
   static elapsedTime(start: Event, end: Event): number {
-    if (!(start instanceof Event) || !(end instanceof Event)) throw argTypeError('Expected two Events for start and end');
+    if (!isInstance(start, Event) || !isInstance(end, Event)) throw argTypeError('Expected two Events for start and end');
     return native.eventElapsed(start.handle(), end.handle());
   }
 

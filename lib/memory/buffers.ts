@@ -5,7 +5,7 @@
 import { CudaError, describe as describeValue, argTypeError, argRangeError } from '../base/errors';
 import { Stream, streamOption } from '../device/stream';
 import { native } from '../binding/native';
-import { checkBoolean, checkDevice, checkOptions, checkSize } from '../base/validate';
+import { checkBoolean, checkDevice, checkOptions, checkSize, isInstance, isReadable, wholeView } from '../base/validate';
 import { knownDeviceCount, requireCuda } from '../device/discovery';
 import { IpcHandle, CudaIpcDescriptor, inUseError, parseIpcHandle, parseCudaIpcDescriptor } from './ipc';
 import { lockTimeoutMs, shmDir } from '../base/shm';
@@ -175,7 +175,7 @@ export class DeviceBuffer {
    * use then throws `ERR_BUFFER_FREED`.
    */
   get freed(): boolean {
-    if (!(this instanceof DeviceBuffer)) throw invalidThis('DeviceBuffer', 'freed', this);
+    if (!isInstance(this, DeviceBuffer)) throw invalidThis('DeviceBuffer', 'freed', this);
     return this._freed || (this._owner !== null && this._owner.closed);
   }
 
@@ -196,8 +196,8 @@ export class DeviceBuffer {
    * the stream, then is freed.
    */
   free(options?: FreeOptions): void {
-    if (!(this instanceof DeviceBuffer)) throw invalidThis('DeviceBuffer', 'free', this);
-    if (this.freed) return;
+    if (!isInstance(this, DeviceBuffer)) throw invalidThis('DeviceBuffer', 'free', this);
+    if (this._freed || (this._owner !== null && this._owner.closed)) return;
     const o = options === undefined ? undefined : checkOptions<FreeOptions>('options', options);
     const stream = o === undefined ? undefined : streamOption(o.stream);
     if (exported.has(this)) {
@@ -424,7 +424,7 @@ export class PinnedBuffer {
 
   /** True once freed (or given back); every use then throws `ERR_BUFFER_FREED`. */
   get freed(): boolean {
-    if (!(this instanceof PinnedBuffer)) throw invalidThis('PinnedBuffer', 'freed', this);
+    if (!isInstance(this, PinnedBuffer)) throw invalidThis('PinnedBuffer', 'freed', this);
     return this._freed;
   }
 
@@ -522,7 +522,7 @@ export class RegisteredBuffer {
 
   /** True once freed (or given back); every use then throws `ERR_BUFFER_FREED`. */
   get freed(): boolean {
-    if (!(this instanceof RegisteredBuffer)) throw invalidThis('RegisteredBuffer', 'freed', this);
+    if (!isInstance(this, RegisteredBuffer)) throw invalidThis('RegisteredBuffer', 'freed', this);
     return this._freed;
   }
 
@@ -565,8 +565,8 @@ guardReceivers(RegisteredBuffer, 'RegisteredBuffer', ['freed']);
 export function registerHost(memory: ArrayBufferLike | ArrayBufferView, options?: RegisterOptions): RegisteredBuffer {
   let view: ArrayBufferView;
   if (ArrayBuffer.isView(memory)) view = memory;
-  else if (memory instanceof ArrayBuffer || (typeof SharedArrayBuffer !== 'undefined' && memory instanceof SharedArrayBuffer))
-    view = new Uint8Array(memory);
+  else if (isInstance(memory, ArrayBuffer) || (typeof SharedArrayBuffer !== 'undefined' && isInstance(memory, SharedArrayBuffer)))
+    view = wholeView('memory', memory as ArrayBufferLike);
   else
     throw argTypeError(`Expected an ArrayBuffer, SharedArrayBuffer or ArrayBuffer view for memory but received ${describeValue(memory)}`);
   if (view.byteLength === 0) throw argRangeError('Expected a non-empty buffer for memory but received one of 0 bytes');
@@ -606,6 +606,8 @@ export function resolveMemory(
   name: string,
   m: unknown,
 ): { target: number | ArrayBufferView; length: number; device: boolean; buffer: object } {
+  if (m !== null && typeof m === 'object' && !isReadable(m))
+    throw argTypeError(`Expected a buffer for ${name} but received ${describeValue(m)}`);
   if (m instanceof DeviceBuffer) {
     if (m.freed) throw freedError(name);
     return { target: m._h, length: m.byteLength, device: true, buffer: m };
@@ -627,7 +629,7 @@ export function resolveMemory(
     return { target: lent.buffer._h, length: lent.byteLength, device: false, buffer: lent.buffer };
   }
   if (m instanceof ArrayBuffer || (typeof SharedArrayBuffer !== 'undefined' && m instanceof SharedArrayBuffer))
-    return { target: new Uint8Array(m), length: m.byteLength, device: false, buffer: m };
+    return { target: wholeView(name, m), length: m.byteLength, device: false, buffer: m };
   throw argTypeError(
     `Expected a DeviceBuffer, PinnedBuffer, RegisteredBuffer, ManagedBuffer, ArrayBuffer, SharedArrayBuffer or ArrayBuffer view for ${name} but received ${describeValue(m)}`,
   );

@@ -2,7 +2,8 @@
  * CUDA IPC handles: what {@link DeviceBuffer.exportIpc} returns and
  * {@link DeviceBuffer.importIpc} takes.
  */
-import { InterprocessError } from '../base/errors';
+import { InterprocessError, jsonText } from '../base/errors';
+import { isReadable } from '../base/validate';
 
 /**
  * An exported device buffer, as a plain object of strings and numbers: it survives
@@ -44,14 +45,14 @@ function jsonObject(value: unknown, expected: string): Record<string, unknown> {
       throw invalid('it is a string but not JSON');
     }
   }
-  if (h === null || typeof h !== 'object' || Array.isArray(h)) throw invalid(`expected ${expected}, or its JSON`);
+  if (h === null || typeof h !== 'object' || !isReadable(h) || Array.isArray(h)) throw invalid(`expected ${expected}, or its JSON`);
   return h as Record<string, unknown>;
 }
 
 /** @internal Checks the shape of a handle given as an object or JSON text. */
 export function parseIpcHandle(value: unknown): IpcHandle {
   const o = jsonObject(value, 'the object exportIpc() returned');
-  if (o.type !== 'cuda-memory/ipc@1') throw invalid(`its type is ${JSON.stringify(o.type)}, expected "cuda-memory/ipc@1"`);
+  if (o.type !== 'cuda-memory/ipc@1') throw invalid(`its type is ${jsonText(o.type)}, expected "cuda-memory/ipc@1"`);
   for (const k of ['record', 'token', 'handle', 'device'] as const) if (typeof o[k] !== 'string') throw invalid(`${k} must be a string`);
   for (const k of ['offset', 'byteLength', 'pid'] as const)
     if (typeof o[k] !== 'number' || !Number.isSafeInteger(o[k]) || (o[k] as number) < 0)
@@ -101,7 +102,7 @@ export interface CudaIpcDescriptor {
 /** @internal Checks a descriptor given as an object or JSON text; returns it with a 128-digit handle. */
 export function parseCudaIpcDescriptor(value: unknown): CudaIpcDescriptor {
   const o = jsonObject(value, 'a cuda-ipc@1 descriptor object');
-  if (o.type !== 'cuda-ipc@1') throw invalid(`its type is ${JSON.stringify(o.type)}, expected "cuda-ipc@1"`);
+  if (o.type !== 'cuda-ipc@1') throw invalid(`its type is ${jsonText(o.type)}, expected "cuda-ipc@1"`);
   if (typeof o.handle !== 'string' || !/^[0-9a-f]+$/i.test(o.handle)) throw invalid('handle must be a string of hex digits');
   let handle = o.handle.toLowerCase();
   if (handle.length === 132) {
@@ -127,13 +128,14 @@ export function parseCudaIpcDescriptor(value: unknown): CudaIpcDescriptor {
     throw invalid('allocationBytes must be a positive integer when given');
   if (o.allocationBytes !== undefined && (o.offset as number) + (o.byteLength as number) > (o.allocationBytes as number))
     throw invalid(`offset ${o.offset} + byteLength ${o.byteLength} runs past allocationBytes ${o.allocationBytes}`);
+  // `+ 0` turns a -0 (which JSON can carry) into 0.
   return {
     type: 'cuda-ipc@1',
     handle,
-    offset: o.offset as number,
+    offset: (o.offset as number) + 0,
     byteLength: o.byteLength as number,
     ...(o.allocationBytes !== undefined ? { allocationBytes: o.allocationBytes as number } : {}),
     device: o.device,
-    pid: o.pid as number,
+    pid: (o.pid as number) + 0,
   };
 }

@@ -9,7 +9,7 @@ import { Stream, streamOption } from '../device/stream';
 import { native } from '../binding/native';
 import { checkDevice, checkOptions, checkSize } from '../base/validate';
 import { knownDeviceCount, requireCuda } from '../device/discovery';
-import { checkInternal, kInternal } from '../base/internal';
+import { checkInternal, guardReceivers, kInternal, notCloneable } from '../base/internal';
 import { freedError, kHandleMemory } from './handle';
 
 /** Where managed memory can be: a device index, or the host's RAM. */
@@ -83,6 +83,8 @@ function locationNumber(name: string, where: unknown): number {
   throw invalidArgument(name, "a device index or 'host'", where, typeof where === 'number' ? RangeError : TypeError);
 }
 
+const MANAGED_NOT_CLONEABLE = notCloneable('a ManagedBuffer');
+
 /**
  * Memory the driver pages between the host and the GPU (cudaMallocManaged). `bytes` is a
  * Uint8Array over the memory itself. After free() every view over it is emptied (detached).
@@ -97,6 +99,8 @@ function locationNumber(name: string, where: unknown): number {
  * before queuing more.
  */
 export class ManagedBuffer {
+  // First, so that cloning throws before it reaches the native handle or the memory's view.
+  /** @internal */ readonly _noClone = MANAGED_NOT_CLONEABLE;
   /** @internal */ _h: number;
   readonly byteLength: number;
   /** The device whose context allocated it. */
@@ -147,7 +151,7 @@ export class ManagedBuffer {
     if (!this._freed && !this.concurrentAccess) {
       if (this._busy > 0)
         throw new CudaError(
-          `the managed buffer is in use by ${this._busy} asynchronous operation${this._busy === 1 ? '' : 's'} (copyAsync or prefetch), and device ${this.device} cannot access managed memory while the host does; await them before reading bytes`,
+          `the managed buffer is in use by ${this._busy} asynchronous operation${this._busy === 1 ? '' : 's'} (copyAsync, prefetch, readFileAsync or writeFileAsync), and device ${this.device} cannot access managed memory while the host does; await them before reading bytes`,
           { code: 'ERR_MANAGED_BUSY', call: 'ManagedBuffer.bytes' },
         );
       native.managedSynchronize(this.device);
@@ -249,3 +253,5 @@ export class ManagedBuffer {
     return 'ManagedBuffer';
   }
 }
+
+guardReceivers(ManagedBuffer, 'ManagedBuffer');

@@ -8,13 +8,17 @@ import type { Allocator, AllocatorStats, PinnedPool, PinnedPoolStats } from '../
 import type { TransferReport } from '../bench/transfer';
 import type { GateResult } from '../bench/gates';
 import type { DoctorReport } from '../bench/doctor';
+import type { RunState } from '../bench/run-state';
 import type { DevicesReport } from '../bench/devices';
 import type { P2pReport } from '../bench/p2p';
 import type { FilesReport } from '../bench/files';
 import { devices as listDevices, memGetInfo, status } from '../device/discovery';
 import type { MetricFamily } from './exposition';
 import { platformInfo } from '../device/platform';
+import { invalidArgument } from '../base/errors';
+import { isArray, isReadable } from '../base/validate';
 import { availableBytes } from '../allocator/available';
+import { listGroups } from '../allocator/group';
 
 /**
  * Allocators to export, by name (a record) or by position (an array, named "0", "1", …).
@@ -35,6 +39,13 @@ export interface MetricsSources {
   pinnedPools?: Named<PinnedPool> | (() => Named<PinnedPool>);
   /** Device free and total memory: `true` for every device, or a list of indices. */
   devices?: boolean | number[];
+  /**
+   * Group budgets: `true` for every group in this user's folder ({@link listGroups}), or a list
+   * of group names. Labels `group`, `device` (the GPU's uuid or "simulated"); a member's also
+   * `pid` and `command` (its first 128 characters), whatever runtime it is (a process of this
+   * library or one started by `cuda-memory run`).
+   */
+  groups?: boolean | string[];
 }
 
 interface Def<S> {
@@ -203,22 +214,48 @@ export const DEVICE_METRICS: Def<{ free: number; total: number }>[] = [
   { name: 'cuda_memory_device_total_bytes', help: 'Total device memory (cudaMemGetInfo).', type: 'gauge', value: (m) => m.total },
 ];
 
-function entries<T>(n: Named<T> | (() => Named<T>) | undefined): [string, T][] {
+// The named objects of a source, each checked to have stats() (an Allocator, a PinnedPool).
+function entries<T>(n: Named<T> | (() => Named<T>) | undefined, what: string): [string, T][] {
   const v = typeof n === 'function' ? n() : n;
   if (!v) return [];
-  return Array.isArray(v) ? v.map((x, i) => [String(i), x]) : Object.entries(v);
+  if (typeof v !== 'object' || !isReadable(v)) throw invalidArgument(`sources.${what}`, `an array or object of ${what}`, v);
+  const out: [string, T][] = isArray(v) ? Array.from(v, (x, i) => [String(i), x as T]) : Object.entries(v);
+  for (const [name, x] of out)
+    if (x === null || typeof x !== 'object' || !isReadable(x) || typeof (x as { stats?: unknown }).stats !== 'function')
+      throw invalidArgument(`sources.${what}[${JSON.stringify(name)}]`, `one of the library's ${what} (with stats())`, x);
+  return out;
+}
+
+/**
+ * @internal dcgm-exporter's labels for the GPU with this uuid: `gpu`, NVML's index (host-wide, as
+ * dcgm-exporter numbers GPUs; the `device` label is CUDA's, which CUDA_VISIBLE_DEVICES renumbers),
+ * and `UUID`, so that these series join the DCGM metrics a fleet already scrapes. Empty where the
+ * uuid or NVML's index is unknown.
+ */
+export function dcgmLabels(uuid: string | undefined, nvmlIndex: number | null | undefined): Record<string, string> {
+  if (!uuid) return {};
+  return nvmlIndex === null || nvmlIndex === undefined ? { UUID: uuid } : { gpu: String(nvmlIndex), UUID: uuid };
+}
+
+// NVML's index of each GPU by uuid, read once per export; empty without CUDA.
+function nvmlIndices(): Map<string, number | null> {
+  if (!status().available) return new Map();
+  return new Map(listDevices().map((d) => [d.uuid, d.nvmlIndex]));
 }
 
 /** @internal Each live allocator's labels and stats; closed ones are left out. */
 export function allocatorSamples(src: MetricsSources['allocators']): { labels: Record<string, string>; stats: AllocatorStats }[] {
-  return entries(src)
-    .filter(([, a]) => !a.closed)
-    .map(([name, a]) => ({ labels: { allocator: name, device: String(a.device) }, stats: a.stats() }));
+  const open = entries(src, 'allocators').filter(([, a]) => !a.closed);
+  const real = open.some(([, a]) => !a.simulated) && status().available ? listDevices() : [];
+  return open.map(([name, a]) => {
+    const d = a.simulated ? undefined : real[a.device];
+    return { labels: { allocator: name, device: String(a.device), ...dcgmLabels(d?.uuid, d?.nvmlIndex) }, stats: a.stats() };
+  });
 }
 
 /** @internal Each pinned pool's labels and stats. */
 export function pinnedPoolSamples(src: MetricsSources['pinnedPools']): { labels: Record<string, string>; stats: PinnedPoolStats }[] {
-  return entries(src).map(([name, p]) => ({ labels: { pool: name }, stats: p.stats() }));
+  return entries(src, 'pinnedPools').map(([name, p]) => ({ labels: { pool: name }, stats: p.stats() }));
 }
 
 /** @internal Each selected device's labels and memory; none without CUDA. */
@@ -226,9 +263,13 @@ export function deviceSamples(
   src: MetricsSources['devices'],
 ): { labels: Record<string, string>; stats: { free: number; total: number } }[] {
   if (!src || !status().available) return [];
+  if (src !== true && !isArray(src)) throw invalidArgument('sources.devices', 'true or an array of device indices', src);
   const all = listDevices();
   const picked = src === true ? all : all.filter((d) => src.includes(d.index));
-  return picked.map((d) => ({ labels: { device: String(d.index), uuid: d.uuid }, stats: memGetInfo(d.index) }));
+  return picked.map((d) => ({
+    labels: { device: String(d.index), uuid: d.uuid, ...dcgmLabels(d.uuid, d.nvmlIndex) },
+    stats: memGetInfo(d.index),
+  }));
 }
 
 function families<S>(defs: Def<S>[], samples: { labels: Record<string, string>; stats: S }[]): MetricFamily[] {
@@ -247,7 +288,52 @@ export function sourceFamilies(src: MetricsSources): MetricFamily[] {
     ...families(PINNED_POOL_METRICS, pinnedPoolSamples(src.pinnedPools)),
     ...families(DEVICE_METRICS, deviceSamples(src.devices)),
     ...platformFamilies(src.devices),
+    ...(src.groups ? groupFamilies(src.groups) : []),
   ];
+}
+
+/** @internal The group gauges (see groupFamilies): per group, then per member. */
+export const GROUP_METRICS = [
+  { name: 'cuda_memory_group_budget_bytes', help: "The group's budget.", type: 'gauge' as const },
+  { name: 'cuda_memory_group_charged_bytes', help: "The sum of the members' charges.", type: 'gauge' as const },
+  {
+    name: 'cuda_memory_group_member_charged_bytes',
+    help: 'Bytes a member has charged to the group (pool bytes of an allocator; device allocations of a preloaded process).',
+    type: 'gauge' as const,
+  },
+  { name: 'cuda_memory_group_member_in_use_bytes', help: 'Bytes the member reports in use.', type: 'gauge' as const },
+  {
+    name: 'cuda_memory_group_member_nvml_used_bytes',
+    help: 'Device memory NVML reports the member process using (context and every allocation, charged or not); absent where NVML does not list it.',
+    type: 'gauge' as const,
+  },
+];
+
+/** @internal The label names of the group gauges, per group and per member. */
+export const GROUP_LABELS = ['group', 'device'];
+export const GROUP_MEMBER_LABELS = ['group', 'device', 'pid', 'command'];
+
+/**
+ * @internal Each selected group's budget and charge, and each member's charge, bytes in use and
+ * NVML's used memory (where known). Ledgers that cannot be read are left out (`cuda-memory top`
+ * lists them).
+ */
+export function groupFamilies(src: MetricsSources['groups']): MetricFamily[] {
+  const out: MetricFamily[] = GROUP_METRICS.map((d) => ({ ...d, samples: [] }));
+  if (!src) return out;
+  for (const g of listGroups().groups) {
+    if (src !== true && !src.includes(g.name)) continue;
+    const labels = { group: g.name, device: g.device };
+    out[0].samples.push({ labels, value: g.budgetBytes });
+    out[1].samples.push({ labels, value: g.chargedBytes });
+    for (const m of g.members) {
+      const ml = { ...labels, pid: String(m.pid), command: (m.command ?? '').slice(0, 128) };
+      out[2].samples.push({ labels: ml, value: m.poolBytes });
+      out[3].samples.push({ labels: ml, value: m.bytesInUse });
+      if (m.nvmlUsedBytes !== null) out[4].samples.push({ labels: ml, value: m.nvmlUsedBytes });
+    }
+  }
+  return out;
 }
 
 /** @internal The platform's gauges (see platformFamilies). */
@@ -270,13 +356,14 @@ export const PLATFORM_METRICS = [
  */
 export function platformFamilies(src: MetricsSources['devices']): MetricFamily[] {
   if (!src || !status().available) return [];
+  if (src !== true && !isArray(src)) throw invalidArgument('sources.devices', 'true or an array of device indices', src);
   const all = listDevices();
   const picked = src === true ? all : all.filter((d) => src.includes(d.index));
   const info = platformInfo();
   const limit: MetricFamily = { ...PLATFORM_METRICS[0], samples: [] };
   const available: MetricFamily = { ...PLATFORM_METRICS[1], samples: [] };
   for (const d of picked) {
-    const labels = { device: String(d.index), uuid: d.uuid };
+    const labels = { device: String(d.index), uuid: d.uuid, ...dcgmLabels(d.uuid, d.nvmlIndex) };
     for (const l of info.devices.find((x) => x.device === d.index)?.limits ?? [])
       limit.samples.push({ labels: { ...labels, kind: l.kind }, value: l.bytes });
     available.samples.push({ labels, value: availableBytes(d.index).availableBytes });
@@ -284,8 +371,10 @@ export function platformFamilies(src: MetricsSources['devices']): MetricFamily[]
   return [limit, available];
 }
 
-function gpuLabels(device: number, uuid: string | undefined): Record<string, string> {
-  return uuid ? { device: String(device), uuid } : { device: String(device) };
+// A report's GPU labels: CUDA's index and uuid, and dcgm-exporter's gpu and UUID (NVML's index
+// read from this machine, where the report was made).
+function gpuLabels(device: number, uuid: string | undefined, indices = nvmlIndices()): Record<string, string> {
+  return uuid ? { device: String(device), uuid, ...dcgmLabels(uuid, indices.get(uuid)) } : { device: String(device) };
 }
 
 /** @internal A benchmark report and its gates as metric families. */
@@ -315,7 +404,7 @@ export function benchFamilies(report: TransferReport, gates: GateResult[], nowSe
         {
           labels: {
             ...gpu,
-            gpu: env.gpu.name,
+            modelName: env.gpu.name,
             pci_bus_id: env.gpu.pciBusId,
             driver: env.driverVersion,
             runtime: env.runtimeVersion,
@@ -327,6 +416,12 @@ export function benchFamilies(report: TransferReport, gates: GateResult[], nowSe
     },
     rates,
     ...outcomeFamilies('cuda_memory_bench', 'cuda-memory bench', 'copy', gpu, report.results, gates, nowSeconds),
+    ...(env.state ? runStateFamilies('cuda_memory_bench', 'cuda-memory bench', env.state, gpu) : []),
+    gauge(
+      'cuda_memory_bench_fault',
+      'A likely cause of a failed cuda-memory bench gate, by its stable code (value 1).',
+      gates.flatMap((g) => (g.faults ?? []).map((f) => ({ labels: { ...gpu, gate: g.gate.text, code: f.code }, value: 1 }))),
+    ),
   ];
   if (report.eventLoop)
     out.push({
@@ -388,7 +483,7 @@ export function filesFamilies(report: FilesReport, gates: GateResult[], nowSecon
   const env = report.environment;
   return [
     gauge('cuda_memory_bench_files_info', 'The environment of the last cuda-memory bench-files run (value 1).', [
-      { labels: { ...gpu, gpu: env.gpu ?? '', dir: env.dir, node: env.node }, value: 1 },
+      { labels: { ...gpu, modelName: env.gpu ?? '', dir: env.dir, node: env.node }, value: 1 },
     ]),
     gauge(
       'cuda_memory_bench_files_bytes_per_second',
@@ -427,7 +522,11 @@ export function multiBenchFamilies(
 ): MetricFamily[] {
   const env = devices?.environment ?? p2p?.environment;
   const uuid = new Map((env?.gpus ?? []).map((g) => [g.index, g.uuid]));
-  const gpu = (d: number, prefix = '') => ({ [`${prefix}device`]: String(d), ...(uuid.has(d) ? { [`${prefix}uuid`]: uuid.get(d)! } : {}) });
+  const indices = new Map((env?.gpus ?? []).map((g) => [g.uuid, g.nvmlIndex]));
+  const gpu = (d: number, prefix = '') =>
+    prefix
+      ? { [`${prefix}device`]: String(d), ...(uuid.has(d) ? { [`${prefix}uuid`]: uuid.get(d)! } : {}) }
+      : gpuLabels(d, uuid.get(d), indices);
   // The library's figure and the C++ baseline's, each by statistic.
   const paths = (labels: Record<string, string>, library: Stats, raw: Stats, scale: number) => [
     ...statSamples({ ...labels, path: 'library' }, library, scale),
@@ -508,6 +607,79 @@ export function multiBenchFamilies(
       { labels: {}, value: Math.round(nowSeconds) },
     ]),
   );
+  // Each GPU's versions and clocks, one family per figure with a sample per GPU.
+  const states = new Map<string, MetricFamily>();
+  for (const g of env?.gpus ?? [])
+    for (const f of g.state ? runStateFamilies('cuda_memory_bench', 'cuda-memory bench', g.state, gpu(g.index)) : []) {
+      const had = states.get(f.name);
+      if (had) had.samples.push(...f.samples);
+      else states.set(f.name, f);
+    }
+  out.push(...states.values());
+  return out;
+}
+
+/**
+ * @internal The textfile of a run that could not start because CUDA cannot be used: the check
+ * could not run (`<prefix>_available` 0, its `reason` label saying why), so it is not ok, and when
+ * that was found.
+ */
+export function unavailableFamilies(
+  prefix: string,
+  command: string,
+  reason: string | null,
+  nowSeconds = Date.now() / 1000,
+): MetricFamily[] {
+  return [
+    gauge(`${prefix}_available`, `Whether CUDA could be used, so that ${command} could run (1), or not (0; reason says why).`, [
+      { labels: { reason: reason ?? 'UNKNOWN' }, value: 0 },
+    ]),
+    gauge(`${prefix}_ok`, `Whether ${command} ran and passed (1) or not (0).`, [{ labels: {}, value: 0 }]),
+    gauge(`${prefix}_last_run_timestamp_seconds`, `When ${command} wrote this file (Unix time).`, [
+      { labels: {}, value: Math.round(nowSeconds) },
+    ]),
+  ];
+}
+
+/**
+ * @internal The run state as metric families: the versions (an info gauge), the clocks and the
+ * reasons they are held down, under `prefix`.
+ */
+export function runStateFamilies(prefix: string, command: string, state: RunState, gpu: Record<string, string>): MetricFamily[] {
+  const out: MetricFamily[] = [
+    gauge(`${prefix}_versions_info`, `The versions of the last ${command} run (value 1).`, [
+      {
+        labels: {
+          ...gpu,
+          nvidia_driver: state.nvidiaDriverVersion ?? 'unknown',
+          cuda_driver: state.cudaDriverVersion,
+          cuda_runtime: state.runtimeVersion,
+          cuda_memory: state.library,
+        },
+        value: 1,
+      },
+    ]),
+  ];
+  const c = state.clocks;
+  if (c) {
+    const clocks: MetricFamily['samples'] = [];
+    for (const [clock, current, max] of [
+      ['sm', c.smClockMHz, c.smClockMaxMHz],
+      ['memory', c.memoryClockMHz, c.memoryClockMaxMHz],
+    ] as const) {
+      if (current !== null) clocks.push({ labels: { ...gpu, clock, state: 'current' }, value: current * 1e6 });
+      if (max !== null) clocks.push({ labels: { ...gpu, clock, state: 'max' }, value: max * 1e6 });
+    }
+    out.push(gauge(`${prefix}_clock_hertz`, `The GPU's clocks when ${command} ran (NVML), current and maximum.`, clocks));
+    if (c.eventReasons !== null)
+      out.push(
+        gauge(
+          `${prefix}_clocks_event_reasons`,
+          `Why the clocks were held down when ${command} ran: NVML's nvmlClocksEventReason bit mask (0: none).`,
+          [{ labels: gpu, value: c.eventReasons }],
+        ),
+      );
+  }
   return out;
 }
 
@@ -515,6 +687,12 @@ export function multiBenchFamilies(
 export function doctorFamilies(report: DoctorReport, uuid: string | undefined, nowSeconds = Date.now() / 1000): MetricFamily[] {
   const gpu = gpuLabels(report.device, uuid);
   return [
+    ...(report.environment ? runStateFamilies('cuda_memory_doctor', 'cuda-memory doctor', report.environment, gpu) : []),
+    gauge(
+      'cuda_memory_doctor_fault',
+      'A likely cause of a failed cuda-memory doctor check, by its stable code (value 1).',
+      report.checks.flatMap((c) => (c.faults ?? []).map((f) => ({ labels: { ...gpu, check: c.name, code: f.code }, value: 1 }))),
+    ),
     {
       name: 'cuda_memory_doctor_check',
       help: "The outcome of each cuda-memory doctor check: 1 for the check's status (pass, fail or skip).",

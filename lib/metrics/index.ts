@@ -13,13 +13,20 @@ import {
   sourceFamilies,
   platformFamilies,
   PLATFORM_METRICS,
+  GROUP_METRICS,
+  GROUP_LABELS,
+  GROUP_MEMBER_LABELS,
+  groupFamilies,
 } from './families';
 import type { MetricsSources } from './families';
+import type { MetricFamily } from './exposition';
 import { formatExposition } from './exposition';
-import { CudaMemoryError, argTypeError } from '../base/errors';
+import { CudaMemoryError, argTypeError, invalidArgument } from '../base/errors';
+import { checkOptions, isReadable } from '../base/validate';
 
 export type { MetricsSources, Named } from './families';
 export type { MetricFamily, MetricSample } from './exposition';
+export { hpcJobMapping, writeHpcJobMapping } from './hpc-jobs';
 
 /**
  * The part of a prom-client `Registry` this library uses.
@@ -68,7 +75,7 @@ function loadPromClient(given: unknown): PromModule {
 }
 
 /**
- * Registers gauges and counters for allocators, pinned pools and devices in a prom-client
+ * Registers gauges and counters for allocators, pinned pools, devices and group budgets in a prom-client
  * registry. The figures are read at each scrape (`allocator.stats()`, `cudaMemGetInfo`), so
  * nothing runs between scrapes. Returns a function that removes them again.
  *
@@ -82,8 +89,9 @@ function loadPromClient(given: unknown): PromModule {
  * @category Metrics
  */
 export function registerMetrics(registry: PromRegistry, options: RegisterMetricsOptions = {}): () => void {
-  if (!registry || typeof registry.registerMetric !== 'function')
+  if (!registry || typeof registry !== 'object' || !isReadable(registry) || typeof registry.registerMetric !== 'function')
     throw argTypeError('Expected registry to be a prom-client Registry (with registerMetric) but received ' + typeof registry);
+  options = checkOptions<RegisterMetricsOptions>('options', options);
   const prom = loadPromClient(options.promClient);
   const names: string[] = [];
   const add = <S>(
@@ -116,16 +124,27 @@ export function registerMetrics(registry: PromRegistry, options: RegisterMetrics
   if (options.devices) {
     add(DEVICE_METRICS, ['device', 'uuid'], () => deviceSamples(options.devices));
     // The platform's families, read once per scrape and shared by the two gauges.
-    let cached: { at: number; families: ReturnType<typeof platformFamilies> } | null = null;
-    const read = (i: number) => () => {
-      if (!cached || Date.now() - cached.at > 500) cached = { at: Date.now(), families: platformFamilies(options.devices) };
-      return (cached.families[i]?.samples ?? []).map((s) => ({ labels: s.labels as Record<string, string>, stats: s.value }));
-    };
+    const read = cachedFamilies(() => platformFamilies(options.devices));
     add([{ ...PLATFORM_METRICS[0], value: (v: number) => v }], ['device', 'uuid', 'kind'], read(0));
     add([{ ...PLATFORM_METRICS[1], value: (v: number) => v }], ['device', 'uuid'], read(1));
   }
+  if (options.groups) {
+    // Every ledger read once per scrape for the five gauges.
+    const read = cachedFamilies(() => groupFamilies(options.groups));
+    GROUP_METRICS.forEach((d, i) => add([{ ...d, value: (v: number) => v }], i < 2 ? GROUP_LABELS : GROUP_MEMBER_LABELS, read(i)));
+  }
   return () => {
     for (const n of names) registry.removeSingleMetric(n);
+  };
+}
+
+// Families computed at most once per 500 ms (one scrape reads each of them in turn), and a
+// reader of the samples of the i-th, as registerMetrics' `add` takes them.
+function cachedFamilies(compute: () => MetricFamily[]): (i: number) => () => { labels: Record<string, string>; stats: number }[] {
+  let cached: { at: number; families: MetricFamily[] } | null = null;
+  return (i) => () => {
+    if (!cached || Date.now() - cached.at > 500) cached = { at: Date.now(), families: compute() };
+    return (cached.families[i]?.samples ?? []).map((s) => ({ labels: s.labels as Record<string, string>, stats: s.value }));
   };
 }
 
@@ -135,5 +154,8 @@ export function registerMetrics(registry: PromRegistry, options: RegisterMetrics
  * @category Metrics
  */
 export function metricsText(sources: MetricsSources): string {
+  if (sources === null || sources === undefined)
+    throw invalidArgument('sources', 'an object { allocators?, pinnedPools?, devices? }', sources);
+  checkOptions<MetricsSources>('sources', sources);
   return formatExposition(sourceFamilies(sources));
 }

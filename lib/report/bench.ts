@@ -3,6 +3,7 @@ import { TransferReport, TransferResult, findResult } from '../bench/transfer';
 import { GateResult } from '../bench/gates';
 import { esc, PALETTE, niceTicks, sizeTicks } from './chart';
 import { RESULT_HEAD, resultCells, alignRows, resultsCsv, resultsJunit, htmlPage, htmlTable, gatesHtml, reportJson } from './results';
+import { runStateProperties } from './junit';
 import { formatBytes, formatGbps as rate } from '../base/units';
 
 function label(r: TransferResult): string {
@@ -267,7 +268,15 @@ ${htmlTable(t.head, t.rows)}`;
  * @category Reports
  */
 export function benchmarkJunit(report: TransferReport, gates: GateResult[]): string {
-  return resultsJunit('cuda-memory bench', 'transfer', report.results, gates, 'copied data did not match');
+  const state = report.environment.state;
+  return resultsJunit(
+    'cuda-memory bench',
+    'transfer',
+    report.results,
+    gates,
+    'copied data did not match',
+    state ? runStateProperties(state) : {},
+  );
 }
 
 export { niceTicks, sizeTicks } from './chart';

@@ -6,7 +6,7 @@
 import { DevicesReport } from '../bench/devices';
 import { P2pReport } from '../bench/p2p';
 import { GateResult } from '../bench/gates';
-import { JunitCase, renderJunit } from './junit';
+import { JunitCase, renderJunit, runStateProperties } from './junit';
 import { esc } from './chart';
 import { formatBytes, formatGbps as gbps } from '../base/units';
 import { describeLink } from '../device/peers';
@@ -358,5 +358,6 @@ export function multiJunit(devices: DevicesReport | undefined, p2p: P2pReport | 
     });
   for (const g of gates)
     cases.push({ classname: 'bench.gates', name: g.gate.text, seconds: 0, failure: g.pass ? undefined : g.message, output: g.message });
-  return renderJunit('cuda-memory bench (several GPUs)', cases);
+  const state = (devices ?? p2p)?.environment.gpus[0]?.state;
+  return renderJunit('cuda-memory bench (several GPUs)', cases, state ? runStateProperties(state) : {});
 }

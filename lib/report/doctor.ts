@@ -1,6 +1,6 @@
 /** Output formats of the doctor: one line per check, and JUnit XML. */
 import type { DoctorReport, DoctorDevicesReport, DoctorCheck } from '../bench/doctor';
-import { renderJunit } from './junit';
+import { renderJunit, runStateProperties } from './junit';
 
 /**
  * One line per check.
@@ -9,6 +9,7 @@ import { renderJunit } from './junit';
  */
 export function formatDoctor(r: DoctorReport): string {
   const lines = r.checks.map((c) => `${c.status.toUpperCase().padEnd(4)} ${c.name}: ${c.detail}`);
+  if (r.expectations) lines.push(`expectations: ${r.expectations.name}${r.expectations.file ? ` (${r.expectations.file})` : ''}`);
   lines.push(r.ok ? 'doctor: all checks passed' : `doctor: ${r.checks.filter((c) => c.status === 'fail').length} check(s) failed`);
   return lines.join('\n');
 }
@@ -28,6 +29,7 @@ export function doctorJunit(r: DoctorReport): string {
       failure: c.status === 'fail' ? c.detail : undefined,
       output: c.status === 'skip' ? `skipped: ${c.detail}` : c.detail,
     })),
+    { ...(r.environment ? runStateProperties(r.environment) : {}), ...(r.expectations ? { expectations: r.expectations.name } : {}) },
   );
 }
 
@@ -71,8 +73,12 @@ export function doctorDevicesJunit(r: DoctorDevicesReport): string {
       output: checks.map((c) => `${c.status.toUpperCase()} ${c.name}: ${c.detail}`).join('\n'),
     };
   };
-  return renderJunit('cuda-memory doctor --devices', [
-    ...r.gpus.map((g) => one(`doctor.gpu${g.device}`, `GPU ${g.device}`, g.checks)),
-    ...r.pairs.map((p) => one(`doctor.p2p`, `GPU ${p.from} -> GPU ${p.to}`, p.checks)),
-  ]);
+  return renderJunit(
+    'cuda-memory doctor --devices',
+    [
+      ...r.gpus.map((g) => one(`doctor.gpu${g.device}`, `GPU ${g.device}`, g.checks)),
+      ...r.pairs.map((p) => one(`doctor.p2p`, `GPU ${p.from} -> GPU ${p.to}`, p.checks)),
+    ],
+    r.gpus[0]?.environment ? runStateProperties(r.gpus[0].environment) : {},
+  );
 }

@@ -88,7 +88,14 @@ export function resultsCsv<R extends ResultLike>(results: R[], extra: CsvColumn<
  * JUnit XML: one testcase per result, failing with `unverified` when its data did not arrive
  * intact, and one per gate; classes `<prefix>.<direction>` and `<prefix>.gates`.
  */
-export function resultsJunit(suite: string, prefix: string, results: ResultLike[], gates: GateResult[], unverified: string): string {
+export function resultsJunit(
+  suite: string,
+  prefix: string,
+  results: ResultLike[],
+  gates: GateResult[],
+  unverified: string,
+  properties: Record<string, string> = {},
+): string {
   const cases: JunitCase[] = results.map((r) => ({
     classname: `${prefix}.${r.direction}`,
     name: `${r.mode} ${formatBytes(r.bytes)}: ${rate(r.gbps.median)} GB/s`,
@@ -97,7 +104,7 @@ export function resultsJunit(suite: string, prefix: string, results: ResultLike[
   }));
   for (const g of gates)
     cases.push({ classname: `${prefix}.gates`, name: g.gate.text, seconds: 0, failure: g.pass ? undefined : g.message, output: g.message });
-  return renderJunit(suite, cases);
+  return renderJunit(suite, cases, properties);
 }
 
 /** A self-contained page with the reports' style; `body` is HTML already. */

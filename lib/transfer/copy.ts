@@ -2,7 +2,7 @@
 import { native } from '../binding/native';
 import { DeviceBuffer, Memory, PinnedBuffer, RegisteredBuffer, resolveMemory } from '../memory/buffers';
 import { Stream, streamOption } from '../device/stream';
-import { checkBoolean, checkOptions, checkSize } from '../base/validate';
+import { checkBoolean, checkOptions, checkSize, isInstance } from '../base/validate';
 import { invalidArgument, argRangeError } from '../base/errors';
 import { bufferOf, checkHoldable, checkTakeable, takeMemory, viewLike } from '../memory/detach';
 import { ManagedBuffer } from '../memory/managed';
@@ -111,7 +111,7 @@ let handleArgs: Float64Array | undefined;
 type HandleMemory = DeviceBuffer | PinnedBuffer | RegisteredBuffer;
 
 function isHandleMemory(m: unknown): m is HandleMemory {
-  return m instanceof DeviceBuffer || m instanceof PinnedBuffer || m instanceof RegisteredBuffer;
+  return isInstance(m, DeviceBuffer) || isInstance(m, PinnedBuffer) || isInstance(m, RegisteredBuffer);
 }
 
 // The byte count of a copy the short way can take (whole buffers from offset 0, at most a
@@ -253,7 +253,9 @@ export function copyAsync(dst: Memory, src: Memory, options?: CopyAsyncOptions):
 }
 
 function isNodeMemory(m: Memory): m is ArrayBuffer | SharedArrayBuffer | ArrayBufferView {
-  return ArrayBuffer.isView(m) || m instanceof ArrayBuffer || (typeof SharedArrayBuffer !== 'undefined' && m instanceof SharedArrayBuffer);
+  return (
+    ArrayBuffer.isView(m) || isInstance(m, ArrayBuffer) || (typeof SharedArrayBuffer !== 'undefined' && isInstance(m, SharedArrayBuffer))
+  );
 }
 
 function asView(m: Memory): ArrayBufferView {

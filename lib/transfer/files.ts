@@ -8,11 +8,23 @@ import { fileURLToPath } from 'url';
 import { native } from '../binding/native';
 import type { FileReadInfo } from '../binding/types';
 import { Memory, resolveMemory } from '../memory/buffers';
-import { checkBoolean, checkOptions, checkSize } from '../base/validate';
+import { checkBoolean, checkOptions, checkSize, isInstance } from '../base/validate';
 import { argRangeError, argTypeError, describe, invalidArgument } from '../base/errors';
-import { checkHoldable } from '../memory/detach';
+import { checkHoldable, checkTakeable, takeMemory } from '../memory/detach';
+import { ManagedBuffer } from '../memory/managed';
 
 export type { FileReadInfo } from '../binding/types';
+
+/**
+ * A `file:` URL (`new URL('file:///data/model.bin')`, `pathToFileURL(p)`), named by the fields
+ * read from it so that the typings need neither `@types/node` nor the DOM library for `URL`. A
+ * path given this way must be a `URL` instance at run time.
+ */
+export interface FileUrl {
+  readonly href: string;
+  readonly protocol: string;
+  readonly pathname: string;
+}
 
 /** Called while a transfer runs: bytes done so far of `byteLength`. */
 export type FileProgressCallback = (bytesDone: number, byteLength: number) => void;
@@ -37,7 +49,7 @@ export interface ReadFileOptions {
 }
 
 /** Options of {@link readFileAsync}. */
-export interface ReadFileAsyncOptions extends ReadFileOptions {
+export interface ReadFileAsyncOptions extends ReadFileOptions, TakeOption {
   /** Called every `progressInterval` ms while the read runs, and once at the end. */
   onProgress?: FileProgressCallback;
   /** Milliseconds between progress calls (default 100). */
@@ -62,13 +74,13 @@ export interface WriteFileOptions {
 }
 
 /** Options of {@link writeFileAsync}. */
-export interface WriteFileAsyncOptions extends WriteFileOptions {
+export interface WriteFileAsyncOptions extends WriteFileOptions, TakeOption {
   onProgress?: FileProgressCallback;
   progressInterval?: number;
 }
 
 function checkPath(path: unknown): string {
-  if (path instanceof URL) {
+  if (isInstance(path, URL)) {
     if (path.protocol !== 'file:') throw invalidArgument('path', 'a file: URL', path.href, TypeError);
     return fileURLToPath(path);
   }
@@ -129,24 +141,57 @@ function progressOptions(o: { onProgress?: unknown; progressInterval?: unknown }
   return { onProgress: o.onProgress as FileProgressCallback | undefined, interval };
 }
 
+/**
+ * `{ take: true }` of {@link readFileAsync} and {@link writeFileAsync}: the Node buffer is taken
+ * for the transfer as `copyAsync(..., { take: true })` takes it (see `take` of copyAsync()),
+ * and handed back as `taken`.
+ */
+export interface TakeOption {
+  /**
+   * Take the memory of a Node buffer (`dst` of a read, `src` of a write) for the transfer's
+   * duration, so nothing can detach it meanwhile: it is detached at the call (its views read as
+   * empty, as after `postMessage` with a transfer list), and the result (or the error) carries
+   * `taken`, a new buffer of the same kind over the same memory. It must cover its whole
+   * ArrayBuffer (`ERR_INVALID_ARG_VALUE` otherwise). Library buffers are not taken (they are
+   * handed back as they are). Default false: the buffer stays yours, and you must not detach it
+   * until the promise settles.
+   */
+  take?: boolean;
+}
+
 // Runs `start` with a progress array the addon counts into ([done, total]), calling onProgress
 // from a timer meanwhile. A Node buffer is under Node's own contract for asynchronous work: it
-// must not be detached (transferred) until the promise settles (see the API guide's lifetime).
+// must not be detached (transferred) until the promise settles (see the API guide's lifetime),
+// unless `take` takes it for the duration. A ManagedBuffer counts the transfer as in flight, so
+// that where the host must not touch it during GPU work its bytes refuse until it settles.
 function runAsync<T>(
-  what: string,
-  target: number | ArrayBufferView,
+  what: 'readFileAsync' | 'writeFileAsync',
+  memory: Memory,
+  resolved: { target: number | ArrayBufferView },
   knownTotal: number,
-  o: { onProgress?: unknown; progressInterval?: unknown },
-  start: (progress: BigUint64Array | undefined) => Promise<T>,
-): Promise<T> {
+  o: { onProgress?: unknown; progressInterval?: unknown; take?: unknown },
+  start: (target: number | ArrayBufferView, progress: BigUint64Array | undefined) => Promise<T>,
+): Promise<{ value: T; taken?: Memory }> {
+  const name = what === 'readFileAsync' ? 'dst' : 'src';
   let timer: NodeJS.Timeout | undefined;
   let pending: Promise<T>;
   let progress: BigUint64Array | undefined;
   let report: (() => void) | undefined;
+  let taken: Memory | undefined;
+  const managed = memory instanceof ManagedBuffer ? memory : undefined;
   try {
     const { onProgress, interval } = progressOptions(o);
+    const take = checkBoolean('options.take', o.take, false);
+    let target = resolved.target;
     if (typeof target !== 'number') {
-      checkHoldable(what === 'readFileAsync' ? 'dst' : 'src', target);
+      checkHoldable(name, target);
+      if (take) {
+        checkTakeable(name, target);
+        taken = takeMemory(memory as ArrayBufferLike | ArrayBufferView);
+        target = resolveMemory(name, taken).target;
+      }
+    } else if (take) {
+      taken = memory;
     }
     if (onProgress) {
       progress = new BigUint64Array(2);
@@ -161,24 +206,28 @@ function runAsync<T>(
       };
       timer = setInterval(report, interval);
     }
-    pending = start(progress);
+    pending = start(target, progress);
+    if (managed) managed._busy++;
   } catch (e) {
     if (timer) clearInterval(timer);
+    if (taken !== undefined) (e as { taken?: Memory }).taken = taken;
     return Promise.reject(e);
   }
   const site = new Error(`${what} called here`);
   const settle = () => {
     if (timer) clearInterval(timer);
+    if (managed) managed._busy--;
   };
   return pending.then(
-    (v) => {
+    (value) => {
       settle();
       report?.();
-      return v;
+      return taken === undefined ? { value } : { value, taken };
     },
     (e: Error) => {
       settle();
       e.stack = `${e.stack ?? e.message}\n    --- ${what} called from ---\n${(site.stack ?? '').split('\n').slice(1).join('\n')}`;
+      if (taken !== undefined) (e as { taken?: Memory }).taken = taken;
       throw e;
     },
   );
@@ -198,26 +247,53 @@ function runAsync<T>(
  * never written outside `[dstOffset, dstOffset + byteLength)`; after a failure its bytes there are
  * undefined.
  */
-export function readFile(path: string | URL, dst: Memory, options?: ReadFileOptions): FileReadInfo {
-  const r = prepareRead(path, dst, options);
-  return native.fileRead(r.p, r.d.target, r.dstOffset, r.fileOffset, r.n, r.direct);
+export function readFile(path: string | FileUrl, dst: Memory, options?: ReadFileOptions): FileReadInfo {
+  return readOpenFile({ path }, dst, options);
+}
+
+/**
+ * @internal A file to read: `path`, or where `fd` is given, that open file (left open), which
+ * `path` then only names in errors. A format that reads its header from an open file reads its
+ * data from the same one: a file renamed over the path meanwhile is not mixed in.
+ */
+export interface FileSource {
+  path: string | FileUrl;
+  fd?: number;
+}
+
+/** @internal {@link readFile} from a {@link FileSource}. */
+export function readOpenFile(file: FileSource, dst: Memory, options?: ReadFileOptions): FileReadInfo {
+  const r = prepareRead(file.path, dst, options);
+  return native.fileRead(r.p, r.d.target, r.dstOffset, r.fileOffset, r.n, r.direct, undefined, file.fd);
 }
 
 /**
  * Like {@link readFile}, off the JavaScript thread, with progress. The destination stays
  * referenced (a free() waits) until the promise settles; a Node buffer must not be detached
- * meanwhile, as with copyAsync() (see the API guide's lifetime section).
+ * meanwhile, as with copyAsync(), unless `{ take: true }` takes it for the read and the result
+ * hands it back as `taken` (see {@link TakeOption} and the API guide's lifetime section).
  */
-export function readFileAsync(path: string | URL, dst: Memory, options?: ReadFileAsyncOptions): Promise<FileReadInfo> {
+export function readFileAsync<D extends Memory>(
+  path: string | FileUrl,
+  dst: D,
+  options: ReadFileAsyncOptions & { take: true },
+): Promise<FileReadInfo & { taken: D }>;
+export function readFileAsync(path: string | FileUrl, dst: Memory, options?: ReadFileAsyncOptions): Promise<FileReadInfo>;
+export function readFileAsync(path: string | FileUrl, dst: Memory, options?: ReadFileAsyncOptions): Promise<FileReadInfo> {
+  return readOpenFileAsync({ path }, dst, options);
+}
+
+/** @internal {@link readFileAsync} from a {@link FileSource}. */
+export function readOpenFileAsync(file: FileSource, dst: Memory, options?: ReadFileAsyncOptions): Promise<FileReadInfo> {
   let r: ReturnType<typeof prepareRead>;
   try {
-    r = prepareRead(path, dst, options);
+    r = prepareRead(file.path, dst, options);
   } catch (e) {
     return Promise.reject(e);
   }
-  return runAsync('readFileAsync', r.d.target, r.n, r.o, (progress) =>
-    native.fileReadAsync(r.p, r.d.target, r.dstOffset, r.fileOffset, r.n, r.direct, progress),
-  );
+  return runAsync('readFileAsync', dst, r.d, r.n, r.o, (target, progress) =>
+    native.fileReadAsync(r.p, target, r.dstOffset, r.fileOffset, r.n, r.direct, progress, file.fd),
+  ).then(({ value, taken }) => (taken === undefined ? value : { ...value, taken }));
 }
 
 /**
@@ -229,22 +305,35 @@ export function readFileAsync(path: string | URL, dst: Memory, options?: ReadFil
  *
  * Errors as {@link readFile}'s, and `ERR_FILE_NO_SPACE` (ENOSPC, EDQUOT, EFBIG).
  */
-export function writeFile(path: string | URL, src: Memory, options?: WriteFileOptions): number {
+export function writeFile(path: string | FileUrl, src: Memory, options?: WriteFileOptions): number {
   const w = prepareWrite(path, src, options);
   return native.fileWrite(w.p, w.s.target, w.srcOffset, w.n, w.fsync, w.mode, undefined, w.fileOffset);
 }
 
-/** Like {@link writeFile}, off the JavaScript thread, with progress (bytes in the file). */
-export function writeFileAsync(path: string | URL, src: Memory, options?: WriteFileAsyncOptions): Promise<number> {
+/**
+ * Like {@link writeFile}, off the JavaScript thread, with progress (bytes in the file). Resolves to
+ * the bytes written; with `{ take: true }` (see {@link TakeOption}) to `{ bytes, taken }`.
+ */
+export function writeFileAsync<S extends Memory>(
+  path: string | FileUrl,
+  src: S,
+  options: WriteFileAsyncOptions & { take: true },
+): Promise<{ bytes: number; taken: S }>;
+export function writeFileAsync(path: string | FileUrl, src: Memory, options?: WriteFileAsyncOptions): Promise<number>;
+export function writeFileAsync(
+  path: string | FileUrl,
+  src: Memory,
+  options?: WriteFileAsyncOptions,
+): Promise<number | { bytes: number; taken: Memory }> {
   let w: ReturnType<typeof prepareWrite>;
   try {
     w = prepareWrite(path, src, options);
   } catch (e) {
     return Promise.reject(e);
   }
-  return runAsync('writeFileAsync', w.s.target, w.n, w.o, (progress) =>
-    native.fileWriteAsync(w.p, w.s.target, w.srcOffset, w.n, w.fsync, w.mode, progress, w.fileOffset),
-  );
+  return runAsync('writeFileAsync', src, w.s, w.n, w.o, (target, progress) =>
+    native.fileWriteAsync(w.p, target, w.srcOffset, w.n, w.fsync, w.mode, progress, w.fileOffset),
+  ).then(({ value, taken }) => (taken === undefined ? value : { bytes: value, taken }));
 }
 
 /** What {@link readFileStorage} measured. */
@@ -256,7 +345,7 @@ export interface StorageReadInfo extends FileReadInfo {
  * Reads a file range through the library's read path with no GPU behind it (the bytes stop in the
  * ring): the storage's own read rate, the baseline of the file benchmark. Needs no CUDA.
  */
-export function readFileStorage(path: string | URL, options?: Omit<ReadFileOptions, 'dstOffset'>): StorageReadInfo {
+export function readFileStorage(path: string | FileUrl, options?: Omit<ReadFileOptions, 'dstOffset'>): StorageReadInfo {
   const p = checkPath(path);
   const o = checkOptions<ReadFileOptions>('options', options);
   const fileOffset = o.fileOffset === undefined ? 0 : checkSize('options.fileOffset', o.fileOffset);
@@ -271,7 +360,7 @@ export function readFileStorage(path: string | URL, options?: Omit<ReadFileOptio
  * it first when `drop` is true (posix_fadvise DONTNEED, once its dirty pages are written back:
  * any user who can open the file may). `dropped`: the kernel took the request. Needs no CUDA.
  */
-export function fileCache(path: string | URL, drop = false): { resident: number; dropped: boolean } {
+export function fileCache(path: string | FileUrl, drop = false): { resident: number; dropped: boolean } {
   if (typeof drop !== 'boolean') throw invalidArgument('drop', 'a boolean', drop, TypeError);
   return native.fileCache(checkPath(path), drop);
 }

@@ -6,16 +6,16 @@
  * past the file.
  */
 import * as fs from 'fs';
-import * as nodePath from 'path';
-import { randomBytes } from 'crypto';
 import { CudaMemoryError, describe, invalidArgument } from '../base/errors';
-import { checkBoolean, checkOptions } from '../base/validate';
+import { checkBoolean, checkOptions, checkSize, isInstance } from '../base/validate';
 import { Memory, resolveMemory } from '../memory/buffers';
+import { native } from '../binding/native';
+import { fileError } from '../base/files';
 import { writeFile, writeFileAsync } from './files';
 import {
   DTYPE_BYTES,
-  loadTensors,
-  loadTensorsAsync,
+  loadTensorsFrom,
+  loadTensorsFromAsync,
   type Dtype,
   type LoadedTensors,
   type LoadTensorsAsyncOptions,
@@ -43,12 +43,21 @@ function invalid(message: string): CudaMemoryError {
 
 /** The header length N from the first 8 bytes, checked against the file's size and the limit. */
 export function safetensorsHeaderLength(first8: Uint8Array, fileSize: number, maxHeader = SAFETENSORS_MAX_HEADER): number {
+  if (!isInstance(first8, Uint8Array)) throw invalidArgument('bytes', "a Uint8Array of the file's first bytes", first8);
+  checkSize('fileSize', fileSize);
+  checkSize('maxHeader', maxHeader);
   if (fileSize < 8 || first8.length < 8) throw invalid(`the file has ${fileSize} bytes, fewer than the 8 of the header length`);
   const n = new DataView(first8.buffer, first8.byteOffset, 8).getBigUint64(0, true);
   if (n > BigInt(maxHeader)) throw invalid(`the header length ${n} is above the limit of ${maxHeader} bytes`);
   if (n > BigInt(fileSize - 8)) throw invalid(`the header length ${n} runs past the end of the file (${fileSize} bytes)`);
   if (n < 2n) throw invalid(`the header length ${n} is too short for a JSON object`);
   return Number(n);
+}
+
+// Sets an own property whatever its name: `o[k] = v` with k "__proto__" sets the prototype
+// instead, and the name would be lost.
+function ownSet(o: object, k: string, v: unknown): void {
+  Object.defineProperty(o, k, { value: v, enumerable: true, writable: true, configurable: true });
 }
 
 function isPlainObject(v: unknown): v is Record<string, unknown> {
@@ -87,8 +96,8 @@ export function parseSafetensorsHeader(bytes: Uint8Array, fileSize: number, maxH
     if (name === '__metadata__') {
       if (!isPlainObject(v)) throw invalid('__metadata__ is not an object');
       for (const [k, s] of Object.entries(v)) {
-        if (typeof s !== 'string') throw invalid(`__metadata__.${k} is ${describe(s)}, not a string`);
-        metadata[k] = s;
+        if (typeof s !== 'string') throw invalid(`__metadata__[${JSON.stringify(k)}] is ${describe(s)}, not a string`);
+        ownSet(metadata, k, s);
       }
       continue;
     }
@@ -127,31 +136,21 @@ export function parseSafetensorsHeader(bytes: Uint8Array, fileSize: number, maxH
   return { headerBytes: n, dataOffset, tensors, metadata };
 }
 
-const FILE_CODES: Record<string, string> = {
-  ENOENT: 'ERR_FILE_NOT_FOUND',
-  ENOTDIR: 'ERR_FILE_NOT_FOUND',
-  EACCES: 'ERR_FILE_PERMISSION',
-  EPERM: 'ERR_FILE_PERMISSION',
-  EISDIR: 'ERR_FILE_IS_DIRECTORY',
-};
-
-// A Node fs error as the library's coded file error.
-function fileError(e: NodeJS.ErrnoException, path: string): Error {
-  if (!e || typeof e.code !== 'string' || e instanceof CudaMemoryError) return e;
-  const err = new CudaMemoryError(e.message, FILE_CODES[e.code] ?? 'ERR_FILE_IO');
-  return Object.assign(err, { path, syscall: e.syscall, errno: e.code });
-}
-
-/** Reads and checks the header of a safetensors file (see {@link parseSafetensorsHeader}). */
-export function readSafetensorsHeader(path: string, maxHeader = SAFETENSORS_MAX_HEADER): SafetensorsHeader {
+// Opens a safetensors file to read: a regular file only. O_NONBLOCK: a FIFO is refused at once
+// instead of waiting for a writer.
+function openSafetensors(path: unknown): number {
   if (typeof path !== 'string') throw invalidArgument('path', 'a string', path);
   let fd: number;
   try {
-    // O_NONBLOCK: a FIFO is refused at once instead of waiting for a writer.
     fd = fs.openSync(path, fs.constants.O_RDONLY | fs.constants.O_NONBLOCK);
   } catch (e) {
     throw fileError(e as NodeJS.ErrnoException, path);
   }
+  return fd;
+}
+
+// Reads and checks the header from an open file.
+function readHeaderFrom(fd: number, path: string, maxHeader: number): SafetensorsHeader {
   try {
     const st = fs.fstatSync(fd);
     if (st.isDirectory())
@@ -171,6 +170,14 @@ export function readSafetensorsHeader(path: string, maxHeader = SAFETENSORS_MAX_
     return parseSafetensorsHeader(all, st.size, maxHeader);
   } catch (e) {
     throw fileError(e as NodeJS.ErrnoException, path);
+  }
+}
+
+/** Reads and checks the header of a safetensors file (see {@link parseSafetensorsHeader}). */
+export function readSafetensorsHeader(path: string, maxHeader = SAFETENSORS_MAX_HEADER): SafetensorsHeader {
+  const fd = openSafetensors(path);
+  try {
+    return readHeaderFrom(fd, path, maxHeader);
   } finally {
     fs.closeSync(fd);
   }
@@ -185,17 +192,29 @@ export interface LoadedSafetensors extends LoadedTensors {
  * Loads a safetensors file's tensors (by default every one, into one DeviceBuffer on device 0,
  * read in one pass through the pinned ring; see {@link LoadTensorsOptions} for an allocator, pinned
  * or host memory, one allocation per tensor, or a subset). Returns named views with dtype and
- * shape; `free()` frees what was allocated.
+ * shape; `free()` frees what was allocated. The header and the data are read from one open file:
+ * a file renamed over the path meanwhile (as {@link saveSafetensors} replaces one) is not mixed
+ * in; the load returns the bytes of the file it opened, or fails with a code.
  */
 export function loadSafetensors(path: string, options?: LoadTensorsOptions): LoadedSafetensors {
-  const h = readSafetensorsHeader(path);
-  return Object.assign(loadTensors(path, h.tensors, options), { metadata: h.metadata });
+  const fd = openSafetensors(path);
+  try {
+    const h = readHeaderFrom(fd, path, SAFETENSORS_MAX_HEADER);
+    return Object.assign(loadTensorsFrom({ path, fd }, h.tensors, options), { metadata: h.metadata });
+  } finally {
+    fs.closeSync(fd);
+  }
 }
 
 /** Like {@link loadSafetensors}, with the reads off the JavaScript thread and progress. */
 export async function loadSafetensorsAsync(path: string, options?: LoadTensorsAsyncOptions): Promise<LoadedSafetensors> {
-  const h = readSafetensorsHeader(path);
-  return Object.assign(await loadTensorsAsync(path, h.tensors, options), { metadata: h.metadata });
+  const fd = openSafetensors(path);
+  try {
+    const h = readHeaderFrom(fd, path, SAFETENSORS_MAX_HEADER);
+    return Object.assign(await loadTensorsFromAsync({ path, fd }, h.tensors, options), { metadata: h.metadata });
+  } finally {
+    fs.closeSync(fd);
+  }
 }
 
 /** One tensor to save: its bytes are `[byteOffset, byteOffset + byteLength)` of `buffer`. */
@@ -233,7 +252,9 @@ function prepareSave(path: unknown, tensors: unknown, options: unknown) {
   if (o.metadata !== undefined) {
     if (!isPlainObject(o.metadata) || !Object.values(o.metadata).every((v) => typeof v === 'string'))
       throw invalidArgument('options.metadata', 'an object of strings', o.metadata);
-    header.__metadata__ = o.metadata;
+    const metadata = {};
+    for (const [k, v] of Object.entries(o.metadata)) ownSet(metadata, k, v);
+    header.__metadata__ = metadata;
   }
   const parts: { buffer: Memory; srcOffset: number; byteLength: number; at: number }[] = [];
   let at = 0;
@@ -261,7 +282,7 @@ function prepareSave(path: unknown, tensors: unknown, options: unknown) {
         byteOffset,
         RangeError,
       );
-    header[name] = { dtype, shape, data_offsets: [at, at + bytes] };
+    ownSet(header, name, { dtype, shape, data_offsets: [at, at + bytes] });
     parts.push({ buffer, srcOffset: byteOffset as number, byteLength: bytes, at });
     at += bytes;
   }
@@ -269,39 +290,30 @@ function prepareSave(path: unknown, tensors: unknown, options: unknown) {
   let json = JSON.stringify(header);
   json += ' '.repeat((8 - (Buffer.byteLength(json) % 8)) % 8);
   const body = Buffer.from(json, 'utf8');
+  // What the loader (and the reference implementation) would refuse is refused here, with its code.
+  if (body.length > SAFETENSORS_MAX_HEADER)
+    throw invalid(
+      `the header would take ${body.length} bytes, above the limit of ${SAFETENSORS_MAX_HEADER} bytes that loaders read (fewer or shorter names, less metadata)`,
+    );
   const prefix = Buffer.alloc(8 + body.length);
   prefix.writeBigUInt64LE(BigInt(body.length), 0);
   body.copy(prefix, 8);
-  const tmp = `${path}.tmp-${randomBytes(4).toString('hex')}`;
-  return { path, tmp, prefix, parts, fsync, dataOffset: prefix.length, total: prefix.length + at };
+  return { path, prefix, parts, fsync, dataOffset: prefix.length, total: prefix.length + at, tmp: '', target: '' };
+}
+
+// The temporary file beside the target (checked as writeFile checks it: a regular file or none,
+// links followed), with the header in it.
+function startSave(s: ReturnType<typeof prepareSave>) {
+  [s.tmp, s.target] = native.fileReplaceBegin(s.path);
+  try {
+    writeFile(s.tmp, s.prefix, { fileOffset: 0 });
+  } catch (e) {
+    abandon(s, e);
+  }
 }
 
 function finishSave(s: ReturnType<typeof prepareSave>) {
-  if (s.fsync) {
-    const fd = fs.openSync(s.tmp, 'r+');
-    try {
-      fs.fsyncSync(fd);
-    } finally {
-      fs.closeSync(fd);
-    }
-  }
-  fs.renameSync(s.tmp, s.path);
-  if (s.fsync) {
-    const dir = fs.openSync(nodePath.dirname(s.path), 'r');
-    try {
-      fs.fsyncSync(dir);
-    } finally {
-      fs.closeSync(dir);
-    }
-  }
-}
-
-function startSave(s: ReturnType<typeof prepareSave>) {
-  try {
-    fs.writeFileSync(s.tmp, s.prefix, { flag: 'wx' });
-  } catch (e) {
-    throw fileError(e as NodeJS.ErrnoException, s.tmp);
-  }
+  native.fileReplaceCommit(s.path, s.tmp, s.target, s.fsync);
 }
 
 function abandon(s: ReturnType<typeof prepareSave>, e: unknown): never {

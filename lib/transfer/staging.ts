@@ -36,14 +36,27 @@ export type StagingUpdate = {
  */
 export function configureStaging(settings?: StagingUpdate): StagingSettings {
   if (settings === undefined) return native.configureStaging();
+  return native.configureStaging(checkStagingUpdate(settings));
+}
+
+/**
+ * The fields of `settings` that are set, each checked against the range the addon takes (so
+ * that what is saved also loads); unknown fields are left out.
+ */
+function checkStagingUpdate(settings: unknown): Record<string, unknown> {
   const o = checkOptions<StagingUpdate>('settings', settings);
   const out: Record<string, unknown> = {};
-  const size = (name: string, v: unknown, min: number) => (v === null ? null : checkSize(`settings.${name}`, v, min));
-  if (o.chunkBytes !== undefined) out.chunkBytes = size('chunkBytes', o.chunkBytes, 65536);
-  if (o.firstChunkBytes !== undefined) out.firstChunkBytes = size('firstChunkBytes', o.firstChunkBytes, 65536);
-  if (o.lastChunkBytes !== undefined) out.lastChunkBytes = size('lastChunkBytes', o.lastChunkBytes, 65536);
-  if (o.slots !== undefined) out.slots = size('slots', o.slots, 2);
-  if (o.threads !== undefined) out.threads = size('threads', o.threads, 1);
+  const size = (name: string, v: unknown, min: number, max = Number.MAX_SAFE_INTEGER) => {
+    if (v === null) return null;
+    const n = checkSize(`settings.${name}`, v, min);
+    if (n > max) throw invalidArgument(`settings.${name}`, `an integer from ${min} to ${max}`, v, RangeError);
+    return n;
+  };
+  if (o.chunkBytes !== undefined) out.chunkBytes = size('chunkBytes', o.chunkBytes, 65536, 2 ** 30);
+  if (o.firstChunkBytes !== undefined) out.firstChunkBytes = size('firstChunkBytes', o.firstChunkBytes, 65536, 2 ** 30);
+  if (o.lastChunkBytes !== undefined) out.lastChunkBytes = size('lastChunkBytes', o.lastChunkBytes, 65536, 2 ** 30);
+  if (o.slots !== undefined) out.slots = size('slots', o.slots, 2, 64);
+  if (o.threads !== undefined) out.threads = size('threads', o.threads, 1, 256);
   if (o.streaming !== undefined) {
     if (o.streaming !== null && o.streaming !== 'auto' && typeof o.streaming !== 'boolean')
       throw invalidArgument('settings.streaming', "true, false or 'auto'", o.streaming, TypeError);
@@ -59,7 +72,7 @@ export function configureStaging(settings?: StagingUpdate): StagingSettings {
       out.autoThreshold = th;
     }
   }
-  return native.configureStaging(out);
+  return out;
 }
 
 /**
@@ -104,7 +117,9 @@ export function stagingSettingsPath(): string | undefined {
 }
 
 /**
- * Writes settings for later loads (atomically: a temporary file renamed over the old one).
+ * Writes settings for later loads (atomically: a temporary file renamed over the old one). Every
+ * argument is checked first, the settings as {@link configureStaging} checks them, so that what is
+ * written loads; unknown fields of `settings` are not written.
  *
  * @category Copies
  */
@@ -113,9 +128,19 @@ export function saveStagingSettings(
   measuredOn: SavedStagingSettings['measuredOn'],
   file = stagingSettingsPath(),
 ): string {
+  if (file !== undefined && (typeof file !== 'string' || file === '')) throw invalidArgument('file', 'a file path', file);
   if (!file)
     throw new CudaMemoryError('CUDA_MEMORY_STAGING_FILE is empty: there is nowhere to save staging settings', 'ERR_STAGING_SETTINGS');
-  const body: SavedStagingSettings = { schema: STAGING_FILE_SCHEMA, measuredOn, settings };
+  if (settings === null || settings === undefined) throw invalidArgument('settings', 'an object of staging settings', settings);
+  const checked = checkStagingUpdate(settings) as StagingUpdate;
+  const m = checkOptions<SavedStagingSettings['measuredOn']>('measuredOn', measuredOn);
+  if (measuredOn === null || measuredOn === undefined)
+    throw invalidArgument('measuredOn', 'an object { date, gpu, cpu, cpus, hostname }', measuredOn);
+  for (const k of ['date', 'gpu', 'cpu', 'hostname'] as const)
+    if (typeof m[k] !== 'string') throw invalidArgument(`measuredOn.${k}`, 'a string', m[k]);
+  const cpus = checkSize('measuredOn.cpus', m.cpus);
+  const on = { date: m.date!, gpu: m.gpu!, cpu: m.cpu!, cpus, hostname: m.hostname! };
+  const body: SavedStagingSettings = { schema: STAGING_FILE_SCHEMA, measuredOn: on, settings: checked };
   fs.mkdirSync(path.dirname(file), { recursive: true });
   const tmp = `${file}.${process.pid}.tmp`;
   fs.writeFileSync(tmp, JSON.stringify(body, null, 2) + '\n');

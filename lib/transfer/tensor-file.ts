@@ -6,8 +6,8 @@
  */
 import { DeviceBuffer, Memory } from '../memory/buffers';
 import { argRangeError, describe, invalidArgument } from '../base/errors';
-import { checkDevice, checkOptions } from '../base/validate';
-import { readFile, readFileAsync, type FileProgressCallback, type FileReadInfo } from './files';
+import { checkDevice, checkOptions, checkSize, isArray, isInstance, isReadable } from '../base/validate';
+import { readOpenFile, readOpenFileAsync, type FileProgressCallback, type FileReadInfo, type FileSource } from './files';
 
 /** Element types, with safetensors' names, and their sizes in bytes. */
 export const DTYPE_BYTES = {
@@ -96,8 +96,8 @@ export interface LoadedTensors {
 
 // Checks the number of the user's alloc() return against the bytes asked for.
 function lengthOf(m: unknown): number {
-  if (m instanceof DeviceBuffer) return m.byteLength;
-  if (ArrayBuffer.isView(m) || m instanceof ArrayBuffer) return m.byteLength;
+  if (isInstance(m, DeviceBuffer)) return (m as DeviceBuffer).byteLength;
+  if (ArrayBuffer.isView(m) || isInstance(m, ArrayBuffer)) return (m as ArrayBufferLike).byteLength;
   const b = (m as { byteLength?: unknown } | null)?.byteLength;
   return typeof b === 'number' ? b : -1;
 }
@@ -109,17 +109,38 @@ interface Plan {
   direct: boolean | 'auto' | undefined;
 }
 
-function plan(entries: TensorEntry[], options: unknown): Plan {
+// The entries as a format's parser leaves them: a name, a known dtype, a shape of safe integers
+// and a byte range [begin, end) of safe integers.
+function checkEntries(entries: unknown): TensorEntry[] {
+  if (!isArray(entries)) throw invalidArgument('entries', 'an array of { name, dtype, shape, begin, end }', entries);
+  return Array.from(entries, (e: unknown, i) => {
+    const name = `entries[${i}]`;
+    if (e === null || typeof e !== 'object' || !isReadable(e))
+      throw invalidArgument(name, 'an object { name, dtype, shape, begin, end }', e);
+    const t = e as Partial<TensorEntry>;
+    if (typeof t.name !== 'string') throw invalidArgument(`${name}.name`, 'a string', t.name);
+    if (typeof t.dtype !== 'string' || !Object.prototype.hasOwnProperty.call(DTYPE_BYTES, t.dtype))
+      throw invalidArgument(`${name}.dtype`, `one of ${Object.keys(DTYPE_BYTES).join(', ')}`, t.dtype);
+    if (!isArray(t.shape)) throw invalidArgument(`${name}.shape`, 'an array of sizes', t.shape);
+    const shape = Array.from(t.shape, (d: unknown, j) => checkSize(`${name}.shape[${j}]`, d));
+    const begin = checkSize(`${name}.begin`, t.begin);
+    const end = checkSize(`${name}.end`, t.end, begin);
+    return { name: t.name, dtype: t.dtype, shape, begin, end };
+  });
+}
+
+function plan(entries: unknown, options: unknown): Plan {
+  const checked = checkEntries(entries);
   const o = checkOptions<LoadTensorsAsyncOptions>('options', options);
   if (o.alloc !== undefined && typeof o.alloc !== 'function') throw invalidArgument('options.alloc', 'a function', o.alloc);
   if (o.placement !== undefined && o.placement !== 'one' && o.placement !== 'each')
     throw invalidArgument('options.placement', "'one' or 'each'", o.placement, RangeError);
   const device = o.device === undefined ? 0 : checkDevice(o.device);
-  let chosen = entries;
+  let chosen = checked;
   if (o.names !== undefined) {
-    if (!Array.isArray(o.names)) throw invalidArgument('options.names', 'an array of tensor names', o.names);
-    const byName = new Map(entries.map((e) => [e.name, e]));
-    chosen = o.names.map((n) => {
+    if (!isArray(o.names)) throw invalidArgument('options.names', 'an array of tensor names', o.names);
+    const byName = new Map(checked.map((e) => [e.name, e]));
+    chosen = Array.from(o.names as unknown[], (n) => {
       const e = typeof n === 'string' ? byName.get(n) : undefined;
       if (!e) throw argRangeError(`options.names lists ${describe(n)}, which the file does not hold`, 'ERR_INVALID_ARG_VALUE');
       return e;
@@ -180,7 +201,9 @@ function layout(p: Plan): { result: LoadedTensors; reads: Read[] } {
       // One span from the first tensor's first byte to the last's last: the gaps between chosen
       // tensors (if any) are read too, which costs less than a read per tensor.
       const first = p.entries[0].begin;
-      const last = Math.max(...p.entries.map((e) => e.end));
+      // A loop, not Math.max(...): a spread of 300,000 arguments overflows the stack.
+      let last = first;
+      for (const e of p.entries) if (e.end > last) last = e.end;
       const buffer = allocate(last - first);
       for (const e of p.entries)
         tensors.set(e.name, {
@@ -206,11 +229,18 @@ function layout(p: Plan): { result: LoadedTensors; reads: Read[] } {
  * parser does). On failure, what was allocated is freed.
  */
 export function loadTensors(path: string, entries: TensorEntry[], options?: LoadTensorsOptions): LoadedTensors {
+  return loadTensorsFrom({ path }, entries, options);
+}
+
+/** @internal {@link loadTensors} from a {@link FileSource} (the open file a header was read from). */
+export function loadTensorsFrom(file: FileSource, entries: TensorEntry[], options?: LoadTensorsOptions): LoadedTensors {
   const p = plan(entries, options);
   const { result, reads } = layout(p);
   try {
     for (const r of reads) {
-      result.reads.push(readFile(path, r.buffer, { fileOffset: r.begin, byteLength: r.end - r.begin, dstOffset: r.at, direct: p.direct }));
+      result.reads.push(
+        readOpenFile(file, r.buffer, { fileOffset: r.begin, byteLength: r.end - r.begin, dstOffset: r.at, direct: p.direct }),
+      );
       result.bytes += r.end - r.begin;
     }
   } catch (e) {
@@ -222,6 +252,15 @@ export function loadTensors(path: string, entries: TensorEntry[], options?: Load
 
 /** Like {@link loadTensors}, off the JavaScript thread, with progress over all its reads. */
 export async function loadTensorsAsync(path: string, entries: TensorEntry[], options?: LoadTensorsAsyncOptions): Promise<LoadedTensors> {
+  return loadTensorsFromAsync({ path }, entries, options);
+}
+
+/** @internal {@link loadTensorsAsync} from a {@link FileSource}. */
+export async function loadTensorsFromAsync(
+  file: FileSource,
+  entries: TensorEntry[],
+  options?: LoadTensorsAsyncOptions,
+): Promise<LoadedTensors> {
   const p = plan(entries, options);
   const onProgress = options?.onProgress;
   if (onProgress !== undefined && typeof onProgress !== 'function') throw invalidArgument('options.onProgress', 'a function', onProgress);
@@ -230,7 +269,7 @@ export async function loadTensorsAsync(path: string, entries: TensorEntry[], opt
   try {
     for (const r of reads) {
       const before = result.bytes;
-      const info = await readFileAsync(path, r.buffer, {
+      const info = await readOpenFileAsync(file, r.buffer, {
         fileOffset: r.begin,
         byteLength: r.end - r.begin,
         dstOffset: r.at,

@@ -228,6 +228,7 @@ const BufferOps kAsyncBlockOps{
       a->free_on_stream = true;
       a->free_stream = stream;
     },
+    /*kind=*/"allocator-block",
 };
 
 }  // namespace
@@ -379,6 +380,12 @@ AsyncBackend::~AsyncBackend() {
   for (cudaEvent_t e : idle_events) cudaEventDestroy(e);
   if (order) cudaEventDestroy(order);
   (void)cudaGetLastError();
+}
+
+void AsyncBackend::CountLive(std::vector<LiveRow>* rows) {
+  if (!closed)
+    cm::CountLive(rows, "allocator", device, false,
+                  PoolAttr(pool, cudaMemPoolAttrReservedMemCurrent));
 }
 
 }  // namespace cm

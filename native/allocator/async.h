@@ -31,6 +31,7 @@ class AsyncBackend final : public Backend {
   uint64_t SetFraction(Napi::Env env, Napi::Value fraction) override;
   uint64_t EmptyCache() override;
   uint64_t Close(Napi::Env env, bool force) override;
+  void CountLive(std::vector<LiveRow>* rows) override;
 
   int device = 0;
   cudaMemPool_t pool = nullptr;

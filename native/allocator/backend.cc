@@ -224,6 +224,11 @@ const BackendRef& Unwrap(Napi::Env env, Napi::Value v, bool allow_closed = false
 
 Backend* Open(const Napi::CallbackInfo& info) { return Unwrap(info.Env(), info[0]).get(); }
 
+// The allocators this environment made, held weakly (allocatorsLive()).
+struct MadeAllocators : InstanceState {
+  std::vector<std::weak_ptr<Backend>> list;
+};
+
 Napi::Value Number(const Napi::CallbackInfo& info, uint64_t n) {
   return Napi::Number::New(info.Env(), static_cast<double>(n));
 }
@@ -240,7 +245,20 @@ Napi::Value Create(const Napi::CallbackInfo& info) {
         delete ref;
       });
   ext.TypeTag(&kAllocatorTag);
+  MadeAllocators& made = GetInstance(env).State<MadeAllocators>();
+  auto gone = [](const std::weak_ptr<Backend>& w) { return w.expired(); };
+  made.list.erase(std::remove_if(made.list.begin(), made.list.end(), gone), made.list.end());
+  made.list.push_back(*ext.Data());
   return ext;
+}
+
+// allocatorsLive: the open allocators of both backends by device, with their pool bytes, and
+// those that are group members, for leak checks.
+Napi::Value AllocatorsLive(const Napi::CallbackInfo& info) {
+  std::vector<LiveRow> rows;
+  for (const auto& w : GetInstance(info.Env()).State<MadeAllocators>().list)
+    if (BackendRef b = w.lock()) b->CountLive(&rows);
+  return LiveRowsValue(info.Env(), rows);
 }
 
 // allocatorAlloc: returns a buffer handle
@@ -272,6 +290,7 @@ void InitAllocator(Napi::Env env, Napi::Object exports) {
   Register(
       env, exports,
       {
+          {"allocatorsLive", AllocatorsLive},
           {"createAllocator", Create},
           {"allocatorAlloc", Alloc},
           {"allocatorStats", [](Info i) -> Napi::Value { return Open(i)->Stats(i.Env()); }},

@@ -9,11 +9,13 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "binding/instance.h"
 #include "core/allocator/compose.h"
 #include "core/allocator/policy.h"
 #include "core/allocator/pool.h"
+#include "memory/buffers.h"
 
 namespace cm {
 
@@ -80,6 +82,9 @@ class Backend {
   virtual Napi::Value Snapshot(Napi::Env env);
   // The allocator's handle was collected (its blocks may still hold the backend). Never throws.
   virtual void Collected() noexcept {}
+  // Counts this open allocator in `rows` for leak checks (allocatorsLive()): one 'allocator' of
+  // its pool bytes on its device, and one 'group' where it is a group member.
+  virtual void CountLive(std::vector<LiveRow>* rows) = 0;
 
   bool closed = false;
 };

@@ -134,6 +134,10 @@ const BufferOps kPoolBlockOps{
       *offset = reinterpret_cast<uintptr_t>(a->ptr) - region;
       *base = reinterpret_cast<void*>(static_cast<uintptr_t>(region));
     },
+    /*free_host=*/nullptr,
+    /*managed=*/false,
+    /*free_on=*/nullptr,
+    /*kind=*/"allocator-block",
 };
 
 // A block of a managed allocator: its region is one cudaMallocManaged allocation, which copies
@@ -151,6 +155,8 @@ const BufferOps kManagedPoolBlockOps{
     },
     /*free_host=*/nullptr,
     /*managed=*/true,
+    /*free_on=*/nullptr,
+    /*kind=*/"allocator-block",
 };
 
 // Whether `a` is a block of a BFC allocator (managed or not).
@@ -398,6 +404,13 @@ uint64_t BfcBackend::Close(Napi::Env env, bool force) {
   closed = true;
   if (deferred == 0) ReleaseRegions();
   return bytes;
+}
+
+void BfcBackend::CountLive(std::vector<LiveRow>* rows) {
+  if (closed || !pool) return;
+  uint64_t bytes = pool->Stats().pool_bytes;
+  cm::CountLive(rows, "allocator", upstream->device(), upstream->simulated(), bytes);
+  if (group) cm::CountLive(rows, "group", upstream->device(), upstream->simulated(), bytes);
 }
 
 }  // namespace cm

@@ -63,6 +63,7 @@ class BfcBackend final : public Backend {
   void Record(Napi::Env env, Napi::Value max_events) override;
   Napi::Value Trace(Napi::Env env) override;
   Napi::Value Snapshot(Napi::Env env) override;
+  void CountLive(std::vector<LiveRow>* rows) override;
   // The pool's regions go back when the last block lets go of it too.
   void Collected() noexcept override {
     if (!closed) {

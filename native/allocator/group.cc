@@ -1,11 +1,47 @@
 #include "allocator/group.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <map>
+#include <vector>
+
 #include "binding/exports.h"
 #include "binding/instance.h"
+#include "device/discovery.h"
 
 namespace cm {
 
+namespace {
+
+// A process's command line from /proc/<pid>/cmdline, its arguments joined by spaces (the first
+// 4 KiB); empty where it cannot be read (gone, another user's under hidepid, a kernel thread).
+// It is the process's own text: whoever prints it escapes its control characters.
+std::string CommandOf(int64_t pid) {
+  if (pid <= 0) return "";
+  std::string path = "/proc/" + std::to_string(pid) + "/cmdline";
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "";
+  char buf[4096];
+  ssize_t n = 0, got;
+  while (n < static_cast<ssize_t>(sizeof buf) && (got = read(fd, buf + n, sizeof buf - n)) > 0)
+    n += got;
+  close(fd);
+  std::string cmd(buf, n > 0 ? static_cast<size_t>(n) : 0);
+  while (!cmd.empty() && cmd.back() == '\0') cmd.pop_back();
+  for (char& c : cmd)
+    if (c == '\0') c = ' ';
+  return cmd;
+}
+
+}  // namespace
+
 Napi::Object GroupObject(Napi::Env env, const core::GroupSnapshot& g) {
+  // What the driver says each process uses on a GPU (not on a simulated device).
+  std::map<int64_t, int64_t> used;
+  std::vector<GpuProcess> procs;
+  if (g.device.rfind("GPU-", 0) == 0 && NvmlProcesses(g.device, &procs))
+    for (const GpuProcess& p : procs) used[p.pid] = p.used_bytes;
   Napi::Object o = Napi::Object::New(env);
   o.Set("name", g.name);
   o.Set("device", g.device);
@@ -26,6 +62,12 @@ Napi::Object GroupObject(Napi::Env env, const core::GroupSnapshot& g) {
     mo.Set("limitBytes", static_cast<double>(m.limit));
     mo.Set("joinedAt", static_cast<double>(m.joined_unix_ms));
     mo.Set("self", m.self);
+    std::string command = CommandOf(m.pid);
+    mo.Set("command", command.empty() ? env.Null() : Napi::String::New(env, command));
+    auto u = used.find(m.pid);
+    mo.Set("nvmlUsedBytes", u == used.end() || u->second < 0
+                                ? env.Null()
+                                : Napi::Number::New(env, static_cast<double>(u->second)));
     members.Set(i, mo);
   }
   o.Set("members", members);

@@ -41,6 +41,8 @@ struct BufferOps {
   // `a` to be freed in `stream`'s order, after the work queued there, when it is released. Null:
   // free({ stream }) waits for the stream, then releases.
   void (*free_on)(Allocation* a, cudaStream_t stream) = nullptr;
+  // What the buffer is, as leak reports name it ("device", "pinned", "allocator-block", ...).
+  const char* kind = "buffer";
 };
 
 // What an export keeps while the buffer lives (the IPC record of memory/ipc.cc); it goes first

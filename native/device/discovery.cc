@@ -6,8 +6,10 @@
 #include <cstring>
 #include <mutex>
 #include <type_traits>
+#include <vector>
 
 #include "binding/exports.h"
+#include "core/device/uuid.h"
 #include "device/nvml.h"
 #include "device/platform.h"
 #include "device/shared_memory.h"
@@ -15,13 +17,7 @@
 namespace cm {
 
 std::string FormatUuid(const cudaUUID_t& id) {
-  char uuid[64];
-  const unsigned char* u = reinterpret_cast<const unsigned char*>(id.bytes);
-  std::snprintf(uuid, sizeof uuid,
-                "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0],
-                u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13],
-                u[14], u[15]);
-  return uuid;
+  return core::GpuUuid(reinterpret_cast<const unsigned char*>(id.bytes));
 }
 
 std::string DeviceUuid(int device) {
@@ -200,6 +196,59 @@ Napi::Value MemGetInfo(const Napi::CallbackInfo& info) {
   return o;
 }
 
+// [{ pid, usedBytes }] (usedBytes null where NVML cannot tell).
+Napi::Array ProcessList(Napi::Env env, const std::vector<GpuProcess>& procs) {
+  Napi::Array out = Napi::Array::New(env, procs.size());
+  for (size_t i = 0; i < procs.size(); ++i) {
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("pid", static_cast<double>(procs[i].pid));
+    o.Set("usedBytes", procs[i].used_bytes < 0
+                           ? env.Null()
+                           : Napi::Number::New(env, static_cast<double>(procs[i].used_bytes)));
+    out.Set(static_cast<uint32_t>(i), o);
+  }
+  return out;
+}
+
+// nvmlState: returns { driverVersion, smClockMHz, smClockMaxMHz, memoryClockMHz,
+// memoryClockMaxMHz, clocksEventReasons, processes: [{ pid, usedBytes }] } with null for what
+// NVML does not answer, or null when NVML does not know the device. Needs no CUDA context: the
+// leak checks and the doctor's causes read it without touching the device.
+Napi::Value NvmlState(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!info[0].IsString()) ThrowType(env, "pciBusId must be a string");
+  const Nvml& nvml = LoadNvml();
+  void* dev = NvmlDevice(nvml, info[0].As<Napi::String>().Utf8Value());
+  if (!dev) return env.Null();
+  Napi::Object o = Napi::Object::New(env);
+  char version[96] = {0};
+  o.Set("driverVersion", nvml.driver_version && nvml.driver_version(version, sizeof version) == 0
+                             ? Napi::Value(Napi::String::New(env, version))
+                             : env.Null());
+  auto clock = [&](int (*fn)(void*, int, unsigned*), int type) -> Napi::Value {
+    unsigned mhz = 0;
+    if (!fn || fn(dev, type, &mhz) != 0) return env.Null();
+    return Napi::Number::New(env, mhz);
+  };
+  o.Set("smClockMHz", clock(nvml.clock, 1));
+  o.Set("smClockMaxMHz", clock(nvml.max_clock, 1));
+  o.Set("memoryClockMHz", clock(nvml.clock, 2));
+  o.Set("memoryClockMaxMHz", clock(nvml.max_clock, 2));
+  unsigned long long reasons = 0;
+  o.Set("clocksEventReasons",
+        nvml.clock_reasons && nvml.clock_reasons(dev, &reasons) == 0
+            ? Napi::Value(Napi::Number::New(env, static_cast<double>(reasons)))
+            : env.Null());
+  char uuid[96] = {0};
+  std::vector<GpuProcess> procs;
+  if (nvml.uuid && nvml.uuid(dev, uuid, sizeof uuid) == 0 && NvmlProcesses(uuid, &procs)) {
+    o.Set("processes", ProcessList(env, procs));
+  } else {
+    o.Set("processes", env.Null());
+  }
+  return o;
+}
+
 }  // namespace
 
 PcieLink ReadPcieLink(const std::string& pci_bus_id) {
@@ -257,12 +306,55 @@ bool ReadNvLinks(const std::string& pci_bus_id, core::GpuLinks* out) {
   return true;
 }
 
+bool NvmlProcesses(const std::string& uuid, std::vector<GpuProcess>* out) {
+  out->clear();
+  const Nvml& nvml = LoadNvml();
+  void* dev = nullptr;
+  if (!nvml.ok || !nvml.by_uuid || !nvml.compute_processes || nvml.by_uuid(uuid.c_str(), &dev) != 0)
+    return false;
+  // The count can grow between the call that sizes the array and the one that fills it
+  // (NVML_ERROR_INSUFFICIENT_SIZE, 7): a few tries with room to spare, then no answer.
+  std::vector<NvmlProcessInfo> procs;
+  unsigned count = 0;
+  int rc = nvml.compute_processes(dev, &count, nullptr);
+  for (int attempt = 0; rc == 7 && attempt < 4; ++attempt) {
+    procs.resize(count + 16);
+    count = static_cast<unsigned>(procs.size());
+    rc = nvml.compute_processes(dev, &count, procs.data());
+  }
+  if (rc != 0) return false;
+  for (unsigned i = 0; i < count && i < procs.size(); ++i) {
+    GpuProcess p;
+    p.pid = procs[i].pid;
+    // NVML_VALUE_NOT_AVAILABLE is all ones.
+    if (procs[i].used_gpu_memory <= static_cast<unsigned long long>(INT64_MAX))
+      p.used_bytes = static_cast<int64_t>(procs[i].used_gpu_memory);
+    out->push_back(p);
+  }
+  return true;
+}
+
+namespace {
+
+// deviceProcesses: returns [{ pid, usedBytes }] (usedBytes null where NVML cannot tell), or null
+// where NVML cannot answer.
+Napi::Value DeviceProcesses(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  std::vector<GpuProcess> procs;
+  if (!NvmlProcesses(ReadString(env, info[0], "uuid"), &procs)) return env.Null();
+  return ProcessList(env, procs);
+}
+
+}  // namespace
+
 void InitDiscovery(Napi::Env env, Napi::Object exports) {
   Register(env, exports,
            {
                {"status", Status},
                {"devices", Devices},
                {"memGetInfo", MemGetInfo},
+               {"deviceProcesses", DeviceProcesses},
+               {"nvmlState", NvmlState},
            });
 }
 

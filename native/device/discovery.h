@@ -4,6 +4,10 @@
 
 #include <napi.h>
 
+#include <cstdint>
+#include <string>
+#include <vector>
+
 #include "binding/instance.h"
 #include "core/device/topology.h"
 
@@ -44,5 +48,14 @@ int NvmlAddressingMode(const std::string& pci_bus_id);
 // The GPU's active NVLinks and what each reaches; false when NVML cannot say (no NVML, or a
 // driver without the NVLink queries), with `out->active` empty.
 bool ReadNvLinks(const std::string& pci_bus_id, core::GpuLinks* out);
+
+struct GpuProcess {
+  unsigned pid = 0;         // in NVML's pid namespace: the host's
+  int64_t used_bytes = -1;  // -1 where NVML cannot tell (some vGPU and Windows drivers)
+};
+// The compute processes NVML lists on the GPU of `uuid` ("GPU-..."), with the device memory each
+// uses (its CUDA context and every allocation, by any API); false where NVML cannot answer (no
+// NVML, no such GPU, a driver without the query), with `out` empty.
+bool NvmlProcesses(const std::string& uuid, std::vector<GpuProcess>* out);
 
 }  // namespace cm

@@ -22,6 +22,10 @@ const Nvml& LoadNvml() {
     find(&nvml.index, "nvmlDeviceGetIndex");
     find(&nvml.uuid, "nvmlDeviceGetUUID");
     find(&nvml.memory, "nvmlDeviceGetMemoryInfo");
+    find(&nvml.by_uuid, "nvmlDeviceGetHandleByUUID");
+    find(&nvml.compute_processes, "nvmlDeviceGetComputeRunningProcesses_v3");
+    if (!nvml.compute_processes)
+      find(&nvml.compute_processes, "nvmlDeviceGetComputeRunningProcesses_v2");
     find(&nvml.addressing_mode, "nvmlDeviceGetAddressingMode");
     find(&nvml.cur_gen, "nvmlDeviceGetCurrPcieLinkGeneration");
     find(&nvml.max_gen, "nvmlDeviceGetMaxPcieLinkGeneration");
@@ -36,6 +40,11 @@ const Nvml& LoadNvml() {
     find(&nvml.mig_by_index, "nvmlDeviceGetMigDeviceHandleByIndex");
     find(&nvml.gpu_instance, "nvmlDeviceGetGpuInstanceId");
     find(&nvml.compute_instance, "nvmlDeviceGetComputeInstanceId");
+    find(&nvml.clock, "nvmlDeviceGetClockInfo");
+    find(&nvml.max_clock, "nvmlDeviceGetMaxClockInfo");
+    find(&nvml.clock_reasons, "nvmlDeviceGetCurrentClocksEventReasons");
+    if (!nvml.clock_reasons) find(&nvml.clock_reasons, "nvmlDeviceGetCurrentClocksThrottleReasons");
+    find(&nvml.driver_version, "nvmlSystemGetDriverVersion");
     nvml.ok = init && nvml.by_bus_id && init() == 0;
   });
   return nvml;

@@ -17,12 +17,21 @@ struct NvmlMemory {  // nvmlMemory_t
   unsigned long long total, free, used;
 };
 
+struct NvmlProcessInfo {  // nvmlProcessInfo_t (v2 and v3 of the process queries)
+  unsigned pid;
+  unsigned long long used_gpu_memory;  // NVML_VALUE_NOT_AVAILABLE (all ones) where unknown
+  unsigned gpu_instance_id, compute_instance_id;
+};
+
 struct Nvml {
   bool ok = false;  // nvmlInit_v2 succeeded and devices can be found by PCI bus id
   int (*by_bus_id)(const char*, void**) = nullptr;
+  int (*by_uuid)(const char*, void**) = nullptr;
   int (*index)(void*, unsigned*) = nullptr;
   int (*uuid)(void*, char*, unsigned) = nullptr;
   int (*memory)(void*, NvmlMemory*) = nullptr;
+  // The compute processes on a device and the memory each uses (_v3, else _v2: one struct)
+  int (*compute_processes)(void*, unsigned*, NvmlProcessInfo*) = nullptr;
   int (*addressing_mode)(void*, unsigned*) = nullptr;  // nvmlDeviceAddressingMode_t; 580 on
   // PCIe
   int (*cur_gen)(void*, unsigned*) = nullptr;
@@ -40,6 +49,12 @@ struct Nvml {
   int (*mig_by_index)(void*, unsigned, void**) = nullptr;
   int (*gpu_instance)(void*, unsigned*) = nullptr;
   int (*compute_instance)(void*, unsigned*) = nullptr;
+  // Clocks (nvmlClockType_t: 1 SM, 2 memory), the reasons they are held down (a bit mask of
+  // nvmlClocksEventReason*, named ThrottleReasons before driver 535), and the driver's version.
+  int (*clock)(void*, int, unsigned*) = nullptr;
+  int (*max_clock)(void*, int, unsigned*) = nullptr;
+  int (*clock_reasons)(void*, unsigned long long*) = nullptr;
+  int (*driver_version)(char*, unsigned) = nullptr;
 };
 
 // Loads and initialises NVML once per process; read-only after.

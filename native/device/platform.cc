@@ -66,6 +66,8 @@ Napi::Value PlatformLimits(const Napi::CallbackInfo& info) {
     ref.index = ReadInt(env, d.Get("index"), "devices[].index", 0, 1 << 20);
     if (d.Get("pciBusId").IsString()) ref.pci_bus_id = d.Get("pciBusId").As<Napi::String>();
     if (d.Get("uuid").IsString()) ref.uuid = d.Get("uuid").As<Napi::String>();
+    if (!d.Get("totalMemory").IsUndefined())
+      ref.total_bytes = ReadSize(env, d.Get("totalMemory"), "devices[].totalMemory");
     devices.push_back(ref);
   }
   core::PlatformReport r = core::DetectPlatform(root, vars, devices);

@@ -3,10 +3,12 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <string>
 #include <vector>
 
 #include "binding/exports.h"
 #include "binding/instance.h"
+#include "core/device/numa.h"
 #include "device/discovery.h"
 #include "device/stream.h"
 
@@ -29,6 +31,10 @@ const BufferOps kDeviceOps{
       *base = a->ptr;
       *offset = 0;
     },
+    /*free_host=*/nullptr,
+    /*managed=*/false,
+    /*free_on=*/nullptr,
+    /*kind=*/"device",
 };
 
 const BufferOps kPinnedOps{
@@ -41,6 +47,9 @@ const BufferOps kPinnedOps{
       cudaFreeHost(a->ptr);
       (void)cudaGetLastError();
     },
+    /*managed=*/false,
+    /*free_on=*/nullptr,
+    /*kind=*/"pinned",
 };
 
 const BufferOps kRegisteredOps{
@@ -54,13 +63,16 @@ const BufferOps kRegisteredOps{
         a->host_ref = nullptr;
       }
     },
+    /*before_use=*/nullptr,
+    /*export_range=*/nullptr,
+    /*free_host=*/nullptr,
+    /*managed=*/false,
+    /*free_on=*/nullptr,
+    /*kind=*/"registered",
 };
 
-Napi::Value DeviceAlloc(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  uint64_t bytes = ReadSize(env, info[0], "bytes");
-  int device = ReadInt(env, info[1], "device", 0, 1 << 20);
-  if (bytes == 0) ThrowRange(env, "bytes must be at least 1, got 0");
+// cudaMalloc on `device`; out of memory is an OutOfMemoryError with the device's free memory.
+void* DeviceMalloc(Napi::Env env, uint64_t bytes, int device) {
   CheckDevice(env, device);
   void* ptr = nullptr;
   cudaError_t err = cudaSetDevice(device);
@@ -82,6 +94,15 @@ Napi::Value DeviceAlloc(const Napi::CallbackInfo& info) {
     }
     ThrowCuda(env, err, "cudaMalloc");
   }
+  return ptr;
+}
+
+Napi::Value DeviceAlloc(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  uint64_t bytes = ReadSize(env, info[0], "bytes");
+  int device = ReadInt(env, info[1], "device", 0, 1 << 20);
+  if (bytes == 0) ThrowRange(env, "bytes must be at least 1, got 0");
+  void* ptr = DeviceMalloc(env, bytes, device);
   Allocation* a = new Allocation(&kDeviceOps);
   a->device = device;
   a->ptr = ptr;
@@ -258,7 +279,8 @@ Napi::Value AddressValue(Napi::Env env, const void* p) {
   return Napi::Number::New(env, static_cast<double>(v));
 }
 
-// handleInfo: returns { address: number, devicePointer: number|null, released, simulated }
+// handleInfo: returns { address: number, devicePointer: number|null, released, simulated,
+// numaNode }
 Napi::Value HandleInfo(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Allocation* a = UnwrapAllocation(env, info[0], "buffer", true);
@@ -271,6 +293,8 @@ Napi::Value HandleInfo(const Napi::CallbackInfo& info) {
   o.Set("devicePointer", a->device_ptr ? AddressValue(env, a->device_ptr) : env.Null());
   o.Set("released", false);
   o.Set("simulated", a->simulated);
+  // Host memory: the NUMA node its first page is on (-1 unknown), which a copy's rate depends on.
+  o.Set("numaNode", a->ops->on_device || a->simulated ? -1 : core::NodeOfAddress(a->ptr));
   return o;
 }
 
@@ -278,7 +302,119 @@ Napi::Value LiveCount(const Napi::CallbackInfo& info) {
   return Napi::Number::New(info.Env(), static_cast<double>(GetInstance(info.Env()).handles.size()));
 }
 
+// Raw allocations (rawDeviceAlloc): a cudaMalloc that no handle, pool or finalizer knows of, as a
+// test's own CUDA code would make, so that leak checks can be tested against such memory. They are
+// listed here only so that leak reports can name them; on a simulated device nothing is
+// allocated and the address is made up.
+struct RawAllocations : InstanceState {
+  struct Raw {
+    uint64_t address, bytes;
+    int device;
+    bool simulated;
+    bool listed;  // counted by liveSummary(); unlisted ones only the driver sees
+    std::string where;
+  };
+  std::vector<Raw> live;
+  uint64_t next_simulated = 1ull << 40;
+  ~RawAllocations() override {  // the environment goes away: nothing can free them after
+    for (const Raw& r : live)
+      if (!r.simulated) {
+        cudaSetDevice(r.device);
+        cudaFree(reinterpret_cast<void*>(static_cast<uintptr_t>(r.address)));
+        (void)cudaGetLastError();
+      }
+  }
+};
+
+// liveSummary: returns [{ kind, device, simulated, count, bytes, where }]: the live buffers of this
+// environment by kind and device, and the listed raw allocations, for leak checks. A buffer freed
+// while a copy still uses it counts until that copy settles, since its memory is held until then.
+Napi::Value LiveSummary(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  std::vector<LiveRow> rows;
+  for (Allocation* a : GetInstance(env).handles.Live())
+    CountLive(&rows, a->ops->kind ? a->ops->kind : "buffer", a->device, a->simulated, a->bytes);
+  for (const RawAllocations::Raw& r : GetInstance(env).State<RawAllocations>().live) {
+    if (!r.listed) continue;
+    LiveRow& row = CountLive(&rows, "raw", r.device, r.simulated, r.bytes);
+    if (!r.where.empty()) row.where.push_back(r.where);
+  }
+  return LiveRowsValue(env, rows);
+}
+
+// rawDeviceAlloc: returns the allocation's device address
+Napi::Value RawDeviceAlloc(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  uint64_t bytes = ReadSize(env, info[0], "bytes");
+  int device = ReadInt(env, info[1], "device", 0, 1 << 20);
+  bool simulated = info[2].ToBoolean();
+  std::string where = info[3].IsString() ? info[3].As<Napi::String>().Utf8Value() : "";
+  bool listed = info[4].IsUndefined() || info[4].ToBoolean();
+  if (bytes == 0) ThrowRange(env, "bytes must be at least 1, got 0");
+  RawAllocations& raw = GetInstance(env).State<RawAllocations>();
+  uint64_t address = 0;
+  if (simulated) {
+    address = raw.next_simulated;
+    raw.next_simulated += (bytes + 255) / 256 * 256;
+  } else {
+    address = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(DeviceMalloc(env, bytes, device)));
+  }
+  raw.live.push_back(RawAllocations::Raw{address, bytes, device, simulated, listed, where});
+  return Napi::Number::New(env, static_cast<double>(address));
+}
+
+// rawDeviceFree: returns whether it was a live raw allocation (and is freed now)
+Napi::Value RawDeviceFree(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  uint64_t address = ReadSize(env, info[0], "address");
+  RawAllocations& raw = GetInstance(env).State<RawAllocations>();
+  for (size_t i = 0; i < raw.live.size(); ++i) {
+    if (raw.live[i].address != address) continue;
+    RawAllocations::Raw r = raw.live[i];
+    raw.live.erase(raw.live.begin() + static_cast<std::ptrdiff_t>(i));
+    if (!r.simulated) {
+      cudaSetDevice(r.device);
+      cudaFree(reinterpret_cast<void*>(static_cast<uintptr_t>(r.address)));
+      (void)cudaGetLastError();
+    }
+    return Napi::Boolean::New(env, true);
+  }
+  return Napi::Boolean::New(env, false);
+}
+
 }  // namespace
+
+LiveRow& CountLive(std::vector<LiveRow>* rows, const std::string& kind, int device, bool simulated,
+                   uint64_t bytes) {
+  LiveRow* row = nullptr;
+  for (LiveRow& r : *rows)
+    if (r.kind == kind && r.device == device && r.simulated == simulated) row = &r;
+  if (!row) {
+    rows->push_back(LiveRow{kind, device, simulated, 0, 0, {}});
+    row = &rows->back();
+  }
+  row->count += 1;
+  row->bytes += static_cast<double>(bytes);
+  return *row;
+}
+
+Napi::Array LiveRowsValue(Napi::Env env, const std::vector<LiveRow>& rows) {
+  Napi::Array out = Napi::Array::New(env, rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("kind", rows[i].kind);
+    o.Set("device", rows[i].device);
+    o.Set("simulated", rows[i].simulated);
+    o.Set("count", rows[i].count);
+    o.Set("bytes", rows[i].bytes);
+    Napi::Array where = Napi::Array::New(env, rows[i].where.size());
+    for (size_t j = 0; j < rows[i].where.size(); ++j)
+      where.Set(static_cast<uint32_t>(j), rows[i].where[j]);
+    o.Set("where", where);
+    out.Set(static_cast<uint32_t>(i), o);
+  }
+  return out;
+}
 
 void ReleaseAllLive(Napi::Env env) {
   Napi::HandleScope scope(env);  // a release op may still make handles (none reaches JavaScript)
@@ -299,6 +435,9 @@ void InitMemory(Napi::Env env, Napi::Object exports) {
                {"freeOn", FreeOn},
                {"handleInfo", HandleInfo},
                {"liveCount", LiveCount},
+               {"liveSummary", LiveSummary},
+               {"rawDeviceAlloc", RawDeviceAlloc},
+               {"rawDeviceFree", RawDeviceFree},
            });
 }
 

@@ -4,6 +4,9 @@
 
 #include <napi.h>
 
+#include <string>
+#include <vector>
+
 #include "binding/handles.h"
 
 namespace cm {
@@ -14,4 +17,19 @@ void ReleaseAllLive(Napi::Env env);
 // record alive; returns [handle, arrayBuffer]. Throws ERR_EXTERNAL_BUFFERS_NOT_ALLOWED (having
 // released the memory) where the runtime refuses external buffers.
 Napi::Value ExposeHostMemory(Napi::Env env, Allocation* a);
+
+// What leak checks count: live resources of one kind on one device (liveSummary(),
+// allocatorsLive()), and where each was made where that is known.
+struct LiveRow {
+  std::string kind;
+  int device;
+  bool simulated;
+  double count, bytes;
+  std::vector<std::string> where;
+};
+// Counts one more of `kind` on the device, of `bytes`, in `rows`.
+LiveRow& CountLive(std::vector<LiveRow>* rows, const std::string& kind, int device, bool simulated,
+                   uint64_t bytes);
+// The rows as JavaScript objects { kind, device, simulated, count, bytes, where }.
+Napi::Array LiveRowsValue(Napi::Env env, const std::vector<LiveRow>& rows);
 }  // namespace cm

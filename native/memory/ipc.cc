@@ -1,5 +1,6 @@
 #include "memory/ipc.h"
 
+#include <array>
 #include <cstring>
 
 #include "binding/exports.h"
@@ -23,6 +24,7 @@ struct IpcImportAllocation : Allocation {
   using Allocation::Allocation;
   std::unique_ptr<core::IpcImportRecord> import;
   void* base = nullptr;
+  std::array<uint8_t, 64> handle{};  // the cudaIpcMemHandle_t it was opened from
 };
 
 const BufferOps kIpcImportOps{
@@ -44,6 +46,10 @@ const BufferOps kIpcImportOps{
       throw LibraryError(env, "ERR_NOT_SUPPORTED",
                          "an imported buffer cannot be exported again; export the original");
     },
+    /*free_host=*/nullptr,
+    /*managed=*/false,
+    /*free_on=*/nullptr,
+    /*kind=*/"ipc-import",
 };
 
 IpcExportState* ExportOf(Allocation* a) { return static_cast<IpcExportState*>(a->exported.get()); }
@@ -175,13 +181,29 @@ bool AllocationBytes(void* p, uint64_t* bytes) {
   return true;
 }
 
-Allocation* NewIpcImport(int device, void* base, uint64_t offset, uint64_t bytes) {
+Allocation* NewIpcImport(int device, void* base, uint64_t offset, uint64_t bytes,
+                         const uint8_t* handle) {
   auto* a = new IpcImportAllocation(&kIpcImportOps);
   a->device = device;
   a->base = base;
   a->ptr = static_cast<char*>(base) + offset;
   a->bytes = bytes;
+  std::memcpy(a->handle.data(), handle, a->handle.size());
   return a;
+}
+
+void RefuseIfOpen(Napi::Env env, const uint8_t* handle, uint64_t offset, uint64_t bytes) {
+  for (Allocation* open : GetInstance(env).handles.Live()) {
+    if (open->ops != &kIpcImportOps) continue;
+    auto* imp = static_cast<IpcImportAllocation*>(open);
+    if (std::memcmp(imp->handle.data(), handle, imp->handle.size()) == 0 &&
+        static_cast<char*>(open->ptr) - static_cast<char*>(imp->base) ==
+            static_cast<ptrdiff_t>(offset) &&
+        open->bytes == bytes)
+      ThrowInterprocess(env, core::ShmError("ERR_IPC_ALREADY_OPEN",
+                                            "this CUDA IPC descriptor is already open here (as a "
+                                            "DeviceBuffer not yet freed); use that buffer"));
+  }
 }
 
 namespace {
@@ -240,7 +262,8 @@ Napi::Value IpcImport(const Napi::CallbackInfo& info) {
                                       std::to_string(allocation) + " bytes)",
                             d.record));
   }
-  auto* a = static_cast<IpcImportAllocation*>(NewIpcImport(device, base, d.offset, d.bytes));
+  auto* a = static_cast<IpcImportAllocation*>(
+      NewIpcImport(device, base, d.offset, d.bytes, d.handle.data()));
   a->import = std::move(rec);
   Napi::Array out = Napi::Array::New(env, 2);
   out.Set(0u, WrapAllocation(env, a));

@@ -40,7 +40,13 @@ Napi::Value IpcImportForeign(const Napi::CallbackInfo& info) {
   if (length == 0) Refuse(env, "byteLength must be at least 1");
   std::string uuid = ReadString(env, info[3], "device");
   int wanted = ReadInt(env, info[4], "device", -1, 1 << 20);
-  double expected_d = info[5].IsNumber() ? info[5].As<Napi::Number>().DoubleValue() : -1;
+  // -1 when the exporter did not say; anything else is checked before it is cast.
+  double expected_d = info[5].IsNumber() ? info[5].As<Napi::Number>().DoubleValue() : -2;
+  if (expected_d != -1 && (!IsSafeSize(expected_d) || expected_d < 1))
+    Refuse(env, "allocationBytes must be a positive integer when given");
+  const bool expected_known = expected_d != -1;
+  const uint64_t expected = expected_known ? static_cast<uint64_t>(expected_d) : 0;
+  RefuseIfOpen(env, bytes.data(), offset, length);
   RequireCuda(env);
   int device = -1;
   int count = GetStatus(env).device_count;
@@ -78,12 +84,11 @@ Napi::Value IpcImportForeign(const Napi::CallbackInfo& info) {
     close_and_refuse("its range (offset " + std::to_string(offset) + ", " + std::to_string(length) +
                      " bytes) runs past the allocation it opens (" + std::to_string(allocation) +
                      " bytes)");
-  if (expected_d >= 0 && static_cast<uint64_t>(expected_d) != allocation)
-    close_and_refuse("the exporter's allocation was " +
-                     std::to_string(static_cast<uint64_t>(expected_d)) +
+  if (expected_known && expected != allocation)
+    close_and_refuse("the exporter's allocation was " + std::to_string(expected) +
                      " bytes, but the handle opened one of " + std::to_string(allocation) +
                      " bytes (a stale or mistaken handle)");
-  Allocation* a = NewIpcImport(device, base, offset, length);
+  Allocation* a = NewIpcImport(device, base, offset, length, bytes.data());
   Napi::Array out = Napi::Array::New(env, 3);
   out.Set(0u, WrapAllocation(env, a));
   out.Set(1u, device);

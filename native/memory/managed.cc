@@ -60,6 +60,8 @@ const BufferOps kManagedOps{
       (void)cudaGetLastError();
     },
     /*managed=*/true,
+    /*free_on=*/nullptr,
+    /*kind=*/"managed",
 };
 
 Allocation* UnwrapManaged(Napi::Env env, Napi::Value v) {

@@ -38,6 +38,9 @@ const BufferOps kSharedHostOps{
       munmap(a->ptr, a->bytes);
       if (s->owner) unlink(s->path.c_str());
     },
+    /*managed=*/false,
+    /*free_on=*/nullptr,
+    /*kind=*/"shared-pinned",
 };
 
 // Maps the file and registers it; returns [handle, arrayBuffer]. Takes ownership of fd (closed

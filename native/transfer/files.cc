@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -29,6 +30,7 @@
 #include "binding/promise_worker.h"
 #include "core/transfer/file_pipeline.h"
 #include "device/discovery.h"
+#include "memory/managed.h"
 #include "transfer/copy.h"
 #include "transfer/staging.h"
 
@@ -96,6 +98,8 @@ const char* ErrnoName(int e) {
       return "ENAMETOOLONG";
     case EEXIST:
       return "EEXIST";
+    case ESTALE:
+      return "ESTALE";
     default:
       return "EUNKNOWN";
   }
@@ -258,12 +262,9 @@ class CudaFileRing : public core::StagingTransport {
   bool to_device_;
 };
 
-// Opens a file to read: a regular file only. O_NONBLOCK so that opening a FIFO does not wait for
-// a writer (it is refused right after).
-FileFailure OpenForRead(const std::string& path, Fd* fd, struct stat* st) {
-  fd->fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd->fd < 0) return FromErrno(errno, "open", path);
-  if (fstat(fd->fd, st) != 0) return FromErrno(errno, "fstat", path);
+// Checks that an open file is a regular file, and makes its reads blocking.
+FileFailure CheckReadable(int fd, const std::string& path, struct stat* st) {
+  if (fstat(fd, st) != 0) return FromErrno(errno, "fstat", path);
   if (S_ISDIR(st->st_mode))
     return Fail("ERR_FILE_IS_DIRECTORY", path, Quote(path) + " is a directory, not a file");
   if (!S_ISREG(st->st_mode))
@@ -275,17 +276,39 @@ FileFailure OpenForRead(const std::string& path, Fd* fd, struct stat* st) {
                      : S_ISBLK(st->st_mode)  ? "a block device"
                                              : "not a file") +
                     "); only regular files can be read, since their size is known");
-  int flags = fcntl(fd->fd, F_GETFL);
-  if (flags >= 0) fcntl(fd->fd, F_SETFL, flags & ~O_NONBLOCK);
+  int flags = fcntl(fd, F_GETFL);
+  if (flags >= 0 && (flags & O_NONBLOCK)) fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
   return {};
 }
 
-// The same open file again, with O_DIRECT (through /proc, so it is the same file even if the
-// path has been replaced meanwhile); -errno when the file system refuses it.
-int ReopenDirect(int fd) {
+// Opens a file to read: a regular file only. O_NONBLOCK so that opening a FIFO does not wait for
+// a writer (it is refused right after).
+FileFailure OpenForRead(const std::string& path, Fd* fd, struct stat* st) {
+  fd->fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd->fd < 0) return FromErrno(errno, "open", path);
+  return CheckReadable(fd->fd, path, st);
+}
+
+// The same open file again, with O_DIRECT; -errno when the file system refuses it. Through /proc,
+// so it is the same file even if the path has been replaced meanwhile; where /proc is not mounted
+// (a container, a chroot), through the path, checked to be the same file (device and inode), else
+// -ESTALE: the path names another file now.
+int ReopenDirect(int fd, const std::string& path) {
   std::string self = "/proc/self/fd/" + std::to_string(fd);
   int d = open(self.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
-  return d >= 0 ? d : -errno;
+  if (d >= 0 || errno == EINVAL) return d >= 0 ? d : -errno;
+  d = open(path.c_str(), O_RDONLY | O_DIRECT | O_NONBLOCK | O_CLOEXEC);
+  if (d < 0) return errno == ENOENT || errno == ENOTDIR ? -ESTALE : -errno;
+  struct stat was {
+  }, now{};
+  if (fstat(fd, &was) != 0 || fstat(d, &now) != 0 || was.st_dev != now.st_dev ||
+      was.st_ino != now.st_ino) {
+    close(d);
+    return -ESTALE;
+  }
+  int flags = fcntl(d, F_GETFL);
+  if (flags >= 0) fcntl(d, F_SETFL, flags & ~O_NONBLOCK);
+  return d;
 }
 
 // Whether the range's pages are in the page cache, by reading one block at its start, middle and
@@ -329,14 +352,14 @@ double TimedRead(core::CopyTeam& team, char* ring, int fd, uint64_t offset, size
 // Measures, on this file, cold reads of kMeasureBytes each way: O_DIRECT from the start, buffered
 // from the middle after dropping those pages from the cache (and dropping them again after, so
 // the measurement leaves the cache as it was, less that part).
-DirectChoice Measure(int fd, uint64_t size) {
+DirectChoice Measure(int fd, const std::string& path, uint64_t size) {
   DirectChoice c;
   Error err;
   std::shared_ptr<FileEngine> host = GetEngine(-1, &err);
   if (!host) return c.reason = "no memory for the measurement", c;
   std::lock_guard<std::mutex> lock(host->mutex);
   std::shared_ptr<core::CopyTeam> team = HostTeam();
-  int d = ReopenDirect(fd);
+  int d = ReopenDirect(fd, path);
   if (d < 0) {
     c.reason = std::string("the file system refuses O_DIRECT (") + ErrnoName(-d) + ")";
     return c;
@@ -360,8 +383,8 @@ DirectChoice Measure(int fd, uint64_t size) {
 enum class DirectMode { kAuto, kOn, kOff };
 
 // Whether this read uses O_DIRECT, and why.
-bool ChooseDirect(int fd, const struct stat& st, uint64_t offset, size_t n, DirectMode mode,
-                  std::string* why) {
+bool ChooseDirect(int fd, const std::string& path, const struct stat& st, uint64_t offset, size_t n,
+                  DirectMode mode, std::string* why) {
   if (mode != DirectMode::kAuto) {
     *why = "asked for";
     return mode == DirectMode::kOn;
@@ -373,7 +396,7 @@ bool ChooseDirect(int fd, const struct stat& st, uint64_t offset, size_t n, Dire
   if (it == Choices().end()) {
     if (static_cast<uint64_t>(st.st_size) < 4 * kMeasureBytes)
       return *why = "not measured yet on this file system (the file is too small to)", false;
-    it = Choices().emplace(st.st_dev, Measure(fd, static_cast<uint64_t>(st.st_size))).first;
+    it = Choices().emplace(st.st_dev, Measure(fd, path, static_cast<uint64_t>(st.st_size))).first;
   }
   *why = it->second.reason;
   return it->second.direct;
@@ -381,6 +404,10 @@ bool ChooseDirect(int fd, const struct stat& st, uint64_t offset, size_t n, Dire
 
 struct ReadRequest {
   std::string path;
+  // >= 0: read this open file (the caller's, left open), which `path` only names in messages; a
+  // format whose header was read from it then reads its data from the same file, whatever
+  // replaces the path meanwhile.
+  int fd = -1;
   Endpoint dst;  // from dstOffset on: length is the room there
   uint64_t file_offset = 0;
   int64_t length = -1;  // -1: to the end of the file
@@ -416,10 +443,25 @@ FileFailure FromStatus(const core::FileStatus& s, const std::string& path, int f
   return FromErrno(s.err, s.call.c_str(), path, " at byte " + std::to_string(s.offset));
 }
 
+// Managed memory is read and written by host threads here (it is not device memory to the ring).
+// Where the device cannot access managed memory while the host does, a host access while a kernel
+// runs faults the process: first wait for the device's work, as copies and ManagedBuffer.bytes
+// do. (The JavaScript side counts the operation as in flight on the buffer meanwhile.)
+FileFailure SettleManaged(const Endpoint& e, const std::string& path) {
+  if (e.where != Endpoint::kManaged || ConcurrentManagedAccess(e.device)) return {};
+  cudaError_t r = UseDevice(e.device);
+  if (r == cudaSuccess) r = cudaDeviceSynchronize();
+  if (r == cudaSuccess) return {};
+  (void)cudaGetLastError();
+  return FileFailure{"", "", path, "", 0, Error{r, "cudaDeviceSynchronize", ""}};
+}
+
 FileFailure RunRead(const ReadRequest& r, ReadResult* out) {
-  Fd fd;
+  Fd own;
   struct stat st {};
-  if (FileFailure f = OpenForRead(r.path, &fd, &st)) return f;
+  if (FileFailure f = r.fd >= 0 ? CheckReadable(r.fd, r.path, &st) : OpenForRead(r.path, &own, &st))
+    return f;
+  const int fd = r.fd >= 0 ? r.fd : own.fd;
   const uint64_t size = static_cast<uint64_t>(st.st_size);
   if (r.file_offset > size)
     return Fail("ERR_FILE_SHORT", r.path,
@@ -440,17 +482,18 @@ FileFailure RunRead(const ReadRequest& r, ReadResult* out) {
   if (r.total) r.total->store(n);
   out->bytes = n;
   if (n == 0) return {};
-  out->direct = ChooseDirect(fd.fd, st, r.file_offset, n, r.direct, &out->why);
+  if (FileFailure f = SettleManaged(r.dst, r.path)) return f;
+  out->direct = ChooseDirect(fd, r.path, st, r.file_offset, n, r.direct, &out->why);
   Fd direct;
   if (out->direct) {
-    direct.fd = ReopenDirect(fd.fd);
+    direct.fd = ReopenDirect(fd, r.path);
     if (direct.fd < 0) {
       int e = -direct.fd;
       direct.fd = -1;
       return FromErrno(e, "open (O_DIRECT)", r.path);
     }
   }
-  core::PosixFile file(out->direct ? direct.fd : fd.fd);
+  core::PosixFile file(out->direct ? direct.fd : fd);
   core::FileStatus s;
   if (r.dst.where != Endpoint::kDevice && r.dst.ptr && !out->direct) {
     // Memory the CPU addresses takes buffered reads straight in: no ring, one copy. (The
@@ -473,7 +516,7 @@ FileFailure RunRead(const ReadRequest& r, ReadResult* out) {
                             r.progress);
     }
   }
-  if (!s.ok()) return FromStatus(s, r.path, fd.fd, r.file_offset + n);
+  if (!s.ok()) return FromStatus(s, r.path, fd, r.file_offset + n);
   return {};
 }
 
@@ -507,15 +550,22 @@ core::FileStatus WriteInto(const WriteRequest& w, int fd, uint64_t offset) {
 }
 
 // Writes into an existing regular file at an offset, in place (the file grows if the range ends
-// past it): how a multi-part file (a checkpoint) is assembled under its temporary name.
+// past it): how a multi-part file (a checkpoint) is assembled under its temporary name. A
+// symbolic link is refused, not followed: a temporary file swapped for a link between its
+// creation and these writes would send them elsewhere.
 FileFailure RunWriteAt(const WriteRequest& w) {
   Fd fd;
   fd.fd = open(w.path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC | O_NOFOLLOW);
+  if (fd.fd < 0 && errno == ELOOP)
+    return Fail("ERR_FILE_NOT_REGULAR", w.path,
+                Quote(w.path) + " is a symbolic link; writes at a fileOffset do not follow " +
+                    "links (pass the path of the file it names)");
   if (fd.fd < 0) return FromErrno(errno, "open", w.path);
   struct stat st {};
   if (fstat(fd.fd, &st) != 0) return FromErrno(errno, "fstat", w.path);
   if (!S_ISREG(st.st_mode))
     return Fail("ERR_FILE_NOT_REGULAR", w.path, Quote(w.path) + " is not a regular file");
+  if (FileFailure f = SettleManaged(w.src, w.path)) return f;
   if (w.n) {
     core::FileStatus s = WriteInto(w, fd.fd, static_cast<uint64_t>(w.file_offset));
     if (!s.ok()) return FromStatus(s, w.path, fd.fd, w.file_offset + w.n);
@@ -527,37 +577,120 @@ FileFailure RunWriteAt(const WriteRequest& w) {
   return {};
 }
 
+// A file being replaced: the new contents go to `tmp`, beside `target`, renamed over it once
+// complete.
+struct Replacement {
+  std::string target;  // the path with its symbolic links followed
+  std::string tmp;
+};
+
+// The file a path names once its symbolic links are followed (a link is written through to its
+// target, as fs.writeFile does; a dangling link's target is created). `path` itself when it is
+// no link or does not exist.
+FileFailure FollowLinks(const std::string& path, std::string* out) {
+  std::string p = path;
+  for (int hop = 0; hop < 40; ++hop) {
+    struct stat st {};
+    if (lstat(p.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) {
+      *out = p;
+      return {};
+    }
+    std::vector<char> buf(PATH_MAX);
+    ssize_t n = readlink(p.c_str(), buf.data(), buf.size());
+    if (n < 0) return FromErrno(errno, "readlink", path);
+    std::string link(buf.data(), static_cast<size_t>(n));
+    p = link[0] == '/' ? link : Directory(p) + "/" + link;
+  }
+  return FromErrno(ELOOP, "open", path);
+}
+
+// Starts replacing `path`: refuses a folder (ERR_FILE_IS_DIRECTORY) and anything else that is
+// not a regular file (a FIFO, socket or device: ERR_FILE_NOT_REGULAR); creates the temporary
+// file, open in *fd, with the mode (and owner and group, where permitted) of the file it
+// replaces, else `mode` less the umask.
+FileFailure BeginReplace(const std::string& path, int mode, Replacement* r, Fd* fd) {
+  if (FileFailure f = FollowLinks(path, &r->target)) return f;
+  struct stat st {};
+  const bool exists = stat(r->target.c_str(), &st) == 0;
+  if (exists) {
+    if (S_ISDIR(st.st_mode))
+      return Fail("ERR_FILE_IS_DIRECTORY", path, Quote(path) + " is a directory, not a file");
+    if (!S_ISREG(st.st_mode))
+      return Fail("ERR_FILE_NOT_REGULAR", path,
+                  Quote(path) + " exists and is not a regular file (a FIFO, socket or device); " +
+                      "only regular files are replaced");
+  } else if (errno != ENOENT) {
+    return FromErrno(errno, "stat", path);
+  }
+  std::random_device rd;
+  for (int attempt = 0; attempt < 16 && fd->fd < 0; ++attempt) {
+    char suffix[24];
+    std::snprintf(suffix, sizeof suffix, ".tmp-%08x", rd());
+    r->tmp = r->target + suffix;
+    // 0600 until the replaced file's mode is copied: never more open than either file.
+    fd->fd = open(r->tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
+                  exists ? 0600 : mode);
+    if (fd->fd < 0 && errno != EEXIST) return FromErrno(errno, "open", r->tmp);
+  }
+  if (fd->fd < 0) return FromErrno(EEXIST, "open", r->tmp);
+  if (exists) {
+    // The owner changes only for a privileged caller, the group to one of the caller's groups;
+    // otherwise the file is the caller's, as any new file would be.
+    if (st.st_uid != geteuid() || st.st_gid != getegid()) {
+      int ignored = fchown(fd->fd, st.st_uid, st.st_gid);
+      if (ignored != 0) ignored = fchown(fd->fd, static_cast<uid_t>(-1), st.st_gid);
+      (void)ignored;
+    }
+    if (fchmod(fd->fd, st.st_mode & 07777) != 0) {
+      FileFailure f = FromErrno(errno, "fchmod", r->tmp);
+      close(fd->fd);
+      fd->fd = -1;
+      unlink(r->tmp.c_str());
+      return f;
+    }
+  }
+  return {};
+}
+
+// Ends a replacement: closes the temporary file (some file systems, NFS, report a failed write
+// only there), renames it over the target, and with `sync` makes both durable. The temporary
+// file is removed on failure.
+FileFailure CommitReplace(const std::string& path, const Replacement& r, Fd* fd, bool sync) {
+  FileFailure f;
+  if (sync && fd->fd >= 0 && fsync(fd->fd) != 0) f = FromErrno(errno, "fsync", path);
+  if (fd->fd >= 0) {
+    int c = close(fd->fd);
+    fd->fd = -1;
+    if (c != 0 && !f) f = FromErrno(errno, "close", path);
+  }
+  if (!f && rename(r.tmp.c_str(), r.target.c_str()) != 0) f = FromErrno(errno, "rename", path);
+  if (f) {
+    unlink(r.tmp.c_str());
+    return f;
+  }
+  if (sync) {
+    // The rename is durable once the directory is.
+    Fd dir;
+    dir.fd = open(Directory(r.target).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dir.fd >= 0 && fsync(dir.fd) != 0 && errno != EINVAL)
+      return FromErrno(errno, "fsync (directory)", path);
+  }
+  return {};
+}
+
 // Writes to a new file beside the target (same directory, so the same file system), then renames
 // it over the target: a write that fails part-way leaves the target as it was and no file that
 // looks complete.
 FileFailure RunWrite(const WriteRequest& w) {
   if (w.file_offset >= 0) return RunWriteAt(w);
-  struct stat st {};
-  if (stat(w.path.c_str(), &st) == 0) {
-    if (S_ISDIR(st.st_mode))
-      return Fail("ERR_FILE_IS_DIRECTORY", w.path, Quote(w.path) + " is a directory, not a file");
-    if (!S_ISREG(st.st_mode))
-      return Fail("ERR_FILE_NOT_REGULAR", w.path,
-                  Quote(w.path) + " exists and is not a regular file; only regular files are " +
-                      "replaced");
-  } else if (errno != ENOENT) {
-    return FromErrno(errno, "stat", w.path);
-  }
-  std::random_device rd;
-  std::string tmp;
+  if (FileFailure f = SettleManaged(w.src, w.path)) return f;
+  Replacement r;
   Fd fd;
-  for (int attempt = 0; attempt < 16 && fd.fd < 0; ++attempt) {
-    char suffix[24];
-    std::snprintf(suffix, sizeof suffix, ".tmp-%08x", rd());
-    tmp = w.path + suffix;
-    fd.fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, w.mode);
-    if (fd.fd < 0 && errno != EEXIST) return FromErrno(errno, "open", tmp);
-  }
-  if (fd.fd < 0) return FromErrno(EEXIST, "open", tmp);
+  if (FileFailure f = BeginReplace(w.path, w.mode, &r, &fd)) return f;
   auto failed = [&](FileFailure f) {
     close(fd.fd);
     fd.fd = -1;
-    unlink(tmp.c_str());
+    unlink(r.tmp.c_str());
     return f;
   };
   // Claims the space first where the file system can, so a full disk fails before any copying.
@@ -568,28 +701,41 @@ FileFailure RunWrite(const WriteRequest& w) {
     core::FileStatus s = WriteInto(w, fd.fd, 0);
     if (!s.ok()) return failed(FromStatus(s, w.path, fd.fd, w.n));
   }
-  if (w.fsync && fsync(fd.fd) != 0) return failed(FromErrno(errno, "fsync", w.path));
-  int c = close(fd.fd);
-  fd.fd = -1;
-  // Some file systems (NFS) report a failed write only at close.
-  if (c != 0) {
-    FileFailure f = FromErrno(errno, "close", w.path);
-    unlink(tmp.c_str());
-    return f;
+  return CommitReplace(w.path, r, &fd, w.fsync);
+}
+
+// fileReplaceBegin: returns [tmp, target]: a file that writes (fileWrite with a fileOffset) fill
+// before fileReplaceCommit renames it over the target; what saveSafetensors assembles a file in.
+Napi::Value FileReplaceBegin(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  std::string path = ReadString(env, info[0], "path");
+  Replacement r;
+  Fd fd;
+  if (FileFailure f = BeginReplace(path, 0666, &r, &fd)) ThrowValue(env, MakeFileError(env, f));
+  Napi::Array a = Napi::Array::New(env, 2);
+  a.Set(0u, r.tmp);
+  a.Set(1u, r.target);
+  return a;
+}
+
+// fileReplaceCommit: renames tmp over target (see CommitReplace); the
+// temporary file is removed on failure.
+Napi::Value FileReplaceCommit(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  std::string path = ReadString(env, info[0], "path");
+  Replacement r{ReadString(env, info[2], "target"), ReadString(env, info[1], "tmp")};
+  bool sync = info[3].ToBoolean();
+  Fd fd;
+  if (sync) {
+    fd.fd = open(r.tmp.c_str(), O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd.fd < 0) {
+      FileFailure f = FromErrno(errno, "open", r.tmp);
+      unlink(r.tmp.c_str());
+      ThrowValue(env, MakeFileError(env, f));
+    }
   }
-  if (rename(tmp.c_str(), w.path.c_str()) != 0) {
-    FileFailure f = FromErrno(errno, "rename", w.path);
-    unlink(tmp.c_str());
-    return f;
-  }
-  if (w.fsync) {
-    // The rename is durable once the directory is.
-    Fd dir;
-    dir.fd = open(Directory(w.path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dir.fd >= 0 && fsync(dir.fd) != 0 && errno != EINVAL)
-      return FromErrno(errno, "fsync (directory)", w.path);
-  }
-  return {};
+  if (FileFailure f = CommitReplace(path, r, &fd, sync)) ThrowValue(env, MakeFileError(env, f));
+  return env.Undefined();
 }
 
 // A BigUint64Array of at least `count` elements, where the pipeline counts bytes, or null.
@@ -626,7 +772,7 @@ void Attach(Napi::Env env, const Endpoint& e, std::shared_ptr<FileEngine>* engin
   *team = GetStagingTeam(GetInstance(env), e.device);
 }
 
-// (path, dst, dstOffset, fileOffset, byteLength | -1, direct 0|1|2, progress?)
+// (path, dst, dstOffset, fileOffset, byteLength | -1, direct 0|1|2, progress?, fd?)
 ReadRequest ReadReadArgs(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   ReadRequest r;
@@ -641,6 +787,7 @@ ReadRequest ReadReadArgs(const Napi::CallbackInfo& info) {
     r.progress = ProgressSlots(env, info[6], 2);
     if (r.progress) r.total = r.progress + 1;
   }
+  if (info.Length() > 7 && !Absent(info[7])) r.fd = ReadInt(env, info[7], "fd", 0, INT32_MAX);
   if (dst_off > r.dst.length)
     ThrowRange(env, "dstOffset (" + std::to_string(dst_off) + ") is past the end of dst (" +
                         std::to_string(r.dst.length) + " bytes)");
@@ -811,21 +958,30 @@ Napi::Value FileStorageRead(const Napi::CallbackInfo& info) {
   return o;
 }
 
-// The fraction of the file's pages in the page cache (mincore over a mapping), -1 if unknown.
+// The fraction of the file's pages in the page cache (mincore over a mapping of each span that
+// core::ResidencySpans picks: exact up to kResidencyWhole pages, else an estimate from windows
+// spread over the file), -1 if unknown. Time and memory are bounded whatever the file's size.
+constexpr uint64_t kResidencyWhole = 1u << 21, kResidencyWindow = 1u << 14;
+
 double Resident(int fd, uint64_t size) {
   if (size == 0) return 0;
-  void* m = mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
-  if (m == MAP_FAILED) return -1;
-  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-  std::vector<unsigned char> vec((size + page - 1) / page);
-  double frac = -1;
-  if (mincore(m, size, vec.data()) == 0) {
-    size_t in = 0;
-    for (unsigned char v : vec) in += v & 1;
-    frac = static_cast<double>(in) / vec.size();
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  const uint64_t pages = (size + page - 1) / page;
+  std::vector<unsigned char> vec(kResidencyWindow);
+  uint64_t in = 0, looked = 0;
+  for (const core::PageSpan& s : core::ResidencySpans(pages, kResidencyWhole, kResidencyWindow)) {
+    const uint64_t offset = s.first * page;
+    const size_t bytes = static_cast<size_t>(std::min(s.count * page, size - offset));
+    void* m = mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, static_cast<off_t>(offset));
+    if (m == MAP_FAILED) return -1;
+    const bool ok = mincore(m, bytes, vec.data()) == 0;
+    munmap(m, bytes);
+    if (!ok) return -1;
+    const size_t n = (bytes + page - 1) / page;
+    for (size_t i = 0; i < n; ++i) in += vec[i] & 1;
+    looked += n;
   }
-  munmap(m, size);
-  return frac;
+  return looked ? static_cast<double>(in) / looked : 0;
 }
 
 // fileCache: returns { resident, dropped }: how much of the file is in the page cache, after asking
@@ -879,6 +1035,8 @@ void InitFiles(Napi::Env env, Napi::Object exports) {
                {"fileWriteAsync", FileWriteAsync},
                {"fileStorageRead", FileStorageRead},
                {"fileCache", FileCache},
+               {"fileReplaceBegin", FileReplaceBegin},
+               {"fileReplaceCommit", FileReplaceCommit},
                {"fileDirectChoices", FileDirectChoices},
            });
 }

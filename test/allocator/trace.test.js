@@ -1,15 +1,14 @@
 'use strict';
 // Recording, snapshots, replay and the memory page, on simulated devices (no GPU needed).
 const fs = require('fs');
-const os = require('os');
 const path = require('path');
 const { spawnSync } = require('child_process');
-const { cm, rng } = require('../helpers');
+const { cm, rng, tempDir } = require('../helpers');
 
 const MiB = 2 ** 20;
 const GiB = 2 ** 30;
 const cli = path.join(__dirname, '..', '..', 'dist', 'cli.js');
-const tmp = () => fs.mkdtempSync(path.join(os.tmpdir(), 'cm-trace-'));
+const tmp = () => tempDir('cm-trace-');
 
 function sim(opts = {}, totalBytes = 24 * GiB) {
   return cm.createAllocator({ simulate: { totalBytes }, ...opts });
@@ -179,6 +178,54 @@ describe('replay', () => {
     const [cannot] = cm.replayTrace(t, [{ memoryLimit: 30 * GiB, deviceBytes: 24 * GiB }]);
     expect([cannot.survived, cannot.failedAt]).toEqual([false, null]);
     expect(cannot.error).toMatch(/could not be made/);
+  });
+
+  test('smallestBudget: direct charging gives the peak of live charges to the byte; an allocator policy its own smallest limit', () => {
+    // Live charges: 100, 300, 200 (1 freed), 350, 410 (the peak), 210. `size` is what was
+    // charged where it differs from the request.
+    const t = minimal([
+      A(1, 100),
+      A(2, 200),
+      F(1),
+      A(3, 150),
+      { action: 'alloc', id: 4, bytes: 50, size: 60 },
+      F(2),
+      { action: 'oom', bytes: 1e9 },
+    ]);
+    const d = cm.smallestBudget(t);
+    expect(d).toEqual({ policy: cm.DIRECT_POLICY, budgetBytes: 410, granularityBytes: 1, replays: expect.any(Number), failedAtBelow: 4 });
+    expect(d.replays).toBeLessThanOrEqual(1 + Math.ceil(Math.log2(510 + 1)));
+    expect(cm.smallestBudget(minimal([])).budgetBytes).toBe(0);
+    // The interposer's form: addresses as ids (reused once freed), its source, a refusal.
+    const preloaded = {
+      schema: 'cuda-memory/trace@1',
+      source: 'cuda-memory preload, pid 4711: ./train',
+      events: [
+        { action: 'alloc', id: '0x7f0000000000', bytes: 10 * MiB, time: 26.4 },
+        { action: 'alloc', id: '0x7f0000a00000', bytes: 20 * MiB, time: 4435 },
+        { action: 'free', id: '0x7f0000000000', time: 5000 },
+        { action: 'alloc', id: '0x7f0000000000', bytes: 4 * MiB, time: 5100 },
+        { action: 'oom', bytes: 40 * MiB, time: 5200 },
+      ],
+    };
+    expect(cm.smallestBudget(preloaded)).toMatchObject({ budgetBytes: 30 * MiB, failedAtBelow: 1 });
+    expect(cm.smallestBudget(minimal([A(1, 7), F(1), A(2, 7)]))).toMatchObject({ budgetBytes: 7, failedAtBelow: 0 });
+    // Under an allocator policy: preallocation needs both 10 MiB blocks in its one region.
+    const pre = cm.smallestBudget(minimal([A(1, 10 * MiB), A(2, 10 * MiB), F(1), F(2)]), {
+      policy: { allowGrowth: false, deviceBytes: 80 * GiB },
+    });
+    expect(pre).toMatchObject({ policy: 'prealloc on 80 GiB', budgetBytes: 20 * MiB, granularityBytes: MiB, failedAtBelow: 1 });
+    // A trace one of the library's allocators recorded is searched under its own policy.
+    const a = sim({ allowGrowth: true, memoryLimit: 64 * MiB });
+    a.startRecording();
+    const x = a.alloc(10 * MiB);
+    const y = a.alloc(10 * MiB);
+    x.free();
+    y.free();
+    const own = cm.smallestBudget(a.stopRecording());
+    a.close();
+    expect(own).toMatchObject({ policy: 'growth on 24 GiB', budgetBytes: 26 * MiB });
+    expect(() => cm.smallestBudget(minimal([]), { policy: 'fast' })).toThrow(/Expected options.policy to be 'direct' or a replay policy/);
   });
 
   test("PyTorch's _snapshot() format replays: alloc, free_requested/free_completed, segments, oom", () => {
@@ -355,6 +402,27 @@ describe('the command line', () => {
     const bad = spawnSync(process.execPath, [cli, 'replay', file, '--policy', 'fast'], { encoding: 'utf8' });
     expect(bad.status).toBe(2);
     expect(bad.stderr).toMatch(/option '--policy <spec>' argument 'fast' is invalid/);
+  });
+
+  test('cuda-memory replay --smallest-budget: the answer, its policy and how it was found; JSON; what it does not take', () => {
+    const f = path.join(dir, 'preloaded.json');
+    fs.writeFileSync(f, JSON.stringify(minimal([A(1, 3 * MiB), A(2, 5 * MiB), F(1), A(3, 4 * MiB), F(2), F(3)])));
+    const run = (...args) => spawnSync(process.execPath, [cli, 'replay', ...args], { encoding: 'utf8' });
+    const text = run(f, '--smallest-budget');
+    expect(text.status).toBe(0);
+    expect(text.stdout).toContain(`smallest budget: 9 MiB (${9 * MiB} bytes), to 1 byte, under policy direct: every allocation charged`);
+    expect(text.stdout).toMatch(/\d+ replays; 1 byte less fails at event 3\n/);
+    const two = path.join(dir, 'two.json');
+    fs.writeFileSync(two, JSON.stringify(minimal([A(1, 10 * MiB), A(2, 10 * MiB), F(1), F(2)])));
+    const j = JSON.parse(run(two, '--smallest-budget', '--json', '--policy', 'prealloc', '--device-memory', '1GiB').stdout);
+    expect(j.smallestBudget).toEqual([
+      { policy: 'prealloc on 1 GiB', budgetBytes: 20 * MiB, granularityBytes: MiB, replays: expect.any(Number), failedAtBelow: 1 },
+    ]);
+    for (const args of [['--find-min-limit'], ['--expect', 'survives'], ['--device-memory', '1GiB']]) {
+      const r = run(f, '--smallest-budget', ...args);
+      expect(r.status).toBe(2);
+      expect(r.stderr).toMatch(/^cuda-memory: replay: /);
+    }
   });
 
   test('memory-html draws a trace of 300,001 events (the largest allocations as bands, the rest in the totals)', () => {

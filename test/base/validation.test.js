@@ -1,7 +1,7 @@
 'use strict';
 // Bad input gets a TypeError/RangeError/CudaError naming the argument, before CUDA is touched;
 // host-to-host copies (which need no GPU) are checked byte for byte.
-const { cm, gpu, randomBytes, root } = require('../helpers');
+const { cm, gpu, randomBytes, root, expectNotCloneable } = require('../helpers');
 
 const badSizes = [
   [-1, RangeError],
@@ -329,6 +329,27 @@ describe("sizes in the out-of-memory sentence, as PyTorch's format_size writes t
   });
 });
 
+describe('a detached ArrayBuffer is refused with a code before V8 sees it', () => {
+  const detached = () => {
+    const ab = new ArrayBuffer(64);
+    structuredClone(ab, { transfer: [ab] });
+    return ab;
+  };
+  const refused = (name) =>
+    expect.objectContaining({
+      name: 'TypeError',
+      code: 'ERR_INVALID_ARG_VALUE',
+      message: `Expected an ArrayBuffer that is not detached for ${name} but received a detached ArrayBuffer`,
+    });
+  test('copy, copyAsync, memset and registerHost name the argument', async () => {
+    expect(() => cm.copy(detached(), new Uint8Array(8))).toThrow(refused('dst'));
+    expect(() => cm.copy(new Uint8Array(8), detached())).toThrow(refused('src'));
+    await expect(cm.copyAsync(detached(), new Uint8Array(8))).rejects.toThrow(refused('dst'));
+    expect(() => cm.memset(detached(), 0)).toThrow(refused('target'));
+    expect(() => cm.registerHost(detached())).toThrow(refused('memory'));
+  });
+});
+
 // Misuse through prototypes: every method and accessor of every public class refuses a receiver
 // of another kind with a code and a sentence, as Node's own classes do.
 describe('methods called on something else', () => {
@@ -338,6 +359,7 @@ describe('methods called on something else', () => {
     'DeviceBuffer',
     'PinnedBuffer',
     'RegisteredBuffer',
+    'ManagedBuffer',
     'PinnedPool',
     'PooledPinnedBuffer',
     'Stream',
@@ -374,21 +396,20 @@ describe('methods called on something else', () => {
     const d = cm.DeviceBuffer.prototype; // methods keep working on real instances
     expect(d.free === b.free && typeof b.address).toBe('number');
     const { port1 } = new MessageChannel();
-    for (const [value, what] of [
+    // Every buffer of the library, a ManagedBuffer included (made here over host bytes through
+    // its internal constructor: only its fields matter to cloning), and a pinned pool.
+    const { kInternal } = require(require('path').join(root, 'dist', 'base', 'internal.js'));
+    const managed = new cm.ManagedBuffer(kInternal, 0, new Uint8Array(64), 0, 'global', true);
+    const pool = cm.createPinnedPool();
+    expectNotCloneable(port1, [
       [b, 'a DeviceBuffer'],
       [a, 'an Allocator'],
       [{ nested: [b] }, 'a DeviceBuffer'],
-    ]) {
-      const refused = expect.objectContaining({
-        name: 'CudaMemoryError',
-        code: 'ERR_NOT_CLONEABLE',
-        message: expect.stringMatching(
-          new RegExp(`^${what} cannot be cloned or sent to another thread \\(structuredClone, postMessage\\)`),
-        ),
-      });
-      expect(() => structuredClone(value)).toThrow(refused);
-      expect(() => port1.postMessage(value)).toThrow(refused);
-    }
+      [managed, 'a ManagedBuffer'],
+      [[managed], 'a ManagedBuffer'],
+      [pool, 'a PinnedPool'],
+    ]);
+    pool.close();
     port1.close();
     expect(JSON.parse(JSON.stringify(b))).toMatchObject({ byteLength: 1000, simulated: true });
     b.free();

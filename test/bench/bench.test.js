@@ -1,9 +1,10 @@
 'use strict';
 // The benchmark's parts that need no GPU: statistics, sizes, gates, every output format (from
 // sample data), and the CLI's messages without a GPU.
+const fs = require('fs');
 const path = require('path');
 const { spawnSync } = require('child_process');
-const { cm, gpu } = require('../helpers');
+const { cm, gpu, root } = require('../helpers');
 const { formatTable, formatCsv, formatChart, renderHtml, benchmarkJunit } = require('../../dist/report/bench');
 const { renderJunit } = require('../../dist/report/junit');
 const { gateSource } = require('../../dist/bench/transfer');
@@ -146,6 +147,40 @@ test('doctor output formats', () => {
     'PASS device visible: Test GPU\nSKIP PCIe link at its maximum: no NVML\nFAIL pinned h2d >= 20 GB/s: 3.00 GB/s\ndoctor: 1 check(s) failed',
   );
   expect(doctorJunit(r)).toMatch(/tests="3" failures="1"/);
+  // With the run's state: the versions and the clocks as the suite's properties.
+  const environment = {
+    nvidiaDriverVersion: '550.54.15',
+    cudaDriverVersion: '12.4',
+    runtimeVersion: '13.0',
+    library: '0.1.0',
+    clocks: {
+      smClockMHz: 1980,
+      smClockMaxMHz: 1980,
+      memoryClockMHz: 2619,
+      memoryClockMaxMHz: 2619,
+      eventReasons: 1,
+      reasons: ['GPU idle'],
+    },
+    processes: [],
+    gpuNumaNode: -1,
+  };
+  const xml = doctorJunit({ ...r, environment, expectations: { name: 'H100 PCIe, Gen5 x16', file: '/x.json' } });
+  expect(xml).toContain('  <properties>\n   <property name="nvidia.driver" value="550.54.15"/>');
+  expect(xml).toContain('<property name="cuda.driver" value="12.4"/>');
+  expect(xml).toContain('<property name="cuda.runtime" value="13.0"/>');
+  expect(xml).toContain('<property name="cuda-memory.version" value="0.1.0"/>');
+  expect(xml).toContain('<property name="clocks.sm.mhz" value="1980 of 1980"/>');
+  expect(xml).toContain('<property name="clocks.event_reasons" value="GPU idle"/>');
+  expect(xml).toContain('<property name="expectations" value="H100 PCIe, Gen5 x16"/>');
+});
+
+test('doctor --json without CUDA still records the versions', () => {
+  const out = spawnSync(process.execPath, [cli, 'doctor', '--json'], { encoding: 'utf8' });
+  const report = JSON.parse(out.stdout);
+  expect(report.environment).toMatchObject({ library: JSON.parse(fs.readFileSync(path.join(root, 'package.json'), 'utf8')).version });
+  expect(Object.keys(report.environment).sort()).toEqual(
+    ['clocks', 'cudaDriverVersion', 'gpuNumaNode', 'library', 'nvidiaDriverVersion', 'processes', 'runtimeVersion'].sort(),
+  );
 });
 
 const noGpu = gpu ? describe.skip : describe;

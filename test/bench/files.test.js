@@ -3,7 +3,7 @@
 const fs = require('fs');
 const os = require('os');
 const path = require('path');
-const { cm, root, describeGpu } = require('../helpers');
+const { cm, root, describeGpu, inPrivateMounts, privateMountsWork } = require('../helpers');
 const { formatFilesTable, formatFilesCsv, renderFilesHtml, filesJunit } = require(path.join(root, 'dist/report/files'));
 const { filesFamilies } = require(path.join(root, 'dist/metrics/families'));
 const { formatExposition } = require(path.join(root, 'dist/metrics/exposition'));
@@ -118,6 +118,60 @@ describe('bench-files', () => {
     expect(bad.stderr).toMatch(/FAIL read.storage-warm/);
     fs.rmSync(dir, { recursive: true });
   });
+});
+
+describe('bench-files where the folder or the size cannot work', () => {
+  const { spawnSync } = require('child_process');
+  const cli = path.join(root, 'dist', 'cli.js');
+
+  test('a size above the largest buffer this Node makes is a coded RangeError before anything is written', async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cm-bench-files-'));
+    try {
+      const max = require('buffer').constants.MAX_LENGTH;
+      const e = await cm.runFilesBenchmark({ dir, bytes: Math.min(max + 1, Number.MAX_SAFE_INTEGER + 1) }).catch((x) => x);
+      expect(e).toBeInstanceOf(RangeError);
+      expect(e.code).toBe('ERR_OUT_OF_RANGE');
+      expect(e.message).toMatch(/options\.bytes/);
+      expect(fs.readdirSync(dir)).toEqual([]);
+      if (max < 5 * 2 ** 30) {
+        // Node 20: the command exits 2 with one line, and leaves no folder behind.
+        const r = spawnSync(process.execPath, [cli, 'bench-files', '--dir', dir, '--size', '5GiB'], { encoding: 'utf8', timeout: 60000 });
+        expect(r.status).toBe(2);
+        expect(r.stderr).toMatch(/^cuda-memory: Expected options.bytes of at most \d+ \(4 GiB, the largest buffer Node/);
+        expect(fs.readdirSync(dir)).toEqual([]);
+      }
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  // A full and a read-only file system, as tmpfs mounts in a private mount namespace (root only).
+  const mounts = privateMountsWork(
+    'd=$(mktemp -d) && mount -t tmpfs -o size=64k tmpfs "$d"; r=$?; umount "$d" 2>/dev/null; rmdir "$d"; exit $r',
+  );
+  (mounts ? test : test.skip)(
+    `a full disk and a read-only folder: exit 2 naming --dir, and nothing left behind${mounts ? '' : ' (skipped: needs unshare -m and mount, as root)'}`,
+    () => {
+      const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cm-bench-files-'));
+      try {
+        const script = [
+          `mount -t tmpfs -o size=1m tmpfs "${dir}"`,
+          `"${process.execPath}" "${cli}" bench-files --dir "${dir}" --size 4MiB --iterations 1 2>&1; echo "rc=$?"`,
+          `ls -A "${dir}"; echo "--"`,
+          `mount -o remount,ro "${dir}"`,
+          `"${process.execPath}" "${cli}" bench-files --dir "${dir}" --size 4MiB --iterations 1 2>&1; echo "rc=$?"`,
+        ].join('\n');
+        const out = inPrivateMounts(script, { encoding: 'utf8', timeout: 120000 });
+        const [full, readOnly] = out.split('--\n');
+        expect(full).toMatch(/^cuda-memory: --dir ".*": there is not enough space for the test file \(see --size\) \(ENOSPC\)\nrc=2\n$/);
+        expect(readOnly).toMatch(
+          /^cuda-memory: --dir ".*": it cannot be written \(permission denied, or a read-only file system\) \(EROFS\)\nrc=2\n$/,
+        );
+      } finally {
+        fs.rmSync(dir, { recursive: true, force: true });
+      }
+    },
+  );
 });
 
 describe('writeWhole', () => {

@@ -48,6 +48,21 @@ describe('loading', () => {
     expect(out.trim()).toBe('true boolean');
   });
 
+  test("the default import from CommonJS output (esbuild --format=cjs, as tsc's esModuleInterop reads it) is the package", () => {
+    const { outputFiles } = require('esbuild').buildSync({
+      stdin: {
+        contents: "import cm, { copy } from 'cuda-memory'; console.log(cm === require('cuda-memory'), cm.copy === copy)",
+        loader: 'ts',
+      },
+      bundle: true,
+      format: 'cjs',
+      platform: 'node',
+      external: ['cuda-memory'],
+      write: false,
+    });
+    expect(nodeEval(outputFiles[0].text).trim()).toBe('true true');
+  });
+
   test('the native exports are exactly the declared ones', () => {
     const { native } = require('../../dist/binding/native');
     const { NATIVE_EXPORTS } = require('../../dist/binding/types');
@@ -74,9 +89,8 @@ describe('loading', () => {
       })
       .map((s) => s.getName())
       .sort();
-    const actual = Object.keys(cm)
-      .filter((k) => k !== '__esModule')
-      .sort();
+    // `default` (the package itself) is there for CommonJS output's default import, not enumerable.
+    const actual = [...Object.keys(cm).filter((k) => k !== '__esModule'), ...(cm.default === cm ? ['default'] : [])].sort();
     expect(actual).toEqual(declared);
   });
 });

@@ -147,6 +147,39 @@ describe('rough edges', () => {
     }
   });
 
+  test('without CUDA, bench --junit and --prometheus write a failure that says why, and bench-alloc --json a report; exit 2', () => {
+    const env = { ...process.env, CUDA_MEMORY_ADDON: path.join(tmp, 'no-such-addon.node') };
+    for (const extra of [[], ['--p2p']]) {
+      const junit = path.join(tmp, `nocuda${extra.length}.xml`);
+      const prom = path.join(tmp, `nocuda${extra.length}.prom`);
+      const r = spawnSync(process.execPath, [cli, 'bench', ...extra, '--junit', junit, '--prometheus', prom], {
+        encoding: 'utf8',
+        timeout: 60000,
+        env,
+      });
+      expect(r.status).toBe(2);
+      expect(r.stderr).toMatch(/^cuda-memory bench: CUDA is not available \(ADDON_NOT_LOADED\)/);
+      const xml = fs.readFileSync(junit, 'utf8');
+      expect(xml).toContain('<testsuites tests="1" failures="1"');
+      expect(xml).toMatch(
+        /<testcase classname="bench" name="CUDA available" time="0.000000"><failure message="CUDA is not available \(ADDON_NOT_LOADED\): /,
+      );
+      const text = fs.readFileSync(prom, 'utf8');
+      expect(text).toContain('cuda_memory_bench_available{reason="ADDON_NOT_LOADED"} 0\n');
+      expect(text).toContain('cuda_memory_bench_ok 0\n');
+      expect(text).toMatch(/cuda_memory_bench_last_run_timestamp_seconds \d+\n/);
+    }
+    const r = spawnSync(process.execPath, [cli, 'bench-alloc', '--json'], { encoding: 'utf8', timeout: 60000, env });
+    expect(r.status).toBe(2);
+    expect(JSON.parse(r.stdout)).toMatchObject({
+      schema: 'cuda-memory/alloc-benchmark@1',
+      available: false,
+      reason: 'ADDON_NOT_LOADED',
+      rows: [],
+    });
+    expect(r.stderr).toMatch(/CUDA is not available \(ADDON_NOT_LOADED\)/);
+  });
+
   test('replay --find-min-limit says on stderr what it is doing', () => {
     const r = run('replay', sized, '--find-min-limit');
     expect(r.status).toBe(0);

@@ -123,6 +123,68 @@ describe('platformInfo() reads each platform as it presents itself', () => {
     expect(() => cm.platformInfo({ devices: 'all' })).toThrow(/options.devices/);
   });
 
+  test('a limit at or beyond the device binds nothing: 2^64 - 1, 8192T, a dmem.max of 2^64 - 1', () => {
+    const huge = [
+      { CUDA_MPS_PINNED_DEVICE_MEM_LIMIT: '18446744073709551615' },
+      { CUDA_MPS_PINNED_DEVICE_MEM_LIMIT: '0=8192T' },
+      { CUDA_DEVICE_MEMORY_LIMIT: '8192T' },
+      { CUDA_DEVICE_MEMORY_LIMIT_0: '9007199254740992' },
+    ];
+    for (const env of huge) {
+      const p = cm.platformInfo({ root: path.join(F, 'none'), env, devices: [dev0] });
+      expect(p.devices[0]).toEqual({ device: 0, limits: [], limit: null });
+      expect(p.warnings).toEqual([]);
+    }
+    // dmem-huge: the job's 2^64 - 1 reads as no limit, the top's 80 GiB binds a device larger
+    // than that, and nothing on an 80 GiB device.
+    const read = (totalMemory) => cm.platformInfo({ root: path.join(F, 'dmem-huge'), env: {}, devices: [{ ...dev0, totalMemory }] });
+    expect(read(undefined).cgroup.dmem[0]).toMatchObject({ maxBytes: 80 * GiB, limitedBy: '/', currentBytes: GiB });
+    expect(read(undefined).cgroup.dmem[1]).toMatchObject({ maxBytes: null });
+    expect(read(94 * GiB).devices[0].limit.bytes).toBe(80 * GiB);
+    expect(read(80 * GiB).devices[0].limit).toBeNull();
+    expect(() => read(-1)).toThrow(
+      expect.objectContaining({ code: 'ERR_OUT_OF_RANGE', message: expect.stringMatching(/options\.devices\[0\]\.totalMemory/) }),
+    );
+  });
+
+  test('the cgroup is placed under a mount by path components: /a/bc is not under /a/b', () => {
+    const p = cm.platformInfo({ root: path.join(F, 'prefix'), env: {}, devices: [dev0] });
+    expect(p.cgroup.path).toBe('/a/bc');
+    expect(p.cgroup.dir).toBe(path.join(F, 'prefix', 'mnt/a/bc'));
+    expect(p.devices[0].limit.bytes).toBe(3 * GiB);
+  });
+
+  test('a FIFO, a directory or a huge file where a platform file should be is reported, never waited on (child process)', () => {
+    const fs = require('fs');
+    const os = require('os');
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cm-platform-'));
+    try {
+      fs.mkdirSync(path.join(dir, 'proc', 'self'), { recursive: true });
+      fs.mkdirSync(path.join(dir, 'cg'));
+      fs.writeFileSync(path.join(dir, 'proc', 'self', 'cgroup'), '0::/\n');
+      fs.writeFileSync(path.join(dir, 'proc', 'self', 'mountinfo'), '35 24 0:30 / /cg rw - cgroup2 cgroup2 rw\n');
+      expect(spawnSync('mkfifo', [path.join(dir, 'cg', 'dmem.max')]).status).toBe(0);
+      fs.mkdirSync(path.join(dir, 'cg', 'dmem.current'));
+      const script = `const cm = require(${JSON.stringify(root)}); console.log(JSON.stringify(cm.status().platform.warnings));`;
+      const r = spawnSync(process.execPath, ['-e', script], {
+        encoding: 'utf8',
+        env: { ...process.env, CUDA_MEMORY_PLATFORM_ROOT: dir },
+        timeout: 30000,
+      });
+      expect(r.signal).toBeNull();
+      expect(r.status).toBe(0);
+      const warnings = JSON.parse(r.stdout);
+      expect(warnings).toEqual(
+        expect.arrayContaining([
+          `${path.join(dir, 'cg', 'dmem.max')}: not a regular file; ignored`,
+          `${path.join(dir, 'cg', 'dmem.current')}: not a regular file; ignored`,
+        ]),
+      );
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   test('status() carries the platform in brief and never throws', () => {
     const st = cm.status();
     expect(typeof st.platform.limited).toBe('boolean');
@@ -181,6 +243,27 @@ describe('the allocator under a platform limit (simulated device)', () => {
     expect(() => a.setMemoryFraction(0.5)).toThrow(/fraction 0\.5 of 80 GiB is above the platform's limit of 4 GiB on this device \(mps:/);
     expect(a.setMemoryFraction(0.025)).toBe(2 * GiB);
     a.close();
+  });
+
+  test('a platform limit of 2^53 bytes or more leaves createAllocator as it was (memoryLimit stands)', () => {
+    const platforms = [
+      { root: path.join(F, 'none'), env: { CUDA_MPS_PINNED_DEVICE_MEM_LIMIT: '18446744073709551615' } },
+      { root: path.join(F, 'none'), env: { CUDA_MPS_PINNED_DEVICE_MEM_LIMIT: '0=8192T' } },
+      { root: path.join(F, 'none'), env: { CUDA_DEVICE_MEMORY_LIMIT: '8192T' } },
+      { root: path.join(F, 'dmem-huge'), env: {}, pciBusId: '0000:04:00.0' },
+      // 80 GiB at the top of dmem-huge, on this 80 GiB device: at its size, so no limit.
+      { root: path.join(F, 'dmem-huge'), env: {}, pciBusId: '0000:03:00.0' },
+    ];
+    for (const platform of platforms) {
+      const a = sim({ allowGrowth: true, memoryLimit: GiB }, platform);
+      expect(a.limitBytes).toBe(GiB);
+      expect(a.platformLimits().limit).toBeNull();
+      expect(a.availableBytes().terms.map((t) => t.name)).toEqual(['device', 'allocator']);
+      a.close();
+      const d = sim({ allowGrowth: true }, platform);
+      expect(d.limitBytes).toBe(80 * GiB - 1800 * MiB);
+      d.close();
+    }
   });
 
   test('availableBytes(): each term, and the least binds', () => {

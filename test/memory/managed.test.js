@@ -3,7 +3,7 @@
 // and range attributes; and the dedicated/shared summary. GPU tests stay small (at most 64 MiB of
 // managed memory, far inside any GPU's free memory) and never oversubscribe.
 const { execFileSync } = require('child_process');
-const { cm, describeGpu, randomBytes, root, same } = require('../helpers');
+const { cm, describeGpu, randomBytes, root, same, expectNotCloneable } = require('../helpers');
 
 const MiB = 2 ** 20;
 const GiB = 2 ** 30;
@@ -88,6 +88,29 @@ describeGpu('managed memory', () => {
       expect(d.sharedMemory.managed).toBe(d.managedMemory);
       expect(d.sharedMemory.summary.length).toBeGreaterThan(10);
       console.log(`device ${d.index}: ${d.sharedMemory.summary}; addressing mode ${d.addressingMode}`);
+    }
+  });
+
+  test('a ManagedBuffer and a pooled pinned buffer refuse structuredClone and postMessage with ERR_NOT_CLONEABLE', () => {
+    const { MessageChannel } = require('worker_threads');
+    const { port1 } = new MessageChannel();
+    const m = cm.ManagedBuffer.alloc(4096);
+    const pool = cm.createPinnedPool();
+    const lent = pool.alloc(4096);
+    try {
+      expectNotCloneable(port1, [
+        [m, 'a ManagedBuffer'],
+        [{ nested: [m] }, 'a ManagedBuffer'],
+        [lent, 'a PooledPinnedBuffer'],
+        [pool, 'a PinnedPool'],
+      ]);
+      m.bytes[0] = 7; // still usable
+      expect(m.bytes[0]).toBe(7);
+    } finally {
+      port1.close();
+      lent.free();
+      pool.close();
+      m.free();
     }
   });
 

@@ -194,15 +194,7 @@ describePython('sharing device memory with Python (PyTorch, CuPy)', () => {
 });
 
 describe('cuda-ipc@1 descriptors are checked before anything is opened', () => {
-  const good = {
-    type: 'cuda-ipc@1',
-    handle: 'ab'.repeat(64),
-    offset: 0,
-    byteLength: 4096,
-    allocationBytes: 2 * MiB,
-    device: 'GPU-01234567-89ab-cdef-0123-456789abcdef',
-    pid: 1,
-  };
+  const good = require('../fixtures/ipc-descriptors').goodDescriptor;
   const cases = [
     ['not JSON', 'nope', /not JSON/],
     ['another type', { ...good, type: 'cuda-memory/ipc@1' }, /expected "cuda-ipc@1"/],
@@ -237,5 +229,112 @@ describe('cuda-ipc@1 descriptors are checked before anything is opened', () => {
     }
     // Past the descriptor's checks: without a GPU it stops at CUDA, with one at the unknown uuid.
     expect(err.code).not.toBe('ERR_IPC_HANDLE_INVALID');
+  });
+});
+
+// The Python helper's checks need python3 only (no GPU, torch or CuPy), so CI runs them.
+const python = spawnSync('python3', ['--version'], { encoding: 'utf8' });
+const describeWithPython = python.error || python.status !== 0 ? describe.skip : describe;
+
+describeWithPython(`the Python helper checks descriptors exactly as Node does${python.error ? ' — skipped: no python3' : ''}`, () => {
+  const { hostileDescriptors, goodDescriptor } = require('../fixtures/ipc-descriptors');
+  const { parseCudaIpcDescriptor } = require(path.join(root, 'dist', 'memory', 'ipc.js'));
+
+  function nodeSays(text) {
+    try {
+      return { ok: true, descriptor: parseCudaIpcDescriptor(text) };
+    } catch (e) {
+      return { ok: false, code: e.code, message: e.message };
+    }
+  }
+
+  test('the hostile set: the same refusals, codes and messages, and the same descriptor where accepted', () => {
+    const texts = hostileDescriptors();
+    const r = spawnSync('python3', [HELPER, 'validate'], { input: texts.join('\n') + '\n', encoding: 'utf8', timeout: 60000 });
+    expect(r.stderr).toBe('');
+    expect(r.status).toBe(0);
+    const python = r.stdout
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l));
+    expect(python).toHaveLength(texts.length);
+    const node = texts.map(nodeSays);
+    const refused = node.filter((n) => !n.ok).length;
+    expect(refused).toBeGreaterThan(texts.length / 2);
+    expect(node.every((n) => n.ok || n.code === 'ERR_IPC_HANDLE_INVALID')).toBe(true);
+    for (let i = 0; i < texts.length; i++) expect({ text: texts[i], says: python[i] }).toEqual({ text: texts[i], says: node[i] });
+  });
+
+  test('check-and-write and hold refuse a negative offset or length before anything is mapped', () => {
+    for (const bad of [
+      { ...goodDescriptor, offset: -4096 },
+      { ...goodDescriptor, offset: '-4096' },
+      { ...goodDescriptor, byteLength: -1 },
+      { ...goodDescriptor, byteLength: '-1' },
+    ])
+      for (const cmd of [
+        ['check-and-write', JSON.stringify(bad), '1'],
+        ['hold', JSON.stringify(bad)],
+      ]) {
+        const r = spawnSync('python3', [HELPER, ...cmd], { encoding: 'utf8', timeout: 60000 });
+        expect(r.status).toBe(1);
+        expect(JSON.parse(r.stdout)).toEqual({
+          ok: false,
+          code: 'ERR_IPC_HANDLE_INVALID',
+          message: expect.stringMatching(/^the IPC handle is not valid: (offset|byteLength) must be a non-negative integer$/),
+        });
+      }
+  });
+});
+
+describe('a cuda-ipc@1 import checks what the addon is given before casting it', () => {
+  const { native } = require(path.join(root, 'dist', 'binding', 'native.js'));
+  const handle = 'ab'.repeat(64);
+  const uuid = 'GPU-01234567-89ab-cdef-0123-456789abcdef';
+  for (const allocationBytes of [NaN, Infinity, -Infinity, 2 ** 64, 2 ** 53, 0.5, -2, 0, '4096'])
+    test(`allocationBytes ${String(allocationBytes)} is refused with a code, before CUDA`, () => {
+      expect(() => native.ipcImportForeign(handle, 0, 4096, uuid, -1, allocationBytes)).toThrow(
+        expect.objectContaining({
+          code: 'ERR_IPC_HANDLE_INVALID',
+          message: expect.stringMatching(/allocationBytes must be a positive integer/),
+        }),
+      );
+    });
+});
+
+describeGpu('cuda-ipc@1 between two Node processes', () => {
+  test('one descriptor opens once per process (ERR_IPC_ALREADY_OPEN), as the library’s own format does; again once freed', () => {
+    const n = 3 * MiB;
+    const buf = cm.DeviceBuffer.alloc(n);
+    cm.copy(buf, pattern(n, 21));
+    const desc = buf.exportCudaIpc();
+    const script = `
+      const cm = require(${JSON.stringify(root)});
+      const desc = JSON.parse(process.argv[1]);
+      const out = {};
+      const tryOpen = (d) => { try { return cm.DeviceBuffer.importCudaIpc(d); } catch (e) { return e; } };
+      const first = tryOpen(desc);
+      const second = tryOpen(desc);
+      out.second = second instanceof Error ? second.code : 'opened';
+      const part = tryOpen({ ...desc, byteLength: 4096 });
+      out.part = part instanceof Error ? part.code : 'opened';
+      const b = new Uint8Array(8);
+      cm.copy(b, first, { byteLength: 8 });
+      out.bytes = Array.from(b);
+      first.free();
+      part.free();
+      const again = tryOpen(desc);
+      out.again = again instanceof Error ? again.code : 'opened';
+      again.free();
+      console.log(JSON.stringify(out));`;
+    const r = spawnSync(process.execPath, ['-e', script, JSON.stringify(desc)], { encoding: 'utf8', timeout: 60000 });
+    expect({ status: r.status, signal: r.signal, stderr: r.status === 0 ? '' : r.stderr }).toEqual({ status: 0, signal: null, stderr: '' });
+    expect(JSON.parse(r.stdout)).toEqual({
+      second: 'ERR_IPC_ALREADY_OPEN',
+      part: 'opened',
+      bytes: Array.from(pattern(8, 21)),
+      again: 'opened',
+    });
+    buf.free();
   });
 });

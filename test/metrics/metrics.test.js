@@ -3,13 +3,12 @@
 // textfiles for node_exporter, and the example service's /metrics, read back with an independent
 // parser of the exposition format (parse-prometheus-text-format).
 const fs = require('fs');
-const os = require('os');
 const path = require('path');
 const http = require('http');
 const { spawn, spawnSync } = require('child_process');
 const client = require('prom-client');
 const parsePrometheus = require('parse-prometheus-text-format');
-const { cm, gpu, root } = require('../helpers');
+const { cm, gpu, root, tempDir } = require('../helpers');
 const { formatExposition, writeTextfile } = require('../../dist/metrics/exposition');
 const { benchFamilies, doctorFamilies } = require('../../dist/metrics/families');
 const { evaluateGates, parseGate } = require('../../dist/bench/gates');
@@ -193,7 +192,7 @@ describe('registerMetrics with prom-client', () => {
 test('bench --prometheus: rates in bytes per second by statistic, gates, verification, environment', () => {
   const report = sampleReport();
   const gates = evaluateGates(['h2d.pinned>=48GB/s', 'h2d.pinned>=60GB/s'].map(parseGate), gateSource(report));
-  const file = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'cm-prom-')), 'bench.prom');
+  const file = path.join(tempDir('cm-prom-'), 'bench.prom');
   writeTextfile(file, benchFamilies(report, gates, 1700000000));
   expect(fs.readdirSync(path.dirname(file))).toEqual(['bench.prom']); // no temporary file left
   const f = parse(fs.readFileSync(file, 'utf8'));
@@ -218,7 +217,11 @@ test('bench --prometheus: rates in bytes per second by statistic, gates, verific
   expect(value(f, 'cuda_memory_bench_data_verified', { mode: 'pageable', size_bytes: String(MiB) })).toBe(1);
   expect(value(f, 'cuda_memory_bench_last_run_timestamp_seconds')).toBe(1700000000);
   expect(value(f, 'cuda_memory_bench_event_loop_worst_delay_seconds')).toBeCloseTo(0.0008, 10);
-  expect(f.cuda_memory_bench_info.samples[0].labels).toMatchObject({ gpu: 'Test GPU', driver: '13.0', pci_bus_id: '00000000:01:00.0' });
+  expect(f.cuda_memory_bench_info.samples[0].labels).toMatchObject({
+    modelName: 'Test GPU',
+    driver: '13.0',
+    pci_bus_id: '00000000:01:00.0',
+  });
 });
 
 test('doctor --prometheus: one sample per check with its status; the textfile is written even without CUDA', () => {
@@ -244,7 +247,65 @@ test('doctor --prometheus: one sample per check with its status; the textfile is
   ]);
   expect(value(f, 'cuda_memory_doctor_ok', { uuid: 'GPU-x' })).toBe(0);
 
-  const file = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'cm-doctor-')), 'doctor.prom');
+  // The versions, the clocks and each failed check's fault codes.
+  const state = {
+    nvidiaDriverVersion: '550.54.15',
+    cudaDriverVersion: '12.4',
+    runtimeVersion: '13.0',
+    library: '0.1.0',
+    clocks: {
+      smClockMHz: 1410,
+      smClockMaxMHz: 1980,
+      memoryClockMHz: 2619,
+      memoryClockMaxMHz: 2619,
+      eventReasons: 4,
+      reasons: ['software power cap'],
+    },
+    processes: [],
+    gpuNumaNode: 0,
+  };
+  const faulted = parse(
+    formatExposition(
+      doctorFamilies(
+        {
+          schema: 'cuda-memory/doctor@1',
+          ok: false,
+          device: 0,
+          expectations: null,
+          environment: state,
+          checks: [
+            {
+              name: 'pinned h2d >= 48 GB/s',
+              status: 'fail',
+              detail: '',
+              seconds: 0,
+              faults: [
+                { code: 'CM_FAULT_CLOCKS_THROTTLED', cause: '' },
+                { code: 'CM_FAULT_GPU_SHARED', cause: '' },
+              ],
+            },
+          ],
+        },
+        'GPU-x',
+        1,
+      ),
+    ),
+  );
+  expect(faulted.cuda_memory_doctor_versions_info.samples[0].labels).toMatchObject({
+    nvidia_driver: '550.54.15',
+    cuda_driver: '12.4',
+    cuda_runtime: '13.0',
+    cuda_memory: '0.1.0',
+  });
+  expect(value(faulted, 'cuda_memory_doctor_clock_hertz', { clock: 'sm', state: 'current' })).toBe(1410e6);
+  expect(value(faulted, 'cuda_memory_doctor_clock_hertz', { clock: 'sm', state: 'max' })).toBe(1980e6);
+  expect(value(faulted, 'cuda_memory_doctor_clocks_event_reasons')).toBe(4);
+  expect(faulted.cuda_memory_doctor_fault.samples.map((s) => [s.labels.check, s.labels.code, s.value])).toEqual([
+    ['pinned h2d >= 48 GB/s', 'CM_FAULT_CLOCKS_THROTTLED', 1],
+    ['pinned h2d >= 48 GB/s', 'CM_FAULT_GPU_SHARED', 1],
+  ]);
+
+  const file = path.join(tempDir('cm-doctor-'), 'doctor.prom');
   const r = spawnSync(process.execPath, [path.join(repo, 'dist', 'cli.js'), 'doctor', '--prometheus', file, '--bytes', '64MiB'], {
     encoding: 'utf8',
   });

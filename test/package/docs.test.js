@@ -1,6 +1,7 @@
 'use strict';
 // The README and the guides as a newcomer meets them: the README's first example runs without a
-// GPU, the README stays short, and every relative link in the Markdown files leads to a file.
+// GPU, the README stays short, every relative link in the Markdown files leads to a file, the
+// scripts the library names ship, and troubleshooting.md lists exactly the codes it can throw.
 const fs = require('fs');
 const path = require('path');
 const { spawnSync } = require('child_process');
@@ -48,4 +49,59 @@ describeGpu("the README's GPU example", () => {
     const r = spawnSync(process.execPath, ['-e', gpuExample], { cwd: root, encoding: 'utf8', timeout: 60000 });
     expect({ status: r.status, stderr: r.stderr, stdout: r.stdout.trim() }).toEqual({ status: 0, stderr: '', stdout: '7' });
   });
+});
+
+test('every script the library names (messages, API reference) ships in the package', () => {
+  // Named in the API reference as the other side of a comparison that runs from a clone.
+  const cloneOnly = new Set(['scripts/compare-torch-alloc.py']);
+  const files = new Set(require(path.join(root, 'package.json')).files);
+  const named = new Set();
+  const walk = (dir) => {
+    for (const e of fs.readdirSync(dir, { withFileTypes: true })) {
+      const p = path.join(dir, e.name);
+      if (e.isDirectory()) walk(p);
+      else if (e.name.endsWith('.ts'))
+        for (const m of fs.readFileSync(p, 'utf8').matchAll(/scripts\/[\w.-]+\.(?:py|js|sh)/g)) named.add(m[0]);
+    }
+  };
+  walk(path.join(__dirname, '..', '..', 'lib'));
+  expect(named.size).toBeGreaterThan(0);
+  expect([...named].filter((s) => !files.has(s) && !cloneOnly.has(s)).sort()).toEqual([]);
+});
+
+test('troubleshooting.md lists every error code the library can throw, and no other', () => {
+  // The codes in the sources: every quoted 'ERR_...' of lib/ and native/ (the core's tests aside).
+  const repo = path.join(__dirname, '..', '..');
+  const thrown = new Map();
+  const walk = (dir) => {
+    for (const e of fs.readdirSync(dir, { withFileTypes: true })) {
+      const p = path.join(dir, e.name);
+      if (e.isDirectory()) {
+        if (p !== path.join(repo, 'native', 'core', 'test')) walk(p);
+      } else if (/\.(ts|cc|h)$/.test(e.name))
+        for (const m of fs.readFileSync(p, 'utf8').matchAll(/['"](ERR_[A-Z0-9_]+)['"]/g))
+          if (!thrown.has(m[1])) thrown.set(m[1], path.relative(repo, p));
+    }
+  };
+  walk(path.join(repo, 'lib'));
+  walk(path.join(repo, 'native'));
+  const listed = new Set(
+    [...fs.readFileSync(path.join(root, 'docs', 'troubleshooting.md'), 'utf8').matchAll(/`(ERR_[A-Z0-9_]+)`/g)].map((m) => m[1]),
+  );
+  expect(thrown.size).toBeGreaterThan(40);
+  const missing = [...thrown].filter(([code]) => !listed.has(code)).map(([code, file]) => `${code} (${file})`);
+  const stale = [...listed].filter((code) => !thrown.has(code));
+  expect({ missing: missing.sort(), stale: stale.sort() }).toEqual({ missing: [], stale: [] });
+});
+
+test('the API reference renders every guide as a page of its own (typedoc.json projectDocuments)', () => {
+  // Otherwise TypeDoc copies a linked guide as raw Markdown and the reference links that copy.
+  const repo = path.join(__dirname, '..', '..');
+  const { readme, projectDocuments } = JSON.parse(fs.readFileSync(path.join(repo, 'typedoc.json'), 'utf8'));
+  const guides = fs
+    .readdirSync(path.join(repo, 'docs'))
+    .filter((f) => f.endsWith('.md'))
+    .map((f) => `docs/${f}`)
+    .filter((f) => f !== readme);
+  expect([...(projectDocuments ?? [])].sort()).toEqual(guides.sort());
 });

@@ -6,11 +6,11 @@ const fs = require('fs');
 const path = require('path');
 const http = require('http');
 const { spawn, spawnSync } = require('child_process');
-const { root, gpu } = require('../helpers');
+const { root, gpu, tempDir } = require('../helpers');
 
 const dir = path.join(root, 'examples');
 const examples = fs.readdirSync(dir).filter((f) => f.endsWith('.js'));
-const env = { ...process.env, CUDA_MEMORY_SHM_DIR: fs.mkdtempSync(path.join(require('os').tmpdir(), 'cuda-memory-examples-')) };
+const env = { ...process.env, CUDA_MEMORY_SHM_DIR: tempDir('cuda-memory-examples-') };
 
 test('the examples reach the package only by its name', () => {
   for (const f of examples) {

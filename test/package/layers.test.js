@@ -7,7 +7,7 @@ const path = require('path');
 const { root } = require('../helpers');
 
 // Lowest first.
-const LAYERS = ['base', 'binding', 'device', 'memory', 'transfer', 'allocator', 'bench', 'report', 'metrics', 'cli'];
+const LAYERS = ['base', 'binding', 'device', 'memory', 'transfer', 'allocator', 'testing', 'bench', 'report', 'metrics', 'cli'];
 // Entry points above every layer: they may name anything.
 const TOPS = new Set(['lib/index.ts', 'native/addon.cc']);
 

@@ -126,10 +126,23 @@ describeGpu('copies in every direction', () => {
 
 describeGpu('asynchronous copies', () => {
   test('copyAsync keeps the event loop responsive during a 1 GiB pageable copy', async () => {
+    const { PerformanceObserver } = require('perf_hooks');
     const n = 1 << 30;
     const d = cm.DeviceBuffer.alloc(n);
     const h = Buffer.allocUnsafe(n);
     h.fill(0x3c);
+    // Untimed first: a first pair meets one-time costs that are not what a copy does to the loop
+    // (the staged path's pinned ring and threads, and the full collection V8 schedules once a
+    // 1 GiB Buffer raises its external memory; in a jest worker's large heap that pause alone
+    // ran to tens of milliseconds). The collection is taken now, before the window.
+    await cm.copyAsync(d, h);
+    await cm.copyAsync(h, d);
+    if (global.gc) global.gc();
+    const gcPauses = [];
+    const observer = new PerformanceObserver((list) => {
+      for (const e of list.getEntries()) gcPauses.push(e.duration);
+    });
+    observer.observe({ entryTypes: ['gc'] });
     let last = 0n;
     let worst = 0;
     let fires = 0;
@@ -148,9 +161,17 @@ describeGpu('asynchronous copies', () => {
     await cm.copyAsync(h, d);
     last = 0n;
     clearInterval(t);
-    console.log(`1 GiB copyAsync both ways: timer fired ${fires} times, worst gap ${worst.toFixed(2)} ms`);
+    await new Promise((resolve) => setImmediate(resolve)); // the last GC entries arrive
+    observer.disconnect();
+    const longestGc = gcPauses.length ? Math.max(...gcPauses) : 0;
+    console.log(
+      `1 GiB copyAsync both ways: timer fired ${fires} times, worst gap ${worst.toFixed(2)} ms (1 ms asked for); ` +
+        `${gcPauses.length} GC pauses, longest ${longestGc.toFixed(2)} ms`,
+    );
     expect(fires).toBeGreaterThan(5);
-    expect(worst).toBeLessThan(50);
+    // The bench's probe (cuda-memory bench, eventLoop) sees a few ms alone; the bound leaves room
+    // for a scheduler time slice or two lost to the other jest workers and the copy threads.
+    expect(worst).toBeLessThan(20);
     expect(h[0]).toBe(0x3c);
     expect(h[n - 1]).toBe(0x3c);
     d.free();

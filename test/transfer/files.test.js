@@ -2,16 +2,15 @@
 // readFile/writeFile: host destinations and every error need no GPU; device memory, pinned
 // memory and allocator blocks run under describeGpu.
 const fs = require('fs');
-const os = require('os');
 const path = require('path');
 const { execFileSync } = require('child_process');
-const { cm, describeGpu, randomBytes, same } = require('../helpers');
+const { cm, describeGpu, randomBytes, same, inPrivateMounts, privateMountsWork, tempDir } = require('../helpers');
 
 const KiB = 1024;
 const MiB = 1024 * KiB;
 
 function tmpDir() {
-  return fs.mkdtempSync(path.join(os.tmpdir(), 'cm-files-'));
+  return tempDir('cm-files-');
 }
 
 function fileWith(dir, name, bytes) {
@@ -61,6 +60,31 @@ describe('readFile into host memory', () => {
     expect(r).toMatchObject({ bytes: dst.length, direct: true, directReason: 'asked for' });
     expect(same(dst, data.subarray(777, 777 + dst.length))).toBe(true);
   });
+
+  // /proc unmounted in a private mount namespace (root only): the O_DIRECT reopen goes through the
+  // path, checked to be the same file.
+  const noProc = privateMountsWork('umount -l /proc && test ! -e /proc/self');
+  (noProc ? test : test.skip)(
+    `direct: true with /proc not mounted reads the file${noProc ? '' : ' (skipped: needs unshare -m and umount, as root)'}`,
+    () => {
+      const script = `
+      const cm = require(${JSON.stringify(require('../helpers').root)});
+      const dst = new Uint8Array(${data.length});
+      let out;
+      try { out = cm.readFile(${JSON.stringify(file)}, dst, { direct: true }); } catch (e) { out = { code: e.code, message: e.message }; }
+      const same = Buffer.from(dst).equals(require('fs').readFileSync(${JSON.stringify(file)}));
+      process.stdout.write(JSON.stringify({ out, same }));`;
+      const r = JSON.parse(
+        inPrivateMounts(`umount -l /proc && exec "${process.execPath}" -e '${script.replace(/'/g, "'\\''")}'`, {
+          encoding: 'utf8',
+          timeout: 60000,
+        }),
+      );
+      // tmpfs and some overlay file systems refuse O_DIRECT: then that, not a missing file.
+      if (r.out.code) expect(r.out).toMatchObject({ code: 'ERR_FILE_IO', message: expect.stringContaining('EINVAL') });
+      else expect(r).toEqual({ out: expect.objectContaining({ bytes: data.length, direct: true }), same: true });
+    },
+  );
 
   test('direct: false and small reads do not use O_DIRECT, and say why', () => {
     expect(cm.readFile(file, new Uint8Array(100), { byteLength: 100, direct: false })).toEqual({
@@ -163,6 +187,102 @@ describe('readFile into host memory', () => {
   });
 });
 
+describe('{ take: true } for readFileAsync and writeFileAsync', () => {
+  const dir = tmpDir();
+  afterAll(() => fs.rmSync(dir, { recursive: true, force: true }));
+  const data = randomBytes(3 * MiB + 11, 31);
+  const file = fileWith(dir, 'take.bin', data);
+
+  test('a read takes the destination at the call and hands it back as taken, with the data', async () => {
+    const dst = new Uint8Array(data.length);
+    const reading = cm.readFileAsync(file, dst, { take: true });
+    // Taken: nothing the caller holds reaches the memory while the read runs.
+    expect(dst.byteLength).toBe(0);
+    expect(dst.buffer.byteLength).toBe(0);
+    const r = await reading;
+    expect(r).toMatchObject({ bytes: data.length, direct: expect.any(Boolean) });
+    expect(r.taken).toBeInstanceOf(Uint8Array);
+    expect(same(r.taken, data)).toBe(true);
+    // The kind is kept: a Buffer comes back as a Buffer, an ArrayBuffer as an ArrayBuffer.
+    const ab = new ArrayBuffer(100);
+    const back = await cm.readFileAsync(file, ab, { take: true, byteLength: 100 });
+    expect(ab.byteLength).toBe(0);
+    expect(back.taken).toBeInstanceOf(ArrayBuffer);
+    expect(same(new Uint8Array(back.taken), data.subarray(0, 100))).toBe(true);
+    const buf = Buffer.from(new ArrayBuffer(50));
+    expect(Buffer.isBuffer((await cm.readFileAsync(file, buf, { take: true, byteLength: 50 })).taken)).toBe(true);
+  });
+
+  test('a write takes the source and hands it back with the bytes written', async () => {
+    const src = new Uint8Array(data);
+    const out = path.join(dir, 'out.bin');
+    const writing = cm.writeFileAsync(out, src, { take: true });
+    expect(src.byteLength).toBe(0);
+    const w = await writing;
+    expect(w.bytes).toBe(data.length);
+    expect(same(w.taken, data)).toBe(true);
+    expect(same(fs.readFileSync(out), data)).toBe(true);
+  });
+
+  test('a failure carries taken; a view of part of a buffer, or take not a boolean, is refused before anything is taken', async () => {
+    const dst = new Uint8Array(16);
+    const e = await cm.readFileAsync(path.join(dir, 'missing'), dst, { take: true }).catch((x) => x);
+    expect(e).toMatchObject({ code: 'ERR_FILE_NOT_FOUND' });
+    expect(e.taken).toBeInstanceOf(Uint8Array);
+    expect(e.taken.byteLength).toBe(16);
+    const whole = new Uint8Array(64);
+    const part = whole.subarray(8, 16);
+    await expect(cm.readFileAsync(file, part, { take: true })).rejects.toMatchObject({ code: 'ERR_INVALID_ARG_VALUE' });
+    expect(whole.byteLength).toBe(64);
+    await expect(cm.writeFileAsync(path.join(dir, 'x'), whole, { take: 1 })).rejects.toMatchObject({ code: 'ERR_INVALID_ARG_TYPE' });
+    expect(whole.byteLength).toBe(64);
+  });
+});
+
+describe('fileCache on large files', () => {
+  test('a sparse file of 8 TiB is measured in bounded time and memory (in a child process with a time limit)', () => {
+    const dir = tmpDir();
+    try {
+      const p = path.join(dir, 'sparse.bin');
+      const fd = fs.openSync(p, 'w');
+      try {
+        fs.ftruncateSync(fd, 8 * 2 ** 40);
+      } catch (e) {
+        // A file system without files this large (ext4 with small blocks, tmpfs limits).
+        expect(e.code).toMatch(/EFBIG|EINVAL/);
+        return;
+      } finally {
+        fs.closeSync(fd);
+      }
+      // A cached part at the start: estimates see it in proportion, not as the whole file.
+      fs.writeFileSync(p, Buffer.alloc(MiB, 1), { flag: 'r+' });
+      const script = `
+        const cm = require(${JSON.stringify(require('../helpers').root)});
+        const t0 = Date.now();
+        const c = cm.fileCache(${JSON.stringify(p)});
+        process.stdout.write(JSON.stringify({ c, ms: Date.now() - t0, rss: process.memoryUsage().rss }));`;
+      const r = JSON.parse(execFileSync(process.execPath, ['-e', script], { encoding: 'utf8', timeout: 30000 }));
+      expect(r.c.resident).toBeGreaterThanOrEqual(0);
+      expect(r.c.resident).toBeLessThan(0.01);
+      expect(r.rss).toBeLessThan(256 * MiB);
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  test('a file of a few MiB is measured whole: exactly what is cached', () => {
+    const dir = tmpDir();
+    try {
+      const p = fileWith(dir, 'small.bin', randomBytes(8 * MiB, 3));
+      expect(cm.fileCache(p).resident).toBe(1);
+      const c = cm.fileCache(p, true);
+      if (c.dropped) expect(c.resident).toBeLessThan(1);
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
 describe('writeFile from host memory', () => {
   const dir = tmpDir();
   afterAll(() => fs.rmSync(dir, { recursive: true, force: true }));
@@ -221,6 +341,142 @@ describe('writeFile from host memory', () => {
     expect(() => cm.writeFile(p, data, { mode: 0o10000 })).toThrow(RangeError);
     expect(() => cm.writeFile(p, data, { fsync: 1 })).toThrow(TypeError);
     await expect(cm.writeFileAsync(path.join(dir, 'nope', 'x'), data)).rejects.toMatchObject({ code: 'ERR_FILE_NOT_FOUND' });
+  });
+});
+
+describe('replacing a file: what is refused, and what the new file keeps', () => {
+  const dir = tmpDir();
+  afterAll(() => fs.rmSync(dir, { recursive: true, force: true }));
+  const data = randomBytes(4096 + 7, 21);
+  // Every writer that replaces a file, with the bytes each writes for `data`.
+  const writers = {
+    writeFile: (p) => cm.writeFile(p, data),
+    writeFileAsync: (p) => cm.writeFileAsync(p, data),
+    saveSafetensors: (p) => cm.saveSafetensors(p, { x: { dtype: 'U8', shape: [data.length], buffer: data } }),
+    saveSafetensorsAsync: (p) => cm.saveSafetensorsAsync(p, { x: { dtype: 'U8', shape: [data.length], buffer: data } }),
+  };
+  const wrote = (p) => {
+    const f = fs.readFileSync(p);
+    return f.length >= data.length && same(f.subarray(f.length - data.length), data);
+  };
+  let mknod = false;
+  try {
+    execFileSync('mknod', [path.join(dir, 'probe'), 'c', '1', '3'], { stdio: 'ignore' });
+    fs.rmSync(path.join(dir, 'probe'));
+    mknod = true;
+  } catch {
+    // not root, or no CAP_MKNOD: the device case is left out
+  }
+
+  for (const [name, write] of Object.entries(writers)) {
+    test(`${name}: a FIFO, a device or a folder is refused with its code and left as it was`, async () => {
+      const sub = path.join(dir, `${name}-dir`);
+      fs.mkdirSync(sub);
+      const fifo = path.join(dir, `${name}-fifo`);
+      execFileSync('mkfifo', [fifo]);
+      const targets = [
+        [fifo, 'ERR_FILE_NOT_REGULAR', (st) => st.isFIFO()],
+        [sub, 'ERR_FILE_IS_DIRECTORY', (st) => st.isDirectory()],
+      ];
+      if (mknod) {
+        const dev = path.join(dir, `${name}-dev`);
+        execFileSync('mknod', [dev, 'c', '1', '3']);
+        targets.push([dev, 'ERR_FILE_NOT_REGULAR', (st) => st.isCharacterDevice()]);
+      }
+      for (const [p, code, kind] of targets) {
+        await expect((async () => write(p))()).rejects.toMatchObject({ code });
+        expect(kind(fs.lstatSync(p))).toBe(true);
+        // A link to it is followed to it, and refused the same way.
+        const link = `${p}-link`;
+        fs.symlinkSync(p, link);
+        await expect((async () => write(link))()).rejects.toMatchObject({ code });
+        expect(fs.lstatSync(link).isSymbolicLink()).toBe(true);
+      }
+      expect(fs.readdirSync(dir).filter((f) => f.includes('.tmp-'))).toEqual([]);
+    });
+
+    test(`${name}: a replaced file keeps its mode (and owner, where permitted); a symlink is written through to its target`, async () => {
+      const p = path.join(dir, `${name}-private`);
+      fs.writeFileSync(p, 'old', { mode: 0o600 });
+      fs.chmodSync(p, 0o640);
+      if (isRoot) fs.chownSync(p, 12345, 23456);
+      await write(p);
+      expect(wrote(p)).toBe(true);
+      const st = fs.statSync(p);
+      expect(st.mode & 0o7777).toBe(0o640);
+      if (isRoot) expect([st.uid, st.gid]).toEqual([12345, 23456]);
+      const target = path.join(dir, `${name}-target`);
+      fs.writeFileSync(target, 'old', { mode: 0o600 });
+      fs.chmodSync(target, 0o600);
+      const link = path.join(dir, `${name}-link`);
+      fs.symlinkSync(path.basename(target), link);
+      await write(link);
+      expect(fs.lstatSync(link).isSymbolicLink()).toBe(true);
+      expect(fs.readlinkSync(link)).toBe(path.basename(target));
+      expect(wrote(target)).toBe(true);
+      expect(fs.statSync(target).mode & 0o7777).toBe(0o600);
+      // A dangling link: its target is created, as fs.writeFile does.
+      const dangling = path.join(dir, `${name}-dangling`);
+      fs.symlinkSync(`${name}-new`, dangling);
+      await write(dangling);
+      expect(fs.lstatSync(dangling).isSymbolicLink()).toBe(true);
+      expect(wrote(path.join(dir, `${name}-new`))).toBe(true);
+      expect(fs.readdirSync(dir).filter((f) => f.includes('.tmp-'))).toEqual([]);
+    });
+  }
+
+  test('writes at a fileOffset refuse a symbolic link instead of following it', () => {
+    const target = path.join(dir, 'in-place-target');
+    fs.writeFileSync(target, 'abcdef');
+    const link = path.join(dir, 'in-place-link');
+    fs.symlinkSync(target, link);
+    expect(() => cm.writeFile(link, new Uint8Array([1, 2]), { fileOffset: 1 })).toThrow(
+      expect.objectContaining({ code: 'ERR_FILE_NOT_REGULAR', message: expect.stringContaining('symbolic link') }),
+    );
+    expect(fs.readFileSync(target, 'utf8')).toBe('abcdef');
+    expect(cm.writeFile(target, new Uint8Array([0x41, 0x42]), { fileOffset: 1 })).toBe(2);
+    expect(fs.readFileSync(target, 'utf8')).toBe('aABdef');
+  });
+});
+
+describeGpu('readFile/writeFile with managed memory', () => {
+  const dir = tmpDir();
+  afterAll(() => fs.rmSync(dir, { recursive: true, force: true }));
+
+  test('into and from a ManagedBuffer; where the host must wait for the device, bytes refuses while a file transfer runs', async () => {
+    const data = randomBytes(12 * MiB + 5, 41);
+    const file = fileWith(dir, 'managed.bin', data);
+    const saved = process.env.CUDA_MEMORY_MANAGED_CONCURRENT;
+    process.env.CUDA_MEMORY_MANAGED_CONCURRENT = '0';
+    let m;
+    try {
+      m = cm.ManagedBuffer.alloc(data.length);
+    } finally {
+      if (saved === undefined) delete process.env.CUDA_MEMORY_MANAGED_CONCURRENT;
+      else process.env.CUDA_MEMORY_MANAGED_CONCURRENT = saved;
+    }
+    try {
+      expect(m.concurrentAccess).toBe(false);
+      expect(cm.readFile(file, m).bytes).toBe(data.length);
+      expect(same(m.bytes, data)).toBe(true);
+      m.bytes.fill(0);
+      const reading = cm.readFileAsync(file, m);
+      expect(() => m.bytes).toThrow(expect.objectContaining({ code: 'ERR_MANAGED_BUSY' }));
+      await reading;
+      expect(same(m.bytes, data)).toBe(true);
+      const out = path.join(dir, 'managed-out.bin');
+      const writing = cm.writeFileAsync(out, m);
+      expect(() => m.bytes).toThrow(/readFileAsync or writeFileAsync/);
+      expect(await writing).toBe(data.length);
+      expect(same(fs.readFileSync(out), data)).toBe(true);
+      expect(cm.writeFile(out, m, { byteLength: 100 })).toBe(100);
+      expect(same(fs.readFileSync(out), data.subarray(0, 100))).toBe(true);
+      // A failed transfer releases the buffer too.
+      await expect(cm.readFileAsync(path.join(dir, 'missing'), m)).rejects.toMatchObject({ code: 'ERR_FILE_NOT_FOUND' });
+      expect(m.bytes.length).toBe(data.length);
+    } finally {
+      m.free();
+    }
   });
 });
 

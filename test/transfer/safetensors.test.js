@@ -18,11 +18,10 @@ function fileOf(header, dataBytes = 0, lengthOverride) {
   return out;
 }
 
+const parse = (bytes, size = bytes.length, max) => cm.parseSafetensorsHeader(bytes, size, max);
 const invalid = (message) => expect.objectContaining({ code: 'ERR_SAFETENSORS_INVALID', message: expect.stringMatching(message) });
 
 describe('safetensors header checks', () => {
-  const parse = (bytes, size = bytes.length, max) => cm.parseSafetensorsHeader(bytes, size, max);
-
   test('a valid header: absolute offsets, sorted by place, metadata', () => {
     const h = parse(
       fileOf(
@@ -88,7 +87,7 @@ describe('safetensors header checks', () => {
     expect(() => parse(fileOf({ x: { dtype: 'U8', shape: [1], data_offsets: [0, 1], extra: 1 } }, 1))).toThrow(
       invalid(/unknown field "extra"/),
     );
-    expect(() => parse(fileOf({ __metadata__: { a: 1 } }))).toThrow(invalid(/__metadata__.a is number 1/));
+    expect(() => parse(fileOf({ __metadata__: { a: 1 } }))).toThrow(invalid(/__metadata__\["a"\] is number 1/));
     expect(() => parse(fileOf({ __metadata__: [] }))).toThrow(invalid(/__metadata__ is not an object/));
     expect(() => parse(fileOf({ '': { dtype: 'U8', shape: [0], data_offsets: [0, 0] } }))).toThrow(invalid(/empty name/));
   });
@@ -220,6 +219,127 @@ describe('safetensors load and save on host memory', () => {
       expect.objectContaining({ code: 'ERR_FILE_NOT_FOUND' }),
     );
     expect(fs.existsSync(p)).toBe(false);
+  });
+});
+
+describe('safetensors names, limits and crafted headers', () => {
+  const host = { alloc: (n) => new Uint8Array(n) };
+  const bytesOf = (t) => t.buffer.subarray(t.byteOffset, t.byteOffset + t.byteLength);
+  // Names that are also properties of every object, or its prototype.
+  const names = ['__proto__', 'constructor', 'toString', 'hasOwnProperty', 'valueOf', 'a', 'b'];
+
+  test("every name is saved and loads back, from a Map or an object's own keys, tensors and metadata alike", () => {
+    const data = names.map((_, i) => randomBytes(16 + i, 40 + i));
+    const metadata = JSON.parse('{"__proto__":"p","constructor":"c","toString":"t","plain":"x"}');
+    const asMap = new Map(names.map((n, i) => [n, { dtype: 'U8', shape: [data[i].length], buffer: data[i] }]));
+    const asObject = {};
+    for (const [n, t] of asMap) Object.defineProperty(asObject, n, { value: t, enumerable: true });
+    for (const tensors of [asMap, asObject]) {
+      const p = path.join(dir, 'names.safetensors');
+      const size = cm.saveSafetensors(p, tensors, { metadata });
+      const file = fs.readFileSync(p);
+      expect(file.length).toBe(size);
+      // The header as the reference reader sees it: every name, and offsets that tile the data
+      // section with no hole.
+      const n = Number(file.readBigUInt64LE(0));
+      const header = JSON.parse(file.subarray(8, 8 + n).toString());
+      expect(Object.keys(header).sort()).toEqual([...names, '__metadata__'].sort());
+      expect(Object.keys(header.__metadata__).sort()).toEqual(Object.keys(metadata).sort());
+      const spans = names.map((k) => header[k].data_offsets).sort((x, y) => x[0] - y[0]);
+      let at = 0;
+      for (const [begin, end] of spans) {
+        expect(begin).toBe(at);
+        at = end;
+      }
+      expect(8 + n + at).toBe(size);
+      const l = cm.loadSafetensors(p, host);
+      expect([...l.tensors.keys()].sort()).toEqual([...names].sort());
+      names.forEach((name, i) => expect(same(bytesOf(l.tensors.get(name)), data[i])).toBe(true));
+      expect(Object.entries(l.metadata).sort()).toEqual(Object.entries(metadata).sort());
+      expect(Object.getPrototypeOf(l.metadata)).toBe(Object.prototype);
+    }
+  });
+
+  test("a header above the loaders' limit is refused at save with the loader's code, leaving no file", () => {
+    const p = path.join(dir, 'huge-header.safetensors');
+    const u = new Uint8Array(1);
+    expect(() =>
+      cm.saveSafetensors(p, { x: { dtype: 'U8', shape: [1], buffer: u } }, { metadata: { big: 'x'.repeat(cm.SAFETENSORS_MAX_HEADER) } }),
+    ).toThrow(invalid(/above the limit of 100000000 bytes/));
+    expect(fs.readdirSync(dir).filter((f) => f.startsWith('huge-header'))).toEqual([]);
+  });
+
+  test('a crafted "constructor" in a header is reported, not printed into a TypeError', () => {
+    const crafted = '{"constructor":{"name":{"toString":1,"valueOf":2}}}';
+    for (const field of [
+      '"dtype":' + crafted + ',"shape":[1],"data_offsets":[0,1]',
+      '"dtype":"U8","shape":' + crafted + ',"data_offsets":[0,1]',
+    ])
+      expect(() => parse(fileOf(`{"x":{${field}}}`, 1))).toThrow(invalid(/an object/));
+    expect(() => parse(fileOf(`{"__metadata__":{"k":${crafted}}}`))).toThrow(invalid(/__metadata__\["k"\] is an object/));
+  });
+
+  test('a header of 300,000 empty tensors loads (no stack overflow)', async () => {
+    const header = {};
+    for (let i = 0; i < 300000; i++) header[`t${i}`] = { dtype: 'U8', shape: [0], data_offsets: [0, 0] };
+    header.last = { dtype: 'U8', shape: [3], data_offsets: [0, 3] };
+    const p = path.join(dir, 'many.safetensors');
+    const file = fileOf(header, 3);
+    file.set([1, 2, 3], file.length - 3);
+    fs.writeFileSync(p, file);
+    for (const l of [cm.loadSafetensors(p, host), await cm.loadSafetensorsAsync(p, host)]) {
+      expect(l.tensors.size).toBe(300001);
+      expect([...bytesOf(l.tensors.get('last'))]).toEqual([1, 2, 3]);
+      expect(l.tensors.get('t299999').byteLength).toBe(0);
+    }
+  });
+});
+
+describe('safetensors load while another process replaces the file', () => {
+  test("every load returns one file's bytes (its metadata and its data agree) or a coded error", () => {
+    const { spawn } = require('child_process');
+    const p = path.join(dir, 'race.safetensors');
+    // Two files of different layouts: A's data section starts where B's header still runs, so a
+    // header of one read with the data of the other shows as bytes that are not the tensor's.
+    const saver = `
+      const cm = require(${JSON.stringify(require('../helpers').root)});
+      const a = new Uint8Array(3000).fill(0x41);
+      const b = new Uint8Array(5000).fill(0x42);
+      for (;;) {
+        cm.saveSafetensors(${JSON.stringify(p)}, { x: { dtype: 'U8', shape: [a.length], buffer: a } }, { metadata: { which: 'A' } });
+        cm.saveSafetensors(${JSON.stringify(p)}, { x: { dtype: 'U8', shape: [b.length], buffer: b } }, { metadata: { which: 'B', pad: 'p'.repeat(4000) } });
+      }`;
+    cm.saveSafetensors(p, { x: { dtype: 'U8', shape: [1], buffer: new Uint8Array(1) } }, { metadata: { which: 'none' } });
+    const child = spawn(process.execPath, ['-e', saver], { stdio: 'ignore' });
+    const mixed = [];
+    const seen = new Set();
+    let loads = 0;
+    try {
+      // 3 s of loads once both files have been seen (the saver is running), 15 s at most.
+      const start = Date.now();
+      let until = Infinity;
+      while (Date.now() < Math.min(until, start + 15000)) {
+        if (until === Infinity && seen.has('A') && seen.has('B')) until = Date.now() + 3000;
+        let l;
+        try {
+          l = cm.loadSafetensors(p, { alloc: (n) => new Uint8Array(n) });
+        } catch (e) {
+          expect(e.code).toMatch(/^ERR_/);
+          continue;
+        }
+        loads++;
+        const t = l.tensors.get('x');
+        const bytes = t.buffer.subarray(t.byteOffset, t.byteOffset + t.byteLength);
+        seen.add(l.metadata.which);
+        const want = { A: [0x41, 3000], B: [0x42, 5000], none: [0, 1] }[l.metadata.which];
+        if (!want || bytes.length !== want[1] || !bytes.every((v) => v === want[0])) mixed.push(l.metadata.which);
+      }
+    } finally {
+      child.kill('SIGKILL');
+    }
+    expect(seen.has('A') && seen.has('B')).toBe(true);
+    expect(loads).toBeGreaterThan(0);
+    expect(mixed).toEqual([]);
   });
 });
 

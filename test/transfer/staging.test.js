@@ -3,10 +3,9 @@
 // staged-path rows and the tuning script's refusals; no GPU needed. The pipeline itself is tested
 // without a GPU in native/core/test/transfer/staging_pipeline_test.cc and with one below.
 const fs = require('fs');
-const os = require('os');
 const path = require('path');
 const { execFileSync, spawnSync } = require('child_process');
-const { cm, root, describeGpu, randomBytes, same } = require('../helpers');
+const { cm, root, describeGpu, randomBytes, same, tempDir } = require('../helpers');
 const { formatTable, formatCsv, renderHtml, stagedTable } = require(path.join(root, 'dist/report/bench'));
 const { sampleReport } = require('../fixtures/sample-report');
 
@@ -14,7 +13,7 @@ const KiB = 1024;
 const MiB = 1024 * KiB;
 
 function tmpFile(name) {
-  return path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'cm-staging-')), name);
+  return path.join(tempDir('cm-staging-'), name);
 }
 
 describe('configureStaging', () => {
@@ -74,8 +73,11 @@ describe('configureStaging', () => {
 
   test('refuses what it cannot use, naming the field', () => {
     expect(() => cm.configureStaging({ firstChunkBytes: 4096 })).toThrow(/firstChunkBytes/);
-    expect(() => cm.configureStaging({ lastChunkBytes: 2 ** 31 })).toThrow(/lastChunkBytes must be from 64 KiB to 1 GiB/);
-    expect(() => cm.configureStaging({ chunkBytes: 2 ** 31 })).toThrow(/chunkBytes must be from 64 KiB to 1 GiB/);
+    expect(() => cm.configureStaging({ lastChunkBytes: 2 ** 31 })).toThrow(
+      /an integer from 65536 to 1073741824 for settings\.lastChunkBytes/,
+    );
+    expect(() => cm.configureStaging({ chunkBytes: 2 ** 31 })).toThrow(/an integer from 65536 to 1073741824 for settings\.chunkBytes/);
+    expect(() => cm.configureStaging({ slots: 65 })).toThrow(/an integer from 2 to 64 for settings\.slots/);
     expect(() => cm.configureStaging({ autoThreshold: 5 })).toThrow(/settings\.autoThreshold/);
     expect(() => cm.configureStaging({ autoThreshold: { h2d: -1 } })).toThrow(/autoThreshold\.h2d/);
     expect(() => cm.configureStaging({ streaming: 'yes' })).toThrow(/true, false or 'auto' for settings\.streaming/);
@@ -111,6 +113,36 @@ describe('saved staging settings', () => {
     const inForce = cm.loadStagingSettings(file);
     expect(inForce).toMatchObject({ slots: 6, firstChunkBytes: 256 * KiB, autoThreshold: { h2d: 768 * KiB, d2h: 2 * MiB } });
     expect(cm.configureStaging()).toEqual(inForce);
+  });
+
+  test('save checks every argument before writing: nothing is written that a load would warn about', () => {
+    const file = tmpFile('staging.json');
+    const measuredOn = { date: 'd', gpu: 'g', cpu: 'c', cpus: 1, hostname: 'h' };
+    const refused = [
+      [['x', 'y', file], 'ERR_INVALID_ARG_TYPE', /settings/],
+      [[null, measuredOn, file], 'ERR_INVALID_ARG_TYPE', /settings/],
+      [[{ slots: 1000 }, measuredOn, file], 'ERR_OUT_OF_RANGE', /settings\.slots/],
+      [[{ threads: 0 }, measuredOn, file], 'ERR_OUT_OF_RANGE', /settings\.threads/],
+      [[{ chunkBytes: 2 ** 31 }, measuredOn, file], 'ERR_OUT_OF_RANGE', /settings\.chunkBytes/],
+      [[{ streaming: 'yes' }, measuredOn, file], 'ERR_INVALID_ARG_TYPE', /settings\.streaming/],
+      [[{ autoThreshold: { h2d: -1 } }, measuredOn, file], 'ERR_OUT_OF_RANGE', /settings\.autoThreshold\.h2d/],
+      [[{ slots: 3 }, 'y', file], 'ERR_INVALID_ARG_TYPE', /measuredOn/],
+      [[{ slots: 3 }, undefined, file], 'ERR_INVALID_ARG_TYPE', /measuredOn/],
+      [[{ slots: 3 }, { ...measuredOn, cpus: NaN }, file], 'ERR_OUT_OF_RANGE', /measuredOn\.cpus/],
+      [[{ slots: 3 }, { ...measuredOn, gpu: 5 }, file], 'ERR_INVALID_ARG_TYPE', /measuredOn\.gpu/],
+      [[{ slots: 3 }, measuredOn, 5], 'ERR_INVALID_ARG_TYPE', /file/],
+    ];
+    for (const [args, code, message] of refused) {
+      expect(() => cm.saveStagingSettings(...args)).toThrow(expect.objectContaining({ code, message: expect.stringMatching(message) }));
+      expect(fs.existsSync(file)).toBe(false);
+    }
+    // Unknown fields are not written; what is written loads without a word.
+    cm.saveStagingSettings({ slots: 5, colour: 'blue' }, measuredOn, file);
+    expect(JSON.parse(fs.readFileSync(file, 'utf8')).settings).toEqual({ slots: 5 });
+    const script = `process.on('warning', (w) => { console.log('warning: ' + w.message); }); require(${JSON.stringify(root)});`;
+    const r = spawnSync(process.execPath, ['-e', script], { encoding: 'utf8', env: { ...process.env, CUDA_MEMORY_STAGING_FILE: file } });
+    expect(r.stdout + r.stderr).toBe('');
+    cm.configureStaging({ slots: null });
   });
 
   test('a broken or foreign file throws with its name', () => {

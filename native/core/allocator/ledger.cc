@@ -515,12 +515,40 @@ void Ledger::Leave() noexcept {
   fd_ = -1;
 }
 
+void Ledger::Abandon() noexcept {
+  // The descriptor shares its open file description (and so the slot's lock) with the parent's:
+  // closing it here drops nothing while the parent has it open.
+  slot_ = -1;
+  if (fd_ >= 0) close(fd_);
+  fd_ = -1;
+}
+
 Ledger::~Ledger() { Leave(); }
 
 Ledger::PublisherState Ledger::PublisherStatus() {
   auto& p = ThePublisher();
   std::lock_guard<std::mutex> lock(p.mutex);
   return {p.running, p.wakeups};
+}
+
+int Ledger::MembersNamed(const std::string& file) {
+  auto& p = ThePublisher();
+  std::lock_guard<std::mutex> lock(p.mutex);
+  int n = 0;
+  for (Ledger* l : p.members) {
+    size_t slash = l->path_.rfind('/');
+    n += l->path_.compare(slash == std::string::npos ? 0 : slash + 1, std::string::npos, file) == 0;
+  }
+  return n;
+}
+
+extern "C" __attribute__((visibility("default"))) int cuda_memory_ledger_members_named(
+    const char* file) {
+  try {
+    return file ? Ledger::MembersNamed(file) : 0;
+  } catch (...) {
+    return 0;
+  }
 }
 
 GroupSnapshot Ledger::Read(const std::string& path, int lock_timeout_ms) {

@@ -95,6 +95,10 @@ class Ledger {
   // Clears this member's slot, and removes the file if no member is left. Never throws; a lock not
   // had in time leaves the slot to be cleared by the next process that finds it unheld.
   void Leave() noexcept;
+  // In a child process after fork: lets go of the parent's membership without touching the file
+  // (the slot and its charge stay the parent's) and closes the inherited descriptor, so that the
+  // child never keeps the parent's slot held after the parent dies. Never throws.
+  void Abandon() noexcept;
 
   GroupSnapshot Snapshot();
   // Whether this process's publishing thread runs, and how often it has woken (for tests).
@@ -103,6 +107,11 @@ class Ledger {
     uint64_t wakeups;
   };
   static PublisherState PublisherStatus();
+  // How many members this process holds through this copy of the ledger code in ledgers whose
+  // file is named `file` (the name Ledger::PathFor gives, without its folder). The interposer asks
+  // the library's copy through the C symbol cuda_memory_ledger_members_named, so that it leaves the
+  // regions of the library's own group allocators to them.
+  static int MembersNamed(const std::string& file);
   uint64_t budget() const;
   const std::string& path() const { return path_; }
   const std::string& name() const { return name_; }

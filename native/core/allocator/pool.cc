@@ -137,6 +137,7 @@ void PoolStats::FromCounters() {
 
 Pool::Pool(Upstream* upstream, PoolOptions options)
     : upstream_(upstream), options_(std::move(options)) {
+  spare_nodes_.reserve(kSpareNodes);
   // The limit arrives in whole blocks (ResolveLimit rounds it and says so in the source).
   options_.limit = options_.limit / kMinBlock * kMinBlock;
   // TensorFlow starts growth at min(limit, 2 MiB); without growth the first region is the limit.
@@ -196,13 +197,22 @@ void Pool::DeleteChunk(Chunk* c) { spare_.push_back(c); }
 
 void Pool::InsertFree(Chunk* c) {
   int b = BinFor(c->size);
-  bins_[b].insert(c);
+  if (spare_nodes_.empty()) {
+    bins_[b].insert(c);
+  } else {
+    Bin::node_type node = std::move(spare_nodes_.back());
+    spare_nodes_.pop_back();
+    node.value() = c;
+    bins_[b].insert(std::move(node));
+  }
   nonempty_bins_ |= 1u << b;
 }
 
 void Pool::RemoveFree(Chunk* c) {
   int b = BinFor(c->size);
-  bins_[b].erase(c);
+  Bin::node_type node = bins_[b].extract(c);
+  if (node && spare_nodes_.size() < spare_nodes_.capacity())
+    spare_nodes_.push_back(std::move(node));
   if (bins_[b].empty()) nonempty_bins_ &= ~(1u << b);
 }
 

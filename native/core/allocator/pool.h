@@ -241,9 +241,16 @@ class Pool {
   PoolOptions options_;
   size_t next_region_size_;
   std::map<uint64_t, Region> regions_;
-  std::array<std::set<Chunk*, BySizeThenAddress>, kNumBins> bins_;
+  using Bin = std::set<Chunk*, BySizeThenAddress>;
+  std::array<Bin, kNumBins> bins_;
   uint32_t nonempty_bins_ = 0;  // bit b set when bins_[b] holds a chunk
   static_assert(kNumBins <= 32, "nonempty_bins_ has a bit per bin");
+  // Tree nodes taken out of the bins, reused by the next insert into any bin: an alloc+free pair
+  // that splits a chunk and merges it back moves chunks between bins four times, and a heap
+  // allocation or free for each was a fifth of a pooled pair from JavaScript. At most
+  // kSpareNodes are kept; the vector's room is reserved up front, so RemoveFree never allocates.
+  static constexpr size_t kSpareNodes = 64;
+  std::vector<Bin::node_type> spare_nodes_;
   std::vector<Chunk*> spare_;
   PoolCounters counters_;
   uint64_t granule_ = 0, seg_base_ = 0, seg_reserved_ = 0, seg_mapped_ = 0;

@@ -1,11 +1,14 @@
 #include "core/device/platform_limits.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <cstdio>
-#include <fstream>
+#include <cstring>
 #include <sstream>
 
 #include "core/device/numa.h"
@@ -21,13 +24,46 @@ std::string Trim(const std::string& s) {
   return s.substr(b, e - b);
 }
 
-bool ReadFile(const std::string& path, std::string* out) {
-  std::ifstream f(path);
-  if (!f) return false;
-  std::stringstream ss;
-  ss << f.rdbuf();
-  *out = ss.str();
-  return true;
+// The most any platform file is read: a cgroup's dmem files are a line per region, and
+// mountinfo a line per mount (a busy Kubernetes node has thousands, well under this).
+constexpr size_t kMaxFileBytes = 4 << 20;
+
+// Reads a platform file whole. Only a regular file is read (procfs and cgroupfs files are
+// regular, with a size of 0), opened without blocking, so that a FIFO or a device planted under
+// the root cannot stop the caller, and at most kMaxFileBytes of it. False when the file is not
+// there; false with a warning in `r` when it is there but is not read.
+bool ReadFile(const std::string& path, std::string* out, PlatformReport* r) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0) {
+    int err = errno;
+    if (err != ENOENT && err != ENOTDIR)
+      r->warnings.push_back(path + ": cannot be opened (" + std::strerror(err) + "); ignored");
+    return false;
+  }
+  struct stat st {};
+  std::string text;
+  bool ok = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+  if (!ok) r->warnings.push_back(path + ": not a regular file; ignored");
+  char chunk[16384];
+  while (ok) {
+    ssize_t n = ::read(fd, chunk, sizeof chunk);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      ok = n == 0;
+      if (!ok) r->warnings.push_back(path + ": cannot be read; ignored");
+      break;
+    }
+    if (text.size() + static_cast<size_t>(n) > kMaxFileBytes) {
+      ok = false;
+      r->warnings.push_back(path + ": longer than " + std::to_string(kMaxFileBytes) +
+                            " bytes; ignored");
+      break;
+    }
+    text.append(chunk, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  if (ok) *out = std::move(text);
+  return ok;
 }
 
 std::vector<std::string> Split(const std::string& s, char sep) {
@@ -81,16 +117,34 @@ std::string Unescape(const std::string& s) {
   return out;
 }
 
+// `path` below `base`, compared by components ("/a/bc" is not below "/a/b"), as "/rest"; false
+// when it is not below, or when either names "." or "..", which no path of the kernel's does.
+bool RelativeTo(const std::string& path, const std::string& base, std::string* rest) {
+  std::vector<std::string> p, b;
+  for (const std::string& c : Split(path, '/'))
+    if (!c.empty()) p.push_back(c);
+  for (const std::string& c : Split(base, '/'))
+    if (!c.empty()) b.push_back(c);
+  for (const std::vector<std::string>* v : {&p, &b})
+    for (const std::string& c : *v)
+      if (c == "." || c == "..") return false;
+  if (b.size() > p.size() || !std::equal(b.begin(), b.end(), p.begin())) return false;
+  rest->clear();
+  for (size_t i = b.size(); i < p.size(); ++i) *rest += "/" + p[i];
+  if (rest->empty()) *rest = "/";
+  return true;
+}
+
 // The process's cgroup v2 path and the directory it is in, from /proc/self/cgroup ("0::<path>")
 // and the cgroup2 mount in /proc/self/mountinfo. In a cgroup namespace the mount's root is the
 // namespace's root, and the path is relative to it.
 void FindCgroup(const std::string& root, PlatformReport* r) {
   std::string text;
-  if (!ReadFile(Join(root, "proc/self/cgroup"), &text)) return;
+  if (!ReadFile(Join(root, "proc/self/cgroup"), &text, r)) return;
   for (const std::string& line : Split(text, '\n'))
     if (line.rfind("0::", 0) == 0) r->cgroup = Trim(line.substr(3));
   if (r->cgroup.empty()) return;
-  if (!ReadFile(Join(root, "proc/self/mountinfo"), &text)) return;
+  if (!ReadFile(Join(root, "proc/self/mountinfo"), &text, r)) return;
   for (const std::string& line : Split(text, '\n')) {
     size_t dash = line.find(" - ");
     if (dash == std::string::npos) continue;
@@ -99,12 +153,10 @@ void FindCgroup(const std::string& root, PlatformReport* r) {
     std::vector<std::string> f = Split(line.substr(0, dash), ' ');
     if (f.size() < 5) continue;
     std::string mount_root = Unescape(f[3]), mount_point = Unescape(f[4]);
-    std::string rel = r->cgroup;
-    if (mount_root != "/") {
-      if (rel.rfind(mount_root, 0) == 0)
-        rel = rel.substr(mount_root.size());
-      else if (rel != "/")
-        continue;  // a mount of another part of the hierarchy
+    std::string rel;
+    if (!RelativeTo(r->cgroup, mount_root, &rel)) {
+      if (r->cgroup != "/") continue;  // a mount of another part of the hierarchy
+      rel = "/";
     }
     r->cgroup_dir = Join(Join(root, mount_point), rel);
     while (r->cgroup_dir.size() > 1 && r->cgroup_dir.back() == '/') r->cgroup_dir.pop_back();
@@ -114,10 +166,10 @@ void FindCgroup(const std::string& root, PlatformReport* r) {
 }
 
 // A nested-keyed dmem file: "<region> <bytes|max>" per line.
-std::map<std::string, std::string> ReadKeyed(const std::string& path) {
+std::map<std::string, std::string> ReadKeyed(const std::string& path, PlatformReport* r) {
   std::map<std::string, std::string> out;
   std::string text;
-  if (!ReadFile(path, &text)) return out;
+  if (!ReadFile(path, &text, r)) return out;
   for (const std::string& line : Split(text, '\n')) {
     std::string t = Trim(line);
     size_t sp = t.find_last_of(" \t");
@@ -138,14 +190,15 @@ void ReadDmem(const std::string& root, PlatformReport* r) {
   std::string dir = r->cgroup_dir;
   bool leaf = true;
   while (true) {
-    auto max = ReadKeyed(Join(dir, "dmem.max"));
-    auto current = ReadKeyed(Join(dir, "dmem.current"));
+    auto max = ReadKeyed(Join(dir, "dmem.max"), r);
+    auto current = ReadKeyed(Join(dir, "dmem.current"), r);
     std::string rel = dir.size() > top.size() ? dir.substr(top.size()) : "/";
     for (const auto& [name, value] : current) {
       DmemRegion& reg = regions[name];
       reg.name = name;
       uint64_t used = 0;
-      if (leaf && ParseUint(value, &used)) reg.current = static_cast<int64_t>(used);
+      if (leaf && ParseUint(value, &used) && used < kBeyondAnyDevice)
+        reg.current = static_cast<int64_t>(used);
     }
     for (const auto& [name, value] : max) {
       DmemRegion& reg = regions[name];
@@ -157,6 +210,7 @@ void ReadDmem(const std::string& root, PlatformReport* r) {
                               "', not a number of bytes or 'max'; ignored");
         continue;
       }
+      if (bytes >= kBeyondAnyDevice) continue;  // no limit, as 2^64 - 1 can read
       uint64_t used = 0;
       auto c = current.find(name);
       bool has_used = c != current.end() && ParseUint(c->second, &used);
@@ -290,6 +344,12 @@ PlatformReport DetectPlatform(const std::string& root, const EnvMap& env,
   for (const DeviceRef& d : devices) {
     DevicePlatformLimits out;
     out.index = d.index;
+    // A limit at or beyond the device's size binds nothing ("no limit" may read as 2^64 - 1).
+    uint64_t binds_below =
+        d.total_bytes ? std::min(d.total_bytes, kBeyondAnyDevice) : kBeyondAnyDevice;
+    auto add = [&](PlatformLimit l) {
+      if (l.bytes < binds_below) out.limits.push_back(std::move(l));
+    };
     std::string ordinal = std::to_string(d.index);
     auto by_ordinal = mps_by_key.find(ordinal);
     auto by_uuid = d.uuid.empty() ? mps_by_key.end() : mps_by_key.find(Lower(d.uuid));
@@ -298,25 +358,25 @@ PlatformReport DetectPlatform(const std::string& root, const EnvMap& env,
                                : " (no MPS control pipe in " + r.mps.pipe_directory +
                                      ": it binds only once this process is an MPS client)";
     if (by_ordinal != mps_by_key.end())
-      out.limits.push_back({"mps", by_ordinal->second,
-                            "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT " + ordinal + "=" +
-                                std::to_string(by_ordinal->second) + " bytes" + mps_note});
+      add({"mps", by_ordinal->second,
+           "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT " + ordinal + "=" +
+               std::to_string(by_ordinal->second) + " bytes" + mps_note});
     else if (by_uuid != mps_by_key.end())
-      out.limits.push_back({"mps", by_uuid->second,
-                            "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT " + d.uuid + "=" +
-                                std::to_string(by_uuid->second) + " bytes" + mps_note});
+      add({"mps", by_uuid->second,
+           "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT " + d.uuid + "=" + std::to_string(by_uuid->second) +
+               " bytes" + mps_note});
     else if (mps_all)
-      out.limits.push_back({"mps", mps_all_bytes,
-                            "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT " + std::to_string(mps_all_bytes) +
-                                " bytes for every device" + mps_note});
+      add({"mps", mps_all_bytes,
+           "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT " + std::to_string(mps_all_bytes) +
+               " bytes for every device" + mps_note});
 
     PciAddress pci = ParsePciBusId(d.pci_bus_id);
     for (const DmemRegion& reg : r.dmem) {
       if (!reg.limited || !pci.ok || !(RegionPci(reg.name) == pci)) continue;
-      out.limits.push_back({"dmem", reg.max,
-                            "cgroup dmem.max " + reg.name + " " + std::to_string(reg.max) +
-                                " bytes in " + (reg.limited_by.empty() ? "/" : reg.limited_by),
-                            reg.headroom});
+      add({"dmem", reg.max,
+           "cgroup dmem.max " + reg.name + " " + std::to_string(reg.max) + " bytes in " +
+               (reg.limited_by.empty() ? "/" : reg.limited_by),
+           reg.headroom});
     }
 
     // HAMi: CUDA_DEVICE_MEMORY_LIMIT_<n> for device n, else CUDA_DEVICE_MEMORY_LIMIT for all.
@@ -330,7 +390,7 @@ PlatformReport DetectPlatform(const std::string& root, const EnvMap& env,
     if (hami && *hami) {
       uint64_t bytes = 0;
       if (ParseMemorySize(hami, &bytes) && bytes > 0)
-        out.limits.push_back({"hami", bytes, hami_name + "=" + hami + " (HAMi)"});
+        add({"hami", bytes, hami_name + "=" + hami + " (HAMi)"});
       else
         r.warnings.push_back(hami_name + "='" + hami +
                              "' is not a size (1073741824, 1024m, 1g); ignored");

@@ -44,7 +44,9 @@ struct MpsClientInfo {
 struct DmemRegion {
   std::string name;  // e.g. "drm/0000:03:00.0/vram0"
   bool limited = false;
-  uint64_t max = 0;        // the smallest dmem.max on the way from the process's cgroup to the root
+  // The smallest dmem.max on the way from the process's cgroup to the root; one of
+  // kBeyondAnyDevice or more reads as "max".
+  uint64_t max = 0;
   std::string limited_by;  // the cgroup (relative to the hierarchy's root) that sets it
   int64_t current = -1;    // dmem.current of the process's cgroup; -1 when not there
   // The least of (max - current) over the limiting cgroups: what the cgroup may still charge.
@@ -53,13 +55,20 @@ struct DmemRegion {
 
 struct DeviceRef {
   int index = 0;
-  std::string pci_bus_id;  // "0000:03:00.0"; "" when unknown (a simulated device)
-  std::string uuid;        // "GPU-…"; "" when unknown
+  std::string pci_bus_id;    // "0000:03:00.0"; "" when unknown (a simulated device)
+  std::string uuid;          // "GPU-…"; "" when unknown
+  uint64_t total_bytes = 0;  // the device's memory; 0 when unknown
 };
+
+// 2^53 bytes (8 PiB): a limit this large is beyond any device, so it binds nothing whatever the
+// device (and "no limit" may read as 2^64 - 1); below it every byte count is exact in a double.
+constexpr uint64_t kBeyondAnyDevice = uint64_t{1} << 53;
 
 struct DevicePlatformLimits {
   int index = 0;
-  std::vector<PlatformLimit> limits;  // in the order found; empty when none applies
+  // In the order found; empty when none applies. A limit at or beyond the device's total_bytes
+  // (or kBeyondAnyDevice when that is unknown) binds nothing and is left out.
+  std::vector<PlatformLimit> limits;
 };
 
 struct PlatformReport {

@@ -354,6 +354,21 @@ bool PreferDirect(double direct_bytes_per_s, double buffered_bytes_per_s) {
   return direct_bytes_per_s > 0 && direct_bytes_per_s >= 0.95 * buffered_bytes_per_s;
 }
 
+std::vector<PageSpan> ResidencySpans(uint64_t pages, uint64_t max_pages, uint64_t window_pages) {
+  std::vector<PageSpan> spans;
+  if (pages == 0 || window_pages == 0) return spans;
+  if (pages <= max_pages) {
+    for (uint64_t at = 0; at < pages; at += window_pages)
+      spans.push_back({at, std::min(window_pages, pages - at)});
+    return spans;
+  }
+  // pages > max_pages >= count * window_pages, so stride >= window_pages: the spans never overlap.
+  const uint64_t count = std::max<uint64_t>(1, max_pages / window_pages);
+  const uint64_t stride = pages / count;
+  for (uint64_t i = 0; i < count; ++i) spans.push_back({i * stride, window_pages});
+  return spans;
+}
+
 long long PosixFile::Read(char* buf, size_t n, uint64_t offset) {
   ssize_t r = pread(fd_, buf, n, static_cast<off_t>(offset));
   return r < 0 ? -errno : r;

@@ -118,6 +118,17 @@ FileStatus WriteFileFromHost(CopyTeam* team, FileIo& file, uint64_t offset, size
 // nothing where the cache is what makes the storage fast (network file systems, tmpfs refuses it).
 bool PreferDirect(double direct_bytes_per_s, double buffered_bytes_per_s);
 
+// Which pages of a file of `pages` pages to ask about when measuring how much of it is in the page
+// cache (mincore over a mapping of each span): the whole file, in spans of at most `window_pages`,
+// when it has at most `max_pages`; else max_pages / window_pages spans of window_pages spread
+// evenly over it, an estimate whose time and memory do not grow with the file (a sparse file of
+// terabytes would otherwise take a mincore byte per page and minutes).
+struct PageSpan {
+  uint64_t first = 0;  // in pages
+  uint64_t count = 0;
+};
+std::vector<PageSpan> ResidencySpans(uint64_t pages, uint64_t max_pages, uint64_t window_pages);
+
 // FileIo over a file descriptor (pread/pwrite); the descriptor stays the caller's.
 class PosixFile : public FileIo {
  public:

@@ -37,6 +37,9 @@ static void TestJoinChargeRelease() {
   // A second allocator in the same process is a second member (its own descriptor and slot).
   std::unique_ptr<Ledger> b(Ledger::Join(dir, "basic", "simulated", 0, "", 0));
   CHECK(b->budget() == 100 * MiB);
+  // What the interposer asks the library's copy of this code: its members, by the ledger's name.
+  CHECK(Ledger::MembersNamed("cuda-memory-group.basic.simulated") == 2);
+  CHECK(Ledger::MembersNamed("cuda-memory-group.other.simulated") == 0);
   GroupRefusal r;
   CHECK(a->Charge(60 * MiB, &r));
   CHECK(b->Charge(40 * MiB, &r));
@@ -383,8 +386,52 @@ static void TestWithdrawRacesImporters() {
               refused);
 }
 
+// A child after fork lets go of its parent's membership (Abandon): the parent's slot and charge
+// stay, and once the parent dies they come back though the child lives on.
+static void TestForkedChildAbandons() {
+  std::string path = Ledger::PathFor(dir, "forked", "simulated");
+  int ready[2], done[2];
+  CHECK(pipe(ready) == 0 && pipe(done) == 0);
+  pid_t parent = fork();
+  if (parent == 0) {
+    std::unique_ptr<Ledger> l(Ledger::Join(dir, "forked", "simulated", 64 * MiB, "limit", 0));
+    GroupRefusal r;
+    bool ok = l->Charge(8 * MiB, &r);
+    pid_t child = fork();
+    if (child == 0) {
+      l->Abandon();
+      l.reset();  // the destructor touches nothing either
+      // Tell the test, then outlive the parent.
+      char c = ok ? 'y' : 'n';
+      (void)!write(ready[1], &c, 1);
+      (void)!read(done[0], &c, 1);
+      _exit(0);
+    }
+    pause();  // killed by the test
+    _exit(0);
+  }
+  close(ready[1]);
+  close(done[0]);
+  char c = 0;
+  CHECK(read(ready[0], &c, 1) == 1 && c == 'y');
+  // The child has let go; the parent's charge is still there.
+  GroupSnapshot g = Ledger::Read(path);
+  CHECK(g.members.size() == 1 && g.charged == 8 * MiB && g.members[0].pid == parent);
+  kill(parent, SIGKILL);
+  waitpid(parent, nullptr, 0);
+  // The child still lives, with the inherited descriptor closed: the dead parent's slot is reaped.
+  g = Ledger::Read(path);
+  CHECK(g.members.empty() && g.reaped == 1);
+  (void)!write(done[1], "x", 1);
+  close(done[1]);
+  close(ready[0]);
+  while (wait(nullptr) > 0) {
+  }
+}
+
 int main() {
   dir = MakeSharedDir("cuda-memory-ledger-test");
+  TestForkedChildAbandons();
   TestJoinChargeRelease();
   TestKilledMemberReturns();
   TestConcurrentMembers();

@@ -4,6 +4,11 @@
 // with cgroup v1 only).
 #include "core/device/platform_limits.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "core/test/check.h"
@@ -142,6 +147,92 @@ void TestHamiAndSmallest() {
         !nothing.mps.control_present);
 }
 
+// Limits at or beyond the device's size bind nothing: 2^64 - 1 (how "no limit" can read) and
+// 2^53 (8192T) whatever the device, the device's own size when it is known.
+void TestBeyondTheDevice() {
+  const uint64_t GiB = 1ull << 30;
+  EnvMap env{{"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "18446744073709551615"},
+             {"CUDA_DEVICE_MEMORY_LIMIT", "8192T"}};
+  PlatformReport r = DetectPlatform(Fixture("dmem-huge"), env, {kDev0, kDev1});
+  CHECK(r.warnings.empty());
+  CHECK(r.dmem.size() == 2);
+  // 03:00.0: no limit in the job, 80 GiB at the top; 04:00.0: 2^53, no limit.
+  CHECK(r.dmem[0].limited && r.dmem[0].max == 80 * GiB && r.dmem[0].limited_by == "/");
+  CHECK(r.dmem[0].current == static_cast<int64_t>(GiB));
+  CHECK(!r.dmem[1].limited);
+  CHECK(r.devices[0].limits.size() == 1 && r.devices[0].limits[0].kind == "dmem" &&
+        r.devices[0].limits[0].bytes == 80 * GiB);
+  CHECK(r.devices[1].limits.empty());
+  // On an 80 GiB device the 80 GiB limit binds nothing; on a 94 GiB one it binds.
+  DeviceRef small = kDev0, large = kDev0;
+  small.total_bytes = 80 * GiB;
+  large.total_bytes = 94 * GiB;
+  CHECK(DetectPlatform(Fixture("dmem-huge"), env, {small}).devices[0].limits.empty());
+  PlatformReport l = DetectPlatform(Fixture("dmem-huge"), env, {large});
+  CHECK(l.devices[0].limits.size() == 1 && l.devices[0].limits[0].bytes == 80 * GiB);
+  // Each platform's variable, one at a time, at 2^53 and above.
+  for (const EnvMap& e : {EnvMap{{"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "0=8192T"}},
+                          EnvMap{{"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "9007199254740992"}},
+                          EnvMap{{"CUDA_DEVICE_MEMORY_LIMIT_0", "16383T"}}}) {
+    PlatformReport x = DetectPlatform(Fixture("none"), e, {kDev0});
+    CHECK(x.devices[0].limits.empty() && x.warnings.empty());
+  }
+  // Just below 2^53, on a device of unknown size, still binds.
+  PlatformReport below = DetectPlatform(
+      Fixture("none"), {{"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "9007199254740991"}}, {kDev0});
+  CHECK(below.devices[0].limits.size() == 1 &&
+        below.devices[0].limits[0].bytes == kBeyondAnyDevice - 1);
+}
+
+// The cgroup is placed under a mount by path components: /a/bc is not under a mount of /a/b
+// (whose c/dmem.max is another cgroup's), but is under the mount of /a.
+void TestCgroupUnderMountRoot() {
+  PlatformReport r = DetectPlatform(Fixture("prefix"), {}, {kDev0});
+  CHECK(r.cgroup == "/a/bc");
+  CHECK(r.cgroup_dir == Fixture("prefix") + "/mnt/a/bc");
+  CHECK(r.devices[0].limits.size() == 1 && r.devices[0].limits[0].bytes == 3ull << 30);
+}
+
+// A FIFO (or anything but a regular file) where a platform file should be is reported, not read:
+// a blocking open of a FIFO would wait for a writer forever.
+void TestNotRegularFiles() {
+  char tmpl[] = "/tmp/cm-platform-XXXXXX";
+  std::string root = ::mkdtemp(tmpl);
+  std::string self = root + "/proc/self";
+  CHECK(::mkdir((root + "/proc").c_str(), 0700) == 0 && ::mkdir(self.c_str(), 0700) == 0);
+  CHECK(::mkfifo((self + "/cgroup").c_str(), 0600) == 0);
+  PlatformReport r = DetectPlatform(root, {}, {kDev0});
+  CHECK(r.cgroup.empty() && r.warnings.size() == 1 &&
+        r.warnings[0] == self + "/cgroup: not a regular file; ignored");
+  // The cgroup's dmem.max a FIFO and its dmem.current a directory.
+  CHECK(::unlink((self + "/cgroup").c_str()) == 0);
+  std::FILE* f = std::fopen((self + "/cgroup").c_str(), "w");
+  std::fputs("0::/\n", f);
+  std::fclose(f);
+  f = std::fopen((self + "/mountinfo").c_str(), "w");
+  std::fputs("35 24 0:30 / /cg rw - cgroup2 cgroup2 rw\n", f);
+  std::fclose(f);
+  CHECK(::mkdir((root + "/cg").c_str(), 0700) == 0);
+  CHECK(::mkfifo((root + "/cg/dmem.max").c_str(), 0600) == 0);
+  CHECK(::mkdir((root + "/cg/dmem.current").c_str(), 0700) == 0);
+  PlatformReport d = DetectPlatform(root, {}, {kDev0});
+  CHECK(d.cgroup_dir == root + "/cg" && d.dmem.empty() && d.warnings.size() == 2);
+  // A file past the bound is not read.
+  CHECK(::unlink((root + "/cg/dmem.max").c_str()) == 0);
+  f = std::fopen((root + "/cg/dmem.max").c_str(), "w");
+  std::string line = "drm/0000:03:00.0/vram0 1073741824\n";
+  for (size_t n = 0; n <= (4u << 20) / line.size(); ++n) std::fputs(line.c_str(), f);
+  std::fclose(f);
+  PlatformReport big = DetectPlatform(root, {}, {kDev0});
+  CHECK(big.devices[0].limits.empty());
+  bool said = false;
+  for (const std::string& w : big.warnings)
+    said |= w.find("dmem.max: longer than") != std::string::npos;
+  CHECK(said);
+  std::string rm = "rm -rf '" + root + "'";
+  CHECK(std::system(rm.c_str()) == 0);
+}
+
 }  // namespace
 
 int main() {
@@ -150,6 +241,9 @@ int main() {
   TestDmemNested();
   TestDmemNamespace();
   TestHamiAndSmallest();
+  TestBeyondTheDevice();
+  TestCgroupUnderMountRoot();
+  TestNotRegularFiles();
   if (failures) std::fprintf(stderr, "%d check(s) failed\n", failures);
   return failures ? 1 : 0;
 }

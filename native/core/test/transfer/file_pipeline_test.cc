@@ -391,7 +391,32 @@ static void TestHostDirect() {
   }
 }
 
+void TestResidencySpans() {
+  // Small files are looked at whole, in windows; the last one short.
+  auto whole = ResidencySpans(10, 100, 4);
+  CHECK(whole.size() == 3 && whole[0].first == 0 && whole[0].count == 4 && whole[2].first == 8 &&
+        whole[2].count == 2);
+  CHECK(ResidencySpans(0, 100, 4).empty());
+  CHECK(ResidencySpans(100, 100, 4).size() == 25);
+  // Past max_pages: max_pages / window_pages windows, in order, inside the file, not
+  // overlapping, spread from its start to near its end, whatever its size (2^52 pages: a file
+  // of 16 EiB of 4 KiB pages).
+  for (uint64_t pages : {101ull, 1000ull, 1ull << 28, 1ull << 52}) {
+    auto s = ResidencySpans(pages, 100, 4);
+    CHECK(s.size() == 25);
+    uint64_t looked = 0;
+    for (size_t i = 0; i < s.size(); ++i) {
+      CHECK(s[i].count == 4 && s[i].first + s[i].count <= pages);
+      if (i) CHECK(s[i].first >= s[i - 1].first + s[i - 1].count);
+      looked += s[i].count;
+    }
+    CHECK(looked == 100);
+    CHECK(s.front().first == 0 && s.back().first + 2 * (pages / 25) >= pages);
+  }
+}
+
 int main() {
+  TestResidencySpans();
   TestPlan();
   TestReads();
   TestWrites();

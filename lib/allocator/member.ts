@@ -1,0 +1,147 @@
+/**
+ * Any CUDA program as a group member: the interposer library (`cuda_memory_preload.so`, built and
+ * shipped beside the addon), preloaded into a process, charges the device allocations it makes to
+ * a group's ledger. It reads the group from the process's environment; {@link memberEnvironment}
+ * computes those variables and `cuda-memory run` sets them. See docs/processes.md, "Sharing with
+ * every process".
+ */
+import * as fs from 'fs';
+import * as path from 'path';
+import { packageRoot } from '../binding/native';
+import { CudaMemoryError, argRangeError, invalidArgument } from '../base/errors';
+import { groupBudget } from './group';
+import { checkShmName } from '../base/shm';
+import { checkFilePath, checkOptions, checkSize } from '../base/validate';
+
+/** The interposer's file name. */
+const FILE = 'cuda_memory_preload.so';
+
+/**
+ * @internal Where the interposer may be, in order: CUDA_MEMORY_PRELOAD where it is set (and then
+ * only there), a source build, the prebuilt copy shipped in the package: the order the addon
+ * itself is found in, so that the two always come from the same build.
+ */
+export function preloadCandidates(root: string, env: NodeJS.ProcessEnv): { forced: boolean; paths: string[] } {
+  const forced = env.CUDA_MEMORY_PRELOAD;
+  if (forced) return { forced: true, paths: [path.resolve(forced)] };
+  return { forced: false, paths: [path.join(root, 'build', 'Release', FILE), path.join(root, 'prebuilds', 'linux-x64', FILE)] };
+}
+
+/** @internal {@link preloadLibraryPath} for a package at `root` and an environment. */
+export function findPreloadLibrary(root: string, env: NodeJS.ProcessEnv): string {
+  const { forced, paths } = preloadCandidates(root, env);
+  for (const p of paths) if (isFile(p)) return p;
+  const where = forced
+    ? `CUDA_MEMORY_PRELOAD names ${paths[0]}, which is not a file`
+    : `looked for ${paths.join(' and ')} (CUDA_MEMORY_PRELOAD is not set)`;
+  throw new CudaMemoryError(
+    `the interposer library ${FILE} was not found: ${where}. It is built with the addon (npx node-gyp rebuild) and shipped in prebuilds/linux-x64/; CUDA_MEMORY_PRELOAD may name it`,
+    'ERR_PRELOAD_NOT_FOUND',
+  );
+}
+
+function isFile(p: string): boolean {
+  try {
+    return fs.statSync(p).isFile();
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * The interposer library's path: CUDA_MEMORY_PRELOAD if set, else a source build's
+ * `build/Release/`, else the copy in the package's `prebuilds/linux-x64/` (the addon's order). Throws CudaMemoryError
+ * `ERR_PRELOAD_NOT_FOUND` naming every place it looked.
+ *
+ * ```js
+ * spawn('python3', ['train.py'], { env: { ...process.env, LD_PRELOAD: cm.preloadLibraryPath(), CUDA_MEMORY_GROUP: 'shared' } });
+ * ```
+ *
+ * @category Processes
+ */
+export function preloadLibraryPath(): string {
+  return findPreloadLibrary(packageRoot, process.env);
+}
+
+/**
+ * Options of {@link memberEnvironment}.
+ *
+ * @category Processes
+ */
+export interface MemberEnvironmentOptions {
+  /** The group's name. */
+  group: string;
+  /** The device: the GPU's uuid ("GPU-...", as `devices()[i].uuid`), or "simulated". */
+  deviceKey: string;
+  /** The device's total memory, for `memoryFraction` and the budget's description. */
+  totalBytes: number;
+  /** The group's budget in bytes. */
+  memoryLimit?: number;
+  /** The group's budget as a share of `totalBytes`, in (0, 1]. */
+  memoryFraction?: number;
+  /** The interposer to put first in LD_PRELOAD; null or absent: LD_PRELOAD is left as it is. */
+  preload?: string | null;
+  /** A file the interposer records the process's allocations in (CUDA_MEMORY_TRACE). */
+  trace?: string;
+  /** The environment to start from; default process.env. */
+  env?: NodeJS.ProcessEnv;
+}
+
+/**
+ * What a member process is started with: the environment (the group's variables set, the
+ * interposer first in LD_PRELOAD) and the budget it asks for. Without memoryLimit or
+ * memoryFraction the member joins the group's budget as it is (CUDA_MEMORY_GROUP_BUDGET=0).
+ *
+ * | variable | value |
+ * |---|---|
+ * | CUDA_MEMORY_GROUP | the group's name |
+ * | CUDA_MEMORY_GROUP_DEVICE | the device's uuid, or "simulated" |
+ * | CUDA_MEMORY_GROUP_BUDGET | the budget in bytes (decimal), 0 to join the group's |
+ * | CUDA_MEMORY_GROUP_BUDGET_SOURCE | how it was set: "limit 20 GiB", "fraction 0.25 of 79.19 GiB" |
+ * | CUDA_MEMORY_TRACE | where the interposer records, when asked |
+ * | LD_PRELOAD | the interposer, then what was there |
+ *
+ * @category Processes
+ */
+export function memberEnvironment(options: MemberEnvironmentOptions): {
+  env: NodeJS.ProcessEnv;
+  budgetBytes: number;
+  budgetSource: string;
+} {
+  const o = checkOptions<MemberEnvironmentOptions>('options', options);
+  const group = checkShmName('group', o.group);
+  if (typeof o.deviceKey !== 'string' || !(o.deviceKey === 'simulated' || /^GPU-[0-9a-f-]{36}$/.test(o.deviceKey)))
+    throw invalidArgument('deviceKey', 'a GPU uuid ("GPU-" and 36 hex digits and dashes) or "simulated"', o.deviceKey);
+  const total = checkSize('totalBytes', o.totalBytes, 1);
+  const { budget: budgetBytes, budgetSource } = groupBudget(
+    { limit: 'memoryLimit', fraction: 'memoryFraction' },
+    o.memoryLimit,
+    o.memoryFraction,
+    () => total,
+    ['limit', 'fraction'],
+  );
+  const base = o.env === undefined ? process.env : checkOptions<NodeJS.ProcessEnv>('options.env', o.env);
+  const trace = o.trace === undefined ? undefined : checkFilePath('options.trace', o.trace);
+  const preload = o.preload === undefined || o.preload === null ? undefined : checkFilePath('options.preload', o.preload);
+  const env: NodeJS.ProcessEnv = {};
+  for (const [k, v] of Object.entries(base)) if (typeof v === 'string') env[k] = v;
+  env.CUDA_MEMORY_GROUP = group;
+  env.CUDA_MEMORY_GROUP_DEVICE = o.deviceKey;
+  env.CUDA_MEMORY_GROUP_BUDGET = String(budgetBytes);
+  if (budgetSource) env.CUDA_MEMORY_GROUP_BUDGET_SOURCE = budgetSource;
+  else delete env.CUDA_MEMORY_GROUP_BUDGET_SOURCE;
+  if (trace !== undefined) env.CUDA_MEMORY_TRACE = path.resolve(trace);
+  if (preload) env.LD_PRELOAD = withPreload(preload, env.LD_PRELOAD);
+  return { env, budgetBytes, budgetSource };
+}
+
+// The loader splits LD_PRELOAD at spaces and colons, so a path holding either cannot be in it.
+function withPreload(lib: string, current: string | undefined): string {
+  if (/[\s:]/.test(lib))
+    throw argRangeError(
+      `the interposer's path ${JSON.stringify(lib)} holds a space or a colon, which LD_PRELOAD cannot carry; set CUDA_MEMORY_PRELOAD to a copy elsewhere`,
+      'ERR_INVALID_ARG_VALUE',
+    );
+  const rest = (current ?? '').split(/[\s:]+/).filter((p) => p !== '' && p !== lib);
+  return [lib, ...rest].join(':');
+}

@@ -1,0 +1,189 @@
+/**
+ * Expectation files: what a GPU model on a given link should reach, as data rather than constants
+ * in code (as DCGM keeps its thresholds in a file). The package ships one per GPU the project has
+ * measured or a fleet publishes figures for (`expectations/*.json`); the doctor and the benchmark
+ * pick the one that matches the device (its name, its PCIe link's maximum generation and width),
+ * and a user's file (`--expectations FILE`) takes their place.
+ */
+import * as fs from 'fs';
+import * as path from 'path';
+import { CudaMemoryError } from '../base/errors';
+import { checkFilePath } from '../base/validate';
+import { packageRoot } from '../binding/native';
+import { Gate, parseGate } from './gates';
+
+/**
+ * The figures one GPU model on one link should reach; null: no expectation (the command's own
+ * default applies).
+ *
+ * @category Benchmarks
+ */
+export interface ExpectedFigures {
+  /** Pinned host-to-device and device-to-host GB/s at the doctor's size (256 MiB). */
+  h2dPinnedGbps: number | null;
+  d2hPinnedGbps: number | null;
+  /** Device-to-device GB/s, counting reads and writes. */
+  d2dGbps: number | null;
+  /** copy() GB/s between two GPUs. */
+  p2pGbps: number | null;
+  /** The most the coefficient of variation of a check's repeats may be before it is called unstable. */
+  maxCv: number | null;
+}
+
+/**
+ * An expectation file (`schema: "cuda-memory/expectations@1"`).
+ *
+ * @category Benchmarks
+ */
+export interface Expectations {
+  schema: 'cuda-memory/expectations@1';
+  /** What it is for, e.g. "H100 PCIe, Gen5 x16". */
+  name: string;
+  /**
+   * Which devices it is for: `name`, a regular expression (case-insensitive) over the device's
+   * name; `pcieMaxGeneration` and `pcieMaxWidth`, the link's maximum as NVML reports it.
+   */
+  match: { name?: string; pcieMaxGeneration?: number; pcieMaxWidth?: number };
+  expect: ExpectedFigures;
+  /** Where the figures come from. */
+  notes?: string[];
+  /** The file it was read from (set when read). */
+  file?: string;
+}
+
+/**
+ * The device fields an expectation file is matched against (as `devices()` reports them).
+ *
+ * @category Benchmarks
+ */
+export interface ExpectationTarget {
+  name: string;
+  pcie?: { maxGeneration: number; maxWidth: number } | null;
+}
+
+const FIGURES: (keyof ExpectedFigures)[] = ['h2dPinnedGbps', 'd2hPinnedGbps', 'd2dGbps', 'p2pGbps', 'maxCv'];
+
+function invalid(file: string, what: string): CudaMemoryError {
+  return new CudaMemoryError(`the expectation file ${file} is not valid: ${what}`, 'ERR_EXPECTATIONS_INVALID');
+}
+
+/**
+ * Checks parsed JSON as an expectation file; throws CudaMemoryError ERR_EXPECTATIONS_INVALID
+ * naming the file and the field.
+ *
+ * @category Benchmarks
+ */
+export function checkExpectations(value: unknown, file: string): Expectations {
+  const v = value as Partial<Expectations> | null;
+  if (!v || typeof v !== 'object' || Array.isArray(v)) throw invalid(file, 'expected a JSON object');
+  if (v.schema !== 'cuda-memory/expectations@1')
+    throw invalid(file, `expected schema "cuda-memory/expectations@1", got ${JSON.stringify(v.schema)}`);
+  if (typeof v.name !== 'string' || !v.name) throw invalid(file, 'expected a name');
+  const m = v.match ?? {};
+  if (typeof m !== 'object' || Array.isArray(m)) throw invalid(file, 'expected match to be an object');
+  if (m.name !== undefined) {
+    if (typeof m.name !== 'string') throw invalid(file, 'expected match.name to be a regular expression in a string');
+    try {
+      new RegExp(m.name, 'i');
+    } catch (e) {
+      throw invalid(file, `match.name is not a regular expression: ${(e as Error).message}`);
+    }
+  }
+  for (const k of ['pcieMaxGeneration', 'pcieMaxWidth'] as const)
+    if (m[k] !== undefined && (!Number.isInteger(m[k]) || m[k]! < 1)) throw invalid(file, `expected match.${k} to be a positive integer`);
+  const e = (v.expect ?? {}) as Partial<Record<keyof ExpectedFigures, unknown>>;
+  if (typeof e !== 'object' || Array.isArray(e)) throw invalid(file, 'expected expect to be an object');
+  const expect = {} as ExpectedFigures;
+  for (const k of FIGURES) {
+    const x = e[k];
+    if (x !== undefined && x !== null && (typeof x !== 'number' || !Number.isFinite(x) || x <= 0))
+      throw invalid(file, `expected expect.${k} to be a positive number or null, got ${JSON.stringify(x)}`);
+    expect[k] = (x as number | null | undefined) ?? null;
+  }
+  const unknown = Object.keys(e).filter((k) => !FIGURES.includes(k as keyof ExpectedFigures));
+  if (unknown.length)
+    throw invalid(file, `unknown field${unknown.length > 1 ? 's' : ''} expect.${unknown.join(', expect.')} (known: ${FIGURES.join(', ')})`);
+  return { schema: v.schema, name: v.name, match: m, expect, notes: Array.isArray(v.notes) ? v.notes.map(String) : undefined, file };
+}
+
+/**
+ * Reads an expectation file.
+ *
+ * @category Benchmarks
+ */
+export function readExpectations(file: string): Expectations {
+  checkFilePath('file', file);
+  let text: string;
+  try {
+    text = fs.readFileSync(file, 'utf8');
+  } catch (e) {
+    throw new CudaMemoryError(
+      `cannot read the expectation file ${file}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`,
+      'ERR_EXPECTATIONS_INVALID',
+    );
+  }
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(text);
+  } catch {
+    throw invalid(file, 'it is not JSON');
+  }
+  return checkExpectations(parsed, file);
+}
+
+/** The folder of the shipped expectation files. */
+export const EXPECTATIONS_DIR = path.join(packageRoot, 'expectations');
+
+/**
+ * The expectation files the package ships, sorted by file name.
+ *
+ * @category Benchmarks
+ */
+export function shippedExpectations(dir = EXPECTATIONS_DIR): Expectations[] {
+  let names: string[] = [];
+  try {
+    names = fs.readdirSync(dir).filter((f) => f.endsWith('.json'));
+  } catch {
+    return [];
+  }
+  return names.sort().map((f) => readExpectations(path.join(dir, f)));
+}
+
+/**
+ * Whether an expectation file is for this device: its name matches and, where the file names a
+ * link, the device's link reaches that maximum generation and width.
+ *
+ * @category Benchmarks
+ */
+export function expectationsMatch(e: Expectations, d: ExpectationTarget): boolean {
+  if (e.match.name !== undefined && !new RegExp(e.match.name, 'i').test(d.name)) return false;
+  if (e.match.pcieMaxGeneration !== undefined && d.pcie?.maxGeneration !== e.match.pcieMaxGeneration) return false;
+  if (e.match.pcieMaxWidth !== undefined && d.pcie?.maxWidth !== e.match.pcieMaxWidth) return false;
+  return true;
+}
+
+/**
+ * The expectations for a device: the user's file when given (whatever the device), else the first
+ * shipped file that matches it, else null.
+ *
+ * @category Benchmarks
+ */
+export function expectationsFor(d: ExpectationTarget, userFile?: string, list?: Expectations[]): Expectations | null {
+  if (userFile) return readExpectations(userFile);
+  return (list ?? shippedExpectations()).find((e) => expectationsMatch(e, d)) ?? null;
+}
+
+/**
+ * The benchmark's gates for an expectation file: pinned h2d and d2h, and device-to-device traffic
+ * (reads plus writes), each at the benchmark's headline size; a null figure gives no gate.
+ *
+ * @category Benchmarks
+ */
+export function expectationGates(e: Expectations): Gate[] {
+  const x = e.expect;
+  const out: string[] = [];
+  if (x.h2dPinnedGbps !== null) out.push(`h2d.pinned>=${x.h2dPinnedGbps}GB/s`);
+  if (x.d2hPinnedGbps !== null) out.push(`d2h.pinned>=${x.d2hPinnedGbps}GB/s`);
+  if (x.d2dGbps !== null) out.push(`d2d.traffic>=${x.d2dGbps}GB/s`);
+  return out.map(parseGate);
+}

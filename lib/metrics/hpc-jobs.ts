@@ -1,0 +1,76 @@
+/**
+ * A group's members as dcgm-exporter's HPC job mapping (`--hpc-job-mapping-dir`): one file per
+ * GPU, named by its NVML index, each line a job id. dcgm-exporter then adds the job to every
+ * DCGM metric of that GPU, so the metrics a fleet already scrapes carry the group. Here the job
+ * ids are the names of the groups with members on the GPU.
+ */
+import * as fs from 'fs';
+import * as path from 'path';
+import type { GroupStats } from '../base/types';
+import { devices as listDevices, status } from '../device/discovery';
+
+/**
+ * The mapping: for each GPU index (as dcgm-exporter names the file), the names of the groups on
+ * it, sorted. Groups on simulated devices, or on a GPU whose index `indexOf` does not know, are
+ * listed in `skipped`.
+ *
+ * @category Metrics
+ */
+export function hpcJobMapping(
+  groups: Pick<GroupStats, 'name' | 'device'>[],
+  indexOf: (uuid: string) => number | null,
+): { files: Map<string, string[]>; skipped: string[] } {
+  const files = new Map<string, string[]>();
+  const skipped: string[] = [];
+  for (const g of groups) {
+    const index = g.device === 'simulated' ? null : indexOf(g.device);
+    if (index === null) {
+      skipped.push(`${g.name} on ${g.device}`);
+      continue;
+    }
+    const names = files.get(String(index)) ?? [];
+    if (!names.includes(g.name)) names.push(g.name);
+    files.set(String(index), names.sort());
+  }
+  return { files, skipped };
+}
+
+// NVML's index of each visible GPU by uuid (dcgm-exporter numbers GPUs as NVML does).
+function nvmlIndexOf(): (uuid: string) => number | null {
+  const byUuid = new Map(status().available ? listDevices().map((d) => [d.uuid, d.nvmlIndex] as const) : []);
+  return (uuid) => byUuid.get(uuid) ?? null;
+}
+
+/**
+ * Writes the mapping into `dir` (made if missing): each GPU's file holds its groups, one per
+ * line, written whole (a temporary file renamed over it, so dcgm-exporter never reads half a
+ * file); the file of a GPU this machine shows with no group on it now is removed. Give it a folder
+ * of its own. Returns the files written and the groups left out.
+ *
+ * @category Metrics
+ */
+export function writeHpcJobMapping(
+  dir: string,
+  groups: Pick<GroupStats, 'name' | 'device'>[],
+  indexOf: (uuid: string) => number | null = nvmlIndexOf(),
+  gpuIndices: number[] = status().available ? listDevices().flatMap((d) => (d.nvmlIndex === null ? [] : [d.nvmlIndex])) : [],
+): { written: string[]; removed: string[]; skipped: string[] } {
+  const { files, skipped } = hpcJobMapping(groups, indexOf);
+  fs.mkdirSync(dir, { recursive: true });
+  const written: string[] = [];
+  for (const [name, jobs] of files) {
+    const file = path.join(dir, name);
+    const tmp = path.join(dir, `.${name}.${process.pid}.tmp`);
+    fs.writeFileSync(tmp, jobs.join('\n') + '\n');
+    fs.renameSync(tmp, file);
+    written.push(file);
+  }
+  const removed: string[] = [];
+  for (const index of gpuIndices) {
+    const file = path.join(dir, String(index));
+    if (files.has(String(index)) || !fs.existsSync(file)) continue;
+    fs.rmSync(file, { force: true });
+    removed.push(file);
+  }
+  return { written, removed, skipped };
+}

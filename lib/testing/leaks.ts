@@ -1,0 +1,345 @@
+/**
+ * The device-memory leak gate: what a test leaves behind, measured before and after it at two
+ * levels. The library's level is exact and works on simulated devices: live buffers by kind, raw
+ * allocations made through {@link rawDeviceAlloc}, open allocators with their pool bytes, group
+ * members. The driver's level sees what no handle knows of: this process's used memory on each
+ * device from NVML, else the device's used memory from cudaMemGetInfo, with a tolerance for
+ * CUDA's own lazy allocations. The runners' entry points (jest, node:test, vitest) call
+ * {@link LeakGate.begin} and {@link LeakGate.end} around each test.
+ */
+import { CudaMemoryError, argRangeError, invalidArgument } from '../base/errors';
+import { creationSite } from '../base/internal';
+import type { LiveBufferRow } from '../base/types';
+import { formatBytes, parseSize } from '../base/units';
+import { checkBoolean, checkDevice, checkOptions, checkSize } from '../base/validate';
+import { native } from '../binding/native';
+import { memGetInfo } from '../device/discovery';
+
+/**
+ * Where the driver-level figure comes from: `nvml` (this process's used memory, NVML's running
+ * processes), `cuda` (the device's used memory, cudaMemGetInfo: other processes count too),
+ * `auto` (NVML where it lists this process, else cudaMemGetInfo), `off`.
+ *
+ * @category Testing
+ */
+export type LeakDriverSource = 'auto' | 'nvml' | 'cuda' | 'off';
+
+/** @category Testing */
+export interface LeakGateOptions {
+  /** The driver-level check's source; default `auto`, or `CUDA_MEMORY_LEAK_DRIVER`. */
+  driver?: LeakDriverSource;
+  /**
+   * Growth of the driver-level figure on one device that is not a leak: CUDA allocates for itself
+   * on first use of some features (module loading, a stream's or a peer mapping's first use, the
+   * 2 MiB granularity of small allocations). Default 64 MiB, or `CUDA_MEMORY_LEAK_TOLERANCE`
+   * (a size such as 32MiB).
+   */
+  driverToleranceBytes?: number;
+  /** The devices the driver level checks; default every visible device. */
+  devices?: number[];
+  /**
+   * Whether resources on simulated devices count (default true, or `CUDA_MEMORY_LEAK_SIMULATED=0`
+   * for false): off for a suite that leaves simulated allocators, which hold no memory, to the
+   * garbage collector, and is checked for real device memory only.
+   */
+  simulated?: boolean;
+  /**
+   * @internal Replaces the driver-level reading (tests without a GPU): the used bytes per device,
+   * or null where nothing can be read.
+   */
+  readDriver?: (device: number) => DriverReading | null;
+}
+
+/**
+ * One device's used memory at the driver's level.
+ *
+ * @category Testing
+ */
+export interface DriverReading {
+  device: number;
+  source: 'nvml' | 'cuda';
+  usedBytes: number;
+}
+
+/**
+ * What the library and the driver hold at one moment.
+ *
+ * @category Testing
+ */
+export interface LeakSnapshot {
+  resources: LiveBufferRow[];
+  driver: DriverReading[];
+}
+
+/**
+ * One thing a test left behind: at the library's level, `count` more of `kind` holding `bytes`
+ * more (kinds as {@link LiveBufferRow}, `where` the new ones' places); at the driver's (`kind`
+ * `device-memory`), `bytes` more used on `device` than before, past the tolerance.
+ *
+ * @category Testing
+ */
+export interface Leak extends LiveBufferRow {
+  level: 'library' | 'driver';
+  /** Driver level: where the figure came from. */
+  source?: 'nvml' | 'cuda';
+}
+
+/**
+ * The leaks a test left, and a message that lists them.
+ *
+ * @category Testing
+ */
+export interface LeakReport {
+  leaks: Leak[];
+  message: string;
+}
+
+/**
+ * A test left device memory behind (`code` ERR_DEVICE_MEMORY_LEAK); `leaks` lists what.
+ *
+ * @category Testing
+ */
+export class LeakError extends CudaMemoryError {
+  /** What leaked. */
+  readonly leaks: Leak[];
+  /** Made by the gate from its report. */
+  constructor(report: LeakReport) {
+    super(report.message, 'ERR_DEVICE_MEMORY_LEAK');
+    this.name = 'LeakError';
+    this.leaks = report.leaks;
+  }
+}
+
+const DEFAULT_TOLERANCE = 64 * 2 ** 20;
+const SOURCES: readonly LeakDriverSource[] = ['auto', 'nvml', 'cuda', 'off'];
+
+/** The gate's options, each from the argument, else the environment, else its default. */
+function resolveOptions(options?: LeakGateOptions): Required<Omit<LeakGateOptions, 'readDriver' | 'devices'>> & LeakGateOptions {
+  const o = checkOptions<LeakGateOptions>('options', options);
+  const driver = o.driver ?? ((process.env.CUDA_MEMORY_LEAK_DRIVER || 'auto') as LeakDriverSource);
+  if (!SOURCES.includes(driver))
+    throw invalidArgument(
+      o.driver === undefined ? 'CUDA_MEMORY_LEAK_DRIVER' : 'options.driver',
+      `one of ${SOURCES.join(', ')}`,
+      driver,
+      RangeError,
+    );
+  let tolerance = DEFAULT_TOLERANCE;
+  if (o.driverToleranceBytes !== undefined) tolerance = checkSize('options.driverToleranceBytes', o.driverToleranceBytes);
+  else if (process.env.CUDA_MEMORY_LEAK_TOLERANCE) {
+    try {
+      tolerance = parseSize(process.env.CUDA_MEMORY_LEAK_TOLERANCE);
+    } catch {
+      throw argRangeError(
+        `Expected CUDA_MEMORY_LEAK_TOLERANCE to be a size such as 64MiB but received ${JSON.stringify(process.env.CUDA_MEMORY_LEAK_TOLERANCE)}`,
+      );
+    }
+  }
+  if (o.readDriver !== undefined && typeof o.readDriver !== 'function')
+    throw invalidArgument('options.readDriver', 'a function', o.readDriver);
+  const envSimulated = process.env.CUDA_MEMORY_LEAK_SIMULATED;
+  if (o.simulated === undefined && envSimulated !== undefined && envSimulated !== '0' && envSimulated !== '1')
+    throw invalidArgument('CUDA_MEMORY_LEAK_SIMULATED', '0 or 1', envSimulated, RangeError);
+  const simulated = checkBoolean('options.simulated', o.simulated, envSimulated !== '0');
+  return { ...o, driver, driverToleranceBytes: tolerance, simulated };
+}
+
+/**
+ * The driver-level reading of one device: NVML's figure for this process where NVML lists it,
+ * else (unless `nvml` was asked for) cudaMemGetInfo's used bytes. Null when neither answers.
+ */
+function readDevice(device: number, pciBusId: string | undefined, source: LeakDriverSource): DriverReading | null {
+  if (source === 'nvml' || source === 'auto') {
+    const st = pciBusId ? native.nvmlState(pciBusId) : null;
+    const mine = st?.processes?.find((p) => p.pid === process.pid);
+    if (mine && mine.usedBytes !== null) return { device, source: 'nvml', usedBytes: mine.usedBytes };
+    if (source === 'nvml') return null;
+  }
+  try {
+    const m = memGetInfo(device);
+    return { device, source: 'cuda', usedBytes: m.total - m.free };
+  } catch {
+    return null;
+  }
+}
+
+/** What the library holds now: live buffers, raw allocations, open allocators and group members. */
+export function libraryResources(): LiveBufferRow[] {
+  return [...native.liveSummary(), ...native.allocatorsLive()];
+}
+
+const key = (r: { kind: string; device: number; simulated: boolean }) => `${r.kind}\u0000${r.device}\u0000${r.simulated}`;
+
+/**
+ * What a test left: every kind of library resource that grew in count or bytes, and every
+ * device whose driver-level figure (from the same source both times) grew past `toleranceBytes`.
+ * Pure: the gate's tests feed it snapshots.
+ */
+export function compareSnapshots(before: LeakSnapshot, after: LeakSnapshot, toleranceBytes: number): Leak[] {
+  const leaks: Leak[] = [];
+  const was = new Map(before.resources.map((r) => [key(r), r]));
+  for (const r of after.resources) {
+    const b = was.get(key(r));
+    const count = r.count - (b?.count ?? 0);
+    const bytes = r.bytes - (b?.bytes ?? 0);
+    // An allocator made before the test whose pool grew caches memory; it leaks nothing.
+    if (count > 0 || (bytes > 0 && r.kind !== 'allocator' && r.kind !== 'group'))
+      leaks.push({
+        level: 'library',
+        kind: r.kind,
+        device: r.device,
+        simulated: r.simulated,
+        count,
+        bytes,
+        where: r.where.slice(b?.where.length ?? 0),
+      });
+  }
+  for (const d of after.driver) {
+    const b = before.driver.find((x) => x.device === d.device && x.source === d.source);
+    if (b && d.usedBytes - b.usedBytes > toleranceBytes)
+      leaks.push({
+        level: 'driver',
+        kind: 'device-memory',
+        device: d.device,
+        simulated: false,
+        count: 0,
+        bytes: d.usedBytes - b.usedBytes,
+        where: [],
+        source: d.source,
+      });
+  }
+  return leaks;
+}
+
+const NAMES: Record<string, [string, string]> = {
+  device: ['device buffer', 'device buffers'],
+  pinned: ['pinned buffer', 'pinned buffers'],
+  registered: ['registered host buffer', 'registered host buffers'],
+  managed: ['managed buffer', 'managed buffers'],
+  'shared-pinned': ['shared pinned buffer', 'shared pinned buffers'],
+  'ipc-import': ['imported IPC buffer', 'imported IPC buffers'],
+  'allocator-block': ['allocator block not freed', 'allocator blocks not freed'],
+  raw: ['raw allocation', 'raw allocations'],
+  allocator: ['allocator not closed', 'allocators not closed'],
+  group: ['group membership not left', 'group memberships not left'],
+};
+
+/** One line per leak: what, how many, how many bytes, on which device, and where it was made. */
+export function formatLeaks(leaks: Leak[], testName?: string, toleranceBytes = DEFAULT_TOLERANCE): string {
+  const head = `device memory leaked${testName ? ` by "${testName}"` : ''}:`;
+  const lines = leaks.map((l) => {
+    const on = `${l.simulated ? 'simulated ' : ''}device ${l.device}`;
+    if (l.level === 'driver')
+      return `  ${on}: ${l.source === 'nvml' ? "this process's used memory (NVML)" : 'used memory (cudaMemGetInfo, every process)'} grew ${formatBytes(l.bytes)}, past the tolerance of ${formatBytes(toleranceBytes)} (CUDA_MEMORY_LEAK_TOLERANCE): memory no handle of the library knows of`;
+    const [one, many] = NAMES[l.kind] ?? [l.kind, l.kind];
+    const what = l.count > 0 ? `${l.count} ${l.count === 1 ? one : many}` : `${many} grew`;
+    const bytes = l.kind === 'allocator' || l.kind === 'group' ? `holding ${formatBytes(l.bytes)} of pool` : formatBytes(l.bytes);
+    const where = l.where.length ? `, made at ${l.where.join('; ')}` : '';
+    return `  ${what}, ${bytes}, on ${on}${where}`;
+  });
+  return [head, ...lines].join('\n');
+}
+
+/**
+ * A gate over one test at a time: {@link LeakGate.begin} before it, {@link LeakGate.end} after.
+ *
+ * @category Testing
+ */
+export interface LeakGate {
+  /** Takes the snapshot the test is measured against. */
+  begin(): void;
+  /** Compares with the snapshot of begin(); returns what leaked (an empty list: nothing). */
+  end(testName?: string): LeakReport;
+  /** As end(), but throws a {@link LeakError} when something leaked. */
+  check(testName?: string): void;
+  /** The options in force, defaults and environment applied. */
+  readonly options: { driver: LeakDriverSource; driverToleranceBytes: number; simulated: boolean };
+}
+
+/**
+ * Makes a leak gate. Before its first snapshot with the driver level on and a GPU present, it
+ * makes CUDA's context on each checked device, so that a context a test happens to make first
+ * never counts as a leak.
+ *
+ * @category Testing
+ */
+export function createLeakGate(options?: LeakGateOptions): LeakGate {
+  const o = resolveOptions(options);
+  let checked: { device: number; pciBusId?: string }[] | null = null;
+  const driverDevices = (): { device: number; pciBusId?: string }[] => {
+    if (checked) return checked;
+    if (o.readDriver) return (checked = (o.devices ?? [0]).map((device) => ({ device })));
+    if (o.driver === 'off' || !native.status().available) return (checked = []);
+    const all = native.devices() as { pciBusId?: string }[];
+    checked = (o.devices ?? all.map((_, i) => i)).map((device) => ({ device, pciBusId: all[device]?.pciBusId }));
+    for (const d of checked)
+      try {
+        memGetInfo(d.device); // makes the context now, outside any test
+      } catch {
+        // a device that cannot be read is left out below
+      }
+    return checked;
+  };
+  const snapshot = (): LeakSnapshot => {
+    const driver: DriverReading[] = [];
+    for (const d of driverDevices()) {
+      const r = o.readDriver ? o.readDriver(d.device) : readDevice(d.device, d.pciBusId, o.driver);
+      if (r) driver.push(r);
+    }
+    const resources = libraryResources();
+    return { resources: o.simulated ? resources : resources.filter((r) => !r.simulated), driver };
+  };
+  let before: LeakSnapshot | null = null;
+  const gate: LeakGate = {
+    options: { driver: o.driver, driverToleranceBytes: o.driverToleranceBytes, simulated: o.simulated },
+    begin() {
+      before = snapshot();
+    },
+    end(testName) {
+      if (!before) return { leaks: [], message: '' };
+      const leaks = compareSnapshots(before, snapshot(), o.driverToleranceBytes);
+      before = null;
+      return { leaks, message: leaks.length ? formatLeaks(leaks, testName, o.driverToleranceBytes) : '' };
+    },
+    check(testName) {
+      const report = gate.end(testName);
+      if (report.leaks.length) throw new LeakError(report);
+    },
+  };
+  return gate;
+}
+
+/**
+ * A raw allocation: memory no handle, pool or finalizer of the library knows of, as a test's own
+ * CUDA code makes it. Give it back with {@link RawAllocation.free}.
+ *
+ * @category Testing
+ */
+export interface RawAllocation {
+  /** Its device address (made up on a simulated device). */
+  readonly address: number;
+  readonly bytes: number;
+  readonly device: number;
+  readonly simulated: boolean;
+  /** Frees it; returns false if it was freed already. */
+  free(): boolean;
+}
+
+/**
+ * A `cudaMalloc` outside every handle, pool and finalizer of the library (a test helper, for the
+ * leak gate's own tests and for suites that plant a leak to see the gate catch it). With
+ * `simulated`, nothing is allocated. The gate lists the live ones as kind `raw`, with where each
+ * was made; with `listed: false` it does not, and only the driver level can see the memory, as it
+ * sees a test's own CUDA code.
+ *
+ * @category Testing
+ */
+export function rawDeviceAlloc(bytes: number, options?: { device?: number; simulated?: boolean; listed?: boolean }): RawAllocation {
+  const n = checkSize('bytes', bytes, 1);
+  const o = checkOptions<{ device: number; simulated: boolean; listed: boolean }>('options', options);
+  const device = checkDevice(o.device);
+  const simulated = checkBoolean('options.simulated', o.simulated, false);
+  const listed = checkBoolean('options.listed', o.listed, true);
+  const address = native.rawDeviceAlloc(n, device, simulated, creationSite(new Error().stack) ?? '', listed);
+  return { address, bytes: n, device, simulated, free: () => native.rawDeviceFree(address) };
+}

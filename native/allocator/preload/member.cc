@@ -1,0 +1,192 @@
+#include "allocator/preload/member.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <new>
+
+#include "core/allocator/pool.h"  // FormatBytes
+#include "core/base/shm.h"
+
+namespace cm::preload {
+
+namespace {
+
+// A decimal integer from min to max, else false.
+bool ParseUnsigned(const char* text, uint64_t max, uint64_t* out) {
+  if (!text || !*text) return false;
+  uint64_t v = 0;
+  for (const char* p = text; *p; ++p) {
+    if (*p < '0' || *p > '9') return false;
+    uint64_t d = static_cast<uint64_t>(*p - '0');
+    if (v > (max - d) / 10) return false;
+    v = v * 10 + d;
+  }
+  *out = v;
+  return true;
+}
+
+std::string Env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
+}  // namespace
+
+void Say(const std::string& text) noexcept {
+  try {
+    std::string line = "cuda-memory preload (pid " + std::to_string(getpid()) + "): " + text + "\n";
+    (void)!write(2, line.data(), line.size());
+  } catch (...) {
+  }
+}
+
+Member& Member::Get() {
+  static Member* m = new Member();
+  return *m;
+}
+
+Member::Member() {
+  group_ = Env("CUDA_MEMORY_GROUP");
+  if (group_.empty()) return;
+  budget_source_ = Env("CUDA_MEMORY_GROUP_BUDGET_SOURCE");
+  std::string budget = Env("CUDA_MEMORY_GROUP_BUDGET");
+  if (!budget.empty() && !ParseUnsigned(budget.c_str(), UINT64_MAX, &budget_))
+    problem_ = "CUDA_MEMORY_GROUP_BUDGET is " + core::shm::Printable(budget) +
+               ", not a number of bytes (decimal digits)";
+  if (budget_ && budget_source_.empty()) budget_source_ = "limit " + core::FormatBytes(budget_);
+  std::string timeout = Env("CUDA_MEMORY_LOCK_TIMEOUT_MS");
+  uint64_t ms = 0;
+  if (!timeout.empty()) {
+    if (ParseUnsigned(timeout.c_str(), 86400000, &ms))
+      lock_timeout_ms_ = static_cast<int>(ms);
+    else if (problem_.empty())
+      problem_ = "CUDA_MEMORY_LOCK_TIMEOUT_MS is " + core::shm::Printable(timeout) +
+                 ", not an integer from 0 to 86400000 (milliseconds)";
+  }
+  // As the library's shmDir(): this user's own folder, by effective uid.
+  std::string base = Env("CUDA_MEMORY_SHM_DIR");
+  dir_ =
+      core::shm::Join(base.empty() ? "/dev/shm" : base, "cuda-memory-" + std::to_string(geteuid()));
+}
+
+bool Member::JoinLocked(const std::string& device) noexcept {
+  std::string why;
+  try {
+    if (!problem_.empty()) {
+      why = problem_;
+    } else {
+      // A preloaded process has no limit of its own: the group's budget is its limit, as for an
+      // allocator of the library that joins without one.
+      ledger_.reset(core::Ledger::Join(dir_, group_, device, budget_, budget_source_, budget_,
+                                       lock_timeout_ms_));
+      if (!budget_) ledger_->SetLimit(ledger_->budget());
+      grants_.reset(new core::GrantedCharge(core::GrantedCharge::GrantFor(ledger_->budget())));
+      return true;
+    }
+  } catch (const core::ShmError& e) {
+    why = e.code + ": " + e.what();
+  } catch (const std::exception& e) {
+    why = e.what();
+  } catch (...) {
+    why = "an unknown error";
+  }
+  detached_ = true;
+  ledger_.reset();
+  Say("cannot join group '" + core::shm::Printable(group_) + "' on " +
+      core::shm::Printable(device) + " (" + why +
+      "); this process's allocations are not charged to any group");
+  return false;
+}
+
+Member::Verdict Member::Take(uint64_t bytes, const char* api, const std::string& device,
+                             LibraryMembers library) noexcept {
+  if (group_.empty()) return Verdict::kUncharged;
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (detached_ || LockBackoffLocked() || (!ledger_ && !JoinLocked(device)))
+    return Verdict::kUncharged;
+  try {
+    if (library) {
+      size_t slash = ledger_->path().rfind('/');
+      if (library(ledger_->path().c_str() + (slash == std::string::npos ? 0 : slash + 1)) > 0)
+        return Verdict::kUncharged;
+    }
+    core::GroupRefusal refusal;
+    if (grants_->Take(*ledger_, bytes, &refusal)) return Verdict::kCharged;
+    RefusedLocked(bytes, api, refusal);
+    return Verdict::kRefused;
+  } catch (const core::ShmError& e) {
+    if (e.code == "ERR_SHM_LOCK_TIMEOUT") {
+      // A stopped or hung holder: this allocation goes on uncharged, and so do the ones until
+      // lock_retry_at_ms_, so that each does not wait the timeout again.
+      if (lock_timeouts_++ == 0)
+        Say(e.code + ": " + e.what() + " An allocation of " + core::FormatBytes(bytes) +
+            " went on uncharged, and so do the ones after it for a while (said once)");
+      lock_retry_at_ms_ =
+          core::shm::NowUnixMs() + std::max<uint64_t>(1000, 10ull * lock_timeout_ms_);
+      return Verdict::kUncharged;
+    }
+    detached_ = true;
+    Say("group '" + core::shm::Printable(group_) + "': " + e.code + ": " + e.what() +
+        "; this process's allocations are no longer charged to it");
+  } catch (...) {
+    detached_ = true;
+    Say("group '" + core::shm::Printable(group_) +
+        "' could not be charged; this process's allocations are no longer charged to it");
+  }
+  return Verdict::kUncharged;
+}
+
+void Member::RefusedLocked(uint64_t bytes, const char* api,
+                           const core::GroupRefusal& refusal) noexcept {
+  ++refusals_;
+  int64_t now = static_cast<int64_t>(core::shm::NowUnixMs());
+  if (refusals_said_ && now - last_refusal_line_ms_ < 10000) return;
+  try {
+    const core::GroupSnapshot& g = refusal.group;
+    uint64_t unsaid = refusals_ - refusals_said_ - 1;
+    Say("group '" + core::shm::Printable(g.name) + "' refused " + api + " of " +
+        core::FormatBytes(bytes) + ": its budget is " + core::FormatBytes(g.budget) + " (" +
+        core::shm::Printable(g.budget_source) + ") and its " + std::to_string(g.members.size()) +
+        " member" + (g.members.size() == 1 ? " holds " : "s hold ") + core::FormatBytes(g.charged) +
+        " (this process " + core::FormatBytes(grants_->held()) +
+        "); the call returns its out-of-memory error" +
+        (unsaid ? " (" + std::to_string(unsaid) + " more refusals since the last line)" : ""));
+  } catch (...) {
+  }
+  refusals_said_ = refusals_;
+  last_refusal_line_ms_ = now;
+}
+
+bool Member::LockBackoffLocked() const {
+  return lock_retry_at_ms_ && core::shm::NowUnixMs() < lock_retry_at_ms_;
+}
+
+void Member::Give(uint64_t bytes) noexcept {
+  if (group_.empty()) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (ledger_ && !detached_) grants_->Give(*ledger_, bytes, !LockBackoffLocked());
+}
+
+void Member::Leave() noexcept {
+  if (group_.empty()) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (ledger_) ledger_->Leave();
+  detached_ = true;
+}
+
+void Member::AfterForkChild() noexcept {
+  if (ledger_) ledger_->Abandon();
+  ledger_.reset();
+  grants_.reset();
+  detached_ = false;
+  refusals_ = refusals_said_ = 0;
+  lock_timeouts_ = 0;
+  lock_retry_at_ms_ = 0;
+  // The mutex was held by the forking thread in the parent; the child is a copy of that thread.
+  mutex_.unlock();
+}
+
+}  // namespace cm::preload

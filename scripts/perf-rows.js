@@ -1,0 +1,260 @@
+#!/usr/bin/env node
+// The performance rows of docs/performance.md, each beside its reference, in one run on a GPU
+// machine: medians of repeats, a compact table on stdout, every report as JSON under OUTDIR.
+//
+//   staged h2d and d2h at 4, 16 and 64 MiB, as a share of pinned memory's rate in the same report
+//   staged both ways (bidir) at 256 MiB and 1 GiB, as a share of pinned, beside the host's own
+//     copy rate (the hostcopy rows) and the share of the lower of the two (shareOfLimit)
+//   a pooled alloc+free of a cached 1 MiB block, in µs, beside CuPy's and PyTorch's pools
+//     (scripts/compare-torch-alloc.py, run in the same repeat)
+//   a managed prefetch to the device and to the host at 64 MiB and 1 GiB, as a share of the raw
+//     cudaMemPrefetchAsync timed in C++ (managed against managed-raw)
+//   the event loop's worst delay during 1 GiB copyAsync both ways (the bench's probe)
+//   a 4 KiB copy() from JavaScript against cudaMemcpy from C++ (pinned-call against baseline),
+//     the time ratio, each run's and the worst
+//   with --two-gpus, where two GPUs are visible: staged and pinned h2d at 1 GiB on GPUs 0 and 1,
+//     each alone and both at once (each GPU's rate together over its rate alone)
+//
+// Usage: node scripts/perf-rows.js OUTDIR [--baseline DIR] [--repeats 3] [--two-gpus]
+//          [--python python3] [--skip-python]
+//
+// --baseline DIR: a second checkout of the package with its dist/ and build/ built (the library
+// before a change); both are measured in every repeat, in turn, and shown side by side. Its
+// node_modules may be left out: modules it lacks are taken from this checkout's.
+// Each measurement runs in a child process of its own, so neither library sees the other's state.
+'use strict';
+const fs = require('fs');
+const path = require('path');
+const { execFileSync } = require('child_process');
+
+const MiB = 2 ** 20;
+const GiB = 2 ** 30;
+
+function parseArgs(argv) {
+  const o = { out: undefined, baseline: undefined, repeats: 3, twoGpus: false, python: 'python3', skipPython: false };
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i];
+    const value = () => {
+      if (i + 1 >= argv.length) throw new Error(`${a} needs a value`);
+      return argv[++i];
+    };
+    if (a === '--baseline') o.baseline = path.resolve(value());
+    else if (a === '--repeats') o.repeats = Number(value());
+    else if (a === '--two-gpus') o.twoGpus = true;
+    else if (a === '--python') o.python = value();
+    else if (a === '--skip-python') o.skipPython = true;
+    else if (a.startsWith('--')) throw new Error(`unknown option ${a}`);
+    else if (o.out === undefined) o.out = path.resolve(a);
+    else throw new Error(`one OUTDIR only, got ${a} too`);
+  }
+  if (o.out === undefined) throw new Error('usage: node scripts/perf-rows.js OUTDIR [--baseline DIR] [--repeats 3] [--two-gpus]');
+  if (!Number.isInteger(o.repeats) || o.repeats < 1 || o.repeats > 20)
+    throw new Error(`--repeats must be an integer from 1 to 20, got ${o.repeats}`);
+  return o;
+}
+
+// The pooled pair, run in a child process against one checkout (argv: --alloc-pair ROOT OUT):
+// batches of 1000 cached 1 MiB pairs after 100,000 warm-up, as bench-alloc times them.
+function allocPair(root, out) {
+  const cm = require(path.join(root, 'dist', 'index.js'));
+  const pool = cm.createAllocator({ allowGrowth: true, memoryLimit: GiB });
+  for (let i = 0; i < 100_000; i++) pool.alloc(MiB).free();
+  const us = [];
+  for (let b = 0; b < 200; b++) {
+    const t0 = process.hrtime.bigint();
+    for (let i = 0; i < 1000; i++) pool.alloc(MiB).free();
+    us.push(Number(process.hrtime.bigint() - t0) / 1e3 / 1000);
+  }
+  pool.close();
+  fs.writeFileSync(out, JSON.stringify({ microseconds: median(us), samples: us }));
+}
+
+function median(xs) {
+  const s = xs.filter((x) => typeof x === 'number' && Number.isFinite(x)).sort((a, b) => a - b);
+  if (s.length === 0) return undefined;
+  const m = s.length >> 1;
+  return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
+}
+
+// A baseline checkout may have no node_modules of its own: its children also look in this one's.
+const NODE_PATH = [path.resolve(__dirname, '..', 'node_modules'), process.env.NODE_PATH].filter(Boolean).join(path.delimiter);
+
+function run(cmd, args, log) {
+  const t0 = Date.now();
+  try {
+    execFileSync(cmd, args, {
+      stdio: ['ignore', 'ignore', 'pipe'],
+      maxBuffer: 64 * MiB,
+      timeout: 240_000,
+      env: { ...process.env, NODE_PATH },
+    });
+    return true;
+  } catch (e) {
+    process.stderr.write(`${log}: failed (${e.status ?? e.signal}): ${String(e.stderr ?? e.message).slice(-2000)}\n`);
+    return false;
+  } finally {
+    process.stderr.write(`${log}: ${((Date.now() - t0) / 1000).toFixed(1)} s\n`);
+  }
+}
+
+function readJson(file) {
+  try {
+    return JSON.parse(fs.readFileSync(file, 'utf8'));
+  } catch {
+    return undefined;
+  }
+}
+
+const find = (report, mode, direction, bytes) =>
+  report?.results?.find((r) => r.mode === mode && r.direction === direction && r.bytes === bytes);
+const gbps = (r) => r?.gbps?.median;
+const ratio = (a, b) => (a !== undefined && b !== undefined && b > 0 ? a / b : undefined);
+
+// One repeat of one checkout: every measurement into OUTDIR/<label>-r<k>-<what>.json, and the
+// rows read from them.
+function measure(o, label, root, k) {
+  const cli = path.join(root, 'dist', 'cli.js');
+  const file = (what) => path.join(o.out, `${label}-r${k}-${what}.json`);
+  const bench = (what, args) => run(process.execPath, [cli, 'bench', ...args, '--json', '--out', file(what)], `${label} r${k} ${what}`);
+  bench('transfer', [
+    '--sizes',
+    '4MiB,16MiB,64MiB,256MiB,1GiB',
+    '--modes',
+    'pinned,staged',
+    '--directions',
+    'h2d,d2h,bidir',
+    '--iterations',
+    '20',
+  ]);
+  bench('call', ['--sizes', '4KiB', '--modes', 'pinned,pinned-call', '--directions', 'h2d,d2h', '--iterations', '2000', '--no-event-loop']);
+  bench('managed', ['--sizes', '64MiB,1GiB', '--modes', 'managed', '--directions', 'h2d,d2h', '--iterations', '15', '--no-event-loop']);
+  run(process.execPath, [__filename, '--alloc-pair', root, file('alloc')], `${label} r${k} alloc`);
+  if (o.twoGpus)
+    run(
+      process.execPath,
+      [
+        cli,
+        'bench',
+        '--devices',
+        '0,1',
+        '--modes',
+        'pinned,staged',
+        '--sizes',
+        '1GiB',
+        '--directions',
+        'h2d',
+        '--iterations',
+        '15',
+        '--json',
+        '--out',
+        file('two-gpus'),
+      ],
+      `${label} r${k} two-gpus`,
+    );
+
+  const t = readJson(file('transfer'));
+  const c = readJson(file('call'));
+  const m = readJson(file('managed'));
+  const a = readJson(file('alloc'));
+  const g = o.twoGpus ? readJson(file('two-gpus')) : undefined;
+  const rows = {};
+  for (const n of [4 * MiB, 16 * MiB, 64 * MiB])
+    for (const d of ['h2d', 'd2h'])
+      rows[`staged ${d} ${n / MiB} MiB / pinned`] = ratio(gbps(find(t, 'staged', d, n)), gbps(find(t, 'pinned', d, n)));
+  for (const n of [256 * MiB, GiB]) {
+    const name = n === GiB ? '1 GiB' : `${n / MiB} MiB`;
+    const staged = find(t, 'staged', 'bidir', n);
+    rows[`staged bidir ${name} / pinned`] = ratio(gbps(staged), gbps(find(t, 'pinned', 'bidir', n)));
+    rows[`staged bidir ${name} / its limit (pinned or host copy)`] = staged?.shareOfLimit;
+    rows[`host copy bidir ${name}, GB/s`] = gbps(find(t, 'hostcopy', 'bidir', n));
+  }
+  rows['pooled alloc+free cached 1 MiB, µs'] = a?.microseconds;
+  for (const n of [64 * MiB, GiB])
+    for (const d of ['h2d', 'd2h'])
+      rows[`prefetch ${d === 'h2d' ? 'to device' : 'to host'} ${n === GiB ? '1 GiB' : '64 MiB'} / raw`] = ratio(
+        gbps(find(m, 'managed', d, n)),
+        gbps(find(m, 'managed-raw', d, n)),
+      );
+  rows['event loop worst delay, 1 GiB copyAsync, ms'] = t?.eventLoop?.worstDelayMs;
+  rows['event loop: longest GC pause in the window, ms'] = t?.eventLoop?.longestGcMs;
+  rows['event loop: times the JS thread was preempted in the window'] = t?.eventLoop?.preemptions;
+  for (const d of ['h2d', 'd2h']) {
+    const js = find(c, 'pinned-call', d, 4096)?.seconds?.median;
+    const cpp = find(c, 'baseline', d, 4096)?.seconds?.median;
+    rows[`4 KiB copy() ${d} / cudaMemcpy from C++ (time)`] = ratio(js, cpp);
+  }
+  if (g)
+    for (const mode of ['pinned', 'staged'])
+      for (const dev of [0, 1])
+        rows[`two GPUs ${mode} h2d 1 GiB, GPU ${dev} together / alone`] = g.results?.find(
+          (r) => r.scope === 'together' && r.mode === mode && r.direction === 'h2d' && r.device === dev,
+        )?.shareOfAlone;
+  return rows;
+}
+
+// CuPy's and PyTorch's pools, once per repeat (they do not depend on the checkout).
+function peers(o, k) {
+  if (o.skipPython) return {};
+  const out = path.join(o.out, `peers-r${k}.json`);
+  const script = path.join(__dirname, 'compare-torch-alloc.py');
+  run(o.python, [script, '--only-cached', '--json', out], `peers r${k}`);
+  const p = readJson(out) ?? [];
+  const rows = {};
+  for (const r of p) rows[`${r.library} pool alloc+free cached 1 MiB, µs`] = r.median;
+  return rows;
+}
+
+const fmt = (v) => (v === undefined ? 'n/a' : Math.abs(v) >= 100 ? v.toFixed(0) : Math.abs(v) >= 10 ? v.toFixed(1) : v.toFixed(3));
+
+function main() {
+  const o = parseArgs(process.argv.slice(2));
+  fs.mkdirSync(o.out, { recursive: true });
+  const libs = [['new', path.resolve(__dirname, '..')]];
+  if (o.baseline) libs.push(['baseline', o.baseline]);
+  for (const [, root] of libs)
+    for (const need of ['dist/cli.js', 'dist/index.js'])
+      if (!fs.existsSync(path.join(root, need))) throw new Error(`${root} has no ${need}: build it first`);
+  if (o.twoGpus) {
+    const count = require(path.join(libs[0][1], 'dist', 'index.js')).status().deviceCount;
+    if (count < 2) {
+      process.stderr.write(`--two-gpus: ${count} GPU(s) visible, so the two-GPU row is left out\n`);
+      o.twoGpus = false;
+    }
+  }
+  const runs = Object.fromEntries(libs.map(([label]) => [label, []]));
+  runs.peers = [];
+  const t0 = Date.now();
+  for (let k = 1; k <= o.repeats; k++) {
+    // In turn, the order flipped each repeat, so neither library always meets a warmer machine.
+    const order = k % 2 ? libs : [...libs].reverse();
+    for (const [label, root] of order) runs[label].push(measure(o, label, root, k));
+    runs.peers.push(peers(o, k));
+  }
+  const names = [...new Set(Object.values(runs).flatMap((rs) => rs.flatMap((r) => Object.keys(r))))];
+  const summary = { date: new Date().toISOString(), repeats: o.repeats, seconds: (Date.now() - t0) / 1000, rows: {} };
+  const lines = [];
+  const columns = [...libs.map(([l]) => l), 'peers'];
+  lines.push(['row', ...columns.map((c) => `${c} (median; each run)`)].join(' | '));
+  for (const name of names) {
+    const cells = [name];
+    summary.rows[name] = {};
+    for (const c of columns) {
+      const each = runs[c].map((r) => r[name]);
+      if (each.every((v) => v === undefined)) {
+        cells.push('');
+        continue;
+      }
+      const med = median(each);
+      summary.rows[name][c] = { median: med, each };
+      cells.push(`${fmt(med)} (${each.map(fmt).join(', ')})`);
+    }
+    lines.push(cells.join(' | '));
+  }
+  fs.writeFileSync(path.join(o.out, 'summary.json'), JSON.stringify(summary, null, 2) + '\n');
+  process.stdout.write(
+    lines.join('\n') + `\n\n${o.repeats} repeats in ${summary.seconds.toFixed(0)} s; reports and summary.json in ${o.out}\n`,
+  );
+}
+
+if (process.argv[2] === '--alloc-pair') allocPair(process.argv[3], process.argv[4]);
+else main();

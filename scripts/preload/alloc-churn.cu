@@ -1,0 +1,131 @@
+// A CUDA program that allocates and frees device memory of random sizes for a given time, as a
+// training loop's tensors come and go, for the run where it shares a group budget with other
+// processes under the interposer (cuda-memory run). Built with nvcc's default, the static CUDA
+// runtime, so it reaches the driver the way most CUDA binaries do:
+//
+//   nvcc -O2 -o alloc-churn scripts/preload/alloc-churn.cu
+//   alloc-churn [--seconds S] [--min-bytes N] [--max-bytes N] [--max-live-bytes N] [--seed N]
+//               [--api malloc|async|managed] [--device N]
+//
+// Sizes are log-uniform from --min-bytes (1 MiB) to --max-bytes (1 GiB); the program keeps
+// allocating while it holds less than --max-live-bytes (no cap by default) and frees a random live
+// allocation with probability one half otherwise. Each allocation is written once (cudaMemset), so
+// the memory is really in use. A refusal (cudaErrorMemoryAllocation) is counted and the program
+// goes on, freeing one allocation; any other error ends it with exit status 1. At the end, one
+// JSON line on stdout: {"allocs","frees","refusals","peakBytes","seconds","api","pid"}.
+#include <cuda_runtime.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct Block {
+  void* p;
+  size_t bytes;
+};
+
+[[noreturn]] void Fail(const char* what, cudaError_t e) {
+  std::fprintf(stderr, "alloc-churn: %s: %s (%s)\n", what, cudaGetErrorName(e),
+               cudaGetErrorString(e));
+  std::exit(1);
+}
+
+uint64_t Arg(int argc, char** argv, const char* name, uint64_t fallback) {
+  for (int i = 1; i + 1 < argc; ++i)
+    if (!std::strcmp(argv[i], name)) return std::strtoull(argv[i + 1], nullptr, 10);
+  return fallback;
+}
+
+std::string ArgText(int argc, char** argv, const char* name, const char* fallback) {
+  for (int i = 1; i + 1 < argc; ++i)
+    if (!std::strcmp(argv[i], name)) return argv[i + 1];
+  return fallback;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  double seconds = static_cast<double>(Arg(argc, argv, "--seconds", 120));
+  uint64_t min_bytes = Arg(argc, argv, "--min-bytes", 1ull << 20);
+  uint64_t max_bytes = Arg(argc, argv, "--max-bytes", 1ull << 30);
+  uint64_t max_live = Arg(argc, argv, "--max-live-bytes", UINT64_MAX);
+  std::string api = ArgText(argc, argv, "--api", "malloc");
+  if (api != "malloc" && api != "async" && api != "managed") {
+    std::fprintf(stderr, "alloc-churn: --api is %s; expected malloc, async or managed\n",
+                 api.c_str());
+    return 2;
+  }
+  if (min_bytes == 0 || max_bytes < min_bytes) {
+    std::fprintf(stderr, "alloc-churn: expected 0 < --min-bytes <= --max-bytes\n");
+    return 2;
+  }
+  cudaError_t e = cudaSetDevice(static_cast<int>(Arg(argc, argv, "--device", 0)));
+  if (e != cudaSuccess) Fail("cudaSetDevice", e);
+  cudaStream_t stream;
+  if ((e = cudaStreamCreate(&stream)) != cudaSuccess) Fail("cudaStreamCreate", e);
+
+  std::mt19937_64 rng(Arg(argc, argv, "--seed", 1));
+  std::uniform_real_distribution<double> logsize(std::log2(static_cast<double>(min_bytes)),
+                                                 std::log2(static_cast<double>(max_bytes)));
+  std::vector<Block> live;
+  uint64_t allocs = 0, frees = 0, refusals = 0, live_bytes = 0, peak = 0;
+
+  auto free_one = [&]() {
+    if (live.empty()) return;
+    size_t i = rng() % live.size();
+    Block b = live[i];
+    live[i] = live.back();
+    live.pop_back();
+    cudaError_t r = api == "async" ? cudaFreeAsync(b.p, stream) : cudaFree(b.p);
+    if (r != cudaSuccess) Fail("cudaFree", r);
+    live_bytes -= b.bytes;
+    ++frees;
+  };
+
+  auto start = std::chrono::steady_clock::now();
+  while (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() <
+         seconds) {
+    bool grow = live.empty() || (live_bytes < max_live && (rng() & 1));
+    if (!grow) {
+      free_one();
+      continue;
+    }
+    size_t bytes = static_cast<size_t>(std::exp2(logsize(rng)));
+    void* p = nullptr;
+    cudaError_t r = api == "async"     ? cudaMallocAsync(&p, bytes, stream)
+                    : api == "managed" ? cudaMallocManaged(&p, bytes)
+                                       : cudaMalloc(&p, bytes);
+    if (r == cudaErrorMemoryAllocation) {
+      (void)cudaGetLastError();  // not sticky; cleared so that later calls report their own
+      ++refusals;
+      free_one();
+      continue;
+    }
+    if (r != cudaSuccess) Fail("allocating", r);
+    if ((r = cudaMemsetAsync(p, 0, bytes, stream)) != cudaSuccess) Fail("cudaMemsetAsync", r);
+    live.push_back({p, bytes});
+    live_bytes += bytes;
+    if (live_bytes > peak) peak = live_bytes;
+    ++allocs;
+  }
+  if ((e = cudaStreamSynchronize(stream)) != cudaSuccess) Fail("cudaStreamSynchronize", e);
+  while (!live.empty()) free_one();
+  if ((e = cudaStreamSynchronize(stream)) != cudaSuccess) Fail("cudaStreamSynchronize", e);
+  double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf(
+      "{\"allocs\":%llu,\"frees\":%llu,\"refusals\":%llu,\"peakBytes\":%llu,\"seconds\":%.3f,"
+      "\"api\":\"%s\",\"pid\":%d}\n",
+      static_cast<unsigned long long>(allocs), static_cast<unsigned long long>(frees),
+      static_cast<unsigned long long>(refusals), static_cast<unsigned long long>(peak), took,
+      api.c_str(), static_cast<int>(getpid()));
+  return 0;
+}

@@ -1,0 +1,98 @@
+'use strict';
+// Expectation files (lib/bench/expectations.ts): the shipped ones are valid and each is chosen
+// for the device it names; a user's file replaces them; a bad file is refused, naming the field.
+const fs = require('fs');
+const os = require('os');
+const path = require('path');
+const { root } = require('../helpers');
+const ex = require(path.join(root, 'dist', 'bench', 'expectations'));
+
+const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'cuda-memory-expectations-'));
+afterAll(() => fs.rmSync(tmp, { recursive: true, force: true }));
+const write = (name, value) => {
+  const f = path.join(tmp, name);
+  fs.writeFileSync(f, typeof value === 'string' ? value : JSON.stringify(value));
+  return f;
+};
+
+test('the package ships valid files, each with its sources in notes', () => {
+  const list = ex.shippedExpectations();
+  expect(list.map((e) => path.basename(e.file))).toEqual(['h100-pcie-gen5-x16.json', 'h100-sxm.json', 'h200.json']);
+  for (const e of list) {
+    expect(e.notes.length).toBeGreaterThan(0);
+    expect(e.expect.h2dPinnedGbps).toBeGreaterThan(0);
+  }
+  const pkg = JSON.parse(fs.readFileSync(path.join(root, 'package.json'), 'utf8'));
+  expect(pkg.files).toContain('expectations/');
+});
+
+test('each shipped file is chosen by what the device reports: name and PCIe link', () => {
+  const pick = (name, pcie) => ex.expectationsFor({ name, pcie })?.file;
+  const gen5 = { maxGeneration: 5, maxWidth: 16 };
+  expect(path.basename(pick('NVIDIA H100 PCIe', gen5))).toBe('h100-pcie-gen5-x16.json');
+  // The same card in a Gen4 slot, or one whose link NVML cannot read: no file claims it.
+  expect(pick('NVIDIA H100 PCIe', { maxGeneration: 4, maxWidth: 16 })).toBeUndefined();
+  expect(pick('NVIDIA H100 PCIe', null)).toBeUndefined();
+  expect(path.basename(pick('NVIDIA H100 80GB HBM3', gen5))).toBe('h100-sxm.json');
+  expect(path.basename(pick('NVIDIA H200', gen5))).toBe('h200.json');
+  expect(pick('NVIDIA A100-SXM4-80GB', gen5)).toBeUndefined();
+});
+
+test("a user's file replaces the shipped ones, whatever the device", () => {
+  const f = write('mine.json', {
+    schema: 'cuda-memory/expectations@1',
+    name: 'our lab',
+    match: {},
+    expect: { h2dPinnedGbps: 20, d2dGbps: 1000 },
+  });
+  const e = ex.expectationsFor({ name: 'NVIDIA H100 PCIe', pcie: { maxGeneration: 5, maxWidth: 16 } }, f);
+  expect(e).toMatchObject({
+    name: 'our lab',
+    file: f,
+    expect: { h2dPinnedGbps: 20, d2hPinnedGbps: null, d2dGbps: 1000, p2pGbps: null, maxCv: null },
+  });
+});
+
+test('a bad file is refused with ERR_EXPECTATIONS_INVALID, naming the file and what is wrong', () => {
+  const base = { schema: 'cuda-memory/expectations@1', name: 'x', match: {}, expect: {} };
+  const cases = [
+    ['nojson.json', 'not json', 'it is not JSON'],
+    ['schema.json', { ...base, schema: 'v2' }, 'expected schema "cuda-memory/expectations@1", got "v2"'],
+    ['negative.json', { ...base, expect: { h2dPinnedGbps: -1 } }, 'expected expect.h2dPinnedGbps to be a positive number or null, got -1'],
+    ['typo.json', { ...base, expect: { h2dPinned: 48 } }, 'unknown field expect.h2dPinned'],
+    ['regex.json', { ...base, match: { name: '(' } }, 'match.name is not a regular expression'],
+    ['width.json', { ...base, match: { pcieMaxWidth: 0 } }, 'expected match.pcieMaxWidth to be a positive integer'],
+  ];
+  for (const [name, value, message] of cases) {
+    const f = write(name, value);
+    expect(() => ex.readExpectations(f)).toThrow(
+      expect.objectContaining({ code: 'ERR_EXPECTATIONS_INVALID', message: expect.stringContaining(message) }),
+    );
+    expect(() => ex.readExpectations(f)).toThrow(f);
+  }
+  expect(() => ex.readExpectations(path.join(tmp, 'missing.json'))).toThrow(
+    expect.objectContaining({ code: 'ERR_EXPECTATIONS_INVALID', message: expect.stringContaining('ENOENT') }),
+  );
+});
+
+test('--expectations: a bad file stops doctor and bench before anything runs, naming it; with --devices bench refuses it', () => {
+  const cli = path.join(root, 'dist', 'cli.js');
+  const bad = write('bad-cli.json', { schema: 'cuda-memory/expectations@1', name: 'x', expect: { d2dGbps: 'fast' } });
+  for (const command of ['doctor', 'bench']) {
+    const r = require('child_process').spawnSync(process.execPath, [cli, command, '--expectations', bad], {
+      encoding: 'utf8',
+      timeout: 60000,
+    });
+    expect([command, r.status]).toEqual([command, 2]);
+    expect(r.stderr).toContain(
+      `the expectation file ${bad} is not valid: expected expect.d2dGbps to be a positive number or null, got "fast"`,
+    );
+  }
+  const good = write('good-cli.json', { schema: 'cuda-memory/expectations@1', name: 'x', expect: {} });
+  const r = require('child_process').spawnSync(process.execPath, [cli, 'bench', '--devices', 'all', '--expectations', good], {
+    encoding: 'utf8',
+    timeout: 60000,
+  });
+  expect(r.status).toBe(2);
+  expect(r.stderr).toContain('--expectations is for the one-GPU benchmark');
+});
