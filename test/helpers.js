@@ -114,6 +114,16 @@ function expectNotCloneable(port, cases) {
   }
 }
 
+// What fn() throws as "CODE: message", or 'returned' when it throws nothing.
+function thrown(fn) {
+  try {
+    fn();
+  } catch (e) {
+    return `${e.code}: ${e.message}`;
+  }
+  return 'returned';
+}
+
 module.exports = {
   cm,
   root,
@@ -131,4 +141,5 @@ module.exports = {
   privateMountsWork,
   tempDir,
   expectNotCloneable,
+  thrown,
 };

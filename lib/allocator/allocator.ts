@@ -558,7 +558,7 @@ export class Allocator {
   get closed(): boolean {
     // Guarded here rather than by guardReceivers' wrapper: every free() of a block reads it, and
     // the wrapper (rest arguments and apply) was about a twentieth of a pooled alloc+free pair.
-    if (!(this instanceof Allocator)) throw invalidThis('Allocator', 'closed', this);
+    if (!isInstance(this, Allocator)) throw invalidThis('Allocator', 'closed', this); // instanceof throws for a revoked proxy
     return this._closed;
   }
 

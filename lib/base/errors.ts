@@ -189,10 +189,10 @@ export class InterprocessError extends CudaMemoryError {
 }
 
 /**
- * The own fields of an error's `details` as a plain object: empty for anything that is not an
- * object or cannot be read (a revoked proxy), so that making an error never throws another.
+ * @internal The own fields of an error's `details` as a plain object: empty for anything that is
+ * not an object or cannot be read (a revoked proxy), so that making an error never throws another.
  */
-function fieldsOf<T extends object>(details: T): Partial<T> {
+export function fieldsOf<T extends object>(details: T): Partial<T> {
   if (details === null || typeof details !== 'object') return {};
   try {
     return { ...details };

@@ -7,8 +7,8 @@
  */
 import * as fs from 'fs';
 import * as path from 'path';
-import { CudaMemoryError } from '../base/errors';
-import { checkFilePath } from '../base/validate';
+import { CudaMemoryError, invalidArgument, jsonText, textOf } from '../base/errors';
+import { checkFilePath, isArray, isReadable } from '../base/validate';
 import { packageRoot } from '../binding/native';
 import { Gate, parseGate } from './gates';
 
@@ -74,36 +74,76 @@ function invalid(file: string, what: string): CudaMemoryError {
  * @category Benchmarks
  */
 export function checkExpectations(value: unknown, file: string): Expectations {
-  const v = value as Partial<Expectations> | null;
-  if (!v || typeof v !== 'object' || Array.isArray(v)) throw invalid(file, 'expected a JSON object');
+  if (typeof file !== 'string') throw invalidArgument('file', 'the name of the file (a string) for messages', file);
+  if (value === null || typeof value !== 'object' || !isReadable(value) || Array.isArray(value))
+    throw invalid(file, 'expected a JSON object');
+  const v = value as Record<keyof Expectations, unknown>;
   if (v.schema !== 'cuda-memory/expectations@1')
-    throw invalid(file, `expected schema "cuda-memory/expectations@1", got ${JSON.stringify(v.schema)}`);
-  if (typeof v.name !== 'string' || !v.name) throw invalid(file, 'expected a name');
-  const m = v.match ?? {};
-  if (typeof m !== 'object' || Array.isArray(m)) throw invalid(file, 'expected match to be an object');
-  if (m.name !== undefined) {
-    if (typeof m.name !== 'string') throw invalid(file, 'expected match.name to be a regular expression in a string');
+    throw invalid(file, `expected schema "cuda-memory/expectations@1", got ${jsonText(v.schema)}`);
+  const name = v.name;
+  if (typeof name !== 'string' || !name) throw invalid(file, 'expected a name');
+  const m = objectField(file, 'match', v.match) as Expectations['match'];
+  const pattern = m.name;
+  if (pattern !== undefined) {
+    if (typeof pattern !== 'string') throw invalid(file, 'expected match.name to be a regular expression in a string');
     try {
-      new RegExp(m.name, 'i');
+      new RegExp(pattern, 'i');
     } catch (e) {
       throw invalid(file, `match.name is not a regular expression: ${(e as Error).message}`);
     }
   }
-  for (const k of ['pcieMaxGeneration', 'pcieMaxWidth'] as const)
-    if (m[k] !== undefined && (!Number.isInteger(m[k]) || m[k]! < 1)) throw invalid(file, `expected match.${k} to be a positive integer`);
-  const e = (v.expect ?? {}) as Partial<Record<keyof ExpectedFigures, unknown>>;
-  if (typeof e !== 'object' || Array.isArray(e)) throw invalid(file, 'expected expect to be an object');
+  const match: Expectations['match'] = pattern === undefined ? {} : { name: pattern };
+  for (const k of ['pcieMaxGeneration', 'pcieMaxWidth'] as const) {
+    const x = m[k];
+    if (x === undefined) continue;
+    if (!Number.isInteger(x) || x < 1) throw invalid(file, `expected match.${k} to be a positive integer, got ${jsonText(x)}`);
+    match[k] = x;
+  }
+  const e = objectField(file, 'expect', v.expect) as Partial<Record<keyof ExpectedFigures, unknown>>;
   const expect = {} as ExpectedFigures;
   for (const k of FIGURES) {
     const x = e[k];
     if (x !== undefined && x !== null && (typeof x !== 'number' || !Number.isFinite(x) || x <= 0))
-      throw invalid(file, `expected expect.${k} to be a positive number or null, got ${JSON.stringify(x)}`);
+      throw invalid(file, `expected expect.${k} to be a positive number or null, got ${jsonText(x)}`);
     expect[k] = (x as number | null | undefined) ?? null;
   }
   const unknown = Object.keys(e).filter((k) => !FIGURES.includes(k as keyof ExpectedFigures));
   if (unknown.length)
     throw invalid(file, `unknown field${unknown.length > 1 ? 's' : ''} expect.${unknown.join(', expect.')} (known: ${FIGURES.join(', ')})`);
-  return { schema: v.schema, name: v.name, match: m, expect, notes: Array.isArray(v.notes) ? v.notes.map(String) : undefined, file };
+  const notes = isArray(v.notes) ? [...v.notes].map(textOf) : undefined;
+  return { schema: 'cuda-memory/expectations@1', name, match, expect, notes, file };
+}
+
+// An object field of an expectation file (absent: empty).
+function objectField(file: string, key: string, value: unknown): Record<string, unknown> {
+  if (value === undefined) return {};
+  if (value === null || typeof value !== 'object' || !isReadable(value) || Array.isArray(value))
+    throw invalid(file, `expected ${key} to be an object, got ${jsonText(value)}`);
+  return value as Record<string, unknown>;
+}
+
+// Expectations given to a function: what readExpectations or checkExpectations returned (checked
+// again, so that a hand-made one is refused as a file would be).
+function checkGiven(name: string, value: unknown): Expectations {
+  if (value === null || typeof value !== 'object' || !isReadable(value) || Array.isArray(value))
+    throw invalidArgument(name, 'expectations (as readExpectations returns them)', value);
+  const file = (value as { file?: unknown }).file;
+  return checkExpectations(value, typeof file === 'string' ? file : `(argument ${name})`);
+}
+
+// The device fields matched against, read once and checked.
+function checkTarget(value: unknown): ExpectationTarget {
+  if (value === null || typeof value !== 'object' || !isReadable(value))
+    throw invalidArgument('d', 'a device (as devices() lists it: name, pcie)', value);
+  const { name, pcie } = value as Record<keyof ExpectationTarget, unknown>;
+  if (typeof name !== 'string') throw invalidArgument('d.name', "the device's name (a string)", name);
+  if (pcie === undefined || pcie === null) return { name, pcie: null };
+  if (typeof pcie !== 'object' || !isReadable(pcie))
+    throw invalidArgument('d.pcie', 'the PCIe link (maxGeneration, maxWidth) or null', pcie);
+  const { maxGeneration, maxWidth } = pcie as Record<string, unknown>;
+  if (typeof maxGeneration !== 'number') throw invalidArgument('d.pcie.maxGeneration', 'a number', maxGeneration);
+  if (typeof maxWidth !== 'number') throw invalidArgument('d.pcie.maxWidth', 'a number', maxWidth);
+  return { name, pcie: { maxGeneration, maxWidth } };
 }
 
 /**
@@ -156,6 +196,10 @@ export function shippedExpectations(dir = EXPECTATIONS_DIR): Expectations[] {
  * @category Benchmarks
  */
 export function expectationsMatch(e: Expectations, d: ExpectationTarget): boolean {
+  return matches(checkGiven('e', e), checkTarget(d));
+}
+
+function matches(e: Expectations, d: ExpectationTarget): boolean {
   if (e.match.name !== undefined && !new RegExp(e.match.name, 'i').test(d.name)) return false;
   if (e.match.pcieMaxGeneration !== undefined && d.pcie?.maxGeneration !== e.match.pcieMaxGeneration) return false;
   if (e.match.pcieMaxWidth !== undefined && d.pcie?.maxWidth !== e.match.pcieMaxWidth) return false;
@@ -169,8 +213,11 @@ export function expectationsMatch(e: Expectations, d: ExpectationTarget): boolea
  * @category Benchmarks
  */
 export function expectationsFor(d: ExpectationTarget, userFile?: string, list?: Expectations[]): Expectations | null {
-  if (userFile) return readExpectations(userFile);
-  return (list ?? shippedExpectations()).find((e) => expectationsMatch(e, d)) ?? null;
+  const target = checkTarget(d);
+  if (userFile !== undefined) return readExpectations(checkFilePath('userFile', userFile));
+  if (list !== undefined && !isArray(list)) throw invalidArgument('list', 'an array of expectations', list);
+  const given = list === undefined ? shippedExpectations() : [...list].map((e, i) => checkGiven(`list[${i}]`, e));
+  return given.find((e) => matches(e, target)) ?? null;
 }
 
 /**
@@ -180,7 +227,7 @@ export function expectationsFor(d: ExpectationTarget, userFile?: string, list?: 
  * @category Benchmarks
  */
 export function expectationGates(e: Expectations): Gate[] {
-  const x = e.expect;
+  const x = checkGiven('e', e).expect;
   const out: string[] = [];
   if (x.h2dPinnedGbps !== null) out.push(`h2d.pinned>=${x.h2dPinnedGbps}GB/s`);
   if (x.d2hPinnedGbps !== null) out.push(`d2h.pinned>=${x.d2hPinnedGbps}GB/s`);

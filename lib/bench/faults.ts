@@ -4,7 +4,9 @@
  * source's memory kind, the PCIe link, NUMA nodes, NVML's processes and clock reasons, the
  * repeats' spread), so its tests feed it NVML's answers instead of a GPU.
  */
+import { invalidArgument } from '../base/errors';
 import type { NvmlDeviceState } from '../base/types';
+import { checkObjects, isArray, isReadable } from '../base/validate';
 
 /**
  * The fault codes, stable across versions:
@@ -98,16 +100,96 @@ const REASONS: [number, string, boolean][] = [
  * @category Benchmarks
  */
 export function clockState(nvml: NvmlDeviceState | null): ClockState | null {
-  if (!nvml) return null;
-  const bits = nvml.clocksEventReasons;
+  if (nvml === null || nvml === undefined) return null;
+  const n = fields('nvml', "NVML's answer (as nvmlState gives it) or null", nvml);
+  const bits = figure('nvml.clocksEventReasons', n.clocksEventReasons, true);
   return {
-    smClockMHz: nvml.smClockMHz,
-    smClockMaxMHz: nvml.smClockMaxMHz,
-    memoryClockMHz: nvml.memoryClockMHz,
-    memoryClockMaxMHz: nvml.memoryClockMaxMHz,
+    smClockMHz: figure('nvml.smClockMHz', n.smClockMHz),
+    smClockMaxMHz: figure('nvml.smClockMaxMHz', n.smClockMaxMHz),
+    memoryClockMHz: figure('nvml.memoryClockMHz', n.memoryClockMHz),
+    memoryClockMaxMHz: figure('nvml.memoryClockMaxMHz', n.memoryClockMaxMHz),
     eventReasons: bits,
     reasons: bits === null ? [] : REASONS.filter(([bit]) => bits & bit).map(([, name]) => name),
   };
+}
+
+// An object argument or field whose fields are read (a revoked proxy is refused).
+function fields(name: string, expected: string, value: unknown): Record<string, unknown> {
+  if (value === null || typeof value !== 'object' || !isReadable(value) || isArray(value)) throw invalidArgument(name, expected, value);
+  return value as Record<string, unknown>;
+}
+
+// A figure NVML may not give: a non-negative number (an integer for a bit mask), or null (or absent).
+function figure(name: string, value: unknown, integer = false): number | null {
+  if (value === null || value === undefined) return null;
+  if (typeof value !== 'number' || !(value >= 0) || !Number.isFinite(value) || (integer && !Number.isSafeInteger(value)))
+    throw invalidArgument(
+      name,
+      `a non-negative ${integer ? 'integer' : 'number'} or null`,
+      value,
+      typeof value === 'number' ? RangeError : TypeError,
+    );
+  return value;
+}
+
+// A number of an observation; an optional one may be undefined (not seen). A measure that is not an
+// integer may be NaN (not measured: one repeat), which no comparison passes.
+function optionalNumber(name: string, value: unknown, integer: boolean, optional = true): number | undefined {
+  if (value === undefined && optional) return undefined;
+  if (typeof value !== 'number' || (integer && !Number.isSafeInteger(value)))
+    throw invalidArgument(
+      name,
+      `${integer ? 'an integer' : 'a number'}${optional ? ' or undefined' : ''}`,
+      value,
+      typeof value === 'number' ? RangeError : TypeError,
+    );
+  return value;
+}
+
+function oneOf<T extends string>(name: string, value: unknown, allowed: readonly T[], optional: boolean): T | undefined {
+  if (value === undefined && optional) return undefined;
+  if (!allowed.includes(value as T)) throw invalidArgument(name, `one of ${allowed.join(', ')}`, value);
+  return value as T;
+}
+
+/** The observation as a plain object of checked fields, each read once. */
+function checkObservation(value: unknown): RunObservation {
+  const o = fields('o', 'what the run saw (path, hostMemory, cv, pcie, processes, clocks, ...)', value);
+  const out: RunObservation = { path: oneOf('o.path', o.path, ['host', 'device', 'peer'] as const, false)! };
+  out.hostMemory = oneOf('o.hostMemory', o.hostMemory, ['pinned', 'pageable', 'registered', 'staged'] as const, true);
+  out.cv = optionalNumber('o.cv', o.cv, false);
+  out.maxCv = optionalNumber('o.maxCv', o.maxCv, false);
+  out.bufferNumaNode = optionalNumber('o.bufferNumaNode', o.bufferNumaNode, true);
+  out.gpuNumaNode = optionalNumber('o.gpuNumaNode', o.gpuNumaNode, true);
+  out.pid = optionalNumber('o.pid', o.pid, true);
+  if (o.pcie !== undefined && o.pcie !== null) {
+    const l = fields('o.pcie', 'the PCIe link (current and maximum generation and width) or null', o.pcie);
+    const [currentGeneration, maxGeneration, currentWidth, maxWidth] = (
+      ['currentGeneration', 'maxGeneration', 'currentWidth', 'maxWidth'] as const
+    ).map((k) => optionalNumber(`o.pcie.${k}`, l[k], true, false)!);
+    out.pcie = { currentGeneration, maxGeneration, currentWidth, maxWidth };
+  }
+  if (o.processes !== undefined && o.processes !== null)
+    out.processes = checkObjects('o.processes', "NVML's processes on the GPU", o.processes).map((p, i) => {
+      const { pid, usedBytes } = p as Record<string, unknown>;
+      return {
+        pid: optionalNumber(`o.processes[${i}].pid`, pid, true, false)!,
+        usedBytes: figure(`o.processes[${i}].usedBytes`, usedBytes ?? null),
+      };
+    });
+  if (o.clocks !== undefined && o.clocks !== null) {
+    const c = fields('o.clocks', 'the clock state (as clockState makes it) or null', o.clocks);
+    const eventReasons = figure('o.clocks.eventReasons', c.eventReasons, true);
+    out.clocks = {
+      smClockMHz: figure('o.clocks.smClockMHz', c.smClockMHz),
+      smClockMaxMHz: figure('o.clocks.smClockMaxMHz', c.smClockMaxMHz),
+      memoryClockMHz: figure('o.clocks.memoryClockMHz', c.memoryClockMHz),
+      memoryClockMaxMHz: figure('o.clocks.memoryClockMaxMHz', c.memoryClockMaxMHz),
+      eventReasons,
+      reasons: [],
+    };
+  }
+  return out;
 }
 
 // The clocks hold a copy back: a limiting reason, or the memory clock below its maximum.
@@ -135,6 +217,10 @@ function others(o: RunObservation): { pid: number; usedBytes: number | null }[] 
  * @category Benchmarks
  */
 export function faultsFor(o: RunObservation): Fault[] {
+  return seenFaults(checkObservation(o));
+}
+
+function seenFaults(o: RunObservation): Fault[] {
   const out: Fault[] = [];
   const host = o.path === 'host';
   if (host && o.hostMemory === 'pageable')
@@ -177,7 +263,9 @@ export function faultsFor(o: RunObservation): Fault[] {
  * @category Benchmarks
  */
 export function faultsOfFailure(o: RunObservation, what: string): Fault[] {
-  const seen = faultsFor(o);
+  const observed = checkObservation(o);
+  if (typeof what !== 'string') throw invalidArgument('what', 'a string saying how the check failed', what);
+  const seen = seenFaults(observed);
   return seen.length
     ? seen
     : [

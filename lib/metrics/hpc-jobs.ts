@@ -6,7 +6,9 @@
  */
 import * as fs from 'fs';
 import * as path from 'path';
+import { invalidArgument } from '../base/errors';
 import type { GroupStats } from '../base/types';
+import { checkFilePath, checkObjects, isArray } from '../base/validate';
 import { devices as listDevices, status } from '../device/discovery';
 
 /**
@@ -20,10 +22,14 @@ export function hpcJobMapping(
   groups: Pick<GroupStats, 'name' | 'device'>[],
   indexOf: (uuid: string) => number | null,
 ): { files: Map<string, string[]>; skipped: string[] } {
+  const list = checkGroups(groups);
+  if (typeof indexOf !== 'function') throw invalidArgument('indexOf', 'a function from a GPU uuid to its NVML index or null', indexOf);
   const files = new Map<string, string[]>();
   const skipped: string[] = [];
-  for (const g of groups) {
+  for (const g of list) {
     const index = g.device === 'simulated' ? null : indexOf(g.device);
+    if (index !== null && !isIndex(index))
+      throw invalidArgument(`indexOf(${JSON.stringify(g.device)})`, 'a non-negative integer GPU index or null', index, RangeError);
     if (index === null) {
       skipped.push(`${g.name} on ${g.device}`);
       continue;
@@ -33,6 +39,22 @@ export function hpcJobMapping(
     files.set(String(index), names.sort());
   }
   return { files, skipped };
+}
+
+function isIndex(value: unknown): value is number {
+  return typeof value === 'number' && Number.isSafeInteger(value) && value >= 0;
+}
+
+// The groups as plain pairs of strings, each field read once (groupStats() and top --json give them).
+function checkGroups(groups: unknown): { name: string; device: string }[] {
+  return checkObjects('groups', 'groups as groupStats() lists them', groups).map((g, i) => {
+    const { name, device } = g as { name: unknown; device: unknown };
+    // A group's name becomes a line of the file: one line, not empty.
+    if (typeof name !== 'string' || name === '' || /[\r\n]/.test(name))
+      throw invalidArgument(`groups[${i}].name`, 'a non-empty group name without line breaks', name);
+    if (typeof device !== 'string') throw invalidArgument(`groups[${i}].device`, "a GPU uuid or 'simulated'", device);
+    return { name, device };
+  });
 }
 
 // NVML's index of each visible GPU by uuid (dcgm-exporter numbers GPUs as NVML does).
@@ -55,6 +77,9 @@ export function writeHpcJobMapping(
   indexOf: (uuid: string) => number | null = nvmlIndexOf(),
   gpuIndices: number[] = status().available ? listDevices().flatMap((d) => (d.nvmlIndex === null ? [] : [d.nvmlIndex])) : [],
 ): { written: string[]; removed: string[]; skipped: string[] } {
+  checkFilePath('dir', dir);
+  if (!isArray(gpuIndices) || ![...gpuIndices].every(isIndex))
+    throw invalidArgument('gpuIndices', 'an array of non-negative integer GPU indices', gpuIndices);
   const { files, skipped } = hpcJobMapping(groups, indexOf);
   fs.mkdirSync(dir, { recursive: true });
   const written: string[] = [];

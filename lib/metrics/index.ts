@@ -74,6 +74,10 @@ function loadPromClient(given: unknown): PromModule {
   }
 }
 
+// dcgm-exporter's labels, which a series carries where the GPU's NVML index and uuid are known
+// (families.ts dcgmLabels): every family on a GPU declares them.
+const DCGM_LABELS = ['gpu', 'UUID'];
+
 /**
  * Registers gauges and counters for allocators, pinned pools, devices and group budgets in a prom-client
  * registry. The figures are read at each scrape (`allocator.stats()`, `cudaMemGetInfo`), so
@@ -119,19 +123,21 @@ export function registerMetrics(registry: PromRegistry, options: RegisterMetrics
       names.push(d.name);
     }
   };
-  if (options.allocators) add(ALLOCATOR_METRICS, ['allocator', 'device'], () => allocatorSamples(options.allocators));
+  if (options.allocators) add(ALLOCATOR_METRICS, ['allocator', 'device', ...DCGM_LABELS], () => allocatorSamples(options.allocators));
   if (options.pinnedPools) add(PINNED_POOL_METRICS, ['pool'], () => pinnedPoolSamples(options.pinnedPools));
   if (options.devices) {
-    add(DEVICE_METRICS, ['device', 'uuid'], () => deviceSamples(options.devices));
+    add(DEVICE_METRICS, ['device', 'uuid', ...DCGM_LABELS], () => deviceSamples(options.devices));
     // The platform's families, read once per scrape and shared by the two gauges.
     const read = cachedFamilies(() => platformFamilies(options.devices));
-    add([{ ...PLATFORM_METRICS[0], value: (v: number) => v }], ['device', 'uuid', 'kind'], read(0));
-    add([{ ...PLATFORM_METRICS[1], value: (v: number) => v }], ['device', 'uuid'], read(1));
+    add([{ ...PLATFORM_METRICS[0], value: (v: number) => v }], ['device', 'uuid', 'kind', ...DCGM_LABELS], read(0));
+    add([{ ...PLATFORM_METRICS[1], value: (v: number) => v }], ['device', 'uuid', ...DCGM_LABELS], read(1));
   }
   if (options.groups) {
     // Every ledger read once per scrape for the five gauges.
     const read = cachedFamilies(() => groupFamilies(options.groups));
-    GROUP_METRICS.forEach((d, i) => add([{ ...d, value: (v: number) => v }], i < 2 ? GROUP_LABELS : GROUP_MEMBER_LABELS, read(i)));
+    GROUP_METRICS.forEach((d, i) =>
+      add([{ ...d, value: (v: number) => v }], [...(i < 2 ? GROUP_LABELS : GROUP_MEMBER_LABELS), ...DCGM_LABELS], read(i)),
+    );
   }
   return () => {
     for (const n of names) registry.removeSingleMetric(n);

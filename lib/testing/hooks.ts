@@ -3,6 +3,8 @@
  * (node:test, vitest, mocha, jest's setup files): the snapshot before each test, the check after.
  * A leak throws a {@link LeakError} from the `afterEach` hook, which fails the test.
  */
+import { invalidArgument } from '../base/errors';
+import { isReadable } from '../base/validate';
 import { LeakGate, LeakGateOptions, createLeakGate } from './leaks';
 
 /**
@@ -59,13 +61,21 @@ function testName(ctx: unknown): string | undefined {
  * @category Testing
  */
 export function installLeakGate(hooks: TestHooks, options?: LeakGateOptions): LeakGate {
+  if (hooks === null || (typeof hooks !== 'object' && typeof hooks !== 'function') || !isReadable(hooks))
+    throw invalidArgument('hooks', "a test runner's hooks (an object with beforeEach and afterEach)", hooks);
+  const { beforeEach, afterEach } = hooks;
+  for (const [name, fn] of [
+    ['beforeEach', beforeEach],
+    ['afterEach', afterEach],
+  ] as const)
+    if (typeof fn !== 'function') throw invalidArgument(`hooks.${name}`, "a function (the test runner's hook)", fn);
   const gate = createLeakGate(options);
   let late = false; // this test's check is registered to run after its afterEach hooks
   const check = (ctx: unknown) => {
     if (takeAllowLeaks()) gate.end();
     else gate.check(testName(ctx));
   };
-  hooks.beforeEach((ctx: unknown) => {
+  beforeEach.call(hooks, (ctx: unknown) => {
     takeAllowLeaks();
     gate.begin();
     const c = ctx as { after?: (fn: () => unknown) => unknown; onTestFinished?: (fn: () => unknown) => unknown } | undefined;
@@ -74,7 +84,7 @@ export function installLeakGate(hooks: TestHooks, options?: LeakGateOptions): Le
     else if (c && typeof c.onTestFinished === 'function') c.onTestFinished(() => check(ctx));
     else late = false;
   });
-  hooks.afterEach((ctx: unknown) => {
+  afterEach.call(hooks, (ctx: unknown) => {
     if (!late) check(ctx);
   });
   return gate;

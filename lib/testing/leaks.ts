@@ -7,11 +7,11 @@
  * CUDA's own lazy allocations. The runners' entry points (jest, node:test, vitest) call
  * {@link LeakGate.begin} and {@link LeakGate.end} around each test.
  */
-import { CudaMemoryError, argRangeError, invalidArgument } from '../base/errors';
+import { CudaMemoryError, argRangeError, fieldsOf, invalidArgument, textOf } from '../base/errors';
 import { creationSite } from '../base/internal';
 import type { LiveBufferRow } from '../base/types';
 import { formatBytes, parseSize } from '../base/units';
-import { checkBoolean, checkDevice, checkOptions, checkSize } from '../base/validate';
+import { checkBoolean, checkDevice, checkOptions, checkSize, isArray } from '../base/validate';
 import { native } from '../binding/native';
 import { memGetInfo } from '../device/discovery';
 
@@ -102,11 +102,15 @@ export interface LeakReport {
 export class LeakError extends CudaMemoryError {
   /** What leaked. */
   readonly leaks: Leak[];
-  /** Made by the gate from its report. */
+  /**
+   * Made by the gate from its report. Any argument is taken, as the other error classes take
+   * theirs: without a message the default one, without a list of leaks an empty one.
+   */
   constructor(report: LeakReport) {
-    super(report.message, 'ERR_DEVICE_MEMORY_LEAK');
+    const r = fieldsOf(report);
+    super(r.message === undefined ? 'device memory leaked' : textOf(r.message), 'ERR_DEVICE_MEMORY_LEAK');
     this.name = 'LeakError';
-    this.leaks = report.leaks;
+    this.leaks = isArray(r.leaks) ? r.leaks : [];
   }
 }
 

@@ -137,9 +137,11 @@ function contract(make, caps) {
   test('emptyCache() gives back what no block uses; a block in use keeps its memory', () => {
     const a = make({ allowGrowth: true, memoryLimit: 64 * MiB });
     const keep = a.alloc(MiB);
-    const blocks = [3 * MiB, 5 * MiB, 9 * MiB].map((n) => a.alloc(n));
+    // Large enough that the freed blocks take memory of their own: CUDA's stream-ordered pool
+    // reserves in chunks of 32 MiB, and trimming never releases the chunk a live block is in.
+    const blocks = [24 * MiB, 20 * MiB].map((n) => a.alloc(n));
     const grown = a.stats().poolBytes;
-    expect(grown).toBeGreaterThanOrEqual(18 * MiB);
+    expect(grown).toBeGreaterThanOrEqual(45 * MiB);
     blocks.forEach((b) => b.free());
     const released = a.emptyCache();
     expect(released).toBeGreaterThanOrEqual(0);

@@ -4,7 +4,7 @@
 const fs = require('fs');
 const os = require('os');
 const path = require('path');
-const { root } = require('../helpers');
+const { root, thrown: code } = require('../helpers');
 const ex = require(path.join(root, 'dist', 'bench', 'expectations'));
 
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'cuda-memory-expectations-'));
@@ -95,4 +95,23 @@ test('--expectations: a bad file stops doctor and bench before anything runs, na
   });
   expect(r.status).toBe(2);
   expect(r.stderr).toContain('--expectations is for the one-GPU benchmark');
+});
+
+test('arguments that are not expectations or a device are refused with a coded error naming them', () => {
+  const [shipped] = ex.shippedExpectations();
+  const h100 = { name: 'NVIDIA H100 PCIe', pcie: { maxGeneration: 5, maxWidth: 16 } };
+  expect(code(() => ex.expectationsMatch(null, h100))).toMatch(/^ERR_INVALID_ARG_TYPE: .* for e but received null/);
+  expect(code(() => ex.expectationsMatch({ ...shipped, match: { name: 5 } }, h100))).toMatch(/^ERR_EXPECTATIONS_INVALID: .*match\.name/);
+  expect(code(() => ex.expectationsMatch(shipped, { name: Symbol('x') }))).toMatch(
+    /^ERR_INVALID_ARG_TYPE: .* for d\.name but received a symbol/,
+  );
+  expect(code(() => ex.expectationsFor(h100, 5))).toMatch(/^ERR_INVALID_ARG_TYPE: .* for userFile but received number 5/);
+  expect(code(() => ex.expectationsFor(h100, undefined, {}))).toMatch(/^ERR_INVALID_ARG_TYPE: .* for list /);
+  expect(code(() => ex.expectationsFor(h100, undefined, [shipped, 7]))).toMatch(/for list\[1\] but received number 7/);
+  expect(code(() => ex.expectationGates({ ...shipped, expect: { h2dPinnedGbps: 1n } }))).toMatch(
+    /^ERR_EXPECTATIONS_INVALID: .*expect\.h2dPinnedGbps .*bigint 1n/,
+  );
+  expect(code(() => ex.checkExpectations({ ...shipped }, Symbol('f')))).toMatch(/^ERR_INVALID_ARG_TYPE: .* for file but received a symbol/);
+  expect(code(() => ex.checkExpectations({ ...shipped, schema: 2n }, 'f.json'))).toMatch(/^ERR_EXPECTATIONS_INVALID: .*got bigint 2n/);
+  expect(code(() => ex.checkExpectations({ ...shipped, notes: [Object.create(null)] }, 'f.json'))).toBe('returned');
 });

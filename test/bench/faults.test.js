@@ -2,7 +2,7 @@
 // The causes of a failed rate check (lib/bench/faults.ts), from NVML's answers replaced by hand:
 // each cause is named from what it saw, and only from that.
 const path = require('path');
-const { root } = require('../helpers');
+const { root, thrown } = require('../helpers');
 const { faultsFor, faultsOfFailure, clockState } = require(path.join(root, 'dist', 'bench', 'faults'));
 
 const fullLink = { currentGeneration: 5, maxGeneration: 5, currentWidth: 16, maxWidth: 16 };
@@ -184,4 +184,22 @@ describe('the benchmark: failed gates carry their causes', () => {
       `d2h.pinned>=${sxm.expect.d2hPinnedGbps}GB/s`,
     ]);
   });
+});
+
+test('an observation that is not one is refused with a coded error naming the field', () => {
+  expect(thrown(() => faultsFor(null))).toMatch(/^ERR_INVALID_ARG_TYPE: .*for o but received null/);
+  expect(thrown(() => faultsFor(healthy({ path: 'disk' })))).toMatch(/^ERR_INVALID_ARG_TYPE: .*one of host, device, peer for o\.path/);
+  expect(thrown(() => faultsFor(healthy({ pcie: { ...fullLink, maxWidth: Symbol('w') } })))).toMatch(
+    /o\.pcie\.maxWidth but received a symbol/,
+  );
+  expect(thrown(() => faultsFor(healthy({ processes: [{ pid: 1.5, usedBytes: 0 }] })))).toMatch(
+    /^ERR_OUT_OF_RANGE: .*o\.processes\[0\]\.pid/,
+  );
+  expect(thrown(() => faultsFor(healthy({ clocks: { ...clockState(nvml()), eventReasons: 2n } })))).toMatch(
+    /o\.clocks\.eventReasons but received bigint 2n/,
+  );
+  expect(thrown(() => faultsOfFailure(healthy(), 5))).toMatch(/^ERR_INVALID_ARG_TYPE: .*for what but received number 5/);
+  expect(thrown(() => clockState(nvml({ smClockMHz: -1 })))).toMatch(/^ERR_OUT_OF_RANGE: .*nvml\.smClockMHz/);
+  // A spread not measured (one repeat) is no cause, as before.
+  expect(codes(healthy({ cv: NaN }))).toEqual([]);
 });

@@ -5,7 +5,7 @@ const fs = require('fs');
 const os = require('os');
 const path = require('path');
 const { spawnSync } = require('child_process');
-const { cm, root, describeGpu } = require('../helpers');
+const { cm, root, describeGpu, thrown: code } = require('../helpers');
 const { hpcJobMapping, writeHpcJobMapping } = cm;
 const { dcgmLabels } = require(path.join(root, 'dist', 'metrics', 'families'));
 
@@ -143,4 +143,20 @@ test("several GPUs' textfile: gpu and UUID from the report's NVML indices, each 
   );
   expect(text.match(/cuda_memory_bench_versions_info\{/g)).toHaveLength(2);
   expect(text).toContain('cuda_memory_bench_versions_info{device="0",uuid="GPU-0",gpu="2",UUID="GPU-0",nvidia_driver="550.54.15"');
+});
+
+test('groups, indexOf, dir and gpuIndices that are not what they should be are refused with coded errors naming them', () => {
+  expect(code(() => hpcJobMapping(null, indexOf))).toMatch(/^ERR_INVALID_ARG_TYPE: .* for groups but received null/);
+  expect(code(() => hpcJobMapping([{ name: Symbol('g'), device: 'GPU-aaa' }], indexOf))).toMatch(
+    /for groups\[0\]\.name but received a symbol/,
+  );
+  expect(code(() => hpcJobMapping([{ name: 'a\nb', device: 'GPU-aaa' }], indexOf))).toMatch(/for groups\[0\]\.name but received/);
+  expect(code(() => hpcJobMapping([{ name: 'a', device: 5 }], indexOf))).toMatch(/for groups\[0\]\.device but received number 5/);
+  expect(code(() => hpcJobMapping([{ name: 'a', device: 'GPU-aaa' }], 'x'))).toMatch(/^ERR_INVALID_ARG_TYPE: .* for indexOf /);
+  expect(code(() => hpcJobMapping([{ name: 'a', device: 'GPU-aaa' }], () => -1))).toMatch(
+    /^ERR_OUT_OF_RANGE: .* for indexOf\("GPU-aaa"\) but received number -1/,
+  );
+  expect(code(() => writeHpcJobMapping(3, [], indexOf, []))).toMatch(/^ERR_INVALID_ARG_TYPE: .* for dir but received number 3/);
+  expect(code(() => writeHpcJobMapping(path.join(tmp, 'bad'), [], indexOf, [0, , 1]))).toMatch(/for gpuIndices /); // eslint-disable-line no-sparse-arrays
+  expect(fs.existsSync(path.join(tmp, 'bad'))).toBe(false);
 });

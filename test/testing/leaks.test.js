@@ -8,7 +8,7 @@ const fs = require('fs');
 const os = require('os');
 const path = require('path');
 const { spawnSync } = require('child_process');
-const { cm, root, gpu, describeGpu } = require('../helpers');
+const { cm, root, gpu, describeGpu, thrown } = require('../helpers');
 const testing = require(path.join(root, 'dist', 'testing'));
 
 const MiB = 2 ** 20;
@@ -333,4 +333,23 @@ describeGpu('the gate on a GPU', () => {
     expect(report.leaks).toEqual([expect.objectContaining({ level: 'driver', device: 0, source: mine ? 'nvml' : 'cuda' })]);
     expect(report.leaks[0].bytes).toBeGreaterThanOrEqual(256 * MiB);
   });
+});
+
+test('LeakError takes any argument, as the other error classes do; installLeakGate refuses hooks that are not', () => {
+  for (const arg of [undefined, null, 5, Symbol('s'), Object.create(null), { message: Symbol('m'), leaks: 'x' }]) {
+    const e = new testing.LeakError(arg);
+    expect({ code: e.code, name: e.name, leaks: e.leaks, message: typeof e.message }).toEqual({
+      code: 'ERR_DEVICE_MEMORY_LEAK',
+      name: 'LeakError',
+      leaks: [],
+      message: 'string',
+    });
+  }
+  expect(new testing.LeakError(undefined).message).toBe('device memory leaked');
+  const leaks = [row('device', 1, 4096)];
+  expect(new testing.LeakError({ message: 'm', leaks })).toMatchObject({ message: 'm', leaks });
+  expect(thrown(() => testing.installLeakGate(undefined))).toMatch(/^ERR_INVALID_ARG_TYPE: .* for hooks but received undefined/);
+  expect(thrown(() => testing.installLeakGate({ beforeEach: () => {} }))).toMatch(
+    /^ERR_INVALID_ARG_TYPE: .* for hooks\.afterEach but received undefined/,
+  );
 });

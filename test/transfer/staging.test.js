@@ -5,7 +5,7 @@
 const fs = require('fs');
 const path = require('path');
 const { execFileSync, spawnSync } = require('child_process');
-const { cm, root, describeGpu, randomBytes, same, tempDir } = require('../helpers');
+const { cm, root, describeGpu, randomBytes, rng, same, tempDir } = require('../helpers');
 const { formatTable, formatCsv, renderHtml, stagedTable } = require(path.join(root, 'dist/report/bench'));
 const { sampleReport } = require('../fixtures/sample-report');
 
