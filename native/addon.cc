@@ -4,6 +4,7 @@
 #include "allocator/backend.h"
 #include "allocator/group.h"
 #include "bench/bench.h"
+#include "binding/exports.h"
 #include "binding/instance.h"
 #include "binding/promise_worker.h"
 #include "device/discovery.h"
@@ -20,9 +21,8 @@
 
 namespace {
 
-// init({CudaMemoryError, CudaError, OutOfMemoryError, CudaUnavailableError, InterprocessError}):
-// the JS error classes that native code constructs, so every error carries the library's types
-// and `code`.
+// init: the JS error classes that native code constructs, so every error carries the library's
+// types and `code`.
 Napi::Value Init(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   cm::Instance& inst = cm::GetInstance(env);
@@ -43,7 +43,7 @@ Napi::Object RegisterExports(Napi::Env env, Napi::Object exports) {
   env.AddCleanupHook([env]() {
     cm::NoThrow("freeing a closing environment's buffers", [env] { cm::ReleaseAllLive(env); });
   });
-  exports.Set("init", Napi::Function::New(env, Init, "init"));
+  cm::Register(env, exports, {{"init", Init}});
   cm::InitDiscovery(env, exports);
   cm::InitMemory(env, exports);
   cm::InitManaged(env, exports);

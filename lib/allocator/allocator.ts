@@ -6,12 +6,13 @@
  */
 import { inspectCustom, inspectSummary } from '../base/inspect';
 import type { InspectOptionsLike, InspectLike } from '../base/inspect';
-import { native, requireCuda } from '../binding/native';
+import { native } from '../binding/native';
+import type { AllocatorHandle, StreamHandle } from '../binding/types';
 import { DeviceBuffer } from '../memory/buffers';
 import { Stream, streamOption } from '../device/stream';
 import { checkBoolean, checkDevice, checkOptions, checkSize, isInstance } from '../base/validate';
 import { invalidArgument, argTypeError, argRangeError } from '../base/errors';
-import { knownDeviceCount } from '../device/discovery';
+import { knownDeviceCount, requireCuda } from '../device/discovery';
 import { formatBytes } from '../base/units';
 import { Trace, TraceEvent, saveTrace as writeTrace } from './trace';
 import { GroupStats, SharedBudgetOptions, resolveShared } from './group';
@@ -411,7 +412,7 @@ const ALLOCATOR_NOT_CLONEABLE = notCloneable('an Allocator');
 export class Allocator {
   // First, so that cloning throws before it reaches the native handle.
   /** @internal */ readonly _noClone = ALLOCATOR_NOT_CLONEABLE;
-  /** @internal */ private _a: unknown;
+  /** @internal */ private _a: AllocatorHandle;
   /** Where the memory comes from. */
   readonly backend: AllocatorBackend;
   /** Its regions are managed memory (see AllocatorOptions.managed). */
@@ -440,7 +441,7 @@ export class Allocator {
   private _platformCap: number | null = null;
 
   /** @internal Use {@link createAllocator}. */
-  constructor(token: symbol, handle: unknown, backend: AllocatorBackend = 'bfc', fraction?: number) {
+  constructor(token: symbol, handle: AllocatorHandle, backend: AllocatorBackend = 'bfc', fraction?: number) {
     checkInternal(token, 'Allocator', 'createAllocator()');
     this._a = handle;
     this.backend = backend;
@@ -569,7 +570,7 @@ export class Allocator {
   alloc(bytes: number, options?: AllocOptions): DeviceBuffer {
     if (!isInstance(this, Allocator)) throw invalidThis('Allocator', 'alloc', this);
     if (typeof bytes !== 'number' || !Number.isSafeInteger(bytes) || bytes < 1) checkSize('bytes', bytes, 1);
-    let stream: unknown;
+    let stream: StreamHandle | undefined;
     let alignment: number | undefined;
     if (options !== undefined) {
       const o = checkOptions<AllocOptions>('options', options);
@@ -700,7 +701,7 @@ export class Allocator {
    * across it.
    */
   stats(): AllocatorStats {
-    return { ...native.allocatorStats(this._a), backend: this.backend };
+    return { ...(native.allocatorStats(this._a) as Omit<AllocatorStats, 'backend'>), backend: this.backend };
   }
 
   /** The group budget this allocator charges (see `shared`), as it is now; null if none. */
@@ -753,7 +754,7 @@ export class Allocator {
 
   /** The BFC pool's regions; the stream-ordered pool does not report its own (empty). */
   regions(): RegionInfo[] {
-    return native.allocatorRegions(this._a);
+    return native.allocatorRegions(this._a) as RegionInfo[];
   }
 
   /**

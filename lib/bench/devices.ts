@@ -5,8 +5,9 @@
  * (native/bench/devices.cc): one thread per copy, all released together each iteration.
  */
 import * as os from 'os';
-import { native, requireCuda } from '../binding/native';
-import { status, devices as listDevices, formatCudaVersion, deviceLocality, cudaVisibleDevices } from '../device/discovery';
+import { native } from '../binding/native';
+import type { CopyTarget } from '../binding/types';
+import { status, devices as listDevices, formatCudaVersion, deviceLocality, cudaVisibleDevices, requireCuda } from '../device/discovery';
 import { DeviceBuffer, PinnedBuffer } from '../memory/buffers';
 import { copy } from '../transfer/copy';
 import { summarize, rateSummary, SampleSummary } from './stats';
@@ -213,7 +214,7 @@ function allocate(device: number, n: number, mode: DevicesMode, pattern: Uint8Ar
   }
 }
 
-function target(x: PinnedBuffer | Uint8Array | DeviceBuffer): unknown {
+function target(x: PinnedBuffer | Uint8Array | DeviceBuffer): CopyTarget {
   return x instanceof Uint8Array ? x : x._h;
 }
 

@@ -3,8 +3,8 @@
  * through cudaMemcpyPeerAsync with nothing in between (the reference), both directions at once
  * through copyAsync() and raw, and the latency of a 4-byte copy. `cuda-memory bench --p2p`.
  */
-import { native, requireCuda } from '../binding/native';
-import { status } from '../device/discovery';
+import { native } from '../binding/native';
+import { status, requireCuda } from '../device/discovery';
 import { peerAccess, PeerLink } from '../device/peers';
 import { DeviceBuffer } from '../memory/buffers';
 import { copy, copyAsync } from '../transfer/copy';

@@ -7,8 +7,8 @@
 import * as fs from 'fs';
 import * as os from 'os';
 import { PerformanceObserver } from 'perf_hooks';
-import { native, requireCuda } from '../binding/native';
-import { status, devices, DeviceInfo, formatCudaVersion } from '../device/discovery';
+import { native } from '../binding/native';
+import { status, devices, DeviceInfo, formatCudaVersion, requireCuda } from '../device/discovery';
 import { DeviceBuffer, PinnedBuffer, registerHost, RegisteredBuffer, Memory } from '../memory/buffers';
 import { ManagedBuffer, ManagedLocation } from '../memory/managed';
 import { copy, copyAsync, CopyStrategy } from '../transfer/copy';

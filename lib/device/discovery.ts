@@ -1,6 +1,6 @@
 /** What CUDA can be used here: the addon's status, the devices, their memory and where they sit. */
 import * as fs from 'fs';
-import { UnavailableReason, invalidArgument } from '../base/errors';
+import { CudaUnavailableError, UnavailableReason, invalidArgument } from '../base/errors';
 import { addonPath, binaryKind, native } from '../binding/native';
 import { checkDevice } from '../base/validate';
 import { SharedMemoryInfo, sharedMemoryOf } from './shared-memory';
@@ -250,4 +250,10 @@ export function deviceLocality(pciBusId: string): DeviceLocality | null {
   } catch {
     return null;
   }
+}
+
+/** Throws CudaUnavailableError unless a CUDA device can be used. */
+export function requireCuda(): void {
+  const st = native.status();
+  if (!st.available) throw new CudaUnavailableError(st.reason as never, st.message);
 }

@@ -2,6 +2,7 @@
 import { inspectCustom, inspectSummary } from '../base/inspect';
 import type { InspectOptionsLike, InspectLike } from '../base/inspect';
 import { native } from '../binding/native';
+import type { EventHandle, StreamHandle } from '../binding/types';
 import { checkBoolean, checkDevice, checkOptions, isInstance } from '../base/validate';
 import { knownDeviceCount } from './discovery';
 import { invalidArgument, argTypeError, CudaMemoryError } from '../base/errors';
@@ -15,7 +16,7 @@ function disposedError(what: string): Error {
  * @internal The native handle of an `options.stream` (undefined when none is given), checked to
  * be a live Stream; the copy, free and alloc options all read it so.
  */
-export function streamOption(stream: unknown): unknown {
+export function streamOption(stream: unknown): StreamHandle | undefined {
   if (stream === undefined) return undefined;
   if (!isInstance(stream, Stream)) throw invalidArgument('options.stream', 'a Stream', stream);
   return (stream as Stream).handle();
@@ -27,7 +28,7 @@ export function streamOption(stream: unknown): unknown {
  * @category Devices and streams
  */
 export class Stream {
-  /** @internal */ _s: unknown;
+  /** @internal */ _s: StreamHandle;
   readonly device: number;
   private _disposed = false;
 
@@ -38,7 +39,7 @@ export class Stream {
     this._s = native.streamCreate(this.device, checkBoolean('options.nonBlocking', o.nonBlocking, true));
   }
 
-  /** @internal */ handle(): unknown {
+  /** @internal */ handle(): StreamHandle {
     if (this._disposed) throw disposedError('stream');
     return this._s;
   }
@@ -86,7 +87,7 @@ guardReceivers(Stream, 'Stream');
  * @category Devices and streams
  */
 export class Event {
-  /** @internal */ _e: unknown;
+  /** @internal */ _e: EventHandle;
   readonly device: number;
   private _disposed = false;
 
@@ -97,7 +98,7 @@ export class Event {
     this._e = native.eventCreate(this.device, checkBoolean('options.timing', o.timing, true));
   }
 
-  private handle(): unknown {
+  private handle(): EventHandle {
     if (this._disposed) throw disposedError('event');
     return this._e;
   }

@@ -4,9 +4,9 @@
  */
 import { CudaError, describe as describeValue, argTypeError, argRangeError } from '../base/errors';
 import { Stream, streamOption } from '../device/stream';
-import { native, requireCuda } from '../binding/native';
+import { native } from '../binding/native';
 import { checkBoolean, checkDevice, checkOptions, checkSize, isInstance, isReadable, wholeView } from '../base/validate';
-import { knownDeviceCount } from '../device/discovery';
+import { knownDeviceCount, requireCuda } from '../device/discovery';
 import { IpcHandle, CudaIpcDescriptor, inUseError, parseIpcHandle, parseCudaIpcDescriptor } from './ipc';
 import { lockTimeoutMs, shmDir } from '../base/shm';
 import { checkHoldable } from './detach';

@@ -6,9 +6,9 @@
  */
 import { CudaError, invalidArgument, argRangeError } from '../base/errors';
 import { Stream, streamOption } from '../device/stream';
-import { native, requireCuda } from '../binding/native';
+import { native } from '../binding/native';
 import { checkDevice, checkOptions, checkSize } from '../base/validate';
-import { knownDeviceCount } from '../device/discovery';
+import { knownDeviceCount, requireCuda } from '../device/discovery';
 import { checkInternal, guardReceivers, kInternal, notCloneable } from '../base/internal';
 import { freedError, kHandleMemory } from './handle';
 

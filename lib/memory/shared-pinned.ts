@@ -6,9 +6,9 @@
  */
 import * as path from 'path';
 import { PinnedBuffer } from './buffers';
-import { native, requireCuda } from '../binding/native';
+import { native } from '../binding/native';
 import { checkDevice, checkOptions, checkSize } from '../base/validate';
-import { knownDeviceCount } from '../device/discovery';
+import { knownDeviceCount, requireCuda } from '../device/discovery';
 import { checkShmName, shmDir } from '../base/shm';
 import { kInternal } from '../base/internal';
 

@@ -5,14 +5,15 @@
  * through host memory instead of the two of `fs.readFile` followed by `copy()`.
  */
 import { fileURLToPath } from 'url';
-import { native, type FileReadInfo } from '../binding/native';
+import { native } from '../binding/native';
+import type { FileReadInfo } from '../binding/types';
 import { Memory, resolveMemory } from '../memory/buffers';
 import { checkBoolean, checkOptions, checkSize, isInstance } from '../base/validate';
 import { argRangeError, argTypeError, describe, invalidArgument } from '../base/errors';
 import { checkHoldable, checkTakeable, takeMemory } from '../memory/detach';
 import { ManagedBuffer } from '../memory/managed';
 
-export type { FileReadInfo } from '../binding/native';
+export type { FileReadInfo } from '../binding/types';
 
 /**
  * A `file:` URL (`new URL('file:///data/model.bin')`, `pathToFileURL(p)`), named by the fields

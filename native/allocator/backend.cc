@@ -4,6 +4,7 @@
 
 #include "allocator/bfc.h"
 #include "allocator/group.h"
+#include "binding/exports.h"
 
 namespace cm {
 
@@ -232,7 +233,7 @@ Napi::Value Number(const Napi::CallbackInfo& info, uint64_t n) {
   return Napi::Number::New(info.Env(), static_cast<double>(n));
 }
 
-// createAllocator(options) -> an allocator handle of the backend the options name.
+// createAllocator: returns an allocator handle of the backend the options name.
 Napi::Value Create(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   AllocatorOptions o = ReadAllocatorOptions(env, info[0]);
@@ -251,9 +252,8 @@ Napi::Value Create(const Napi::CallbackInfo& info) {
   return ext;
 }
 
-// allocatorsLive() -> [{ kind: 'allocator' | 'group', device, simulated, count, bytes, where }]:
-// the open allocators of both backends by device, with their pool bytes, and those that are group
-// members, for leak checks.
+// allocatorsLive: the open allocators of both backends by device, with their pool bytes, and
+// those that are group members, for leak checks.
 Napi::Value AllocatorsLive(const Napi::CallbackInfo& info) {
   std::vector<LiveRow> rows;
   for (const auto& w : GetInstance(info.Env()).State<MadeAllocators>().list)
@@ -261,7 +261,7 @@ Napi::Value AllocatorsLive(const Napi::CallbackInfo& info) {
   return LiveRowsValue(info.Env(), rows);
 }
 
-// allocatorAlloc(allocator, bytes, alignment?, stream?) -> a buffer handle
+// allocatorAlloc: returns a buffer handle
 Napi::Value Alloc(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   const BackendRef& b = Unwrap(env, info[0]);
@@ -271,53 +271,51 @@ Napi::Value Alloc(const Napi::CallbackInfo& info) {
   return b->Alloc(env, b, bytes, alignment, info.Length() > 3 ? info[3] : env.Undefined());
 }
 
-// allocatorClose(allocator, force) -> bytes returned to the device (0: closed already)
+// allocatorClose: returns bytes returned to the device (0: closed already)
 Napi::Value Close(const Napi::CallbackInfo& info) {
   Backend* b = Unwrap(info.Env(), info[0], true).get();
   return Number(info, b->closed ? 0 : b->Close(info.Env(), info[1].ToBoolean()));
 }
 
-// allocatorRecord(allocator, maxEvents | null): starts recording afresh (a number) or stops.
+// allocatorRecord: starts recording afresh (a number) or stops.
 Napi::Value Record(const Napi::CallbackInfo& info) {
   Open(info)->Record(info.Env(), info[1]);
   return info.Env().Undefined();
-}
-
-void Export(Napi::Env env, Napi::Object exports, const char* name,
-            Napi::Value (*f)(const Napi::CallbackInfo&)) {
-  exports.Set(name, Napi::Function::New(env, f, name));
 }
 
 }  // namespace
 
 void InitAllocator(Napi::Env env, Napi::Object exports) {
   using Info = const Napi::CallbackInfo&;
-  Export(env, exports, "allocatorsLive", AllocatorsLive);
-  Export(env, exports, "createAllocator", Create);
-  Export(env, exports, "allocatorAlloc", Alloc);
-  Export(env, exports, "allocatorStats",
-         [](Info i) -> Napi::Value { return Open(i)->Stats(i.Env()); });
-  Export(env, exports, "allocatorRegions",
-         [](Info i) -> Napi::Value { return Open(i)->Regions(i.Env()); });
-  Export(env, exports, "allocatorInfo",
-         [](Info i) -> Napi::Value { return Open(i)->Info(i.Env()); });
-  Export(env, exports, "allocatorResetPeak", [](Info i) -> Napi::Value {
-    Open(i)->ResetPeak();
-    return i.Env().Undefined();
-  });
-  Export(env, exports, "allocatorResetAccumulated", [](Info i) -> Napi::Value {
-    Open(i)->ResetAccumulated();
-    return i.Env().Undefined();
-  });
-  Export(env, exports, "allocatorSetFraction",
-         [](Info i) { return Number(i, Open(i)->SetFraction(i.Env(), i[1])); });
-  Export(env, exports, "allocatorEmptyCache",
-         [](Info i) { return Number(i, Open(i)->EmptyCache()); });
-  Export(env, exports, "allocatorClose", Close);
-  Export(env, exports, "allocatorRecord", Record);
-  Export(env, exports, "allocatorTrace", [](Info i) { return Open(i)->Trace(i.Env()); });
-  Export(env, exports, "allocatorSnapshot", [](Info i) { return Open(i)->Snapshot(i.Env()); });
-  Export(env, exports, "blockId", BlockId);
+  Register(
+      env, exports,
+      {
+          {"allocatorsLive", AllocatorsLive},
+          {"createAllocator", Create},
+          {"allocatorAlloc", Alloc},
+          {"allocatorStats", [](Info i) -> Napi::Value { return Open(i)->Stats(i.Env()); }},
+          {"allocatorRegions", [](Info i) -> Napi::Value { return Open(i)->Regions(i.Env()); }},
+          {"allocatorInfo", [](Info i) -> Napi::Value { return Open(i)->Info(i.Env()); }},
+          {"allocatorResetPeak",
+           [](Info i) -> Napi::Value {
+             Open(i)->ResetPeak();
+             return i.Env().Undefined();
+           }},
+          {"allocatorResetAccumulated",
+           [](Info i) -> Napi::Value {
+             Open(i)->ResetAccumulated();
+             return i.Env().Undefined();
+           }},
+          {"allocatorSetFraction",
+           [](Info i) -> Napi::Value { return Number(i, Open(i)->SetFraction(i.Env(), i[1])); }},
+          {"allocatorEmptyCache",
+           [](Info i) -> Napi::Value { return Number(i, Open(i)->EmptyCache()); }},
+          {"allocatorClose", Close},
+          {"allocatorRecord", Record},
+          {"allocatorTrace", [](Info i) -> Napi::Value { return Open(i)->Trace(i.Env()); }},
+          {"allocatorSnapshot", [](Info i) -> Napi::Value { return Open(i)->Snapshot(i.Env()); }},
+          {"blockId", BlockId},
+      });
 }
 
 }  // namespace cm

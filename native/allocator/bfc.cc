@@ -322,7 +322,7 @@ Napi::Value BfcBackend::Snapshot(Napi::Env env) {
   return out;
 }
 
-// blockId(buffer handle) -> the id a recording allocator gave the block, or 0.
+// blockId: returns the id a recording allocator gave the block, or 0.
 Napi::Value BlockId(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Allocation* a = UnwrapAllocation(env, info[0], "buffer");

@@ -97,7 +97,7 @@ struct PoolAllocation : Allocation {
   core::Pool::Chunk* block = nullptr;
 };
 
-// blockId(buffer handle) -> the id a recording allocator gave the block, or 0.
+// blockId: returns the id a recording allocator gave the block, or 0.
 Napi::Value BlockId(const Napi::CallbackInfo& info);
 
 }  // namespace cm

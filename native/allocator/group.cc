@@ -6,6 +6,7 @@
 #include <map>
 #include <vector>
 
+#include "binding/exports.h"
 #include "binding/instance.h"
 #include "device/discovery.h"
 
@@ -75,7 +76,7 @@ Napi::Object GroupObject(Napi::Env env, const core::GroupSnapshot& g) {
 
 namespace {
 
-// groupPath(dir, name, device) -> the ledger file of a group
+// groupPath: returns the ledger file of a group
 Napi::Value GroupPath(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   return Napi::String::New(
@@ -83,7 +84,7 @@ Napi::Value GroupPath(const Napi::CallbackInfo& info) {
                                  ReadString(env, info[2], "device")));
 }
 
-// groupRead(path, lockTimeoutMs) -> the group object (dead members' slots cleared on the way)
+// groupRead: returns the group object (dead members' slots cleared on the way)
 Napi::Value GroupRead(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   std::string path = ReadString(env, info[0], "path");
@@ -98,8 +99,11 @@ Napi::Value GroupRead(const Napi::CallbackInfo& info) {
 }  // namespace
 
 void InitGroup(Napi::Env env, Napi::Object exports) {
-  exports.Set("groupPath", Napi::Function::New(env, GroupPath, "groupPath"));
-  exports.Set("groupRead", Napi::Function::New(env, GroupRead, "groupRead"));
+  Register(env, exports,
+           {
+               {"groupPath", GroupPath},
+               {"groupRead", GroupRead},
+           });
 }
 
 }  // namespace cm

@@ -3,13 +3,14 @@
 #include <vector>
 
 #include "bench/bench.h"
+#include "binding/exports.h"
 #include "device/discovery.h"
 
 namespace cm {
 
 namespace {
 
-// timeRawAlloc(kind 'device'|'pinned', bytes, iterations, device) -> seconds per alloc+free pair
+// timeRawAlloc: returns seconds per alloc+free pair
 Napi::Value TimeRawAlloc(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   RequireCuda(env);
@@ -40,7 +41,10 @@ Napi::Value TimeRawAlloc(const Napi::CallbackInfo& info) {
 }  // namespace
 
 void InitAllocBench(Napi::Env env, Napi::Object exports) {
-  exports.Set("timeRawAlloc", Napi::Function::New(env, TimeRawAlloc, "timeRawAlloc"));
+  Register(env, exports,
+           {
+               {"timeRawAlloc", TimeRawAlloc},
+           });
 }
 
 }  // namespace cm

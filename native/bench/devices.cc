@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "bench/bench.h"
+#include "binding/exports.h"
 #include "device/discovery.h"
 #include "transfer/copy.h"
 
@@ -77,10 +78,9 @@ void RunJob(Instance& inst, Job& job, int total, std::atomic<int>& go, std::atom
   (void)cudaGetLastError();
 }
 
-// timeTogether([{ dst, src, bytes, timing: 'events'|'clock', strategy }], warmup, iterations)
-// -> { seconds: Float64Array[] (per job, per timed iteration), wall: Float64Array }: every job on
-// a thread of its own, all released at once each iteration; `wall` runs from the release to the
-// last job's end.
+// timeTogether: returns { seconds: Float64Array[] (per job, per timed iteration), wall:
+// Float64Array }: every job on a thread of its own, all released at once each iteration; `wall`
+// runs from the release to the last job's end.
 Napi::Value TimeTogether(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   RequireCuda(env);
@@ -138,9 +138,9 @@ Napi::Value TimeTogether(const Napi::CallbackInfo& info) {
   return out;
 }
 
-// timePeerLatency(dst, src, count, warmup, iterations) -> seconds per copy: `count` 4-byte
-// cudaMemcpyPeerAsync calls back to back between two events, divided by count (how
-// p2pBandwidthLatencyTest reports latency: the link's, without a round trip to the host).
+// timePeerLatency: returns seconds per copy: `count` 4-byte cudaMemcpyPeerAsync calls back to back
+// between two events, divided by count (how p2pBandwidthLatencyTest reports latency: the link's,
+// without a round trip to the host).
 Napi::Value TimePeerLatency(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   RequireCuda(env);
@@ -183,8 +183,11 @@ Napi::Value TimePeerLatency(const Napi::CallbackInfo& info) {
 }  // namespace
 
 void InitBenchDevices(Napi::Env env, Napi::Object exports) {
-  exports.Set("timeTogether", Napi::Function::New(env, TimeTogether, "timeTogether"));
-  exports.Set("timePeerLatency", Napi::Function::New(env, TimePeerLatency, "timePeerLatency"));
+  Register(env, exports,
+           {
+               {"timeTogether", TimeTogether},
+               {"timePeerLatency", TimePeerLatency},
+           });
 }
 
 }  // namespace cm

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "bench/bench.h"
+#include "binding/exports.h"
 #include "binding/instance.h"
 #include "device/discovery.h"
 
@@ -21,11 +22,10 @@ cudaMemLocation Where(bool device, int id) {
   return l;
 }
 
-// timeRawManaged(bytes, warmup, iterations, what, device) -> seconds per call, each from the call
-// to the end of its work (a stream synchronization), as the library's rows are timed.
-// what: 'prefetch-h2d' | 'prefetch-d2h' | 'copy-h2d' | 'copy-d2h'. Before each sample the pages are
-// put where the measured call starts from (untimed): on the host, or on the device for
-// 'prefetch-d2h'.
+// timeRawManaged: returns seconds per call, each from the call to the end of its work (a stream
+// synchronization), as the library's rows are timed. what: 'prefetch-h2d' | 'prefetch-d2h' |
+// 'copy-h2d' | 'copy-d2h'. Before each sample the pages are put where the measured call starts from
+// (untimed): on the host, or on the device for 'prefetch-d2h'.
 Napi::Value TimeRawManaged(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   RequireCuda(env);
@@ -78,7 +78,10 @@ Napi::Value TimeRawManaged(const Napi::CallbackInfo& info) {
 }  // namespace
 
 void InitManagedBench(Napi::Env env, Napi::Object exports) {
-  exports.Set("timeRawManaged", Napi::Function::New(env, TimeRawManaged, "timeRawManaged"));
+  Register(env, exports,
+           {
+               {"timeRawManaged", TimeRawManaged},
+           });
 }
 
 }  // namespace cm

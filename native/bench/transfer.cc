@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "bench/bench.h"
+#include "binding/exports.h"
 #include "device/discovery.h"
 #include "transfer/copy.h"
 #include "transfer/staging.h"
@@ -19,10 +20,9 @@ Napi::Float64Array ToFloat64Array(Napi::Env env, const std::vector<double>& v) {
 
 namespace {
 
-// timeCopy(dst, src, bytes, warmup, iterations, timing: 'events'|'clock', strategy)
-// -> Float64Array of seconds per copy. 'events' issues cudaMemcpyAsync on a private stream with
-// events around each copy (pinned and device memory); 'clock' times the library's synchronous
-// copy with a steady clock (pageable memory, whatever path it takes).
+// timeCopy: returns Float64Array of seconds per copy. 'events' issues cudaMemcpyAsync on a private
+// stream with events around each copy (pinned and device memory); 'clock' times the library's
+// synchronous copy with a steady clock (pageable memory, whatever path it takes).
 Napi::Value TimeCopy(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   RequireCuda(env);
@@ -73,9 +73,9 @@ Napi::Value TimeCopy(const Napi::CallbackInfo& info) {
   return ToFloat64Array(env, samples);
 }
 
-// timeBidirectional(h2dDst, h2dSrc, d2hDst, d2hSrc, bytes, warmup, iterations, timing, strategy)
-// -> Float64Array of seconds for both copies together. 'events': two streams, both copies in
-// flight at once; 'clock': two host threads, each a synchronous library copy.
+// timeBidirectional: returns Float64Array of seconds for both copies together. 'events': two
+// streams, both copies in flight at once; 'clock': two host threads, each a synchronous library
+// copy.
 Napi::Value TimeBidirectional(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   RequireCuda(env);
@@ -143,9 +143,8 @@ Napi::Value TimeBidirectional(const Napi::CallbackInfo& info) {
   return ToFloat64Array(env, samples);
 }
 
-// timeRawPinned(bytes, warmup, iterations, direction 'h2d'|'d2h', device): the reference that
-// pinned copies are held to: plain cudaMemcpy between cudaMallocHost and cudaMalloc memory,
-// timed with a steady clock, with no library code in between.
+// timeRawPinned: the reference that pinned copies are held to: plain cudaMemcpy between
+// cudaMallocHost and cudaMalloc memory, timed with a steady clock, with no library code in between.
 Napi::Value TimeRawPinned(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   RequireCuda(env);
@@ -176,11 +175,10 @@ Napi::Value TimeRawPinned(const Napi::CallbackInfo& info) {
   return ToFloat64Array(env, samples);
 }
 
-// timeHostCopy(pageable, pinned, bytes, warmup, iterations, direction 'h2d'|'d2h'|'bidir')
-// -> seconds per copy: the host memory copy rate the staged path is bound by, measured with its
-// own team of threads and store kind. 'h2d' copies pageable into pinned memory, 'd2h' back,
-// 'bidir' both at once from two threads (pinned's first half into pageable's second half and
-// the reverse), as the two directions of a bidirectional staged copy share the team.
+// timeHostCopy: returns seconds per copy: the host memory copy rate the staged path is bound by,
+// measured with its own team of threads and store kind. 'h2d' copies pageable into pinned memory,
+// 'd2h' back, 'bidir' both at once from two threads (pinned's first half into pageable's second
+// half and the reverse), as the two directions of a bidirectional staged copy share the team.
 Napi::Value TimeHostCopy(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   RequireCuda(env);
@@ -222,7 +220,7 @@ Napi::Value TimeHostCopy(const Napi::CallbackInfo& info) {
   return ToFloat64Array(env, samples);
 }
 
-// timeHostRegister(view, iterations) -> seconds per cudaHostRegister+cudaHostUnregister
+// timeHostRegister: returns seconds per cudaHostRegister+cudaHostUnregister
 Napi::Value TimeHostRegister(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   RequireCuda(env);
@@ -244,12 +242,14 @@ Napi::Value TimeHostRegister(const Napi::CallbackInfo& info) {
 }  // namespace
 
 void InitBench(Napi::Env env, Napi::Object exports) {
-  exports.Set("timeCopy", Napi::Function::New(env, TimeCopy, "timeCopy"));
-  exports.Set("timeBidirectional",
-              Napi::Function::New(env, TimeBidirectional, "timeBidirectional"));
-  exports.Set("timeRawPinned", Napi::Function::New(env, TimeRawPinned, "timeRawPinned"));
-  exports.Set("timeHostCopy", Napi::Function::New(env, TimeHostCopy, "timeHostCopy"));
-  exports.Set("timeHostRegister", Napi::Function::New(env, TimeHostRegister, "timeHostRegister"));
+  Register(env, exports,
+           {
+               {"timeCopy", TimeCopy},
+               {"timeBidirectional", TimeBidirectional},
+               {"timeRawPinned", TimeRawPinned},
+               {"timeHostCopy", TimeHostCopy},
+               {"timeHostRegister", TimeHostRegister},
+           });
 }
 
 }  // namespace cm

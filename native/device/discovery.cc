@@ -8,6 +8,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "binding/exports.h"
 #include "core/device/uuid.h"
 #include "device/nvml.h"
 #include "device/platform.h"
@@ -209,7 +210,7 @@ Napi::Array ProcessList(Napi::Env env, const std::vector<GpuProcess>& procs) {
   return out;
 }
 
-// nvmlState(pciBusId) -> { driverVersion, smClockMHz, smClockMaxMHz, memoryClockMHz,
+// nvmlState: returns { driverVersion, smClockMHz, smClockMaxMHz, memoryClockMHz,
 // memoryClockMaxMHz, clocksEventReasons, processes: [{ pid, usedBytes }] } with null for what
 // NVML does not answer, or null when NVML does not know the device. Needs no CUDA context: the
 // leak checks and the doctor's causes read it without touching the device.
@@ -335,7 +336,7 @@ bool NvmlProcesses(const std::string& uuid, std::vector<GpuProcess>* out) {
 
 namespace {
 
-// deviceProcesses(uuid) -> [{ pid, usedBytes }] (usedBytes null where NVML cannot tell), or null
+// deviceProcesses: returns [{ pid, usedBytes }] (usedBytes null where NVML cannot tell), or null
 // where NVML cannot answer.
 Napi::Value DeviceProcesses(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
@@ -347,11 +348,14 @@ Napi::Value DeviceProcesses(const Napi::CallbackInfo& info) {
 }  // namespace
 
 void InitDiscovery(Napi::Env env, Napi::Object exports) {
-  exports.Set("status", Napi::Function::New(env, Status, "status"));
-  exports.Set("devices", Napi::Function::New(env, Devices, "devices"));
-  exports.Set("memGetInfo", Napi::Function::New(env, MemGetInfo, "memGetInfo"));
-  exports.Set("deviceProcesses", Napi::Function::New(env, DeviceProcesses, "deviceProcesses"));
-  exports.Set("nvmlState", Napi::Function::New(env, NvmlState, "nvmlState"));
+  Register(env, exports,
+           {
+               {"status", Status},
+               {"devices", Devices},
+               {"memGetInfo", MemGetInfo},
+               {"deviceProcesses", DeviceProcesses},
+               {"nvmlState", NvmlState},
+           });
 }
 
 }  // namespace cm

@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "binding/exports.h"
 #include "core/device/peer_grants.h"
 #include "device/discovery.h"
 
@@ -125,7 +126,7 @@ Napi::Value PairRate(Napi::Env env, const core::PairLinks& pair, int from, int t
   return o;
 }
 
-// peerAccess() -> [{ from, to, canAccess, enabled, performanceRank, nativeAtomics, linkType,
+// peerAccess: returns [{ from, to, canAccess, enabled, performanceRank, nativeAtomics, linkType,
 // nvlinks, viaNvSwitch, nvlinkRate }] for every ordered pair of devices. The link comes from NVML
 // ('unknown' and null without it).
 Napi::Value PeerAccess(const Napi::CallbackInfo& info) {
@@ -168,7 +169,7 @@ Napi::Value PeerAccess(const Napi::CallbackInfo& info) {
   return out;
 }
 
-// enablePeerAccess(from, to) -> whether access from `from` to `to` is on
+// enablePeerAccess: returns whether access from `from` to `to` is on
 Napi::Value EnablePeerJs(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   int from = ReadInt(env, info[0], "from", 0, 1 << 20);
@@ -181,8 +182,11 @@ Napi::Value EnablePeerJs(const Napi::CallbackInfo& info) {
 }  // namespace
 
 void InitPeer(Napi::Env env, Napi::Object exports) {
-  exports.Set("peerAccess", Napi::Function::New(env, PeerAccess, "peerAccess"));
-  exports.Set("enablePeerAccess", Napi::Function::New(env, EnablePeerJs, "enablePeerAccess"));
+  Register(env, exports,
+           {
+               {"peerAccess", PeerAccess},
+               {"enablePeerAccess", EnablePeerJs},
+           });
 }
 
 }  // namespace cm

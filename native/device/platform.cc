@@ -2,6 +2,7 @@
 
 #include <cctype>
 
+#include "binding/exports.h"
 #include "binding/instance.h"
 #include "core/device/platform_limits.h"
 #include "device/nvml.h"
@@ -50,7 +51,7 @@ Napi::Object LimitObject(Napi::Env env, const core::PlatformLimit& l) {
   return o;
 }
 
-// platformLimits(root, env, [{ index, pciBusId, uuid }]) -> the report of DetectPlatform.
+// platformLimits: returns the report of DetectPlatform.
 Napi::Value PlatformLimits(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   std::string root = ReadString(env, info[0], "root");
@@ -174,7 +175,10 @@ Napi::Value MigObject(Napi::Env env, const std::string& pci_bus_id, const std::s
 }
 
 void InitPlatform(Napi::Env env, Napi::Object exports) {
-  exports.Set("platformLimits", Napi::Function::New(env, PlatformLimits, "platformLimits"));
+  Register(env, exports,
+           {
+               {"platformLimits", PlatformLimits},
+           });
 }
 
 }  // namespace cm

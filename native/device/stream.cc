@@ -1,5 +1,6 @@
 #include "device/stream.h"
 
+#include "binding/exports.h"
 #include "device/discovery.h"
 
 namespace cm {
@@ -142,7 +143,7 @@ Napi::Value EventQuery(const Napi::CallbackInfo& info) {
   return Napi::Boolean::New(info.Env(), true);
 }
 
-// eventElapsed(start, end) -> milliseconds
+// eventElapsed: returns milliseconds
 Napi::Value EventElapsed(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   EventRec* a = Unwrap<EventRec>(env, info[0], &kEventTag, "event");
@@ -183,17 +184,19 @@ StreamRec* UnwrapStreamRec(Napi::Env env, Napi::Value v) {
 }
 
 void InitStreams(Napi::Env env, Napi::Object exports) {
-  exports.Set("streamCreate", Napi::Function::New(env, StreamCreate, "streamCreate"));
-  exports.Set("streamSynchronize",
-              Napi::Function::New(env, StreamSynchronize, "streamSynchronize"));
-  exports.Set("streamQuery", Napi::Function::New(env, StreamQuery, "streamQuery"));
-  exports.Set("streamDestroy", Napi::Function::New(env, StreamDestroy, "streamDestroy"));
-  exports.Set("eventCreate", Napi::Function::New(env, EventCreate, "eventCreate"));
-  exports.Set("eventRecord", Napi::Function::New(env, EventRecord, "eventRecord"));
-  exports.Set("eventSynchronize", Napi::Function::New(env, EventSynchronize, "eventSynchronize"));
-  exports.Set("eventQuery", Napi::Function::New(env, EventQuery, "eventQuery"));
-  exports.Set("eventElapsed", Napi::Function::New(env, EventElapsed, "eventElapsed"));
-  exports.Set("eventDestroy", Napi::Function::New(env, EventDestroy, "eventDestroy"));
+  Register(env, exports,
+           {
+               {"streamCreate", StreamCreate},
+               {"streamSynchronize", StreamSynchronize},
+               {"streamQuery", StreamQuery},
+               {"streamDestroy", StreamDestroy},
+               {"eventCreate", EventCreate},
+               {"eventRecord", EventRecord},
+               {"eventSynchronize", EventSynchronize},
+               {"eventQuery", EventQuery},
+               {"eventElapsed", EventElapsed},
+               {"eventDestroy", EventDestroy},
+           });
 }
 
 }  // namespace cm

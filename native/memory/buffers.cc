@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "binding/exports.h"
 #include "binding/instance.h"
 #include "core/device/numa.h"
 #include "device/discovery.h"
@@ -161,7 +162,7 @@ Napi::Value ExposeHostMemory(Napi::Env env, Allocation* a) {
 
 namespace {
 
-// pinnedAlloc(bytes, flags, device) -> [handle, arrayBuffer]
+// pinnedAlloc: returns [handle, arrayBuffer]
 Napi::Value PinnedAlloc(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   uint64_t bytes = ReadSize(env, info[0], "bytes");
@@ -193,8 +194,8 @@ Napi::Value PinnedAlloc(const Napi::CallbackInfo& info) {
   return ExposeHostMemory(env, a);
 }
 
-// registerHost(view: TypedArray|DataView, flags, device) -> handle. The view is held by a strong
-// reference until unregistered, so its memory cannot be collected while page-locked.
+// registerHost: returns the handle. The view is held by a strong reference until unregistered, so
+// its memory cannot be collected while page-locked.
 Napi::Value RegisterHost(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   char* data = nullptr;
@@ -236,9 +237,9 @@ Napi::Value Free(const Napi::CallbackInfo& info) {
   return Napi::Boolean::New(env, true);
 }
 
-// freeOn(handle, stream): frees a buffer after the work queued on `stream`. A kind freed in
-// stream order (BufferOps::free_on) is freed in that stream's order; any other memory waits for
-// the stream, then is freed.
+// freeOn: frees a buffer after the work queued on `stream`. A kind freed in stream order
+// (BufferOps::free_on) is freed in that stream's order; any other memory waits for the stream, then
+// is freed.
 Napi::Value FreeOn(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Allocation* a = UnwrapAllocation(env, info[0], "buffer", true);
@@ -278,7 +279,8 @@ Napi::Value AddressValue(Napi::Env env, const void* p) {
   return Napi::Number::New(env, static_cast<double>(v));
 }
 
-// handleInfo(handle) -> { address, devicePointer: number|null, released, simulated, numaNode }
+// handleInfo: returns { address: number, devicePointer: number|null, released, simulated,
+// numaNode }
 Napi::Value HandleInfo(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Allocation* a = UnwrapAllocation(env, info[0], "buffer", true);
@@ -324,7 +326,7 @@ struct RawAllocations : InstanceState {
   }
 };
 
-// liveSummary() -> [{ kind, device, simulated, count, bytes, where }]: the live buffers of this
+// liveSummary: returns [{ kind, device, simulated, count, bytes, where }]: the live buffers of this
 // environment by kind and device, and the listed raw allocations, for leak checks. A buffer freed
 // while a copy still uses it counts until that copy settles, since its memory is held until then.
 Napi::Value LiveSummary(const Napi::CallbackInfo& info) {
@@ -340,7 +342,7 @@ Napi::Value LiveSummary(const Napi::CallbackInfo& info) {
   return LiveRowsValue(env, rows);
 }
 
-// rawDeviceAlloc(bytes, device, simulated, where, listed) -> address
+// rawDeviceAlloc: returns the allocation's device address
 Napi::Value RawDeviceAlloc(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   uint64_t bytes = ReadSize(env, info[0], "bytes");
@@ -361,7 +363,7 @@ Napi::Value RawDeviceAlloc(const Napi::CallbackInfo& info) {
   return Napi::Number::New(env, static_cast<double>(address));
 }
 
-// rawDeviceFree(address) -> whether it was a live raw allocation (and is freed now)
+// rawDeviceFree: returns whether it was a live raw allocation (and is freed now)
 Napi::Value RawDeviceFree(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   uint64_t address = ReadSize(env, info[0], "address");
@@ -424,16 +426,19 @@ void ReleaseAllLive(Napi::Env env) {
 }
 
 void InitMemory(Napi::Env env, Napi::Object exports) {
-  exports.Set("deviceAlloc", Napi::Function::New(env, DeviceAlloc, "deviceAlloc"));
-  exports.Set("pinnedAlloc", Napi::Function::New(env, PinnedAlloc, "pinnedAlloc"));
-  exports.Set("registerHost", Napi::Function::New(env, RegisterHost, "registerHost"));
-  exports.Set("free", Napi::Function::New(env, Free, "free"));
-  exports.Set("freeOn", Napi::Function::New(env, FreeOn, "freeOn"));
-  exports.Set("handleInfo", Napi::Function::New(env, HandleInfo, "handleInfo"));
-  exports.Set("liveCount", Napi::Function::New(env, LiveCount, "liveCount"));
-  exports.Set("liveSummary", Napi::Function::New(env, LiveSummary, "liveSummary"));
-  exports.Set("rawDeviceAlloc", Napi::Function::New(env, RawDeviceAlloc, "rawDeviceAlloc"));
-  exports.Set("rawDeviceFree", Napi::Function::New(env, RawDeviceFree, "rawDeviceFree"));
+  Register(env, exports,
+           {
+               {"deviceAlloc", DeviceAlloc},
+               {"pinnedAlloc", PinnedAlloc},
+               {"registerHost", RegisterHost},
+               {"free", Free},
+               {"freeOn", FreeOn},
+               {"handleInfo", HandleInfo},
+               {"liveCount", LiveCount},
+               {"liveSummary", LiveSummary},
+               {"rawDeviceAlloc", RawDeviceAlloc},
+               {"rawDeviceFree", RawDeviceFree},
+           });
 }
 
 }  // namespace cm

@@ -3,6 +3,7 @@
 #include <array>
 #include <cstring>
 
+#include "binding/exports.h"
 #include "binding/instance.h"
 #include "core/memory/ipc_record.h"
 #include "device/discovery.h"
@@ -104,8 +105,8 @@ core::IpcDescriptor ReadDescriptor(Napi::Env env, Napi::Value v) {
   return d;
 }
 
-// ipcExport(handle, dir, lockTimeoutMs) -> descriptor. The same buffer exports once; later calls
-// return it again. The wait for the record's lock, here and at every later count or free.
+// ipcExport: returns the descriptor. The same buffer exports once; later calls return it again. The
+// wait for the record's lock, here and at every later count or free.
 Napi::Value IpcExport(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Allocation* a = UnwrapAllocation(env, info[0], "buffer");
@@ -207,7 +208,7 @@ void RefuseIfOpen(Napi::Env env, const uint8_t* handle, uint64_t offset, uint64_
 
 namespace {
 
-// ipcImport(descriptor, dir, device | -1, lockTimeoutMs) -> [handle, device]
+// ipcImport: returns [handle, device]
 Napi::Value IpcImport(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   core::IpcDescriptor d = ReadDescriptor(env, info[0]);
@@ -270,7 +271,7 @@ Napi::Value IpcImport(const Napi::CallbackInfo& info) {
   return out;
 }
 
-// ipcImporters(handle) -> pids of the processes that hold the exported buffer open
+// ipcImporters: returns pids of the processes that hold the exported buffer open
 Napi::Value IpcImportersJs(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Allocation* a = UnwrapAllocation(env, info[0], "buffer");
@@ -285,9 +286,9 @@ Napi::Value IpcImportersJs(const Napi::CallbackInfo& info) {
   return out;
 }
 
-// ipcWithdraw(handle, force) -> the pids that hold the exported buffer open; empty when its
-// record was removed (no process can open it any more). One step under the record's lock, so no
-// importer opens it between the count and the removal; free() goes on only when it is empty.
+// ipcWithdraw: returns the pids that hold the exported buffer open; empty when its record was
+// removed (no process can open it any more). One step under the record's lock, so no importer opens
+// it between the count and the removal; free() goes on only when it is empty.
 Napi::Value IpcWithdraw(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Allocation* a = UnwrapAllocation(env, info[0], "buffer");
@@ -306,10 +307,13 @@ Napi::Value IpcWithdraw(const Napi::CallbackInfo& info) {
 }  // namespace
 
 void InitIpc(Napi::Env env, Napi::Object exports) {
-  exports.Set("ipcExport", Napi::Function::New(env, IpcExport, "ipcExport"));
-  exports.Set("ipcImport", Napi::Function::New(env, IpcImport, "ipcImport"));
-  exports.Set("ipcImporters", Napi::Function::New(env, IpcImportersJs, "ipcImporters"));
-  exports.Set("ipcWithdraw", Napi::Function::New(env, IpcWithdraw, "ipcWithdraw"));
+  Register(env, exports,
+           {
+               {"ipcExport", IpcExport},
+               {"ipcImport", IpcImport},
+               {"ipcImporters", IpcImportersJs},
+               {"ipcWithdraw", IpcWithdraw},
+           });
 }
 
 }  // namespace cm

@@ -6,6 +6,7 @@
 #include <array>
 #include <string>
 
+#include "binding/exports.h"
 #include "binding/instance.h"
 #include "core/memory/ipc_record.h"
 #include "device/discovery.h"
@@ -28,8 +29,7 @@ uint64_t ReadU64(Napi::Env env, Napi::Value v, const char* what) {
   return static_cast<uint64_t>(x);
 }
 
-// ipcImportForeign(handle hex (128 digits), offset, byteLength, device uuid, wanted device | -1,
-// allocationBytes | -1) -> [buffer handle, device, allocation bytes]
+// ipcImportForeign: returns [buffer handle, device, allocation bytes]
 Napi::Value IpcImportForeign(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   std::array<uint8_t, 64> bytes{};
@@ -96,8 +96,8 @@ Napi::Value IpcImportForeign(const Napi::CallbackInfo& info) {
   return out;
 }
 
-// allocationBytesFrom(buffer handle) -> bytes from the buffer's start to the end of the CUDA
-// allocation holding it, or -1 when the driver cannot say.
+// allocationBytesFrom: returns bytes from the buffer's start to the end of the CUDA allocation
+// holding it, or -1 when the driver cannot say.
 Napi::Value AllocationBytesFrom(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Allocation* a = UnwrapAllocation(env, info[0], "buffer");
@@ -109,9 +109,11 @@ Napi::Value AllocationBytesFrom(const Napi::CallbackInfo& info) {
 }  // namespace
 
 void InitForeignIpc(Napi::Env env, Napi::Object exports) {
-  exports.Set("ipcImportForeign", Napi::Function::New(env, IpcImportForeign, "ipcImportForeign"));
-  exports.Set("allocationBytesFrom",
-              Napi::Function::New(env, AllocationBytesFrom, "allocationBytesFrom"));
+  Register(env, exports,
+           {
+               {"ipcImportForeign", IpcImportForeign},
+               {"allocationBytesFrom", AllocationBytesFrom},
+           });
 }
 
 }  // namespace cm

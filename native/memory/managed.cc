@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "binding/exports.h"
 #include "binding/instance.h"
 #include "binding/promise_worker.h"
 #include "device/discovery.h"
@@ -81,7 +82,7 @@ char* ReadRange(Napi::Env env, Allocation* a, Napi::Value off, Napi::Value len, 
   return static_cast<char*>(a->ptr) + offset;
 }
 
-// managedAlloc(bytes, device, attachHost) -> [handle, arrayBuffer]
+// managedAlloc: returns [handle, arrayBuffer]
 Napi::Value ManagedAlloc(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   uint64_t bytes = ReadSize(env, info[0], "bytes");
@@ -173,7 +174,7 @@ class PrefetchWorker : public PromiseWorker {
   Napi::ObjectReference keep_;
 };
 
-// managedPrefetch(handle, offset, byteLength, location, stream?) -> Promise<void>
+// managedPrefetch: returns Promise<void>
 Napi::Value ManagedPrefetch(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   RequireCuda(env);
@@ -189,7 +190,6 @@ Napi::Value ManagedPrefetch(const Napi::CallbackInfo& info) {
   return promise;
 }
 
-// managedAdvise(handle, offset, byteLength, advice 1..6 (cudaMemoryAdvise), location)
 Napi::Value ManagedAdvise(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   RequireCuda(env);
@@ -209,8 +209,8 @@ Napi::Value ManagedAdvise(const Napi::CallbackInfo& info) {
   return env.Undefined();
 }
 
-// managedAttributes(handle, offset, byteLength) -> { readMostly, preferredLocation,
-// lastPrefetchLocation, accessedBy } as cudaMemRangeGetAttribute reports them for the range.
+// managedAttributes: returns { readMostly, preferredLocation, lastPrefetchLocation, accessedBy } as
+// cudaMemRangeGetAttribute reports them for the range.
 Napi::Value ManagedAttributes(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   RequireCuda(env);
@@ -250,8 +250,8 @@ Napi::Value ManagedAttributes(const Napi::CallbackInfo& info) {
   return o;
 }
 
-// managedConcurrent(device) -> whether the device accesses managed memory concurrently with the
-// host (cudaDevAttrConcurrentManagedAccess).
+// managedConcurrent: returns whether the device accesses managed memory concurrently with the host
+// (cudaDevAttrConcurrentManagedAccess).
 Napi::Value ManagedConcurrent(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   RequireCuda(env);
@@ -260,8 +260,8 @@ Napi::Value ManagedConcurrent(const Napi::CallbackInfo& info) {
   return Napi::Boolean::New(env, ConcurrentManagedAccess(device));
 }
 
-// managedSynchronize(device): waits for all work on the device (cudaDeviceSynchronize), which a
-// device without concurrent managed access needs before the host touches managed memory.
+// managedSynchronize: waits for all work on the device (cudaDeviceSynchronize), which a device
+// without concurrent managed access needs before the host touches managed memory.
 Napi::Value ManagedSynchronize(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   RequireCuda(env);
@@ -288,15 +288,15 @@ bool ConcurrentManagedAccess(int device) noexcept {
 }
 
 void InitManaged(Napi::Env env, Napi::Object exports) {
-  exports.Set("managedAlloc", Napi::Function::New(env, ManagedAlloc, "managedAlloc"));
-  exports.Set("managedPrefetch", Napi::Function::New(env, ManagedPrefetch, "managedPrefetch"));
-  exports.Set("managedAdvise", Napi::Function::New(env, ManagedAdvise, "managedAdvise"));
-  exports.Set("managedAttributes",
-              Napi::Function::New(env, ManagedAttributes, "managedAttributes"));
-  exports.Set("managedConcurrent",
-              Napi::Function::New(env, ManagedConcurrent, "managedConcurrent"));
-  exports.Set("managedSynchronize",
-              Napi::Function::New(env, ManagedSynchronize, "managedSynchronize"));
+  Register(env, exports,
+           {
+               {"managedAlloc", ManagedAlloc},
+               {"managedPrefetch", ManagedPrefetch},
+               {"managedAdvise", ManagedAdvise},
+               {"managedAttributes", ManagedAttributes},
+               {"managedConcurrent", ManagedConcurrent},
+               {"managedSynchronize", ManagedSynchronize},
+           });
 }
 
 }  // namespace cm

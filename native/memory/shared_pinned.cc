@@ -7,6 +7,7 @@
 
 #include <cerrno>
 
+#include "binding/exports.h"
 #include "binding/instance.h"
 #include "core/base/shm.h"
 #include "device/discovery.h"
@@ -75,7 +76,7 @@ Napi::Value MapAndRegister(Napi::Env env, int fd, const std::string& path, size_
   return ExposeHostMemory(env, a);
 }
 
-// sharedHostCreate(path, bytes, device) -> [handle, arrayBuffer]
+// sharedHostCreate: returns [handle, arrayBuffer]
 Napi::Value SharedHostCreate(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   std::string path = ReadString(env, info[0], "path");
@@ -100,7 +101,7 @@ Napi::Value SharedHostCreate(const Napi::CallbackInfo& info) {
   return MapAndRegister(env, fd, path, bytes, device, true);
 }
 
-// sharedHostOpen(path, device) -> [handle, arrayBuffer]
+// sharedHostOpen: returns [handle, arrayBuffer]
 Napi::Value SharedHostOpen(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   std::string path = ReadString(env, info[0], "path");
@@ -125,7 +126,7 @@ Napi::Value SharedHostOpen(const Napi::CallbackInfo& info) {
   return MapAndRegister(env, fd, path, static_cast<size_t>(st.st_size), device, false);
 }
 
-// sharedHostUnlink(path) -> whether a file was removed
+// sharedHostUnlink: returns whether a file was removed
 Napi::Value SharedHostUnlink(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   std::string path = ReadString(env, info[0], "path");
@@ -146,9 +147,12 @@ Napi::Value SharedHostUnlink(const Napi::CallbackInfo& info) {
 }  // namespace
 
 void InitSharedHost(Napi::Env env, Napi::Object exports) {
-  exports.Set("sharedHostCreate", Napi::Function::New(env, SharedHostCreate, "sharedHostCreate"));
-  exports.Set("sharedHostOpen", Napi::Function::New(env, SharedHostOpen, "sharedHostOpen"));
-  exports.Set("sharedHostUnlink", Napi::Function::New(env, SharedHostUnlink, "sharedHostUnlink"));
+  Register(env, exports,
+           {
+               {"sharedHostCreate", SharedHostCreate},
+               {"sharedHostOpen", SharedHostOpen},
+               {"sharedHostUnlink", SharedHostUnlink},
+           });
 }
 
 }  // namespace cm

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <string>
 
+#include "binding/exports.h"
 #include "binding/promise_worker.h"
 #include "device/discovery.h"
 #include "device/peers.h"
@@ -256,7 +257,7 @@ struct CopyArgsState : InstanceState {
   Napi::Reference<Napi::ArrayBuffer> args;
 };
 
-// copyArgs() -> the ArrayBuffer of kCopyArgs doubles that copyHandles() reads: made once per
+// copyArgs: returns the ArrayBuffer of kCopyArgs doubles that copyHandles() reads: made once per
 // instance of the addon, and kept by it, so its memory stays where it is.
 Napi::Value CopyArgsBuffer(const Napi::CallbackInfo& info) {
   CopyArgsState& st = GetInstance(info.Env()).State<CopyArgsState>();
@@ -267,11 +268,11 @@ Napi::Value CopyArgsBuffer(const Napi::CallbackInfo& info) {
   return st.args.Value();
 }
 
-// copyHandles(): copy() between two buffer handles, whole ranges from offset 0, with no strategy
-// or stream: the handles of dst and src and the byte count are read from copyArgs(), written
-// there by the JavaScript layer just before. A Node-API call that reads five arguments cost more
-// than the rest of the library's share of a 4 KiB copy on the H100 (docs/transfers.md). The same
-// checks as copy() run on what is read.
+// copyHandles: copy() between two buffer handles, whole ranges from offset 0, with no strategy or
+// stream: the handles of dst and src and the byte count are read from copyArgs(), written there by
+// the JavaScript layer just before. A Node-API call that reads five arguments cost more than the
+// rest of the library's share of a 4 KiB copy on the H100 (docs/transfers.md). The same checks as
+// copy() run on what is read.
 Napi::Value CopyHandles(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Instance& inst = GetInstance(env);
@@ -385,7 +386,6 @@ Napi::Value CopyAsync(const Napi::CallbackInfo& info) {
   return p;
 }
 
-// memset(target, offset, byteLength, value)
 Napi::Value Memset(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Endpoint e = ResolveEndpoint(env, info[0], "buffer");
@@ -427,11 +427,14 @@ Napi::Value Memset(const Napi::CallbackInfo& info) {
 }  // namespace
 
 void InitCopy(Napi::Env env, Napi::Object exports) {
-  exports.Set("copy", Napi::Function::New(env, Copy, "copy"));
-  exports.Set("copyArgs", Napi::Function::New(env, CopyArgsBuffer, "copyArgs"));
-  exports.Set("copyHandles", Napi::Function::New(env, CopyHandles, "copyHandles"));
-  exports.Set("copyAsync", Napi::Function::New(env, CopyAsync, "copyAsync"));
-  exports.Set("memset", Napi::Function::New(env, Memset, "memset"));
+  Register(env, exports,
+           {
+               {"copy", Copy},
+               {"copyArgs", CopyArgsBuffer},
+               {"copyHandles", CopyHandles},
+               {"copyAsync", CopyAsync},
+               {"memset", Memset},
+           });
 }
 
 }  // namespace cm

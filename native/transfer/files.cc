@@ -24,6 +24,7 @@
 
 #include "binding/args.h"
 #include "binding/errors.h"
+#include "binding/exports.h"
 #include "binding/handles.h"
 #include "binding/instance.h"
 #include "binding/promise_worker.h"
@@ -703,7 +704,7 @@ FileFailure RunWrite(const WriteRequest& w) {
   return CommitReplace(w.path, r, &fd, w.fsync);
 }
 
-// fileReplaceBegin(path) -> [tmp, target]: a file that writes (fileWrite with a fileOffset) fill
+// fileReplaceBegin: returns [tmp, target]: a file that writes (fileWrite with a fileOffset) fill
 // before fileReplaceCommit renames it over the target; what saveSafetensors assembles a file in.
 Napi::Value FileReplaceBegin(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
@@ -717,7 +718,7 @@ Napi::Value FileReplaceBegin(const Napi::CallbackInfo& info) {
   return a;
 }
 
-// fileReplaceCommit(path, tmp, target, fsync): renames tmp over target (see CommitReplace); the
+// fileReplaceCommit: renames tmp over target (see CommitReplace); the
 // temporary file is removed on failure.
 Napi::Value FileReplaceCommit(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
@@ -934,9 +935,9 @@ Napi::Value FileWriteAsync(const Napi::CallbackInfo& info) {
   return p;
 }
 
-// fileStorageRead(path, fileOffset, byteLength | -1, direct 0|1|2) -> { bytes, seconds, direct,
-// directReason }: the library's read path without a GPU (the bytes stop in the ring), the
-// storage's own rate for the file benchmark. Needs no CUDA.
+// fileStorageRead: returns { bytes, seconds, direct, directReason }: the library's read path
+// without a GPU (the bytes stop in the ring), the storage's own rate for the file benchmark. Needs
+// no CUDA.
 Napi::Value FileStorageRead(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   ReadRequest r;
@@ -983,9 +984,9 @@ double Resident(int fd, uint64_t size) {
   return looked ? static_cast<double>(in) / looked : 0;
 }
 
-// fileCache(path, drop) -> { resident, dropped }: how much of the file is in the page cache, after
-// asking the kernel to drop it when `drop` (posix_fadvise DONTNEED, after writing back its dirty
-// pages; any user may, for a file they can open).
+// fileCache: returns { resident, dropped }: how much of the file is in the page cache, after asking
+// the kernel to drop it when `drop` (posix_fadvise DONTNEED, after writing back its dirty pages;
+// any user may, for a file they can open).
 Napi::Value FileCache(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   std::string path = ReadString(env, info[0], "path");
@@ -1004,7 +1005,7 @@ Napi::Value FileCache(const Napi::CallbackInfo& info) {
   return o;
 }
 
-// fileDirectChoices() -> [{ device, direct, directRate, bufferedRate, reason }]: what the
+// fileDirectChoices: returns [{ device, direct, directRate, bufferedRate, reason }]: what the
 // measurements at first use chose per file system.
 Napi::Value FileDirectChoices(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
@@ -1026,17 +1027,18 @@ Napi::Value FileDirectChoices(const Napi::CallbackInfo& info) {
 }  // namespace
 
 void InitFiles(Napi::Env env, Napi::Object exports) {
-  exports.Set("fileRead", Napi::Function::New(env, FileRead, "fileRead"));
-  exports.Set("fileReadAsync", Napi::Function::New(env, FileReadAsync, "fileReadAsync"));
-  exports.Set("fileWrite", Napi::Function::New(env, FileWrite, "fileWrite"));
-  exports.Set("fileWriteAsync", Napi::Function::New(env, FileWriteAsync, "fileWriteAsync"));
-  exports.Set("fileStorageRead", Napi::Function::New(env, FileStorageRead, "fileStorageRead"));
-  exports.Set("fileCache", Napi::Function::New(env, FileCache, "fileCache"));
-  exports.Set("fileReplaceBegin", Napi::Function::New(env, FileReplaceBegin, "fileReplaceBegin"));
-  exports.Set("fileReplaceCommit",
-              Napi::Function::New(env, FileReplaceCommit, "fileReplaceCommit"));
-  exports.Set("fileDirectChoices",
-              Napi::Function::New(env, FileDirectChoices, "fileDirectChoices"));
+  Register(env, exports,
+           {
+               {"fileRead", FileRead},
+               {"fileReadAsync", FileReadAsync},
+               {"fileWrite", FileWrite},
+               {"fileWriteAsync", FileWriteAsync},
+               {"fileStorageRead", FileStorageRead},
+               {"fileCache", FileCache},
+               {"fileReplaceBegin", FileReplaceBegin},
+               {"fileReplaceCommit", FileReplaceCommit},
+               {"fileDirectChoices", FileDirectChoices},
+           });
 }
 
 }  // namespace cm

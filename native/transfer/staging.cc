@@ -4,6 +4,7 @@
 #include <map>
 #include <thread>
 
+#include "binding/exports.h"
 #include "device/discovery.h"
 
 namespace cm {
@@ -250,8 +251,7 @@ Napi::Value StagingPlacement(const Napi::CallbackInfo& info) {
   return o;
 }
 
-// configureStaging({chunkBytes, firstChunkBytes, lastChunkBytes, slots, threads, streaming,
-// autoThreshold: {h2d, d2h}}) -> the settings in force. A field set to null returns to its default.
+// configureStaging: returns the settings in force. A field set to null returns to its default.
 // Drops the engines and the team, so the next staged copy builds them with the new settings (copies
 // in flight keep the ones they hold).
 Napi::Value ConfigureStaging(const Napi::CallbackInfo& info) {
@@ -329,8 +329,11 @@ Napi::Value ConfigureStaging(const Napi::CallbackInfo& info) {
 }  // namespace
 
 void InitStaging(Napi::Env env, Napi::Object exports) {
-  exports.Set("stagingPlacement", Napi::Function::New(env, StagingPlacement, "stagingPlacement"));
-  exports.Set("configureStaging", Napi::Function::New(env, ConfigureStaging, "configureStaging"));
+  Register(env, exports,
+           {
+               {"stagingPlacement", StagingPlacement},
+               {"configureStaging", ConfigureStaging},
+           });
 }
 
 }  // namespace cm

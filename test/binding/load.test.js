@@ -64,8 +64,15 @@ describe('loading', () => {
   });
 
   test('the native exports are exactly the declared ones', () => {
-    const { native, NATIVE_EXPORTS } = require('../../dist/binding/native');
+    const { native } = require('../../dist/binding/native');
+    const { NATIVE_EXPORTS } = require('../../dist/binding/types');
     expect(Object.keys(native).sort()).toEqual([...NATIVE_EXPORTS].sort());
+  });
+
+  test('each native export is a function named as it is registered', () => {
+    const { native } = require('../../dist/binding/native');
+    const { NATIVE_EXPORTS } = require('../../dist/binding/types');
+    expect(NATIVE_EXPORTS.filter((name) => typeof native[name] !== 'function' || native[name].name !== name)).toEqual([]);
   });
 
   test('the module exports exactly what dist/index.d.ts declares', () => {

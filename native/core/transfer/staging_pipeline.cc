@@ -17,7 +17,7 @@ namespace {
 constexpr size_t kPage = 4096;
 constexpr size_t kMinPiece = 64u << 10;
 // The first chunk to the device is cut finer: nothing moves until it is in the ring, so every
-// thread takes part (on the H100 its 512 KiB went in 6.6 us instead of 16).
+// thread takes part (docs/transfers.md gives what that saved).
 constexpr size_t kMinFirstPiece = 16u << 10;
 
 size_t PageDown(size_t n) { return n / kPage * kPage; }
@@ -294,8 +294,8 @@ class StagedJob : public TeamJob {
 
   // Chunks go to the DMA engine in order and from one thread at a time: whoever finds the next
   // chunk ready issues it and every ready one after it. Concurrent cudaMemcpyAsync calls from
-  // several threads queue inside the driver (7 to 20 us each were measured on the H100 host),
-  // and out of order they would make the engine wait for a later chunk. seq_cst on the flags and
+  // several threads queue inside the driver (docs/transfers.md gives how long), and out of
+  // order they would make the engine wait for a later chunk. seq_cst on the flags and
   // the re-check after unlocking make sure a chunk marked while another thread held the lock is
   // issued by one of the two.
   void Pump() {

@@ -113,7 +113,7 @@ enum class StagingDirection { kToDevice, kToHost };
 //   chunk after it).
 // - kCaller: the thread that asked for the copy issues every chunk, in order, the moment its
 //   last piece is in the ring, and copies nothing itself, so an issue never waits for a thread
-//   to finish its next piece. On the H100 it gained 2 to 7% at 2 to 16 MiB (docs/transfers.md).
+//   to finish its next piece; docs/transfers.md gives what it gained.
 // - kAuto: kCaller below kCallerIssuesBelow, kAnyThread from there. From 64 MiB up it measured
 //   the same within noise, and large copies are bound by the host's copy rate, so there the
 //   caller copies too.

@@ -1,0 +1,287 @@
+/**
+ * The addon's surface: every native export, its name written once with its type, and the handle
+ * types it hands out. The list of names (NATIVE_EXPORTS) and the NativeBinding type both come from
+ * the one table below; `test/binding/load.test.js` checks that the addon registers exactly these
+ * (native/binding/exports.h: each concern's Register table). Imports only base types, so the
+ * bottom of the graph knows nothing of the top. The loader, beside this file, loads the addon.
+ */
+import type { GroupStats, LiveBufferRow, NvmlDeviceState, PeerLink, StagingPlacement, StagingSettings } from '../base/types';
+
+declare const brand: unique symbol;
+/** A value of type T that only the export that made it hands out: another T does not pass for it. */
+type Brand<T, Name extends string> = T & { readonly [brand]: Name };
+
+/** A stream made by streamCreate (an External that the addon checks by its type tag). */
+export type StreamHandle = Brand<object, 'StreamHandle'>;
+/** An event made by eventCreate (an External that the addon checks by its type tag). */
+export type EventHandle = Brand<object, 'EventHandle'>;
+/** An allocator made by createAllocator (an External that the addon checks by its type tag). */
+export type AllocatorHandle = Brand<object, 'AllocatorHandle'>;
+/**
+ * A buffer: slot + generation x 2^24 in the environment's handle table
+ * (native/core/binding/handle_table.h). A plain number, as the JavaScript classes keep it and
+ * copyArgs() carries it; the generation makes a stale or forged one miss.
+ */
+export type BufferHandle = number;
+/** One side of a copy, a fill, a file read or write: a buffer of the library, or host memory. */
+export type CopyTarget = BufferHandle | ArrayBufferView;
+
+/** What a file read did: bytes read, and whether it bypassed the page cache (O_DIRECT) and why. */
+export interface FileReadInfo {
+  bytes: number;
+  direct: boolean;
+  directReason: string;
+}
+
+/** The arguments of fileRead and fileReadAsync. */
+type FileReadArgs = [
+  path: string,
+  dst: CopyTarget,
+  dstOffset: number,
+  fileOffset: number,
+  byteLength: number,
+  direct: number,
+  progress?: BigUint64Array,
+  fd?: number,
+];
+
+/** The arguments of fileWrite and fileWriteAsync. */
+type FileWriteArgs = [
+  path: string,
+  src: CopyTarget,
+  srcOffset: number,
+  byteLength: number,
+  fsync: boolean,
+  mode: number | undefined,
+  progress?: BigUint64Array,
+  fileOffset?: number,
+];
+
+/** The arguments of copy and copyAsync. */
+type CopyArgs = [
+  dst: CopyTarget,
+  dstOffset: number,
+  src: CopyTarget,
+  srcOffset: number,
+  n: number,
+  strategy?: string,
+  stream?: StreamHandle,
+];
+
+/** How timeCopy and timeBidirectional time their copies; timing: 'events' or 'clock'. */
+type TimedRun = [bytes: number, warmup: number, iterations: number, timing: string, strategy?: string];
+
+/** A device as devices() describes it; lib/device/discovery.ts adds the rest of DeviceInfo. */
+export interface NativeDevice {
+  index: number;
+  name: string;
+  uuid: string;
+  totalMemory: number;
+  pciBusId: string;
+}
+
+/** What allocatorInfo() reports of an allocator; the fields after `computeCapability` are one backend's. */
+export interface NativeAllocatorInfo {
+  device: number;
+  simulated: boolean;
+  allowGrowth: boolean;
+  garbageCollection: boolean;
+  limitBytes: number;
+  limitSource: string;
+  initialPoolBytes: number;
+  deviceFree: number;
+  deviceTotal: number;
+  computeCapability: string;
+  liveBlocks: number;
+  /** bfc */
+  managed?: boolean;
+  hostBytes?: number;
+  expandableSegments?: boolean;
+  granularity?: number;
+  reservedRange?: number;
+  /** bfc, in a group: the group's ledger. */
+  group?: GroupStats;
+  /** async: whether it allocates from the device's default pool. */
+  defaultPool?: boolean;
+}
+
+// Declares one export's type. The value is only a placeholder: the table's keys are the names.
+function fn<F extends (...args: never[]) => unknown>(): F {
+  return undefined as unknown as F;
+}
+
+const surface = {
+  init: fn<(classes: object) => void>(),
+  status: fn<
+    () => {
+      available: boolean;
+      reason: string | null;
+      message: string;
+      deviceCount: number;
+      driverVersion: number;
+      runtimeVersion: number;
+      builtWithCuda: boolean;
+    }
+  >(),
+  devices: fn<() => NativeDevice[]>(),
+  memGetInfo: fn<(device: number) => { free: number; total: number }>(),
+  /** NVML's compute processes on the GPU of this uuid; null where NVML cannot answer. */
+  deviceProcesses: fn<(uuid: string) => { pid: number; usedBytes: number | null }[] | null>(),
+  /** What NVML says of a device now, or null where it does not know it. */
+  nvmlState: fn<(pciBusId: string) => NvmlDeviceState | null>(),
+  deviceAlloc: fn<(bytes: number, device: number) => BufferHandle>(),
+  pinnedAlloc: fn<(bytes: number, flags: number, device: number) => [BufferHandle, ArrayBuffer]>(),
+  registerHost: fn<(view: ArrayBufferView, flags: number, device: number) => BufferHandle>(),
+  free: fn<(handle: BufferHandle) => boolean>(),
+  /** free() after the work queued on `stream` (in its order, for a kind freed in stream order). */
+  freeOn: fn<(handle: BufferHandle, stream: StreamHandle) => boolean>(),
+  handleInfo: fn<
+    (handle: BufferHandle) => {
+      address?: number;
+      devicePointer?: number | null;
+      released: boolean;
+      simulated?: boolean;
+      numaNode?: number;
+    }
+  >(),
+  liveCount: fn<() => number>(),
+  /** The live buffers by kind, device and simulated-ness (for leak checks). */
+  liveSummary: fn<() => LiveBufferRow[]>(),
+  /**
+   * A cudaMalloc no handle knows of (leak checks' tests): its device address, which only
+   * rawDeviceFree frees (it is no BufferHandle).
+   */
+  rawDeviceAlloc: fn<(bytes: number, device: number, simulated: boolean, where: string, listed: boolean) => number>(),
+  rawDeviceFree: fn<(address: number) => boolean>(),
+  copy: fn<(...args: CopyArgs) => void>(),
+  /** The memory copyHandles() reads its three numbers from (see copy() in lib/transfer/copy.ts). */
+  copyArgs: fn<() => ArrayBuffer>(),
+  /** copy() of byteLength bytes between the two handles written into copyArgs(), from offset 0. */
+  copyHandles: fn<() => void>(),
+  copyAsync: fn<(...args: CopyArgs) => Promise<void>>(),
+  memset: fn<(target: CopyTarget, offset: number, n: number, value: number) => void>(),
+  configureStaging: fn<(options?: object) => StagingSettings>(),
+  streamCreate: fn<(device: number, nonBlocking: boolean) => StreamHandle>(),
+  streamSynchronize: fn<(s: StreamHandle) => void>(),
+  streamQuery: fn<(s: StreamHandle) => boolean>(),
+  streamDestroy: fn<(s: StreamHandle) => boolean>(),
+  eventCreate: fn<(device: number, timing: boolean) => EventHandle>(),
+  eventRecord: fn<(e: EventHandle, s?: StreamHandle) => void>(),
+  eventSynchronize: fn<(e: EventHandle) => void>(),
+  eventQuery: fn<(e: EventHandle) => boolean>(),
+  eventElapsed: fn<(a: EventHandle, b: EventHandle) => number>(),
+  eventDestroy: fn<(e: EventHandle) => boolean>(),
+  /** The open allocators ('allocator') and group members ('group') by device, with pool bytes. */
+  allocatorsLive: fn<() => LiveBufferRow[]>(),
+  createAllocator: fn<(options: object) => AllocatorHandle>(),
+  /** `stream`: the async backend's; a bfc block is usable on any stream at once. */
+  allocatorAlloc: fn<(a: AllocatorHandle, bytes: number, alignment?: number, stream?: StreamHandle) => BufferHandle>(),
+  allocatorStats: fn<(a: AllocatorHandle) => object>(),
+  allocatorRegions: fn<(a: AllocatorHandle) => object[]>(),
+  allocatorInfo: fn<(a: AllocatorHandle) => NativeAllocatorInfo>(),
+  allocatorResetPeak: fn<(a: AllocatorHandle) => void>(),
+  allocatorResetAccumulated: fn<(a: AllocatorHandle) => void>(),
+  allocatorSetFraction: fn<(a: AllocatorHandle, fraction: number) => number>(),
+  allocatorEmptyCache: fn<(a: AllocatorHandle) => number>(),
+  allocatorClose: fn<(a: AllocatorHandle, force: boolean) => number>(),
+  allocatorRecord: fn<(a: AllocatorHandle, maxEvents: number | null) => void>(),
+  allocatorTrace: fn<
+    (a: AllocatorHandle) => {
+      action: Uint8Array;
+      time: Float64Array;
+      id: Float64Array;
+      requested: Float64Array;
+      size: Float64Array;
+      region: Float64Array;
+      offset: Float64Array;
+      dropped: number;
+    }
+  >(),
+  allocatorSnapshot:
+    fn<
+      (
+        a: AllocatorHandle,
+      ) => { address: number; size: number; blocks: { offset: number; size: number; requested: number; id: number; inUse: boolean }[] }[]
+    >(),
+  blockId: fn<(handle: BufferHandle) => number>(),
+  timeCopy: fn<(dst: CopyTarget, src: CopyTarget, ...run: TimedRun) => Float64Array>(),
+  timeBidirectional: fn<(a: CopyTarget, b: CopyTarget, c: CopyTarget, d: CopyTarget, ...run: TimedRun) => Float64Array>(),
+  /** direction: 'h2d' or 'd2h'. */
+  timeRawPinned: fn<(bytes: number, warmup: number, iterations: number, direction: string, device: number) => Float64Array>(),
+  /** direction: 'h2d', 'd2h' or 'bidir'. */
+  timeHostCopy:
+    fn<(pageable: Uint8Array, pinned: number, bytes: number, warmup: number, iterations: number, direction: string) => Float64Array>(),
+  /** kind: 'device' or 'pinned'; seconds per alloc+free pair. */
+  timeRawAlloc: fn<(kind: string, bytes: number, iterations: number, device: number) => Float64Array>(),
+  timeHostRegister: fn<(view: ArrayBufferView, iterations: number) => Float64Array>(),
+  groupPath: fn<(dir: string, name: string, device: string) => string>(),
+  groupRead: fn<(path: string, lockTimeoutMs: number) => GroupStats>(),
+  ipcExport: fn<(handle: BufferHandle, dir: string, lockTimeoutMs: number) => object>(),
+  /** device: -1 for the one the descriptor names; returns [handle, device]. */
+  ipcImport: fn<(descriptor: object, dir: string, device: number, lockTimeoutMs: number) => [number, number]>(),
+  ipcImporters: fn<(handle: BufferHandle) => number[]>(),
+  ipcWithdraw: fn<(handle: BufferHandle, force: boolean) => number[]>(),
+  /** handle: 128 hex digits; wanted: a device or -1; allocationBytes: -1 when unknown; returns [handle, device, allocation bytes]. */
+  ipcImportForeign:
+    fn<
+      (
+        handle: string,
+        offset: number,
+        byteLength: number,
+        device: string,
+        wanted: number,
+        allocationBytes: number,
+      ) => [number, number, number]
+    >(),
+  allocationBytesFrom: fn<(handle: BufferHandle) => number>(),
+  platformLimits:
+    fn<
+      (root: string, env: Record<string, string>, devices: { index: number; pciBusId?: string; uuid?: string }[]) => { devices: unknown[] }
+    >(),
+  sharedHostCreate: fn<(path: string, bytes: number, device: number) => [BufferHandle, ArrayBuffer]>(),
+  sharedHostOpen: fn<(path: string, device: number) => [BufferHandle, ArrayBuffer]>(),
+  sharedHostUnlink: fn<(path: string) => boolean>(),
+  timeTogether:
+    fn<
+      (
+        jobs: { dst: CopyTarget; src: CopyTarget; bytes: number; timing: 'events' | 'clock'; strategy?: string }[],
+        warmup: number,
+        iterations: number,
+      ) => { seconds: Float64Array[]; wall: Float64Array }
+    >(),
+  timePeerLatency: fn<(dst: number, src: number, count: number, warmup: number, iterations: number) => Float64Array>(),
+  stagingPlacement: fn<(device: number) => StagingPlacement>(),
+  peerAccess: fn<() => PeerLink[]>(),
+  enablePeerAccess: fn<(from: number, to: number) => boolean>(),
+  /**
+   * direct: 0 'auto', 1 on, 2 off; byteLength -1: to the end of the file; progress: [done, total];
+   * fd: read this open file (left open), which path only names.
+   */
+  fileRead: fn<(...args: FileReadArgs) => FileReadInfo>(),
+  fileReadAsync: fn<(...args: FileReadArgs) => Promise<FileReadInfo>>(),
+  fileWrite: fn<(...args: FileWriteArgs) => number>(),
+  fileWriteAsync: fn<(...args: FileWriteArgs) => Promise<number>>(),
+  /** byteLength -1: to the end of the file; direct: 0 'auto', 1 on, 2 off. */
+  fileStorageRead: fn<(path: string, fileOffset: number, byteLength: number, direct: number) => FileReadInfo & { seconds: number }>(),
+  fileCache: fn<(path: string, drop: boolean) => { resident: number; dropped: boolean }>(),
+  /** Starts replacing path (its links followed): [the temporary file to fill, the target]. */
+  fileReplaceBegin: fn<(path: string) => [tmp: string, target: string]>(),
+  /** Renames tmp over target (fsync'd first with sync); removes tmp on failure. */
+  fileReplaceCommit: fn<(path: string, tmp: string, target: string, sync: boolean) => void>(),
+  fileDirectChoices: fn<() => { device: number; direct: boolean; directRate: number; bufferedRate: number; reason: string }[]>(),
+  managedAlloc: fn<(bytes: number, device: number, attachHost: boolean) => [BufferHandle, ArrayBuffer]>(),
+  managedPrefetch: fn<(handle: BufferHandle, offset: number, n: number, location: number, stream?: StreamHandle) => Promise<void>>(),
+  /** advice: a cudaMemoryAdvise value, 1 to 6. */
+  managedAdvise: fn<(handle: BufferHandle, offset: number, n: number, advice: number, location: number) => void>(),
+  managedAttributes: fn<(handle: BufferHandle, offset: number, n: number) => object>(),
+  managedConcurrent: fn<(device: number) => boolean>(),
+  managedSynchronize: fn<(device: number) => void>(),
+  /** what: 'prefetch-h2d', 'prefetch-d2h', 'copy-h2d' or 'copy-d2h'. */
+  timeRawManaged: fn<(bytes: number, warmup: number, iterations: number, what: string, device: number) => Float64Array>(),
+};
+
+/** The native exports, with their types. */
+export type NativeBinding = typeof surface;
+
+/** The names every build of the addon exports. */
+export const NATIVE_EXPORTS = Object.keys(surface) as readonly (keyof NativeBinding)[];
