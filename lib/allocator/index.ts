@@ -34,5 +34,5 @@ export { replayTrace, parsePolicy, formatReplay, smallestBudget, DIRECT_POLICY }
 export type { ReplayPolicy, ReplayOptions, ReplayResult, SmallestBudget } from './replay';
 export { groupStats, listGroups, formatGroups } from './group';
 export { preloadLibraryPath, memberEnvironment } from './member';
-export type { MemberEnvironmentOptions } from './member';
+export type { MemberEnvironmentOptions, Environment } from './member';
 export type { SharedBudgetOptions, GroupStats, GroupMember, GroupStatsOptions, ListGroupsOptions, UnreadableGroup } from './group';

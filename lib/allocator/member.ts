@@ -13,6 +13,14 @@ import { groupBudget } from './group';
 import { checkShmName } from '../base/shm';
 import { checkFilePath, checkOptions, checkSize } from '../base/validate';
 
+/**
+ * An environment, variable names to values, as `process.env` holds them (written out here so that
+ * the typings need no `@types/node`).
+ *
+ * @category Processes
+ */
+export type Environment = Record<string, string | undefined>;
+
 /** The interposer's file name. */
 const FILE = 'cuda_memory_preload.so';
 
@@ -21,14 +29,14 @@ const FILE = 'cuda_memory_preload.so';
  * only there), a source build, the prebuilt copy shipped in the package: the order the addon
  * itself is found in, so that the two always come from the same build.
  */
-export function preloadCandidates(root: string, env: NodeJS.ProcessEnv): { forced: boolean; paths: string[] } {
+export function preloadCandidates(root: string, env: Environment): { forced: boolean; paths: string[] } {
   const forced = env.CUDA_MEMORY_PRELOAD;
   if (forced) return { forced: true, paths: [path.resolve(forced)] };
   return { forced: false, paths: [path.join(root, 'build', 'Release', FILE), path.join(root, 'prebuilds', 'linux-x64', FILE)] };
 }
 
 /** @internal {@link preloadLibraryPath} for a package at `root` and an environment. */
-export function findPreloadLibrary(root: string, env: NodeJS.ProcessEnv): string {
+export function findPreloadLibrary(root: string, env: Environment): string {
   const { forced, paths } = preloadCandidates(root, env);
   for (const p of paths) if (isFile(p)) return p;
   const where = forced
@@ -84,7 +92,7 @@ export interface MemberEnvironmentOptions {
   /** A file the interposer records the process's allocations in (CUDA_MEMORY_TRACE). */
   trace?: string;
   /** The environment to start from; default process.env. */
-  env?: NodeJS.ProcessEnv;
+  env?: Environment;
 }
 
 /**
@@ -104,7 +112,7 @@ export interface MemberEnvironmentOptions {
  * @category Processes
  */
 export function memberEnvironment(options: MemberEnvironmentOptions): {
-  env: NodeJS.ProcessEnv;
+  env: Environment;
   budgetBytes: number;
   budgetSource: string;
 } {
@@ -120,10 +128,10 @@ export function memberEnvironment(options: MemberEnvironmentOptions): {
     () => total,
     ['limit', 'fraction'],
   );
-  const base = o.env === undefined ? process.env : checkOptions<NodeJS.ProcessEnv>('options.env', o.env);
+  const base = o.env === undefined ? process.env : checkOptions<Environment>('options.env', o.env);
   const trace = o.trace === undefined ? undefined : checkFilePath('options.trace', o.trace);
   const preload = o.preload === undefined || o.preload === null ? undefined : checkFilePath('options.preload', o.preload);
-  const env: NodeJS.ProcessEnv = {};
+  const env: Environment = {};
   for (const [k, v] of Object.entries(base)) if (typeof v === 'string') env[k] = v;
   env.CUDA_MEMORY_GROUP = group;
   env.CUDA_MEMORY_GROUP_DEVICE = o.deviceKey;

@@ -67,7 +67,7 @@ const FILE_CODES: Record<string, string> = {
  * @internal A Node fs error as the library's coded file error (`code` ERR_FILE_..., with `path`,
  * `syscall` and the errno name as `errno`, as the addon's); anything else is returned as it is.
  */
-export function fileError(e: NodeJS.ErrnoException, path: string): Error {
+export function fileError(e: Error & { code?: string; syscall?: string }, path: string): Error {
   if (!e || typeof e.code !== 'string' || e instanceof CudaMemoryError) return e;
   const err = new CudaMemoryError(e.message, FILE_CODES[e.code] ?? 'ERR_FILE_IO');
   return Object.assign(err, { path, syscall: e.syscall, errno: e.code });
