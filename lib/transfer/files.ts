@@ -8,7 +8,7 @@ import { fileURLToPath } from 'url';
 import { native } from '../binding/native';
 import type { FileReadInfo } from '../binding/types';
 import { Memory, resolveMemory } from '../memory/buffers';
-import { checkBoolean, checkOptions, checkSize, isInstance } from '../base/validate';
+import { checkBoolean, checkOptions, checkSize, isInstance, checkFilePath } from '../base/validate';
 import { argRangeError, argTypeError, describe, invalidArgument } from '../base/errors';
 import { checkHoldable, checkTakeable, takeMemory } from '../memory/detach';
 import { ManagedBuffer } from '../memory/managed';
@@ -85,9 +85,7 @@ function checkPath(path: unknown): string {
     return fileURLToPath(path);
   }
   if (typeof path !== 'string') throw argTypeError(`Expected a string or a file: URL for path but received ${describe(path)}`);
-  if (path.length === 0 || path.includes('\0'))
-    throw argTypeError(`Expected a non-empty path without NUL characters for path but received ${describe(path)}`, 'ERR_INVALID_ARG_VALUE');
-  return path;
+  return checkFilePath('path', path);
 }
 
 const DIRECT = { auto: 0, true: 1, false: 2 } as const;
