@@ -10,7 +10,7 @@ import { native } from '../binding/native';
 import type { AllocatorHandle, StreamHandle } from '../binding/types';
 import { DeviceBuffer } from '../memory/buffers';
 import { Stream, streamOption } from '../device/stream';
-import { checkBoolean, checkDevice, checkOptions, checkSize, isInstance } from '../base/validate';
+import { checkBoolean, checkDevice, checkOptions, checkSize } from '../base/validate';
 import { invalidArgument, argTypeError, argRangeError } from '../base/errors';
 import { knownDeviceCount, requireCuda } from '../device/discovery';
 import { formatBytes } from '../base/units';
@@ -404,6 +404,15 @@ export interface RegionInfo {
 
 const ALLOCATOR_NOT_CLONEABLE = notCloneable('an Allocator');
 
+// Its own instanceof check rather than isInstance, as DeviceBuffer's (memory/buffers.ts says why).
+function isAllocator(v: unknown): v is Allocator {
+  try {
+    return v instanceof Allocator;
+  } catch {
+    return false;
+  }
+}
+
 /**
  * A pool over one device; see {@link createAllocator}.
  *
@@ -433,7 +442,7 @@ export class Allocator {
   private _limitSource: string;
   private _fraction: number | null;
   private readonly _deviceTotal: number;
-  private _closed = false;
+  /** @internal */ _closed = false;
   private _stacks: Map<number, string> | null = null;
   private _initialRegions: RegionInfo[] = [];
   private _platformDevice: PlatformDevice | null = null;
@@ -558,7 +567,7 @@ export class Allocator {
   get closed(): boolean {
     // Guarded here rather than by guardReceivers' wrapper: every free() of a block reads it, and
     // the wrapper (rest arguments and apply) was about a twentieth of a pooled alloc+free pair.
-    if (!isInstance(this, Allocator)) throw invalidThis('Allocator', 'closed', this); // instanceof throws for a revoked proxy
+    if (!isAllocator(this)) throw invalidThis('Allocator', 'closed', this);
     return this._closed;
   }
 
@@ -568,7 +577,7 @@ export class Allocator {
    * Throws OutOfMemoryError (the allocator stays usable).
    */
   alloc(bytes: number, options?: AllocOptions): DeviceBuffer {
-    if (!isInstance(this, Allocator)) throw invalidThis('Allocator', 'alloc', this);
+    if (!isAllocator(this)) throw invalidThis('Allocator', 'alloc', this);
     if (typeof bytes !== 'number' || !Number.isSafeInteger(bytes) || bytes < 1) checkSize('bytes', bytes, 1);
     let stream: StreamHandle | undefined;
     let alignment: number | undefined;
