@@ -943,7 +943,37 @@ function readSimulatedDevice(
  * @category Allocators
  */
 export function createAllocator(options?: AllocatorOptions): Allocator {
-  // 1. Validate the arguments: the options object, its names, each option alone.
+  // Validate the arguments, interpret them into a plan, and validate the plan as a whole.
+  const plan = allocatorPlan(checkAllocatorOptions(options));
+  checkAllocatorPlan(plan);
+  // Create: read what the device tells, then call the addon once.
+  const { platform, shared } = deviceLimits(plan);
+  const handle = native.createAllocator(nativeAllocatorOptions(plan, platform, shared));
+  // Wrap the handle, with where its platform's limits are read again.
+  const a = new Allocator(kInternal, handle, plan.backend, plan.memoryFraction);
+  a._setPlatform(plan.platformDevice, plan.platformRead, platform ? platform.capBytes : null);
+  return a;
+}
+
+/** createAllocator's options checked one by one. */
+interface CheckedAllocatorOptions {
+  /** The options as given: some checks ask only whether an option was given. */
+  given: Partial<AllocatorOptions>;
+  managed: boolean;
+  oversubscribe: boolean;
+  expandableSegments: boolean;
+  growthAsked: boolean;
+  asyncDefaultPool: boolean;
+  garbageCollection: boolean;
+  memoryFraction: number | undefined;
+  memoryLimit: number | undefined;
+  initialPoolBytes: number | undefined;
+  device: number;
+  sim: ReturnType<typeof readSimulatedDevice> | undefined;
+}
+
+// The options object, its names, each option alone.
+function checkAllocatorOptions(options: AllocatorOptions | undefined): CheckedAllocatorOptions {
   const o = checkOptions<AllocatorOptions>('options', options);
   for (const k of Object.keys(o))
     if (!(ALLOCATOR_OPTION_NAMES as readonly string[]).includes(k))
@@ -956,8 +986,31 @@ export function createAllocator(options?: AllocatorOptions): Allocator {
   const growthAsked = checkBoolean('allowGrowth', o.allowGrowth, false);
   const asyncDefaultPool = checkBoolean('asyncDefaultPool', o.asyncDefaultPool, false);
   const garbageCollection = checkBoolean('garbageCollection', o.garbageCollection, true);
-  const memoryFraction = o.memoryFraction;
-  // Above 1 is an oversubscription, which step 3 allows or refuses.
+  const memoryFraction = checkMemoryFraction(o.memoryFraction);
+  const memoryLimit = o.memoryLimit === undefined ? undefined : checkSize('memoryLimit', o.memoryLimit, 256);
+  const initialPoolBytes = o.initialPoolBytes === undefined ? undefined : checkSize('initialPoolBytes', o.initialPoolBytes);
+  if (initialPoolBytes !== undefined && initialPoolBytes % 256 !== 0)
+    throw invalidArgument('initialPoolBytes', 'a multiple of 256 (the block size)', o.initialPoolBytes, RangeError);
+  const device = checkDevice(o.device, o.simulate === undefined ? knownDeviceCount() : undefined);
+  const sim = o.simulate === undefined ? undefined : readSimulatedDevice(o.simulate, device);
+  return {
+    given: o,
+    managed,
+    oversubscribe,
+    expandableSegments,
+    growthAsked,
+    asyncDefaultPool,
+    garbageCollection,
+    memoryFraction,
+    memoryLimit,
+    initialPoolBytes,
+    device,
+    sim,
+  };
+}
+
+// A positive number; above 1 is an oversubscription, which checkAllocatorPlan allows or refuses.
+function checkMemoryFraction(memoryFraction: unknown): number | undefined {
   if (
     memoryFraction !== undefined &&
     (typeof memoryFraction !== 'number' || !(memoryFraction > 0 && (memoryFraction <= 1 || Number.isFinite(memoryFraction))))
@@ -968,24 +1021,37 @@ export function createAllocator(options?: AllocatorOptions): Allocator {
       memoryFraction,
       typeof memoryFraction === 'number' ? RangeError : TypeError,
     );
-  const memoryLimit = o.memoryLimit === undefined ? undefined : checkSize('memoryLimit', o.memoryLimit, 256);
-  const initialPoolBytes = o.initialPoolBytes === undefined ? undefined : checkSize('initialPoolBytes', o.initialPoolBytes);
-  if (initialPoolBytes !== undefined && initialPoolBytes % 256 !== 0)
-    throw invalidArgument('initialPoolBytes', 'a multiple of 256 (the block size)', o.initialPoolBytes, RangeError);
-  const device = checkDevice(o.device, o.simulate === undefined ? knownDeviceCount() : undefined);
-  const sim = o.simulate === undefined ? undefined : readSimulatedDevice(o.simulate, device);
+  return memoryFraction;
+}
 
-  // 2. Interpret them: the default backend, expandable segments grow the pool, the platform the
-  // device (real or simulated) runs under.
-  const backend = o.backend ?? ALLOCATOR_BACKENDS[0];
-  const allowGrowth = growthAsked || expandableSegments;
-  const simulate = sim?.simulate;
-  const platformDevice = sim ? sim.platformDevice : (gpuPlatformDevices().find((d) => d.index === device) ?? null);
-  const platformRead = sim?.platformRead ?? {};
+/** createAllocator's plan: the checked options interpreted. */
+interface AllocatorPlan extends CheckedAllocatorOptions {
+  backend: AllocatorBackend;
+  allowGrowth: boolean;
+  simulate: NativeSimulatedDevice | undefined;
+  /** The device as the platform's limits are read for it (null: no platform to read). */
+  platformDevice: PlatformDevice | null;
+  platformRead: PlatformRead;
+}
 
-  // 3. Validate the interpreted options: those that go together, and what the backend takes
-  // (./backend.ts).
-  if (memoryFraction !== undefined && memoryLimit !== undefined)
+// The default backend, expandable segments grow the pool, the platform the device (real or
+// simulated) runs under.
+function allocatorPlan(checked: CheckedAllocatorOptions): AllocatorPlan {
+  const { given, sim, device } = checked;
+  return {
+    ...checked,
+    backend: given.backend ?? ALLOCATOR_BACKENDS[0],
+    allowGrowth: checked.growthAsked || checked.expandableSegments,
+    simulate: sim?.simulate,
+    platformDevice: sim ? sim.platformDevice : (gpuPlatformDevices().find((d) => d.index === device) ?? null),
+    platformRead: sim?.platformRead ?? {},
+  };
+}
+
+// The options that go together, and what the backend takes (./backend.ts).
+function checkAllocatorPlan(plan: AllocatorPlan): void {
+  const { given: o, backend, managed, oversubscribe, expandableSegments, memoryFraction } = plan;
+  if (memoryFraction !== undefined && plan.memoryLimit !== undefined)
     throw argRangeError(
       'memoryFraction and memoryLimit were both given; choose one: memoryFraction is a share of total device memory, memoryLimit a number of bytes',
     );
@@ -1001,7 +1067,7 @@ export function createAllocator(options?: AllocatorOptions): Allocator {
     );
   if (expandableSegments && o.allowGrowth === false)
     throw argRangeError('expandableSegments grows the pool as it needs; it cannot be combined with allowGrowth: false');
-  if (initialPoolBytes !== undefined && !allowGrowth)
+  if (plan.initialPoolBytes !== undefined && !plan.allowGrowth)
     throw argRangeError(
       'initialPoolBytes needs allowGrowth: true; without growth the whole limit is taken at creation (set memoryLimit to the pool size you want instead)',
     );
@@ -1012,46 +1078,57 @@ export function createAllocator(options?: AllocatorOptions): Allocator {
   }
   if (o.asyncDefaultPool !== undefined) requireFeature(backend, 'asyncDefaultPool');
   if (expandableSegments) requireFeature(backend, 'expandableSegments');
-  if (simulate !== undefined) {
-    requireFeature(backend, 'simulate');
-    if (simulate.hostBytes !== undefined && !managed)
-      throw argRangeError('simulate.hostBytes applies to managed allocators (managed: true) only: device memory never spills to the host');
-    if (oversubscribe && simulate.hostBytes === undefined)
-      throw argRangeError(
-        'oversubscribe on a simulated device needs simulate.hostBytes: the host memory its pages may be evicted to',
-        'ERR_MISSING_ARGS',
-      );
-  }
+  if (plan.simulate !== undefined) checkSimulatedPlan(plan, plan.simulate);
   if (o.shared !== undefined) requireFeature(backend, 'shared');
+}
 
-  // 4. What the device tells: the platform's limits, and the group's budget.
-  const platformLimits = platformDevice ? platformInfo({ ...platformRead, devices: [platformDevice] }).devices[0] : undefined;
+// What a simulated device takes: its host memory is for managed allocators, which need it to
+// oversubscribe.
+function checkSimulatedPlan(plan: AllocatorPlan, simulate: NativeSimulatedDevice): void {
+  requireFeature(plan.backend, 'simulate');
+  if (simulate.hostBytes !== undefined && !plan.managed)
+    throw argRangeError('simulate.hostBytes applies to managed allocators (managed: true) only: device memory never spills to the host');
+  if (plan.oversubscribe && simulate.hostBytes === undefined)
+    throw argRangeError(
+      'oversubscribe on a simulated device needs simulate.hostBytes: the host memory its pages may be evicted to',
+      'ERR_MISSING_ARGS',
+    );
+}
+
+// What the device tells: the platform's limits, and the group's budget.
+function deviceLimits(plan: AllocatorPlan): { platform: ReturnType<typeof allocatorPlatformOption>; shared: object | undefined } {
+  const { platformDevice, simulate, device } = plan;
+  const platformLimits = platformDevice ? platformInfo({ ...plan.platformRead, devices: [platformDevice] }).devices[0] : undefined;
   const platform = allocatorPlatformOption(platformLimits);
   let shared: object | undefined;
-  if (o.shared !== undefined) {
+  if (plan.given.shared !== undefined) {
     if (simulate === undefined) requireCuda();
-    shared = resolveShared(o.shared, device, simulate === undefined ? null : simulate.totalBytes);
+    shared = resolveShared(plan.given.shared, device, simulate === undefined ? null : simulate.totalBytes);
   }
-  if (!supports(backend, 'simulate')) requireCuda(); // a backend in the driver needs one
+  if (!supports(plan.backend, 'simulate')) requireCuda(); // a backend in the driver needs one
+  return { platform, shared };
+}
 
-  // 5. Call the addon once, with the options under their public names.
-  const handle = native.createAllocator({
-    backend,
-    device,
-    allowGrowth,
-    memoryFraction,
-    memoryLimit,
+// The addon's options: the plan under the public names.
+function nativeAllocatorOptions(
+  plan: AllocatorPlan,
+  platform: ReturnType<typeof allocatorPlatformOption>,
+  shared: object | undefined,
+): Parameters<typeof native.createAllocator>[0] {
+  return {
+    backend: plan.backend,
+    device: plan.device,
+    allowGrowth: plan.allowGrowth,
+    memoryFraction: plan.memoryFraction,
+    memoryLimit: plan.memoryLimit,
     platform,
-    initialPoolBytes,
-    garbageCollection,
-    expandableSegments,
-    simulate,
+    initialPoolBytes: plan.initialPoolBytes,
+    garbageCollection: plan.garbageCollection,
+    expandableSegments: plan.expandableSegments,
+    simulate: plan.simulate,
     shared,
-    managed,
-    oversubscribe,
-    asyncDefaultPool,
-  });
-  const a = new Allocator(kInternal, handle, backend, memoryFraction);
-  a._setPlatform(platformDevice, platformRead, platform ? platform.capBytes : null);
-  return a;
+    managed: plan.managed,
+    oversubscribe: plan.oversubscribe,
+    asyncDefaultPool: plan.asyncDefaultPool,
+  };
 }

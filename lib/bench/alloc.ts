@@ -123,6 +123,15 @@ export function mixedSizes(): number[] {
   });
 }
 
+const MiB = 2 ** 20;
+
+// What every group of rows takes: the device, the pairs a row times, and where a row goes.
+interface AllocRun {
+  device: number;
+  pairs: number;
+  add: (name: string, bytes: number, us: number[]) => void;
+}
+
 /**
  * Runs the allocator benchmark on a device (and the same pool on a simulated device).
  *
@@ -132,16 +141,38 @@ export async function runAllocBenchmark(options: { device?: number; pairs?: numb
   const device = checkDevice(options.device, knownDeviceCount());
   const pairs = Math.max(BATCH, options.pairs ?? 200_000);
   const rows: AllocRow[] = [];
-  const MiB = 2 ** 20;
   const add = (name: string, bytes: number, us: number[]) => rows.push({ name, bytes, microseconds: summarize(us) });
-  // cudaMalloc/cudaMallocHost timed in C++: one sample (seconds) per pair, reported in µs.
-  const raw = (name: string, kind: 'device' | 'pinned', bytes: number, iterations: number) =>
-    add(
-      name,
-      bytes,
-      Array.from(native.timeRawAlloc(kind, bytes, iterations, device), (s) => s * 1e6),
-    );
+  const run: AllocRun = { device, pairs, add };
+  await bfcRows(run);
+  expandableRows(run);
+  asyncRows(run);
+  simulatedRow(run);
+  rawRow(run, 'cudaMalloc + cudaFree (C++, no JS)', 'device', MiB, 200);
+  rawRow(run, 'cudaMalloc + cudaFree (C++, no JS)', 'device', 64 * MiB, 50);
+  interposerRows(run);
+  pinnedRows(run);
+  return {
+    schema: 'cuda-memory/alloc-benchmark@1',
+    gpu: devices()[device].name,
+    date: new Date().toISOString(),
+    node: process.version,
+    rows,
+  };
+}
 
+// cudaMalloc/cudaMallocHost timed in C++: one sample (seconds) per pair, reported in µs.
+function rawRow(run: AllocRun, name: string, kind: 'device' | 'pinned', bytes: number, iterations: number): void {
+  run.add(
+    name,
+    bytes,
+    Array.from(native.timeRawAlloc(kind, bytes, iterations, run.device), (s) => s * 1e6),
+  );
+}
+
+// The BFC pool: a pair at a cached size, the same pair held across an await and while recording
+// a trace, and pairs cycling through the mixed sizes.
+async function bfcRows(run: AllocRun): Promise<void> {
+  const { device, pairs, add } = run;
   const pool = createAllocator({ device, allowGrowth: true, memoryLimit: 1024 * MiB });
   add(
     'allocator.alloc + free (cached size, device)',
@@ -158,20 +189,6 @@ export async function runAllocBenchmark(options: { device?: number; pairs?: numb
   );
   pool.stopRecording();
   const sizes = mixedSizes();
-  // A pair at one cached size, then pairs cycling through the mixed sizes.
-  const cachedAndMixed = (a: Allocator, cachedName: string, mixedName: string) => {
-    add(
-      cachedName,
-      MiB,
-      batches(pairs, () => a.alloc(MiB).free()),
-    );
-    let k = 0;
-    add(
-      mixedName,
-      sizes[0],
-      batches(pairs, () => a.alloc(sizes[k++ & 1023]).free()),
-    );
-  };
   let next = 0;
   add(
     'allocator.alloc + free (mixed sizes 4 KiB-8 MiB, device)',
@@ -179,11 +196,30 @@ export async function runAllocBenchmark(options: { device?: number; pairs?: numb
     batches(pairs, () => pool.alloc(sizes[next++ & 1023]).free()),
   );
   pool.close({ force: true });
+}
 
-  // One expandable segment: a pair that needs no mapping, and what mapping costs (an alloc that
-  // maps, its free, and the emptyCache that unmaps, each pair timed alone).
-  const exp = createAllocator({ device, expandableSegments: true, memoryLimit: 1024 * MiB });
+// A pair at one cached size, then pairs cycling through the mixed sizes.
+function cachedAndMixed(run: AllocRun, a: Allocator, cachedName: string, mixedName: string): void {
+  const sizes = mixedSizes();
+  run.add(
+    cachedName,
+    MiB,
+    batches(run.pairs, () => a.alloc(MiB).free()),
+  );
+  let k = 0;
+  run.add(
+    mixedName,
+    sizes[0],
+    batches(run.pairs, () => a.alloc(sizes[k++ & 1023]).free()),
+  );
+}
+
+// One expandable segment: a pair that needs no mapping, and what mapping costs (an alloc that
+// maps, its free, and the emptyCache that unmaps, each pair timed alone).
+function expandableRows(run: AllocRun): void {
+  const exp = createAllocator({ device: run.device, expandableSegments: true, memoryLimit: 1024 * MiB });
   cachedAndMixed(
+    run,
     exp,
     'allocator.alloc + free, expandableSegments (cached size, device)',
     'allocator.alloc + free, expandableSegments (mixed sizes 4 KiB-8 MiB)',
@@ -194,28 +230,38 @@ export async function runAllocBenchmark(options: { device?: number; pairs?: numb
     [32, 50],
   ] as const) {
     const bytes = granules * exp.granularity;
-    const us: number[] = [];
-    for (let i = 0; i < times + 5; i++) {
-      const t0 = process.hrtime.bigint();
-      exp.alloc(bytes).free();
-      exp.emptyCache();
-      if (i >= 5) us.push(Number(process.hrtime.bigint() - t0) / 1000);
-    }
-    add(`expandableSegments: map + unmap ${granules} granule${granules === 1 ? '' : 's'} (alloc, free, emptyCache)`, bytes, us);
+    const us = mapAndUnmap(exp, bytes, times);
+    run.add(`expandableSegments: map + unmap ${granules} granule${granules === 1 ? '' : 's'} (alloc, free, emptyCache)`, bytes, us);
   }
   exp.close({ force: true });
+}
 
-  // The stream-ordered backend, preallocated (its release threshold keeps the reservation, as
-  // PyTorch's cudaMallocAsync backend keeps its pool).
+// Microseconds of `times` rounds of alloc, free and emptyCache, after 5 untimed.
+function mapAndUnmap(exp: Allocator, bytes: number, times: number): number[] {
+  const us: number[] = [];
+  for (let i = 0; i < times + 5; i++) {
+    const t0 = process.hrtime.bigint();
+    exp.alloc(bytes).free();
+    exp.emptyCache();
+    if (i >= 5) us.push(Number(process.hrtime.bigint() - t0) / 1000);
+  }
+  return us;
+}
+
+// The stream-ordered backend, preallocated (its release threshold keeps the reservation, as
+// PyTorch's cudaMallocAsync backend keeps its pool), and a pair whose free is on another stream.
+function asyncRows(run: AllocRun): void {
+  const { device, pairs } = run;
   const asyncPool = createAllocator({ device, backend: 'async', memoryLimit: 1024 * MiB });
   cachedAndMixed(
+    run,
     asyncPool,
     "allocator.alloc + free, backend 'async' (cached size)",
     "allocator.alloc + free, backend 'async' (mixed sizes 4 KiB-8 MiB)",
   );
   const s1 = new Stream({ device, nonBlocking: true });
   const s2 = new Stream({ device, nonBlocking: true });
-  add(
+  run.add(
     "allocator.alloc on one stream + free on another, backend 'async'",
     MiB,
     batches(pairs, () => asyncPool.alloc(MiB, { stream: s1 }).free({ stream: s2 })),
@@ -225,64 +271,71 @@ export async function runAllocBenchmark(options: { device?: number; pairs?: numb
   asyncPool.close({ force: true });
   s1.dispose();
   s2.dispose();
+}
+
+// The pool's pair on a simulated device: no driver behind it.
+function simulatedRow(run: AllocRun): void {
   const sim = createAllocator({ simulate: { totalBytes: 80 * 2 ** 30 }, allowGrowth: true });
-  add(
+  run.add(
     'allocator.alloc + free (simulated device)',
     MiB,
-    batches(pairs, () => sim.alloc(MiB).free()),
+    batches(run.pairs, () => sim.alloc(MiB).free()),
   );
   sim.close({ force: true });
-  raw('cudaMalloc + cudaFree (C++, no JS)', 'device', MiB, 200);
-  raw('cudaMalloc + cudaFree (C++, no JS)', 'device', 64 * MiB, 50);
-  // What the interposer adds to a pair: both sides in child processes, in turns (the driver's own
-  // pair time moves between runs by more than the interposer's cost, so one run of each would
-  // compare two states of the driver, not the two sides).
+}
+
+// What the interposer adds to a pair: both sides in child processes, in turns (the driver's own
+// pair time moves between runs by more than the interposer's cost, so one run of each would
+// compare two states of the driver, not the two sides).
+function interposerRows(run: AllocRun): void {
   const interposer = interposerPath();
-  if (interposer) {
-    for (const [bytes, iterations] of [
-      [MiB, 100],
-      [64 * MiB, 25],
-    ]) {
-      const plain: number[] = [];
-      const preloaded: number[] = [];
-      for (let round = 0; round < 6; round++) {
-        const [first, second] = round % 2 ? [interposer, null] : [null, interposer];
-        for (const side of [first, second]) {
-          const t = childPairs(bytes, iterations, device, side);
-          if (t) (side ? preloaded : plain).push(...t);
-        }
-      }
-      if (plain.length && preloaded.length) {
-        add(
-          'cudaMalloc + cudaFree (C++, child process)',
-          bytes,
-          plain.map((x) => x * 1e6),
-        );
-        add(
-          'cudaMalloc + cudaFree (C++, child under the interposer)',
-          bytes,
-          preloaded.map((x) => x * 1e6),
-        );
-      }
+  if (!interposer) return;
+  for (const [bytes, iterations] of [
+    [MiB, 100],
+    [64 * MiB, 25],
+  ]) {
+    const { plain, preloaded } = childRounds(bytes, iterations, run.device, interposer);
+    if (plain.length && preloaded.length) {
+      run.add(
+        'cudaMalloc + cudaFree (C++, child process)',
+        bytes,
+        plain.map((x) => x * 1e6),
+      );
+      run.add(
+        'cudaMalloc + cudaFree (C++, child under the interposer)',
+        bytes,
+        preloaded.map((x) => x * 1e6),
+      );
     }
   }
+}
 
-  const pinned = createPinnedPool({ device });
-  add(
+// Six rounds of a plain child and a preloaded one, which goes first alternating: each side's
+// seconds per pair (a child that failed adds none).
+function childRounds(bytes: number, iterations: number, device: number, interposer: string): { plain: number[]; preloaded: number[] } {
+  const plain: number[] = [];
+  const preloaded: number[] = [];
+  for (let round = 0; round < 6; round++) {
+    const [first, second] = round % 2 ? [interposer, null] : [null, interposer];
+    for (const side of [first, second]) {
+      const t = childPairs(bytes, iterations, device, side);
+      if (t) (side ? preloaded : plain).push(...t);
+    }
+  }
+  return { plain, preloaded };
+}
+
+// A pinned pool's hit, against cudaMallocHost+cudaFreeHost in C++.
+function pinnedRows(run: AllocRun): void {
+  const pinned = createPinnedPool({ device: run.device });
+  run.add(
     'pinnedPool.alloc + free (hit)',
     MiB,
-    batches(pairs, () => pinned.alloc(MiB).free()),
+    batches(run.pairs, () => pinned.alloc(MiB).free()),
   );
   pinned.close();
-  raw('cudaMallocHost + cudaFreeHost (C++, no JS)', 'pinned', MiB, 50);
-  raw('cudaMallocHost + cudaFreeHost (C++, no JS)', 'pinned', 64 * MiB, 10);
-  return {
-    schema: 'cuda-memory/alloc-benchmark@1',
-    gpu: devices()[device].name,
-    date: new Date().toISOString(),
-    node: process.version,
-    rows,
-  };
+  rawRow(run, 'cudaMallocHost + cudaFreeHost (C++, no JS)', 'pinned', MiB, 50);
+  rawRow(run, 'cudaMallocHost + cudaFreeHost (C++, no JS)', 'pinned', 64 * MiB, 10);
 }
 
 export function formatAllocReport(r: AllocReport): string {

@@ -244,6 +244,31 @@ function verify(b: GpuBuffers, direction: DevicesDirection, n: number, pattern: 
  * @category Benchmarks
  */
 export async function runDevicesBenchmark(options: DevicesBenchmarkOptions = {}): Promise<DevicesReport> {
+  const plan = devicesPlan(options);
+  const { devices, sizes, modes, directions, iterations, warmup } = plan;
+  const { results, aggregate } = measureDevices(plan);
+  return {
+    schema: 'cuda-memory/devices-benchmark@1',
+    environment: multiGpuEnvironment(devices),
+    options: { devices, sizes, modes, directions, iterations, warmup },
+    results,
+    aggregate,
+    headlineBytes: Math.max(...sizes),
+  };
+}
+
+// The options checked and filled in.
+interface DevicesPlan {
+  options: DevicesBenchmarkOptions;
+  devices: number[];
+  sizes: number[];
+  modes: DevicesMode[];
+  directions: DevicesDirection[];
+  iterations: number;
+  warmup: number;
+}
+
+function devicesPlan(options: DevicesBenchmarkOptions): DevicesPlan {
   requireCuda();
   const devices = resolveDevices(options.devices, status().deviceCount);
   const sizes = options.sizes ?? [64 * 2 ** 20, 2 ** 30];
@@ -260,11 +285,18 @@ export async function runDevicesBenchmark(options: DevicesBenchmarkOptions = {})
   for (const d of directions)
     if (!DEVICES_DIRECTIONS.includes(d))
       throw argRangeError(`Unknown direction ${JSON.stringify(d)} for several GPUs; expected one of ${DEVICES_DIRECTIONS.join(', ')}`);
+  return { options, devices, sizes, modes, directions, iterations, warmup };
+}
+
+// Every size and mode with its buffers on every GPU, freed however it ends; every direction
+// over them.
+function measureDevices(plan: DevicesPlan): { results: DeviceRate[]; aggregate: DevicesAggregate[] } {
+  const { devices, sizes, modes, directions } = plan;
   const results: DeviceRate[] = [];
   const aggregate: DevicesAggregate[] = [];
   const total = sizes.length * modes.length * directions.length * (devices.length + 1);
   let done = 0;
-  const progress = (label: string) => options.onProgress?.(++done, total, label);
+  const progress = (label: string) => plan.options.onProgress?.(++done, total, label);
   const pattern = new Uint8Array(Math.max(...sizes));
   fillPattern(pattern, 11);
   for (const n of sizes)
@@ -273,64 +305,87 @@ export async function runDevicesBenchmark(options: DevicesBenchmarkOptions = {})
       try {
         for (const d of devices) buffers.push(allocate(d, n, mode, pattern));
         for (const direction of directions) {
-          const perJob = direction === 'bidir' ? 2 : 1;
-          const base = { mode, direction, bytes: n, timing: mode === 'pinned' ? ('cuda-events' as const) : ('steady-clock' as const) };
-          // A GPU's time per iteration is its slowest copy's (bidir: the two run at once).
-          const gpuSeconds = (seconds: Float64Array[], first: number) =>
-            Float64Array.from(seconds[first], (_, it) => Math.max(...seconds.slice(first, first + perJob).map((s) => s[it])));
-          const alone = new Map<number, DeviceRate>();
-          for (const b of buffers) {
-            b.host2.fill(0);
-            const r = native.timeTogether(jobsOf(b, mode, direction, n), warmup, iterations);
-            const secs = gpuSeconds(r.seconds, 0);
-            const row: DeviceRate = {
-              ...base,
-              device: b.device,
-              scope: 'alone',
-              seconds: summarize(secs),
-              gbps: rateSummary(secs, perJob * n),
-              verified: verify(b, direction, n, pattern),
-              samples: Array.from(secs),
-            };
-            alone.set(b.device, row);
-            results.push(row);
-            progress(`${direction} ${mode} ${n} GPU ${b.device} alone`);
-          }
-          for (const b of buffers) b.host2.fill(0);
-          const r = native.timeTogether(
-            buffers.flatMap((b) => jobsOf(b, mode, direction, n)),
-            warmup,
-            iterations,
-          );
-          buffers.forEach((b, i) => {
-            const secs = gpuSeconds(r.seconds, i * perJob);
-            const gbps = rateSummary(secs, perJob * n);
-            results.push({
-              ...base,
-              device: b.device,
-              scope: 'together',
-              seconds: summarize(secs),
-              gbps,
-              shareOfAlone: gbps.median / alone.get(b.device)!.gbps.median,
-              verified: verify(b, direction, n, pattern),
-              samples: Array.from(secs),
-            });
-          });
-          aggregate.push({ mode, direction, bytes: n, devices, gbps: rateSummary(r.wall, perJob * n * buffers.length) });
+          const c: DevicesCase = { ...plan, n, mode, direction, perJob: direction === 'bidir' ? 2 : 1, buffers, pattern };
+          const alone = aloneRows(c, results, progress);
+          aggregate.push(togetherRows(c, alone, results));
           progress(`${direction} ${mode} ${n} all GPUs`);
         }
       } finally {
         for (const b of buffers) b.free();
       }
     }
-  return {
-    schema: 'cuda-memory/devices-benchmark@1',
-    environment: multiGpuEnvironment(devices),
-    options: { devices, sizes, modes, directions, iterations, warmup },
-    results,
-    aggregate,
-    headlineBytes: Math.max(...sizes),
-  };
+  return { results, aggregate };
+}
+
+// One size, mode and direction, over every GPU's buffers.
+interface DevicesCase extends DevicesPlan {
+  n: number;
+  mode: DevicesMode;
+  direction: DevicesDirection;
+  /** Copies per GPU: bidir runs two at once. */
+  perJob: number;
+  buffers: GpuBuffers[];
+  pattern: Uint8Array;
+}
+
+// What every row of a case starts with.
+function rowBase(c: DevicesCase): Pick<DeviceRate, 'mode' | 'direction' | 'bytes' | 'timing'> {
+  return { mode: c.mode, direction: c.direction, bytes: c.n, timing: c.mode === 'pinned' ? 'cuda-events' : 'steady-clock' };
+}
+
+// A GPU's time per iteration is its slowest copy's (bidir: the two run at once).
+function gpuSeconds(seconds: Float64Array[], first: number, perJob: number): Float64Array {
+  return Float64Array.from(seconds[first], (_, it) => Math.max(...seconds.slice(first, first + perJob).map((s) => s[it])));
+}
+
+// Each GPU alone, one after another; its row by device.
+function aloneRows(c: DevicesCase, results: DeviceRate[], progress: (label: string) => void): Map<number, DeviceRate> {
+  const { n, mode, direction, perJob } = c;
+  const alone = new Map<number, DeviceRate>();
+  for (const b of c.buffers) {
+    b.host2.fill(0);
+    const r = native.timeTogether(jobsOf(b, mode, direction, n), c.warmup, c.iterations);
+    const secs = gpuSeconds(r.seconds, 0, perJob);
+    const row: DeviceRate = {
+      ...rowBase(c),
+      device: b.device,
+      scope: 'alone',
+      seconds: summarize(secs),
+      gbps: rateSummary(secs, perJob * n),
+      verified: verify(b, direction, n, c.pattern),
+      samples: Array.from(secs),
+    };
+    alone.set(b.device, row);
+    results.push(row);
+    progress(`${direction} ${mode} ${n} GPU ${b.device} alone`);
+  }
+  return alone;
+}
+
+// Every GPU at once: a row per GPU, with its share of its rate alone, and the total.
+function togetherRows(c: DevicesCase, alone: Map<number, DeviceRate>, results: DeviceRate[]): DevicesAggregate {
+  const { n, mode, direction, perJob, buffers } = c;
+  for (const b of buffers) b.host2.fill(0);
+  const r = native.timeTogether(
+    buffers.flatMap((b) => jobsOf(b, mode, direction, n)),
+    c.warmup,
+    c.iterations,
+  );
+  buffers.forEach((b, i) => {
+    const secs = gpuSeconds(r.seconds, i * perJob, perJob);
+    const gbps = rateSummary(secs, perJob * n);
+    results.push({
+      ...rowBase(c),
+      device: b.device,
+      scope: 'together',
+      seconds: summarize(secs),
+      gbps,
+      shareOfAlone: gbps.median / alone.get(b.device)!.gbps.median,
+      verified: verify(b, direction, n, c.pattern),
+      samples: Array.from(secs),
+    });
+  });
+  return { mode, direction, bytes: n, devices: c.devices, gbps: rateSummary(r.wall, perJob * n * buffers.length) };
 }
 
 /**

@@ -3,6 +3,7 @@
  * is skipped with a reason; the report is printable, JSON or JUnit.
  */
 import { status, devices, formatCudaVersion, knownDeviceCount } from '../device/discovery';
+import type { CudaStatus } from '../device/discovery';
 import { peerAccess, enablePeerAccess, describeLink } from '../device/peers';
 import type { PeerLink } from '../device/peers';
 import { DeviceBuffer, PinnedBuffer } from '../memory/buffers';
@@ -54,6 +55,9 @@ export interface DoctorCheck {
   faults?: Fault[];
 }
 
+// A check's outcome, before its name and time are added.
+type CheckOutcome = Omit<DoctorCheck, 'name' | 'seconds'>;
+
 /**
  * The doctor's report: the checks, the expectation file they were held to (null: the defaults or
  * the options), and the versions and clock state of the run.
@@ -80,7 +84,7 @@ function resolveExpectations(device: number, given: DoctorOptions['expectations'
 }
 
 // A rate check's outcome: pass at or above `min`, else fail with the causes the run saw.
-function rateOutcome(g: number, min: number, detail: string, seen: RunObservation): Omit<DoctorCheck, 'name' | 'seconds'> {
+function rateOutcome(g: number, min: number, detail: string, seen: RunObservation): CheckOutcome {
   if (g >= min) return { status: 'pass', detail, value: g };
   const faults = faultsOfFailure(seen, `${rate(g)} GB/s is below ${rate(min)} GB/s`);
   return { status: 'fail', detail: `${detail}; ${faults.map((f) => `${f.code}: ${f.cause}`).join('; ')}`, value: g, faults };
@@ -104,7 +108,7 @@ function observe(
 
 // What system memory the GPU reaches, and, where it has managed memory, a round trip through a
 // small managed buffer (well inside free memory: never more than the device has free).
-function sharedMemoryCheck(device: number): Omit<DoctorCheck, 'name' | 'seconds'> {
+function sharedMemoryCheck(device: number): CheckOutcome {
   const d = devices()[device];
   if (!d.managedMemory) return { status: 'skip', detail: `${d.sharedMemory.summary}; no managed memory to try` };
   const n = 16 * 2 ** 20;
@@ -129,9 +133,9 @@ function sharedMemoryCheck(device: number): Omit<DoctorCheck, 'name' | 'seconds'
   }
 }
 
-function timed(name: string, fn: () => Omit<DoctorCheck, 'name' | 'seconds'>): DoctorCheck {
+function timed(name: string, fn: () => CheckOutcome): DoctorCheck {
   const t0 = process.hrtime.bigint();
-  let r: Omit<DoctorCheck, 'name' | 'seconds'>;
+  let r: CheckOutcome;
   try {
     r = fn();
   } catch (e) {
@@ -172,10 +176,37 @@ export function platformCheck(device: number): Omit<DoctorCheck, 'name' | 'secon
  * @category Benchmarks
  */
 export function runDoctor(options: DoctorOptions = {}): DoctorReport {
+  const plan = doctorPlan(options);
+  const { device, bytes } = plan;
+  const checks: DoctorCheck[] = [timed('device visible', () => visibleCheck(plan.st, device))];
+  if (!plan.st.available) return doctorReport(plan, checks);
+  checks.push(
+    timed('platform memory limit', () => platformCheck(device)),
+    timed('PCIe link at its maximum', () => pcieLinkCheck(device)),
+    timed('device allocation works', () => allocationCheck(device, bytes)),
+    timed('shared GPU memory', () => sharedMemoryCheck(device)),
+    ...(['h2d', 'd2h'] as const).map((dir) => timed(`pinned ${dir} >= ${plan.minPinned[dir]} GB/s`, () => pinnedRateCheck(plan, dir))),
+    timed(`d2d >= ${plan.minD2d} GB/s read+write`, () => d2dRateCheck(plan)),
+  );
+  return doctorReport(plan, checks);
+}
+
+// The options checked, and the floors the rate checks are held to.
+interface DoctorPlan {
+  st: CudaStatus;
+  device: number;
+  bytes: number;
+  exp: Expectations | null;
+  minPinned: { h2d: number; d2h: number };
+  minD2d: number;
+  maxCv: number;
+}
+
+// An option given wins over the expectations, and they over the defaults.
+function doctorPlan(options: DoctorOptions): DoctorPlan {
   options = checkOptions<DoctorOptions>('options', options);
   const bytes = options.bytes ?? 256 * 2 ** 20;
   const st = status();
-  const checks: DoctorCheck[] = [];
   const device = checkDevice(options.device, knownDeviceCount());
   const exp = resolveExpectations(device, options.expectations);
   const minPinned = {
@@ -184,99 +215,96 @@ export function runDoctor(options: DoctorOptions = {}): DoctorReport {
   };
   const minD2d = options.minD2dGbps ?? exp?.expect.d2dGbps ?? 500;
   const maxCv = exp?.expect.maxCv ?? 0.05;
-  const done = (): DoctorReport => ({
+  return { st, device, bytes, exp, minPinned, minD2d, maxCv };
+}
+
+function doctorReport(plan: DoctorPlan, checks: DoctorCheck[]): DoctorReport {
+  const { device, exp } = plan;
+  return {
     schema: 'cuda-memory/doctor@1',
     ok: checks.every((c) => c.status !== 'fail'),
     device,
     checks,
     expectations: exp ? { name: exp.name, file: exp.file ?? null } : null,
     environment: runState(device),
-  });
-  checks.push(
-    timed('device visible', () => {
-      if (!st.available) return { status: 'fail', detail: `${st.reason}: ${st.message}` };
-      const d = devices()[device];
-      return {
-        status: 'pass',
-        detail: `${d.name} (${d.pciBusId}), ${(d.totalMemory / 2 ** 30).toFixed(1)} GiB, compute capability ${d.computeCapability}, driver CUDA ${formatCudaVersion(st.driverVersion)}`,
-      };
-    }),
-  );
-  if (!st.available) return done();
-  checks.push(timed('platform memory limit', () => platformCheck(device)));
-  checks.push(
-    timed('PCIe link at its maximum', () => {
-      const link = devices()[device].pcie;
-      if (!link) return { status: 'skip', detail: 'NVML is not available, so the link cannot be read' };
-      const ok = link.currentGeneration >= link.maxGeneration && link.currentWidth >= link.maxWidth;
-      return {
-        status: ok ? 'pass' : 'fail',
-        detail: `Gen${link.currentGeneration} x${link.currentWidth} of max Gen${link.maxGeneration} x${link.maxWidth}${ok ? '' : ' (an idle GPU may train down its link; under load it should reach the maximum)'}`,
-      };
-    }),
-  );
-  checks.push(
-    timed('device allocation works', () => {
-      const d = DeviceBuffer.alloc(bytes, { device });
-      const p = PinnedBuffer.alloc(4096, { device });
-      try {
-        memset(d, 0xa5);
-        copy(p, d, { srcOffset: bytes - 4096, byteLength: 4096 });
-        const ok = p.bytes.every((b) => b === 0xa5);
-        return {
-          status: ok ? 'pass' : 'fail',
-          detail: ok ? `allocated, set and read back ${(bytes / 2 ** 20).toFixed(0)} MiB` : 'memset data did not read back',
-        };
-      } finally {
-        d.free();
-        p.free();
-      }
-    }),
-  );
-  checks.push(timed('shared GPU memory', () => sharedMemoryCheck(device)));
-  const pinned: Record<string, number> = {};
-  for (const dir of ['h2d', 'd2h'] as const) {
-    checks.push(
-      timed(`pinned ${dir} >= ${minPinned[dir]} GB/s`, () => {
-        const d = DeviceBuffer.alloc(bytes, { device });
-        const p = PinnedBuffer.alloc(bytes, { device });
-        try {
-          p.bytes.fill(3);
-          const s =
-            dir === 'h2d' ? native.timeCopy(d._h, p._h, bytes, 2, 10, 'events') : native.timeCopy(p._h, d._h, bytes, 2, 10, 'events');
-          const summary = rateSummary(s, bytes);
-          const g = summary.median;
-          pinned[dir] = g;
-          const seen = observe(device, runState(device), {
-            path: 'host',
-            hostMemory: 'pinned',
-            bufferNumaNode: native.handleInfo(p._h).numaNode ?? -1,
-            cv: summary.cv,
-            maxCv,
-          });
-          return rateOutcome(g, minPinned[dir], `${g.toFixed(2)} GB/s median of 10 at ${(bytes / 2 ** 20).toFixed(0)} MiB`, seen);
-        } finally {
-          d.free();
-          p.free();
-        }
-      }),
-    );
+  };
+}
+
+// CUDA answers, and the device's name, memory, compute capability and driver.
+function visibleCheck(st: CudaStatus, device: number): CheckOutcome {
+  if (!st.available) return { status: 'fail', detail: `${st.reason}: ${st.message}` };
+  const d = devices()[device];
+  return {
+    status: 'pass',
+    detail: `${d.name} (${d.pciBusId}), ${(d.totalMemory / 2 ** 30).toFixed(1)} GiB, compute capability ${d.computeCapability}, driver CUDA ${formatCudaVersion(st.driverVersion)}`,
+  };
+}
+
+function pcieLinkCheck(device: number): CheckOutcome {
+  const link = devices()[device].pcie;
+  if (!link) return { status: 'skip', detail: 'NVML is not available, so the link cannot be read' };
+  const ok = link.currentGeneration >= link.maxGeneration && link.currentWidth >= link.maxWidth;
+  return {
+    status: ok ? 'pass' : 'fail',
+    detail: `Gen${link.currentGeneration} x${link.currentWidth} of max Gen${link.maxGeneration} x${link.maxWidth}${ok ? '' : ' (an idle GPU may train down its link; under load it should reach the maximum)'}`,
+  };
+}
+
+// A device buffer of the copy size, set on the device and its last page read back.
+function allocationCheck(device: number, bytes: number): CheckOutcome {
+  const d = DeviceBuffer.alloc(bytes, { device });
+  const p = PinnedBuffer.alloc(4096, { device });
+  try {
+    memset(d, 0xa5);
+    copy(p, d, { srcOffset: bytes - 4096, byteLength: 4096 });
+    const ok = p.bytes.every((b) => b === 0xa5);
+    return {
+      status: ok ? 'pass' : 'fail',
+      detail: ok ? `allocated, set and read back ${(bytes / 2 ** 20).toFixed(0)} MiB` : 'memset data did not read back',
+    };
+  } finally {
+    d.free();
+    p.free();
   }
-  checks.push(
-    timed(`d2d >= ${minD2d} GB/s read+write`, () => {
-      const a = DeviceBuffer.alloc(bytes, { device });
-      const b = DeviceBuffer.alloc(bytes, { device });
-      try {
-        const summary = rateSummary(native.timeCopy(b._h, a._h, bytes, 2, 10, 'events'), 2 * bytes);
-        const seen = observe(device, runState(device), { path: 'device', cv: summary.cv, maxCv });
-        return rateOutcome(summary.median, minD2d, `${summary.median.toFixed(1)} GB/s read+write median of 10`, seen);
-      } finally {
-        a.free();
-        b.free();
-      }
-    }),
-  );
-  return done();
+}
+
+// Pinned memory to the device (h2d) or back (d2h), timed with CUDA events.
+function pinnedRateCheck(plan: DoctorPlan, dir: 'h2d' | 'd2h'): CheckOutcome {
+  const { device, bytes } = plan;
+  const d = DeviceBuffer.alloc(bytes, { device });
+  const p = PinnedBuffer.alloc(bytes, { device });
+  try {
+    p.bytes.fill(3);
+    const s = dir === 'h2d' ? native.timeCopy(d._h, p._h, bytes, 2, 10, 'events') : native.timeCopy(p._h, d._h, bytes, 2, 10, 'events');
+    const summary = rateSummary(s, bytes);
+    const g = summary.median;
+    const seen = observe(device, runState(device), {
+      path: 'host',
+      hostMemory: 'pinned',
+      bufferNumaNode: native.handleInfo(p._h).numaNode ?? -1,
+      cv: summary.cv,
+      maxCv: plan.maxCv,
+    });
+    return rateOutcome(g, plan.minPinned[dir], `${g.toFixed(2)} GB/s median of 10 at ${(bytes / 2 ** 20).toFixed(0)} MiB`, seen);
+  } finally {
+    d.free();
+    p.free();
+  }
+}
+
+// One device buffer into another, counting the bytes read and the bytes written.
+function d2dRateCheck(plan: DoctorPlan): CheckOutcome {
+  const { device, bytes } = plan;
+  const a = DeviceBuffer.alloc(bytes, { device });
+  const b = DeviceBuffer.alloc(bytes, { device });
+  try {
+    const summary = rateSummary(native.timeCopy(b._h, a._h, bytes, 2, 10, 'events'), 2 * bytes);
+    const seen = observe(device, runState(device), { path: 'device', cv: summary.cv, maxCv: plan.maxCv });
+    return rateOutcome(summary.median, plan.minD2d, `${summary.median.toFixed(1)} GB/s read+write median of 10`, seen);
+  } finally {
+    a.free();
+    b.free();
+  }
 }
 
 /**

@@ -160,8 +160,36 @@ function median(v: number[]): number {
   return summarize(v).median;
 }
 
+// `iterations` timed passes of fn, in seconds.
+function timedPasses(iterations: number, fn: () => void): number[] {
+  const samples: number[] = [];
+  for (let i = 0; i < iterations; i++) samples.push(time(fn));
+  return samples;
+}
+
 /** Runs the file benchmark; see {@link FilesBenchmarkOptions}. */
 export async function runFilesBenchmark(options: FilesBenchmarkOptions): Promise<FilesReport> {
+  const plan = filesPlan(options);
+  const results = measureFiles(plan);
+  addReadLimits(results);
+  return filesReport(plan, results);
+}
+
+// The options checked and filled in, and whether the rows that need a GPU run.
+interface FilesPlan {
+  options: Partial<FilesBenchmarkOptions>;
+  dir: string;
+  bytes: number;
+  iterations: number;
+  warmup: number;
+  device: number;
+  fsync: boolean;
+  gpu: boolean;
+  skipped: string[];
+}
+
+// Validates the options and interprets them: their defaults, and what runs without a GPU.
+function filesPlan(options: FilesBenchmarkOptions): FilesPlan {
   const o = checkOptions<FilesBenchmarkOptions>('options', options);
   if (typeof o.dir !== 'string' || !fs.existsSync(o.dir) || !fs.statSync(o.dir).isDirectory())
     throw invalidArgument('options.dir', 'an existing folder', o.dir);
@@ -179,152 +207,211 @@ export async function runFilesBenchmark(options: FilesBenchmarkOptions): Promise
   const gpu = status().available;
   const skipped: string[] = [];
   if (!gpu) skipped.push(`library, naive and link rows: no GPU (${status().message})`);
+  return { options: o, dir: o.dir, bytes, iterations, warmup, device, fsync, gpu, skipped };
+}
 
-  let work: string;
+// The labels of the run's steps in their order, for onProgress.
+function filesSteps(gpu: boolean): string[] {
+  const steps: string[] = [];
+  for (const c of ['cold', 'warm']) steps.push(`storage-${c}`, ...(gpu ? [`library-${c}`, `naive-${c}`] : []));
+  if (gpu) steps.push('link', 'write library', 'write naive');
+  steps.push('write storage');
+  return steps;
+}
+
+// The run's own folder inside dir.
+function makeWorkFolder(dir: string): string {
   try {
-    work = fs.mkdtempSync(path.join(o.dir, 'cuda-memory-bench-'));
+    return fs.mkdtempSync(path.join(dir, 'cuda-memory-bench-'));
   } catch (e) {
-    throw fileError(e as NodeJS.ErrnoException, o.dir);
+    throw fileError(e as NodeJS.ErrnoException, dir);
   }
+}
+
+// What the rows of a run share: the plan, the file and its data, and where rows and progress go.
+interface FilesRun extends FilesPlan {
+  work: string;
+  file: string;
+  /** The file's data, which every pass is checked against. */
+  host: Uint8Array;
+  /** Where a pass into the device is read back to be checked. */
+  back: Uint8Array;
+  dev: DeviceBuffer | undefined;
+  /** Dropping the file's pages works (else cold reads use O_DIRECT). */
+  dropWorks: boolean;
+  results: FilesResult[];
+  step: (label: string) => void;
+}
+
+// Writes the file, runs every row, and removes the folder and frees the device buffer however
+// the run ends.
+function measureFiles(plan: FilesPlan): FilesResult[] {
+  const work = makeWorkFolder(plan.dir);
   const file = path.join(work, 'data.bin');
   const results: FilesResult[] = [];
-  const plan: string[] = [];
-  for (const c of ['cold', 'warm']) plan.push(`storage-${c}`, ...(gpu ? [`library-${c}`, `naive-${c}`] : []));
-  if (gpu) plan.push('link', 'write library', 'write naive');
-  plan.push('write storage');
+  const total = filesSteps(plan.gpu).length;
   let done = 0;
-  const step = (label: string) => o.onProgress?.(++done, plan.length, label);
-
-  // Cold: the file's pages dropped before each pass; where they stay (the kernel refused, or the
-  // file system keeps them), the library's path reads with O_DIRECT and the naive path is warm.
-  const coldPass = () => {
-    const c = fileCache(file, true);
-    return c.resident;
-  };
-
-  let allocated: DeviceBuffer | undefined;
+  const step = (label: string) => plan.options.onProgress?.(++done, total, label);
+  let dev: DeviceBuffer | undefined;
   try {
-    const host = new Uint8Array(bytes);
+    const host = new Uint8Array(plan.bytes);
     fillPattern(host, 7);
     // The library's write: a full disk is ERR_FILE_NO_SPACE, and no partial file stays.
     writeFile(file, host);
-    const dropWorks = (() => {
-      const r = coldPass();
-      return r >= 0 && r < 0.05;
-    })();
-    const dev = gpu ? DeviceBuffer.alloc(bytes, { device }) : undefined;
-    allocated = dev;
-    const back = new Uint8Array(bytes);
-    for (const cache of ['cold', 'warm'] as const) {
-      const prepare = () => (cache === 'cold' ? coldPass() : fileCache(file).resident);
-      if (cache === 'warm') for (let i = 0; i < warmup; i++) readFileStorage(file, { direct: false });
-      const coldVia = cache === 'cold' ? (dropWorks ? 'drop' : 'direct') : undefined;
-      const direct = cache === 'cold' ? (dropWorks ? ('auto' as const) : true) : false;
-      // O_DIRECT's measurement at the first large read of a file system happens here, untimed.
-      if (cache === 'cold') {
-        coldPass();
-        readFileStorage(file, { direct });
-      }
-      // Each pass of a path is timed; the device is cleared before it and checked after it, untimed.
-      const paths = [readPath('storage', () => readFileStorage(file, { direct }).direct)];
-      if (dev)
-        paths.push(
-          readPath('library', () => readFile(file, dev, { direct }).direct),
-          readPath('naive', () => {
-            copy(dev, readWhole(file));
-            return undefined;
-          }),
-        );
-      // Interleaved: round i runs every path once, starting at path i (mod their count), so drift
-      // in the machine, the storage or a cache below the guest's reaches each path alike instead
-      // of favouring whichever ran last.
-      for (let i = 0; i < iterations; i++)
-        for (let j = 0; j < paths.length; j++) {
-          const x = paths[(i + j) % paths.length];
-          if (dev && x.mode !== 'storage') memset(dev, 0);
-          x.resident.push(prepare());
-          let used: boolean | undefined;
-          x.samples.push(time(() => (used = x.pass())));
-          if (used !== undefined) x.direct = used;
-          if (dev && x.mode !== 'storage') {
-            copy(back, dev);
-            x.verified = x.verified && equal(back, host, bytes);
-          }
-        }
-      for (const x of paths) {
-        results.push(
-          row(
-            {
-              direction: 'read',
-              mode: `${x.mode}-${cache}`,
-              bytes,
-              resident: median(x.resident),
-              ...(x.mode === 'naive' ? {} : { coldVia, direct: x.direct ?? false }),
-              verified: x.verified,
-            },
-            x.samples,
-          ),
-        );
-        step(`${x.mode}-${cache}`);
-      }
-    }
+    const dropWorks = dropsPages(file);
+    dev = plan.gpu ? DeviceBuffer.alloc(plan.bytes, { device: plan.device }) : undefined;
+    const back = new Uint8Array(plan.bytes);
+    const run: FilesRun = { ...plan, work, file, host, back, dev, dropWorks, results, step };
+    for (const cache of ['cold', 'warm'] as const) readRows(run, cache);
     if (dev) {
-      // The link: pinned memory to the device, the other limit of a read.
-      const pinned = PinnedBuffer.alloc(bytes, { device });
-      try {
-        pinned.bytes.set(host);
-        for (let i = 0; i < warmup; i++) copy(dev, pinned);
-        const samples: number[] = [];
-        for (let i = 0; i < iterations; i++) samples.push(time(() => copy(dev, pinned)));
-        back.fill(0);
-        copy(back, dev);
-        results.push(row({ direction: 'read', mode: 'link', bytes, verified: equal(back, host, bytes) }, samples));
-        step('link');
-      } finally {
-        pinned.free();
-      }
-      copy(dev, host);
-      const out = path.join(work, 'out.bin');
-      const verifyOut = () => equal(readWhole(out), host, bytes);
-      {
-        const samples: number[] = [];
-        for (let i = 0; i < iterations; i++) samples.push(time(() => writeFile(out, dev, { fsync })));
-        results.push(row({ direction: 'write', mode: 'library', bytes, verified: verifyOut() }, samples));
-        step('write library');
-      }
-      {
-        const samples: number[] = [];
-        for (let i = 0; i < iterations; i++)
-          samples.push(
-            time(() => {
-              const h = new Uint8Array(bytes);
-              copy(h, dev);
-              const fd = fs.openSync(out, 'w');
-              try {
-                writeWhole(fd, h);
-                if (fsync) fs.fsyncSync(fd);
-              } finally {
-                fs.closeSync(fd);
-              }
-            }),
-          );
-        results.push(row({ direction: 'write', mode: 'naive', bytes, verified: verifyOut() }, samples));
-        step('write naive');
-      }
-      fs.rmSync(out, { force: true });
+      linkRow(run, dev);
+      deviceWriteRows(run, dev);
     }
-    {
-      const out = path.join(work, 'out-storage.bin');
-      const samples: number[] = [];
-      for (let i = 0; i < iterations; i++) samples.push(time(() => writeFile(out, host, { fsync })));
-      results.push(row({ direction: 'write', mode: 'storage', bytes, verified: equal(readWhole(out), host, bytes) }, samples));
-      step('write storage');
-    }
+    storageWriteRow(run);
   } finally {
-    allocated?.free();
+    dev?.free();
     fs.rmSync(work, { recursive: true, force: true });
   }
-  // Each library read against what it cannot beat: the storage in the same state, and the link.
+  return results;
+}
+
+// Cold: the file's pages dropped before each pass; where they stay (the kernel refused, or the
+// file system keeps them), the library's path reads with O_DIRECT and the naive path is warm.
+// Returns the share of the file still resident.
+function coldPass(file: string): number {
+  return fileCache(file, true).resident;
+}
+
+// Whether a drop leaves less than 5 % of the file in the page cache.
+function dropsPages(file: string): boolean {
+  const r = coldPass(file);
+  return r >= 0 && r < 0.05;
+}
+
+// The read rows in one cache state: the paths' passes interleaved, then a row per path.
+function readRows(run: FilesRun, cache: 'cold' | 'warm'): void {
+  const { file, dropWorks } = run;
+  const prepare = () => (cache === 'cold' ? coldPass(file) : fileCache(file).resident);
+  if (cache === 'warm') for (let i = 0; i < run.warmup; i++) readFileStorage(file, { direct: false });
+  const coldVia = cache === 'cold' ? (dropWorks ? 'drop' : 'direct') : undefined;
+  const direct = cache === 'cold' ? (dropWorks ? ('auto' as const) : true) : false;
+  // O_DIRECT's measurement at the first large read of a file system happens here, untimed.
+  if (cache === 'cold') {
+    coldPass(file);
+    readFileStorage(file, { direct });
+  }
+  const paths = readPaths(run, direct);
+  interleave(run, paths, prepare);
+  for (const x of paths) {
+    run.results.push(
+      row(
+        {
+          direction: 'read',
+          mode: `${x.mode}-${cache}`,
+          bytes: run.bytes,
+          resident: median(x.resident),
+          ...(x.mode === 'naive' ? {} : { coldVia, direct: x.direct ?? false }),
+          verified: x.verified,
+        },
+        x.samples,
+      ),
+    );
+    run.step(`${x.mode}-${cache}`);
+  }
+}
+
+// The storage's path, and with a device the library's and the naive one.
+function readPaths(run: FilesRun, direct: boolean | 'auto'): ReadPath[] {
+  const { file, dev } = run;
+  const paths = [readPath('storage', () => readFileStorage(file, { direct }).direct)];
+  if (dev)
+    paths.push(
+      readPath('library', () => readFile(file, dev, { direct }).direct),
+      readPath('naive', () => {
+        copy(dev, readWhole(file));
+        return undefined;
+      }),
+    );
+  return paths;
+}
+
+// Each pass of a path is timed; the device is cleared before it and checked after it, untimed.
+// Interleaved: round i runs every path once, starting at path i (mod their count), so drift in
+// the machine, the storage or a cache below the guest's reaches each path alike instead of
+// favouring whichever ran last.
+function interleave(run: FilesRun, paths: ReadPath[], prepare: () => number): void {
+  const { dev, back, host, bytes } = run;
+  for (let i = 0; i < run.iterations; i++)
+    for (let j = 0; j < paths.length; j++) {
+      const x = paths[(i + j) % paths.length];
+      if (dev && x.mode !== 'storage') memset(dev, 0);
+      x.resident.push(prepare());
+      let used: boolean | undefined;
+      x.samples.push(time(() => (used = x.pass())));
+      if (used !== undefined) x.direct = used;
+      if (dev && x.mode !== 'storage') {
+        copy(back, dev);
+        x.verified = x.verified && equal(back, host, bytes);
+      }
+    }
+}
+
+// The link: pinned memory to the device, the other limit of a read.
+function linkRow(run: FilesRun, dev: DeviceBuffer): void {
+  const { bytes, host, back } = run;
+  const pinned = PinnedBuffer.alloc(bytes, { device: run.device });
+  try {
+    pinned.bytes.set(host);
+    for (let i = 0; i < run.warmup; i++) copy(dev, pinned);
+    const samples = timedPasses(run.iterations, () => copy(dev, pinned));
+    back.fill(0);
+    copy(back, dev);
+    run.results.push(row({ direction: 'read', mode: 'link', bytes, verified: equal(back, host, bytes) }, samples));
+    run.step('link');
+  } finally {
+    pinned.free();
+  }
+}
+
+// The writes from the device: the library's, then the naive path's.
+function deviceWriteRows(run: FilesRun, dev: DeviceBuffer): void {
+  const { bytes, host, fsync } = run;
+  copy(dev, host);
+  const out = path.join(run.work, 'out.bin');
+  const verifyOut = () => equal(readWhole(out), host, bytes);
+  const library = timedPasses(run.iterations, () => writeFile(out, dev, { fsync }));
+  run.results.push(row({ direction: 'write', mode: 'library', bytes, verified: verifyOut() }, library));
+  run.step('write library');
+  const naive = timedPasses(run.iterations, () => naiveWrite(out, dev, bytes, fsync));
+  run.results.push(row({ direction: 'write', mode: 'naive', bytes, verified: verifyOut() }, naive));
+  run.step('write naive');
+  fs.rmSync(out, { force: true });
+}
+
+// The naive write: the device into a new Node buffer, then the buffer to the file.
+function naiveWrite(out: string, dev: DeviceBuffer, bytes: number, fsync: boolean): void {
+  const h = new Uint8Array(bytes);
+  copy(h, dev);
+  const fd = fs.openSync(out, 'w');
+  try {
+    writeWhole(fd, h);
+    if (fsync) fs.fsyncSync(fd);
+  } finally {
+    fs.closeSync(fd);
+  }
+}
+
+// The storage's write: the library's path from host memory, with no GPU behind it.
+function storageWriteRow(run: FilesRun): void {
+  const { bytes, host, fsync } = run;
+  const out = path.join(run.work, 'out-storage.bin');
+  const samples = timedPasses(run.iterations, () => writeFile(out, host, { fsync }));
+  run.results.push(row({ direction: 'write', mode: 'storage', bytes, verified: equal(readWhole(out), host, bytes) }, samples));
+  run.step('write storage');
+}
+
+// Each library read against what it cannot beat: the storage in the same state, and the link.
+function addReadLimits(results: FilesResult[]): void {
   const link = results.find((r) => r.mode === 'link');
   for (const r of results) {
     if (r.direction !== 'read' || !r.mode.startsWith('library-')) continue;
@@ -333,13 +420,18 @@ export async function runFilesBenchmark(options: FilesBenchmarkOptions): Promise
     r.limitGbps = Math.min(storage.gbps.median, link.gbps.median);
     r.shareOfLimit = r.gbps.median / r.limitGbps;
   }
+}
+
+// The report: the machine and the options beside the rows.
+function filesReport(plan: FilesPlan, results: FilesResult[]): FilesReport {
+  const { bytes, iterations, warmup, device, fsync } = plan;
   const cpus = os.cpus();
   return {
     schema: 'cuda-memory/files-benchmark@1',
     environment: {
       date: new Date().toISOString(),
-      dir: path.resolve(o.dir),
-      gpu: gpu ? devices()[device]?.name : undefined,
+      dir: path.resolve(plan.dir),
+      gpu: plan.gpu ? devices()[device]?.name : undefined,
       host: {
         hostname: os.hostname(),
         cpu: cpus[0]?.model ?? 'unknown',
@@ -351,7 +443,7 @@ export async function runFilesBenchmark(options: FilesBenchmarkOptions): Promise
     },
     options: { bytes, iterations, warmup, device, fsync },
     results,
-    skipped,
+    skipped: plan.skipped,
     headlineBytes: bytes,
   };
 }

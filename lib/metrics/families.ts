@@ -9,7 +9,7 @@ import type { TransferReport } from '../bench/transfer';
 import type { GateResult } from '../bench/gates';
 import type { DoctorReport } from '../bench/doctor';
 import type { RunState } from '../bench/run-state';
-import type { DevicesReport } from '../bench/devices';
+import type { DevicesReport, MultiGpuEnvironment } from '../bench/devices';
 import type { P2pReport } from '../bench/p2p';
 import type { FilesReport } from '../bench/files';
 import { devices as listDevices, memGetInfo, status } from '../device/discovery';
@@ -433,8 +433,6 @@ export function benchFamilies(report: TransferReport, gates: GateResult[], nowSe
   return out;
 }
 
-// What a benchmark's textfile ends with: whether each result's data arrived intact, each gate,
-// all of it together, and when the file was written.
 // A gauge family from its samples.
 function gauge(name: string, help: string, samples: MetricFamily['samples']): MetricFamily {
   return { name, help, type: 'gauge', samples };
@@ -445,6 +443,8 @@ function resultLabels(gpu: Record<string, string>, r: { direction: string; mode:
   return { ...gpu, direction: r.direction, mode: r.mode, size_bytes: String(r.bytes) };
 }
 
+// What a benchmark's textfile ends with: whether each result's data arrived intact, each gate,
+// all of it together, and when the file was written.
 function outcomeFamilies(
   prefix: string,
   command: string,
@@ -521,77 +521,91 @@ export function multiBenchFamilies(
   nowSeconds = Date.now() / 1000,
 ): MetricFamily[] {
   const env = devices?.environment ?? p2p?.environment;
+  const gpu = multiGpuLabels(env);
+  return [
+    ...(devices ? devicesRateFamilies(devices, gpu) : []),
+    ...(p2p ? p2pRateFamilies(p2p, gpu) : []),
+    ...multiOutcomeFamilies(devices, p2p, gates, nowSeconds),
+    ...gpuStateFamilies(env, gpu),
+  ];
+}
+
+// A GPU's labels in a several-GPU report: dcgm-exporter's, or with a prefix (`src_`, `dst_`,
+// `a_`, `b_`) only its index and uuid.
+type MultiGpuLabels = (device: number, prefix?: string) => Record<string, string>;
+
+function multiGpuLabels(env: MultiGpuEnvironment | undefined): MultiGpuLabels {
   const uuid = new Map((env?.gpus ?? []).map((g) => [g.index, g.uuid]));
   const indices = new Map((env?.gpus ?? []).map((g) => [g.uuid, g.nvmlIndex]));
-  const gpu = (d: number, prefix = '') =>
+  return (d, prefix = '') =>
     prefix
       ? { [`${prefix}device`]: String(d), ...(uuid.has(d) ? { [`${prefix}uuid`]: uuid.get(d)! } : {}) }
       : gpuLabels(d, uuid.get(d), indices);
-  // The library's figure and the C++ baseline's, each by statistic.
+}
+
+// Every GPU alone and together, and the totals of all at once.
+function devicesRateFamilies(devices: DevicesReport, gpu: MultiGpuLabels): MetricFamily[] {
+  return [
+    gauge(
+      'cuda_memory_bench_device_transfer_bytes_per_second',
+      'Transfer rate of each GPU measured by cuda-memory bench --devices, alone or with every GPU of the run at once (scope), by statistic.',
+      devices.results.flatMap((r) =>
+        statSamples({ ...gpu(r.device), scope: r.scope, direction: r.direction, mode: r.mode, size_bytes: String(r.bytes) }, r.gbps, 1e9),
+      ),
+    ),
+    gauge(
+      'cuda_memory_bench_devices_total_bytes_per_second',
+      'All bytes moved by every GPU of the run at once over the time from the common start to the last finish, by statistic.',
+      devices.aggregate.flatMap((a) =>
+        statSamples({ devices: a.devices.join(','), direction: a.direction, mode: a.mode, size_bytes: String(a.bytes) }, a.gbps, 1e9),
+      ),
+    ),
+  ];
+}
+
+// Every ordered pair, both directions of a pair at once, and the latencies: the library's figure
+// and the C++ baseline's, each by statistic.
+function p2pRateFamilies(p2p: P2pReport, gpu: MultiGpuLabels): MetricFamily[] {
   const paths = (labels: Record<string, string>, library: Stats, raw: Stats, scale: number) => [
     ...statSamples({ ...labels, path: 'library' }, library, scale),
     ...statSamples({ ...labels, path: 'raw' }, raw, scale),
   ];
-  const out: MetricFamily[] = [];
-  if (devices) {
-    out.push(
-      gauge(
-        'cuda_memory_bench_device_transfer_bytes_per_second',
-        'Transfer rate of each GPU measured by cuda-memory bench --devices, alone or with every GPU of the run at once (scope), by statistic.',
-        devices.results.flatMap((r) =>
-          statSamples({ ...gpu(r.device), scope: r.scope, direction: r.direction, mode: r.mode, size_bytes: String(r.bytes) }, r.gbps, 1e9),
-        ),
+  return [
+    gauge(
+      'cuda_memory_bench_p2p_bytes_per_second',
+      'Copy rate from one GPU to another: through copy() from JavaScript (path="library") and cudaMemcpyPeerAsync from C++ (path="raw"), by statistic.',
+      p2p.pairs.flatMap((r) =>
+        paths({ ...gpu(r.from, 'src_'), ...gpu(r.to, 'dst_'), size_bytes: String(r.bytes) }, r.gbps, r.rawGbps, 1e9),
       ),
-      gauge(
-        'cuda_memory_bench_devices_total_bytes_per_second',
-        'All bytes moved by every GPU of the run at once over the time from the common start to the last finish, by statistic.',
-        devices.aggregate.flatMap((a) =>
-          statSamples({ devices: a.devices.join(','), direction: a.direction, mode: a.mode, size_bytes: String(a.bytes) }, a.gbps, 1e9),
-        ),
+    ),
+    gauge(
+      'cuda_memory_bench_p2p_bidirectional_bytes_per_second',
+      'Both directions of a pair at once: copyAsync() from JavaScript (path="library"), cudaMemcpyPeerAsync from C++ (path="raw"), by statistic.',
+      p2p.bidirectional.flatMap((r) =>
+        paths({ ...gpu(r.a, 'a_'), ...gpu(r.b, 'b_'), size_bytes: String(r.bytes) }, r.gbps, r.rawGbps, 1e9),
       ),
-    );
-  }
-  if (p2p) {
-    out.push(
-      gauge(
-        'cuda_memory_bench_p2p_bytes_per_second',
-        'Copy rate from one GPU to another: through copy() from JavaScript (path="library") and cudaMemcpyPeerAsync from C++ (path="raw"), by statistic.',
-        p2p.pairs.flatMap((r) =>
-          (['library', 'raw'] as const).flatMap((path) =>
-            statSamples(
-              { ...gpu(r.from, 'src_'), ...gpu(r.to, 'dst_'), size_bytes: String(r.bytes), path },
-              path === 'raw' ? r.rawGbps : r.gbps,
-              1e9,
-            ),
-          ),
-        ),
-      ),
-      gauge(
-        'cuda_memory_bench_p2p_bidirectional_bytes_per_second',
-        'Both directions of a pair at once: copyAsync() from JavaScript (path="library"), cudaMemcpyPeerAsync from C++ (path="raw"), by statistic.',
-        p2p.bidirectional.flatMap((r) =>
-          (['library', 'raw'] as const).flatMap((path) =>
-            statSamples(
-              { ...gpu(r.a, 'a_'), ...gpu(r.b, 'b_'), size_bytes: String(r.bytes), path },
-              path === 'raw' ? r.rawGbps : r.gbps,
-              1e9,
-            ),
-          ),
-        ),
-      ),
-      gauge(
-        'cuda_memory_bench_p2p_latency_seconds',
-        'Time of a 4-byte copy from one GPU to another: copy() call to return (path="library"), back-to-back cudaMemcpyPeerAsync (path="raw"), by statistic.',
-        p2p.latency.flatMap((r) => paths({ ...gpu(r.from, 'src_'), ...gpu(r.to, 'dst_') }, r.copyUs, r.rawUs, 1e-6)),
-      ),
-    );
-  }
+    ),
+    gauge(
+      'cuda_memory_bench_p2p_latency_seconds',
+      'Time of a 4-byte copy from one GPU to another: copy() call to return (path="library"), back-to-back cudaMemcpyPeerAsync (path="raw"), by statistic.',
+      p2p.latency.flatMap((r) => paths({ ...gpu(r.from, 'src_'), ...gpu(r.to, 'dst_') }, r.copyUs, r.rawUs, 1e-6)),
+    ),
+  ];
+}
+
+// The gates, whether every copy arrived intact, all of it together, and when the file was written.
+function multiOutcomeFamilies(
+  devices: DevicesReport | undefined,
+  p2p: P2pReport | undefined,
+  gates: GateResult[],
+  nowSeconds: number,
+): MetricFamily[] {
   const verified = [
     ...(devices?.results ?? []).map((r) => r.verified),
     ...(p2p?.pairs ?? []).map((r) => r.verified),
     ...(p2p?.bidirectional ?? []).map((r) => r.verified),
   ];
-  out.push(
+  return [
     gauge(
       'cuda_memory_bench_gate_passed',
       'Whether each --expect gate passed (1) or failed (0).',
@@ -606,8 +620,11 @@ export function multiBenchFamilies(
     gauge('cuda_memory_bench_last_run_timestamp_seconds', 'When cuda-memory bench wrote this file (Unix time).', [
       { labels: {}, value: Math.round(nowSeconds) },
     ]),
-  );
-  // Each GPU's versions and clocks, one family per figure with a sample per GPU.
+  ];
+}
+
+// Each GPU's versions and clocks, one family per figure with a sample per GPU.
+function gpuStateFamilies(env: MultiGpuEnvironment | undefined, gpu: MultiGpuLabels): MetricFamily[] {
   const states = new Map<string, MetricFamily>();
   for (const g of env?.gpus ?? [])
     for (const f of g.state ? runStateFamilies('cuda_memory_bench', 'cuda-memory bench', g.state, gpu(g.index)) : []) {
@@ -615,8 +632,7 @@ export function multiBenchFamilies(
       if (had) had.samples.push(...f.samples);
       else states.set(f.name, f);
     }
-  out.push(...states.values());
-  return out;
+  return [...states.values()];
 }
 
 /**
