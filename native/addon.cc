@@ -22,7 +22,7 @@
 namespace {
 
 // init: the JS error classes that native code constructs, so every error carries the library's
-// types and `code`.
+// types and `code`, and the codes of the file errors (lib/base/files.ts's table).
 Napi::Value Init(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   cm::Instance& inst = cm::GetInstance(env);
@@ -32,6 +32,7 @@ Napi::Value Init(const Napi::CallbackInfo& info) {
   inst.oom_error = Napi::Persistent(o.Get("OutOfMemoryError").As<Napi::Function>());
   inst.unavailable_error = Napi::Persistent(o.Get("CudaUnavailableError").As<Napi::Function>());
   inst.interprocess_error = Napi::Persistent(o.Get("InterprocessError").As<Napi::Function>());
+  cm::SetFileCodes(env, info[1]);
   return env.Undefined();
 }
 

@@ -4,6 +4,7 @@
  * would hold the process until memory runs out.
  */
 import * as fs from 'fs';
+import * as os from 'os';
 import { CudaMemoryError } from './errors';
 
 /** @internal What {@link readBounded} read. */
@@ -50,7 +51,14 @@ export function readBounded(file: string, maxBytes: number, head?: (first: Buffe
   }
 }
 
-// The codes of the native file errors (native/transfer/files.cc, FromErrno), for Node's.
+/**
+ * The codes of the library's file errors by errno name: the one table of them, for both languages.
+ * fileError codes Node's fs errors from it, and the addon codes its own from it: the loader hands
+ * it over at init ({@link fileCodeTable}, keyed by the errno values of this platform), and
+ * native/transfer/files.cc keeps no codes of its own. The table lives here rather than in C++
+ * because fileError must work where the addon does not load (readSafetensorsHeader and the
+ * storage rows of bench-files need none), and a table in TypeScript needs no step at build time.
+ */
 const FILE_CODES: Record<string, string> = {
   ENOENT: 'ERR_FILE_NOT_FOUND',
   ENOTDIR: 'ERR_FILE_NOT_FOUND',
@@ -62,6 +70,27 @@ const FILE_CODES: Record<string, string> = {
   EDQUOT: 'ERR_FILE_NO_SPACE',
   EFBIG: 'ERR_FILE_NO_SPACE',
 };
+// The code of every other errno.
+const OTHER_FILE_CODE = 'ERR_FILE_IO';
+
+/** @internal The file error codes as the addon takes them at init. */
+export interface FileCodeTable {
+  /** [errno value, code] for each errno the table names and this platform has. */
+  byErrno: [errno: number, code: string][];
+  /** The code of any other errno. */
+  otherwise: string;
+}
+
+/** @internal The table above by the errno values of this platform, as the addon takes it. */
+export function fileCodeTable(): FileCodeTable {
+  const values = os.constants.errno as Record<string, number | undefined>;
+  const byErrno: [number, string][] = [];
+  for (const [name, code] of Object.entries(FILE_CODES)) {
+    const value = values[name];
+    if (value !== undefined) byErrno.push([value, code]);
+  }
+  return { byErrno, otherwise: OTHER_FILE_CODE };
+}
 
 /**
  * @internal A Node fs error as the library's coded file error (`code` ERR_FILE_..., with `path`,
@@ -69,6 +98,6 @@ const FILE_CODES: Record<string, string> = {
  */
 export function fileError(e: Error & { code?: string; syscall?: string }, path: string): Error {
   if (!e || typeof e.code !== 'string' || e instanceof CudaMemoryError) return e;
-  const err = new CudaMemoryError(e.message, FILE_CODES[e.code] ?? 'ERR_FILE_IO');
+  const err = new CudaMemoryError(e.message, FILE_CODES[e.code] ?? OTHER_FILE_CODE);
   return Object.assign(err, { path, syscall: e.syscall, errno: e.code });
 }

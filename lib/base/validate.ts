@@ -12,6 +12,36 @@ export function checkSize(name: string, value: unknown, min = 0): number {
   return value;
 }
 
+/**
+ * What the messages of {@link checkRange} call a range's parts, as each caller's argument names
+ * them: `{ option: 'options.srcOffset', offset: 'srcOffset', memory: 'src', lengthName: "the source's length" }`.
+ */
+export interface RangeNames {
+  /** The offset's argument: `options.offset`. */
+  option: string;
+  /** The offset in the sum `offset + byteLength`. */
+  offset: string;
+  /** The memory the range lies in: `target`, `the buffer`. */
+  memory: string;
+  /** What the memory's length is, said beside it when the offset is past it; nothing when unset. */
+  lengthName?: string;
+}
+
+/**
+ * Checks a range of memory `length` bytes long (offset and byteLength already each a size, as
+ * {@link checkSize} makes them): `offset` at most `length`, and, when `byteLength` is given,
+ * `offset + byteLength` at most `length`. A caller whose default byteLength depends on the offset
+ * checks the offset alone first, then the whole range.
+ */
+export function checkRange(names: RangeNames, length: number, offset: number, byteLength?: number): void {
+  if (offset > length)
+    throw argRangeError(
+      `Expected ${names.option} of at most ${length}${names.lengthName ? ` (${names.lengthName})` : ''} but received ${offset}`,
+    );
+  if (byteLength !== undefined && offset + byteLength > length)
+    throw argRangeError(`${names.offset} + byteLength (${offset} + ${byteLength}) runs past the end of ${names.memory} (${length} bytes)`);
+}
+
 /** Checks a device index against the device count when one is known. */
 export function checkDevice(value: unknown, deviceCount?: number): number {
   if (value === undefined) return 0;

@@ -5,6 +5,7 @@
 import * as fs from 'fs';
 import * as path from 'path';
 import { CudaError, CudaMemoryError, CudaUnavailableError, InterprocessError, OutOfMemoryError } from '../base/errors';
+import { fileCodeTable } from '../base/files';
 import { NATIVE_EXPORTS } from './types';
 import type { NativeBinding } from './types';
 
@@ -108,7 +109,7 @@ function load(): { binding: NativeBinding; path: string | null } {
     try {
       // eslint-disable-next-line @typescript-eslint/no-var-requires
       const binding = require(file) as NativeBinding;
-      binding.init({ CudaMemoryError, CudaError, OutOfMemoryError, CudaUnavailableError, InterprocessError });
+      binding.init({ CudaMemoryError, CudaError, OutOfMemoryError, CudaUnavailableError, InterprocessError }, fileCodeTable());
       return { binding, path: file };
     } catch (e) {
       errors.push(`${file}: ${(e as Error).message.split('\n')[0]}`);

@@ -6,6 +6,7 @@
  * bottom of the graph knows nothing of the top. The loader, beside this file, loads the addon.
  */
 import type { GroupStats, LiveBufferRow, NvmlDeviceState, PeerLink, StagingPlacement, StagingSettings } from '../base/types';
+import type { FileCodeTable } from '../base/files';
 
 declare const brand: unique symbol;
 /** A value of type T that only the export that made it hands out: another T does not pass for it. */
@@ -111,7 +112,8 @@ function fn<F extends (...args: never[]) => unknown>(): F {
 }
 
 const surface = {
-  init: fn<(classes: object) => void>(),
+  /** The error classes native code constructs, and the codes of its file errors (lib/base/files.ts). */
+  init: fn<(classes: object, fileCodes: FileCodeTable) => void>(),
   status: fn<
     () => {
       available: boolean;
@@ -268,6 +270,8 @@ const surface = {
   fileReplaceBegin: fn<(path: string) => [tmp: string, target: string]>(),
   /** Renames tmp over target (fsync'd first with sync); removes tmp on failure. */
   fileReplaceCommit: fn<(path: string, tmp: string, target: string, sync: boolean) => void>(),
+  /** The error a file call whose `syscall` failed with `errno` throws (for tests: most errnos cannot be provoked). */
+  fileErrnoError: fn<(errno: number, syscall: string, path: string) => Error>(),
   fileDirectChoices: fn<() => { device: number; direct: boolean; directRate: number; bufferedRate: number; reason: string }[]>(),
   managedAlloc: fn<(bytes: number, device: number, attachHost: boolean) => [BufferHandle, ArrayBuffer]>(),
   managedPrefetch: fn<(handle: BufferHandle, offset: number, n: number, location: number, stream?: StreamHandle) => Promise<void>>(),

@@ -7,7 +7,7 @@
 import { CudaError, invalidArgument, argRangeError } from '../base/errors';
 import { Stream, streamOption } from '../device/stream';
 import { native } from '../binding/native';
-import { checkDevice, checkOptions, checkSize } from '../base/validate';
+import { checkDevice, checkOptions, checkRange, checkSize } from '../base/validate';
 import { knownDeviceCount, requireCuda } from '../device/discovery';
 import { checkInternal, guardReceivers, kInternal, notCloneable } from '../base/internal';
 import { freedError, kHandleMemory } from './handle';
@@ -168,10 +168,10 @@ export class ManagedBuffer {
   private range(name: string, r: ManagedRange | undefined): [number, number] {
     const o = checkOptions<ManagedRange>(name, r);
     const offset = o.offset === undefined ? 0 : checkSize(`${name}.offset`, o.offset);
-    if (offset > this.byteLength) throw argRangeError(`Expected ${name}.offset of at most ${this.byteLength} but received ${offset}`);
+    const names = { option: `${name}.offset`, offset: 'offset', memory: 'the buffer' };
+    checkRange(names, this.byteLength, offset);
     const n = o.byteLength === undefined ? this.byteLength - offset : checkSize(`${name}.byteLength`, o.byteLength);
-    if (offset + n > this.byteLength)
-      throw argRangeError(`offset + byteLength (${offset} + ${n}) runs past the end of the buffer (${this.byteLength} bytes)`);
+    checkRange(names, this.byteLength, offset, n);
     return [offset, n];
   }
 

@@ -2,7 +2,7 @@
 import { native } from '../binding/native';
 import { DeviceBuffer, Memory, PinnedBuffer, RegisteredBuffer, resolveMemory } from '../memory/buffers';
 import { Stream, streamOption } from '../device/stream';
-import { checkBoolean, checkOptions, checkSize, isInstance } from '../base/validate';
+import { checkBoolean, checkOptions, checkRange, checkSize, isInstance, type RangeNames } from '../base/validate';
 import { invalidArgument, argRangeError } from '../base/errors';
 import { bufferOf, checkHoldable, checkTakeable, takeMemory, viewLike } from '../memory/detach';
 import { ManagedBuffer } from '../memory/managed';
@@ -74,6 +74,16 @@ export interface TakenBuffers<D extends Memory = Memory, S extends Memory = Memo
   src: S;
 }
 
+/** The names the range messages of a copy or a file transfer give its source and destination. */
+export const SRC_RANGE: RangeNames = { option: 'options.srcOffset', offset: 'srcOffset', memory: 'src', lengthName: "the source's length" };
+export const DST_RANGE: RangeNames = {
+  option: 'options.dstOffset',
+  offset: 'dstOffset',
+  memory: 'dst',
+  lengthName: "the destination's length",
+};
+const TARGET_RANGE: RangeNames = { option: 'options.offset', offset: 'offset', memory: 'target' };
+
 const STRATEGIES = new Set(['auto', 'driver', 'staged', 'register', 'peer', 'host']);
 
 function prepare(dst: unknown, src: unknown, options: unknown) {
@@ -82,15 +92,11 @@ function prepare(dst: unknown, src: unknown, options: unknown) {
   const o = checkOptions<CopyOptions>('options', options);
   const dstOffset = o.dstOffset === undefined ? 0 : checkSize('options.dstOffset', o.dstOffset);
   const srcOffset = o.srcOffset === undefined ? 0 : checkSize('options.srcOffset', o.srcOffset);
-  if (srcOffset > s.length)
-    throw argRangeError(`Expected options.srcOffset of at most ${s.length} (the source's length) but received ${srcOffset}`);
-  if (dstOffset > d.length)
-    throw argRangeError(`Expected options.dstOffset of at most ${d.length} (the destination's length) but received ${dstOffset}`);
+  checkRange(SRC_RANGE, s.length, srcOffset);
+  checkRange(DST_RANGE, d.length, dstOffset);
   const n = o.byteLength === undefined ? s.length - srcOffset : checkSize('options.byteLength', o.byteLength);
-  if (srcOffset + n > s.length)
-    throw argRangeError(`srcOffset + byteLength (${srcOffset} + ${n}) runs past the end of src (${s.length} bytes)`);
-  if (dstOffset + n > d.length)
-    throw argRangeError(`dstOffset + byteLength (${dstOffset} + ${n}) runs past the end of dst (${d.length} bytes)`);
+  checkRange(SRC_RANGE, s.length, srcOffset, n);
+  checkRange(DST_RANGE, d.length, dstOffset, n);
   if (d.device && s.device && d.buffer === s.buffer && n > 0 && dstOffset < srcOffset + n && srcOffset < dstOffset + n)
     throw argRangeError(
       `the device-to-device ranges overlap: [${srcOffset}, ${srcOffset + n}) and [${dstOffset}, ${dstOffset + n}) of the same buffer; cudaMemcpy does not support overlapping copies`,
@@ -284,8 +290,8 @@ export function memset(target: Memory, value: number, options?: MemsetOptions): 
     throw invalidArgument('value', 'an integer from 0 to 255', value, typeof value === 'number' ? RangeError : TypeError);
   const o = checkOptions<MemsetOptions>('options', options);
   const offset = o.offset === undefined ? 0 : checkSize('options.offset', o.offset);
-  if (offset > t.length) throw argRangeError(`Expected options.offset of at most ${t.length} but received ${offset}`);
+  checkRange(TARGET_RANGE, t.length, offset);
   const n = o.byteLength === undefined ? t.length - offset : checkSize('options.byteLength', o.byteLength);
-  if (offset + n > t.length) throw argRangeError(`offset + byteLength (${offset} + ${n}) runs past the end of target (${t.length} bytes)`);
+  checkRange(TARGET_RANGE, t.length, offset, n);
   native.memset(t.target, offset, n, value);
 }

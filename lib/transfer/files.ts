@@ -8,7 +8,8 @@ import { fileURLToPath } from 'url';
 import { native } from '../binding/native';
 import type { FileReadInfo } from '../binding/types';
 import { Memory, resolveMemory } from '../memory/buffers';
-import { checkBoolean, checkOptions, checkSize, isInstance, checkFilePath } from '../base/validate';
+import { checkBoolean, checkOptions, checkRange, checkSize, isInstance, checkFilePath } from '../base/validate';
+import { DST_RANGE, SRC_RANGE } from './copy';
 import { argRangeError, argTypeError, describe, invalidArgument } from '../base/errors';
 import { checkHoldable, checkTakeable, takeMemory } from '../memory/detach';
 import { ManagedBuffer } from '../memory/managed';
@@ -88,6 +89,11 @@ function checkPath(path: unknown): string {
   return checkFilePath('path', path);
 }
 
+// A file position past 2^53-1 is not exact in a number, so no range of the file may end there.
+function checkFileEnd(fileOffset: number, n: number): void {
+  if (fileOffset + n > Number.MAX_SAFE_INTEGER) throw argRangeError(`fileOffset + byteLength (${fileOffset} + ${n}) is above 2^53-1`);
+}
+
 const DIRECT = { auto: 0, true: 1, false: 2 } as const;
 
 function prepareRead(path: unknown, dst: unknown, options: unknown) {
@@ -96,13 +102,10 @@ function prepareRead(path: unknown, dst: unknown, options: unknown) {
   const o = checkOptions<ReadFileAsyncOptions>('options', options);
   const fileOffset = o.fileOffset === undefined ? 0 : checkSize('options.fileOffset', o.fileOffset);
   const dstOffset = o.dstOffset === undefined ? 0 : checkSize('options.dstOffset', o.dstOffset);
-  if (dstOffset > d.length)
-    throw argRangeError(`Expected options.dstOffset of at most ${d.length} (the destination's length) but received ${dstOffset}`);
+  checkRange(DST_RANGE, d.length, dstOffset);
   const n = o.byteLength === undefined ? -1 : checkSize('options.byteLength', o.byteLength);
-  if (n >= 0 && dstOffset + n > d.length)
-    throw argRangeError(`dstOffset + byteLength (${dstOffset} + ${n}) runs past the end of dst (${d.length} bytes)`);
-  if (n >= 0 && fileOffset + n > Number.MAX_SAFE_INTEGER)
-    throw argRangeError(`fileOffset + byteLength (${fileOffset} + ${n}) is above 2^53-1`);
+  if (n >= 0) checkRange(DST_RANGE, d.length, dstOffset, n);
+  if (n >= 0) checkFileEnd(fileOffset, n);
   if (o.direct !== undefined && o.direct !== 'auto' && typeof o.direct !== 'boolean')
     throw invalidArgument('options.direct', "true, false or 'auto'", o.direct, TypeError);
   const direct = DIRECT[String(o.direct ?? 'auto') as keyof typeof DIRECT];
@@ -114,11 +117,9 @@ function prepareWrite(path: unknown, src: unknown, options: unknown) {
   const s = resolveMemory('src', src);
   const o = checkOptions<WriteFileAsyncOptions>('options', options);
   const srcOffset = o.srcOffset === undefined ? 0 : checkSize('options.srcOffset', o.srcOffset);
-  if (srcOffset > s.length)
-    throw argRangeError(`Expected options.srcOffset of at most ${s.length} (the source's length) but received ${srcOffset}`);
+  checkRange(SRC_RANGE, s.length, srcOffset);
   const n = o.byteLength === undefined ? s.length - srcOffset : checkSize('options.byteLength', o.byteLength);
-  if (srcOffset + n > s.length)
-    throw argRangeError(`srcOffset + byteLength (${srcOffset} + ${n}) runs past the end of src (${s.length} bytes)`);
+  checkRange(SRC_RANGE, s.length, srcOffset, n);
   const fsync = checkBoolean('options.fsync', o.fsync, false);
   let mode: number | undefined;
   if (o.mode !== undefined) {
@@ -127,8 +128,7 @@ function prepareWrite(path: unknown, src: unknown, options: unknown) {
     mode = o.mode;
   }
   const fileOffset = o.fileOffset === undefined ? undefined : checkSize('options.fileOffset', o.fileOffset);
-  if (fileOffset !== undefined && fileOffset + n > Number.MAX_SAFE_INTEGER)
-    throw argRangeError(`fileOffset + byteLength (${fileOffset} + ${n}) is above 2^53-1`);
+  if (fileOffset !== undefined) checkFileEnd(fileOffset, n);
   return { p, s, srcOffset, n, fsync, mode, fileOffset, o };
 }
 

@@ -108,14 +108,30 @@ const char* ErrnoName(int e) {
 // A failure as JavaScript sees it: a CudaMemoryError with `code` (ERR_FILE_...), and the path,
 // system call and errno name where there is one; or a CUDA failure.
 struct FileFailure {
-  std::string code;  // empty: none
+  std::string code;  // empty: none, or by_errno
   std::string message;
   std::string path;
   std::string syscall;
   int err = 0;
   Error cuda;  // set when the DMA engine failed
-  explicit operator bool() const { return !code.empty() || static_cast<bool>(cuda); }
+  // A failed system call: coded by `err` (FileCodeOf) once on JavaScript's thread.
+  bool by_errno = false;
+  explicit operator bool() const { return !code.empty() || by_errno || static_cast<bool>(cuda); }
 };
+
+// The codes of file errors by errno: lib/base/files.ts's table, the one there is, handed over by
+// init (SetFileCodes). This file names no code of a failed system call itself, so the two
+// languages cannot disagree on one.
+struct FileCodes : InstanceState {
+  std::map<int, std::string> by_errno;
+  std::string otherwise;
+};
+
+std::string FileCodeOf(Napi::Env env, int err) {
+  const FileCodes& t = GetInstance(env).State<FileCodes>();
+  auto it = t.by_errno.find(err);
+  return it == t.by_errno.end() ? t.otherwise : it->second;
+}
 
 FileFailure Fail(const std::string& code, const std::string& path, const std::string& message) {
   FileFailure f;
@@ -127,22 +143,18 @@ FileFailure Fail(const std::string& code, const std::string& path, const std::st
 
 FileFailure FromErrno(int e, const char* syscall, const std::string& path,
                       const std::string& where = "") {
-  const char* code = "ERR_FILE_IO";
-  if (e == ENOENT || e == ENOTDIR) code = "ERR_FILE_NOT_FOUND";
-  if (e == EACCES || e == EPERM || e == EROFS) code = "ERR_FILE_PERMISSION";
-  if (e == EISDIR) code = "ERR_FILE_IS_DIRECTORY";
-  if (e == ENOSPC || e == EDQUOT || e == EFBIG) code = "ERR_FILE_NO_SPACE";
-  FileFailure f = Fail(code, path,
+  FileFailure f = Fail("", path,
                        std::string(syscall) + " of " + Quote(path) + where +
                            " failed: " + std::strerror(e) + " (" + ErrnoName(e) + ")");
   f.syscall = syscall;
   f.err = e;
+  f.by_errno = true;
   return f;
 }
 
 Napi::Value MakeFileError(Napi::Env env, const FileFailure& f) {
   if (f.cuda) return MakeCudaError(env, f.cuda.code, f.cuda.call, f.cuda.detail);
-  Napi::Error e = LibraryError(env, f.code, f.message);
+  Napi::Error e = LibraryError(env, f.by_errno ? FileCodeOf(env, f.err) : f.code, f.message);
   e.Set("path", f.path);
   if (!f.syscall.empty()) e.Set("syscall", f.syscall);
   if (f.err) e.Set("errno", ErrnoName(f.err));
@@ -1024,7 +1036,38 @@ Napi::Value FileDirectChoices(const Napi::CallbackInfo& info) {
   return a;
 }
 
+// fileErrnoError: returns the error a file call whose system call `syscall` failed with `errno`
+// throws, coded as every such error is: most errnos (EDQUOT, EROFS, ...) cannot be provoked at
+// will, and a test compares these codes with those lib/base/files.ts gives Node's errors.
+Napi::Value FileErrnoError(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  int err = ReadInt(env, info[0], "errno", 1, INT32_MAX);
+  std::string syscall = ReadString(env, info[1], "syscall");
+  std::string path = ReadString(env, info[2], "path");
+  return MakeFileError(env, FromErrno(err, syscall.c_str(), path));
+}
+
 }  // namespace
+
+void SetFileCodes(Napi::Env env, Napi::Value table) {
+  if (!table.IsObject()) ThrowType(env, "fileCodes must be an object");
+  Napi::Object o = table.As<Napi::Object>();
+  Napi::Value list = o.Get("byErrno");
+  if (!list.IsArray()) ThrowType(env, "fileCodes.byErrno must be an array");
+  FileCodes codes;
+  Napi::Array pairs = list.As<Napi::Array>();
+  for (uint32_t i = 0; i < pairs.Length(); ++i) {
+    Napi::Value pair = pairs.Get(i);
+    if (!pair.IsArray()) ThrowType(env, "fileCodes.byErrno must hold [errno, code] pairs");
+    Napi::Array p = pair.As<Napi::Array>();
+    codes.by_errno[ReadInt(env, p.Get(0u), "errno", 1, INT32_MAX)] =
+        ReadString(env, p.Get(1u), "code");
+  }
+  codes.otherwise = ReadString(env, o.Get("otherwise"), "fileCodes.otherwise");
+  FileCodes& t = GetInstance(env).State<FileCodes>();
+  t.by_errno = std::move(codes.by_errno);
+  t.otherwise = std::move(codes.otherwise);
+}
 
 void InitFiles(Napi::Env env, Napi::Object exports) {
   Register(env, exports,
@@ -1038,6 +1081,7 @@ void InitFiles(Napi::Env env, Napi::Object exports) {
                {"fileReplaceBegin", FileReplaceBegin},
                {"fileReplaceCommit", FileReplaceCommit},
                {"fileDirectChoices", FileDirectChoices},
+               {"fileErrnoError", FileErrnoError},
            });
 }
 

@@ -11,4 +11,8 @@ namespace cm {
 
 void InitFiles(Napi::Env env, Napi::Object exports);
 
+// init's second argument, { byErrno: [[errno, code], ...], otherwise: code }: the codes of the
+// file errors whose system call failed, lib/base/files.ts's table (the one source of them).
+void SetFileCodes(Napi::Env env, Napi::Value table);
+
 }  // namespace cm

@@ -1,7 +1,7 @@
 'use strict';
 // Bad input gets a TypeError/RangeError/CudaError naming the argument, before CUDA is touched;
 // host-to-host copies (which need no GPU) are checked byte for byte.
-const { cm, gpu, randomBytes, root, expectNotCloneable } = require('../helpers');
+const { cm, gpu, randomBytes, root, expectNotCloneable, thrown } = require('../helpers');
 
 const badSizes = [
   [-1, RangeError],
@@ -415,5 +415,59 @@ describe('methods called on something else', () => {
     b.free();
     expect(b.freed).toBe(true);
     a.close();
+  });
+});
+
+describe('checkRange: the one range check of copies, memset, files and managed ranges', () => {
+  const { checkRange } = require('../../dist/base/validate');
+  const { SRC_RANGE, DST_RANGE } = require('../../dist/transfer/copy');
+  const outOfRange = (message) => `ERR_OUT_OF_RANGE: ${message}`;
+
+  test('an offset past the memory names the option and, where given, what the length is', () => {
+    expect(thrown(() => checkRange(SRC_RANGE, 8, 9))).toBe(
+      outOfRange("Expected options.srcOffset of at most 8 (the source's length) but received 9"),
+    );
+    expect(thrown(() => checkRange(DST_RANGE, 8, 9, 0))).toBe(
+      outOfRange("Expected options.dstOffset of at most 8 (the destination's length) but received 9"),
+    );
+    const managed = { option: 'range.offset', offset: 'offset', memory: 'the buffer' };
+    expect(thrown(() => checkRange(managed, 64, 65))).toBe(outOfRange('Expected range.offset of at most 64 but received 65'));
+  });
+
+  test('a range past the end names the offset in the sum and the memory', () => {
+    expect(thrown(() => checkRange(SRC_RANGE, 8, 4, 5))).toBe(
+      outOfRange('srcOffset + byteLength (4 + 5) runs past the end of src (8 bytes)'),
+    );
+    expect(thrown(() => checkRange(DST_RANGE, 8, 0, 9))).toBe(
+      outOfRange('dstOffset + byteLength (0 + 9) runs past the end of dst (8 bytes)'),
+    );
+    const managed = { option: 'options.offset', offset: 'offset', memory: 'the buffer' };
+    expect(thrown(() => checkRange(managed, 64, 1, 64))).toBe(
+      outOfRange('offset + byteLength (1 + 64) runs past the end of the buffer (64 bytes)'),
+    );
+  });
+
+  test('a range that fits, up to the last byte and empty at the end, passes; without byteLength only the offset is checked', () => {
+    expect(() => checkRange(SRC_RANGE, 8, 9)).toThrow(RangeError);
+    expect(checkRange(SRC_RANGE, 8, 0, 8)).toBeUndefined();
+    expect(checkRange(SRC_RANGE, 8, 8, 0)).toBeUndefined();
+    expect(checkRange(SRC_RANGE, 8, 8)).toBeUndefined();
+    expect(checkRange(SRC_RANGE, 0, 0, 0)).toBeUndefined();
+  });
+
+  test('memset and copy on host memory give its messages (no GPU needed)', () => {
+    const t = new Uint8Array(8);
+    expect(thrown(() => cm.memset(t, 1, { offset: 9 }))).toBe(outOfRange('Expected options.offset of at most 8 but received 9'));
+    expect(thrown(() => cm.memset(t, 1, { offset: 2, byteLength: 7 }))).toBe(
+      outOfRange('offset + byteLength (2 + 7) runs past the end of target (8 bytes)'),
+    );
+    // The offsets are checked before byteLength, and the source's range before the destination's.
+    expect(thrown(() => cm.copy(t, new Uint8Array(4), { dstOffset: 9, byteLength: 'x' }))).toBe(
+      outOfRange("Expected options.dstOffset of at most 8 (the destination's length) but received 9"),
+    );
+    expect(thrown(() => cm.copy(new Uint8Array(2), new Uint8Array(4), { srcOffset: 1, byteLength: 4 }))).toBe(
+      outOfRange('srcOffset + byteLength (1 + 4) runs past the end of src (4 bytes)'),
+    );
+    expect(t).toEqual(new Uint8Array(8));
   });
 });

@@ -180,39 +180,89 @@ std::string Ledger::PathFor(const std::string& dir, const std::string& name,
   return shm::Join(dir, "cuda-memory-group." + name + "." + device);
 }
 
-Ledger* Ledger::Join(const std::string& dir, const std::string& name, const std::string& device,
-                     uint64_t budget, const std::string& budget_source, uint64_t limit,
-                     int lock_timeout_ms) {
+namespace {
+
+// The steps of Ledger::Join that need nothing of a Ledger's own.
+
+void CheckGroupName(const std::string& name) {
   if (!shm::ValidName(name))
     throw ShmError("ERR_GROUP_NAME", "group name '" + name +
                                          "' must be 1 to 64 of A-Z a-z 0-9 . _ - (no leading dot)");
+}
+
+Ledger::Header NewHeader(const std::string& name, const std::string& device, uint64_t budget,
+                         const std::string& budget_source) {
+  Ledger::Header h;
+  std::memset(&h, 0, sizeof h);
+  std::memcpy(h.magic, kMagic, sizeof kMagic);
+  h.version = Ledger::kVersion;
+  h.slot_count = Ledger::kSlots;
+  h.budget = budget;
+  h.created_unix_ms = shm::NowUnixMs();
+  CopyField(h.name, sizeof h.name, name);
+  CopyField(h.device, sizeof h.device, device);
+  CopyField(h.budget_source, sizeof h.budget_source, budget_source);
+  h.checksum = HeaderSum(h);
+  return h;
+}
+
+// The group's file, opened, or made when there is none and `budget` can make it; -1 when another
+// process made it first (the caller opens theirs on its next attempt).
+int OpenOrCreate(const std::string& path, const std::string& name, const std::string& device,
+                 uint64_t budget, const std::string& budget_source) {
+  int fd = shm::OpenTrusted(path, 0, "ERR_GROUP_LEDGER");
+  if (fd >= 0) return fd;
+  if (budget == 0)
+    throw ShmError("ERR_GROUP_NOT_FOUND",
+                   "there is no group '" + name + "' on device " + device +
+                       " to join; give shared.memoryLimit or shared.memoryFraction to create it",
+                   path);
+  Ledger::Header h = NewHeader(name, device, budget, budget_source);
+  // Made with its mutex held, so that the file is never seen without its creator joining.
+  return shm::CreateComplete(path, kFileSize, &h, sizeof h, 0600, shm::kMutexByte);
+}
+
+// Removed by its last member while this process waited for it.
+bool Unlinked(int fd) {
+  struct stat st;
+  return fstat(fd, &st) == 0 && st.st_nlink == 0;
+}
+
+void CheckSameGroup(const std::string& path, const Ledger::Header& h, const std::string& name,
+                    const std::string& device) {
+  if (Field(h.name, sizeof h.name) != name || Field(h.device, sizeof h.device) != device)
+    Corrupt(path, "it names another group or device");
+}
+
+int LiveMembers(const Ledger::Slot* slots) {
+  int live = 0;
+  for (uint32_t i = 0; i < Ledger::kSlots; ++i) live += slots[i].state == kMember;
+  return live;
+}
+
+// The member's figures are written by the process's publishing thread, started if none runs.
+void AddToPublisher(Ledger* member) {
+  Publisher& p = ThePublisher();
+  std::lock_guard<std::mutex> members(p.mutex);
+  p.members.insert(member);
+  if (!p.running) {
+    std::thread(PublishLoop).detach();
+    p.running = true;
+  }
+}
+
+}  // namespace
+
+Ledger* Ledger::Join(const std::string& dir, const std::string& name, const std::string& device,
+                     uint64_t budget, const std::string& budget_source, uint64_t limit,
+                     int lock_timeout_ms) {
+  CheckGroupName(name);
   std::string path = PathFor(dir, name, device);
   std::string waiting = "joining group '" + name + "'";
   for (int attempt = 0; attempt < 100; ++attempt) {
     Fd fd;
-    fd.fd = shm::OpenTrusted(path, 0, "ERR_GROUP_LEDGER");
-    if (fd.fd < 0) {
-      if (budget == 0)
-        throw ShmError(
-            "ERR_GROUP_NOT_FOUND",
-            "there is no group '" + name + "' on device " + device +
-                " to join; give shared.memoryLimit or shared.memoryFraction to create it",
-            path);
-      Header h;
-      std::memset(&h, 0, sizeof h);
-      std::memcpy(h.magic, kMagic, sizeof kMagic);
-      h.version = kVersion;
-      h.slot_count = kSlots;
-      h.budget = budget;
-      h.created_unix_ms = shm::NowUnixMs();
-      CopyField(h.name, sizeof h.name, name);
-      CopyField(h.device, sizeof h.device, device);
-      CopyField(h.budget_source, sizeof h.budget_source, budget_source);
-      h.checksum = HeaderSum(h);
-      // Made with its mutex held, so that the file is never seen without its creator joining.
-      fd.fd = shm::CreateComplete(path, kFileSize, &h, sizeof h, 0600, shm::kMutexByte);
-      if (fd.fd < 0) continue;  // another process created it first: open theirs
-    }
+    fd.fd = OpenOrCreate(path, name, device, budget, budget_source);
+    if (fd.fd < 0) continue;                      // another process created it first: open theirs
     shm::TryLockShared(fd.fd, shm::kOpenerByte);  // nobody write-locks it: cannot fail
     std::unique_ptr<Ledger> l(new Ledger());
     l->path_ = path;
@@ -220,58 +270,58 @@ Ledger* Ledger::Join(const std::string& dir, const std::string& name, const std:
     l->timeout_ms_ = lock_timeout_ms;
     l->fd_ = fd.release();
     shm::MutexGuard lock(l->fd_, path, waiting.c_str(), lock_timeout_ms);
-    struct stat st;
-    if (fstat(l->fd_, &st) == 0 && st.st_nlink == 0) continue;  // removed by its last member
+    if (Unlinked(l->fd_)) continue;  // removed by its last member
     uint64_t reaped = 0;
     l->CheckAndReap(&reaped);
-    Header* h = l->header_.get();
-    if (Field(h->name, sizeof h->name) != name || Field(h->device, sizeof h->device) != device)
-      Corrupt(path, "it names another group or device");
-    int live = 0;
-    for (uint32_t i = 0; i < kSlots; ++i) live += l->slots_[i].state == kMember;
-    if (budget != 0 && budget != h->budget) {
-      if (live > 0)
-        throw ShmError("ERR_GROUP_BUDGET_MISMATCH",
-                       "group '" + name + "' already has a budget of " + FormatBytes(h->budget) +
-                           " (" + Field(h->budget_source, sizeof h->budget_source) + ") and " +
-                           std::to_string(live) + " live member" + (live == 1 ? "" : "s") +
-                           "; this process asked for " + FormatBytes(budget) + " (" +
-                           budget_source +
-                           "). Give the same budget, or none to join the group's budget.",
-                       path);
-      h->budget = budget;  // an empty group takes the budget of whoever joins next
-      CopyField(h->budget_source, sizeof h->budget_source, budget_source);
-      h->checksum = HeaderSum(*h);
-      l->WriteHeader();
-    }
-    // The first free slot whose lock is free too: a member that is leaving right now may still
-    // hold the lock of the slot it has just cleared; that slot is skipped, not taken for damage.
-    for (uint32_t i = 0; i < kSlots; ++i) {
-      if (l->slots_[i].state != 0 || shm::TryLock(l->fd_, shm::kSlotBytes + i) != 0) continue;
-      Slot& s = l->slots_[i];
-      std::memset(&s, 0, sizeof s);
-      s.pid = getpid();
-      s.limit = limit;
-      s.joined_unix_ms = shm::NowUnixMs();
-      s.state = kMember;
-      s.checksum = SlotSum(s);
-      l->slot_ = static_cast<int>(i);
-      l->WriteSlot(i);
-      shm::Unlock(l->fd_, shm::kOpenerByte);  // a member now: its slot keeps the file
-      Publisher& p = ThePublisher();
-      std::lock_guard<std::mutex> members(p.mutex);
-      p.members.insert(l.get());
-      if (!p.running) {
-        std::thread(PublishLoop).detach();
-        p.running = true;
-      }
-      return l.release();
-    }
-    throw ShmError("ERR_GROUP_FULL",
-                   "group '" + name + "' already has " + std::to_string(kSlots) + " members", path);
+    CheckSameGroup(path, *l->header_, name, device);
+    l->AdoptBudget(budget, budget_source);
+    if (!l->TakeFreeSlot(limit))
+      throw ShmError("ERR_GROUP_FULL",
+                     "group '" + name + "' already has " + std::to_string(kSlots) + " members",
+                     path);
+    AddToPublisher(l.get());
+    return l.release();
   }
   throw ShmError("ERR_GROUP_LEDGER",
                  "the group ledger " + path + " kept being removed and recreated; try again", path);
+}
+
+void Ledger::AdoptBudget(uint64_t budget, const std::string& budget_source) {
+  Header* h = header_.get();
+  if (budget == 0 || budget == h->budget) return;
+  int live = LiveMembers(slots_.get());
+  if (live > 0)
+    throw ShmError("ERR_GROUP_BUDGET_MISMATCH",
+                   "group '" + name_ + "' already has a budget of " + FormatBytes(h->budget) +
+                       " (" + Field(h->budget_source, sizeof h->budget_source) + ") and " +
+                       std::to_string(live) + " live member" + (live == 1 ? "" : "s") +
+                       "; this process asked for " + FormatBytes(budget) + " (" + budget_source +
+                       "). Give the same budget, or none to join the group's budget.",
+                   path_);
+  h->budget = budget;  // an empty group takes the budget of whoever joins next
+  CopyField(h->budget_source, sizeof h->budget_source, budget_source);
+  h->checksum = HeaderSum(*h);
+  WriteHeader();
+}
+
+bool Ledger::TakeFreeSlot(uint64_t limit) {
+  // The first free slot whose lock is free too: a member that is leaving right now may still
+  // hold the lock of the slot it has just cleared; that slot is skipped, not taken for damage.
+  for (uint32_t i = 0; i < kSlots; ++i) {
+    if (slots_[i].state != 0 || shm::TryLock(fd_, shm::kSlotBytes + i) != 0) continue;
+    Slot& s = slots_[i];
+    std::memset(&s, 0, sizeof s);
+    s.pid = getpid();
+    s.limit = limit;
+    s.joined_unix_ms = shm::NowUnixMs();
+    s.state = kMember;
+    s.checksum = SlotSum(s);
+    slot_ = static_cast<int>(i);
+    WriteSlot(i);
+    shm::Unlock(fd_, shm::kOpenerByte);  // a member now: its slot keeps the file
+    return true;
+  }
+  return false;
 }
 
 void Ledger::Load() {
@@ -561,8 +611,7 @@ GroupSnapshot Ledger::Read(const std::string& path, int lock_timeout_ms) {
     if (l->fd_ < 0) throw ShmError("ERR_GROUP_NOT_FOUND", "there is no group ledger " + path, path);
     shm::TryLockShared(l->fd_, shm::kOpenerByte);  // held until closed
     shm::MutexGuard lock(l->fd_, path, "reading the group", lock_timeout_ms);
-    struct stat st;
-    if (fstat(l->fd_, &st) == 0 && st.st_nlink == 0) continue;
+    if (Unlinked(l->fd_)) continue;
     GroupSnapshot g = l->CheckedSnapshot();
     // The last member left while someone was reading or joining: whoever finds the group empty
     // and nobody else about to use it removes the file, as that member would have.

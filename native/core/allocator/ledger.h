@@ -132,6 +132,11 @@ class Ledger {
   GroupSnapshot SnapshotLocked(uint64_t reaped);
   // With the mutex held: CheckAndReap, then the snapshot.
   GroupSnapshot CheckedSnapshot();
+  // Join's steps, with the mutex held after CheckAndReap. A group with live members keeps its
+  // budget (ERR_GROUP_BUDGET_MISMATCH for another); an empty one takes `budget`; 0 takes any.
+  void AdoptBudget(uint64_t budget, const std::string& budget_source);
+  // Takes the first free slot for this process and writes it; false when the group is full.
+  bool TakeFreeSlot(uint64_t limit);
   void WriteHeader();
   void WriteSlot(uint32_t i);
 

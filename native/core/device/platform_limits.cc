@@ -281,129 +281,172 @@ const PlatformLimit* SmallestLimit(const std::vector<PlatformLimit>& limits) {
   return best;
 }
 
-PlatformReport DetectPlatform(const std::string& root, const EnvMap& env,
-                              const std::vector<DeviceRef>& devices) {
-  PlatformReport r;
+namespace {
+
+// The steps of DetectPlatform.
+
+// The variables of the platforms read here (MPS, HAMi, the NVIDIA device plugin), for the report.
+void CollectVariables(const EnvMap& env, PlatformReport* r) {
   for (const auto& [key, value] : env) {
     bool platform = key.rfind("CUDA_MPS_", 0) == 0 || key.rfind("CUDA_DEVICE_MEMORY_", 0) == 0 ||
                     key == "CUDA_DEVICE_SM_LIMIT" || key == "CUDA_OVERSUBSCRIBE" ||
                     key == "NVIDIA_VISIBLE_DEVICES" || key == "NVIDIA_MIG_CONFIG_DEVICES" ||
                     key == "GPU_CORE_UTILIZATION_POLICY" ||
                     (key == "LD_PRELOAD" && value.find("libvgpu") != std::string::npos);
-    if (platform) r.variables[key] = value;
+    if (platform) r->variables[key] = value;
   }
+}
 
-  // MPS: a client connects through the control daemon's pipe in the pipe directory.
+// MPS: a client connects through the control daemon's pipe in the pipe directory.
+void ReadMpsClient(const std::string& root, const EnvMap& env, PlatformReport* r) {
   const char* pipe = Get(env, "CUDA_MPS_PIPE_DIRECTORY");
-  r.mps.pipe_directory_set = pipe != nullptr && *pipe;
-  r.mps.pipe_directory = r.mps.pipe_directory_set ? pipe : "/tmp/nvidia-mps";
+  r->mps.pipe_directory_set = pipe != nullptr && *pipe;
+  r->mps.pipe_directory = r->mps.pipe_directory_set ? pipe : "/tmp/nvidia-mps";
   struct stat st {};
-  r.mps.control_present =
-      ::stat(Join(Join(root, r.mps.pipe_directory), "control").c_str(), &st) == 0;
+  r->mps.control_present =
+      ::stat(Join(Join(root, r->mps.pipe_directory), "control").c_str(), &st) == 0;
   if (const char* p = Get(env, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")) {
     char* end = nullptr;
     double v = std::strtod(p, &end);
     if (end != p && *end == '\0' && v > 0 && v <= 100)
-      r.mps.active_thread_percentage = v;
+      r->mps.active_thread_percentage = v;
     else
-      r.warnings.push_back(std::string("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE='") + p +
-                           "' is not a number in (0, 100]; ignored");
+      r->warnings.push_back(std::string("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE='") + p +
+                            "' is not a number in (0, 100]; ignored");
   }
-  const char* pinned = Get(env, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT");
-  if (pinned) r.mps.pinned_limit = pinned;
-  // "0=1G,1=2G" per device (an ordinal as the client counts them, or a GPU uuid), or one size
-  // for every device.
-  std::map<std::string, uint64_t> mps_by_key;
-  bool mps_all = false;
-  uint64_t mps_all_bytes = 0;
-  if (pinned && *pinned) {
-    for (const std::string& item : Split(pinned, ',')) {
-      std::string t = Trim(item);
-      if (t.empty()) continue;
-      size_t eq = t.find('=');
-      uint64_t bytes = 0;
-      if (eq == std::string::npos) {
-        if (ParseMemorySize(t, &bytes)) {
-          mps_all = true;
-          mps_all_bytes = bytes;
-          continue;
-        }
-      } else if (ParseMemorySize(t.substr(eq + 1), &bytes) && eq > 0) {
-        mps_by_key[Lower(Trim(t.substr(0, eq)))] = bytes;
+  if (const char* pinned = Get(env, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"))
+    r->mps.pinned_limit = pinned;
+}
+
+// CUDA_MPS_PINNED_DEVICE_MEM_LIMIT, interpreted.
+struct MpsPinnedLimits {
+  std::map<std::string, uint64_t> by_key;  // lower-case ordinal or GPU uuid -> bytes
+  bool all = false;
+  uint64_t all_bytes = 0;
+};
+
+// "0=1G,1=2G" per device (an ordinal as the client counts them, or a GPU uuid), or one size
+// for every device.
+MpsPinnedLimits ParseMpsPinnedLimits(const std::string& pinned, PlatformReport* r) {
+  MpsPinnedLimits mps;
+  if (pinned.empty()) return mps;
+  for (const std::string& item : Split(pinned, ',')) {
+    std::string t = Trim(item);
+    if (t.empty()) continue;
+    size_t eq = t.find('=');
+    uint64_t bytes = 0;
+    if (eq == std::string::npos) {
+      if (ParseMemorySize(t, &bytes)) {
+        mps.all = true;
+        mps.all_bytes = bytes;
         continue;
       }
-      r.warnings.push_back("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT: '" + t +
-                           "' is neither <device>=<size> nor <size> (sizes like 1073741824, "
-                           "512M, 2G); ignored");
+    } else if (ParseMemorySize(t.substr(eq + 1), &bytes) && eq > 0) {
+      mps.by_key[Lower(Trim(t.substr(0, eq)))] = bytes;
+      continue;
     }
+    r->warnings.push_back("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT: '" + t +
+                          "' is neither <device>=<size> nor <size> (sizes like 1073741824, "
+                          "512M, 2G); ignored");
   }
+  return mps;
+}
 
+// The MPS limit of device `d`: its ordinal's, else its uuid's, else the one for every device.
+void AddMpsLimit(const DeviceRef& d, const MpsPinnedLimits& mps, const MpsClientInfo& client,
+                 std::vector<PlatformLimit>* found) {
+  std::string ordinal = std::to_string(d.index);
+  auto by_ordinal = mps.by_key.find(ordinal);
+  auto by_uuid = d.uuid.empty() ? mps.by_key.end() : mps.by_key.find(Lower(d.uuid));
+  std::string note = client.control_present
+                         ? ""
+                         : " (no MPS control pipe in " + client.pipe_directory +
+                               ": it binds only once this process is an MPS client)";
+  if (by_ordinal != mps.by_key.end())
+    found->push_back({"mps", by_ordinal->second,
+                      "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT " + ordinal + "=" +
+                          std::to_string(by_ordinal->second) + " bytes" + note});
+  else if (by_uuid != mps.by_key.end())
+    found->push_back({"mps", by_uuid->second,
+                      "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT " + d.uuid + "=" +
+                          std::to_string(by_uuid->second) + " bytes" + note});
+  else if (mps.all)
+    found->push_back({"mps", mps.all_bytes,
+                      "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT " + std::to_string(mps.all_bytes) +
+                          " bytes for every device" + note});
+}
+
+// The dmem limits of the regions on device `d`'s PCI address.
+void AddDmemLimits(const DeviceRef& d, const std::vector<DmemRegion>& dmem,
+                   std::vector<PlatformLimit>* found) {
+  PciAddress pci = ParsePciBusId(d.pci_bus_id);
+  for (const DmemRegion& reg : dmem) {
+    if (!reg.limited || !pci.ok || !(RegionPci(reg.name) == pci)) continue;
+    found->push_back({"dmem", reg.max,
+                      "cgroup dmem.max " + reg.name + " " + std::to_string(reg.max) + " bytes in " +
+                          (reg.limited_by.empty() ? "/" : reg.limited_by),
+                      reg.headroom});
+  }
+}
+
+// HAMi: CUDA_DEVICE_MEMORY_LIMIT_<n> for device n, else CUDA_DEVICE_MEMORY_LIMIT for all.
+void AddHamiLimit(const DeviceRef& d, const EnvMap& env, std::vector<PlatformLimit>* found,
+                  PlatformReport* r) {
+  std::string own = "CUDA_DEVICE_MEMORY_LIMIT_" + std::to_string(d.index);
+  const char* hami = Get(env, own.c_str());
+  std::string hami_name = own;
+  if (!hami) {
+    hami = Get(env, "CUDA_DEVICE_MEMORY_LIMIT");
+    hami_name = "CUDA_DEVICE_MEMORY_LIMIT";
+  }
+  if (!hami || !*hami) return;
+  uint64_t bytes = 0;
+  if (ParseMemorySize(hami, &bytes) && bytes > 0)
+    found->push_back({"hami", bytes, hami_name + "=" + hami + " (HAMi)"});
+  else
+    r->warnings.push_back(hami_name + "='" + hami +
+                          "' is not a size (1073741824, 1024m, 1g); ignored");
+}
+
+// The limits of device `d` in the order MPS, dmem, HAMi, less those that bind nothing.
+DevicePlatformLimits LimitsOf(const DeviceRef& d, const EnvMap& env, const MpsPinnedLimits& mps,
+                              PlatformReport* r) {
+  std::vector<PlatformLimit> found;
+  AddMpsLimit(d, mps, r->mps, &found);
+  AddDmemLimits(d, r->dmem, &found);
+  AddHamiLimit(d, env, &found, r);
+  DevicePlatformLimits out;
+  out.index = d.index;
+  // A limit at or beyond the device's size binds nothing ("no limit" may read as 2^64 - 1).
+  uint64_t binds_below =
+      d.total_bytes ? std::min(d.total_bytes, kBeyondAnyDevice) : kBeyondAnyDevice;
+  for (PlatformLimit& l : found)
+    if (l.bytes < binds_below) out.limits.push_back(std::move(l));
+  return out;
+}
+
+// Unreadable dmem regions say so once, whatever the devices; every warning is said once.
+void FinishWarnings(PlatformReport* r) {
+  for (const DmemRegion& reg : r->dmem)
+    if (reg.limited && !RegionPci(reg.name).ok)
+      r->warnings.push_back("dmem region " + reg.name +
+                            " names no PCI device, so no GPU could be matched to its limit");
+  std::sort(r->warnings.begin(), r->warnings.end());
+  r->warnings.erase(std::unique(r->warnings.begin(), r->warnings.end()), r->warnings.end());
+}
+
+}  // namespace
+
+PlatformReport DetectPlatform(const std::string& root, const EnvMap& env,
+                              const std::vector<DeviceRef>& devices) {
+  PlatformReport r;
+  CollectVariables(env, &r);
+  ReadMpsClient(root, env, &r);
+  MpsPinnedLimits mps = ParseMpsPinnedLimits(r.mps.pinned_limit, &r);
   FindCgroup(root, &r);
   ReadDmem(root, &r);
-
-  for (const DeviceRef& d : devices) {
-    DevicePlatformLimits out;
-    out.index = d.index;
-    // A limit at or beyond the device's size binds nothing ("no limit" may read as 2^64 - 1).
-    uint64_t binds_below =
-        d.total_bytes ? std::min(d.total_bytes, kBeyondAnyDevice) : kBeyondAnyDevice;
-    auto add = [&](PlatformLimit l) {
-      if (l.bytes < binds_below) out.limits.push_back(std::move(l));
-    };
-    std::string ordinal = std::to_string(d.index);
-    auto by_ordinal = mps_by_key.find(ordinal);
-    auto by_uuid = d.uuid.empty() ? mps_by_key.end() : mps_by_key.find(Lower(d.uuid));
-    std::string mps_note = r.mps.control_present
-                               ? ""
-                               : " (no MPS control pipe in " + r.mps.pipe_directory +
-                                     ": it binds only once this process is an MPS client)";
-    if (by_ordinal != mps_by_key.end())
-      add({"mps", by_ordinal->second,
-           "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT " + ordinal + "=" +
-               std::to_string(by_ordinal->second) + " bytes" + mps_note});
-    else if (by_uuid != mps_by_key.end())
-      add({"mps", by_uuid->second,
-           "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT " + d.uuid + "=" + std::to_string(by_uuid->second) +
-               " bytes" + mps_note});
-    else if (mps_all)
-      add({"mps", mps_all_bytes,
-           "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT " + std::to_string(mps_all_bytes) +
-               " bytes for every device" + mps_note});
-
-    PciAddress pci = ParsePciBusId(d.pci_bus_id);
-    for (const DmemRegion& reg : r.dmem) {
-      if (!reg.limited || !pci.ok || !(RegionPci(reg.name) == pci)) continue;
-      add({"dmem", reg.max,
-           "cgroup dmem.max " + reg.name + " " + std::to_string(reg.max) + " bytes in " +
-               (reg.limited_by.empty() ? "/" : reg.limited_by),
-           reg.headroom});
-    }
-
-    // HAMi: CUDA_DEVICE_MEMORY_LIMIT_<n> for device n, else CUDA_DEVICE_MEMORY_LIMIT for all.
-    std::string own = "CUDA_DEVICE_MEMORY_LIMIT_" + ordinal;
-    const char* hami = Get(env, own.c_str());
-    std::string hami_name = own;
-    if (!hami) {
-      hami = Get(env, "CUDA_DEVICE_MEMORY_LIMIT");
-      hami_name = "CUDA_DEVICE_MEMORY_LIMIT";
-    }
-    if (hami && *hami) {
-      uint64_t bytes = 0;
-      if (ParseMemorySize(hami, &bytes) && bytes > 0)
-        add({"hami", bytes, hami_name + "=" + hami + " (HAMi)"});
-      else
-        r.warnings.push_back(hami_name + "='" + hami +
-                             "' is not a size (1073741824, 1024m, 1g); ignored");
-    }
-    r.devices.push_back(out);
-  }
-  // Unreadable dmem regions say so once, whatever the devices.
-  for (const DmemRegion& reg : r.dmem)
-    if (reg.limited && !RegionPci(reg.name).ok)
-      r.warnings.push_back("dmem region " + reg.name +
-                           " names no PCI device, so no GPU could be matched to its limit");
-  std::sort(r.warnings.begin(), r.warnings.end());
-  r.warnings.erase(std::unique(r.warnings.begin(), r.warnings.end()), r.warnings.end());
+  for (const DeviceRef& d : devices) r.devices.push_back(LimitsOf(d, env, mps, &r));
+  FinishWarnings(&r);
   return r;
 }
 
