@@ -2,13 +2,17 @@
 // The performance rows of docs/performance.md, each beside its reference, in one run on a GPU
 // machine: medians of repeats, a compact table on stdout, every report as JSON under OUTDIR.
 //
-//   staged h2d and d2h at 4, 16 and 64 MiB, as a share of pinned memory's rate in the same report
+//   staged h2d and d2h at 4, 16 and 64 MiB, as a share of pinned memory's rate in the same report,
+//     beside the staged path's own chunk schedule moved from pinned memory with no CPU copy
+//     (staged-dma, the most it can reach) and the share of its limit (shareOfLimit)
 //   staged both ways (bidir) at 256 MiB and 1 GiB, as a share of pinned, beside the host's own
 //     copy rate (the hostcopy rows) and the share of the lower of the two (shareOfLimit)
 //   a pooled alloc+free of a cached 1 MiB block, in µs, beside CuPy's and PyTorch's pools
-//     (scripts/compare-torch-alloc.py, run in the same repeat)
+//     (scripts/compare-torch-alloc.py, run in the same repeat) and two empty addon calls (the
+//     floor of any pair on this host)
 //   a managed prefetch to the device and to the host at 64 MiB and 1 GiB, as a share of the raw
-//     cudaMemPrefetchAsync timed in C++ (managed against managed-raw)
+//     cudaMemPrefetchAsync timed in C++ (managed against managed-raw), the 64 MiB gap in µs, and
+//     what any awaited call pays on this host (a 4 KiB copyAsync against copy())
 //   the event loop's worst delay during 1 GiB copyAsync both ways (the bench's probe)
 //   a 4 KiB copy() from JavaScript against cudaMemcpy from C++ (pinned-call against baseline),
 //     the time ratio, each run's and the worst
@@ -53,20 +57,60 @@ function parseArgs(argv) {
   return o;
 }
 
-// The pooled pair, run in a child process against one checkout (argv: --alloc-pair ROOT OUT):
-// batches of 1000 cached 1 MiB pairs after 100,000 warm-up, as bench-alloc times them.
-function allocPair(root, out) {
-  const cm = require(path.join(root, 'dist', 'index.js'));
-  const pool = cm.createAllocator({ allowGrowth: true, memoryLimit: GiB });
-  for (let i = 0; i < 100_000; i++) pool.alloc(MiB).free();
+// Microseconds per call of f: the median of 200 batches of 1000 calls, after 100,000 warm-up.
+function perCall(f) {
+  for (let i = 0; i < 100_000; i++) f();
   const us = [];
   for (let b = 0; b < 200; b++) {
     const t0 = process.hrtime.bigint();
-    for (let i = 0; i < 1000; i++) pool.alloc(MiB).free();
+    for (let i = 0; i < 1000; i++) f();
     us.push(Number(process.hrtime.bigint() - t0) / 1e3 / 1000);
   }
+  return { median: median(us), samples: us };
+}
+
+// The pooled pair, run in a child process against one checkout (argv: --alloc-pair ROOT OUT):
+// batches of 1000 cached 1 MiB pairs after 100,000 warm-up, as bench-alloc times them. Beside it,
+// the floor of any pair on this host: two calls into the addon that do nothing (liveCount), the
+// least a JavaScript alloc() and free() each crossing into native code can cost.
+function allocPair(root, out) {
+  const cm = require(path.join(root, 'dist', 'index.js'));
+  const addon = require(path.join(root, 'build', 'Release', 'cuda_memory.node'));
+  const pool = cm.createAllocator({ allowGrowth: true, memoryLimit: GiB });
+  const pair = perCall(() => pool.alloc(MiB).free());
   pool.close();
-  fs.writeFileSync(out, JSON.stringify({ microseconds: median(us), samples: us }));
+  const floor = perCall(() => {
+    addon.liveCount();
+    addon.liveCount();
+  });
+  fs.writeFileSync(out, JSON.stringify({ microseconds: pair.median, samples: pair.samples, twoEmptyCalls: floor.median }));
+}
+
+// What an awaited call costs on this host beyond the work (argv: --async-hop ROOT OUT): a 4 KiB
+// copyAsync against the same copy() taken in turn, 300 of each after 50 of each; the difference of
+// the medians is the two thread hand-offs of any promise the addon settles (a libuv worker woken,
+// then the event loop), which every awaited prefetch() pays too.
+async function asyncHop(root, out) {
+  const cm = require(path.join(root, 'dist', 'index.js'));
+  const pin = cm.PinnedBuffer.alloc(4096);
+  const dev = cm.DeviceBuffer.alloc(4096);
+  const sync = [];
+  const awaited = [];
+  for (let i = 0; i < 350; i++) {
+    let t0 = process.hrtime.bigint();
+    cm.copy(dev, pin);
+    const s = Number(process.hrtime.bigint() - t0) / 1e3;
+    t0 = process.hrtime.bigint();
+    await cm.copyAsync(dev, pin);
+    const a = Number(process.hrtime.bigint() - t0) / 1e3;
+    if (i >= 50) {
+      sync.push(s);
+      awaited.push(a);
+    }
+  }
+  pin.free();
+  dev.free();
+  fs.writeFileSync(out, JSON.stringify({ copyMicroseconds: median(sync), copyAsyncMicroseconds: median(awaited) }));
 }
 
 function median(xs) {
@@ -129,6 +173,7 @@ function measure(o, label, root, k) {
   bench('call', ['--sizes', '4KiB', '--modes', 'pinned,pinned-call', '--directions', 'h2d,d2h', '--iterations', '2000', '--no-event-loop']);
   bench('managed', ['--sizes', '64MiB,1GiB', '--modes', 'managed', '--directions', 'h2d,d2h', '--iterations', '15', '--no-event-loop']);
   run(process.execPath, [__filename, '--alloc-pair', root, file('alloc')], `${label} r${k} alloc`);
+  run(process.execPath, [__filename, '--async-hop', root, file('hop')], `${label} r${k} hop`);
   if (o.twoGpus)
     run(
       process.execPath,
@@ -156,11 +201,18 @@ function measure(o, label, root, k) {
   const c = readJson(file('call'));
   const m = readJson(file('managed'));
   const a = readJson(file('alloc'));
+  const h = readJson(file('hop'));
   const g = o.twoGpus ? readJson(file('two-gpus')) : undefined;
   const rows = {};
   for (const n of [4 * MiB, 16 * MiB, 64 * MiB])
-    for (const d of ['h2d', 'd2h'])
-      rows[`staged ${d} ${n / MiB} MiB / pinned`] = ratio(gbps(find(t, 'staged', d, n)), gbps(find(t, 'pinned', d, n)));
+    for (const d of ['h2d', 'd2h']) {
+      const staged = find(t, 'staged', d, n);
+      rows[`staged ${d} ${n / MiB} MiB / pinned`] = ratio(gbps(staged), gbps(find(t, 'pinned', d, n)));
+      // The staged path's own chunks moved from pinned memory with no CPU copy (staged-dma): the
+      // most it can reach at this size.
+      rows[`staged-dma ${d} ${n / MiB} MiB / pinned`] = ratio(gbps(find(t, 'staged-dma', d, n)), gbps(find(t, 'pinned', d, n)));
+      rows[`staged ${d} ${n / MiB} MiB / its limit (pinned, host copy or staged-dma)`] = staged?.shareOfLimit;
+    }
   for (const n of [256 * MiB, GiB]) {
     const name = n === GiB ? '1 GiB' : `${n / MiB} MiB`;
     const staged = find(t, 'staged', 'bidir', n);
@@ -169,12 +221,21 @@ function measure(o, label, root, k) {
     rows[`host copy bidir ${name}, GB/s`] = gbps(find(t, 'hostcopy', 'bidir', n));
   }
   rows['pooled alloc+free cached 1 MiB, µs'] = a?.microseconds;
+  rows['two empty addon calls (the floor of a pair), µs'] = a?.twoEmptyCalls;
   for (const n of [64 * MiB, GiB])
     for (const d of ['h2d', 'd2h'])
       rows[`prefetch ${d === 'h2d' ? 'to device' : 'to host'} ${n === GiB ? '1 GiB' : '64 MiB'} / raw`] = ratio(
         gbps(find(m, 'managed', d, n)),
         gbps(find(m, 'managed-raw', d, n)),
       );
+  const seconds = (r) => r?.seconds?.median;
+  for (const d of ['h2d', 'd2h']) {
+    const lib = seconds(find(m, 'managed', d, 64 * MiB));
+    const raw = seconds(find(m, 'managed-raw', d, 64 * MiB));
+    rows[`prefetch ${d === 'h2d' ? 'to device' : 'to host'} 64 MiB: awaited - raw, µs`] =
+      lib !== undefined && raw !== undefined ? (lib - raw) * 1e6 : undefined;
+  }
+  rows['awaited 4 KiB copyAsync - copy(), µs (two thread hand-offs)'] = h && h.copyAsyncMicroseconds - h.copyMicroseconds;
   rows['event loop worst delay, 1 GiB copyAsync, ms'] = t?.eventLoop?.worstDelayMs;
   rows['event loop: longest GC pause in the window, ms'] = t?.eventLoop?.longestGcMs;
   rows['event loop: times the JS thread was preempted in the window'] = t?.eventLoop?.preemptions;
@@ -257,4 +318,9 @@ function main() {
 }
 
 if (process.argv[2] === '--alloc-pair') allocPair(process.argv[3], process.argv[4]);
+else if (process.argv[2] === '--async-hop')
+  asyncHop(process.argv[3], process.argv[4]).catch((e) => {
+    process.stderr.write(`${e.stack ?? e}\n`);
+    process.exit(1);
+  });
 else main();

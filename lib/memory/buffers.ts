@@ -135,10 +135,29 @@ export interface BufferOwner {
 
 // Each class gets an instanceof check of its own rather than isInstance: one site that sees many
 // classes turns V8's instanceof generic, and that was about a sixth of a pooled alloc+free pair.
-// (instanceof throws for a revoked proxy, hence the try.)
-function isDeviceBuffer(v: unknown): v is DeviceBuffer {
+// (instanceof throws for a revoked proxy, hence the try.) Every copy() between two of them asks.
+/** @internal */
+export function isDeviceBuffer(v: unknown): v is DeviceBuffer {
   try {
     return v instanceof DeviceBuffer;
+  } catch {
+    return false;
+  }
+}
+
+/** @internal */
+export function isPinnedBuffer(v: unknown): v is PinnedBuffer {
+  try {
+    return v instanceof PinnedBuffer;
+  } catch {
+    return false;
+  }
+}
+
+/** @internal */
+export function isRegisteredBuffer(v: unknown): v is RegisteredBuffer {
+  try {
+    return v instanceof RegisteredBuffer;
   } catch {
     return false;
   }
@@ -437,7 +456,7 @@ export class PinnedBuffer {
 
   /** True once freed (or given back); every use then throws `ERR_BUFFER_FREED`. */
   get freed(): boolean {
-    if (!isInstance(this, PinnedBuffer)) throw invalidThis('PinnedBuffer', 'freed', this);
+    if (!isPinnedBuffer(this)) throw invalidThis('PinnedBuffer', 'freed', this);
     return this._freed;
   }
 
@@ -535,7 +554,7 @@ export class RegisteredBuffer {
 
   /** True once freed (or given back); every use then throws `ERR_BUFFER_FREED`. */
   get freed(): boolean {
-    if (!isInstance(this, RegisteredBuffer)) throw invalidThis('RegisteredBuffer', 'freed', this);
+    if (!isRegisteredBuffer(this)) throw invalidThis('RegisteredBuffer', 'freed', this);
     return this._freed;
   }
 

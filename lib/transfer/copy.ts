@@ -1,6 +1,15 @@
 /** copy(), copyAsync() and memset() between any two kinds of memory, in every direction. */
 import { native } from '../binding/native';
-import { DeviceBuffer, Memory, PinnedBuffer, RegisteredBuffer, resolveMemory } from '../memory/buffers';
+import {
+  DeviceBuffer,
+  isDeviceBuffer,
+  isPinnedBuffer,
+  isRegisteredBuffer,
+  Memory,
+  PinnedBuffer,
+  RegisteredBuffer,
+  resolveMemory,
+} from '../memory/buffers';
 import { Stream, streamOption } from '../device/stream';
 import { checkBoolean, checkOptions, checkRange, checkSize, isInstance, type RangeNames } from '../base/validate';
 import { invalidArgument, argRangeError } from '../base/errors';
@@ -117,7 +126,7 @@ let handleArgs: Float64Array | undefined;
 type HandleMemory = DeviceBuffer | PinnedBuffer | RegisteredBuffer;
 
 function isHandleMemory(m: unknown): m is HandleMemory {
-  return isInstance(m, DeviceBuffer) || isInstance(m, PinnedBuffer) || isInstance(m, RegisteredBuffer);
+  return isDeviceBuffer(m) || isPinnedBuffer(m) || isRegisteredBuffer(m);
 }
 
 // The byte count of a copy the short way can take (whole buffers from offset 0, at most a
