@@ -11,7 +11,7 @@ import { native } from '../binding/native';
 import { status, devices, DeviceInfo, formatCudaVersion, requireCuda } from '../device/discovery';
 import { DeviceBuffer, PinnedBuffer, registerHost, RegisteredBuffer, Memory } from '../memory/buffers';
 import { ManagedBuffer, ManagedLocation } from '../memory/managed';
-import { copy, copyAsync, CopyStrategy } from '../transfer/copy';
+import { copy, copyAsync, CopyStrategy, memset } from '../transfer/copy';
 import { configureStaging, StagingSettings } from '../transfer/staging';
 import { summarize, rateSummary, SampleSummary } from './stats';
 import { GateMetric, GateResult, GateSource } from './gates';
@@ -74,8 +74,10 @@ export interface TransferBenchmarkOptions {
   /** Also time plain cudaMemcpy on cudaMallocHost memory, the reference for pinned (default true). */
   baseline?: boolean;
   /**
-   * Also time the staged path's host half alone: its threads copying pageable into pinned memory,
-   * back, and both at once (`hostcopy` rows), whenever staged or auto is measured (default true).
+   * Also time the staged path's two halves alone whenever staged or auto is measured (default
+   * true): its threads copying pageable into pinned memory, back, and both at once (`hostcopy`
+   * rows), and its chunks moved between pinned and device memory with no CPU copy, h2d and d2h
+   * (`staged-dma` rows).
    */
   hostcopy?: boolean;
   /** Measure the event loop's worst timer delay during a large asynchronous pageable copy (default true). */
@@ -94,9 +96,11 @@ export interface TransferBenchmarkOptions {
 export interface TransferResult {
   /**
    * `baseline`: plain cudaMemcpy from C++ on cudaMallocHost memory; `device`: d2d; `hostcopy`:
-   * the staged path's threads copying between pageable and pinned host memory, no GPU involved.
+   * the staged path's threads copying between pageable and pinned host memory, no GPU involved;
+   * `staged-dma`: the staged path's own chunks of a copy of this size moved between pinned and
+   * device memory, no CPU copy involved (the most the staged path can reach at this size).
    */
-  mode: TransferMode | 'baseline' | 'device' | 'hostcopy' | 'managed-raw' | 'managed-copy-raw';
+  mode: TransferMode | 'baseline' | 'device' | 'hostcopy' | 'staged-dma' | 'managed-raw' | 'managed-copy-raw';
   direction: Direction;
   bytes: number;
   /** How it was timed: CUDA events, a C++ steady clock, or process.hrtime around each JavaScript call. */
@@ -116,9 +120,9 @@ export interface TransferResult {
   /** auto: the path strategy 'auto' took at this size. */
   path?: 'staged' | 'driver';
   /**
-   * staged and auto rows: what the staged path cannot beat at this size and direction, the lower
-   * of pinned memory's rate (the link) and the hostcopy rate (the host), GB/s; and the row's
-   * median as a share of it.
+   * staged and auto rows: what the staged path cannot beat at this size and direction, the lowest
+   * of pinned memory's rate (the link), the hostcopy rate (the host) and the staged-dma rate (its
+   * chunks on the link) where measured, GB/s; and the row's median as a share of it.
    */
   limitGbps?: number;
   shareOfLimit?: number;
@@ -385,7 +389,10 @@ export async function runTransferBenchmark(options: TransferBenchmarkOptions = {
       for (const mode of modes.filter((m) => MANAGED_MODES.includes(m)))
         results.push(...(await measureManaged(mode, hostDirs, n, src, dev, check, device, o.warmup, iters, progress)));
       if (baseline) results.push(...measureBaseline(run, size));
-      if (hostcopy) results.push(...measureHostCopy(hostDirs, n, src, device, o.warmup, iters, progress));
+      if (hostcopy) {
+        results.push(...measureHostCopy(hostDirs, n, src, device, o.warmup, iters, progress));
+        results.push(...measureStagedDma(run, size));
+      }
       if (directions.includes('d2d')) results.push(measureD2d(run, size));
     } finally {
       dev.free();
@@ -470,7 +477,7 @@ function rowCount(o: ReturnType<typeof checkedOptions>, hostDirs: HostDirection[
       (modes.includes('pinned-call') && hostDirs.includes('bidir') ? 1 : 0) +
       (directions.includes('d2d') ? 1 : 0) +
       (baseline ? oneWay : 0) +
-      (hostcopy ? hostDirs.length : 0) +
+      (hostcopy ? hostDirs.length + oneWay : 0) +
       modes.filter((m) => MANAGED_MODES.includes(m)).length * (2 * oneWay - hostDirs.length))
   );
 }
@@ -740,6 +747,33 @@ function measureHostCopy(
   return out;
 }
 
+// The staged path's DMA half alone, each one-way direction: the chunks a staged copy of n bytes
+// is cut into, moved between pinned and device memory back to back with no CPU copy. Every
+// transfer costs the DMA engine time of its own, so the staged path cannot beat this even where
+// its threads keep ahead of the engine. Checked where the data went, as the other rows are.
+function measureStagedDma(run: RunState, size: SizeState): TransferResult[] {
+  const { n, iters, src, dev, check } = size;
+  const out: TransferResult[] = [];
+  for (const direction of run.hostDirs.filter((d) => d !== 'bidir') as ('h2d' | 'd2h')[]) {
+    if (direction === 'h2d') {
+      check.bytes.set(src);
+      memset(dev, 0);
+    } else {
+      copy(dev, src);
+      check.bytes.fill(0);
+    }
+    const samples = native.timeStagedDma(dev._h, check._h, n, run.warmup, iters, direction);
+    if (direction === 'h2d') {
+      check.bytes.fill(0);
+      copy(check, dev);
+    }
+    const verified = equal(check.bytes, src, n);
+    out.push(result({ mode: 'staged-dma', direction, bytes: n, timing: 'steady-clock', verified }, samples, n));
+    run.progress(`${direction} staged-dma ${n}`);
+  }
+  return out;
+}
+
 /**
  * The result of one mode, direction and size, if it was measured.
  *
@@ -749,12 +783,15 @@ export function findResult(results: TransferResult[], mode: string, direction: s
   return results.find((x) => x.mode === mode && x.direction === direction && x.bytes === bytes);
 }
 
-// Staged and auto rows get the rate they cannot beat: the lower of pinned memory's (the link)
-// and the host copy's (the host), at the same size and direction.
-function addLimits(results: TransferResult[]): void {
+/**
+ * @internal Staged and auto rows get the rate they cannot beat: the lowest of pinned memory's
+ * (the link), the host copy's (the host) and the staged path's chunks moved from pinned memory
+ * (the link taken a chunk at a time), at the same size and direction, where measured.
+ */
+export function addLimits(results: TransferResult[]): void {
   for (const r of results) {
     if (r.mode !== 'staged' && r.mode !== 'auto') continue;
-    const limits = ['pinned', 'hostcopy']
+    const limits = ['pinned', 'hostcopy', 'staged-dma']
       .map((mode) => findResult(results, mode, r.direction, r.bytes))
       .filter((x): x is TransferResult => !!x)
       .map((x) => x.gbps.median);

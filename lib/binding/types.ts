@@ -213,6 +213,11 @@ const surface = {
   /** direction: 'h2d', 'd2h' or 'bidir'. */
   timeHostCopy:
     fn<(pageable: Uint8Array, pinned: number, bytes: number, warmup: number, iterations: number, direction: string) => Float64Array>(),
+  /** The staged path's chunks of a copy of `bytes` moved between a PinnedBuffer and a DeviceBuffer; direction: 'h2d' or 'd2h'. */
+  timeStagedDma:
+    fn<
+      (device: BufferHandle, pinned: BufferHandle, bytes: number, warmup: number, iterations: number, direction: string) => Float64Array
+    >(),
   /** kind: 'device' or 'pinned'; seconds per alloc+free pair. */
   timeRawAlloc: fn<(kind: string, bytes: number, iterations: number, device: number) => Float64Array>(),
   timeHostRegister: fn<(view: ArrayBufferView, iterations: number) => Float64Array>(),

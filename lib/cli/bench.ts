@@ -110,8 +110,10 @@ export function register(program: Command): void {
     .addHelpText(
       'after',
       '\nRows: one per mode asked for, and "hostcopy" whenever staged or auto is measured: this host copying\n' +
-        "between pageable and pinned memory with the staged path's threads, no GPU involved. The staged path\n" +
-        'cannot beat the lower of pinned (the link) and hostcopy (the host): the tables give that limit.',
+        "between pageable and pinned memory with the staged path's threads, no GPU involved; with it\n" +
+        '"staged-dma" (h2d, d2h): the staged path\'s own chunks moved between pinned and device memory, no\n' +
+        'CPU copy involved. The staged path cannot beat the lowest of pinned (the link), hostcopy (the host)\n' +
+        'and staged-dma (its chunks): the tables give that limit.',
     )
     .action(async (o: BenchOptions) => {
       process.exitCode = await bench(o);

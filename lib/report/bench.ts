@@ -210,8 +210,9 @@ ${reportJson(report)}`,
 
 /**
  * Ordinary Node buffers, size by size: the driver's pageable path, the staged path and 'auto'
- * beside pinned memory (the link) and the host copy rate (the host); the staged path cannot beat
- * the lower of the two, its "limit".
+ * beside pinned memory (the link), the host copy rate (the host) and the staged path's own chunks
+ * moved from pinned memory (staged-dma); the staged path cannot beat the lowest of the three, its
+ * "limit".
  *
  * @category Reports
  */
@@ -224,6 +225,7 @@ export function stagedTable(report: Pick<TransferReport, 'results'>): { head: st
     'auto',
     'pinned',
     'hostcopy',
+    'staged-dma',
     'staged/pinned',
     'staged/limit',
     'staged/pageable',
@@ -246,6 +248,7 @@ export function stagedTable(report: Pick<TransferReport, 'results'>): { head: st
       cell(get('auto', d, n)),
       cell(get('pinned', d, n)),
       cell(get('hostcopy', d, n)),
+      cell(get('staged-dma', d, n)),
       pct(r.gbps.median, get('pinned', d, n)),
       pct(r.gbps.median, r.limitGbps),
       pageable === undefined ? '' : `${(r.gbps.median / pageable).toFixed(1)}x`,
@@ -258,7 +261,7 @@ function stagedSection(report: TransferReport): string {
   const t = stagedTable(report);
   if (t.rows.length === 0) return '';
   return `<h2>Ordinary Node buffers: staged path against its limit</h2>
-<p>GB/s medians. The staged path cannot beat the lower of pinned memory (the link) and hostcopy (this host copying between pageable and pinned memory with the same threads): that is its limit.</p>
+<p>GB/s medians. The staged path cannot beat the lowest of pinned memory (the link), hostcopy (this host copying between pageable and pinned memory with the same threads) and staged-dma (its own chunks moved between pinned and device memory, no CPU copy): that is its limit.</p>
 ${htmlTable(t.head, t.rows)}`;
 }
 

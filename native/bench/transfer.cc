@@ -1,6 +1,10 @@
 // The transfer benchmark's timing loops: copies in one direction and both, the raw pinned
-// baseline, the host's own memory copy and the cost of cudaHostRegister.
+// baseline, the staged path's two halves alone (the host's own memory copy, and its chunks moved
+// from pinned memory) and the cost of cudaHostRegister.
+#include <algorithm>
 #include <chrono>
+#include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -220,6 +224,86 @@ Napi::Value TimeHostCopy(const Napi::CallbackInfo& info) {
   return ToFloat64Array(env, samples);
 }
 
+// A private stream and one event per ring slot, freed however the loop ends (the stream drained
+// first, so that nothing still moves into buffers the caller frees after a failure).
+struct DmaQueue {
+  cudaStream_t stream = nullptr;
+  std::vector<cudaEvent_t> done;
+  Error Make(int device, size_t slots) {
+    Error err;
+    CM_TRY(err, cudaSetDevice(device), "cudaSetDevice");
+    if (!err)
+      CM_TRY(err, cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    for (size_t s = 0; s < slots && !err; ++s) {
+      cudaEvent_t ev = nullptr;
+      CM_TRY(err, cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreate");
+      if (!err) done.push_back(ev);
+    }
+    return err;
+  }
+  ~DmaQueue() {
+    if (stream) cudaStreamSynchronize(stream);
+    for (cudaEvent_t ev : done) cudaEventDestroy(ev);
+    if (stream) cudaStreamDestroy(stream);
+    (void)cudaGetLastError();
+  }
+};
+
+// timeStagedDma: returns seconds per copy: the staged path's DMA half alone, the most a staged
+// copy of n bytes can reach, since every transfer costs the DMA engine time of its own. The
+// device's staged engine for the direction plans the copy (StagingEngine::PlanFor); each chunk
+// moves between pinned+offset and device+offset with cudaMemcpyAsync on a private stream, its
+// slot's event recorded after it as CudaRing::Issue does, with no CPU copy between them. Timed
+// with a steady clock from the first issue to the end of the stream's synchronization.
+Napi::Value TimeStagedDma(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  RequireCuda(env);
+  Endpoint dev = ResolveEndpoint(env, info[0], "device");
+  Endpoint pinned = ResolveEndpoint(env, info[1], "pinned");
+  size_t n = ReadSize(env, info[2], "bytes");
+  int warmup = ReadInt(env, info[3], "warmup", 0, 1 << 20);
+  int iters = ReadInt(env, info[4], "iterations", 1, 1 << 24);
+  std::string direction = ReadString(env, info[5], "direction");
+  if (dev.where != Endpoint::kDevice) ThrowType(env, "device must be a DeviceBuffer");
+  if (pinned.where != Endpoint::kPinned) ThrowType(env, "pinned must be a PinnedBuffer");
+  if (direction != "h2d" && direction != "d2h")
+    ThrowRange(env, "direction must be 'h2d' or 'd2h', got '" + direction + "'");
+  if (n == 0) ThrowRange(env, "bytes must be at least 1");
+  if (n > dev.length || n > pinned.length) ThrowRange(env, "bytes runs past a buffer");
+  const bool to_host = direction == "d2h";
+  Error err;
+  std::shared_ptr<StagingEngine> engine =
+      GetStagingEngine(GetInstance(env), dev.device, to_host, &err);
+  if (!engine) Fail(env, err);
+  const core::StagingPlan plan = engine->PlanFor(n);
+  size_t slots = 0;
+  for (const core::StagingChunk& c : plan.chunks)
+    slots = std::max(slots, static_cast<size_t>(c.slot) + 1);
+  std::vector<double> samples;
+  {
+    DmaQueue q;
+    err = q.Make(dev.device, slots);
+    for (int i = 0; i < warmup + iters && !err; ++i) {
+      auto t0 = Clock::now();
+      for (const core::StagingChunk& c : plan.chunks) {
+        char* d = dev.ptr + c.offset;
+        char* h = pinned.ptr + c.offset;
+        CM_TRY(err,
+               to_host ? cudaMemcpyAsync(h, d, c.length, cudaMemcpyDeviceToHost, q.stream)
+                       : cudaMemcpyAsync(d, h, c.length, cudaMemcpyHostToDevice, q.stream),
+               "cudaMemcpyAsync");
+        if (!err) CM_TRY(err, cudaEventRecord(q.done[c.slot], q.stream), "cudaEventRecord");
+        if (err) break;
+      }
+      if (!err) CM_TRY(err, cudaStreamSynchronize(q.stream), "cudaStreamSynchronize");
+      auto t1 = Clock::now();
+      if (!err && i >= warmup) samples.push_back(Seconds(t0, t1));
+    }
+  }
+  if (err) Fail(env, err);
+  return ToFloat64Array(env, samples);
+}
+
 // timeHostRegister: returns seconds per cudaHostRegister+cudaHostUnregister
 Napi::Value TimeHostRegister(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
@@ -248,6 +332,7 @@ void InitBench(Napi::Env env, Napi::Object exports) {
                {"timeBidirectional", TimeBidirectional},
                {"timeRawPinned", TimeRawPinned},
                {"timeHostCopy", TimeHostCopy},
+               {"timeStagedDma", TimeStagedDma},
                {"timeHostRegister", TimeHostRegister},
            });
 }

@@ -107,6 +107,10 @@ StagingEngine::StagingEngine(int device, bool to_host, const StagingOptions& opt
   if (ring_) ring_node_ = core::NodeOfAddress(ring_);
 }
 
+core::StagingDirection StagingEngine::Direction() const {
+  return to_host_ ? core::StagingDirection::kToHost : core::StagingDirection::kToDevice;
+}
+
 core::StagingShape StagingEngine::Shape() const {
   return {options_.first_chunk_bytes, options_.chunk_bytes, options_.slots,
           options_.last_chunk_bytes};
@@ -124,11 +128,15 @@ Error StagingEngine::Copy(char* device_ptr, char* host, size_t n) {
   std::lock_guard<std::mutex> lock(mutex_);
   Error err;
   CudaRing ring(*this, device_ptr);  // its Issue sets the device on whichever thread issues
-  core::TransportStatus s = core::RunStaged(
-      *team_, ring, to_host_ ? core::StagingDirection::kToHost : core::StagingDirection::kToDevice,
-      host, n, Shape(), StreamingFor(options_.streaming, to_host_, n), &ring_pos_);
+  core::TransportStatus s =
+      core::RunStaged(*team_, ring, Direction(), host, n, Shape(),
+                      StreamingFor(options_.streaming, to_host_, n), &ring_pos_, kIssue);
   if (!s.ok()) err = Error{static_cast<cudaError_t>(s.code), s.call, ""};
   return err;
+}
+
+core::StagingPlan StagingEngine::PlanFor(size_t n) const {
+  return core::PlanStagedCopy(Direction(), kIssue, n, Shape(), team_->threads(), 0);
 }
 
 namespace {

@@ -97,6 +97,9 @@ class StagingEngine {
   // Blocks until the data has arrived. One transfer at a time per engine; the two directions
   // (two engines) run at once and share the team.
   Error Copy(char* device_ptr, char* host, size_t n);
+  // The chunks and pieces its next Copy of n bytes would use (its shape, its team's threads),
+  // placed from the start of the ring rather than where that copy would start.
+  core::StagingPlan PlanFor(size_t n) const;
 
  private:
   friend class CudaRing;
@@ -107,6 +110,9 @@ class StagingEngine {
   Error error_;
   std::mutex mutex_;
   core::StagingShape Shape() const;
+  core::StagingDirection Direction() const;
+  // Who issues a copy's chunks (Copy and PlanFor agree on it).
+  static constexpr core::IssueMode kIssue = core::IssueMode::kAuto;
   cudaStream_t stream_ = nullptr;
   char* ring_ = nullptr;           // one pinned block, StagingRingBytes(Shape()) bytes
   size_t ring_pos_ = 0;            // where the next copy starts in it (guarded by mutex_)

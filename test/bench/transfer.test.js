@@ -16,8 +16,9 @@ describeGpu('transfer benchmark (small run)', () => {
     const modes = new Set(report.results.map((r) => `${r.direction}.${r.mode}`));
     for (const m of ['pageable', 'staged', 'auto', 'pinned', 'pinned-wc', 'registered', 'mapped', 'hostcopy'])
       for (const d of ['h2d', 'd2h', 'bidir']) expect(modes.has(`${d}.${m}`)).toBe(true);
-    for (const d of ['h2d', 'd2h']) expect(modes.has(`${d}.pinned-call`)).toBe(true);
+    for (const d of ['h2d', 'd2h']) for (const m of ['pinned-call', 'staged-dma']) expect(modes.has(`${d}.${m}`)).toBe(true);
     expect(modes.has('bidir.pinned-call')).toBe(false);
+    expect(modes.has('bidir.staged-dma')).toBe(false);
     expect(modes.has('d2d.device')).toBe(true);
     expect(modes.has('h2d.baseline')).toBe(true);
     const auto = report.results.filter((r) => r.mode === 'auto' && r.direction === 'h2d');
@@ -31,5 +32,30 @@ describeGpu('transfer benchmark (small run)', () => {
       expect(r.gbps.median).toBeLessThan(r.direction === 'd2d' ? 10000 : 200);
     }
     expect(report.environment.gpu.uuid).toMatch(/^GPU-/);
+  });
+
+  test('staged-dma rows: the staged chunks from pinned memory bound the staged rows', async () => {
+    const progress = [];
+    const report = await cm.runTransferBenchmark({
+      sizes: [4 * MiB],
+      modes: ['staged'],
+      directions: ['h2d', 'd2h'],
+      iterations: 10,
+      warmup: 1,
+      eventLoopProbe: false,
+      onProgress: (done, total) => progress.push([done, total]),
+    });
+    // staged, hostcopy and staged-dma in each direction, counted beforehand.
+    expect(progress[progress.length - 1]).toEqual([6, 6]);
+    for (const d of ['h2d', 'd2h']) {
+      const dma = report.results.find((r) => r.mode === 'staged-dma' && r.direction === d);
+      const staged = report.results.find((r) => r.mode === 'staged' && r.direction === d);
+      expect(dma).toBeDefined();
+      expect(dma.verified).toBe(true);
+      expect(dma.timing).toBe('steady-clock');
+      expect(dma.samples.length).toBe(10);
+      expect(dma.gbps.median).toBeGreaterThan(0);
+      expect(staged.limitGbps).toBeLessThanOrEqual(dma.gbps.median);
+    }
   });
 });

@@ -127,8 +127,10 @@ describe('rough edges', () => {
     expect(r.stdout).toContain('Usage: cuda-memory replay');
   });
 
-  test('bench --help names the hostcopy row; replay --help lists expandable', () => {
-    expect(run('bench', '--help').stdout).toMatch(/"hostcopy" whenever staged or auto is measured/);
+  test('bench --help names the hostcopy and staged-dma rows; replay --help lists expandable', () => {
+    const help = run('bench', '--help').stdout;
+    expect(help).toMatch(/"hostcopy" whenever staged or auto is measured/);
+    expect(help).toMatch(/"staged-dma" \(h2d, d2h\): the staged path's own chunks/);
     expect(run('replay', '--help').stdout).toMatch(/growth, prealloc or expandable/);
   });
 

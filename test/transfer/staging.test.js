@@ -7,6 +7,7 @@ const path = require('path');
 const { execFileSync, spawnSync } = require('child_process');
 const { cm, root, describeGpu, randomBytes, rng, same, tempDir } = require('../helpers');
 const { formatTable, formatCsv, renderHtml, stagedTable } = require(path.join(root, 'dist/report/bench'));
+const { addLimits } = require(path.join(root, 'dist/bench/transfer'));
 const { sampleReport } = require('../fixtures/sample-report');
 
 const KiB = 1024;
@@ -169,8 +170,9 @@ describe('saved staging settings', () => {
 });
 
 describe('benchmark rows of the staged path', () => {
-  // The sample report plus what a staged run adds: staged, auto and hostcopy rows with limits.
-  function stagedReport() {
+  // The sample report plus what a staged run adds: staged, auto, hostcopy and staged-dma rows, and
+  // the limits the benchmark gives staged and auto (here staged-dma's, the lowest).
+  function stagedReport({ dma = true } = {}) {
     const r = sampleReport();
     const big = 256 * MiB;
     const row = (mode, direction, gbps, extra = {}) => {
@@ -196,20 +198,38 @@ describe('benchmark rows of the staged path', () => {
       autoThreshold: { h2d: MiB, d2h: 512 * KiB },
     };
     r.results.push(row('hostcopy', 'h2d', 63));
-    r.results.push(row('staged', 'h2d', 49.05, { limitGbps: 54.5, shareOfLimit: 0.9 }));
-    r.results.push(row('auto', 'h2d', 48.5, { path: 'staged', limitGbps: 54.5, shareOfLimit: 48.5 / 54.5 }));
+    if (dma) r.results.push(row('staged-dma', 'h2d', 51.5));
+    r.results.push(row('staged', 'h2d', 49.05));
+    r.results.push(row('auto', 'h2d', 48.5, { path: 'staged' }));
+    addLimits(r.results);
     return r;
   }
+
+  test('the limit of a staged or auto row is the lowest of pinned, hostcopy and staged-dma', () => {
+    const median = (rows, mode) => rows.find((x) => x.mode === mode && x.direction === 'h2d' && x.bytes === 256 * MiB).gbps.median;
+    const rows = stagedReport().results;
+    const dma = median(rows, 'staged-dma');
+    expect(dma).toBeLessThan(Math.min(median(rows, 'pinned'), median(rows, 'hostcopy')));
+    for (const mode of ['staged', 'auto']) {
+      const r = rows.find((x) => x.mode === mode && x.direction === 'h2d');
+      expect(r.limitGbps).toBe(dma);
+      expect(r.shareOfLimit).toBeCloseTo(r.gbps.median / dma, 12);
+    }
+    // Without staged-dma rows (an older report, or hostcopy: false): the lower of the other two.
+    const without = stagedReport({ dma: false }).results;
+    expect(without.find((x) => x.mode === 'staged').limitGbps).toBe(median(without, 'pinned'));
+  });
 
   test('the table names the path auto took and each staged figure as a share of its limit', () => {
     const table = formatTable(stagedReport());
     expect(table).toMatch(/chunks 512 KiB to 8 MiB x8, 12 threads; auto stages h2d from 1 MiB, d2h from 512 KiB/);
-    expect(table).toMatch(/h2d\s+staged\s+256 MiB\s+49\.05.*90% of limit 54\.50/);
-    expect(table).toMatch(/h2d\s+auto\s+256 MiB\s+48\.50.*path staged, 89% of limit 54\.50/);
+    expect(table).toMatch(/h2d\s+staged\s+256 MiB\s+49\.05.*95% of limit 51\.50/);
+    expect(table).toMatch(/h2d\s+auto\s+256 MiB\s+48\.50.*path staged, 94% of limit 51\.50/);
     expect(table).toMatch(/h2d\s+hostcopy\s+256 MiB\s+63\.00/);
+    expect(table).toMatch(/h2d\s+staged-dma\s+256 MiB\s+51\.50/);
   });
 
-  test('stagedTable puts pageable, staged, auto, pinned and hostcopy side by side', () => {
+  test('stagedTable puts pageable, staged, auto, pinned, hostcopy and staged-dma side by side', () => {
     const t = stagedTable(stagedReport());
     expect(t.head).toEqual([
       'direction',
@@ -219,19 +239,23 @@ describe('benchmark rows of the staged path', () => {
       'auto',
       'pinned',
       'hostcopy',
+      'staged-dma',
       'staged/pinned',
       'staged/limit',
       'staged/pageable',
     ]);
-    expect(t.rows).toEqual([['h2d', '256 MiB', '7.70', '49.05', '48.50', '54.53', '63.00', '90%', '90%', '6.4x']]);
-    expect(renderHtml(stagedReport())).toContain('staged path against its limit');
+    expect(t.rows).toEqual([['h2d', '256 MiB', '7.70', '49.05', '48.50', '54.53', '63.00', '51.50', '90%', '95%', '6.4x']]);
+    const html = renderHtml(stagedReport());
+    expect(html).toContain('staged path against its limit');
+    expect(html).toContain('<th>staged-dma</th>');
+    expect(html).toMatch(/<td>63\.00<\/td><td>51\.50<\/td><td>90%<\/td><td>95%<\/td>/);
     expect(stagedTable(sampleReport()).rows).toEqual([]);
   });
 
   test('CSV carries the path, the limit and the share', () => {
     const csv = formatCsv(stagedReport()).trim().split('\n');
     expect(csv[0]).toContain('path,limit_gbps,share_of_limit,verified');
-    expect(csv.find((l) => l.startsWith('h2d,auto,'))).toMatch(/,staged,54\.5,0\.88990825\d*,true,/);
+    expect(csv.find((l) => l.startsWith('h2d,auto,'))).toMatch(/,staged,51\.5\d*,0\.94174757\d*,true,/);
   });
 });
 

@@ -125,6 +125,13 @@ StagingPlan PlanStaging(size_t n, const StagingShape& shape, int threads, const 
   return plan;
 }
 
+StagingPlan PlanStagedCopy(StagingDirection direction, IssueMode issue, size_t n,
+                           const StagingShape& shape, int threads, size_t ring_start) {
+  const bool to_device = direction == StagingDirection::kToDevice;
+  return PlanStaging(n, shape, threads,
+                     {ring_start, to_device, CallerIssues(direction, issue, n, threads)});
+}
+
 namespace {
 
 // CUDA_MEMORY_STAGING_TRACE in the environment (read once, at the first staged copy): each copy's
@@ -384,8 +391,7 @@ TransportStatus RunStaged(CopyTeam& team, StagingTransport& transport, StagingDi
                           size_t* ring_pos, IssueMode issue) {
   if (n == 0) return {};
   const bool caller = CallerIssues(direction, issue, n, team.threads());
-  const bool to_device = direction == StagingDirection::kToDevice;
-  StagingPlan plan = PlanStaging(n, shape, team.threads(), {*ring_pos, to_device, caller});
+  StagingPlan plan = PlanStagedCopy(direction, issue, n, shape, team.threads(), *ring_pos);
   *ring_pos = plan.ring_end;
   // (One piece: the caller copies it and issues it itself, with no team thread woken.)
   const bool issuer = caller && plan.pieces.size() > 1;

@@ -125,6 +125,13 @@ constexpr size_t kCallerIssuesBelow = 64u << 20;
 // so plans it with chunks that grow to the end.
 bool CallerIssues(StagingDirection direction, IssueMode issue, size_t n, int threads);
 
+// The plan RunStaged follows for a copy of n bytes whose first chunk goes to `ring_start` in the
+// ring: to the device the first chunk cut finely (PlanOptions::fine_first), and chunks that grow
+// to the end where the caller issues (CallerIssues). Code that needs a staged copy's chunks without
+// running it plans with this, so that it cannot cut the copy differently.
+StagingPlan PlanStagedCopy(StagingDirection direction, IssueMode issue, size_t n,
+                           const StagingShape& shape, int threads, size_t ring_start);
+
 // Runs one staged copy of n bytes between `host` and the device behind `transport` on `team`
 // (the calling thread takes part), and returns when the data has arrived or the first failure.
 // `ring_pos` is where in the ring the copy starts, and is left where the next one should. One

@@ -161,6 +161,46 @@ static void TestPlan() {
   }
 }
 
+static bool SamePlan(const StagingPlan& a, const StagingPlan& b) {
+  bool same = a.chunks.size() == b.chunks.size() && a.pieces.size() == b.pieces.size() &&
+              a.ring_end == b.ring_end;
+  for (size_t c = 0; same && c < a.chunks.size(); ++c) {
+    const StagingChunk &x = a.chunks[c], &y = b.chunks[c];
+    same = x.offset == y.offset && x.length == y.length && x.ring_offset == y.ring_offset &&
+           x.slot == y.slot && x.after == y.after && x.first_piece == y.first_piece &&
+           x.pieces == y.pieces;
+  }
+  for (size_t p = 0; same && p < a.pieces.size(); ++p) {
+    const StagingPiece &x = a.pieces[p], &y = b.pieces[p];
+    same = x.chunk == y.chunk && x.offset == y.offset && x.length == y.length;
+  }
+  return same;
+}
+
+// The plan of a staged copy: PlanStaging with the first chunk cut finely to the device, and
+// chunks that grow to the end where the caller issues (to the device, below kCallerIssuesBelow
+// under kAuto, with more than one thread).
+static void TestPlanStagedCopy() {
+  const StagingShape shape{512 * KiB, 8 * MiB, 8, 512 * KiB};
+  const auto to_device = StagingDirection::kToDevice, to_host = StagingDirection::kToHost;
+  const size_t below = 4 * MiB, above = kCallerIssuesBelow + 3 * MiB, start = 5 * MiB;
+  CHECK(SamePlan(PlanStagedCopy(to_device, IssueMode::kAuto, below, shape, 12, start),
+                 PlanStaging(below, shape, 12, {start, true, true})));
+  CHECK(PlanStagedCopy(to_device, IssueMode::kAuto, below, shape, 12, 0).chunks.size() == 3);
+  CHECK(SamePlan(PlanStagedCopy(to_device, IssueMode::kAuto, above, shape, 12, start),
+                 PlanStaging(above, shape, 12, {start, true, false})));
+  CHECK(SamePlan(PlanStagedCopy(to_host, IssueMode::kAuto, below, shape, 12, start),
+                 PlanStaging(below, shape, 12, {start, false, false})));
+  CHECK(PlanStagedCopy(to_host, IssueMode::kAuto, below, shape, 12, 0).chunks.size() == 5);
+  // The issue mode and the team decide as CallerIssues does.
+  CHECK(SamePlan(PlanStagedCopy(to_device, IssueMode::kCaller, above, shape, 12, 0),
+                 PlanStaging(above, shape, 12, {0, true, true})));
+  CHECK(SamePlan(PlanStagedCopy(to_device, IssueMode::kAnyThread, below, shape, 12, 0),
+                 PlanStaging(below, shape, 12, {0, true, false})));
+  CHECK(SamePlan(PlanStagedCopy(to_device, IssueMode::kAuto, below, shape, 1, 0),
+                 PlanStaging(below, shape, 1, {0, true, false})));
+}
+
 static void RoundTrip(CopyTeam& team, size_t n, const StagingShape& shape, unsigned seed,
                       bool streaming, IssueMode issue = IssueMode::kAuto) {
   std::vector<char> src = Pattern(n, seed), back(n, 0), device(n, 0);
@@ -201,11 +241,9 @@ static void TestRingInTurn() {
   for (int k = 0; k < 40; ++k) {
     const size_t n = k % 5 == 0 ? 1 + rng() % 4096 : 1 + rng() % (5 * ring);
     std::vector<char> src = Pattern(n, 100 + k), back(n, 0);
-    // Planned as RunStaged plans it: to the device, first chunk cut finely, growing where the
-    // caller issues.
-    const bool caller =
-        CallerIssues(StagingDirection::kToDevice, IssueMode::kAuto, n, team.threads());
-    const size_t expect = PlanStaging(n, shape, team.threads(), {up_pos, true, caller}).ring_end;
+    const size_t expect = PlanStagedCopy(StagingDirection::kToDevice, IssueMode::kAuto, n, shape,
+                                         team.threads(), up_pos)
+                              .ring_end;
     CHECK(
         RunStaged(team, up, StagingDirection::kToDevice, src.data(), n, shape, k % 2 == 0, &up_pos)
             .ok());
@@ -461,6 +499,7 @@ static void TestTeamStartsWhatCanRun() {
 int main() {
   TestTeamStartsWhatCanRun();
   TestPlan();
+  TestPlanStagedCopy();
   TestRoundTrips();
   TestRingInTurn();
   TestBothDirectionsAtOnce();
