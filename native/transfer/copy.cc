@@ -70,13 +70,30 @@ cudaMemcpyKind KindOf(const Endpoint& dst, const Endpoint& src) {
   return cudaMemcpyHostToHost;
 }
 
-Error DriverCopy(void* dst, const void* src, size_t n, cudaMemcpyKind kind, cudaStream_t stream) {
+// cudaMemcpy returns before the bytes have arrived in two cases (the runtime's API
+// synchronization behaviour): from pageable memory to the device, once they are in the driver's
+// staging buffer, and from device memory to device memory (cudaMemcpyDefault may be either).
+// Only the legacy default stream is ordered after that; the library's own streams (staging
+// engines, peer copies) and a caller's non-blocking Stream are not, so a copy issued on one of
+// them right after could read the old bytes. In those cases the copy waits for the legacy stream
+// before it returns: copy() returns when the data has arrived.
+bool ReturnsBeforeArrival(cudaMemcpyKind kind, bool host_pinned) {
+  return kind == cudaMemcpyDeviceToDevice || kind == cudaMemcpyDefault ||
+         (kind == cudaMemcpyHostToDevice && !host_pinned);
+}
+
+// `host_pinned`: the host side is page-locked (pinned or registered), where cudaMemcpy is
+// synchronous both ways.
+Error DriverCopy(void* dst, const void* src, size_t n, cudaMemcpyKind kind, cudaStream_t stream,
+                 bool host_pinned = false) {
   Error err;
   if (stream) {
     CM_TRY(err, cudaMemcpyAsync(dst, src, n, kind, stream), "cudaMemcpyAsync");
     if (!err) CM_TRY(err, cudaStreamSynchronize(stream), "cudaStreamSynchronize");
   } else {
     CM_TRY(err, cudaMemcpy(dst, src, n, kind), "cudaMemcpy");
+    if (!err && ReturnsBeforeArrival(kind, host_pinned))
+      CM_TRY(err, cudaStreamSynchronize(cudaStreamLegacy), "cudaStreamSynchronize");
   }
   return err;
 }
@@ -93,7 +110,7 @@ Error RegisteredCopy(const Endpoint& dst, const Endpoint& src, size_t n, cudaMem
   cudaError_t r = cudaHostRegister(begin, end - begin, cudaHostRegisterDefault);
   bool registered = r == cudaSuccess;
   if (!registered) (void)cudaGetLastError();  // e.g. already registered: copy as it is
-  err = DriverCopy(dst.ptr, src.ptr, n, kind, stream);
+  err = DriverCopy(dst.ptr, src.ptr, n, kind, stream, registered);
   if (registered) {
     cudaHostUnregister(begin);
     (void)cudaGetLastError();
@@ -154,7 +171,7 @@ Error CopyRange(Instance& inst, const Endpoint& dst, const Endpoint& src, size_t
     return HostStagedPeerCopy(inst, dst.ptr, dst.device, src.ptr, src.device, n);
   }
   const Endpoint& host = kind == cudaMemcpyHostToDevice ? src : dst;
-  if (host.where == Endpoint::kPinned) return DriverCopy(dst.ptr, src.ptr, n, kind, stream);
+  if (host.where == Endpoint::kPinned) return DriverCopy(dst.ptr, src.ptr, n, kind, stream, true);
   const bool chosen = strategy == Strategy::kAuto;
   if (chosen)
     strategy = n >= StagedThreshold(inst, kind == cudaMemcpyDeviceToHost) ? Strategy::kStaged

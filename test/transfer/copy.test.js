@@ -124,6 +124,48 @@ describeGpu('copies in every direction', () => {
   });
 });
 
+// cudaMemcpy returns before the bytes arrive for device-to-device copies and for pageable memory to
+// the device; the staged path reads on a stream of its own (non-blocking), so without a wait
+// for the legacy stream the read right after such a copy() could see the old bytes.
+describeGpu('copy() returns when the data has arrived, for every later reader', () => {
+  test('a device-to-device copy of 512 MiB, then at once a staged read of its last page', () => {
+    const n = 512 * MiB;
+    const a = cm.DeviceBuffer.alloc(n);
+    const b = cm.DeviceBuffer.alloc(n);
+    try {
+      cm.memset(a, 0x5a);
+      for (let round = 0; round < 5; round++) {
+        cm.memset(b, 0);
+        cm.copy(b, a);
+        const tail = Buffer.alloc(4096);
+        cm.copy(tail, b, { srcOffset: n - 4096, strategy: 'staged' });
+        expect(tail.every((x) => x === 0x5a)).toBe(true);
+      }
+    } finally {
+      a.free();
+      b.free();
+    }
+  });
+
+  test('a pageable upload through the driver, then at once a staged read of it, 200 times', () => {
+    const n = 128 * 1024; // below the staged threshold: cudaMemcpy from pageable memory
+    const dev = cm.DeviceBuffer.alloc(n);
+    try {
+      let stale = 0;
+      for (let i = 0; i < 200; i++) {
+        const data = Buffer.alloc(n, (i % 255) + 1);
+        cm.copy(dev, data, { strategy: 'driver' });
+        const back = Buffer.alloc(n);
+        cm.copy(back, dev, { strategy: 'staged' });
+        if (!back.equals(data)) stale++;
+      }
+      expect(stale).toBe(0);
+    } finally {
+      dev.free();
+    }
+  });
+});
+
 describeGpu('asynchronous copies', () => {
   test('copyAsync keeps the event loop responsive during a 1 GiB pageable copy', async () => {
     const { PerformanceObserver } = require('perf_hooks');

@@ -125,6 +125,7 @@ struct cudaMemPoolProps {
 #define cudaStreamNonBlocking 0x01
 #define cudaEventDefault 0x00
 #define cudaEventDisableTiming 0x02
+#define cudaStreamLegacy ((cudaStream_t)0x1)
 #define cudaStreamPerThread ((cudaStream_t)0x2)
 #define cudaEnableDefault 0x0
 enum cudaDriverEntryPointQueryResult { cudaDriverEntryPointSuccess = 0 };
