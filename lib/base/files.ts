@@ -6,6 +6,7 @@
 import * as fs from 'fs';
 import * as os from 'os';
 import { CudaMemoryError } from './errors';
+import type { FileCodeTable } from './types';
 
 /** @internal What {@link readBounded} read. */
 export type BoundedRead =
@@ -72,14 +73,6 @@ const FILE_CODES: Record<string, string> = {
 };
 // The code of every other errno.
 const OTHER_FILE_CODE = 'ERR_FILE_IO';
-
-/** @internal The file error codes as the addon takes them at init. */
-export interface FileCodeTable {
-  /** [errno value, code] for each errno the table names and this platform has. */
-  byErrno: [errno: number, code: string][];
-  /** The code of any other errno. */
-  otherwise: string;
-}
 
 /** @internal The table above by the errno values of this platform, as the addon takes it. */
 export function fileCodeTable(): FileCodeTable {

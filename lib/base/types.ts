@@ -205,3 +205,15 @@ export interface NvmlDeviceState {
   /** The processes with a CUDA context on the device and their memory (null: not readable here). */
   processes: { pid: number; usedBytes: number | null }[] | null;
 }
+
+/**
+ * @internal The file error codes as the addon takes them at init (lib/base/files.ts's table, by
+ * the errno values of this platform). Here rather than beside the table so that the binding's
+ * types name it without reaching files.ts, whose declarations need Node's types.
+ */
+export interface FileCodeTable {
+  /** [errno value, code] for each errno the table names and this platform has. */
+  byErrno: [errno: number, code: string][];
+  /** The code of any other errno. */
+  otherwise: string;
+}

@@ -5,8 +5,7 @@
  * (native/binding/exports.h: each concern's Register table). Imports only base types, so the
  * bottom of the graph knows nothing of the top. The loader, beside this file, loads the addon.
  */
-import type { GroupStats, LiveBufferRow, NvmlDeviceState, PeerLink, StagingPlacement, StagingSettings } from '../base/types';
-import type { FileCodeTable } from '../base/files';
+import type { FileCodeTable, GroupStats, LiveBufferRow, NvmlDeviceState, PeerLink, StagingPlacement, StagingSettings } from '../base/types';
 
 declare const brand: unique symbol;
 /** A value of type T that only the export that made it hands out: another T does not pass for it. */
