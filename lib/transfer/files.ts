@@ -104,8 +104,10 @@ function prepareRead(path: unknown, dst: unknown, options: unknown) {
   const dstOffset = o.dstOffset === undefined ? 0 : checkSize('options.dstOffset', o.dstOffset);
   checkRange(DST_RANGE, d.length, dstOffset);
   const n = o.byteLength === undefined ? -1 : checkSize('options.byteLength', o.byteLength);
-  if (n >= 0) checkRange(DST_RANGE, d.length, dstOffset, n);
-  if (n >= 0) checkFileEnd(fileOffset, n);
+  if (n >= 0) {
+    checkRange(DST_RANGE, d.length, dstOffset, n);
+    checkFileEnd(fileOffset, n);
+  }
   if (o.direct !== undefined && o.direct !== 'auto' && typeof o.direct !== 'boolean')
     throw invalidArgument('options.direct', "true, false or 'auto'", o.direct, TypeError);
   const direct = DIRECT[String(o.direct ?? 'auto') as keyof typeof DIRECT];

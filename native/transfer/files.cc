@@ -108,15 +108,13 @@ const char* ErrnoName(int e) {
 // A failure as JavaScript sees it: a CudaMemoryError with `code` (ERR_FILE_...), and the path,
 // system call and errno name where there is one; or a CUDA failure.
 struct FileFailure {
-  std::string code;  // empty: none, or by_errno
+  std::string code;  // empty: none, or a failed system call, coded by `err`
   std::string message;
   std::string path;
   std::string syscall;
-  int err = 0;
-  Error cuda;  // set when the DMA engine failed
-  // A failed system call: coded by `err` (FileCodeOf) once on JavaScript's thread.
-  bool by_errno = false;
-  explicit operator bool() const { return !code.empty() || by_errno || static_cast<bool>(cuda); }
+  int err = 0;  // a failed system call's errno: coded (FileCodeOf) once on JavaScript's thread
+  Error cuda;   // set when the DMA engine failed
+  explicit operator bool() const { return !code.empty() || err != 0 || static_cast<bool>(cuda); }
 };
 
 // The codes of file errors by errno: lib/base/files.ts's table, the one there is, handed over by
@@ -148,13 +146,12 @@ FileFailure FromErrno(int e, const char* syscall, const std::string& path,
                            " failed: " + std::strerror(e) + " (" + ErrnoName(e) + ")");
   f.syscall = syscall;
   f.err = e;
-  f.by_errno = true;
   return f;
 }
 
 Napi::Value MakeFileError(Napi::Env env, const FileFailure& f) {
   if (f.cuda) return MakeCudaError(env, f.cuda.code, f.cuda.call, f.cuda.detail);
-  Napi::Error e = LibraryError(env, f.by_errno ? FileCodeOf(env, f.err) : f.code, f.message);
+  Napi::Error e = LibraryError(env, f.err ? FileCodeOf(env, f.err) : f.code, f.message);
   e.Set("path", f.path);
   if (!f.syscall.empty()) e.Set("syscall", f.syscall);
   if (f.err) e.Set("errno", ErrnoName(f.err));
