@@ -18,18 +18,22 @@ import { checkDeviceList } from '../base/validate';
 import { argRangeError } from '../base/errors';
 
 /**
- * How host memory is provided: PinnedBuffers (timed with CUDA events), or an ordinary Node buffer through the staged path or the driver's pageable path (a steady clock).
+ * How host memory is provided: PinnedBuffers (timed with CUDA events), or an ordinary Node buffer
+ * through the staged path or the driver's pageable path (a steady clock). `'hostcopy'` is the
+ * staged path's host half alone: each GPU's copy team moves the bytes between an ordinary Node
+ * buffer and a PinnedBuffer as a staged copy stores them, with no transfer (a steady clock). With
+ * every GPU at once it shows what the host's memory bandwidth leaves each staged copy.
  *
  * @category Benchmarks
  */
-export type DevicesMode = 'pinned' | 'staged' | 'pageable';
+export type DevicesMode = 'pinned' | 'staged' | 'pageable' | 'hostcopy';
 /**
  * Which way a per-device benchmark copies: host to device, device to host, or both at once.
  *
  * @category Benchmarks
  */
 export type DevicesDirection = 'h2d' | 'd2h' | 'bidir';
-export const DEVICES_MODES: DevicesMode[] = ['pinned', 'staged', 'pageable'];
+export const DEVICES_MODES: DevicesMode[] = ['pinned', 'staged', 'pageable', 'hostcopy'];
 export const DEVICES_DIRECTIONS: DevicesDirection[] = ['h2d', 'd2h', 'bidir'];
 
 /**
@@ -174,11 +178,12 @@ export function multiGpuEnvironment(indices: number[]): MultiGpuEnvironment {
 }
 
 // One GPU's buffers for one size and mode: two device buffers and two host buffers (bidir moves
-// host -> dev while dev2 -> host2).
+// host -> dev while dev2 -> host2). For 'hostcopy', dev and dev2 are PinnedBuffers of the GPU,
+// where a staged copy's ring would be.
 interface GpuBuffers {
   device: number;
-  dev: DeviceBuffer;
-  dev2: DeviceBuffer;
+  dev: DeviceBuffer | PinnedBuffer;
+  dev2: DeviceBuffer | PinnedBuffer;
   host: Uint8Array;
   host2: Uint8Array;
   hostTarget: PinnedBuffer | Uint8Array;
@@ -189,10 +194,13 @@ interface GpuBuffers {
 function allocate(device: number, n: number, mode: DevicesMode, pattern: Uint8Array): GpuBuffers {
   const made: { free(): void }[] = [];
   try {
-    const dev = DeviceBuffer.alloc(n, { device });
-    made.push(dev);
-    const dev2 = DeviceBuffer.alloc(n, { device });
-    made.push(dev2);
+    const side = () => {
+      const b = mode === 'hostcopy' ? PinnedBuffer.alloc(n, { device, portable: true }) : DeviceBuffer.alloc(n, { device });
+      made.push(b);
+      return b;
+    };
+    const dev = side();
+    const dev2 = side();
     const host = (): [Uint8Array, PinnedBuffer | Uint8Array] => {
       if (mode === 'pinned') {
         const p = PinnedBuffer.alloc(n, { device, portable: true });
@@ -219,7 +227,7 @@ function target(x: PinnedBuffer | Uint8Array | DeviceBuffer): CopyTarget {
 }
 
 function jobsOf(b: GpuBuffers, mode: DevicesMode, direction: DevicesDirection, n: number) {
-  const timing = mode === 'pinned' ? ('events' as const) : ('clock' as const);
+  const timing = mode === 'pinned' ? ('events' as const) : mode === 'hostcopy' ? ('hostcopy' as const) : ('clock' as const);
   const strategy = mode === 'staged' ? 'staged' : 'driver';
   const h2d = { dst: target(b.dev), src: target(b.hostTarget), bytes: n, timing, strategy };
   const d2h = { dst: target(b.host2Target), src: target(b.dev2), bytes: n, timing, strategy };

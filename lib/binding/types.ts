@@ -247,10 +247,11 @@ const surface = {
   sharedHostCreate: fn<(path: string, bytes: number, device: number) => [BufferHandle, ArrayBuffer]>(),
   sharedHostOpen: fn<(path: string, device: number) => [BufferHandle, ArrayBuffer]>(),
   sharedHostUnlink: fn<(path: string) => boolean>(),
+  /** timing: 'events' (cudaMemcpyAsync between events), 'clock' (the library's copy), 'hostcopy' (the GPU's staging team between a PinnedBuffer and pageable memory). */
   timeTogether:
     fn<
       (
-        jobs: { dst: CopyTarget; src: CopyTarget; bytes: number; timing: 'events' | 'clock'; strategy?: string }[],
+        jobs: { dst: CopyTarget; src: CopyTarget; bytes: number; timing: 'events' | 'clock' | 'hostcopy'; strategy?: string }[],
         warmup: number,
         iterations: number,
       ) => { seconds: Float64Array[]; wall: Float64Array }

@@ -78,7 +78,11 @@ export function register(program: Command): void {
     )
     .option('--warmup <n>', `untimed copies first, 0 to ${MAX_WARMUP.toLocaleString('en-US')} (default 3)`, integer(0, MAX_WARMUP))
     .addOption(new Option('--device <n>', 'device index').argParser(integer(0)))
-    .option('--devices <list>', "several GPUs: 'all' or 0,1 — each alone, then all at once (modes pinned, staged, pageable)", deviceList)
+    .option(
+      '--devices <list>',
+      "several GPUs: 'all' or 0,1 — each alone, then all at once (modes pinned, staged, pageable, hostcopy)",
+      deviceList,
+    )
     .option('--p2p', 'copies between every pair of GPUs: GB/s both ways and latency, as a matrix (with --devices: those GPUs)')
     .option('--chunk <size>', 'staged path: pinned chunk size (the largest chunk)', wrap(parseSize))
     .option('--first-chunk <size>', 'staged path: the first chunk; later ones double up to --chunk', wrap(parseSize))

@@ -20,20 +20,18 @@ Napi::Value TimeRawAlloc(const Napi::CallbackInfo& info) {
   int device = ReadInt(env, info[3], "device", 0, 1 << 20);
   Error err;
   CM_TRY(err, cudaSetDevice(device), "cudaSetDevice");
-  std::vector<double> samples;
-  for (int i = 0; i < iters && !err; ++i) {
+  std::vector<double> samples = ClockRuns(0, iters, &err, [&] {
+    Error e;
     void* p = nullptr;
-    auto t0 = Clock::now();
     if (device_mem) {
-      CM_TRY(err, cudaMalloc(&p, n), "cudaMalloc");
-      if (!err) CM_TRY(err, cudaFree(p), "cudaFree");
+      CM_TRY(e, cudaMalloc(&p, n), "cudaMalloc");
+      if (!e) CM_TRY(e, cudaFree(p), "cudaFree");
     } else {
-      CM_TRY(err, cudaMallocHost(&p, n), "cudaMallocHost");
-      if (!err) CM_TRY(err, cudaFreeHost(p), "cudaFreeHost");
+      CM_TRY(e, cudaMallocHost(&p, n), "cudaMallocHost");
+      if (!e) CM_TRY(e, cudaFreeHost(p), "cudaFreeHost");
     }
-    auto t1 = Clock::now();
-    if (!err) samples.push_back(Seconds(t0, t1));
-  }
+    return e;
+  });
   if (err) Fail(env, err);
   return ToFloat64Array(env, samples);
 }

@@ -10,6 +10,7 @@
 #include "binding/exports.h"
 #include "device/discovery.h"
 #include "transfer/copy.h"
+#include "transfer/staging.h"
 
 namespace cm {
 
@@ -17,11 +18,15 @@ namespace {
 
 // One copy repeated in step with the others. 'events': cudaMemcpyAsync (cudaMemcpyPeerAsync
 // between two devices, driven by the source) on a stream of the job's own with events around it,
-// the GPU's own view; 'clock': the library's copy (CopyRange) timed with a steady clock.
+// the GPU's own view; 'clock': the library's copy (CopyRange) timed with a steady clock;
+// 'hostcopy': the staged path's host half alone, the pinned side's GPU's copy team moving the
+// bytes between the pinned and the pageable buffer as a staged copy stores them, timed with a
+// steady clock (GPUs at once share the host's memory bandwidth here).
 struct Job {
+  enum Kind { kEvents, kClock, kHostCopy };
   Endpoint dst, src;
   size_t n = 0;
-  bool events = true;
+  Kind kind = kEvents;
   Strategy strategy = Strategy::kAuto;
   int device = 0;
   std::vector<double> seconds;
@@ -29,53 +34,56 @@ struct Job {
   Error err;
 };
 
+// The job's one copy, timed.
+Error RunOnce(Instance& inst, Job& job, BenchStream& q, core::CopyTeam* team, bool streaming,
+              bool peer, double* seconds) {
+  if (job.kind == Job::kEvents)
+    return q.Time(
+        [&](cudaStream_t s) {
+          Error e;
+          if (peer)
+            CM_TRY(e,
+                   cudaMemcpyPeerAsync(job.dst.ptr, job.dst.device, job.src.ptr, job.src.device,
+                                       job.n, s),
+                   "cudaMemcpyPeerAsync");
+          else
+            CM_TRY(e, cudaMemcpyAsync(job.dst.ptr, job.src.ptr, job.n, cudaMemcpyDefault, s),
+                   "cudaMemcpyAsync");
+          return e;
+        },
+        seconds);
+  Clock::time_point t0 = Clock::now();
+  Error e;
+  if (team)
+    team->Copy(job.dst.ptr, job.src.ptr, job.n, streaming);
+  else
+    e = CopyRange(inst, job.dst, job.src, job.n, job.strategy, nullptr);
+  *seconds = Seconds(t0, Clock::now());
+  return e;
+}
+
 void RunJob(Instance& inst, Job& job, int total, std::atomic<int>& go, std::atomic<int>& ready,
             std::atomic<int>& finished) {
-  cudaStream_t stream = nullptr;
-  cudaEvent_t start = nullptr, stop = nullptr;
+  BenchStream q;
   bool peer = job.dst.where == Endpoint::kDevice && job.src.where == Endpoint::kDevice &&
               job.dst.device != job.src.device;
-  CM_TRY(job.err, cudaSetDevice(job.device), "cudaSetDevice");
-  if (job.events) {
-    if (!job.err)
-      CM_TRY(job.err, cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
-             "cudaStreamCreate");
-    if (!job.err) CM_TRY(job.err, cudaEventCreate(&start), "cudaEventCreate");
-    if (!job.err) CM_TRY(job.err, cudaEventCreate(&stop), "cudaEventCreate");
+  std::shared_ptr<core::CopyTeam> team;
+  bool streaming = false;
+  if (job.kind == Job::kHostCopy) {
+    team = GetStagingTeam(inst, job.device);
+    streaming = HostCopyStreaming(inst, job.dst.where == Endpoint::kPageable, job.n);
   }
+  CM_TRY(job.err, cudaSetDevice(job.device), "cudaSetDevice");
+  if (!job.err && job.kind == Job::kEvents) job.err = q.Make(2);
   ready.fetch_add(1);
   for (int it = 0; it < total; ++it) {
     while (go.load(std::memory_order_acquire) < it) std::this_thread::yield();
-    auto t0 = Clock::now();
     double secs = 0;
-    if (!job.err && job.events) {
-      Error& e = job.err;
-      CM_TRY(e, cudaEventRecord(start, stream), "cudaEventRecord");
-      if (!e && peer)
-        CM_TRY(e,
-               cudaMemcpyPeerAsync(job.dst.ptr, job.dst.device, job.src.ptr, job.src.device, job.n,
-                                   stream),
-               "cudaMemcpyPeerAsync");
-      else if (!e)
-        CM_TRY(e, cudaMemcpyAsync(job.dst.ptr, job.src.ptr, job.n, cudaMemcpyDefault, stream),
-               "cudaMemcpyAsync");
-      if (!e) CM_TRY(e, cudaEventRecord(stop, stream), "cudaEventRecord");
-      if (!e) CM_TRY(e, cudaEventSynchronize(stop), "cudaEventSynchronize");
-      float ms = 0;
-      if (!e) CM_TRY(e, cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
-      secs = ms / 1e3;
-    } else if (!job.err) {
-      job.err = CopyRange(inst, job.dst, job.src, job.n, job.strategy, nullptr);
-      secs = std::chrono::duration<double>(Clock::now() - t0).count();
-    }
+    if (!job.err) job.err = RunOnce(inst, job, q, team.get(), streaming, peer, &secs);
     job.seconds.push_back(secs);
     job.ends.push_back(Clock::now());
     finished.fetch_add(1, std::memory_order_acq_rel);
   }
-  if (start) cudaEventDestroy(start);
-  if (stop) cudaEventDestroy(stop);
-  if (stream) cudaStreamDestroy(stream);
-  (void)cudaGetLastError();
 }
 
 // timeTogether: returns { seconds: Float64Array[] (per job, per timed iteration), wall:
@@ -97,11 +105,21 @@ Napi::Value TimeTogether(const Napi::CallbackInfo& info) {
     j.src = ResolveEndpoint(env, o.Get("src"), "src");
     j.n = ReadSize(env, o.Get("bytes"), "bytes");
     if (j.n > j.dst.length || j.n > j.src.length) ThrowRange(env, "bytes runs past a buffer");
-    j.events = o.Get("timing").ToString().Utf8Value() != "clock";
+    std::string timing = o.Get("timing").ToString().Utf8Value();
+    j.kind = timing == "clock" ? Job::kClock : timing == "hostcopy" ? Job::kHostCopy : Job::kEvents;
     j.strategy = ReadStrategy(env, o.Get("strategy"));
-    if (j.events && (j.dst.where == Endpoint::kPageable || j.src.where == Endpoint::kPageable))
+    if (j.kind == Job::kEvents &&
+        (j.dst.where == Endpoint::kPageable || j.src.where == Endpoint::kPageable))
       ThrowRange(env, "timing 'events' needs pinned or device memory on both sides");
-    j.device = j.src.where == Endpoint::kDevice ? j.src.device : j.dst.device;
+    if (j.kind == Job::kHostCopy &&
+        !((j.dst.where == Endpoint::kPinned && j.src.where == Endpoint::kPageable) ||
+          (j.dst.where == Endpoint::kPageable && j.src.where == Endpoint::kPinned)))
+      ThrowRange(env,
+                 "timing 'hostcopy' needs a PinnedBuffer on one side and pageable memory on "
+                 "the other");
+    // The GPU the job drives: a copy's device side, a host copy's pinned side.
+    Endpoint::Where own = j.kind == Job::kHostCopy ? Endpoint::kPinned : Endpoint::kDevice;
+    j.device = j.src.where == own ? j.src.device : j.dst.device;
   }
   Instance& inst = GetInstance(env);
   const int total = warmup + iters;
@@ -153,30 +171,23 @@ Napi::Value TimePeerLatency(const Napi::CallbackInfo& info) {
       src.length < 4)
     ThrowRange(env, "dst and src must be DeviceBuffers of at least 4 bytes");
   Error err;
-  cudaStream_t stream = nullptr;
-  cudaEvent_t start = nullptr, stop = nullptr;
+  BenchStream q;
   CM_TRY(err, cudaSetDevice(src.device), "cudaSetDevice");
-  if (!err)
-    CM_TRY(err, cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
-  if (!err) CM_TRY(err, cudaEventCreate(&start), "cudaEventCreate");
-  if (!err) CM_TRY(err, cudaEventCreate(&stop), "cudaEventCreate");
-  std::vector<double> samples;
-  for (int i = 0; i < warmup + iters && !err; ++i) {
-    CM_TRY(err, cudaEventRecord(start, stream), "cudaEventRecord");
-    for (int k = 0; k < count && !err; ++k)
-      CM_TRY(err, cudaMemcpyPeerAsync(dst.ptr, dst.device, src.ptr, src.device, 4, stream),
-             "cudaMemcpyPeerAsync");
-    if (!err) CM_TRY(err, cudaEventRecord(stop, stream), "cudaEventRecord");
-    if (!err) CM_TRY(err, cudaEventSynchronize(stop), "cudaEventSynchronize");
-    float ms = 0;
-    if (!err) CM_TRY(err, cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
-    if (!err && i >= warmup) samples.push_back(ms / 1e3 / count);
-  }
-  if (start) cudaEventDestroy(start);
-  if (stop) cudaEventDestroy(stop);
-  if (stream) cudaStreamDestroy(stream);
-  (void)cudaGetLastError();
-  if (err) ThrowCuda(env, err.code, err.call, err.detail);
+  if (!err) err = q.Make(2);
+  std::vector<double> samples = TimeRuns(warmup, iters, &err, [&](double* seconds) {
+    Error e = q.Time(
+        [&](cudaStream_t s) {
+          Error copy;
+          for (int k = 0; k < count && !copy; ++k)
+            CM_TRY(copy, cudaMemcpyPeerAsync(dst.ptr, dst.device, src.ptr, src.device, 4, s),
+                   "cudaMemcpyPeerAsync");
+          return copy;
+        },
+        seconds);
+    *seconds /= count;
+    return e;
+  });
+  if (err) Fail(env, err);
   return ToFloat64Array(env, samples);
 }
 

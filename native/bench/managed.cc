@@ -49,29 +49,29 @@ Napi::Value TimeRawManaged(const Napi::CallbackInfo& info) {
   if (!err)
     CM_TRY(err, cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
   if (!err) std::memset(managed, 0x5a, n);  // populated on the host
-  std::vector<double> samples;
-  for (int i = 0; i < warmup + iters && !err; ++i) {
-    CM_TRY(err, cudaMemPrefetchAsync(managed, n, Where(start_on_device, device), 0, stream),
+  std::vector<double> samples = TimeRuns(warmup, iters, &err, [&](double* seconds) {
+    Error e;
+    CM_TRY(e, cudaMemPrefetchAsync(managed, n, Where(start_on_device, device), 0, stream),
            "cudaMemPrefetchAsync");
-    if (!err) CM_TRY(err, cudaStreamSynchronize(stream), "cudaStreamSynchronize");
-    if (err) break;
-    auto t0 = Clock::now();
+    if (!e) CM_TRY(e, cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    if (e) return e;
+    Clock::time_point t0 = Clock::now();
     if (prefetch)
-      CM_TRY(err, cudaMemPrefetchAsync(managed, n, Where(!start_on_device, device), 0, stream),
+      CM_TRY(e, cudaMemPrefetchAsync(managed, n, Where(!start_on_device, device), 0, stream),
              "cudaMemPrefetchAsync");
     else if (what == "copy-h2d")
-      CM_TRY(err, cudaMemcpyAsync(dev, managed, n, cudaMemcpyDefault, stream), "cudaMemcpyAsync");
+      CM_TRY(e, cudaMemcpyAsync(dev, managed, n, cudaMemcpyDefault, stream), "cudaMemcpyAsync");
     else
-      CM_TRY(err, cudaMemcpyAsync(managed, dev, n, cudaMemcpyDefault, stream), "cudaMemcpyAsync");
-    if (!err) CM_TRY(err, cudaStreamSynchronize(stream), "cudaStreamSynchronize");
-    auto t1 = Clock::now();
-    if (!err && i >= warmup) samples.push_back(std::chrono::duration<double>(t1 - t0).count());
-  }
+      CM_TRY(e, cudaMemcpyAsync(managed, dev, n, cudaMemcpyDefault, stream), "cudaMemcpyAsync");
+    if (!e) CM_TRY(e, cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    *seconds = Seconds(t0, Clock::now());
+    return e;
+  });
   if (stream) cudaStreamDestroy(stream);
   if (dev) cudaFree(dev);
   if (managed) cudaFree(managed);
   (void)cudaGetLastError();
-  if (err) ThrowCuda(env, err.code, err.call, err.detail);
+  if (err) Fail(env, err);
   return ToFloat64Array(env, samples);
 }
 

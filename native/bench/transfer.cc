@@ -39,39 +39,27 @@ Napi::Value TimeCopy(const Napi::CallbackInfo& info) {
   Strategy strategy = ReadStrategy(env, info[6]);
   if (n > dst.length || n > src.length) ThrowRange(env, "bytes runs past a buffer");
   Instance& inst = GetInstance(env);
-  std::vector<double> samples;
-  samples.reserve(iters);
   Error err;
   int device = dst.where == Endpoint::kDevice ? dst.device : src.device;
   CM_TRY(err, cudaSetDevice(device), "cudaSetDevice");
   if (err) Fail(env, err);
+  std::vector<double> samples;
   if (timing == "events") {
-    cudaStream_t stream = nullptr;
-    cudaEvent_t start = nullptr, stop = nullptr;
-    CM_TRY(err, cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
-    if (!err) CM_TRY(err, cudaEventCreate(&start), "cudaEventCreate");
-    if (!err) CM_TRY(err, cudaEventCreate(&stop), "cudaEventCreate");
-    for (int i = 0; i < warmup + iters && !err; ++i) {
-      CM_TRY(err, cudaEventRecord(start, stream), "cudaEventRecord");
-      if (!err)
-        CM_TRY(err, cudaMemcpyAsync(dst.ptr, src.ptr, n, cudaMemcpyDefault, stream),
-               "cudaMemcpyAsync");
-      if (!err) CM_TRY(err, cudaEventRecord(stop, stream), "cudaEventRecord");
-      if (!err) CM_TRY(err, cudaEventSynchronize(stop), "cudaEventSynchronize");
-      float ms = 0;
-      if (!err) CM_TRY(err, cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
-      if (!err && i >= warmup) samples.push_back(ms / 1e3);
-    }
-    if (start) cudaEventDestroy(start);
-    if (stop) cudaEventDestroy(stop);
-    if (stream) cudaStreamDestroy(stream);
+    BenchStream q;
+    err = q.Make(2);
+    samples = TimeRuns(warmup, iters, &err, [&](double* seconds) {
+      return q.Time(
+          [&](cudaStream_t s) {
+            Error e;
+            CM_TRY(e, cudaMemcpyAsync(dst.ptr, src.ptr, n, cudaMemcpyDefault, s),
+                   "cudaMemcpyAsync");
+            return e;
+          },
+          seconds);
+    });
   } else {
-    for (int i = 0; i < warmup + iters && !err; ++i) {
-      auto t0 = Clock::now();
-      err = CopyRange(inst, dst, src, n, strategy, nullptr);
-      auto t1 = Clock::now();
-      if (!err && i >= warmup) samples.push_back(Seconds(t0, t1));
-    }
+    samples = ClockRuns(warmup, iters, &err,
+                        [&] { return CopyRange(inst, dst, src, n, strategy, nullptr); });
   }
   if (err) Fail(env, err);
   return ToFloat64Array(env, samples);
@@ -94,54 +82,44 @@ Napi::Value TimeBidirectional(const Napi::CallbackInfo& info) {
   // Two threads of the driver's pageable path unless told otherwise.
   Strategy strategy = info[8].IsUndefined() ? Strategy::kDriver : ReadStrategy(env, info[8]);
   Instance& inst = GetInstance(env);
-  std::vector<double> samples;
   Error err;
   CM_TRY(err, cudaSetDevice(a_dst.device), "cudaSetDevice");
+  std::vector<double> samples;
   if (timing == "events") {
-    cudaStream_t s1 = nullptr, s2 = nullptr;
-    cudaEvent_t start = nullptr, mid = nullptr, stop = nullptr;
-    if (!err)
-      CM_TRY(err, cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking), "cudaStreamCreate");
-    if (!err)
-      CM_TRY(err, cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking), "cudaStreamCreate");
-    if (!err) CM_TRY(err, cudaEventCreate(&start), "cudaEventCreate");
-    if (!err) CM_TRY(err, cudaEventCreate(&mid), "cudaEventCreate");
-    if (!err) CM_TRY(err, cudaEventCreate(&stop), "cudaEventCreate");
-    for (int i = 0; i < warmup + iters && !err; ++i) {
-      CM_TRY(err, cudaEventRecord(start, s1), "cudaEventRecord");
-      if (!err) CM_TRY(err, cudaStreamWaitEvent(s2, start, 0), "cudaStreamWaitEvent");
-      if (!err)
-        CM_TRY(err, cudaMemcpyAsync(a_dst.ptr, a_src.ptr, n, cudaMemcpyDefault, s1),
-               "cudaMemcpyAsync");
-      if (!err)
-        CM_TRY(err, cudaMemcpyAsync(b_dst.ptr, b_src.ptr, n, cudaMemcpyDefault, s2),
-               "cudaMemcpyAsync");
-      if (!err) CM_TRY(err, cudaEventRecord(mid, s2), "cudaEventRecord");
-      if (!err) CM_TRY(err, cudaStreamWaitEvent(s1, mid, 0), "cudaStreamWaitEvent");
-      if (!err) CM_TRY(err, cudaEventRecord(stop, s1), "cudaEventRecord");
-      if (!err) CM_TRY(err, cudaEventSynchronize(stop), "cudaEventSynchronize");
-      float ms = 0;
-      if (!err) CM_TRY(err, cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
-      if (!err && i >= warmup) samples.push_back(ms / 1e3);
-    }
-    for (cudaEvent_t e : {start, mid, stop})
-      if (e) cudaEventDestroy(e);
-    for (cudaStream_t s : {s1, s2})
-      if (s) cudaStreamDestroy(s);
+    // Both copies between the timer's events: the second stream waits for the start, and the
+    // timer's stream for the second stream's end (events[0] there).
+    BenchStream timer, other;
+    if (!err) err = timer.Make(2);
+    if (!err) err = other.Make(1);
+    samples = TimeRuns(warmup, iters, &err, [&](double* seconds) {
+      return timer.Time(
+          [&](cudaStream_t s1) {
+            Error e;
+            cudaStream_t s2 = other.stream;
+            CM_TRY(e, cudaStreamWaitEvent(s2, timer.events[0], 0), "cudaStreamWaitEvent");
+            if (!e)
+              CM_TRY(e, cudaMemcpyAsync(a_dst.ptr, a_src.ptr, n, cudaMemcpyDefault, s1),
+                     "cudaMemcpyAsync");
+            if (!e)
+              CM_TRY(e, cudaMemcpyAsync(b_dst.ptr, b_src.ptr, n, cudaMemcpyDefault, s2),
+                     "cudaMemcpyAsync");
+            if (!e) CM_TRY(e, cudaEventRecord(other.events[0], s2), "cudaEventRecord");
+            if (!e) CM_TRY(e, cudaStreamWaitEvent(s1, other.events[0], 0), "cudaStreamWaitEvent");
+            return e;
+          },
+          seconds);
+    });
   } else {
-    for (int i = 0; i < warmup + iters && !err; ++i) {
-      Error other;
-      auto t0 = Clock::now();
+    samples = ClockRuns(warmup, iters, &err, [&] {
+      Error mine, theirs;
       std::thread t([&] {
         cudaSetDevice(b_src.device);
-        other = CopyRange(inst, b_dst, b_src, n, strategy, nullptr);
+        theirs = CopyRange(inst, b_dst, b_src, n, strategy, nullptr);
       });
-      err = CopyRange(inst, a_dst, a_src, n, strategy, nullptr);
+      mine = CopyRange(inst, a_dst, a_src, n, strategy, nullptr);
       t.join();
-      auto t1 = Clock::now();
-      if (!err) err = other;
-      if (!err && i >= warmup) samples.push_back(Seconds(t0, t1));
-    }
+      return mine ? mine : theirs;
+    });
   }
   if (err) Fail(env, err);
   return ToFloat64Array(env, samples);
@@ -163,16 +141,14 @@ Napi::Value TimeRawPinned(const Napi::CallbackInfo& info) {
   if (!err) CM_TRY(err, cudaMallocHost(&host, n), "cudaMallocHost");
   if (!err) CM_TRY(err, cudaMalloc(&dev, n), "cudaMalloc");
   if (!err) std::memset(host, 0x5a, n);
-  std::vector<double> samples;
-  for (int i = 0; i < warmup + iters && !err; ++i) {
-    auto t0 = Clock::now();
-    CM_TRY(err,
+  std::vector<double> samples = ClockRuns(warmup, iters, &err, [&] {
+    Error e;
+    CM_TRY(e,
            h2d ? cudaMemcpy(dev, host, n, cudaMemcpyHostToDevice)
                : cudaMemcpy(host, dev, n, cudaMemcpyDeviceToHost),
            "cudaMemcpy");
-    auto t1 = Clock::now();
-    if (!err && i >= warmup) samples.push_back(Seconds(t0, t1));
-  }
+    return e;
+  });
   if (dev) cudaFree(dev);
   if (host) cudaFreeHost(host);
   if (err) Fail(env, err);
@@ -191,63 +167,34 @@ Napi::Value TimeHostCopy(const Napi::CallbackInfo& info) {
   size_t n = ReadSize(env, info[2], "bytes");
   int warmup = ReadInt(env, info[3], "warmup", 0, 1 << 20);
   int iters = ReadInt(env, info[4], "iterations", 1, 1 << 24);
-  std::string direction = info[5].ToString().Utf8Value();
+  std::string direction = ReadString(env, info[5], "direction");
+  if (direction != "h2d" && direction != "d2h" && direction != "bidir")
+    ThrowRange(env, "direction must be 'h2d', 'd2h' or 'bidir', got '" + direction + "'");
   bool bidir = direction == "bidir";
   size_t span = bidir ? 2 * n : n;  // bidir writes each buffer's second half
   if (span > pageable.length || span > pinned.length) ThrowRange(env, "bytes runs past a buffer");
   Instance& inst = GetInstance(env);
   std::shared_ptr<core::CopyTeam> team = GetStagingTeam(inst, pinned.device);
-  Streaming mode;
-  {
-    StagingState& st = Staging(inst);
-    std::lock_guard<std::mutex> lock(st.mutex);
-    mode = StagingOptionsInForce(st).streaming;
-  }
   // As a staged copy of n bytes would store: into pinned memory (h2d) and out of it (d2h).
-  const bool streaming_in = StreamingFor(mode, false, n),
-             streaming_out = StreamingFor(mode, true, n);
-  std::vector<double> samples;
-  for (int i = 0; i < warmup + iters; ++i) {
-    auto t0 = Clock::now();
+  const bool streaming_in = HostCopyStreaming(inst, false, n),
+             streaming_out = HostCopyStreaming(inst, true, n);
+  auto in = [&] { team->Copy(pinned.ptr + (bidir ? n : 0), pageable.ptr, n, streaming_in); };
+  auto out = [&] { team->Copy(pageable.ptr + (bidir ? n : 0), pinned.ptr, n, streaming_out); };
+  Error none;  // a host copy cannot fail
+  std::vector<double> samples = ClockRuns(warmup, iters, &none, [&] {
     if (bidir) {
-      std::thread other([&] { team->Copy(pageable.ptr + n, pinned.ptr, n, streaming_out); });
-      team->Copy(pinned.ptr + n, pageable.ptr, n, streaming_in);
+      std::thread other(out);
+      in();
       other.join();
     } else if (direction == "h2d") {
-      team->Copy(pinned.ptr, pageable.ptr, n, streaming_in);
+      in();
     } else {
-      team->Copy(pageable.ptr, pinned.ptr, n, streaming_out);
+      out();
     }
-    auto t1 = Clock::now();
-    if (i >= warmup) samples.push_back(Seconds(t0, t1));
-  }
+    return Error();
+  });
   return ToFloat64Array(env, samples);
 }
-
-// A private stream and one event per ring slot, freed however the loop ends (the stream drained
-// first, so that nothing still moves into buffers the caller frees after a failure).
-struct DmaQueue {
-  cudaStream_t stream = nullptr;
-  std::vector<cudaEvent_t> done;
-  Error Make(int device, size_t slots) {
-    Error err;
-    CM_TRY(err, cudaSetDevice(device), "cudaSetDevice");
-    if (!err)
-      CM_TRY(err, cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
-    for (size_t s = 0; s < slots && !err; ++s) {
-      cudaEvent_t ev = nullptr;
-      CM_TRY(err, cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreate");
-      if (!err) done.push_back(ev);
-    }
-    return err;
-  }
-  ~DmaQueue() {
-    if (stream) cudaStreamSynchronize(stream);
-    for (cudaEvent_t ev : done) cudaEventDestroy(ev);
-    if (stream) cudaStreamDestroy(stream);
-    (void)cudaGetLastError();
-  }
-};
 
 // timeStagedDma: returns seconds per copy: the staged path's DMA half alone, the most a staged
 // copy of n bytes can reach, since every transfer costs the DMA engine time of its own. The
@@ -281,44 +228,45 @@ Napi::Value TimeStagedDma(const Napi::CallbackInfo& info) {
     slots = std::max(slots, static_cast<size_t>(c.slot) + 1);
   std::vector<double> samples;
   {
-    DmaQueue q;
-    err = q.Make(dev.device, slots);
-    for (int i = 0; i < warmup + iters && !err; ++i) {
-      auto t0 = Clock::now();
+    BenchStream q;
+    CM_TRY(err, cudaSetDevice(dev.device), "cudaSetDevice");
+    if (!err) err = q.Make(slots, false);
+    samples = ClockRuns(warmup, iters, &err, [&] {
+      Error e;
       for (const core::StagingChunk& c : plan.chunks) {
         char* d = dev.ptr + c.offset;
         char* h = pinned.ptr + c.offset;
-        CM_TRY(err,
+        CM_TRY(e,
                to_host ? cudaMemcpyAsync(h, d, c.length, cudaMemcpyDeviceToHost, q.stream)
                        : cudaMemcpyAsync(d, h, c.length, cudaMemcpyHostToDevice, q.stream),
                "cudaMemcpyAsync");
-        if (!err) CM_TRY(err, cudaEventRecord(q.done[c.slot], q.stream), "cudaEventRecord");
-        if (err) break;
+        if (!e) CM_TRY(e, cudaEventRecord(q.events[c.slot], q.stream), "cudaEventRecord");
+        if (e) return e;
       }
-      if (!err) CM_TRY(err, cudaStreamSynchronize(q.stream), "cudaStreamSynchronize");
-      auto t1 = Clock::now();
-      if (!err && i >= warmup) samples.push_back(Seconds(t0, t1));
-    }
+      CM_TRY(e, cudaStreamSynchronize(q.stream), "cudaStreamSynchronize");
+      return e;
+    });
   }
   if (err) Fail(env, err);
   return ToFloat64Array(env, samples);
 }
 
-// timeHostRegister: returns seconds per cudaHostRegister+cudaHostUnregister
+// timeHostRegister: returns seconds per cudaHostRegister of the whole view (each followed by an
+// untimed cudaHostUnregister)
 Napi::Value TimeHostRegister(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   RequireCuda(env);
-  Endpoint e = ResolveEndpoint(env, info[0], "view");
+  Endpoint view = ResolveEndpoint(env, info[0], "view");
   int iters = ReadInt(env, info[1], "iterations", 1, 1 << 20);
-  std::vector<double> samples;
   Error err;
-  for (int i = 0; i < iters && !err; ++i) {
-    auto t0 = Clock::now();
-    CM_TRY(err, cudaHostRegister(e.ptr, e.length, cudaHostRegisterDefault), "cudaHostRegister");
-    auto t1 = Clock::now();
-    if (!err) CM_TRY(err, cudaHostUnregister(e.ptr), "cudaHostUnregister");
-    if (!err) samples.push_back(Seconds(t0, t1));
-  }
+  std::vector<double> samples = TimeRuns(0, iters, &err, [&](double* seconds) {
+    Error e;
+    Clock::time_point t0 = Clock::now();
+    CM_TRY(e, cudaHostRegister(view.ptr, view.length, cudaHostRegisterDefault), "cudaHostRegister");
+    *seconds = Seconds(t0, Clock::now());
+    if (!e) CM_TRY(e, cudaHostUnregister(view.ptr), "cudaHostUnregister");
+    return e;
+  });
   if (err) Fail(env, err);
   return ToFloat64Array(env, samples);
 }

@@ -188,6 +188,12 @@ std::shared_ptr<core::CopyTeam> GetStagingTeam(Instance& inst, int device) {
   return TeamLocked(st, device);
 }
 
+bool HostCopyStreaming(Instance& inst, bool to_host, size_t n) {
+  StagingState& st = Staging(inst);
+  std::lock_guard<std::mutex> lock(st.mutex);
+  return StreamingFor(StagingOptionsInForce(st).streaming, to_host, n);
+}
+
 std::shared_ptr<const core::NumaPlan> DevicePlacement(Instance& inst, int device) {
   StagingState& st = Staging(inst);
   std::lock_guard<std::mutex> lock(st.mutex);

@@ -127,6 +127,9 @@ std::shared_ptr<StagingEngine> GetStagingEngine(Instance& inst, int device, bool
                                                 Error* err);
 // The copy team for `device`'s NUMA node (made on first use).
 std::shared_ptr<core::CopyTeam> GetStagingTeam(Instance& inst, int device);
+// Whether a staged copy of n bytes stores into the ring (to_host false) or out of it with
+// non-temporal stores, under the configuration in force: what the benchmark's host copy stores as.
+bool HostCopyStreaming(Instance& inst, bool to_host, size_t n);
 // Where `device` sits among the host's NUMA nodes (sysfs, read once per instance and device).
 std::shared_ptr<const core::NumaPlan> DevicePlacement(Instance& inst, int device);
 

@@ -5,7 +5,7 @@ const path = require('path');
 const { execFileSync, spawnSync } = require('child_process');
 const fs = require('fs');
 const os = require('os');
-const { cm, root, gpuCount: count, describeTwoGpus, same } = require('../helpers');
+const { cm, root, gpuCount: count, describeGpu, describeTwoGpus, same } = require('../helpers');
 const { devicesGateSource } = require(path.join(root, 'dist', 'bench', 'devices'));
 const { p2pGateSource } = require(path.join(root, 'dist', 'bench', 'p2p'));
 const { combineSources } = require(path.join(root, 'dist', 'bench', 'gates'));
@@ -285,7 +285,10 @@ describe('several-GPU reports and gates without a GPU', () => {
     };
     for (const [args, message] of [
       [['bench', '--devices', '0,x'], /option '--devices <list>' argument '0,x' is invalid\. Expected 'all' or a comma-separated list/],
-      [['bench', '--devices', 'all', '--modes', 'registered'], /with --devices, --modes takes pinned, staged, pageable; not registered/],
+      [
+        ['bench', '--devices', 'all', '--modes', 'registered'],
+        /with --devices, --modes takes pinned, staged, pageable, hostcopy; not registered/,
+      ],
       [['bench', '--devices', 'all', '--directions', 'd2d'], /with --devices, --directions takes h2d, d2h, bidir; not d2d/],
       [['bench', '--p2p', '--device', '1'], /--device picks one GPU; with several use --devices/],
       [['doctor', '--devices', 'all', '--device', '0'], /--device picks one GPU; with several use --devices/],
@@ -316,13 +319,54 @@ describe('several-GPU reports and gates without a GPU', () => {
   });
 });
 
+describeGpu('the several-GPU benchmark on one GPU', () => {
+  test("'hostcopy': the GPU's copy team between a Node buffer and a PinnedBuffer, bytes checked; its jobs are checked", async () => {
+    const { runDevicesBenchmark } = require(path.join(root, 'dist', 'bench', 'devices'));
+    const r = await runDevicesBenchmark({ devices: [0], sizes: [4 * MiB], modes: ['hostcopy'], iterations: 10, warmup: 1 });
+    expect(r.results.map((x) => [x.direction, x.scope, x.verified])).toEqual(
+      ['h2d', 'd2h', 'bidir'].flatMap((d) => [
+        [d, 'alone', true],
+        [d, 'together', true],
+      ]),
+    );
+    for (const x of r.results) expect(x.gbps.median).toBeGreaterThan(0);
+    const { native } = require(path.join(root, 'dist', 'binding', 'native'));
+    const pin = cm.PinnedBuffer.alloc(MiB);
+    const dev = cm.DeviceBuffer.alloc(MiB);
+    const host = new Uint8Array(MiB);
+    try {
+      for (const [dst, src] of [
+        [dev._h, host],
+        [host, new Uint8Array(MiB)],
+        [pin._h, dev._h],
+      ])
+        expect(() => native.timeTogether([{ dst, src, bytes: MiB, timing: 'hostcopy' }], 0, 1)).toThrow(
+          expect.objectContaining({
+            code: 'ERR_OUT_OF_RANGE',
+            message: expect.stringMatching(/needs a PinnedBuffer on one side and pageable memory/),
+          }),
+        );
+      // Both ways through the same GPU's team, and the bytes arrive.
+      host.fill(7);
+      native.timeTogether([{ dst: pin._h, src: host, bytes: MiB, timing: 'hostcopy' }], 0, 1);
+      expect(pin.bytes.every((b) => b === 7)).toBe(true);
+      pin.bytes.fill(9);
+      native.timeTogether([{ dst: host, src: pin._h, bytes: MiB, timing: 'hostcopy' }], 0, 1);
+      expect(host.every((b) => b === 9)).toBe(true);
+    } finally {
+      pin.free();
+      dev.free();
+    }
+  });
+});
+
 describeTwoGpus('several-GPU benchmarks and doctor', () => {
   test('runDevicesBenchmark: each GPU alone and all at once, data checked', async () => {
     const { runDevicesBenchmark } = require(path.join(root, 'dist', 'bench', 'devices'));
-    const r = await runDevicesBenchmark({ sizes: [16 * MiB], modes: ['pinned', 'staged'], iterations: 10, warmup: 1 });
+    const r = await runDevicesBenchmark({ sizes: [16 * MiB], modes: ['pinned', 'staged', 'hostcopy'], iterations: 10, warmup: 1 });
     expect(r.options.devices).toHaveLength(count);
-    expect(r.results).toHaveLength(2 * 3 * count * 2);
-    expect(r.aggregate).toHaveLength(2 * 3);
+    expect(r.results).toHaveLength(3 * 3 * count * 2);
+    expect(r.aggregate).toHaveLength(3 * 3);
     for (const x of r.results) {
       expect(x.verified).toBe(true);
       expect(x.gbps.median).toBeGreaterThan(0);
@@ -336,6 +380,7 @@ describeTwoGpus('several-GPU benchmarks and doctor', () => {
     }
     expect(r.results.find((x) => x.mode === 'pinned').timing).toBe('cuda-events');
     expect(r.results.find((x) => x.mode === 'staged').timing).toBe('steady-clock');
+    expect(r.results.find((x) => x.mode === 'hostcopy').timing).toBe('steady-clock');
     const g = cm.evaluateGates(
       [cm.parseGate('h2d.pinned.all>=0.1GB/s'), cm.parseGate('bidir.staged.total>=0.1GB/s')],
       devicesGateSource(r),
