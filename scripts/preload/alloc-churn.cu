@@ -26,31 +26,18 @@
 #include <string>
 #include <vector>
 
+#include "program.h"
+
+using preload_program::Arg;
+using preload_program::ArgText;
+using preload_program::Fail;
+
 namespace {
 
 struct Block {
   void* p;
   size_t bytes;
 };
-
-[[noreturn]] void Fail(const char* what, cudaError_t e) {
-  std::fprintf(stderr, "alloc-churn: %s: %s (%s)\n", what, cudaGetErrorName(e),
-               cudaGetErrorString(e));
-  std::exit(1);
-}
-
-uint64_t Arg(int argc, char** argv, const char* name, uint64_t fallback) {
-  for (int i = 1; i + 1 < argc; ++i)
-    if (!std::strcmp(argv[i], name)) return std::strtoull(argv[i + 1], nullptr, 10);
-  return fallback;
-}
-
-std::string ArgText(int argc, char** argv, const char* name, const char* fallback) {
-  for (int i = 1; i + 1 < argc; ++i)
-    if (!std::strcmp(argv[i], name)) return argv[i + 1];
-  return fallback;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {

@@ -17,21 +17,10 @@
 #include <cstring>
 #include <vector>
 
-namespace {
+#include "program.h"
 
-unsigned long long Arg(int argc, char** argv, const char* name, unsigned long long fallback) {
-  for (int i = 1; i + 1 < argc; ++i)
-    if (!std::strcmp(argv[i], name)) return std::strtoull(argv[i + 1], nullptr, 10);
-  return fallback;
-}
-
-[[noreturn]] void Fail(const char* what, cudaError_t e) {
-  std::fprintf(stderr, "pair-cost: %s: %s (%s)\n", what, cudaGetErrorName(e),
-               cudaGetErrorString(e));
-  std::exit(1);
-}
-
-}  // namespace
+using preload_program::Arg;
+using preload_program::Fail;
 
 int main(int argc, char** argv) {
   size_t bytes = Arg(argc, argv, "--bytes", 1ull << 20);

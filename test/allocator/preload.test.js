@@ -97,6 +97,14 @@ async function stderrOf(p, re) {
   return p.stderr();
 }
 
+// Overwrites a ledger's budget in its header, so that the header's checksum fails; returns the path.
+function damage(file) {
+  const fd = fs.openSync(file, 'r+');
+  fs.writeSync(fd, Buffer.alloc(8, 0xff), 0, 8, 24);
+  fs.closeSync(fd);
+  return file;
+}
+
 const member = (name) => ({ CUDA_MEMORY_GROUP: name, CUDA_MEMORY_GROUP_DEVICE: DEV0 });
 const budget = (name, bytes) => ({ ...member(name), CUDA_MEMORY_GROUP_BUDGET: String(bytes) });
 
@@ -202,6 +210,70 @@ describe('the interposer charges a group for every way a program reaches the dri
     expect(await p.send(`alloc malloc ${32 * MiB}`)).toBe('err 2');
     expect(group(name).device).toBe(DEV0);
     await p.exit();
+  });
+});
+
+describe('cudaMemGetInfo tells a member the device as its group leaves it', () => {
+  const info = async (p) => {
+    const r = await p.send('meminfo');
+    expect(r).toMatch(/^ok \d+ \d+$/);
+    const [free, total] = r.split(' ').slice(1).map(Number);
+    return { free, total };
+  };
+  const GiB = 2 ** 30; // the stand-in device
+
+  test.each(['dynamic', 'static', 'driver'])(
+    '%s: the budget before the first allocation, then what the group has left and its own grant',
+    async (kind) => {
+      const name = `meminfo-${kind}`;
+      const p = start(kind, budget(name, 64 * MiB));
+      // No ledger yet: the budget it will start the group with.
+      expect(await info(p)).toEqual({ free: 64 * MiB, total: 64 * MiB });
+      expect(group(name)).toBe(null); // asking does not join
+      const a = await p.send(`alloc malloc ${10 * MiB}`);
+      // The group holds 10 MiB and this member's grant, which is its own to use.
+      expect(await info(p)).toEqual({ free: 54 * MiB, total: 64 * MiB });
+      // A second member sees the first one's grant as taken.
+      const q = start(kind, budget(name, 64 * MiB));
+      const grant = group(name).chargedBytes - 10 * MiB;
+      expect(grant).toBeGreaterThan(0);
+      expect(await info(q)).toEqual({ free: 54 * MiB - grant, total: 64 * MiB });
+      // On another device, the device's own figures.
+      expect(await p.send('device 1')).toBe('ok');
+      expect(await info(p)).toEqual({ free: GiB, total: GiB });
+      expect(await p.send('device 0')).toBe('ok');
+      expect(await p.send(`free malloc ${a.split(' ')[1]}`)).toBe('ok');
+      expect(await info(p)).toEqual({ free: 64 * MiB, total: 64 * MiB });
+      await q.exit();
+      expect(await p.exit()).toEqual({ code: 0, signal: null });
+      expect(p.stderr() + q.stderr()).toBe('');
+    },
+  );
+
+  test('the device caps what the budget would allow; no group, no budget or a damaged ledger: the device as it is', async () => {
+    const small = start('static', { ...budget('meminfo-small', 512 * MiB), FAKE_CUDA_TOTAL: String(256 * MiB) });
+    expect(await small.send(`alloc malloc ${100 * MiB}`)).toMatch(/^ok/);
+    expect(await info(small)).toEqual({ free: 156 * MiB, total: 256 * MiB });
+    await small.exit();
+    const none = start('static', {});
+    expect(await info(none)).toEqual({ free: GiB, total: GiB });
+    await none.exit();
+    // A group named with no budget and no ledger: nothing to tell yet (its first allocation says why).
+    const unset = start('static', member('meminfo-nobody'));
+    expect(await info(unset)).toEqual({ free: GiB, total: GiB });
+    expect(unset.stderr()).toBe('');
+    await unset.exit();
+    // A ledger found damaged: the device's figures, and the process goes on.
+    const name = 'meminfo-damaged';
+    const holder = start('static', budget(name, 64 * MiB));
+    expect(await holder.send(`alloc malloc ${MiB}`)).toMatch(/^ok/);
+    const file = damage(group(name).path);
+    const late = start('static', budget(name, 64 * MiB));
+    expect(await info(late)).toEqual({ free: GiB, total: GiB });
+    expect(await info(holder)).toEqual({ free: GiB - MiB, total: GiB });
+    await late.exit();
+    await holder.exit();
+    fs.rmSync(file, { force: true });
   });
 });
 
@@ -327,10 +399,7 @@ describe('the interposer never harms its host', () => {
     const name = 'damaged';
     const p = start('dynamic', budget(name, 64 * MiB));
     expect(await p.send(`alloc malloc ${MiB}`)).toMatch(/^ok/);
-    const file = group(name).path;
-    const fd = fs.openSync(file, 'r+');
-    fs.writeSync(fd, Buffer.alloc(8, 0xff), 0, 8, 24); // the header's budget: its checksum fails
-    fs.closeSync(fd);
+    const file = damage(group(name).path);
     for (let i = 0; i < 3; i++) expect(await p.send(`alloc malloc ${10 * MiB}`)).toMatch(/^ok/);
     expect(await p.send(`alloc malloc ${60 * MiB}`)).toMatch(/^ok/); // no budget any more
     expect(await p.exit()).toEqual({ code: 0, signal: null });
@@ -456,10 +525,24 @@ describeGpu('the interposer on a real GPU, with the static CUDA runtime', () => 
   };
   let churn;
   let pairCost;
+  let memInfo;
   beforeAll(() => {
     churn = build('alloc-churn');
     pairCost = build('pair-cost');
+    memInfo = build('mem-info');
   }, 300000);
+
+  test('cudaMemGetInfo: a 1 GiB budget as the total, free memory falling by what the program holds', () => {
+    const env = { CUDA_MEMORY_GROUP: 'gpu-meminfo', CUDA_MEMORY_GROUP_DEVICE: uuid(), CUDA_MEMORY_GROUP_BUDGET: String(GiB) };
+    const held = runJson(memInfo, ['--bytes', String(256 * MiB)], env, [preload]).json;
+    const plain = runJson(memInfo, ['--bytes', String(256 * MiB)], {}, []).json;
+    console.log(`cudaMemGetInfo under a 1 GiB budget: ${JSON.stringify(held)}; plainly: ${JSON.stringify(plain)}`);
+    expect(held.before).toEqual({ free: GiB, total: GiB });
+    // The group holds the allocation and this member's grant, which is its own to use.
+    expect(held.after).toEqual({ free: GiB - 256 * MiB, total: GiB });
+    expect(plain.before.total).toBeGreaterThan(GiB);
+    expect(plain.after.total).toBe(plain.before.total);
+  }, 120000);
 
   test.each([
     ['cudaMalloc', 'malloc'],

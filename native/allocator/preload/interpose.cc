@@ -115,6 +115,7 @@ enum Fn {
   kMemFreeAsyncPtsz,
   kMemCreate,
   kMemRelease,
+  kMemGetInfo,
   kWrapped,  // the ones below are only called, never handed out
   kCtxGetDevice = kWrapped,
   kDeviceGetUuidV2,
@@ -136,6 +137,7 @@ const char* const kNames[kCount] = {"cuGetProcAddress",
                                     "cuMemFreeAsync_ptsz",
                                     "cuMemCreate",
                                     "cuMemRelease",
+                                    "cuMemGetInfo_v2",
                                     "cuCtxGetDevice",
                                     "cuDeviceGetUuid_v2",
                                     "cuDeviceGetUuid"};
@@ -212,6 +214,7 @@ void* SubstituteProc(const char* symbol, int version, uint64_t flags, void* p) {
       {"cuMemFreeAsync", 0, kMemFreeAsync, kMemFreeAsyncPtsz},
       {"cuMemCreate", 0, kMemCreate, kMemCreate},
       {"cuMemRelease", 0, kMemRelease, kMemRelease},
+      {"cuMemGetInfo", 3020, kMemGetInfo, kMemGetInfo},
       {"cuGetProcAddress", 12000, kGetProcAddressV2, kGetProcAddressV2},
   };
   for (const auto& e : kByName) {
@@ -502,6 +505,23 @@ CM_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
   return Release(g_handles, true, handle, [&] { return Forward<F>(kMemRelease, handle); });
 }
 
+// The device's memory as the group's budget leaves it to this process (Member::MemInfo), on the
+// group's device; the addon's own calls get the device's figures, as its allocators account for
+// the group themselves and report the device as it is.
+CM_EXPORT CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total_bytes) {
+  using F = CUresult (*)(size_t*, size_t*);
+  CUresult r = Forward<F>(kMemGetInfo, free_bytes, total_bytes);
+  if (r != kCudaSuccess || !free_bytes || !total_bytes || !Active() ||
+      FromLibrary(__builtin_return_address(0)) || !Tracked(CurrentDevice()))
+    return r;
+  cm::core::MemInfo info{*free_bytes, *total_bytes};
+  if (Member::Get().MemInfo(GroupDevice(), &info)) {
+    *free_bytes = static_cast<size_t>(info.free);
+    *total_bytes = static_cast<size_t>(info.total);
+  }
+  return r;
+}
+
 // ---- process life ---------------------------------------------------------------------------
 
 namespace {
@@ -540,6 +560,7 @@ __attribute__((constructor)) void Load() {
   g_wrappers[kMemFreeAsyncPtsz] = reinterpret_cast<void*>(&cuMemFreeAsync_ptsz);
   g_wrappers[kMemCreate] = reinterpret_cast<void*>(&cuMemCreate);
   g_wrappers[kMemRelease] = reinterpret_cast<void*>(&cuMemRelease);
+  g_wrappers[kMemGetInfo] = reinterpret_cast<void*>(&cuMemGetInfo_v2);
   RealDlsym();
   // The ledger's own fork handlers are registered first, so that these run before them at fork
   // (handlers run in reverse order): this library's locks are taken before the ledger's, in the

@@ -164,6 +164,34 @@ bool Member::LockBackoffLocked() const {
   return lock_retry_at_ms_ && core::shm::NowUnixMs() < lock_retry_at_ms_;
 }
 
+bool Member::MemInfo(const std::string& device, core::MemInfo* info) noexcept {
+  if (group_.empty()) return false;
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (detached_ || !problem_.empty() || LockBackoffLocked()) return false;
+  try {
+    core::GroupSnapshot g;
+    uint64_t spare = 0;
+    if (ledger_) {
+      g = ledger_->Snapshot();
+      spare = grants_->spare();
+    } else {
+      try {
+        g = core::Ledger::Read(core::Ledger::PathFor(dir_, group_, device), lock_timeout_ms_);
+      } catch (const core::ShmError& e) {
+        if (e.code != "ERR_GROUP_NOT_FOUND") throw;
+      }
+      // A ledger no member keeps (or none) takes this process's budget, if it has one, when it
+      // joins.
+      if (g.members.empty() && budget_) g.budget = budget_;
+      if (!g.budget) return false;  // no group yet, and no budget to start one
+    }
+    *info = core::GroupMemInfo(*info, g.budget, g.charged, spare);
+    return true;
+  } catch (...) {
+    return false;  // the next allocation says what is wrong with the ledger
+  }
+}
+
 void Member::Give(uint64_t bytes) noexcept {
   if (group_.empty()) return;
   std::lock_guard<std::mutex> lock(mutex_);

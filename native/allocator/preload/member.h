@@ -44,6 +44,13 @@ class Member {
   // holds a member of this group (one of its allocators, which has charged the region itself).
   Verdict Take(uint64_t bytes, const char* api, const std::string& device,
                LibraryMembers library = nullptr) noexcept;
+  // What cuMemGetInfo tells the process about the group's device (`device`, its key): *info holds
+  // the device's figures and becomes the group's view of them (core::GroupMemInfo), from this
+  // member's ledger, or before it has joined from the group's ledger as it stands (the budget from
+  // CUDA_MEMORY_GROUP_BUDGET where there is none yet, or no member is left to keep its own).
+  // False, *info untouched, where the group does not apply: none set, or one this process cannot
+  // use (the reasons Take() goes on uncharged).
+  bool MemInfo(const std::string& device, core::MemInfo* info) noexcept;
   // Gives back a charged allocation's bytes.
   void Give(uint64_t bytes) noexcept;
   // Leaves the group (at exit); later allocations pass uncharged.

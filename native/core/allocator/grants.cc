@@ -4,12 +4,18 @@
 
 namespace cm::core {
 
+MemInfo GroupMemInfo(MemInfo device, uint64_t budget, uint64_t charged, uint64_t own_spare) {
+  uint64_t left = budget > charged ? budget - charged : 0;
+  uint64_t mine = std::min(budget, left > UINT64_MAX - own_spare ? UINT64_MAX : left + own_spare);
+  return {std::min(device.free, mine), std::min(device.total, budget)};
+}
+
 uint64_t GrantedCharge::GrantFor(uint64_t budget) {
   return std::min<uint64_t>(budget / Ledger::kSlots, 64ull << 20);
 }
 
 bool GrantedCharge::Take(Ledger& ledger, uint64_t bytes, GroupRefusal* refusal) {
-  uint64_t spare = held_ - used_;
+  uint64_t spare = this->spare();
   if (bytes > spare) {
     uint64_t shortfall = bytes - spare;
     // The grant first, then the shortfall alone: a refusal is always about the shortfall.
@@ -29,9 +35,8 @@ bool GrantedCharge::Take(Ledger& ledger, uint64_t bytes, GroupRefusal* refusal) 
 
 void GrantedCharge::Give(Ledger& ledger, uint64_t bytes, bool release) noexcept {
   used_ -= std::min(bytes, used_);
-  uint64_t spare = held_ - used_;
-  if (release && spare > 2 * grant_) {
-    uint64_t back = spare - grant_;
+  if (release && spare() > 2 * grant_) {
+    uint64_t back = spare() - grant_;
     ledger.Release(back);
     held_ -= back;
   }

@@ -14,8 +14,17 @@
 #include <cstdint>
 
 #include "core/allocator/ledger.h"
+#include "core/allocator/upstream.h"  // MemInfo
 
 namespace cm::core {
+
+// What cuMemGetInfo tells a process whose allocations its group charges: the device as the
+// budget leaves it to that process, so that a program sizing itself by the free memory (a
+// llama.cpp server fitting its layers, vLLM taking a share of the total) sizes itself by the
+// budget. Total: the budget, if smaller than the device. Free: the least of the device's free
+// memory and what the group can still charge (budget - charged, never below 0) plus `own_spare`,
+// the bytes this process holds charged and unused (its grants), which are its to use.
+MemInfo GroupMemInfo(MemInfo device, uint64_t budget, uint64_t charged, uint64_t own_spare);
 
 class GrantedCharge {
  public:
@@ -35,8 +44,9 @@ class GrantedCharge {
   // would wait for it); a later Give gives back what is spare then.
   void Give(Ledger& ledger, uint64_t bytes, bool release = true) noexcept;
 
-  uint64_t held() const { return held_; }  // charged to the ledger
-  uint64_t used() const { return used_; }  // in use by allocations
+  uint64_t held() const { return held_; }           // charged to the ledger
+  uint64_t spare() const { return held_ - used_; }  // charged and not in use
+  uint64_t used() const { return used_; }           // in use by allocations
   uint64_t grant() const { return grant_; }
 
  private:

@@ -21,6 +21,7 @@ static struct {
   int (*async_ptsz)(unsigned long long*, size_t, void*);
   int (*pool)(unsigned long long*, size_t, void*, void*);
   int (*free_async)(unsigned long long, void*);
+  int (*mem_get_info)(size_t*, size_t*);
   gpa_t gpa;
   void (*set_device)(int);
   unsigned long long (*used)(int);
@@ -36,6 +37,7 @@ int cuMemAllocAsync(unsigned long long*, size_t, void*);
 int cuMemAllocAsync_ptsz(unsigned long long*, size_t, void*);
 int cuMemAllocFromPoolAsync(unsigned long long*, size_t, void*, void*);
 int cuMemFreeAsync(unsigned long long, void*);
+int cuMemGetInfo_v2(size_t*, size_t*);
 int cuGetProcAddress_v2(const char*, void**, int, unsigned long long, int*);
 void fakeCudaSetDevice(int);
 unsigned long long fakeCudaUsed(int);
@@ -48,6 +50,7 @@ static void init(void) {
   d.async_ptsz = cuMemAllocAsync_ptsz;
   d.pool = cuMemAllocFromPoolAsync;
   d.free_async = cuMemFreeAsync;
+  d.mem_get_info = cuMemGetInfo_v2;
   d.gpa = cuGetProcAddress_v2;
   d.set_device = fakeCudaSetDevice;
   d.used = fakeCudaUsed;
@@ -77,6 +80,7 @@ static void init(void) {
   d.async_ptsz = entry("cuMemAllocAsync", 2);
   d.pool = entry("cuMemAllocFromPoolAsync", 0);
   d.free_async = entry("cuMemFreeAsync", 0);
+  d.mem_get_info = entry("cuMemGetInfo", 0);
   d.set_device = (void (*)(int))dlsym(h, "fakeCudaSetDevice");
   d.used = (unsigned long long (*)(int))dlsym(h, "fakeCudaUsed");
 }
@@ -119,6 +123,10 @@ int cudaSetDevice(int dev) {
   INIT;
   d.set_device(dev);
   return 0;
+}
+int cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
+  INIT;
+  return d.mem_get_info(free_bytes, total_bytes);
 }
 int cudaGetDriverEntryPoint(const char* name, void** f) {
   INIT;

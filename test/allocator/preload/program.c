@@ -5,6 +5,7 @@
  *   free API ADDRESS   API: malloc (cudaFree), async (cudaFreeAsync), create (cuMemRelease)
  *   device N           the current device
  *   used N             the stand-in driver's bytes in use on device N
+ *   meminfo            cudaMemGetInfo on the current device: prints free and total bytes
  *   threads T N BYTES  T threads, each N cudaMalloc+cudaFree pairs; prints the errors seen
  *   pairs N BYTES      N cudaMalloc+cudaFree pairs, timed; prints nanoseconds per pair
  *   fork BYTES         a child allocates BYTES and answers "child PID ok|err CODE" through the
@@ -103,6 +104,13 @@ int main(void) {
       device = (int)a;
       cudaSetDevice(device);
       printf("ok\n");
+    } else if (!strcmp(line, "meminfo\n") || !strcmp(line, "meminfo")) {
+      size_t free_bytes = 0, total_bytes = 0;
+      int r = cudaMemGetInfo(&free_bytes, &total_bytes);
+      if (r)
+        printf("err %d\n", r);
+      else
+        printf("ok %zu %zu\n", free_bytes, total_bytes);
     } else if (sscanf(line, "used %llu", &a) == 1) {
       printf("ok %llu\n", fakeDeviceUsed((int)a));
     } else if (sscanf(line, "threads %llu %llu %llu", &a, &b, &c) == 3) {

@@ -66,6 +66,31 @@ int main() {
     CHECK(!gb.Take(*b, 8 * MiB, &r));  // a holds 8 MiB and a grant
     CHECK(gb.Take(*b, 8 * MiB - ga.grant(), &r));
     CHECK(Ledger::Read(Ledger::PathFor(dir, "two", "simulated")).charged == 16 * MiB);
+    // What cuMemGetInfo tells each: nothing left to b; a has its spare grant.
+    GroupSnapshot g = a->Snapshot();
+    MemInfo device{60 * MiB, 80 * MiB};
+    MemInfo seen_a = GroupMemInfo(device, g.budget, g.charged, ga.spare());
+    MemInfo seen_b = GroupMemInfo(device, g.budget, g.charged, gb.spare());
+    CHECK(seen_a.total == 16 * MiB && seen_a.free == ga.grant());
+    CHECK(seen_b.total == 16 * MiB && seen_b.free == gb.spare());
+  }
+
+  // GroupMemInfo: the budget caps the total and the free memory; the device caps both in turn.
+  {
+    MemInfo device{60 * MiB, 80 * MiB};
+    CHECK(GroupMemInfo(device, 20 * MiB, 0, 0).free == 20 * MiB);
+    CHECK(GroupMemInfo(device, 20 * MiB, 0, 0).total == 20 * MiB);
+    CHECK(GroupMemInfo(device, 20 * MiB, 15 * MiB, 0).free == 5 * MiB);
+    CHECK(GroupMemInfo(device, 20 * MiB, 15 * MiB, 2 * MiB).free == 7 * MiB);
+    // Above the device: the device's figures.
+    CHECK(GroupMemInfo(device, 100 * MiB, 0, 0).free == 60 * MiB);
+    CHECK(GroupMemInfo(device, 100 * MiB, 0, 0).total == 80 * MiB);
+    // A group charged past its budget (a budget lowered under it) leaves nothing but the spare.
+    CHECK(GroupMemInfo(device, 20 * MiB, 30 * MiB, 0).free == 0);
+    CHECK(GroupMemInfo(device, 20 * MiB, 30 * MiB, MiB).free == MiB);
+    // No sum overflows.
+    CHECK(GroupMemInfo({UINT64_MAX, UINT64_MAX}, UINT64_MAX, 0, UINT64_MAX).free == UINT64_MAX);
+    CHECK(GroupMemInfo(device, 20 * MiB, 0, UINT64_MAX).free == 20 * MiB);
   }
   std::string cmd = "rm -rf " + dir;
   (void)!system(cmd.c_str());

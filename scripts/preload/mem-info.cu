@@ -1,0 +1,44 @@
+// What cudaMemGetInfo tells a program before and after it allocates: under the interposer, in a
+// group, the device as the group's budget leaves the program (total: the budget; free: what the
+// group can still charge), plainly the device itself. Built with nvcc's default static runtime:
+//
+//   nvcc -O2 -o mem-info scripts/preload/mem-info.cu
+//   mem-info [--bytes N] [--device N]
+//
+// Prints one JSON line: {"before":{"free","total"},"after":{"free","total"},"bytes"}, "after"
+// taken while an allocation of --bytes (default 256 MiB) is held.
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "program.h"
+
+using preload_program::Arg;
+using preload_program::Fail;
+
+namespace {
+
+void Info(size_t* free_bytes, size_t* total_bytes) {
+  cudaError_t e = cudaMemGetInfo(free_bytes, total_bytes);
+  if (e != cudaSuccess) Fail("cudaMemGetInfo", e);
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  size_t bytes = Arg(argc, argv, "--bytes", 256ull << 20);
+  cudaError_t e = cudaSetDevice(static_cast<int>(Arg(argc, argv, "--device", 0)));
+  if (e != cudaSuccess) Fail("cudaSetDevice", e);
+  size_t free0 = 0, total0 = 0, free1 = 0, total1 = 0;
+  Info(&free0, &total0);
+  void* p = nullptr;
+  if ((e = cudaMalloc(&p, bytes)) != cudaSuccess) Fail("cudaMalloc", e);
+  Info(&free1, &total1);
+  if ((e = cudaFree(p)) != cudaSuccess) Fail("cudaFree", e);
+  std::printf(
+      "{\"before\":{\"free\":%zu,\"total\":%zu},\"after\":{\"free\":%zu,\"total\":%zu},"
+      "\"bytes\":%zu}\n",
+      free0, total0, free1, total1, bytes);
+  return 0;
+}

@@ -1,0 +1,35 @@
+// What the CUDA programs of scripts/preload share: reading their --name value options, and failing
+// on a CUDA error with one line on stderr, named after the program as it was run.
+#pragma once
+
+#include <cuda_runtime.h>
+#include <errno.h>  // program_invocation_short_name
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+namespace preload_program {
+
+// The value after `name` on the command line, else `fallback`.
+inline const char* ArgText(int argc, char** argv, const char* name, const char* fallback) {
+  for (int i = 1; i + 1 < argc; ++i)
+    if (!std::strcmp(argv[i], name)) return argv[i + 1];
+  return fallback;
+}
+
+// The number after `name` on the command line, else `fallback`.
+inline uint64_t Arg(int argc, char** argv, const char* name, uint64_t fallback) {
+  const char* v = ArgText(argc, argv, name, nullptr);
+  return v ? std::strtoull(v, nullptr, 10) : fallback;
+}
+
+[[noreturn]] inline void Fail(const char* what, cudaError_t e) {
+  std::fprintf(stderr, "%s: %s: %s (%s)\n", program_invocation_short_name, what,
+               cudaGetErrorName(e), cudaGetErrorString(e));
+  std::exit(1);
+}
+
+}  // namespace preload_program
