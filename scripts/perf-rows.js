@@ -5,8 +5,8 @@
 //   staged h2d and d2h at 4, 16 and 64 MiB, as a share of pinned memory's rate in the same report,
 //     beside the staged path's own chunk schedule moved from pinned memory with no CPU copy
 //     (staged-dma, the most it can reach) and the share of its limit (shareOfLimit)
-//   staged both ways (bidir) at 256 MiB and 1 GiB, as a share of pinned, beside the host's own
-//     copy rate (the hostcopy rows) and the share of the lower of the two (shareOfLimit)
+//   staged both ways (bidir) at 256 MiB and 1 GiB, as a share of pinned, beside its host half
+//     alone (the hostcopy rows) and the share of the lower of the two (shareOfLimit)
 //   a pooled alloc+free of a cached 1 MiB block, in µs, beside CuPy's and PyTorch's pools
 //     (scripts/compare-torch-alloc.py, run in the same repeat) and two empty addon calls (the
 //     floor of any pair on this host)
@@ -16,8 +16,9 @@
 //   the event loop's worst delay during 1 GiB copyAsync both ways (the bench's probe)
 //   a 4 KiB copy() from JavaScript against cudaMemcpy from C++ (pinned-call against baseline),
 //     the time ratio, each run's and the worst
-//   with --two-gpus, where two GPUs are visible: staged and pinned h2d at 1 GiB on GPUs 0 and 1,
-//     each alone and both at once (each GPU's rate together over its rate alone)
+//   with --two-gpus, where two GPUs are visible: staged, pinned and the staged path's host half
+//     alone (hostcopy) h2d at 1 GiB on GPUs 0 and 1, each alone and both at once (each GPU's rate
+//     together over its rate alone)
 //
 // Usage: node scripts/perf-rows.js OUTDIR [--baseline DIR] [--repeats 3] [--two-gpus]
 //          [--python python3] [--skip-python]
@@ -174,6 +175,10 @@ function measure(o, label, root, k) {
   bench('managed', ['--sizes', '64MiB,1GiB', '--modes', 'managed', '--directions', 'h2d,d2h', '--iterations', '15', '--no-event-loop']);
   run(process.execPath, [__filename, '--alloc-pair', root, file('alloc')], `${label} r${k} alloc`);
   run(process.execPath, [__filename, '--async-hop', root, file('hop')], `${label} r${k} hop`);
+  // The staged path's host half alone (hostcopy) where the checkout's several-GPU benchmark has it.
+  const twoGpuModes = require(path.join(root, 'dist', 'bench', 'devices')).DEVICES_MODES.includes('hostcopy')
+    ? 'pinned,staged,hostcopy'
+    : 'pinned,staged';
   if (o.twoGpus)
     run(
       process.execPath,
@@ -183,7 +188,7 @@ function measure(o, label, root, k) {
         '--devices',
         '0,1',
         '--modes',
-        'pinned,staged',
+        twoGpuModes,
         '--sizes',
         '1GiB',
         '--directions',
@@ -211,6 +216,7 @@ function measure(o, label, root, k) {
       // The staged path's own chunks moved from pinned memory with no CPU copy (staged-dma): the
       // most it can reach at this size.
       rows[`staged-dma ${d} ${n / MiB} MiB / pinned`] = ratio(gbps(find(t, 'staged-dma', d, n)), gbps(find(t, 'pinned', d, n)));
+      rows[`host copy ${d} ${n / MiB} MiB / pinned`] = ratio(gbps(find(t, 'hostcopy', d, n)), gbps(find(t, 'pinned', d, n)));
       rows[`staged ${d} ${n / MiB} MiB / its limit (pinned, host copy or staged-dma)`] = staged?.shareOfLimit;
     }
   for (const n of [256 * MiB, GiB]) {
@@ -245,7 +251,7 @@ function measure(o, label, root, k) {
     rows[`4 KiB copy() ${d} / cudaMemcpy from C++ (time)`] = ratio(js, cpp);
   }
   if (g)
-    for (const mode of ['pinned', 'staged'])
+    for (const mode of ['pinned', 'staged', 'hostcopy'])
       for (const dev of [0, 1])
         rows[`two GPUs ${mode} h2d 1 GiB, GPU ${dev} together / alone`] = g.results?.find(
           (r) => r.scope === 'together' && r.mode === mode && r.direction === 'h2d' && r.device === dev,

@@ -22,6 +22,11 @@ export interface StagingSettings {
   /** Chunks in the ring. */
   slots: number;
   /**
+   * Bytes of pinned memory in one ring (slots × chunkBytes, rounded down to 4 KiB): each GPU
+   * holds one per direction it has staged copies in. Derived; not a setting.
+   */
+  readonly ringBytes: number;
+  /**
    * Host threads copying between the Node buffer and the ring, counting the thread that asked for
    * the copy. At most as many as the CPUs the team shares run at once, fewer while other GPUs'
    * teams copy too ({@link StagingPlacement.sharedCpus}).

@@ -10,6 +10,7 @@ import type { CopyTarget } from '../binding/types';
 import { status, devices as listDevices, formatCudaVersion, deviceLocality, cudaVisibleDevices, requireCuda } from '../device/discovery';
 import { DeviceBuffer, PinnedBuffer } from '../memory/buffers';
 import { copy } from '../transfer/copy';
+import { configureStaging } from '../transfer/staging';
 import { summarize, rateSummary, SampleSummary } from './stats';
 import { GateMetric, GateSource } from './gates';
 import { fillPattern, equal } from './transfer';
@@ -178,8 +179,8 @@ export function multiGpuEnvironment(indices: number[]): MultiGpuEnvironment {
 }
 
 // One GPU's buffers for one size and mode: two device buffers and two host buffers (bidir moves
-// host -> dev while dev2 -> host2). For 'hostcopy', dev and dev2 are PinnedBuffers of the GPU,
-// where a staged copy's ring would be.
+// host -> dev while dev2 -> host2). For 'hostcopy', dev and dev2 are PinnedBuffers of the GPU
+// holding a staging ring each, which the copies pass through.
 interface GpuBuffers {
   device: number;
   dev: DeviceBuffer | PinnedBuffer;
@@ -195,7 +196,10 @@ function allocate(device: number, n: number, mode: DevicesMode, pattern: Uint8Ar
   const made: { free(): void }[] = [];
   try {
     const side = () => {
-      const b = mode === 'hostcopy' ? PinnedBuffer.alloc(n, { device, portable: true }) : DeviceBuffer.alloc(n, { device });
+      const b =
+        mode === 'hostcopy'
+          ? PinnedBuffer.alloc(configureStaging().ringBytes, { device, portable: true })
+          : DeviceBuffer.alloc(n, { device });
       made.push(b);
       return b;
     };
@@ -214,7 +218,7 @@ function allocate(device: number, n: number, mode: DevicesMode, pattern: Uint8Ar
     const [h, ht] = host();
     const [h2, h2t] = host();
     h.set(pattern.subarray(0, n));
-    copy(dev2, pattern.subarray(0, n));
+    if (mode !== 'hostcopy') copy(dev2, pattern.subarray(0, n));
     return { device, dev, dev2, host: h, host2: h2, hostTarget: ht, host2Target: h2t, free: () => made.forEach((m) => m.free()) };
   } catch (e) {
     for (const m of made) m.free();
@@ -234,7 +238,8 @@ function jobsOf(b: GpuBuffers, mode: DevicesMode, direction: DevicesDirection, n
   return direction === 'h2d' ? [h2d] : direction === 'd2h' ? [d2h] : [h2d, d2h];
 }
 
-function verify(b: GpuBuffers, direction: DevicesDirection, n: number, pattern: Uint8Array): boolean {
+function verify(b: GpuBuffers, mode: DevicesMode, direction: DevicesDirection, n: number, pattern: Uint8Array): boolean {
+  if (mode === 'hostcopy') return verifyHostCopy(b, direction, n, pattern);
   let ok = true;
   if (direction !== 'd2h') {
     const check = new Uint8Array(n);
@@ -242,6 +247,23 @@ function verify(b: GpuBuffers, direction: DevicesDirection, n: number, pattern: 
     ok = equal(check, pattern, n);
   }
   if (direction !== 'h2d') ok = ok && equal(b.host2, pattern, n);
+  return ok;
+}
+
+// A host copy moves nothing past the ring: each direction's path is checked by one more pass with a
+// Node buffer standing for the device memory.
+function verifyHostCopy(b: GpuBuffers, direction: DevicesDirection, n: number, pattern: Uint8Array): boolean {
+  let ok = true;
+  if (direction !== 'd2h') {
+    const check = new Uint8Array(n);
+    native.timeHostCopy(b.host, (b.dev as PinnedBuffer)._h, n, 0, 1, 'h2d', check);
+    ok = equal(check, pattern, n);
+  }
+  if (direction !== 'h2d') {
+    b.host2.fill(0);
+    native.timeHostCopy(b.host2, (b.dev2 as PinnedBuffer)._h, n, 0, 1, 'd2h', pattern.subarray(0, n));
+    ok = ok && equal(b.host2, pattern, n);
+  }
   return ok;
 }
 
@@ -360,7 +382,7 @@ function aloneRows(c: DevicesCase, results: DeviceRate[], progress: (label: stri
       scope: 'alone',
       seconds: summarize(secs),
       gbps: rateSummary(secs, perJob * n),
-      verified: verify(b, direction, n, c.pattern),
+      verified: verify(b, mode, direction, n, c.pattern),
       samples: Array.from(secs),
     };
     alone.set(b.device, row);
@@ -389,7 +411,7 @@ function togetherRows(c: DevicesCase, alone: Map<number, DeviceRate>, results: D
       seconds: summarize(secs),
       gbps,
       shareOfAlone: gbps.median / alone.get(b.device)!.gbps.median,
-      verified: verify(b, direction, n, c.pattern),
+      verified: verify(b, mode, direction, n, c.pattern),
       samples: Array.from(secs),
     });
   });

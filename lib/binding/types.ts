@@ -209,9 +209,19 @@ const surface = {
   timeBidirectional: fn<(a: CopyTarget, b: CopyTarget, c: CopyTarget, d: CopyTarget, ...run: TimedRun) => Float64Array>(),
   /** direction: 'h2d' or 'd2h'. */
   timeRawPinned: fn<(bytes: number, warmup: number, iterations: number, direction: string, device: number) => Float64Array>(),
-  /** direction: 'h2d', 'd2h' or 'bidir'. */
+  /** direction: 'h2d', 'd2h' or 'bidir'; pinned holds a staging ring per direction; check: n bytes a direction standing for the device, for one untimed pass. */
   timeHostCopy:
-    fn<(pageable: Uint8Array, pinned: number, bytes: number, warmup: number, iterations: number, direction: string) => Float64Array>(),
+    fn<
+      (
+        pageable: Uint8Array,
+        pinned: BufferHandle,
+        bytes: number,
+        warmup: number,
+        iterations: number,
+        direction: string,
+        check?: Uint8Array,
+      ) => Float64Array
+    >(),
   /** The staged path's chunks of a copy of `bytes` moved between a PinnedBuffer and a DeviceBuffer; direction: 'h2d' or 'd2h'. */
   timeStagedDma:
     fn<

@@ -12,6 +12,7 @@ import {
   KNOWN_MODES,
   ALL_DIRECTIONS,
   TransferBenchmarkOptions,
+  TransferMode,
   TransferReport,
 } from '../bench/transfer';
 import {
@@ -36,7 +37,9 @@ import { Usage, gatesJson, progressBar, requireGpu, writeOutput } from './common
 import { collect, deviceList, integer, list, outFile, wrap } from './options';
 
 // What commander hands the action: the benchmark's own options plus the output flags.
-interface BenchOptions extends Pick<TransferBenchmarkOptions, 'sizes' | 'modes' | 'directions' | 'iterations' | 'warmup' | 'device'> {
+interface BenchOptions extends Pick<TransferBenchmarkOptions, 'sizes' | 'directions' | 'iterations' | 'warmup' | 'device'> {
+  /** The one-GPU benchmark's modes, or with --devices those of several GPUs. */
+  modes?: (TransferMode | DevicesMode)[];
   devices?: 'all' | number[];
   p2p?: boolean;
   chunk?: number;
@@ -67,8 +70,8 @@ export function register(program: Command): void {
     .option('--sizes <list>', 'sizes or ranges, binary suffixes: 64MiB,256MiB or 4KiB..1GiB (the default)', wrap(parseSizeList))
     .option(
       '--modes <list>',
-      `any of ${KNOWN_MODES.join(',')} (default: ${ALL_MODES.join(',')}; the managed modes on request)`,
-      list(KNOWN_MODES),
+      `any of ${KNOWN_MODES.join(',')} (default: ${ALL_MODES.join(',')}; the managed modes on request); with --devices any of ${DEVICES_MODES.join(',')}`,
+      list([...KNOWN_MODES, ...DEVICES_MODES.filter((m) => !(KNOWN_MODES as string[]).includes(m))]),
     )
     .option('--directions <list>', `any of ${ALL_DIRECTIONS.join(',')} (default: all)`, list(ALL_DIRECTIONS))
     .option(
@@ -113,8 +116,8 @@ export function register(program: Command): void {
     .option('--no-event-loop', 'skip the event-loop delay probe')
     .addHelpText(
       'after',
-      '\nRows: one per mode asked for, and "hostcopy" whenever staged or auto is measured: this host copying\n' +
-        "between pageable and pinned memory with the staged path's threads, no GPU involved; with it\n" +
+      '\nRows: one per mode asked for, and "hostcopy" whenever staged or auto is measured: the staged path\'s\n' +
+        'host half alone, its chunks copied through a pinned ring by its threads with no transfer; with it\n' +
         '"staged-dma" (h2d, d2h): the staged path\'s own chunks moved between pinned and device memory, no\n' +
         'CPU copy involved. The staged path cannot beat the lowest of pinned (the link), hostcopy (the host)\n' +
         'and staged-dma (its chunks): the tables give that limit.',
@@ -126,6 +129,11 @@ export function register(program: Command): void {
 
 async function bench(o: BenchOptions): Promise<number> {
   if (o.devices !== undefined || o.p2p) return benchDevices(o);
+  const devicesOnly = (o.modes ?? []).filter((m) => !(KNOWN_MODES as string[]).includes(m));
+  if (devicesOnly.length)
+    throw new Usage(
+      `--modes ${devicesOnly.join(',')} is for --devices; the one-GPU benchmark measures the host's copy (hostcopy rows) beside its staged rows`,
+    );
   const staging: Record<string, number> = {};
   if (o.chunk !== undefined) staging.chunkBytes = o.chunk;
   if (o.firstChunk !== undefined) staging.firstChunkBytes = o.firstChunk;
@@ -135,7 +143,7 @@ async function bench(o: BenchOptions): Promise<number> {
   unavailableReport(o, { schema: 'cuda-memory/transfer-benchmark@1', results: [] });
   const report = await runTransferBenchmark({
     sizes: o.sizes,
-    modes: o.modes,
+    modes: o.modes as TransferMode[] | undefined,
     directions: o.directions,
     iterations: o.iterations,
     warmup: o.warmup,

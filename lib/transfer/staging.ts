@@ -24,7 +24,7 @@ export type { StagingSettings, StagingPlacement } from '../base/types';
  * @category Copies
  */
 export type StagingUpdate = {
-  [K in keyof Omit<StagingSettings, 'autoThreshold'>]?: StagingSettings[K] | null;
+  [K in keyof Omit<StagingSettings, 'autoThreshold' | 'ringBytes'>]?: StagingSettings[K] | null;
 } & { autoThreshold?: { h2d?: number | null; d2h?: number | null } | null };
 
 /**

@@ -19,23 +19,24 @@ namespace {
 // One copy repeated in step with the others. 'events': cudaMemcpyAsync (cudaMemcpyPeerAsync
 // between two devices, driven by the source) on a stream of the job's own with events around it,
 // the GPU's own view; 'clock': the library's copy (CopyRange) timed with a steady clock;
-// 'hostcopy': the staged path's host half alone, the pinned side's GPU's copy team moving the
-// bytes between the pinned and the pageable buffer as a staged copy stores them, timed with a
-// steady clock (GPUs at once share the host's memory bandwidth here).
+// 'hostcopy': the staged path's host half alone (StagingEngine::HostHalf), the pinned side's
+// GPU's engine copying between the pageable buffer and a ring in the pinned one as a staged copy
+// would, with no transfer, timed with a steady clock (GPUs at once share the host's memory here).
 struct Job {
   enum Kind { kEvents, kClock, kHostCopy };
   Endpoint dst, src;
   size_t n = 0;
   Kind kind = kEvents;
   Strategy strategy = Strategy::kAuto;
+  std::shared_ptr<StagingEngine> engine;  // a hostcopy job's
   int device = 0;
   std::vector<double> seconds;
   std::vector<Clock::time_point> ends;
   Error err;
 };
 
-// The job's one copy, timed.
-Error RunOnce(Instance& inst, Job& job, BenchStream& q, core::CopyTeam* team, bool streaming,
+// The job's one copy, timed. `engine`: a hostcopy job's, with where its ring starts.
+Error RunOnce(Instance& inst, Job& job, BenchStream& q, StagingEngine* engine, size_t* ring_pos,
               bool peer, double* seconds) {
   if (job.kind == Job::kEvents)
     return q.Time(
@@ -54,10 +55,14 @@ Error RunOnce(Instance& inst, Job& job, BenchStream& q, core::CopyTeam* team, bo
         seconds);
   Clock::time_point t0 = Clock::now();
   Error e;
-  if (team)
-    team->Copy(job.dst.ptr, job.src.ptr, job.n, streaming);
-  else
+  if (engine) {
+    const bool to_host = job.dst.where == Endpoint::kPageable;
+    char* host = to_host ? job.dst.ptr : job.src.ptr;
+    char* ring = to_host ? job.src.ptr : job.dst.ptr;
+    engine->HostHalf(host, job.n, ring, nullptr, ring_pos);
+  } else {
     e = CopyRange(inst, job.dst, job.src, job.n, job.strategy, nullptr);
+  }
   *seconds = Seconds(t0, Clock::now());
   return e;
 }
@@ -67,19 +72,14 @@ void RunJob(Instance& inst, Job& job, int total, std::atomic<int>& go, std::atom
   BenchStream q;
   bool peer = job.dst.where == Endpoint::kDevice && job.src.where == Endpoint::kDevice &&
               job.dst.device != job.src.device;
-  std::shared_ptr<core::CopyTeam> team;
-  bool streaming = false;
-  if (job.kind == Job::kHostCopy) {
-    team = GetStagingTeam(inst, job.device);
-    streaming = HostCopyStreaming(inst, job.dst.where == Endpoint::kPageable, job.n);
-  }
+  size_t ring_pos = 0;
   CM_TRY(job.err, cudaSetDevice(job.device), "cudaSetDevice");
   if (!job.err && job.kind == Job::kEvents) job.err = q.Make(2);
   ready.fetch_add(1);
   for (int it = 0; it < total; ++it) {
     while (go.load(std::memory_order_acquire) < it) std::this_thread::yield();
     double secs = 0;
-    if (!job.err) job.err = RunOnce(inst, job, q, team.get(), streaming, peer, &secs);
+    if (!job.err) job.err = RunOnce(inst, job, q, job.engine.get(), &ring_pos, peer, &secs);
     job.seconds.push_back(secs);
     job.ends.push_back(Clock::now());
     finished.fetch_add(1, std::memory_order_acq_rel);
@@ -104,7 +104,6 @@ Napi::Value TimeTogether(const Napi::CallbackInfo& info) {
     j.dst = ResolveEndpoint(env, o.Get("dst"), "dst");
     j.src = ResolveEndpoint(env, o.Get("src"), "src");
     j.n = ReadSize(env, o.Get("bytes"), "bytes");
-    if (j.n > j.dst.length || j.n > j.src.length) ThrowRange(env, "bytes runs past a buffer");
     std::string timing = o.Get("timing").ToString().Utf8Value();
     j.kind = timing == "clock" ? Job::kClock : timing == "hostcopy" ? Job::kHostCopy : Job::kEvents;
     j.strategy = ReadStrategy(env, o.Get("strategy"));
@@ -120,6 +119,21 @@ Napi::Value TimeTogether(const Napi::CallbackInfo& info) {
     // The GPU the job drives: a copy's device side, a host copy's pinned side.
     Endpoint::Where own = j.kind == Job::kHostCopy ? Endpoint::kPinned : Endpoint::kDevice;
     j.device = j.src.where == own ? j.src.device : j.dst.device;
+    // Both sides hold the n bytes, but a host copy's PinnedBuffer, which only holds its ring.
+    auto holds = [&](const Endpoint& e) {
+      return (j.kind == Job::kHostCopy && e.where == Endpoint::kPinned) || j.n <= e.length;
+    };
+    if (!holds(j.dst) || !holds(j.src)) ThrowRange(env, "bytes runs past a buffer");
+    if (j.kind == Job::kHostCopy) {
+      Error err;
+      j.engine =
+          GetStagingEngine(GetInstance(env), j.device, j.dst.where == Endpoint::kPageable, &err);
+      if (!j.engine) Fail(env, err);
+      const size_t ring = j.engine->RingBytes();
+      if ((j.src.where == Endpoint::kPinned ? j.src : j.dst).length < ring)
+        ThrowRange(env, "a 'hostcopy' job's PinnedBuffer must hold the staging ring (" +
+                            std::to_string(ring) + " bytes)");
+    }
   }
   Instance& inst = GetInstance(env);
   const int total = warmup + iters;

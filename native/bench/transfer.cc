@@ -155,10 +155,16 @@ Napi::Value TimeRawPinned(const Napi::CallbackInfo& info) {
   return ToFloat64Array(env, samples);
 }
 
-// timeHostCopy: returns seconds per copy: the host memory copy rate the staged path is bound by,
-// measured with its own team of threads and store kind. 'h2d' copies pageable into pinned memory,
-// 'd2h' back, 'bidir' both at once from two threads (pinned's first half into pageable's second
-// half and the reverse), as the two directions of a bidirectional staged copy share the team.
+// timeHostCopy: returns seconds per copy: the staged path's host half alone, the rate its host
+// memory copy allows. Each direction runs a staged copy of n bytes as its device's engine would
+// (StagingEngine::HostHalf: its plan, pieces, team and stores) through a ring in `pinned`, with
+// no transfer: 'h2d' from `pageable` into the ring, 'd2h' out of it, 'bidir' both at once from
+// two threads (the h2d half from pageable's first n bytes through pinned's first ring, the d2h
+// half into its second n bytes out of the second ring), as the directions of a bidirectional
+// staged copy share the team. `pinned` holds one ring per direction (stagingRingBytes each).
+// `check` (optional, n bytes a direction, laid out as pageable is): one more, untimed, pass with
+// `check` standing for the device, the chunks moved between it and the ring by memcpy, so that
+// the caller can compare what arrived.
 Napi::Value TimeHostCopy(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   RequireCuda(env);
@@ -170,29 +176,43 @@ Napi::Value TimeHostCopy(const Napi::CallbackInfo& info) {
   std::string direction = ReadString(env, info[5], "direction");
   if (direction != "h2d" && direction != "d2h" && direction != "bidir")
     ThrowRange(env, "direction must be 'h2d', 'd2h' or 'bidir', got '" + direction + "'");
-  bool bidir = direction == "bidir";
-  size_t span = bidir ? 2 * n : n;  // bidir writes each buffer's second half
-  if (span > pageable.length || span > pinned.length) ThrowRange(env, "bytes runs past a buffer");
+  if (pinned.where != Endpoint::kPinned) ThrowType(env, "pinned must be a PinnedBuffer");
+  const bool bidir = direction == "bidir";
+  Endpoint check;
+  if (info.Length() > 6 && !Absent(info[6])) check = ResolveEndpoint(env, info[6], "check");
   Instance& inst = GetInstance(env);
-  std::shared_ptr<core::CopyTeam> team = GetStagingTeam(inst, pinned.device);
-  // As a staged copy of n bytes would store: into pinned memory (h2d) and out of it (d2h).
-  const bool streaming_in = HostCopyStreaming(inst, false, n),
-             streaming_out = HostCopyStreaming(inst, true, n);
-  auto in = [&] { team->Copy(pinned.ptr + (bidir ? n : 0), pageable.ptr, n, streaming_in); };
-  auto out = [&] { team->Copy(pageable.ptr + (bidir ? n : 0), pinned.ptr, n, streaming_out); };
+  Error err;
+  // The engines to copy as: h2d's first, then d2h's.
+  std::vector<std::shared_ptr<StagingEngine>> engines;
+  for (bool to_host : {false, true}) {
+    if (bidir || (direction == "d2h") == to_host) {
+      engines.push_back(GetStagingEngine(inst, pinned.device, to_host, &err));
+      if (!engines.back()) Fail(env, err);
+    }
+  }
+  const size_t ring = engines[0]->RingBytes(), span = engines.size() * n;
+  if (span > pageable.length || (check.ptr && span > check.length))
+    ThrowRange(env, "bytes runs past a buffer");
+  if (engines.size() * ring > pinned.length)
+    ThrowRange(env, "pinned must hold " + std::to_string(engines.size()) + " staging ring" +
+                        (bidir ? "s" : "") + " of " + std::to_string(ring) + " bytes");
+  std::vector<size_t> pos(engines.size(), 0);
+  auto pass = [&](char* stand_in) {
+    auto half = [&](size_t i) {
+      engines[i]->HostHalf(pageable.ptr + i * n, n, pinned.ptr + i * ring,
+                           stand_in ? stand_in + i * n : nullptr, &pos[i]);
+    };
+    if (!bidir) return half(0);
+    std::thread other(half, 1);
+    half(0);
+    other.join();
+  };
   Error none;  // a host copy cannot fail
   std::vector<double> samples = ClockRuns(warmup, iters, &none, [&] {
-    if (bidir) {
-      std::thread other(out);
-      in();
-      other.join();
-    } else if (direction == "h2d") {
-      in();
-    } else {
-      out();
-    }
+    pass(nullptr);
     return Error();
   });
+  if (check.ptr) pass(check.ptr);
   return ToFloat64Array(env, samples);
 }
 

@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "binding/exports.h"
+#include "core/transfer/file_pipeline.h"  // HostTransport
 #include "device/discovery.h"
 
 namespace cm {
@@ -111,10 +112,7 @@ core::StagingDirection StagingEngine::Direction() const {
   return to_host_ ? core::StagingDirection::kToHost : core::StagingDirection::kToDevice;
 }
 
-core::StagingShape StagingEngine::Shape() const {
-  return {options_.first_chunk_bytes, options_.chunk_bytes, options_.slots,
-          options_.last_chunk_bytes};
-}
+core::StagingShape StagingEngine::Shape() const { return ShapeOf(options_); }
 
 StagingEngine::~StagingEngine() {
   if (stream_) cudaStreamSynchronize(stream_);
@@ -137,6 +135,16 @@ Error StagingEngine::Copy(char* device_ptr, char* host, size_t n) {
 
 core::StagingPlan StagingEngine::PlanFor(size_t n) const {
   return core::PlanStagedCopy(Direction(), kIssue, n, Shape(), team_->threads(), 0);
+}
+
+size_t StagingEngine::RingBytes() const { return core::StagingRingBytes(Shape()); }
+
+void StagingEngine::HostHalf(char* host, size_t n, char* ring, char* stand_in, size_t* ring_pos) {
+  // As a file read moves ring -> host memory and a file write host memory -> ring: to the device
+  // the chunks leave the ring for the stand-in, to the host they arrive from it.
+  core::HostTransport cpu(ring, stand_in, !to_host_);
+  core::RunStaged(*team_, cpu, Direction(), host, n, Shape(),
+                  StreamingFor(options_.streaming, to_host_, n), ring_pos, kIssue);
 }
 
 namespace {
@@ -186,12 +194,6 @@ std::shared_ptr<core::CopyTeam> GetStagingTeam(Instance& inst, int device) {
   StagingState& st = Staging(inst);
   std::lock_guard<std::mutex> lock(st.mutex);
   return TeamLocked(st, device);
-}
-
-bool HostCopyStreaming(Instance& inst, bool to_host, size_t n) {
-  StagingState& st = Staging(inst);
-  std::lock_guard<std::mutex> lock(st.mutex);
-  return StreamingFor(StagingOptionsInForce(st).streaming, to_host, n);
 }
 
 std::shared_ptr<const core::NumaPlan> DevicePlacement(Instance& inst, int device) {
@@ -328,6 +330,7 @@ Napi::Value ConfigureStaging(const Napi::CallbackInfo& info) {
   out.Set("firstChunkBytes", static_cast<double>(std::min(o.first_chunk_bytes, o.chunk_bytes)));
   out.Set("lastChunkBytes", static_cast<double>(std::min(o.last_chunk_bytes, o.chunk_bytes)));
   out.Set("slots", o.slots);
+  out.Set("ringBytes", static_cast<double>(core::StagingRingBytes(ShapeOf(o))));
   out.Set("threads", o.threads);
   if (o.streaming == Streaming::kAuto)
     out.Set("streaming", "auto");

@@ -77,6 +77,11 @@ struct StagingOptions {
 // st.mutex.
 StagingOptions StagingOptionsInForce(const StagingState& st);
 
+// The chunk shape the options give.
+inline core::StagingShape ShapeOf(const StagingOptions& o) {
+  return {o.first_chunk_bytes, o.chunk_bytes, o.slots, o.last_chunk_bytes};
+}
+
 // The size from which strategy 'auto' stages a pageable copy in this direction.
 size_t StagedThreshold(Instance& inst, bool to_host);
 
@@ -100,6 +105,13 @@ class StagingEngine {
   // The chunks and pieces its next Copy of n bytes would use (its shape, its team's threads),
   // placed from the start of the ring rather than where that copy would start.
   core::StagingPlan PlanFor(size_t n) const;
+  // Bytes of its ring (and of the one HostHalf takes).
+  size_t RingBytes() const;
+  // The host half of a Copy of n bytes alone, for the benchmark: the same plan, pieces, team and
+  // stores, through `ring` (pinned, RingBytes() of it) in place of the engine's, from *ring_pos
+  // on. `stand_in` stands for the device memory: each chunk moves between it and the ring by
+  // memcpy as it is issued; null, nothing moves (what the benchmark's host-copy rows time).
+  void HostHalf(char* host, size_t n, char* ring, char* stand_in, size_t* ring_pos);
 
  private:
   friend class CudaRing;
@@ -127,9 +139,6 @@ std::shared_ptr<StagingEngine> GetStagingEngine(Instance& inst, int device, bool
                                                 Error* err);
 // The copy team for `device`'s NUMA node (made on first use).
 std::shared_ptr<core::CopyTeam> GetStagingTeam(Instance& inst, int device);
-// Whether a staged copy of n bytes stores into the ring (to_host false) or out of it with
-// non-temporal stores, under the configuration in force: what the benchmark's host copy stores as.
-bool HostCopyStreaming(Instance& inst, bool to_host, size_t n);
 // Where `device` sits among the host's NUMA nodes (sysfs, read once per instance and device).
 std::shared_ptr<const core::NumaPlan> DevicePlacement(Instance& inst, int device);
 

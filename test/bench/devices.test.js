@@ -290,6 +290,8 @@ describe('several-GPU reports and gates without a GPU', () => {
         /with --devices, --modes takes pinned, staged, pageable, hostcopy; not registered/,
       ],
       [['bench', '--devices', 'all', '--directions', 'd2d'], /with --devices, --directions takes h2d, d2h, bidir; not d2d/],
+      [['bench', '--modes', 'staged,hostcopy'], /--modes hostcopy is for --devices/],
+      [['bench', '--modes', 'copy'], /"copy" is not one/],
       [['bench', '--p2p', '--device', '1'], /--device picks one GPU; with several use --devices/],
       [['doctor', '--devices', 'all', '--device', '0'], /--device picks one GPU; with several use --devices/],
       [['bench', '--p2p', '--expect', 'p2p.0-1.latency>=3GB/s'], /is a time \(µs\)/],
@@ -320,42 +322,86 @@ describe('several-GPU reports and gates without a GPU', () => {
 });
 
 describeGpu('the several-GPU benchmark on one GPU', () => {
-  test("'hostcopy': the GPU's copy team between a Node buffer and a PinnedBuffer, bytes checked; its jobs are checked", async () => {
+  test("'hostcopy': the staged path's host half through a ring of the GPU's, each direction checked; its jobs are checked", async () => {
     const { runDevicesBenchmark } = require(path.join(root, 'dist', 'bench', 'devices'));
-    const r = await runDevicesBenchmark({ devices: [0], sizes: [4 * MiB], modes: ['hostcopy'], iterations: 10, warmup: 1 });
-    expect(r.results.map((x) => [x.direction, x.scope, x.verified])).toEqual(
-      ['h2d', 'd2h', 'bidir'].flatMap((d) => [
-        [d, 'alone', true],
-        [d, 'together', true],
-      ]),
+    // Smaller and larger than the ring the copies pass through.
+    const ring = cm.configureStaging().ringBytes;
+    const r = await runDevicesBenchmark({ devices: [0], sizes: [4 * MiB, ring + 4 * MiB], modes: ['hostcopy'], iterations: 10, warmup: 1 });
+    expect(r.results.map((x) => [x.bytes, x.direction, x.scope, x.verified])).toEqual(
+      [4 * MiB, ring + 4 * MiB].flatMap((n) =>
+        ['h2d', 'd2h', 'bidir'].flatMap((d) => [
+          [n, d, 'alone', true],
+          [n, d, 'together', true],
+        ]),
+      ),
     );
     for (const x of r.results) expect(x.gbps.median).toBeGreaterThan(0);
     const { native } = require(path.join(root, 'dist', 'binding', 'native'));
-    const pin = cm.PinnedBuffer.alloc(MiB);
+    const pin = cm.PinnedBuffer.alloc(ring);
+    const small = cm.PinnedBuffer.alloc(ring - 4096);
     const dev = cm.DeviceBuffer.alloc(MiB);
     const host = new Uint8Array(MiB);
     try {
-      for (const [dst, src] of [
-        [dev._h, host],
-        [host, new Uint8Array(MiB)],
-        [pin._h, dev._h],
+      for (const [dst, src, message] of [
+        [dev._h, host, /needs a PinnedBuffer on one side and pageable memory/],
+        [host, new Uint8Array(MiB), /needs a PinnedBuffer on one side and pageable memory/],
+        [pin._h, dev._h, /needs a PinnedBuffer on one side and pageable memory/],
+        [small._h, host, new RegExp(`must hold the staging ring \\(${ring} bytes\\)`)],
       ])
         expect(() => native.timeTogether([{ dst, src, bytes: MiB, timing: 'hostcopy' }], 0, 1)).toThrow(
-          expect.objectContaining({
-            code: 'ERR_OUT_OF_RANGE',
-            message: expect.stringMatching(/needs a PinnedBuffer on one side and pageable memory/),
-          }),
+          expect.objectContaining({ code: 'ERR_OUT_OF_RANGE', message: expect.stringMatching(message) }),
         );
-      // Both ways through the same GPU's team, and the bytes arrive.
-      host.fill(7);
-      native.timeTogether([{ dst: pin._h, src: host, bytes: MiB, timing: 'hostcopy' }], 0, 1);
-      expect(pin.bytes.every((b) => b === 7)).toBe(true);
-      pin.bytes.fill(9);
-      native.timeTogether([{ dst: host, src: pin._h, bytes: MiB, timing: 'hostcopy' }], 0, 1);
-      expect(host.every((b) => b === 9)).toBe(true);
+      expect(native.timeTogether([{ dst: host, src: pin._h, bytes: MiB, timing: 'hostcopy' }], 0, 2).seconds[0]).toHaveLength(2);
+      // The pageable side holds the copy; the ring is of its own size.
+      expect(() => native.timeTogether([{ dst: pin._h, src: host, bytes: 2 * MiB, timing: 'hostcopy' }], 0, 1)).toThrow(
+        /bytes runs past a buffer/,
+      );
+      const big = new Uint8Array(ring + MiB);
+      expect(native.timeTogether([{ dst: pin._h, src: big, bytes: big.length, timing: 'hostcopy' }], 0, 1).seconds[0]).toHaveLength(1);
     } finally {
-      pin.free();
-      dev.free();
+      for (const b of [pin, small, dev]) b.free();
+    }
+  });
+
+  test('timeHostCopy: every direction through rings of the staged engines, a stand-in for the device checked; too small a ring refused', () => {
+    const { native } = require(path.join(root, 'dist', 'binding', 'native'));
+    const ring = cm.configureStaging().ringBytes;
+    const rings = cm.PinnedBuffer.alloc(2 * ring);
+    // Larger than a ring, so that the chunks wrap around it.
+    const n = ring + 3 * MiB + 4096;
+    const pattern = new Uint8Array(n).map((_, i) => (i * 7 + 3) & 255);
+    try {
+      const pageable = new Uint8Array(2 * n);
+      const check = new Uint8Array(2 * n);
+      pageable.set(pattern);
+      native.timeHostCopy(pageable, rings._h, n, 0, 2, 'h2d', check);
+      expect(same(check.subarray(0, n), pattern)).toBe(true);
+      check.fill(0);
+      pageable.fill(0);
+      check.set(pattern);
+      native.timeHostCopy(pageable, rings._h, n, 0, 2, 'd2h', check);
+      expect(same(pageable.subarray(0, n), pattern)).toBe(true);
+      // Both at once: in from pageable's first n bytes, out into its last n.
+      pageable.fill(0);
+      pageable.set(pattern);
+      check.fill(0);
+      check.set(pattern, n);
+      expect(native.timeHostCopy(pageable, rings._h, n, 1, 3, 'bidir', check)).toHaveLength(3);
+      expect(same(check.subarray(0, n), pattern)).toBe(true);
+      expect(same(pageable.subarray(n), pattern)).toBe(true);
+      expect(() => native.timeHostCopy(pageable, rings._h, n, 0, 1, 'both')).toThrow(/direction must be 'h2d', 'd2h' or 'bidir'/);
+      expect(() => native.timeHostCopy(new Uint8Array(n), rings._h, n, 0, 1, 'bidir')).toThrow(/bytes runs past a buffer/);
+      const one = cm.PinnedBuffer.alloc(ring);
+      try {
+        expect(() => native.timeHostCopy(pageable, one._h, n, 0, 1, 'bidir')).toThrow(
+          new RegExp(`pinned must hold 2 staging rings of ${ring} bytes`),
+        );
+        expect(native.timeHostCopy(pageable, one._h, n, 0, 1, 'd2h')).toHaveLength(1);
+      } finally {
+        one.free();
+      }
+    } finally {
+      rings.free();
     }
   });
 });

@@ -40,6 +40,7 @@ describe('configureStaging', () => {
       firstChunkBytes: 512 * KiB,
       lastChunkBytes: 512 * KiB,
       slots: 8,
+      ringBytes: 64 * MiB,
       threads: expect.any(Number),
       streaming: 'auto',
       autoThreshold: { h2d: expect.any(Number), d2h: expect.any(Number) },
@@ -52,6 +53,7 @@ describe('configureStaging', () => {
     const now = cm.configureStaging({ firstChunkBytes: 128 * KiB, autoThreshold: { d2h: 3 * MiB }, slots: 5 });
     expect(now.firstChunkBytes).toBe(128 * KiB);
     expect(now.slots).toBe(5);
+    expect(now.ringBytes).toBe(5 * 8 * MiB); // derived from the shape
     expect(now.autoThreshold).toEqual({ h2d: before.autoThreshold.h2d, d2h: 3 * MiB });
     const back = cm.configureStaging({ firstChunkBytes: null, autoThreshold: { d2h: null }, slots: null });
     expect(back).toEqual(before);
