@@ -435,6 +435,30 @@ describe('the interposer never harms its host', () => {
     await p.exit();
   });
 
+  test("cudaMemGetInfo behind a hung lock holder: the device's figures after one wait, then at once", async () => {
+    const name = 'locked-meminfo';
+    const p = start('static', { ...budget(name, 64 * MiB), CUDA_MEMORY_LOCK_TIMEOUT_MS: '300' });
+    expect(await p.send(`alloc malloc ${MiB}`)).toMatch(/^ok/);
+    const holder = spawn(path.join(bin, 'holdlock'), [group(name).path], { stdio: ['pipe', 'pipe', 'inherit'] });
+    children.add(holder);
+    await new Promise((r) => holder.stdout.once('data', r));
+    const t0 = Date.now();
+    expect(await p.send('meminfo')).toBe(`ok ${2 ** 30 - MiB} ${2 ** 30}`);
+    expect(Date.now() - t0).toBeGreaterThanOrEqual(250);
+    expect(await stderrOf(p, /\n/)).toMatch(
+      /ERR_SHM_LOCK_TIMEOUT.*cudaMemGetInfo told the device's own figures; allocations go on uncharged/,
+    );
+    // Neither the next question nor an allocation waits again behind the same holder.
+    const t1 = Date.now();
+    expect(await p.send('meminfo')).toBe(`ok ${2 ** 30 - MiB} ${2 ** 30}`);
+    expect(await p.send(`alloc malloc ${MiB}`)).toMatch(/^ok/);
+    expect(Date.now() - t1).toBeLessThan(250);
+    expect(p.stderr().trim().split('\n')).toHaveLength(1);
+    holder.stdin.end();
+    await new Promise((r) => holder.on('exit', r));
+    await p.exit();
+  });
+
   test('another preloaded library that looks up the next definition (RTLD_NEXT) still finds it', async () => {
     const p = start('dynamic', budget('rtld-next', 64 * MiB), [preload, path.join(bin, 'wrap_used.so')]);
     expect(await p.send(`alloc malloc ${MiB}`)).toMatch(/^ok/);

@@ -119,13 +119,7 @@ Member::Verdict Member::Take(uint64_t bytes, const char* api, const std::string&
     return Verdict::kRefused;
   } catch (const core::ShmError& e) {
     if (e.code == "ERR_SHM_LOCK_TIMEOUT") {
-      // A stopped or hung holder: this allocation goes on uncharged, and so do the ones until
-      // lock_retry_at_ms_, so that each does not wait the timeout again.
-      if (lock_timeouts_++ == 0)
-        Say(e.code + ": " + e.what() + " An allocation of " + core::FormatBytes(bytes) +
-            " went on uncharged, and so do the ones after it for a while (said once)");
-      lock_retry_at_ms_ =
-          core::shm::NowUnixMs() + std::max<uint64_t>(1000, 10ull * lock_timeout_ms_);
+      LockTimedOutLocked(e, "An allocation of " + core::FormatBytes(bytes) + " went on uncharged");
       return Verdict::kUncharged;
     }
     detached_ = true;
@@ -160,6 +154,15 @@ void Member::RefusedLocked(uint64_t bytes, const char* api,
   last_refusal_line_ms_ = now;
 }
 
+void Member::LockTimedOutLocked(const core::ShmError& e, const std::string& what) noexcept {
+  // A stopped or hung holder: what asked goes on without the ledger, and so does everything until
+  // lock_retry_at_ms_, so that each call does not wait the timeout again.
+  if (lock_timeouts_++ == 0)
+    Say(e.code + ": " + e.what() + " " + what +
+        "; allocations go on uncharged for a while (said once)");
+  lock_retry_at_ms_ = core::shm::NowUnixMs() + std::max<uint64_t>(1000, 10ull * lock_timeout_ms_);
+}
+
 bool Member::LockBackoffLocked() const {
   return lock_retry_at_ms_ && core::shm::NowUnixMs() < lock_retry_at_ms_;
 }
@@ -187,6 +190,10 @@ bool Member::MemInfo(const std::string& device, core::MemInfo* info) noexcept {
     }
     *info = core::GroupMemInfo(*info, g.budget, g.charged, spare);
     return true;
+  } catch (const core::ShmError& e) {
+    if (e.code == "ERR_SHM_LOCK_TIMEOUT")
+      LockTimedOutLocked(e, "cudaMemGetInfo told the device's own figures");
+    return false;
   } catch (...) {
     return false;  // the next allocation says what is wrong with the ledger
   }

@@ -83,6 +83,8 @@ class Member {
   // on uncharged at once instead of each waiting the timeout again behind a hung holder.
   uint64_t lock_retry_at_ms_ = 0;
   bool LockBackoffLocked() const;
+  // The ledger's lock was not had in time: said once, and the ledger left alone for a while.
+  void LockTimedOutLocked(const core::ShmError& e, const std::string& what) noexcept;
 };
 
 }  // namespace cm::preload
