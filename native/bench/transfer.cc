@@ -161,7 +161,8 @@ Napi::Value TimeRawPinned(const Napi::CallbackInfo& info) {
 // no transfer: 'h2d' from `pageable` into the ring, 'd2h' out of it, 'bidir' both at once from
 // two threads (the h2d half from pageable's first n bytes through pinned's first ring, the d2h
 // half into its second n bytes out of the second ring), as the directions of a bidirectional
-// staged copy share the team. `pinned` holds one ring per direction (stagingRingBytes each).
+// staged copy share the team. `pinned` holds one ring per direction (configureStaging's ringBytes
+// each), h2d's first.
 // `check` (optional, n bytes a direction, laid out as pageable is): one more, untimed, pass with
 // `check` standing for the device, the chunks moved between it and the ring by memcpy, so that
 // the caller can compare what arrived.
@@ -180,6 +181,10 @@ Napi::Value TimeHostCopy(const Napi::CallbackInfo& info) {
   const bool bidir = direction == "bidir";
   Endpoint check;
   if (info.Length() > 6 && !Absent(info[6])) check = ResolveEndpoint(env, info[6], "check");
+  // The CPU copies both: host memory only.
+  for (const Endpoint* e : {&pageable, &check})
+    if (e->where != Endpoint::kPageable && e->where != Endpoint::kPinned)
+      ThrowType(env, std::string(e == &pageable ? "pageable" : "check") + " must be host memory");
   Instance& inst = GetInstance(env);
   Error err;
   // The engines to copy as: h2d's first, then d2h's.
@@ -190,16 +195,19 @@ Napi::Value TimeHostCopy(const Napi::CallbackInfo& info) {
       if (!engines.back()) Fail(env, err);
     }
   }
-  const size_t ring = engines[0]->RingBytes(), span = engines.size() * n;
+  const size_t span = engines.size() * n;
   if (span > pageable.length || (check.ptr && span > check.length))
     ThrowRange(env, "bytes runs past a buffer");
-  if (engines.size() * ring > pinned.length)
-    ThrowRange(env, "pinned must hold " + std::to_string(engines.size()) + " staging ring" +
-                        (bidir ? "s" : "") + " of " + std::to_string(ring) + " bytes");
+  // Each engine's ring after the one before it.
+  std::vector<size_t> ring_at = {0};
+  for (const auto& e : engines) ring_at.push_back(ring_at.back() + e->RingBytes());
+  if (ring_at.back() > pinned.length)
+    ThrowRange(env, "pinned must hold the staging ring" + std::string(bidir ? "s" : "") + " (" +
+                        std::to_string(ring_at.back()) + " bytes)");
   std::vector<size_t> pos(engines.size(), 0);
   auto pass = [&](char* stand_in) {
     auto half = [&](size_t i) {
-      engines[i]->HostHalf(pageable.ptr + i * n, n, pinned.ptr + i * ring,
+      engines[i]->HostHalf(pageable.ptr + i * n, n, pinned.ptr + ring_at[i],
                            stand_in ? stand_in + i * n : nullptr, &pos[i]);
     };
     if (!bidir) return half(0);

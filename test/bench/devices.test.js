@@ -394,9 +394,17 @@ describeGpu('the several-GPU benchmark on one GPU', () => {
       const one = cm.PinnedBuffer.alloc(ring);
       try {
         expect(() => native.timeHostCopy(pageable, one._h, n, 0, 1, 'bidir')).toThrow(
-          new RegExp(`pinned must hold 2 staging rings of ${ring} bytes`),
+          new RegExp(`pinned must hold the staging rings \\(${2 * ring} bytes\\)`),
         );
         expect(native.timeHostCopy(pageable, one._h, n, 0, 1, 'd2h')).toHaveLength(1);
+        // The CPU copies pageable and check: device memory there is refused, not dereferenced.
+        const dev = cm.DeviceBuffer.alloc(2 * n);
+        try {
+          expect(() => native.timeHostCopy(dev._h, one._h, n, 0, 1, 'd2h')).toThrow(/pageable must be host memory/);
+          expect(() => native.timeHostCopy(pageable, one._h, n, 0, 1, 'd2h', dev._h)).toThrow(/check must be host memory/);
+        } finally {
+          dev.free();
+        }
       } finally {
         one.free();
       }

@@ -119,7 +119,13 @@ Member::Verdict Member::Take(uint64_t bytes, const char* api, const std::string&
     return Verdict::kRefused;
   } catch (const core::ShmError& e) {
     if (e.code == "ERR_SHM_LOCK_TIMEOUT") {
-      LockTimedOutLocked(e, "An allocation of " + core::FormatBytes(bytes) + " went on uncharged");
+      // A stopped or hung holder: this allocation goes on uncharged, and so do the ones until
+      // lock_retry_at_ms_, so that each does not wait the timeout again.
+      if (lock_timeouts_++ == 0)
+        Say(e.code + ": " + e.what() + " An allocation of " + core::FormatBytes(bytes) +
+            " went on uncharged, and so do the ones after it for a while (said once)");
+      lock_retry_at_ms_ =
+          core::shm::NowUnixMs() + std::max<uint64_t>(1000, 10ull * lock_timeout_ms_);
       return Verdict::kUncharged;
     }
     detached_ = true;
@@ -154,15 +160,6 @@ void Member::RefusedLocked(uint64_t bytes, const char* api,
   last_refusal_line_ms_ = now;
 }
 
-void Member::LockTimedOutLocked(const core::ShmError& e, const std::string& what) noexcept {
-  // A stopped or hung holder: what asked goes on without the ledger, and so does everything until
-  // lock_retry_at_ms_, so that each call does not wait the timeout again.
-  if (lock_timeouts_++ == 0)
-    Say(e.code + ": " + e.what() + " " + what +
-        "; allocations go on uncharged for a while (said once)");
-  lock_retry_at_ms_ = core::shm::NowUnixMs() + std::max<uint64_t>(1000, 10ull * lock_timeout_ms_);
-}
-
 bool Member::LockBackoffLocked() const {
   return lock_retry_at_ms_ && core::shm::NowUnixMs() < lock_retry_at_ms_;
 }
@@ -170,7 +167,11 @@ bool Member::LockBackoffLocked() const {
 bool Member::MemInfo(const std::string& device, core::MemInfo* info) noexcept {
   if (group_.empty()) return false;
   std::lock_guard<std::mutex> lock(mutex_);
-  if (detached_ || !problem_.empty() || LockBackoffLocked()) return false;
+  if (detached_ || !problem_.empty()) return false;
+  // Behind a lock not had in time (an allocation's, or an earlier question's): the group's figures
+  // as last read, without waiting again.
+  if (LockBackoffLocked() || core::shm::NowUnixMs() < query_retry_at_ms_)
+    return LastFiguresLocked(info);
   try {
     core::GroupSnapshot g;
     uint64_t spare = 0;
@@ -183,20 +184,39 @@ bool Member::MemInfo(const std::string& device, core::MemInfo* info) noexcept {
       } catch (const core::ShmError& e) {
         if (e.code != "ERR_GROUP_NOT_FOUND") throw;
       }
-      // A ledger no member keeps (or none) takes this process's budget, if it has one, when it
-      // joins.
-      if (g.members.empty() && budget_) g.budget = budget_;
-      if (!g.budget) return false;  // no group yet, and no budget to start one
+      if (g.members.empty()) {
+        // No group, or one no member keeps: joining starts it with this process's budget, and
+        // without one would fail.
+        if (!budget_) return false;
+        g.budget = budget_;
+        g.charged = 0;
+      } else if ((budget_ && budget_ != g.budget) || g.members.size() >= core::Ledger::kSlots) {
+        return false;  // joining would fail: another budget, or no slot left
+      }
     }
+    last_budget_ = g.budget;
+    last_charged_ = g.charged;
     *info = core::GroupMemInfo(*info, g.budget, g.charged, spare);
     return true;
   } catch (const core::ShmError& e) {
-    if (e.code == "ERR_SHM_LOCK_TIMEOUT")
-      LockTimedOutLocked(e, "cudaMemGetInfo told the device's own figures");
-    return false;
+    if (e.code != "ERR_SHM_LOCK_TIMEOUT") return false;  // the next allocation says what is wrong
+    // Its own back-off: allocations still try the ledger, and are charged once it answers.
+    if (query_timeouts_++ == 0)
+      Say(e.code + ": " + e.what() +
+          " cudaMemGetInfo answered with the group's figures as last read (the device's before "
+          "any), and does so for a while without waiting (said once)");
+    query_retry_at_ms_ =
+        core::shm::NowUnixMs() + std::max<uint64_t>(1000, 10ull * lock_timeout_ms_);
+    return LastFiguresLocked(info);
   } catch (...) {
-    return false;  // the next allocation says what is wrong with the ledger
+    return false;
   }
+}
+
+bool Member::LastFiguresLocked(core::MemInfo* info) const {
+  if (!last_budget_) return false;
+  *info = core::GroupMemInfo(*info, last_budget_, last_charged_, grants_ ? grants_->spare() : 0);
+  return true;
 }
 
 void Member::Give(uint64_t bytes) noexcept {
@@ -218,8 +238,9 @@ void Member::AfterForkChild() noexcept {
   grants_.reset();
   detached_ = false;
   refusals_ = refusals_said_ = 0;
-  lock_timeouts_ = 0;
-  lock_retry_at_ms_ = 0;
+  lock_timeouts_ = query_timeouts_ = 0;
+  lock_retry_at_ms_ = query_retry_at_ms_ = 0;
+  last_budget_ = last_charged_ = 0;
   // The mutex was held by the forking thread in the parent; the child is a copy of that thread.
   mutex_.unlock();
 }

@@ -49,7 +49,8 @@ class Member {
   // member's ledger, or before it has joined from the group's ledger as it stands (the budget from
   // CUDA_MEMORY_GROUP_BUDGET where there is none yet, or no member is left to keep its own).
   // False, *info untouched, where the group does not apply: none set, or one this process cannot
-  // use (the reasons Take() goes on uncharged).
+  // use or could not join (another budget, no slot left). Behind a ledger lock not had in time,
+  // the figures last read, for a while (its own back-off: allocations still try the ledger).
   bool MemInfo(const std::string& device, core::MemInfo* info) noexcept;
   // Gives back a charged allocation's bytes.
   void Give(uint64_t bytes) noexcept;
@@ -83,8 +84,11 @@ class Member {
   // on uncharged at once instead of each waiting the timeout again behind a hung holder.
   uint64_t lock_retry_at_ms_ = 0;
   bool LockBackoffLocked() const;
-  // The ledger's lock was not had in time: said once, and the ledger left alone for a while.
-  void LockTimedOutLocked(const core::ShmError& e, const std::string& what) noexcept;
+  // cudaMemGetInfo's own back-off after the lock was not had in time (unix ms), and the group's
+  // figures it last read, which it answers with meanwhile (budget 0: none read yet).
+  uint64_t query_retry_at_ms_ = 0, query_timeouts_ = 0;
+  uint64_t last_budget_ = 0, last_charged_ = 0;
+  bool LastFiguresLocked(core::MemInfo* info) const;
 };
 
 }  // namespace cm::preload
