@@ -81,6 +81,11 @@ void CopyTeam::Work(TeamJob& job, int index) {
     if (i >= total) return;
     job.Do(i);
     job.done_.fetch_add(1, std::memory_order_acq_rel);
+    // With several jobs at once (both directions of a copy), a started thread takes one piece at
+    // a time from each in turn (Worker moves on to the next place): staying on one job until it
+    // ran out of pieces left the other to its caller alone, and a 256 MiB copy to the host ran at
+    // one thread's rate while the copy to the device had the team.
+    if (index > 0 && running_.load(std::memory_order_relaxed) > 1) return;
   }
 }
 

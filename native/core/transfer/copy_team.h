@@ -1,8 +1,9 @@
 // A team of host threads that share out memory copies: the staged path's CPU half. Work comes in
 // jobs of numbered pieces; every team thread and the thread that runs the job claim pieces in
 // order until none are left, so no thread waits at a barrier while another finishes its share.
-// Several jobs may run at once (both directions of a bidirectional copy); the threads serve them
-// in turn. No CUDA here: the staged pipeline (staging_pipeline.h) is one kind of job.
+// Several jobs may run at once (both directions of a bidirectional copy); the started threads
+// serve them in turn, a piece at a time. No CUDA here: the staged pipeline (staging_pipeline.h) is
+// one kind of job.
 #pragma once
 
 #include <atomic>

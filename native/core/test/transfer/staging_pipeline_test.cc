@@ -386,6 +386,44 @@ static void TestManyJobsAtOnce() {
   CHECK(same);
 }
 
+// A job of pieces that sleep (no CPU). With `other`: the pieces of it the team's started threads
+// did, and how many pieces of `other` had started at the first of them.
+class TurnJob : public TeamJob {
+ public:
+  TurnJob(size_t pieces, const std::atomic<size_t>* other) : pieces_(pieces), other_(other) {}
+  size_t pieces() const override { return pieces_; }
+  void Do(size_t) override {
+    started.fetch_add(1);
+    if (other_ && std::this_thread::get_id() != caller && helped.fetch_add(1) == 0)
+      other_at_first_help.store(other_->load());
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  std::thread::id caller;  // set before Run
+  std::atomic<size_t> started{0}, helped{0}, other_at_first_help{SIZE_MAX};
+
+ private:
+  size_t pieces_;
+  const std::atomic<size_t>* other_;
+};
+
+// Two jobs at once on one team (both directions of a copy): the started threads serve both a piece
+// at a time, so the second gets them while the first still has most of its pieces to do, not only
+// once the first has run out.
+static void TestJobsServedInTurn() {
+  CopyTeam team(4);
+  TurnJob first(400, nullptr), second(40, &first.started);
+  std::thread a([&] { team.Run(first); });
+  while (first.started.load() < 8) std::this_thread::yield();  // the team is on the first job
+  std::thread b([&] {
+    second.caller = std::this_thread::get_id();
+    team.Run(second);
+  });
+  b.join();
+  a.join();
+  CHECK(second.helped.load() > 0);
+  CHECK(second.other_at_first_help.load() < 200);
+}
+
 // A job whose pieces take a while without using a CPU, counting how many threads are in it at once.
 class SlowJob : public TeamJob {
  public:
@@ -539,6 +577,7 @@ int main() {
   TestCpuShare();
   TestPinnedTeam();
   TestHostTransportStandIn();
+  TestJobsServedInTurn();
   if (failures) std::fprintf(stderr, "staging tests: %d failures\n", failures);
   return failures ? 1 : 0;
 }
