@@ -73,35 +73,38 @@ CopyTeam::~CopyTeam() {
   for (auto& t : workers_) t.join();
 }
 
-void CopyTeam::Work(TeamJob& job, int index) {
+size_t CopyTeam::Work(TeamJob& job, int index) {
   const size_t total = job.pieces();
-  for (;;) {
-    if (index > 0 && !Allowed(index)) return;
+  for (size_t done = 0;; ++done) {
+    if (index > 0 && !Allowed(index)) return done;
+    // With several jobs at once (both directions of a copy), a started thread takes one piece at
+    // a time from each in turn (Worker moves on to the next place), and passes over a job whose
+    // next piece would only wait for a chunk another thread already waits for. Staying on one job
+    // until it ran out of pieces left the other to its caller alone: a 256 MiB copy to the host
+    // ran at one thread's rate while the copy to the device had the team.
+    const bool others = index > 0 && running_.load(std::memory_order_relaxed) > 1;
+    if (others && (done > 0 || job.Blocked(job.next_.load(std::memory_order_relaxed)))) return done;
     size_t i = job.next_.fetch_add(1, std::memory_order_relaxed);
-    if (i >= total) return;
+    if (i >= total) return done;
     job.Do(i);
     job.done_.fetch_add(1, std::memory_order_acq_rel);
-    // With several jobs at once (both directions of a copy), a started thread takes one piece at
-    // a time from each in turn (Worker moves on to the next place): staying on one job until it
-    // ran out of pieces left the other to its caller alone, and a 256 MiB copy to the host ran at
-    // one thread's rate while the copy to the device had the team.
-    if (index > 0 && running_.load(std::memory_order_relaxed) > 1) return;
   }
 }
 
-// Looks at every place once, starting at `first`, and works on the first job with pieces left.
-bool CopyTeam::TryWork(int first, int index) {
-  for (int k = 0; k < kJobs; ++k) {
+// Looks at every place once, starting at `first`, and works on the first job with pieces left
+// that has one to do now.
+CopyTeam::Found CopyTeam::TryWork(int first, int index) {
+  Found found = Found::kNone;
+  for (int k = 0; k < kJobs && found != Found::kDid; ++k) {
     Place& p = places_[(first + k) % kJobs];
     if (!p.job.load(std::memory_order_relaxed)) continue;
     p.users.fetch_add(1);
     TeamJob* job = p.job.load();
-    bool work = job && job->next_.load(std::memory_order_relaxed) < job->pieces();
-    if (work) Work(*job, index);
+    if (job && job->next_.load(std::memory_order_relaxed) < job->pieces())
+      found = Work(*job, index) > 0 ? Found::kDid : Found::kBlocked;
     p.users.fetch_sub(1);
-    if (work) return true;
   }
-  return false;
+  return found;
 }
 
 void CopyTeam::Worker(int index) {
@@ -117,7 +120,12 @@ void CopyTeam::Worker(int index) {
     const uint64_t seen = posted_.load();
     // A thread the share leaves out neither works nor waits busily: it sleeps until the next job.
     const bool allowed = Allowed(index);
-    if (allowed && TryWork(static_cast<int>(turn++ % kJobs), index)) continue;
+    const Found found = allowed ? TryWork(static_cast<int>(turn++ % kJobs), index) : Found::kNone;
+    if (found == Found::kDid) continue;
+    if (found == Found::kBlocked) {  // every job's next piece waits on another thread: soon
+      std::this_thread::yield();
+      continue;
+    }
     auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(kSpinMicros);
     bool posted = false;
     while (allowed && !(posted = posted_.load() != seen) &&

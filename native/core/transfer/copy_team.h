@@ -56,6 +56,10 @@ class TeamJob {
   virtual ~TeamJob() = default;
   virtual size_t pieces() const = 0;
   virtual void Do(size_t piece) = 0;
+  // Whether Do(piece) would now only wait for another thread (one already waits for what it
+  // needs): while other jobs run, a started thread then serves them instead. A hint, read
+  // without claiming the piece.
+  virtual bool Blocked(size_t /*piece*/) const { return false; }
 
  private:
   friend class CopyTeam;
@@ -103,9 +107,12 @@ class CopyTeam {
  private:
   void Worker(int index);
   // Claims and does pieces until none are left, or (for a started thread, index > 0) until the
-  // share no longer lets this thread work.
-  void Work(TeamJob& job, int index);
-  bool TryWork(int first, int index);
+  // share no longer lets this thread work, or, while other jobs run, after one piece or before
+  // a piece that would only wait. Returns the pieces done.
+  size_t Work(TeamJob& job, int index);
+  // What a look at every job found: a piece done, only pieces that would wait, or nothing to do.
+  enum class Found { kDid, kBlocked, kNone };
+  Found TryWork(int first, int index);
   bool Allowed(int index) const { return !share_ || index < share_->PerTeam(); }
   void JobStarts();
   void JobEnds();

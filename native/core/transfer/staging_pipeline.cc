@@ -226,6 +226,18 @@ class StagedJob : public TeamJob {
 
   size_t pieces() const override { return plan_.pieces.size(); }
 
+  // Piece i would only wait: its ring bytes are not free yet (AwaitSlot), and either the chunk it
+  // waits for is not issued yet or another thread already waits for it to land.
+  bool Blocked(size_t i) const override {
+    if (i >= plan_.pieces.size()) return false;
+    const size_t c = plan_.pieces[i].chunk;
+    const long landing = to_device_ ? plan_.chunks[c].after : static_cast<long>(c);
+    if (landing < 0) return false;
+    const int state = ready_[c].load(std::memory_order_acquire);
+    return state == kWaiting ||
+           (state == kUnchecked && !issued_[landing].load(std::memory_order_acquire));
+  }
+
   // Prints the copy's timeline on stderr when tracing (see Trace below).
   void Dump(const char* direction) const {
     if (trace_) trace_->Print(direction, plan_);
