@@ -322,6 +322,19 @@ describe('several-GPU reports and gates without a GPU', () => {
 });
 
 describeGpu('the several-GPU benchmark on one GPU', () => {
+  test('the copy modes on one GPU: every row verified', async () => {
+    const { runDevicesBenchmark } = require(path.join(root, 'dist', 'bench', 'devices'));
+    const r = await runDevicesBenchmark({
+      devices: [0],
+      sizes: [4 * MiB],
+      modes: ['pinned', 'staged', 'pageable'],
+      iterations: 10,
+      warmup: 1,
+    });
+    expect(r.results).toHaveLength(3 * 3 * 2);
+    for (const x of r.results) expect([x.mode, x.direction, x.scope, x.verified]).toEqual([x.mode, x.direction, x.scope, true]);
+  });
+
   test("'hostcopy': the staged path's host half through a ring of the GPU's, each direction checked; its jobs are checked", async () => {
     const { runDevicesBenchmark } = require(path.join(root, 'dist', 'bench', 'devices'));
     // Smaller and larger than the ring the copies pass through.
