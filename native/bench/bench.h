@@ -7,6 +7,7 @@
 #include <chrono>
 #include <vector>
 
+#include "binding/args.h"
 #include "binding/errors.h"
 
 namespace cm {
@@ -19,6 +20,22 @@ inline double Seconds(Clock::time_point a, Clock::time_point b) {
 // Throws a failed timing loop's CUDA error into JavaScript.
 [[noreturn]] inline void Fail(Napi::Env env, const Error& e) {
   ThrowCuda(env, e.code, e.call, e.detail);
+}
+
+// The size and loop counts every timing function takes, as three arguments from info[at]: bytes,
+// warm-up iterations, timed iterations.
+struct TimedRun {
+  size_t bytes;
+  int warmup;
+  int iterations;
+};
+inline TimedRun ReadTimedRun(const Napi::CallbackInfo& info, size_t at) {
+  Napi::Env env = info.Env();
+  TimedRun r;
+  r.bytes = ReadSize(env, info[at], "bytes");
+  r.warmup = ReadInt(env, info[at + 1], "warmup", 0, 1 << 20);
+  r.iterations = ReadInt(env, info[at + 2], "iterations", 1, 1 << 24);
+  return r;
 }
 
 // The loop every timing function shares: `step(&seconds)` runs one iteration and says how long it

@@ -32,9 +32,9 @@ Napi::Value TimeCopy(const Napi::CallbackInfo& info) {
   RequireCuda(env);
   Endpoint dst = ResolveEndpoint(env, info[0], "dst");
   Endpoint src = ResolveEndpoint(env, info[1], "src");
-  size_t n = ReadSize(env, info[2], "bytes");
-  int warmup = ReadInt(env, info[3], "warmup", 0, 1 << 20);
-  int iters = ReadInt(env, info[4], "iterations", 1, 1 << 24);
+  const TimedRun run = ReadTimedRun(info, 2);
+  const size_t n = run.bytes;
+  const int warmup = run.warmup, iters = run.iterations;
   std::string timing = info[5].ToString().Utf8Value();
   Strategy strategy = ReadStrategy(env, info[6]);
   if (n > dst.length || n > src.length) ThrowRange(env, "bytes runs past a buffer");
@@ -75,9 +75,9 @@ Napi::Value TimeBidirectional(const Napi::CallbackInfo& info) {
   Endpoint a_src = ResolveEndpoint(env, info[1], "h2dSrc");
   Endpoint b_dst = ResolveEndpoint(env, info[2], "d2hDst");
   Endpoint b_src = ResolveEndpoint(env, info[3], "d2hSrc");
-  size_t n = ReadSize(env, info[4], "bytes");
-  int warmup = ReadInt(env, info[5], "warmup", 0, 1 << 20);
-  int iters = ReadInt(env, info[6], "iterations", 1, 1 << 24);
+  const TimedRun run = ReadTimedRun(info, 4);
+  const size_t n = run.bytes;
+  const int warmup = run.warmup, iters = run.iterations;
   std::string timing = info[7].ToString().Utf8Value();
   // Two threads of the driver's pageable path unless told otherwise.
   Strategy strategy = info[8].IsUndefined() ? Strategy::kDriver : ReadStrategy(env, info[8]);
@@ -130,9 +130,9 @@ Napi::Value TimeBidirectional(const Napi::CallbackInfo& info) {
 Napi::Value TimeRawPinned(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   RequireCuda(env);
-  size_t n = ReadSize(env, info[0], "bytes");
-  int warmup = ReadInt(env, info[1], "warmup", 0, 1 << 20);
-  int iters = ReadInt(env, info[2], "iterations", 1, 1 << 24);
+  const TimedRun run = ReadTimedRun(info, 0);
+  const size_t n = run.bytes;
+  const int warmup = run.warmup, iters = run.iterations;
   bool h2d = info[3].ToString().Utf8Value() == "h2d";
   int device = ReadInt(env, info[4], "device", 0, 1 << 20);
   Error err;
@@ -171,9 +171,9 @@ Napi::Value TimeHostCopy(const Napi::CallbackInfo& info) {
   RequireCuda(env);
   Endpoint pageable = ResolveEndpoint(env, info[0], "pageable");
   Endpoint pinned = ResolveEndpoint(env, info[1], "pinned");
-  size_t n = ReadSize(env, info[2], "bytes");
-  int warmup = ReadInt(env, info[3], "warmup", 0, 1 << 20);
-  int iters = ReadInt(env, info[4], "iterations", 1, 1 << 24);
+  const TimedRun run = ReadTimedRun(info, 2);
+  const size_t n = run.bytes;
+  const int warmup = run.warmup, iters = run.iterations;
   std::string direction = ReadString(env, info[5], "direction");
   if (direction != "h2d" && direction != "d2h" && direction != "bidir")
     ThrowRange(env, "direction must be 'h2d', 'd2h' or 'bidir', got '" + direction + "'");
@@ -235,9 +235,9 @@ Napi::Value TimeStagedDma(const Napi::CallbackInfo& info) {
   RequireCuda(env);
   Endpoint dev = ResolveEndpoint(env, info[0], "device");
   Endpoint pinned = ResolveEndpoint(env, info[1], "pinned");
-  size_t n = ReadSize(env, info[2], "bytes");
-  int warmup = ReadInt(env, info[3], "warmup", 0, 1 << 20);
-  int iters = ReadInt(env, info[4], "iterations", 1, 1 << 24);
+  const TimedRun run = ReadTimedRun(info, 2);
+  const size_t n = run.bytes;
+  const int warmup = run.warmup, iters = run.iterations;
   std::string direction = ReadString(env, info[5], "direction");
   if (dev.where != Endpoint::kDevice) ThrowType(env, "device must be a DeviceBuffer");
   if (pinned.where != Endpoint::kPinned) ThrowType(env, "pinned must be a PinnedBuffer");
