@@ -11,7 +11,8 @@
 //     (scripts/compare-torch-alloc.py, run in the same repeat) and two empty addon calls (the
 //     floor of any pair on this host)
 //   a managed prefetch to the device and to the host at 64 MiB and 1 GiB, as a share of the raw
-//     cudaMemPrefetchAsync timed in C++ (managed against managed-raw), the 64 MiB gap in µs, and
+//     cudaMemPrefetchAsync timed in C++ (managed against managed-raw) and of the raw call handed
+//     to a second thread and back (managed-raw-handoff), the 64 MiB gap in µs, and
 //     what any awaited call pays on this host (a 4 KiB copyAsync against copy())
 //   the event loop's worst delay during 1 GiB copyAsync both ways (the bench's probe)
 //   a 4 KiB copy() from JavaScript against cudaMemcpy from C++ (pinned-call against baseline),
@@ -229,11 +230,17 @@ function measure(o, label, root, k) {
   rows['pooled alloc+free cached 1 MiB, µs'] = a?.microseconds;
   rows['two empty addon calls (the floor of a pair), µs'] = a?.twoEmptyCalls;
   for (const n of [64 * MiB, GiB])
-    for (const d of ['h2d', 'd2h'])
-      rows[`prefetch ${d === 'h2d' ? 'to device' : 'to host'} ${n === GiB ? '1 GiB' : '64 MiB'} / raw`] = ratio(
-        gbps(find(m, 'managed', d, n)),
+    for (const d of ['h2d', 'd2h']) {
+      const name = `prefetch ${d === 'h2d' ? 'to device' : 'to host'} ${n === GiB ? '1 GiB' : '64 MiB'}`;
+      rows[`${name} / raw`] = ratio(gbps(find(m, 'managed', d, n)), gbps(find(m, 'managed-raw', d, n)));
+      // The raw call handed to a second thread and back: the most a call that keeps the JavaScript
+      // thread free can reach.
+      rows[`${name}, raw handed to a thread and back / raw`] = ratio(
+        gbps(find(m, 'managed-raw-handoff', d, n)),
         gbps(find(m, 'managed-raw', d, n)),
       );
+      rows[`${name} / raw handed to a thread and back`] = ratio(gbps(find(m, 'managed', d, n)), gbps(find(m, 'managed-raw-handoff', d, n)));
+    }
   const seconds = (r) => r?.seconds?.median;
   for (const d of ['h2d', 'd2h']) {
     const lib = seconds(find(m, 'managed', d, 64 * MiB));

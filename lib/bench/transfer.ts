@@ -29,7 +29,9 @@ import { argRangeError } from '../base/errors';
  * `managed` is a ManagedBuffer prefetched to the device (h2d) or the host (d2h), and
  * `managed-copy` the same buffer, resident on the host, copied to or from device memory with no
  * prefetch (its pages move on first use by the copy); each is timed from JavaScript around the
- * awaited call, beside the raw CUDA call timed in C++ (`managed-raw`, `managed-copy-raw`). They
+ * awaited call, beside the raw CUDA call timed in C++ (`managed-raw`, `managed-copy-raw`) and,
+ * for `managed`, the raw prefetch run on a second thread, handed to it and its end handed back
+ * (`managed-raw-handoff`: what any call that keeps the calling thread free pays at least). They
  * are not measured by default: name them in `modes`.
  *
  * @category Benchmarks
@@ -100,7 +102,7 @@ export interface TransferResult {
    * `staged-dma`: the staged path's own chunks of a copy of this size moved between pinned and
    * device memory, no CPU copy involved (the most the staged path can reach at this size).
    */
-  mode: TransferMode | 'baseline' | 'device' | 'hostcopy' | 'staged-dma' | 'managed-raw' | 'managed-copy-raw';
+  mode: TransferMode | 'baseline' | 'device' | 'hostcopy' | 'staged-dma' | 'managed-raw' | 'managed-raw-handoff' | 'managed-copy-raw';
   direction: Direction;
   bytes: number;
   /** How it was timed: CUDA events, a C++ steady clock, or process.hrtime around each JavaScript call. */
@@ -478,7 +480,8 @@ function rowCount(o: ReturnType<typeof checkedOptions>, hostDirs: HostDirection[
       (directions.includes('d2d') ? 1 : 0) +
       (baseline ? oneWay : 0) +
       (hostcopy ? hostDirs.length + oneWay : 0) +
-      modes.filter((m) => MANAGED_MODES.includes(m)).length * (2 * oneWay - hostDirs.length))
+      modes.filter((m) => MANAGED_MODES.includes(m)).length * (2 * oneWay - hostDirs.length) +
+      (modes.includes('managed') ? oneWay : 0))
   );
 }
 
@@ -927,6 +930,8 @@ async function measureManaged(
       const what = `${prefetch ? 'prefetch' : 'copy'}-${direction}`;
       const calls = new Float64Array(iterations);
       const raw = new Float64Array(iterations);
+      // A prefetch's raw call handed to a second thread and back, in the same blocks.
+      const handoff = prefetch ? new Float64Array(iterations) : undefined;
       const blocks = 4;
       for (let b = 0, at = 0; b < blocks; b++) {
         const count = Math.round((iterations * (b + 1)) / blocks) - at;
@@ -935,6 +940,7 @@ async function measureManaged(
           if (i >= warmup) calls[at + i - warmup] = s;
         }
         raw.set(native.timeRawManaged(n, warmup, count, what, device), at);
+        handoff?.set(native.timeRawManaged(n, warmup, count, `${what}-handoff`, device), at);
         at += count;
       }
       // Checked where the data went: the device's copy (through the managed pages for prefetch),
@@ -954,6 +960,10 @@ async function measureManaged(
         result({ ...base, mode: mode === 'managed' ? 'managed-raw' : 'managed-copy-raw', timing: 'steady-clock', verified: true }, raw, n),
       );
       progress(`${direction} ${mode}-raw ${n}`);
+      if (handoff) {
+        out.push(result({ ...base, mode: 'managed-raw-handoff', timing: 'steady-clock', verified: true }, handoff, n));
+        progress(`${direction} ${mode}-raw-handoff ${n}`);
+      }
     }
   } finally {
     m.free();

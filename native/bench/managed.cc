@@ -1,9 +1,15 @@
 // The raw CUDA calls that the benchmark's managed rows are measured against, timed in C++ in the
 // same run: cudaMemPrefetchAsync to the device or the host, and cudaMemcpy from or into managed
 // memory resident on the host (the pages migrate, or are copied, on first use by the copy).
+#include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <iterator>
+#include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "bench/bench.h"
@@ -22,24 +28,79 @@ cudaMemLocation Where(bool device, int id) {
   return l;
 }
 
+// The thread a handed-off prefetch runs on: each Run() wakes it, it runs the job, and Run()
+// returns once it has said so; a condition variable each way, as a call that keeps the JavaScript
+// thread free hands its work to a thread and its end back.
+class HandOff {
+ public:
+  template <typename Job>
+  explicit HandOff(Job job)
+      : thread_([this, job] {
+          std::unique_lock<std::mutex> lock(mutex_);
+          for (;;) {
+            wake_.wait(lock, [&] { return asked_ || quit_; });
+            if (quit_) return;
+            asked_ = false;
+            lock.unlock();
+            Error e = job();
+            lock.lock();
+            result_ = e;
+            done_ = true;
+            back_.notify_one();
+          }
+        }) {}
+  ~HandOff() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      quit_ = true;
+    }
+    wake_.notify_one();
+    thread_.join();
+  }
+  Error Run() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    asked_ = true;
+    done_ = false;
+    wake_.notify_one();
+    back_.wait(lock, [&] { return done_; });
+    return result_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable wake_, back_;
+  bool asked_ = false, done_ = false, quit_ = false;
+  Error result_;
+  std::thread thread_;  // last: started once the rest is set up
+};
+
 // timeRawManaged: returns seconds per call, each from the call to the end of its work (a stream
 // synchronization), as the library's rows are timed. what: 'prefetch-h2d' | 'prefetch-d2h' |
-// 'copy-h2d' | 'copy-d2h'. Before each sample the pages are put where the measured call starts from
-// (untimed): on the host, or on the device for 'prefetch-d2h'.
+// 'copy-h2d' | 'copy-d2h', and 'prefetch-h2d-handoff' | 'prefetch-d2h-handoff': the prefetch run
+// on a second thread, handed to it and its end handed back (HandOff), the least a call that keeps
+// the calling thread free pays on top of the raw one. Before each sample the pages are put where
+// the measured call starts from (untimed): on the host, or on the device for a prefetch to the
+// host.
 Napi::Value TimeRawManaged(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   RequireCuda(env);
-  size_t n = ReadSize(env, info[0], "bytes");
-  int warmup = ReadInt(env, info[1], "warmup", 0, 1 << 20);
-  int iters = ReadInt(env, info[2], "iterations", 1, 1 << 24);
+  const TimedRun run = ReadTimedRun(info, 0);
+  const size_t n = run.bytes;
+  const int warmup = run.warmup, iters = run.iterations;
   std::string what = info[3].ToString().Utf8Value();
   int device = ReadInt(env, info[4], "device", 0, 1 << 20);
   CheckDevice(env, device);
-  if (what != "prefetch-h2d" && what != "prefetch-d2h" && what != "copy-h2d" && what != "copy-d2h")
-    ThrowRange(env, "what must be 'prefetch-h2d', 'prefetch-d2h', 'copy-h2d' or 'copy-d2h'");
+  static const char* const kWhat[] = {
+      "prefetch-h2d", "prefetch-d2h",         "copy-h2d",
+      "copy-d2h",     "prefetch-h2d-handoff", "prefetch-d2h-handoff"};
+  if (std::find(std::begin(kWhat), std::end(kWhat), what) == std::end(kWhat))
+    ThrowRange(env,
+               "what must be 'prefetch-h2d', 'prefetch-d2h', 'copy-h2d', 'copy-d2h', "
+               "'prefetch-h2d-handoff' or 'prefetch-d2h-handoff'");
   if (n == 0) ThrowRange(env, "bytes must be at least 1");
   bool prefetch = what.rfind("prefetch", 0) == 0;
-  bool start_on_device = what == "prefetch-d2h";
+  bool start_on_device = what.rfind("prefetch-d2h", 0) == 0;
+  bool handoff = what.size() > 8 && what.compare(what.size() - 8, 8, "-handoff") == 0;
   Error err;
   void *managed = nullptr, *dev = nullptr;
   cudaStream_t stream = nullptr;
@@ -49,6 +110,20 @@ Napi::Value TimeRawManaged(const Napi::CallbackInfo& info) {
   if (!err)
     CM_TRY(err, cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
   if (!err) std::memset(managed, 0x5a, n);  // populated on the host
+  auto prefetch_there = [&] {
+    Error e;
+    CM_TRY(e, cudaMemPrefetchAsync(managed, n, Where(!start_on_device, device), 0, stream),
+           "cudaMemPrefetchAsync");
+    if (!e) CM_TRY(e, cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    return e;
+  };
+  std::unique_ptr<HandOff> other;
+  if (handoff && !err)
+    other = std::make_unique<HandOff>([&] {
+      Error e;
+      CM_TRY(e, cudaSetDevice(device), "cudaSetDevice");
+      return e ? e : prefetch_there();
+    });
   std::vector<double> samples = TimeRuns(warmup, iters, &err, [&](double* seconds) {
     Error e;
     CM_TRY(e, cudaMemPrefetchAsync(managed, n, Where(start_on_device, device), 0, stream),
@@ -56,6 +131,11 @@ Napi::Value TimeRawManaged(const Napi::CallbackInfo& info) {
     if (!e) CM_TRY(e, cudaStreamSynchronize(stream), "cudaStreamSynchronize");
     if (e) return e;
     Clock::time_point t0 = Clock::now();
+    if (other) {
+      e = other->Run();
+      *seconds = Seconds(t0, Clock::now());
+      return e;
+    }
     if (prefetch)
       CM_TRY(e, cudaMemPrefetchAsync(managed, n, Where(!start_on_device, device), 0, stream),
              "cudaMemPrefetchAsync");
@@ -67,6 +147,7 @@ Napi::Value TimeRawManaged(const Napi::CallbackInfo& info) {
     *seconds = Seconds(t0, Clock::now());
     return e;
   });
+  other.reset();
   if (stream) cudaStreamDestroy(stream);
   if (dev) cudaFree(dev);
   if (managed) cudaFree(managed);

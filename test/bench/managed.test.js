@@ -78,10 +78,12 @@ describeGpu('managed benchmark rows', () => {
         'd2h managed-copy',
         'd2h managed-copy-raw',
         'd2h managed-raw',
+        'd2h managed-raw-handoff',
         'h2d managed',
         'h2d managed-copy',
         'h2d managed-copy-raw',
         'h2d managed-raw',
+        'h2d managed-raw-handoff',
       ].sort(),
     );
     for (const r of report.results) {
