@@ -213,6 +213,57 @@ describe('the interposer charges a group for every way a program reaches the dri
   });
 });
 
+describe('a context that ends takes its memory with it, and its charges', () => {
+  test.each(['dynamic', 'static', 'driver'])(
+    '%s: cudaDeviceReset gives back what the context held; stream-ordered memory and handles stay charged until freed',
+    async (kind) => {
+      const name = `reset-${kind}`;
+      const p = start(kind, budget(name, 64 * MiB));
+      expect(await p.send(`alloc malloc ${30 * MiB}`)).toMatch(/^ok 0x/);
+      expect(await p.send(`alloc managed ${10 * MiB}`)).toMatch(/^ok 0x/);
+      expect(await p.send(`alloc pitch ${4 * MiB}`)).toMatch(/^ok 0x/); // 4 rows: 16 MiB
+      const async = (await p.send(`alloc async ${2 * MiB}`)).split(' ')[1];
+      const handle = (await p.send(`alloc create ${4 * MiB}`)).split(' ')[1];
+      expect(await p.send(`alloc malloc ${40 * MiB}`)).toBe('err 2'); // 62 MiB charged of 64
+      expect(await p.send('reset')).toBe('ok');
+      // The driver freed what the context held; the stream-ordered block and the handle outlive it.
+      expect(await p.send('used 0')).toBe(`ok ${6 * MiB}`);
+      expect((await inUse(name, p.pid, 6 * MiB)).bytesInUse).toBe(6 * MiB);
+      expect(await p.send(`alloc malloc ${40 * MiB}`)).toMatch(/^ok 0x/);
+      expect(await p.send(`free async ${async}`)).toBe('ok');
+      expect(await p.send(`free create ${handle}`)).toBe('ok');
+      expect((await inUse(name, p.pid, 40 * MiB)).bytesInUse).toBe(40 * MiB);
+      await p.exit();
+    },
+  );
+
+  test('the last release of a primary context gives its charges back; an earlier one does not', async () => {
+    const name = 'reset-release';
+    const p = start('dynamic', budget(name, 64 * MiB));
+    expect(await p.send(`alloc malloc ${30 * MiB}`)).toMatch(/^ok 0x/);
+    expect(await p.send('ctx retain')).toBe('ok'); // two references: the runtime's and this one
+    expect(await p.send('ctx release')).toBe('ok');
+    expect(await p.send('used 0')).toBe(`ok ${30 * MiB}`);
+    expect((await inUse(name, p.pid, 30 * MiB)).bytesInUse).toBe(30 * MiB);
+    expect(await p.send('ctx release')).toBe('ok'); // the runtime's: the context is reset
+    expect(await p.send('used 0')).toBe('ok 0');
+    expect((await inUse(name, p.pid, 0)).bytesInUse).toBe(0);
+    await p.exit();
+  });
+
+  test('a reset that fails leaves every charge, and the frees that follow give them back once', async () => {
+    const name = 'reset-fails';
+    const p = start('static', { ...budget(name, 64 * MiB), FAKE_CUDA_RESET_FAILS: '1' });
+    const a = (await p.send(`alloc malloc ${20 * MiB}`)).split(' ')[1];
+    expect(await p.send('reset')).toBe('err 999');
+    expect((await inUse(name, p.pid, 20 * MiB)).bytesInUse).toBe(20 * MiB);
+    expect(await p.send(`free malloc ${a}`)).toBe('ok');
+    expect((await inUse(name, p.pid, 0)).bytesInUse).toBe(0);
+    expect(group(name).chargedBytes).toBeLessThanOrEqual(64 * MiB);
+    await p.exit();
+  });
+});
+
 describe('cudaMemGetInfo tells a member the device as its group leaves it', () => {
   const info = async (p) => {
     const r = await p.send('meminfo');
@@ -572,11 +623,36 @@ describeGpu('the interposer on a real GPU, with the static CUDA runtime', () => 
   let churn;
   let pairCost;
   let memInfo;
+  let deviceReset;
   beforeAll(() => {
     churn = build('alloc-churn');
     pairCost = build('pair-cost');
     memInfo = build('mem-info');
+    deviceReset = build('device-reset');
   }, 300000);
+
+  test('cudaDeviceReset gives the budget back: what the context held is charged no more, a cudaMallocAsync block until its free', () => {
+    const env = { CUDA_MEMORY_GROUP: 'gpu-reset', CUDA_MEMORY_GROUP_DEVICE: uuid(), CUDA_MEMORY_GROUP_BUDGET: String(GiB) };
+    const bytes = 768 * MiB;
+    const quarter = bytes / 4;
+    const held = runJson(deviceReset, ['--bytes', String(bytes)], env, [preload]).json;
+    const plain = runJson(deviceReset, ['--bytes', String(bytes)], {}, []).json;
+    console.log(`cudaDeviceReset under a 1 GiB budget: ${JSON.stringify(held)}; plainly: ${JSON.stringify(plain)}`);
+    // 768 MiB held (cudaMalloc, cudaMallocManaged, cudaMallocAsync): as much again is refused.
+    expect(held.beforeReset).toBe('cudaErrorMemoryAllocation');
+    // The reset freed all but the cudaMallocAsync block, so the same request fits after it.
+    expect(held.afterReset).toBe('ok');
+    expect(held.infoAfterReset.total).toBe(GiB);
+    expect(held.infoAfterReset.free).toBeLessThanOrEqual(GiB - bytes - quarter);
+    expect(held.infoAfterReset.free).toBeGreaterThan(GiB - bytes - quarter - 64 * MiB);
+    // The block outlived the context on the device too, and its free gives its share back.
+    const given = held.infoAfterAsyncFree.free - held.infoAfterReset.free;
+    const freed = plain.infoAfterAsyncFree.free - plain.infoAfterReset.free;
+    expect(given).toBeGreaterThan(quarter - 64 * MiB);
+    expect(given).toBeLessThan(quarter + 64 * MiB);
+    expect(freed).toBeGreaterThan(quarter - 64 * MiB);
+    expect(plain).toMatchObject({ beforeReset: 'ok', afterReset: 'ok' });
+  }, 120000);
 
   test('cudaMemGetInfo: a 1 GiB budget as the total, free memory falling by what the program holds', () => {
     const env = { CUDA_MEMORY_GROUP: 'gpu-meminfo', CUDA_MEMORY_GROUP_DEVICE: uuid(), CUDA_MEMORY_GROUP_BUDGET: String(GiB) };

@@ -7,12 +7,15 @@
 #include <cstdint>
 #include <mutex>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 namespace cm::preload {
 
 struct Allocation {
   uint64_t bytes = 0;
   bool charged = false;  // false: it went on uncharged (no group, or the group could not be used)
+  void* context = nullptr;  // the CUDA context current when it was made (null: not known)
 };
 
 class Allocations {
@@ -36,6 +39,29 @@ class Allocations {
     *a = it->second;
     s.map.erase(it);
     return true;
+  }
+  // Takes out every allocation made in `context` (a context being destroyed or reset frees them
+  // all), with its key. False if memory ran out on the way (what was found is still returned).
+  bool RemoveContext(void* context, std::vector<std::pair<uint64_t, Allocation>>* out) noexcept {
+    bool complete = true;
+    for (Shard& s : shards_) {
+      std::lock_guard<std::mutex> lock(s.mutex);
+      for (auto it = s.map.begin(); it != s.map.end();) {
+        if (it->second.context != context) {
+          ++it;
+          continue;
+        }
+        try {
+          out->emplace_back(it->first, it->second);
+        } catch (...) {
+          complete = false;  // left in the table: its charge stays until the process exits
+          ++it;
+          continue;
+        }
+        it = s.map.erase(it);
+      }
+    }
+    return complete;
   }
   // Around fork: every shard held, so that the child's copy is consistent; the child forgets
   // everything (the parent's allocations are not the child's).

@@ -12,6 +12,7 @@ using CUresult = int;
 using CUdevice = int;
 using CUdeviceptr = unsigned long long;
 using CUstream = void*;
+using CUcontext = void*;
 using CUmemoryPool = void*;
 using CUmemGenericAllocationHandle = unsigned long long;
 

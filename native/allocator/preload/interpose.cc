@@ -27,6 +27,12 @@
 // group's device (CUDA_MEMORY_GROUP_DEVICE, a uuid as nvidia-smi -L prints it; without it, the
 // process's device 0) are charged and recorded; others pass untouched.
 //
+// A context's end frees its memory with no free call for each allocation: cudaDeviceReset
+// (cuDevicePrimaryCtxReset, or its _v2), the last cuDevicePrimaryCtxRelease and cuCtxDestroy are
+// interposed too, and give back what was charged for every cuMemAlloc, cuMemAllocPitch and
+// cuMemAllocManaged made in that context. Stream-ordered allocations and cuMemCreate's handles
+// outlive contexts, and stay charged until their own free.
+//
 // Cooperative: a process that does not preload this library, or that calls the driver through a
 // path that bypasses dlsym, is not bound. MIG and MPS are the hard boundaries.
 #include <dlfcn.h>
@@ -37,6 +43,8 @@
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "allocator/preload/allocations.h"
 #include "allocator/preload/cuda_abi.h"
@@ -116,10 +124,19 @@ enum Fn {
   kMemCreate,
   kMemRelease,
   kMemGetInfo,
+  kDevicePrimaryCtxReset,
+  kDevicePrimaryCtxResetV2,
+  kCtxDestroy,
+  kCtxDestroyV2,
+  kDevicePrimaryCtxRelease,
+  kDevicePrimaryCtxReleaseV2,
   kWrapped,  // the ones below are only called, never handed out
   kCtxGetDevice = kWrapped,
   kDeviceGetUuidV2,
   kDeviceGetUuid,
+  kCtxGetCurrent,
+  kDevicePrimaryCtxGetState,
+  kDevicePrimaryCtxRetain,
   kCount
 };
 
@@ -138,9 +155,18 @@ const char* const kNames[kCount] = {"cuGetProcAddress",
                                     "cuMemCreate",
                                     "cuMemRelease",
                                     "cuMemGetInfo_v2",
+                                    "cuDevicePrimaryCtxReset",
+                                    "cuDevicePrimaryCtxReset_v2",
+                                    "cuCtxDestroy",
+                                    "cuCtxDestroy_v2",
+                                    "cuDevicePrimaryCtxRelease",
+                                    "cuDevicePrimaryCtxRelease_v2",
                                     "cuCtxGetDevice",
                                     "cuDeviceGetUuid_v2",
-                                    "cuDeviceGetUuid"};
+                                    "cuDeviceGetUuid",
+                                    "cuCtxGetCurrent",
+                                    "cuDevicePrimaryCtxGetState",
+                                    "cuDevicePrimaryCtxRetain"};
 
 void* g_wrappers[kWrapped];  // filled in by the constructor below
 std::atomic<void*> g_real[kCount];
@@ -193,35 +219,41 @@ void* Substitute(void* p) {
 // The wrapper for what cuGetProcAddress answered for `symbol`: by the address first, as for dlsym;
 // if the driver handed out an address of its own that no exported symbol has, by the name and
 // version, as the driver picks them (a base name at version 3020 or later is the _v2 entry
-// point; the per-thread default stream flag picks the _ptsz form; cuGetProcAddress itself is
-// _v2 from 12000 on). Anything else is left as the driver answered.
+// point, cuCtxDestroy from 4000 and cuDevicePrimaryCtxReset and Release from 11000; the per-thread
+// default stream flag picks the _ptsz form; cuGetProcAddress itself is _v2 from 12000 on). Anything
+// else is left as the driver answered.
 void* SubstituteProc(const char* symbol, int version, uint64_t flags, void* p) {
   void* w = Substitute(p);
   if (w != p || !p || !symbol || !Active()) return w;
   constexpr uint64_t kPerThreadStream = 2;  // CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM
   bool ptsz = flags & kPerThreadStream;
+  // `older`: the entry point below min_version (kCount: none wrapped there).
   static const struct {
     const char* name;
     int min_version;
-    Fn legacy, per_thread;
+    Fn legacy, per_thread, older;
   } kByName[] = {
-      {"cuMemAlloc", 3020, kMemAlloc, kMemAlloc},
-      {"cuMemFree", 3020, kMemFree, kMemFree},
-      {"cuMemAllocPitch", 3020, kMemAllocPitch, kMemAllocPitch},
-      {"cuMemAllocManaged", 0, kMemAllocManaged, kMemAllocManaged},
-      {"cuMemAllocAsync", 0, kMemAllocAsync, kMemAllocAsyncPtsz},
-      {"cuMemAllocFromPoolAsync", 0, kMemAllocFromPoolAsync, kMemAllocFromPoolAsyncPtsz},
-      {"cuMemFreeAsync", 0, kMemFreeAsync, kMemFreeAsyncPtsz},
-      {"cuMemCreate", 0, kMemCreate, kMemCreate},
-      {"cuMemRelease", 0, kMemRelease, kMemRelease},
-      {"cuMemGetInfo", 3020, kMemGetInfo, kMemGetInfo},
-      {"cuGetProcAddress", 12000, kGetProcAddressV2, kGetProcAddressV2},
+      {"cuMemAlloc", 3020, kMemAlloc, kMemAlloc, kCount},
+      {"cuMemFree", 3020, kMemFree, kMemFree, kCount},
+      {"cuMemAllocPitch", 3020, kMemAllocPitch, kMemAllocPitch, kCount},
+      {"cuMemAllocManaged", 0, kMemAllocManaged, kMemAllocManaged, kCount},
+      {"cuMemAllocAsync", 0, kMemAllocAsync, kMemAllocAsyncPtsz, kCount},
+      {"cuMemAllocFromPoolAsync", 0, kMemAllocFromPoolAsync, kMemAllocFromPoolAsyncPtsz, kCount},
+      {"cuMemFreeAsync", 0, kMemFreeAsync, kMemFreeAsyncPtsz, kCount},
+      {"cuMemCreate", 0, kMemCreate, kMemCreate, kCount},
+      {"cuMemRelease", 0, kMemRelease, kMemRelease, kCount},
+      {"cuMemGetInfo", 3020, kMemGetInfo, kMemGetInfo, kCount},
+      {"cuDevicePrimaryCtxReset", 11000, kDevicePrimaryCtxResetV2, kDevicePrimaryCtxResetV2,
+       kDevicePrimaryCtxReset},
+      {"cuDevicePrimaryCtxRelease", 11000, kDevicePrimaryCtxReleaseV2, kDevicePrimaryCtxReleaseV2,
+       kDevicePrimaryCtxRelease},
+      {"cuCtxDestroy", 4000, kCtxDestroyV2, kCtxDestroyV2, kCtxDestroy},
+      {"cuGetProcAddress", 12000, kGetProcAddressV2, kGetProcAddressV2, kGetProcAddress},
   };
   for (const auto& e : kByName) {
     if (std::strcmp(symbol, e.name) != 0) continue;
-    void* w = version >= e.min_version ? g_wrappers[ptsz ? e.per_thread : e.legacy]
-              : std::strcmp(symbol, "cuGetProcAddress") == 0 ? g_wrappers[kGetProcAddress]
-                                                             : nullptr;
+    const Fn f = version >= e.min_version ? (ptsz ? e.per_thread : e.legacy) : e.older;
+    void* w = f < kWrapped ? g_wrappers[f] : nullptr;
     return w ? w : p;
   }
   return p;
@@ -285,6 +317,39 @@ CUdevice CurrentDevice() {
   return d;
 }
 
+// The calling thread's current context (null when there is none or the driver cannot say).
+CUcontext CurrentContext() {
+  using Fn1 = CUresult (*)(CUcontext*);
+  CUcontext c = nullptr;
+  Fn1 f = Real<Fn1>(kCtxGetCurrent);
+  if (!f || f(&c) != kCudaSuccess) return nullptr;
+  return c;
+}
+
+// Whether the primary context of `dev` is active (false when the driver cannot say).
+bool PrimaryActive(CUdevice dev) {
+  using StateFn = CUresult (*)(CUdevice, unsigned*, int*);
+  StateFn state = Real<StateFn>(kDevicePrimaryCtxGetState);
+  unsigned flags = 0;
+  int active = 0;
+  return state && state(dev, &flags, &active) == kCudaSuccess && active;
+}
+
+// The primary context of `dev` while it is active, without changing it: retained and released
+// again, which leaves its count as it was (null when it is not active or the driver cannot say).
+CUcontext PrimaryContext(CUdevice dev) {
+  using RetainFn = CUresult (*)(CUcontext*, CUdevice);
+  using ReleaseFn = CUresult (*)(CUdevice);
+  RetainFn retain = Real<RetainFn>(kDevicePrimaryCtxRetain);
+  ReleaseFn release = Real<ReleaseFn>(kDevicePrimaryCtxReleaseV2);
+  if (!release) release = Real<ReleaseFn>(kDevicePrimaryCtxRelease);  // a driver before 11.0
+  if (!retain || !release || !PrimaryActive(dev)) return nullptr;
+  CUcontext c = nullptr;
+  if (retain(&c, dev) != kCudaSuccess) return nullptr;
+  release(dev);
+  return c;
+}
+
 // ---- allocations the library makes for itself ----------------------------------------------
 
 // Whether the caller of a driver entry point is the cuda-memory addon (cuda_memory.node, or the
@@ -325,13 +390,22 @@ Member::LibraryMembers FromLibrary(void* caller) {
 
 // ---- the common paths -----------------------------------------------------------------------
 
-Allocations g_pointers, g_handles;
+// Never destroyed: a runtime may free, release or reset from an exit handler that runs after the
+// static destructors of this library.
+Allocations& g_pointers = *new Allocations;
+Allocations& g_handles = *new Allocations;
+
+// Where an allocation lives: in the context current when it was made, freed when that context is
+// reset or destroyed (cuMemAlloc, cuMemAllocPitch, cuMemAllocManaged), or outside any context
+// (stream-ordered pools' allocations and cuMemCreate's handles, which a reset or a destroy
+// leaves, as cuCtxDestroy's documentation says and the H100 showed).
+enum class Lives { kInContext, kOutsideContexts };
 
 // An allocation of `bytes` on `dev` through `api`: charged before alloc() runs, given back if it
 // fails, then remembered under key() for its free.
 template <typename Alloc, typename Key>
-CUresult Allocate(void* caller, Allocations& table, bool handle, CUdevice dev, uint64_t bytes,
-                  const char* api, Alloc alloc, Key key) {
+CUresult Allocate(void* caller, Allocations& table, bool handle, Lives lives, CUdevice dev,
+                  uint64_t bytes, const char* api, Alloc alloc, Key key) {
   if (!Active() || !Tracked(dev)) return alloc();
   Member& m = Member::Get();
   Member::Verdict v = m.Take(bytes, api, GroupDevice(), FromLibrary(caller));
@@ -346,7 +420,8 @@ CUresult Allocate(void* caller, Allocations& table, bool handle, CUdevice dev, u
     return r;
   }
   uint64_t k = key();
-  if (!table.Insert(k, {bytes, v == Member::Verdict::kCharged})) {
+  void* context = lives == Lives::kInContext ? CurrentContext() : nullptr;  // for EndContext
+  if (!table.Insert(k, {bytes, v == Member::Verdict::kCharged, context})) {
     if (v == Member::Verdict::kCharged) m.Give(bytes);  // untracked: its free will be uncharged
     return r;
   }
@@ -376,6 +451,49 @@ template <typename F, typename... A>
 CUresult Forward(Fn f, A... args) {
   F real = Real<F>(f);
   return real ? real(args...) : kCudaErrorNotInitialized;
+}
+
+// A context destroyed or reset by `end()`, which frees every allocation made in it with no free
+// call for each: their charges come back once it has succeeded. They are taken out of the table
+// before, as a free takes its one out (the context's addresses may be handed out again the
+// moment it is gone), and put back if it fails. Only what lives in a context (Lives::kInContext):
+// stream-ordered allocations and cuMemCreate's handles survive it, and the program still frees
+// them (cuMemFreeAsync, cuMemRelease).
+void GiveBack(const std::vector<std::pair<uint64_t, Allocation>>& gone) {
+  uint64_t charged = 0;  // given back at once: one ledger operation, not one per allocation
+  for (const auto& [key, a] : gone) {
+    if (a.charged) charged += a.bytes;
+    Recorder::Get().Free(false, key, a.bytes);
+  }
+  if (charged) Member::Get().Give(charged);
+}
+
+template <typename End>
+CUresult EndContext(CUcontext context, End end) {
+  if (!Active() || !context) return end();
+  std::vector<std::pair<uint64_t, Allocation>> gone;
+  g_pointers.RemoveContext(context, &gone);
+  CUresult r = end();
+  if (r != kCudaSuccess) {
+    for (const auto& [key, a] : gone) g_pointers.Insert(key, a);
+    return r;
+  }
+  GiveBack(gone);
+  return r;
+}
+
+// A release of the primary context of `dev` by `release()`: the last one resets it, which frees
+// its memory as cuDevicePrimaryCtxReset does. Whether it was the last is known only after, by the
+// context no longer being active.
+template <typename Release>
+CUresult ReleasePrimary(CUdevice dev, Release release) {
+  CUcontext context = Active() ? PrimaryContext(dev) : nullptr;
+  CUresult r = release();
+  if (r != kCudaSuccess || !context || PrimaryActive(dev)) return r;
+  std::vector<std::pair<uint64_t, Allocation>> gone;
+  g_pointers.RemoveContext(context, &gone);
+  GiveBack(gone);
+  return r;
 }
 
 }  // namespace
@@ -413,8 +531,8 @@ CM_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int versi
 CM_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes) {
   using F = CUresult (*)(CUdeviceptr*, size_t);
   return Allocate(
-      __builtin_return_address(0), g_pointers, false, CurrentDevice(), bytes, "cuMemAlloc",
-      [&] { return Forward<F>(kMemAlloc, dptr, bytes); }, [&] { return *dptr; });
+      __builtin_return_address(0), g_pointers, false, Lives::kInContext, CurrentDevice(), bytes,
+      "cuMemAlloc", [&] { return Forward<F>(kMemAlloc, dptr, bytes); }, [&] { return *dptr; });
 }
 
 CM_EXPORT CUresult cuMemFree_v2(CUdeviceptr p) {
@@ -425,8 +543,9 @@ CM_EXPORT CUresult cuMemFree_v2(CUdeviceptr p) {
 CM_EXPORT CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t bytes, unsigned int flags) {
   using F = CUresult (*)(CUdeviceptr*, size_t, unsigned int);
   return Allocate(
-      __builtin_return_address(0), g_pointers, false, CurrentDevice(), bytes, "cuMemAllocManaged",
-      [&] { return Forward<F>(kMemAllocManaged, dptr, bytes, flags); }, [&] { return *dptr; });
+      __builtin_return_address(0), g_pointers, false, Lives::kInContext, CurrentDevice(), bytes,
+      "cuMemAllocManaged", [&] { return Forward<F>(kMemAllocManaged, dptr, bytes, flags); },
+      [&] { return *dptr; });
 }
 
 CM_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t width, size_t height,
@@ -440,7 +559,8 @@ CM_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t w
   if (__builtin_mul_overflow(static_cast<uint64_t>(row), static_cast<uint64_t>(height), &bytes))
     return Forward<F>(kMemAllocPitch, dptr, pitch, width, height, element);
   CUresult r = Allocate(
-      __builtin_return_address(0), g_pointers, false, dev, bytes, "cuMemAllocPitch",
+      __builtin_return_address(0), g_pointers, false, Lives::kInContext, dev, bytes,
+      "cuMemAllocPitch",
       [&] { return Forward<F>(kMemAllocPitch, dptr, pitch, width, height, element); },
       [&] { return *dptr; });
   if (r != kCudaSuccess || !Active() || !pitch) return r;
@@ -463,20 +583,21 @@ CM_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t w
 }
 
 // The stream-ordered allocators, each in its legacy-stream and per-thread-stream form.
-#define CM_ASYNC_ALLOC(name, fn)                                                                   \
-  CM_EXPORT CUresult name(CUdeviceptr* dptr, size_t bytes, CUstream stream) {                      \
-    using F = CUresult (*)(CUdeviceptr*, size_t, CUstream);                                        \
-    return Allocate(                                                                               \
-        __builtin_return_address(0), g_pointers, false, CurrentDevice(), bytes, "cuMemAllocAsync", \
-        [&] { return Forward<F>(fn, dptr, bytes, stream); }, [&] { return *dptr; });               \
+#define CM_ASYNC_ALLOC(name, fn)                                                                  \
+  CM_EXPORT CUresult name(CUdeviceptr* dptr, size_t bytes, CUstream stream) {                     \
+    using F = CUresult (*)(CUdeviceptr*, size_t, CUstream);                                       \
+    return Allocate(                                                                              \
+        __builtin_return_address(0), g_pointers, false, Lives::kOutsideContexts, CurrentDevice(), \
+        bytes, "cuMemAllocAsync", [&] { return Forward<F>(fn, dptr, bytes, stream); },            \
+        [&] { return *dptr; });                                                                   \
   }
-#define CM_POOL_ALLOC(name, fn)                                                                  \
-  CM_EXPORT CUresult name(CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool, CUstream stream) { \
-    using F = CUresult (*)(CUdeviceptr*, size_t, CUmemoryPool, CUstream);                        \
-    return Allocate(                                                                             \
-        __builtin_return_address(0), g_pointers, false, CurrentDevice(), bytes,                  \
-        "cuMemAllocFromPoolAsync", [&] { return Forward<F>(fn, dptr, bytes, pool, stream); },    \
-        [&] { return *dptr; });                                                                  \
+#define CM_POOL_ALLOC(name, fn)                                                                   \
+  CM_EXPORT CUresult name(CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool, CUstream stream) {  \
+    using F = CUresult (*)(CUdeviceptr*, size_t, CUmemoryPool, CUstream);                         \
+    return Allocate(                                                                              \
+        __builtin_return_address(0), g_pointers, false, Lives::kOutsideContexts, CurrentDevice(), \
+        bytes, "cuMemAllocFromPoolAsync",                                                         \
+        [&] { return Forward<F>(fn, dptr, bytes, pool, stream); }, [&] { return *dptr; });        \
   }
 #define CM_ASYNC_FREE(name, fn)                                                      \
   CM_EXPORT CUresult name(CUdeviceptr p, CUstream stream) {                          \
@@ -496,8 +617,9 @@ CM_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t byte
   const auto* head = static_cast<const CUmemAllocationPropHead*>(prop);
   CUdevice dev = head && head->location.type == kMemLocationTypeDevice ? head->location.id : -1;
   return Allocate(
-      __builtin_return_address(0), g_handles, true, dev, bytes, "cuMemCreate",
-      [&] { return Forward<F>(kMemCreate, handle, bytes, prop, flags); }, [&] { return *handle; });
+      __builtin_return_address(0), g_handles, true, Lives::kOutsideContexts, dev, bytes,
+      "cuMemCreate", [&] { return Forward<F>(kMemCreate, handle, bytes, prop, flags); },
+      [&] { return *handle; });
 }
 
 CM_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
@@ -521,6 +643,31 @@ CM_EXPORT CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total_bytes) {
   }
   return r;
 }
+
+// cudaDeviceReset and the driver's own reset and destroy: the context's memory goes with it.
+// Each in its current (_v2) and older form.
+#define CM_PRIMARY_RESET(name, fn)                                   \
+  CM_EXPORT CUresult name(CUdevice dev) {                            \
+    using F = CUresult (*)(CUdevice);                                \
+    CUcontext context = Active() ? PrimaryContext(dev) : nullptr;    \
+    return EndContext(context, [&] { return Forward<F>(fn, dev); }); \
+  }
+#define CM_PRIMARY_RELEASE(name, fn)                                 \
+  CM_EXPORT CUresult name(CUdevice dev) {                            \
+    using F = CUresult (*)(CUdevice);                                \
+    return ReleasePrimary(dev, [&] { return Forward<F>(fn, dev); }); \
+  }
+#define CM_CTX_DESTROY(name, fn)                                         \
+  CM_EXPORT CUresult name(CUcontext context) {                           \
+    using F = CUresult (*)(CUcontext);                                   \
+    return EndContext(context, [&] { return Forward<F>(fn, context); }); \
+  }
+CM_PRIMARY_RESET(cuDevicePrimaryCtxReset_v2, kDevicePrimaryCtxResetV2)
+CM_PRIMARY_RESET(cuDevicePrimaryCtxReset, kDevicePrimaryCtxReset)
+CM_PRIMARY_RELEASE(cuDevicePrimaryCtxRelease_v2, kDevicePrimaryCtxReleaseV2)
+CM_PRIMARY_RELEASE(cuDevicePrimaryCtxRelease, kDevicePrimaryCtxRelease)
+CM_CTX_DESTROY(cuCtxDestroy_v2, kCtxDestroyV2)
+CM_CTX_DESTROY(cuCtxDestroy, kCtxDestroy)
 
 // ---- process life ---------------------------------------------------------------------------
 
@@ -561,6 +708,12 @@ __attribute__((constructor)) void Load() {
   g_wrappers[kMemCreate] = reinterpret_cast<void*>(&cuMemCreate);
   g_wrappers[kMemRelease] = reinterpret_cast<void*>(&cuMemRelease);
   g_wrappers[kMemGetInfo] = reinterpret_cast<void*>(&cuMemGetInfo_v2);
+  g_wrappers[kDevicePrimaryCtxReset] = reinterpret_cast<void*>(&cuDevicePrimaryCtxReset);
+  g_wrappers[kDevicePrimaryCtxResetV2] = reinterpret_cast<void*>(&cuDevicePrimaryCtxReset_v2);
+  g_wrappers[kCtxDestroy] = reinterpret_cast<void*>(&cuCtxDestroy);
+  g_wrappers[kCtxDestroyV2] = reinterpret_cast<void*>(&cuCtxDestroy_v2);
+  g_wrappers[kDevicePrimaryCtxRelease] = reinterpret_cast<void*>(&cuDevicePrimaryCtxRelease);
+  g_wrappers[kDevicePrimaryCtxReleaseV2] = reinterpret_cast<void*>(&cuDevicePrimaryCtxRelease_v2);
   RealDlsym();
   // The ledger's own fork handlers are registered first, so that these run before them at fork
   // (handlers run in reverse order): this library's locks are taken before the ledger's, in the

@@ -4,8 +4,14 @@
  * GPU-11111111-1111-1111-1111-111111111111, GPU-22222222-..., and the entry points the interposer
  * wraps, with the driver's names, signatures and out-of-memory code. cuGetProcAddress answers as
  * the driver does: a base name and a version give the versioned entry point ("cuMemAlloc" at
- * 3020 or later is cuMemAlloc_v2), and the per-thread default stream flag gives the _ptsz form. */
+ * 3020 or later is cuMemAlloc_v2), and the per-thread default stream flag gives the _ptsz form.
+ * Each device has a primary context, counted by cuDevicePrimaryCtxRetain and Release and current
+ * for its device while retained; resetting it (cuDevicePrimaryCtxReset_v2, or its last release)
+ * frees what cuMemAlloc, cuMemAllocPitch and cuMemAllocManaged made in it, as the driver does,
+ * and leaves stream-ordered allocations and cuMemCreate's handles, which outlive contexts
+ * (FAKE_CUDA_RESET_FAILS=1: a reset fails instead). */
 #define _GNU_SOURCE
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +24,9 @@ enum { OK = 0, INVALID_VALUE = 1, OUT_OF_MEMORY = 2, NOT_FOUND = 500 };
 
 static uint64_t used[8];
 static __thread int current;
+static char primary[8];    /* the primary contexts' handles: &primary[device] */
+static int primary_refs[8];
+static pthread_mutex_t blocks_mutex = PTHREAD_MUTEX_INITIALIZER;
 
 static uint64_t total(void) {
   const char* t = getenv("FAKE_CUDA_TOTAL");
@@ -28,14 +37,23 @@ static int devices(void) {
   return d ? atoi(d) : 2;
 }
 
-/* A block: its size and device ahead of the address handed out. */
+/* A block: its size, device and context ahead of the address handed out, in a list of all. */
 struct head {
   uint64_t size;
   int device;
-  int pad[13];
+  int outlives; /* stream-ordered or cuMemCreate: not freed with its context */
+  void* context;
+  struct head *prev, *next;
+  int pad[6]; /* 64 bytes: the address handed out is aligned as the driver's are, and more */
 };
+static struct head blocks = {0, 0, 0, NULL, &blocks, &blocks};
 
-static CUresult take(CUdeviceptr* p, uint64_t size, int device) {
+/* The calling thread's current context: its device's primary context while retained. */
+static void* context_of(int device) {
+  return __atomic_load_n(&primary_refs[device], __ATOMIC_SEQ_CST) > 0 ? &primary[device] : NULL;
+}
+
+static CUresult take_as(CUdeviceptr* p, uint64_t size, int device, int outlives) {
   if (!p) return INVALID_VALUE;
   if (device < 0 || device >= devices()) return INVALID_VALUE;
   if (__atomic_add_fetch(&used[device], size, __ATOMIC_SEQ_CST) > total()) {
@@ -46,16 +64,42 @@ static CUresult take(CUdeviceptr* p, uint64_t size, int device) {
   if (!h) return OUT_OF_MEMORY;
   h->size = size;
   h->device = device;
+  h->outlives = outlives;
+  h->context = context_of(device);
+  pthread_mutex_lock(&blocks_mutex);
+  h->next = blocks.next;
+  h->prev = &blocks;
+  blocks.next->prev = h;
+  blocks.next = h;
+  pthread_mutex_unlock(&blocks_mutex);
   *p = (CUdeviceptr)(uintptr_t)(h + 1);
   return OK;
+}
+static CUresult take(CUdeviceptr* p, uint64_t size, int device) { return take_as(p, size, device, 0); }
+
+static void drop(struct head* h) {
+  h->prev->next = h->next;
+  h->next->prev = h->prev;
+  __atomic_sub_fetch(&used[h->device], h->size, __ATOMIC_SEQ_CST);
+  free(h);
 }
 
 static CUresult give(CUdeviceptr p) {
   if (!p) return OK;
-  struct head* h = (struct head*)(uintptr_t)p - 1;
-  __atomic_sub_fetch(&used[h->device], h->size, __ATOMIC_SEQ_CST);
-  free(h);
+  pthread_mutex_lock(&blocks_mutex);
+  drop((struct head*)(uintptr_t)p - 1);
+  pthread_mutex_unlock(&blocks_mutex);
   return OK;
+}
+
+/* Frees what was allocated in the primary context of `device` and does not outlive it. */
+static void reset(int device) {
+  pthread_mutex_lock(&blocks_mutex);
+  for (struct head *h = blocks.next, *next; h != &blocks; h = next) {
+    next = h->next;
+    if (h->context == &primary[device] && !h->outlives) drop(h);
+  }
+  pthread_mutex_unlock(&blocks_mutex);
 }
 
 EXPORT CUresult cuInit(unsigned flags) { return OK; }
@@ -74,6 +118,36 @@ EXPORT uint64_t fakeCudaUsed(int d) { return __atomic_load_n(&used[d], __ATOMIC_
 
 EXPORT CUresult cuCtxGetDevice(int* d) {
   *d = current;
+  return OK;
+}
+EXPORT CUresult cuCtxGetCurrent(void** ctx) {
+  *ctx = context_of(current);
+  return OK;
+}
+static int valid(int d) { return d >= 0 && d < devices(); }
+EXPORT CUresult cuDevicePrimaryCtxGetState(int d, unsigned* flags, int* active) {
+  if (!valid(d)) return INVALID_VALUE;
+  *flags = 0;
+  *active = __atomic_load_n(&primary_refs[d], __ATOMIC_SEQ_CST) > 0;
+  return OK;
+}
+EXPORT CUresult cuDevicePrimaryCtxRetain(void** ctx, int d) {
+  if (!valid(d)) return INVALID_VALUE;
+  __atomic_add_fetch(&primary_refs[d], 1, __ATOMIC_SEQ_CST);
+  *ctx = &primary[d];
+  return OK;
+}
+EXPORT CUresult cuDevicePrimaryCtxRelease_v2(int d) {
+  if (!valid(d) || __atomic_load_n(&primary_refs[d], __ATOMIC_SEQ_CST) <= 0) return INVALID_VALUE;
+  if (__atomic_sub_fetch(&primary_refs[d], 1, __ATOMIC_SEQ_CST) == 0) reset(d);
+  return OK;
+}
+/* FAKE_CUDA_RESET_FAILS=1: resets fail, freeing nothing. */
+EXPORT CUresult cuDevicePrimaryCtxReset_v2(int d) {
+  if (!valid(d)) return INVALID_VALUE;
+  const char* fails = getenv("FAKE_CUDA_RESET_FAILS");
+  if (fails && *fails == '1') return 999; /* CUDA_ERROR_UNKNOWN */
+  reset(d);
   return OK;
 }
 EXPORT CUresult cuDeviceGetUuid(unsigned char* uuid, int d) {
@@ -99,17 +173,17 @@ EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* p, size_t* pitch, size_t width, 
   return take(p, (uint64_t)*pitch * height, current);
 }
 EXPORT CUresult cuMemAllocAsync(CUdeviceptr* p, size_t size, void* stream) {
-  return take(p, size, current);
+  return take_as(p, size, current, 1);
 }
 EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr* p, size_t size, void* stream) {
-  return take(p, size, current);
+  return take_as(p, size, current, 1);
 }
 EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr* p, size_t size, void* pool, void* stream) {
-  return take(p, size, current);
+  return take_as(p, size, current, 1);
 }
 EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* p, size_t size, void* pool,
                                              void* stream) {
-  return take(p, size, current);
+  return take_as(p, size, current, 1);
 }
 EXPORT CUresult cuMemFreeAsync(CUdeviceptr p, void* stream) { return give(p); }
 EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, void* stream) { return give(p); }
@@ -121,7 +195,7 @@ EXPORT CUresult cuMemCreate(unsigned long long* handle, size_t size, const struc
                             unsigned long long flags) {
   int device = prop->location_type == 1 ? prop->location_id : -1;
   CUdeviceptr p;
-  CUresult r = take(&p, size, device);
+  CUresult r = take_as(&p, size, device, 1);
   if (r == OK) *handle = p;
   return r;
 }
@@ -180,6 +254,11 @@ EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version,
       {"cuDriverGetVersion", (void*)cuDriverGetVersion, 0},
       {"cuDeviceGetCount", (void*)cuDeviceGetCount, 0},
       {"cuCtxGetDevice", (void*)cuCtxGetDevice, 0},
+      {"cuCtxGetCurrent", (void*)cuCtxGetCurrent, 0},
+      {"cuDevicePrimaryCtxGetState", (void*)cuDevicePrimaryCtxGetState, 0},
+      {"cuDevicePrimaryCtxRetain", (void*)cuDevicePrimaryCtxRetain, 0},
+      {"cuDevicePrimaryCtxRelease", (void*)cuDevicePrimaryCtxRelease_v2, 0},
+      {"cuDevicePrimaryCtxReset", (void*)cuDevicePrimaryCtxReset_v2, 0},
       {"cuDeviceGetUuid", (void*)cuDeviceGetUuid_v2, 0},
       {"cuMemGetInfo", (void*)cuMemGetInfo_v2, 0},
       {"cuMemAlloc", (void*)cuMemAlloc_v2, 0, (void*)i_alloc, 0},

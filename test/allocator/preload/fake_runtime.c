@@ -2,7 +2,9 @@
  * libcuda.so.1, looks up cuGetProcAddress_v2 with dlsym, and takes every other entry point from
  * it. Built as a shared library (libcudart.so.13, the dynamically linked runtime) and compiled
  * into a program (the static runtime, nvcc's default). With -DDIRECT_DRIVER it calls the driver's
- * exported symbols instead, as a program linked with -lcuda does. */
+ * exported symbols instead, as a program linked with -lcuda does. As the real runtime, it retains
+ * the primary context of each device it is set to (device 0 first), and cudaDeviceReset resets
+ * the current one (cuDevicePrimaryCtxReset_v2). */
 #define _GNU_SOURCE
 #include "fake_runtime.h"
 
@@ -22,11 +24,21 @@ static struct {
   int (*pool)(unsigned long long*, size_t, void*, void*);
   int (*free_async)(unsigned long long, void*);
   int (*mem_get_info)(size_t*, size_t*);
+  int (*retain)(void**, int);
+  int (*reset)(int);
   gpa_t gpa;
   void (*set_device)(int);
   unsigned long long (*used)(int);
 } d;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
+static int current_device;
+static int retained[8];
+/* The runtime's one reference to a device's primary context, taken when it is first used. */
+static void use(int dev) {
+  if (dev < 0 || dev >= 8 || retained[dev]) return;
+  void* ctx;
+  if (d.retain(&ctx, dev) == 0) retained[dev] = 1;
+}
 
 #ifdef DIRECT_DRIVER
 int cuMemAlloc_v2(unsigned long long*, size_t);
@@ -39,6 +51,8 @@ int cuMemAllocFromPoolAsync(unsigned long long*, size_t, void*, void*);
 int cuMemFreeAsync(unsigned long long, void*);
 int cuMemGetInfo_v2(size_t*, size_t*);
 int cuGetProcAddress_v2(const char*, void**, int, unsigned long long, int*);
+int cuDevicePrimaryCtxRetain(void**, int);
+int cuDevicePrimaryCtxReset_v2(int);
 void fakeCudaSetDevice(int);
 unsigned long long fakeCudaUsed(int);
 static void init(void) {
@@ -51,9 +65,12 @@ static void init(void) {
   d.pool = cuMemAllocFromPoolAsync;
   d.free_async = cuMemFreeAsync;
   d.mem_get_info = cuMemGetInfo_v2;
+  d.retain = cuDevicePrimaryCtxRetain;
+  d.reset = cuDevicePrimaryCtxReset_v2;
   d.gpa = cuGetProcAddress_v2;
   d.set_device = fakeCudaSetDevice;
   d.used = fakeCudaUsed;
+  use(0);
 }
 #else
 static void* entry(const char* name, unsigned long long flags) {
@@ -81,8 +98,11 @@ static void init(void) {
   d.pool = entry("cuMemAllocFromPoolAsync", 0);
   d.free_async = entry("cuMemFreeAsync", 0);
   d.mem_get_info = entry("cuMemGetInfo", 0);
+  d.retain = entry("cuDevicePrimaryCtxRetain", 0);
+  d.reset = entry("cuDevicePrimaryCtxReset", 0);
   d.set_device = (void (*)(int))dlsym(h, "fakeCudaSetDevice");
   d.used = (unsigned long long (*)(int))dlsym(h, "fakeCudaUsed");
+  use(0);
 }
 #endif
 
@@ -122,7 +142,13 @@ int cudaFreeAsync(void* p, void* stream) {
 int cudaSetDevice(int dev) {
   INIT;
   d.set_device(dev);
+  current_device = dev;
+  use(dev);
   return 0;
+}
+int cudaDeviceReset(void) {
+  INIT;
+  return d.reset(current_device);
 }
 int cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
   INIT;

@@ -10,6 +10,7 @@ int cudaMallocAsync_ptsz(void** p, size_t n, void* stream);
 int cudaMallocFromPoolAsync(void** p, size_t n, void* pool, void* stream);
 int cudaFreeAsync(void* p, void* stream);
 int cudaSetDevice(int dev);
+int cudaDeviceReset(void);
 int cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes);
 int cudaGetDriverEntryPoint(const char* name, void** f);
 unsigned long long fakeDeviceUsed(int dev);

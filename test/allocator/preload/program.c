@@ -6,6 +6,8 @@
  *   device N           the current device
  *   used N             the stand-in driver's bytes in use on device N
  *   meminfo            cudaMemGetInfo on the current device: prints free and total bytes
+ *   reset              cudaDeviceReset (the current device's primary context)
+ *   ctx retain|release cuDevicePrimaryCtxRetain / cuDevicePrimaryCtxRelease of the current device
  *   threads T N BYTES  T threads, each N cudaMalloc+cudaFree pairs; prints the errors seen
  *   pairs N BYTES      N cudaMalloc+cudaFree pairs, timed; prints nanoseconds per pair
  *   fork BYTES         a child allocates BYTES and answers "child PID ok|err CODE" through the
@@ -111,6 +113,28 @@ int main(void) {
         printf("err %d\n", r);
       else
         printf("ok %zu %zu\n", free_bytes, total_bytes);
+    } else if (!strcmp(line, "reset\n") || !strcmp(line, "reset")) {
+      int r = cudaDeviceReset();
+      if (r)
+        printf("err %d\n", r);
+      else
+        printf("ok\n");
+    } else if (sscanf(line, "ctx %31s", api) == 1) {
+      void* ctx;
+      int r = -1;
+      if (!strcmp(api, "retain")) {
+        int (*retain)(void**, int);
+        cudaGetDriverEntryPoint("cuDevicePrimaryCtxRetain", (void**)&retain);
+        r = retain(&ctx, device);
+      } else if (!strcmp(api, "release")) {
+        int (*rel)(int);
+        cudaGetDriverEntryPoint("cuDevicePrimaryCtxRelease", (void**)&rel);
+        r = rel(device);
+      }
+      if (r)
+        printf("err %d\n", r);
+      else
+        printf("ok\n");
     } else if (sscanf(line, "used %llu", &a) == 1) {
       printf("ok %llu\n", fakeDeviceUsed((int)a));
     } else if (sscanf(line, "threads %llu %llu %llu", &a, &b, &c) == 3) {
@@ -130,7 +154,10 @@ int main(void) {
       pairs(&errors);
       clock_gettime(CLOCK_MONOTONIC, &t1);
       double ns = (t1.tv_sec - t0.tv_sec) * 1e9 + (t1.tv_nsec - t0.tv_nsec);
-      printf(errors ? "err %d\n" : "ok %.1f\n", errors ? errors : 0, ns / a);
+      if (errors)
+        printf("err %d\n", errors);
+      else
+        printf("ok %.1f\n", ns / a);
     } else if (sscanf(line, "fork %llu", &a) == 1) {
       int up[2], down[2];
       if (pipe(up) || pipe(down)) return 1;
