@@ -251,6 +251,22 @@ describe('a context that ends takes its memory with it, and its charges', () => 
     await p.exit();
   });
 
+  test.each(['dynamic', 'driver'])('%s: cuCtxDestroy gives back what that context held, and only that', async (kind) => {
+    const name = `destroy-${kind}`;
+    const p = start(kind, budget(name, 64 * MiB));
+    expect(await p.send(`alloc malloc ${10 * MiB}`)).toMatch(/^ok 0x/); // the primary context's
+    expect(await p.send('ctx create')).toBe('ok');
+    expect(await p.send(`alloc malloc ${20 * MiB}`)).toMatch(/^ok 0x/);
+    const async = (await p.send(`alloc async ${2 * MiB}`)).split(' ')[1];
+    expect((await inUse(name, p.pid, 32 * MiB)).bytesInUse).toBe(32 * MiB);
+    expect(await p.send('ctx destroy')).toBe('ok');
+    expect(await p.send('used 0')).toBe(`ok ${12 * MiB}`);
+    expect((await inUse(name, p.pid, 12 * MiB)).bytesInUse).toBe(12 * MiB);
+    expect(await p.send(`free async ${async}`)).toBe('ok');
+    expect((await inUse(name, p.pid, 10 * MiB)).bytesInUse).toBe(10 * MiB);
+    await p.exit();
+  });
+
   test('a reset that fails leaves every charge, and the frees that follow give them back once', async () => {
     const name = 'reset-fails';
     const p = start('static', { ...budget(name, 64 * MiB), FAKE_CUDA_RESET_FAILS: '1' });

@@ -7,7 +7,8 @@
  * 3020 or later is cuMemAlloc_v2), and the per-thread default stream flag gives the _ptsz form.
  * Each device has a primary context, counted by cuDevicePrimaryCtxRetain and Release and current
  * for its device while retained; resetting it (cuDevicePrimaryCtxReset_v2, or its last release)
- * frees what cuMemAlloc, cuMemAllocPitch and cuMemAllocManaged made in it, as the driver does,
+ * frees what cuMemAlloc, cuMemAllocPitch and cuMemAllocManaged made in it, as the driver does
+ * (so does cuCtxDestroy_v2 for the one context a thread may make with cuCtxCreate_v2),
  * and leaves stream-ordered allocations and cuMemCreate's handles, which outlive contexts
  * (FAKE_CUDA_RESET_FAILS=1: a reset fails instead). */
 #define _GNU_SOURCE
@@ -25,6 +26,8 @@ enum { OK = 0, INVALID_VALUE = 1, OUT_OF_MEMORY = 2, NOT_FOUND = 500 };
 static uint64_t used[8];
 static __thread int current;
 static char primary[8];    /* the primary contexts' handles: &primary[device] */
+static __thread void* made; /* a context of cuCtxCreate_v2 made current on this thread */
+static __thread int made_device;
 static int primary_refs[8];
 static pthread_mutex_t blocks_mutex = PTHREAD_MUTEX_INITIALIZER;
 
@@ -48,8 +51,10 @@ struct head {
 };
 static struct head blocks = {0, 0, 0, NULL, &blocks, &blocks};
 
-/* The calling thread's current context: its device's primary context while retained. */
+/* The calling thread's current context on `device`: one it made, else the device's primary
+ * context while retained. */
 static void* context_of(int device) {
+  if (made && made_device == device) return made;
   return __atomic_load_n(&primary_refs[device], __ATOMIC_SEQ_CST) > 0 ? &primary[device] : NULL;
 }
 
@@ -92,15 +97,16 @@ static CUresult give(CUdeviceptr p) {
   return OK;
 }
 
-/* Frees what was allocated in the primary context of `device` and does not outlive it. */
-static void reset(int device) {
+/* Frees what was allocated in `context` and does not outlive it. */
+static void end(void* context) {
   pthread_mutex_lock(&blocks_mutex);
   for (struct head *h = blocks.next, *next; h != &blocks; h = next) {
     next = h->next;
-    if (h->context == &primary[device] && !h->outlives) drop(h);
+    if (h->context == context && !h->outlives) drop(h);
   }
   pthread_mutex_unlock(&blocks_mutex);
 }
+static void reset(int device) { end(&primary[device]); }
 
 EXPORT CUresult cuInit(unsigned flags) { return OK; }
 EXPORT CUresult cuDriverGetVersion(int* v) {
@@ -120,11 +126,27 @@ EXPORT CUresult cuCtxGetDevice(int* d) {
   *d = current;
   return OK;
 }
+static int valid(int d) { return d >= 0 && d < devices(); }
+/* A context of its own on device d, current on this thread until destroyed (one at a time). */
+EXPORT CUresult cuCtxCreate_v2(void** ctx, unsigned flags, int d) {
+  if (!valid(d) || made) return INVALID_VALUE;
+  made = malloc(1);
+  made_device = d;
+  current = d;
+  *ctx = made;
+  return made ? OK : OUT_OF_MEMORY;
+}
+EXPORT CUresult cuCtxDestroy_v2(void* ctx) {
+  if (!ctx || ctx != made) return INVALID_VALUE;
+  end(ctx);
+  free(made);
+  made = NULL;
+  return OK;
+}
 EXPORT CUresult cuCtxGetCurrent(void** ctx) {
   *ctx = context_of(current);
   return OK;
 }
-static int valid(int d) { return d >= 0 && d < devices(); }
 EXPORT CUresult cuDevicePrimaryCtxGetState(int d, unsigned* flags, int* active) {
   if (!valid(d)) return INVALID_VALUE;
   *flags = 0;
@@ -259,6 +281,8 @@ EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version,
       {"cuDevicePrimaryCtxRetain", (void*)cuDevicePrimaryCtxRetain, 0},
       {"cuDevicePrimaryCtxRelease", (void*)cuDevicePrimaryCtxRelease_v2, 0},
       {"cuDevicePrimaryCtxReset", (void*)cuDevicePrimaryCtxReset_v2, 0},
+      {"cuCtxCreate", (void*)cuCtxCreate_v2, 0},
+      {"cuCtxDestroy", (void*)cuCtxDestroy_v2, 0},
       {"cuDeviceGetUuid", (void*)cuDeviceGetUuid_v2, 0},
       {"cuMemGetInfo", (void*)cuMemGetInfo_v2, 0},
       {"cuMemAlloc", (void*)cuMemAlloc_v2, 0, (void*)i_alloc, 0},

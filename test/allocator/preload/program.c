@@ -8,6 +8,7 @@
  *   meminfo            cudaMemGetInfo on the current device: prints free and total bytes
  *   reset              cudaDeviceReset (the current device's primary context)
  *   ctx retain|release cuDevicePrimaryCtxRetain / cuDevicePrimaryCtxRelease of the current device
+ *   ctx create|destroy cuCtxCreate (a context of the program's own, made current) / cuCtxDestroy
  *   threads T N BYTES  T threads, each N cudaMalloc+cudaFree pairs; prints the errors seen
  *   pairs N BYTES      N cudaMalloc+cudaFree pairs, timed; prints nanoseconds per pair
  *   fork BYTES         a child allocates BYTES and answers "child PID ok|err CODE" through the
@@ -33,6 +34,7 @@ struct prop {
   unsigned char flags[8];
 };
 static int device;
+static void* own; /* the context "ctx create" made */
 
 static int alloc(const char* api, size_t n, unsigned long long* out, size_t* pitch) {
   void* p = NULL;
@@ -130,6 +132,14 @@ int main(void) {
         int (*rel)(int);
         cudaGetDriverEntryPoint("cuDevicePrimaryCtxRelease", (void**)&rel);
         r = rel(device);
+      } else if (!strcmp(api, "create")) {
+        int (*create)(void**, unsigned, int);
+        cudaGetDriverEntryPoint("cuCtxCreate", (void**)&create);
+        r = create(&own, 0, device);
+      } else if (!strcmp(api, "destroy")) {
+        int (*destroy)(void*);
+        cudaGetDriverEntryPoint("cuCtxDestroy", (void**)&destroy);
+        r = destroy(own);
       }
       if (r)
         printf("err %d\n", r);
