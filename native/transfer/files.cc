@@ -66,43 +66,111 @@ std::string Quote(const std::string& path) {
   return out + "'";
 }
 
+// The errno's symbolic name ("EUNKNOWN" for one not listed): the POSIX names, and Linux's own on
+// Linux. Where two names share a value, the first listed wins: ENOTSUP over EOPNOTSUPP, as Node
+// names it (EWOULDBLOCK and EDEADLOCK, EAGAIN's and EDEADLK's other names, are not listed).
 const char* ErrnoName(int e) {
-  switch (e) {
-    case ENOENT:
-      return "ENOENT";
-    case ENOTDIR:
-      return "ENOTDIR";
-    case EACCES:
-      return "EACCES";
-    case EPERM:
-      return "EPERM";
-    case EROFS:
-      return "EROFS";
-    case EISDIR:
-      return "EISDIR";
-    case ENOSPC:
-      return "ENOSPC";
-    case EDQUOT:
-      return "EDQUOT";
-    case EFBIG:
-      return "EFBIG";
-    case EIO:
-      return "EIO";
-    case EINVAL:
-      return "EINVAL";
-    case ELOOP:
-      return "ELOOP";
-    case EMFILE:
-      return "EMFILE";
-    case ENAMETOOLONG:
-      return "ENAMETOOLONG";
-    case EEXIST:
-      return "EEXIST";
-    case ESTALE:
-      return "ESTALE";
-    default:
-      return "EUNKNOWN";
-  }
+  static const struct {
+    int value;
+    const char* name;
+  } kNames[] = {
+    {EPERM, "EPERM"},
+    {ENOENT, "ENOENT"},
+    {ESRCH, "ESRCH"},
+    {EINTR, "EINTR"},
+    {EIO, "EIO"},
+    {ENXIO, "ENXIO"},
+    {E2BIG, "E2BIG"},
+    {ENOEXEC, "ENOEXEC"},
+    {EBADF, "EBADF"},
+    {ECHILD, "ECHILD"},
+    {EAGAIN, "EAGAIN"},
+    {ENOMEM, "ENOMEM"},
+    {EACCES, "EACCES"},
+    {EFAULT, "EFAULT"},
+    {EBUSY, "EBUSY"},
+    {EEXIST, "EEXIST"},
+    {EXDEV, "EXDEV"},
+    {ENODEV, "ENODEV"},
+    {ENOTDIR, "ENOTDIR"},
+    {EISDIR, "EISDIR"},
+    {EINVAL, "EINVAL"},
+    {ENFILE, "ENFILE"},
+    {EMFILE, "EMFILE"},
+    {ENOTTY, "ENOTTY"},
+    {ETXTBSY, "ETXTBSY"},
+    {EFBIG, "EFBIG"},
+    {ENOSPC, "ENOSPC"},
+    {ESPIPE, "ESPIPE"},
+    {EROFS, "EROFS"},
+    {EMLINK, "EMLINK"},
+    {EPIPE, "EPIPE"},
+    {EDOM, "EDOM"},
+    {ERANGE, "ERANGE"},
+    {EDEADLK, "EDEADLK"},
+    {ENAMETOOLONG, "ENAMETOOLONG"},
+    {ENOLCK, "ENOLCK"},
+    {ENOSYS, "ENOSYS"},
+    {ENOTEMPTY, "ENOTEMPTY"},
+    {ELOOP, "ELOOP"},
+    {ENOMSG, "ENOMSG"},
+    {EIDRM, "EIDRM"},
+    {ENODATA, "ENODATA"},
+    {ENOLINK, "ENOLINK"},
+    {EPROTO, "EPROTO"},
+    {EMULTIHOP, "EMULTIHOP"},
+    {EBADMSG, "EBADMSG"},
+    {EOVERFLOW, "EOVERFLOW"},
+    {EILSEQ, "EILSEQ"},
+    {ENOTSOCK, "ENOTSOCK"},
+    {EDESTADDRREQ, "EDESTADDRREQ"},
+    {EMSGSIZE, "EMSGSIZE"},
+    {EPROTOTYPE, "EPROTOTYPE"},
+    {ENOPROTOOPT, "ENOPROTOOPT"},
+    {EPROTONOSUPPORT, "EPROTONOSUPPORT"},
+    {ENOTSUP, "ENOTSUP"},
+    {EOPNOTSUPP, "EOPNOTSUPP"},
+    {EAFNOSUPPORT, "EAFNOSUPPORT"},
+    {EADDRINUSE, "EADDRINUSE"},
+    {EADDRNOTAVAIL, "EADDRNOTAVAIL"},
+    {ENETDOWN, "ENETDOWN"},
+    {ENETUNREACH, "ENETUNREACH"},
+    {ENETRESET, "ENETRESET"},
+    {ECONNABORTED, "ECONNABORTED"},
+    {ECONNRESET, "ECONNRESET"},
+    {ENOBUFS, "ENOBUFS"},
+    {EISCONN, "EISCONN"},
+    {ENOTCONN, "ENOTCONN"},
+    {ETIMEDOUT, "ETIMEDOUT"},
+    {ECONNREFUSED, "ECONNREFUSED"},
+    {EHOSTUNREACH, "EHOSTUNREACH"},
+    {EALREADY, "EALREADY"},
+    {EINPROGRESS, "EINPROGRESS"},
+    {ESTALE, "ESTALE"},
+    {EDQUOT, "EDQUOT"},
+    {ECANCELED, "ECANCELED"},
+    {EOWNERDEAD, "EOWNERDEAD"},
+    {ENOTRECOVERABLE, "ENOTRECOVERABLE"},
+#if defined(__linux__)
+    {ENOTBLK, "ENOTBLK"},
+    {EREMOTE, "EREMOTE"},
+    {ESHUTDOWN, "ESHUTDOWN"},
+    {EHOSTDOWN, "EHOSTDOWN"},
+    {ENOMEDIUM, "ENOMEDIUM"},
+    {EMEDIUMTYPE, "EMEDIUMTYPE"},
+    {EREMOTEIO, "EREMOTEIO"},
+    {EUCLEAN, "EUCLEAN"},
+    {ENOKEY, "ENOKEY"},
+    {EKEYEXPIRED, "EKEYEXPIRED"},
+    {EKEYREVOKED, "EKEYREVOKED"},
+    {EKEYREJECTED, "EKEYREJECTED"},
+    {ERFKILL, "ERFKILL"},
+    {EHWPOISON, "EHWPOISON"},
+#endif
+  };
+  for (const auto& n : kNames)
+    if (n.value == e) return n.name;
+  return "EUNKNOWN";
 }
 
 // A failure as JavaScript sees it: a CudaMemoryError with `code` (ERR_FILE_...), and the path,

@@ -125,6 +125,20 @@ describe('readFile into host memory', () => {
     expect(e).toBeInstanceOf(cm.CudaMemoryError);
   });
 
+  test('an errno without a code of its own is ERR_FILE_IO with its name: a Unix socket cannot be opened (ENXIO)', async () => {
+    const net = require('net');
+    const sock = path.join(dir, 'sock');
+    const server = net.createServer();
+    await new Promise((resolve) => server.listen(sock, resolve));
+    try {
+      expect(() => cm.readFile(sock, new Uint8Array(10))).toThrow(
+        expect.objectContaining({ code: 'ERR_FILE_IO', syscall: 'open', errno: 'ENXIO', message: expect.stringContaining('(ENXIO)') }),
+      );
+    } finally {
+      await new Promise((resolve) => server.close(resolve));
+    }
+  });
+
   (isRoot ? test.skip : test)('no permission: ERR_FILE_PERMISSION (skipped as root, who may read anything)', () => {
     const p = fileWith(dir, 'secret', data.subarray(0, 10));
     fs.chmodSync(p, 0o000);
