@@ -422,6 +422,9 @@ export class Allocator {
   // First, so that cloning throws before it reaches the native handle.
   /** @internal */ readonly _noClone = ALLOCATOR_NOT_CLONEABLE;
   /** @internal */ private _a: AllocatorHandle;
+  // What alloc() hands the addon: the handle's number (a table lookup there, where the handle's
+  // type check was a tenth of a pooled pair), or the handle where it has none.
+  private readonly _allocArg: AllocatorHandle | number;
   /** Where the memory comes from. */
   readonly backend: AllocatorBackend;
   /** Its regions are managed memory (see AllocatorOptions.managed). */
@@ -453,6 +456,8 @@ export class Allocator {
   constructor(token: symbol, handle: AllocatorHandle, backend: AllocatorBackend = 'bfc', fraction?: number) {
     checkInternal(token, 'Allocator', 'createAllocator()');
     this._a = handle;
+    const id = native.allocatorId(handle);
+    this._allocArg = id >= 0 ? id : handle;
     this.backend = backend;
     const info = native.allocatorInfo(handle);
     this.device = info.device;
@@ -594,7 +599,8 @@ export class Allocator {
     }
     // Without options the addon gets two arguments: a third, even undefined, costs a few per cent
     // of a pooled pair.
-    const h = options === undefined ? native.allocatorAlloc(this._a, bytes) : native.allocatorAlloc(this._a, bytes, alignment, stream);
+    const a = this._allocArg;
+    const h = options === undefined ? native.allocatorAlloc(a, bytes) : native.allocatorAlloc(a, bytes, alignment, stream);
     if (this._stacks !== null) this._stacks.set(native.blockId(h), (new Error().stack ?? '').split('\n').slice(2).join('\n'));
     return new DeviceBuffer(kInternal, h, bytes, this.device, this.simulated, this);
   }

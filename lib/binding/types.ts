@@ -176,7 +176,10 @@ const surface = {
   allocatorsLive: fn<() => LiveBufferRow[]>(),
   createAllocator: fn<(options: object) => AllocatorHandle>(),
   /** `stream`: the async backend's; a bfc block is usable on any stream at once. */
-  allocatorAlloc: fn<(a: AllocatorHandle, bytes: number, alignment?: number, stream?: StreamHandle) => BufferHandle>(),
+  /** The handle's number, which allocatorAlloc takes in its place; -1: none. */
+  allocatorId: fn<(a: AllocatorHandle) => number>(),
+  /** a: an allocator handle or its number (allocatorId). */
+  allocatorAlloc: fn<(a: AllocatorHandle | number, bytes: number, alignment?: number, stream?: StreamHandle) => BufferHandle>(),
   allocatorStats: fn<(a: AllocatorHandle) => object>(),
   allocatorRegions: fn<(a: AllocatorHandle) => object[]>(),
   allocatorInfo: fn<(a: AllocatorHandle) => NativeAllocatorInfo>(),

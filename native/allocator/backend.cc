@@ -212,14 +212,49 @@ Napi::Value Backend::Snapshot(Napi::Env env) { ThrowNoBlocks(env, "snapshot()");
 
 namespace {
 
+// Allocator handles by number (allocatorId), which allocatorAlloc takes: a table lookup, where
+// checking an External's type tag was a tenth of a pooled alloc+free pair. Numbers are slot +
+// generation * 2^24, as buffer handles are (core/binding/handle_table.h), so a stale or forged one
+// misses. Shared by the environment and every handle it made, so that a handle's finalizer can
+// take its entry out whenever it runs, the environment's state gone or not.
+struct AllocatorIds {
+  core::HandleTable<const BackendRef> table;
+};
+struct AllocatorIdState : InstanceState {
+  std::shared_ptr<AllocatorIds> ids = std::make_shared<AllocatorIds>();
+};
+
+// What an allocator handle (an External) owns: its backend, and its entry in the numbers' table.
+struct AllocatorHandle {
+  BackendRef ref;
+  std::shared_ptr<AllocatorIds> ids;
+  uint32_t slot = core::HandleTable<const BackendRef>::kNoSlot;
+  double id = -1;  // -1: none (the table was full), allocatorAlloc takes the External then
+};
+
+AllocatorHandle& UnwrapHandle(Napi::Env env, Napi::Value v) {
+  if (!v.IsExternal() || !v.As<Napi::Object>().CheckTypeTag(&kAllocatorTag))
+    ThrowType(env, "allocator must be an allocator handle of this library");
+  return *v.As<Napi::External<AllocatorHandle>>().Data();
+}
+
 // The backend behind an allocator handle; a TypeError if `v` is not one, ERR_ALLOCATOR_CLOSED if
 // it is closed (unless allow_closed).
 const BackendRef& Unwrap(Napi::Env env, Napi::Value v, bool allow_closed = false) {
-  if (!v.IsExternal() || !v.As<Napi::Object>().CheckTypeTag(&kAllocatorTag))
-    ThrowType(env, "allocator must be an allocator handle of this library");
-  const BackendRef& b = *v.As<Napi::External<BackendRef>>().Data();
+  const BackendRef& b = UnwrapHandle(env, v).ref;
   if (b->closed && !allow_closed) ThrowAllocatorClosed(env);
   return b;
+}
+
+// The same for an allocator handle's number (allocatorId), or the handle itself.
+const BackendRef& UnwrapNumbered(Napi::Env env, Napi::Value v) {
+  double id = 0;
+  if (napi_get_value_double(env, v, &id) != napi_ok) return Unwrap(env, v);
+  bool stale = false;
+  const BackendRef* b = GetInstance(env).State<AllocatorIdState>().ids->table.Find(id, &stale);
+  if (!b) ThrowType(env, "allocator must be an allocator handle of this library, or its number");
+  if ((*b)->closed) ThrowAllocatorClosed(env);
+  return *b;
 }
 
 Backend* Open(const Napi::CallbackInfo& info) { return Unwrap(info.Env(), info[0]).get(); }
@@ -239,16 +274,19 @@ Napi::Value Create(const Napi::CallbackInfo& info) {
   AllocatorOptions o = ReadAllocatorOptions(env, info[0]);
   BackendRef b =
       o.backend == BackendKind::kAsync ? CreateAsyncBackend(env, o) : CreateBfcBackend(env, o);
-  Napi::External<BackendRef> ext = Napi::External<BackendRef>::New(
-      env, new BackendRef(std::move(b)), [](Napi::Env, BackendRef* ref) {
-        if (ref->use_count() == 1) (*ref)->Collected();  // no block holds it either
-        delete ref;
+  auto* h = new AllocatorHandle{std::move(b), GetInstance(env).State<AllocatorIdState>().ids};
+  h->id = h->ids->table.Add(&h->ref, &h->slot);
+  Napi::External<AllocatorHandle> ext =
+      Napi::External<AllocatorHandle>::New(env, h, [](Napi::Env, AllocatorHandle* h) {
+        h->ids->table.Remove(&h->ref, h->slot);
+        if (h->ref.use_count() == 1) h->ref->Collected();  // no block holds it either
+        delete h;
       });
   ext.TypeTag(&kAllocatorTag);
   MadeAllocators& made = GetInstance(env).State<MadeAllocators>();
   auto gone = [](const std::weak_ptr<Backend>& w) { return w.expired(); };
   made.list.erase(std::remove_if(made.list.begin(), made.list.end(), gone), made.list.end());
-  made.list.push_back(*ext.Data());
+  made.list.push_back(h->ref);
   return ext;
 }
 
@@ -261,10 +299,15 @@ Napi::Value AllocatorsLive(const Napi::CallbackInfo& info) {
   return LiveRowsValue(info.Env(), rows);
 }
 
+// allocatorId: returns the number of an allocator handle (-1: none; pass the handle instead)
+Napi::Value Id(const Napi::CallbackInfo& info) {
+  return Napi::Number::New(info.Env(), UnwrapHandle(info.Env(), info[0]).id);
+}
+
 // allocatorAlloc: returns a buffer handle
 Napi::Value Alloc(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  const BackendRef& b = Unwrap(env, info[0]);
+  const BackendRef& b = UnwrapNumbered(env, info[0]);
   uint64_t bytes = ReadSize(env, info[1], "bytes");
   if (bytes == 0) ThrowRange(env, "bytes must be at least 1, got 0");
   size_t alignment = info.Length() > 2 ? ReadAlignment(env, info[2]) : core::kMinBlock;
@@ -292,6 +335,7 @@ void InitAllocator(Napi::Env env, Napi::Object exports) {
       {
           {"allocatorsLive", AllocatorsLive},
           {"createAllocator", Create},
+          {"allocatorId", Id},
           {"allocatorAlloc", Alloc},
           {"allocatorStats", [](Info i) -> Napi::Value { return Open(i)->Stats(i.Env()); }},
           {"allocatorRegions", [](Info i) -> Napi::Value { return Open(i)->Regions(i.Env()); }},

@@ -380,6 +380,45 @@ describe('allocator backend capabilities', () => {
       );
   });
 
+  test('allocatorAlloc takes an allocator handle or its number; a forged, stale or closed one is refused', async () => {
+    const refused = (id) =>
+      expect(() => native.allocatorAlloc(id, MiB)).toThrow(
+        expect.objectContaining({
+          code: 'ERR_INVALID_ARG_TYPE',
+          message: 'allocator must be an allocator handle of this library, or its number',
+        }),
+      );
+    const a = cm.createAllocator({ simulate: sim, allowGrowth: true, memoryLimit: 64 * MiB });
+    const id = native.allocatorId(a._a);
+    expect(Number.isSafeInteger(id) && id >= 0).toBe(true);
+    native.free(native.allocatorAlloc(id, MiB));
+    native.free(native.allocatorAlloc(a._a, MiB));
+    expect(a.stats().numAllocs).toBe(2);
+    for (const forged of [id + 1, id + 2 ** 24, -1, 2 ** 53, NaN, 0.5]) refused(forged);
+    expect(() => native.allocatorId({})).toThrow(expect.objectContaining({ code: 'ERR_INVALID_ARG_TYPE' }));
+    a.close();
+    expect(() => native.allocatorAlloc(id, MiB)).toThrow(expect.objectContaining({ code: 'ERR_ALLOCATOR_CLOSED' }));
+    // An allocator the garbage collector took: its number misses, and a new allocator's number
+    // is not the old one even where it takes the same slot.
+    let gone = cm.createAllocator({ simulate: sim, allowGrowth: true, memoryLimit: 64 * MiB });
+    const goneId = native.allocatorId(gone._a);
+    gone = null;
+    for (let i = 0; i < 50; i++) {
+      global.gc();
+      await new Promise((r) => setImmediate(r));
+      try {
+        native.free(native.allocatorAlloc(goneId, MiB));
+      } catch {
+        break;
+      }
+    }
+    refused(goneId);
+    const next = cm.createAllocator({ simulate: sim, allowGrowth: true, memoryLimit: 64 * MiB });
+    expect(native.allocatorId(next._a)).not.toBe(goneId);
+    refused(goneId);
+    next.close();
+  });
+
   test("'bfc' is the default backend and takes every option the simulated device allows", () => {
     const a = cm.createAllocator({ simulate: { ...sim, hostBytes: GiB }, managed: true, allowGrowth: true, memoryLimit: 64 * MiB });
     expect([a.backend, a.managed, a.stats().backend]).toEqual(['bfc', true, 'bfc']);
