@@ -457,7 +457,7 @@ export class Allocator {
     checkInternal(token, 'Allocator', 'createAllocator()');
     this._a = handle;
     const id = native.allocatorId(handle);
-    this._allocArg = id >= 0 ? id : handle;
+    this._allocArg = id < 0 ? id : handle;
     this.backend = backend;
     const info = native.allocatorInfo(handle);
     this.device = info.device;

@@ -176,7 +176,7 @@ const surface = {
   allocatorsLive: fn<() => LiveBufferRow[]>(),
   createAllocator: fn<(options: object) => AllocatorHandle>(),
   /** `stream`: the async backend's; a bfc block is usable on any stream at once. */
-  /** The handle's number, which allocatorAlloc takes in its place; -1: none. */
+  /** The handle's number (negative), which allocatorAlloc takes in its place; 0: none. */
   allocatorId: fn<(a: AllocatorHandle) => number>(),
   /** a: an allocator handle or its number (allocatorId). */
   allocatorAlloc: fn<(a: AllocatorHandle | number, bytes: number, alignment?: number, stream?: StreamHandle) => BufferHandle>(),

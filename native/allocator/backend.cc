@@ -213,10 +213,11 @@ Napi::Value Backend::Snapshot(Napi::Env env) { ThrowNoBlocks(env, "snapshot()");
 namespace {
 
 // Allocator handles by number (allocatorId), which allocatorAlloc takes: a table lookup, where
-// checking an External's type tag was a tenth of a pooled alloc+free pair. Numbers are slot +
-// generation * 2^24, as buffer handles are (core/binding/handle_table.h), so a stale or forged one
-// misses. Shared by the environment and every handle it made, so that a handle's finalizer can
-// take its entry out whenever it runs, the environment's state gone or not.
+// checking an External's type tag was a tenth of a pooled alloc+free pair. A number is -1 - the
+// entry's handle in the table (slot + generation * 2^24, as buffer handles are:
+// core/binding/handle_table.h), so a stale or forged one misses, and no buffer handle (never
+// negative) is taken for one. Shared by the environment and every handle it made, so that a
+// handle's finalizer can take its entry out whenever it runs, the environment's state gone or not.
 struct AllocatorIds {
   core::HandleTable<const BackendRef> table;
 };
@@ -229,7 +230,7 @@ struct AllocatorHandle {
   BackendRef ref;
   std::shared_ptr<AllocatorIds> ids;
   uint32_t slot = core::HandleTable<const BackendRef>::kNoSlot;
-  double id = -1;  // -1: none (the table was full), allocatorAlloc takes the External then
+  double id = 0;  // its number (negative); 0: none (the table was full), the External is taken
 };
 
 AllocatorHandle& UnwrapHandle(Napi::Env env, Napi::Value v) {
@@ -251,7 +252,9 @@ const BackendRef& UnwrapNumbered(Napi::Env env, Napi::Value v) {
   double id = 0;
   if (napi_get_value_double(env, v, &id) != napi_ok) return Unwrap(env, v);
   bool stale = false;
-  const BackendRef* b = GetInstance(env).State<AllocatorIdState>().ids->table.Find(id, &stale);
+  const BackendRef* b =
+      id < 0 ? GetInstance(env).State<AllocatorIdState>().ids->table.Find(-1 - id, &stale)
+             : nullptr;
   if (!b) ThrowType(env, "allocator must be an allocator handle of this library, or its number");
   if ((*b)->closed) ThrowAllocatorClosed(env);
   return *b;
@@ -275,7 +278,8 @@ Napi::Value Create(const Napi::CallbackInfo& info) {
   BackendRef b =
       o.backend == BackendKind::kAsync ? CreateAsyncBackend(env, o) : CreateBfcBackend(env, o);
   auto* h = new AllocatorHandle{std::move(b), GetInstance(env).State<AllocatorIdState>().ids};
-  h->id = h->ids->table.Add(&h->ref, &h->slot);
+  const double entry = h->ids->table.Add(&h->ref, &h->slot);
+  h->id = entry < 0 ? 0 : -1 - entry;
   Napi::External<AllocatorHandle> ext =
       Napi::External<AllocatorHandle>::New(env, h, [](Napi::Env, AllocatorHandle* h) {
         h->ids->table.Remove(&h->ref, h->slot);
@@ -299,7 +303,7 @@ Napi::Value AllocatorsLive(const Napi::CallbackInfo& info) {
   return LiveRowsValue(info.Env(), rows);
 }
 
-// allocatorId: returns the number of an allocator handle (-1: none; pass the handle instead)
+// allocatorId: returns the number of an allocator handle, negative (0: none; pass the handle)
 Napi::Value Id(const Napi::CallbackInfo& info) {
   return Napi::Number::New(info.Env(), UnwrapHandle(info.Env(), info[0]).id);
 }

@@ -127,15 +127,21 @@ describe('readFile into host memory', () => {
 
   test('an errno without a code of its own is ERR_FILE_IO with its name: a Unix socket cannot be opened (ENXIO)', async () => {
     const net = require('net');
-    const sock = path.join(dir, 'sock');
+    // A short path of its own: a Unix socket's path is limited to about 107 bytes.
+    const sockDir = fs.mkdtempSync('/tmp/cm-sock-');
+    const sock = path.join(sockDir, 's');
     const server = net.createServer();
-    await new Promise((resolve) => server.listen(sock, resolve));
+    await new Promise((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(sock, resolve);
+    });
     try {
       expect(() => cm.readFile(sock, new Uint8Array(10))).toThrow(
         expect.objectContaining({ code: 'ERR_FILE_IO', syscall: 'open', errno: 'ENXIO', message: expect.stringContaining('(ENXIO)') }),
       );
     } finally {
       await new Promise((resolve) => server.close(resolve));
+      fs.rmSync(sockDir, { recursive: true, force: true });
     }
   });
 
