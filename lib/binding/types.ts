@@ -175,10 +175,9 @@ const surface = {
   /** The open allocators ('allocator') and group members ('group') by device, with pool bytes. */
   allocatorsLive: fn<() => LiveBufferRow[]>(),
   createAllocator: fn<(options: object) => AllocatorHandle>(),
-  /** `stream`: the async backend's; a bfc block is usable on any stream at once. */
   /** The handle's number (negative), which allocatorAlloc takes in its place; 0: none. */
   allocatorId: fn<(a: AllocatorHandle) => number>(),
-  /** a: an allocator handle or its number (allocatorId). */
+  /** `a`: an allocator handle or its number (allocatorId). `stream`: the async backend's; a bfc block is usable on any stream at once. */
   allocatorAlloc: fn<(a: AllocatorHandle | number, bytes: number, alignment?: number, stream?: StreamHandle) => BufferHandle>(),
   allocatorStats: fn<(a: AllocatorHandle) => object>(),
   allocatorRegions: fn<(a: AllocatorHandle) => object[]>(),
