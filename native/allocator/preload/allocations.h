@@ -41,9 +41,9 @@ class Allocations {
     return true;
   }
   // Takes out every allocation made in `context` (a context being destroyed or reset frees them
-  // all), with its key. False if memory ran out on the way (what was found is still returned).
-  bool RemoveContext(void* context, std::vector<std::pair<uint64_t, Allocation>>* out) noexcept {
-    bool complete = true;
+  // all), with its key. One that memory runs out for on the way stays in the table, charged until
+  // the process exits.
+  void RemoveContext(void* context, std::vector<std::pair<uint64_t, Allocation>>* out) noexcept {
     for (Shard& s : shards_) {
       std::lock_guard<std::mutex> lock(s.mutex);
       for (auto it = s.map.begin(); it != s.map.end();) {
@@ -54,14 +54,12 @@ class Allocations {
         try {
           out->emplace_back(it->first, it->second);
         } catch (...) {
-          complete = false;  // left in the table: its charge stays until the process exits
           ++it;
           continue;
         }
         it = s.map.erase(it);
       }
     }
-    return complete;
   }
   // Around fork: every shard held, so that the child's copy is consistent; the child forgets
   // everything (the parent's allocations are not the child's).
