@@ -20,18 +20,8 @@
 
 using preload_program::Arg;
 using preload_program::Fail;
-
-namespace {
-struct Info {
-  size_t free = 0, total = 0;
-};
-Info MemInfo() {
-  Info i;
-  cudaError_t e = cudaMemGetInfo(&i.free, &i.total);
-  if (e != cudaSuccess) Fail("cudaMemGetInfo", e);
-  return i;
-}
-}  // namespace
+using preload_program::MemInfo;
+using preload_program::ReadMemInfo;
 
 int main(int argc, char** argv) {
   const size_t bytes = Arg(argc, argv, "--bytes", 512ull << 20) / 4096 * 4096;
@@ -53,10 +43,10 @@ int main(int argc, char** argv) {
   if ((e = cudaSetDevice(device)) != cudaSuccess) Fail("cudaSetDevice", e);
   cudaError_t after = cudaMalloc(&more, bytes);
   (void)cudaGetLastError();
-  const Info reset = MemInfo();
+  const MemInfo reset = ReadMemInfo();
   if ((e = cudaFreeAsync(b, nullptr)) != cudaSuccess) Fail("cudaFreeAsync", e);
   if ((e = cudaDeviceSynchronize()) != cudaSuccess) Fail("cudaDeviceSynchronize", e);
-  const Info freed = MemInfo();
+  const MemInfo freed = ReadMemInfo();
   if (after == cudaSuccess) cudaFree(more);
   std::printf(
       "{\"bytes\":%zu,\"beforeReset\":\"%s\",\"afterReset\":\"%s\",\"infoAfterReset\":{\"free\":%zu,"

@@ -17,28 +17,21 @@
 
 using preload_program::Arg;
 using preload_program::Fail;
-
-namespace {
-
-void Info(size_t* free_bytes, size_t* total_bytes) {
-  cudaError_t e = cudaMemGetInfo(free_bytes, total_bytes);
-  if (e != cudaSuccess) Fail("cudaMemGetInfo", e);
-}
-}  // namespace
+using preload_program::MemInfo;
+using preload_program::ReadMemInfo;
 
 int main(int argc, char** argv) {
   size_t bytes = Arg(argc, argv, "--bytes", 256ull << 20);
   cudaError_t e = cudaSetDevice(static_cast<int>(Arg(argc, argv, "--device", 0)));
   if (e != cudaSuccess) Fail("cudaSetDevice", e);
-  size_t free0 = 0, total0 = 0, free1 = 0, total1 = 0;
-  Info(&free0, &total0);
+  const MemInfo before = ReadMemInfo();
   void* p = nullptr;
   if ((e = cudaMalloc(&p, bytes)) != cudaSuccess) Fail("cudaMalloc", e);
-  Info(&free1, &total1);
+  const MemInfo after = ReadMemInfo();
   if ((e = cudaFree(p)) != cudaSuccess) Fail("cudaFree", e);
   std::printf(
       "{\"before\":{\"free\":%zu,\"total\":%zu},\"after\":{\"free\":%zu,\"total\":%zu},"
       "\"bytes\":%zu}\n",
-      free0, total0, free1, total1, bytes);
+      before.free, before.total, after.free, after.total, bytes);
   return 0;
 }

@@ -1,5 +1,5 @@
-// What the CUDA programs of scripts/preload share: reading their --name value options, and failing
-// on a CUDA error with one line on stderr, named after the program as it was run.
+// What the CUDA programs of scripts/preload share: reading their --name value options, failing on a
+// CUDA error with one line on stderr, named after the program as it was run, and cudaMemGetInfo.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -30,6 +30,19 @@ inline uint64_t Arg(int argc, char** argv, const char* name, uint64_t fallback) 
   std::fprintf(stderr, "%s: %s: %s (%s)\n", program_invocation_short_name, what,
                cudaGetErrorName(e), cudaGetErrorString(e));
   std::exit(1);
+}
+
+// What cudaMemGetInfo reports for the current device (the interposer's budget, under one).
+struct MemInfo {
+  size_t free = 0, total = 0;
+};
+
+// cudaMemGetInfo, or Fail.
+inline MemInfo ReadMemInfo() {
+  MemInfo i;
+  cudaError_t e = cudaMemGetInfo(&i.free, &i.total);
+  if (e != cudaSuccess) Fail("cudaMemGetInfo", e);
+  return i;
 }
 
 }  // namespace preload_program
