@@ -930,19 +930,21 @@ async function measureManaged(
       const what = `${prefetch ? 'prefetch' : 'copy'}-${direction}`;
       const calls = new Float64Array(iterations);
       const raw = new Float64Array(iterations);
-      // A prefetch's raw call handed to a second thread and back, in the same blocks.
+      // A prefetch's raw call handed to a second thread and back.
       const handoff = prefetch ? new Float64Array(iterations) : undefined;
-      const blocks = 4;
-      for (let b = 0, at = 0; b < blocks; b++) {
-        const count = Math.round((iterations * (b + 1)) / blocks) - at;
-        for (let i = 0; i < warmup + count; i++) {
-          const s = await sample();
-          if (i >= warmup) calls[at + i - warmup] = s;
+      // The raw calls run on this buffer (and dev), one sample at a time between the library's,
+      // each kind first in turn: how fast a prefetch to the host goes depends on where the
+      // driver left the pages, which differs between allocations and drifts over a run.
+      const rawSample = (kind: string) => native.timeRawManaged(n, 0, 1, kind, device, m._h, dev._h)[0];
+      const kinds: (() => Promise<number> | number)[] = [sample, () => rawSample(what)];
+      if (handoff) kinds.push(() => rawSample(`${what}-handoff`));
+      const into = [calls, raw, handoff];
+      for (let i = 0; i < warmup + iterations; i++)
+        for (let k = 0; k < kinds.length; k++) {
+          const which = (i + k) % kinds.length;
+          const s = await kinds[which]();
+          if (i >= warmup) into[which]![i - warmup] = s;
         }
-        raw.set(native.timeRawManaged(n, warmup, count, what, device), at);
-        handoff?.set(native.timeRawManaged(n, warmup, count, `${what}-handoff`, device), at);
-        at += count;
-      }
       // Checked where the data went: the device's copy (through the managed pages for prefetch),
       // or the host's view.
       let verified: boolean;

@@ -297,8 +297,12 @@ const surface = {
   managedAttributes: fn<(handle: BufferHandle, offset: number, n: number) => object>(),
   managedConcurrent: fn<(device: number) => boolean>(),
   managedSynchronize: fn<(device: number) => void>(),
-  /** what: 'prefetch-h2d', 'prefetch-d2h', 'copy-h2d' or 'copy-d2h'. */
-  timeRawManaged: fn<(bytes: number, warmup: number, iterations: number, what: string, device: number) => Float64Array>(),
+  /**
+   * what: 'prefetch-h2d', 'prefetch-d2h', 'copy-h2d' or 'copy-d2h', or a prefetch's with
+   * '-handoff'. managed, dev: buffer handles to time on instead of memory of its own.
+   */
+  timeRawManaged:
+    fn<(bytes: number, warmup: number, iterations: number, what: string, device: number, managed?: number, dev?: number) => Float64Array>(),
 };
 
 /** The native exports, with their types. */

@@ -16,6 +16,7 @@
 #include "binding/exports.h"
 #include "binding/instance.h"
 #include "device/discovery.h"
+#include "transfer/copy.h"
 
 namespace cm {
 
@@ -80,7 +81,12 @@ class HandOff {
 // on a second thread, handed to it and its end handed back (HandOff), the least a call that keeps
 // the calling thread free pays on top of the raw one. Before each sample the pages are put where
 // the measured call starts from (untimed): on the host, or on the device for a prefetch to the
-// host.
+// host. `managed` and `dev` (optional, buffer handles of at least `bytes`): the library's own
+// managed memory, and device memory for the copies, to time the raw calls on rather than on
+// memory of their own. Where a page lies before a prefetch to the host (and so what the driver
+// does to bring it back) changes between allocations, and a sample taken between the library's
+// on the same memory sees its state; the contents are left as they were found (a copy into the
+// managed memory brings `dev`'s bytes, which the caller put there).
 Napi::Value TimeRawManaged(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   RequireCuda(env);
@@ -101,18 +107,34 @@ Napi::Value TimeRawManaged(const Napi::CallbackInfo& info) {
   bool prefetch = what.rfind("prefetch", 0) == 0;
   bool start_on_device = what.rfind("prefetch-d2h", 0) == 0;
   bool handoff = what.size() > 8 && what.compare(what.size() - 8, 8, "-handoff") == 0;
+  // The caller's memory, where it gives some: a buffer of the kind asked for, on `device`.
+  auto given = [&](size_t i, Endpoint::Where kind, const char* name) -> void* {
+    if (info.Length() <= i || Absent(info[i])) return nullptr;
+    Endpoint e = ResolveEndpoint(env, info[i], name);
+    if (e.where != kind || e.device != device)
+      ThrowType(env, std::string(name) + " must be " +
+                         (kind == Endpoint::kManaged ? "managed" : "device") +
+                         " memory of device " + std::to_string(device));
+    if (e.length < n) ThrowRange(env, std::string(name) + " is smaller than bytes");
+    return e.ptr;
+  };
+  void* const own_managed = given(5, Endpoint::kManaged, "managed");
+  void* const own_dev = prefetch ? nullptr : given(6, Endpoint::kDevice, "dev");
   Error err;
-  void *managed = nullptr, *dev = nullptr;
+  void *managed = own_managed, *dev = own_dev;
   cudaStream_t stream = nullptr;
   CM_TRY(err, cudaSetDevice(device), "cudaSetDevice");
-  if (!err) CM_TRY(err, cudaMallocManaged(&managed, n, cudaMemAttachGlobal), "cudaMallocManaged");
-  if (!err && !prefetch) CM_TRY(err, cudaMalloc(&dev, n), "cudaMalloc");
+  if (!err && !managed) {
+    CM_TRY(err, cudaMallocManaged(&managed, n, cudaMemAttachGlobal), "cudaMallocManaged");
+    if (!err) std::memset(managed, 0x5a, n);  // populated on the host
+  }
+  if (!err && !prefetch && !dev) CM_TRY(err, cudaMalloc(&dev, n), "cudaMalloc");
   if (!err)
     CM_TRY(err, cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
-  if (!err) std::memset(managed, 0x5a, n);  // populated on the host
-  auto prefetch_there = [&] {
+  // The whole buffer prefetched to the device (else the host), and the stream reached.
+  auto prefetch_to = [&](bool to_device) {
     Error e;
-    CM_TRY(e, cudaMemPrefetchAsync(managed, n, Where(!start_on_device, device), 0, stream),
+    CM_TRY(e, cudaMemPrefetchAsync(managed, n, Where(to_device, device), 0, stream),
            "cudaMemPrefetchAsync");
     if (!e) CM_TRY(e, cudaStreamSynchronize(stream), "cudaStreamSynchronize");
     return e;
@@ -122,35 +144,30 @@ Napi::Value TimeRawManaged(const Napi::CallbackInfo& info) {
     other = std::make_unique<HandOff>([&] {
       Error e;
       CM_TRY(e, cudaSetDevice(device), "cudaSetDevice");
-      return e ? e : prefetch_there();
+      return e ? e : prefetch_to(!start_on_device);
     });
   std::vector<double> samples = TimeRuns(warmup, iters, &err, [&](double* seconds) {
-    Error e;
-    CM_TRY(e, cudaMemPrefetchAsync(managed, n, Where(start_on_device, device), 0, stream),
-           "cudaMemPrefetchAsync");
-    if (!e) CM_TRY(e, cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    Error e = prefetch_to(start_on_device);
     if (e) return e;
     Clock::time_point t0 = Clock::now();
     if (other) {
       e = other->Run();
-      *seconds = Seconds(t0, Clock::now());
-      return e;
+    } else if (prefetch) {
+      e = prefetch_to(!start_on_device);
+    } else {
+      if (what == "copy-h2d")
+        CM_TRY(e, cudaMemcpyAsync(dev, managed, n, cudaMemcpyDefault, stream), "cudaMemcpyAsync");
+      else
+        CM_TRY(e, cudaMemcpyAsync(managed, dev, n, cudaMemcpyDefault, stream), "cudaMemcpyAsync");
+      if (!e) CM_TRY(e, cudaStreamSynchronize(stream), "cudaStreamSynchronize");
     }
-    if (prefetch)
-      CM_TRY(e, cudaMemPrefetchAsync(managed, n, Where(!start_on_device, device), 0, stream),
-             "cudaMemPrefetchAsync");
-    else if (what == "copy-h2d")
-      CM_TRY(e, cudaMemcpyAsync(dev, managed, n, cudaMemcpyDefault, stream), "cudaMemcpyAsync");
-    else
-      CM_TRY(e, cudaMemcpyAsync(managed, dev, n, cudaMemcpyDefault, stream), "cudaMemcpyAsync");
-    if (!e) CM_TRY(e, cudaStreamSynchronize(stream), "cudaStreamSynchronize");
     *seconds = Seconds(t0, Clock::now());
     return e;
   });
   other.reset();
   if (stream) cudaStreamDestroy(stream);
-  if (dev) cudaFree(dev);
-  if (managed) cudaFree(managed);
+  if (dev && dev != own_dev) cudaFree(dev);
+  if (managed && managed != own_managed) cudaFree(managed);
   (void)cudaGetLastError();
   if (err) Fail(env, err);
   return ToFloat64Array(env, samples);

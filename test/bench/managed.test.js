@@ -7,6 +7,7 @@ const { formatTable, formatCsv, renderHtml, benchmarkJunit } = require('../../di
 const { gateSource, KNOWN_MODES, ALL_MODES } = require('../../dist/bench/transfer');
 const { benchFamilies } = require('../../dist/metrics/families');
 const { formatExposition } = require('../../dist/metrics/exposition');
+const { native } = require('../../dist/binding/native');
 
 const MiB = 2 ** 20;
 
@@ -91,6 +92,33 @@ describeGpu('managed benchmark rows', () => {
       expect(r.samples).toHaveLength(10);
       expect(r.gbps.median).toBeGreaterThan(0.1);
       console.log(`${r.direction} ${r.mode} 64 MiB: ${r.gbps.median.toFixed(2)} GB/s (${r.timing})`);
+    }
+  });
+
+  test("the raw calls time the caller's memory where given, leave its bytes, and refuse memory of another kind or size", () => {
+    const pattern = new Uint8Array(MiB).map((_, i) => (i * 7 + 3) & 0xff);
+    const m = cm.ManagedBuffer.alloc(MiB);
+    const dev = cm.DeviceBuffer.alloc(MiB);
+    const small = cm.ManagedBuffer.alloc(MiB / 2);
+    try {
+      m.bytes.set(pattern);
+      cm.copy(dev, pattern);
+      for (const what of ['prefetch-h2d', 'prefetch-d2h', 'prefetch-h2d-handoff', 'prefetch-d2h-handoff']) {
+        const s = native.timeRawManaged(MiB, 0, 2, what, 0, m._h);
+        expect(Array.from(s).every((t) => t > 0)).toBe(true);
+        expect(Buffer.compare(Buffer.from(m.bytes), Buffer.from(pattern))).toBe(0);
+      }
+      m.bytes.fill(0);
+      native.timeRawManaged(MiB, 0, 1, 'copy-d2h', 0, m._h, dev._h);
+      expect(Buffer.compare(Buffer.from(m.bytes), Buffer.from(pattern))).toBe(0);
+      // (The addon's errors come from Node's realm, not jest's: matched by message.)
+      expect(() => native.timeRawManaged(MiB, 0, 1, 'prefetch-h2d', 0, dev._h)).toThrow(/managed must be managed memory of device 0/);
+      expect(() => native.timeRawManaged(MiB, 0, 1, 'copy-h2d', 0, m._h, m._h)).toThrow(/dev must be device memory of device 0/);
+      expect(() => native.timeRawManaged(MiB, 0, 1, 'prefetch-h2d', 0, small._h)).toThrow(/smaller than bytes/);
+    } finally {
+      m.free();
+      dev.free();
+      small.free();
     }
   });
 });
