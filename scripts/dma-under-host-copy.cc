@@ -1,0 +1,223 @@
+// How fast the DMA engine moves pinned memory while host threads copy memory of their own: what
+// the staged path's transfers can reach while its copy team works, on this host. For each count of
+// copying threads (1, 2, 4, 8, 12, ... up to the CPUs less two), each thread copies a 1 MiB source,
+// which stays in the cache as a benchmark's Node buffer of a few MiB does, over 64 MiB of its own
+// with non-temporal stores (so every byte goes to memory, as into the staged path's ring below 64
+// MiB), while cudaMemcpyAsync moves 4, 16 and 64 MiB of pinned memory to the device; with
+// --both-ways, 256 MiB and 1 GiB each way at once (one stream each way), as a staged copy both ways
+// moves them. Each sample with the threads copying follows one with them idle, so that both see the
+// same state of the machine.
+// Build and run on a GPU machine:
+//   nvcc -O2 -std=c++17 -o dma-under-host-copy scripts/dma-under-host-copy.cc
+//   ./dma-under-host-copy [--device N] [--reps N] [--both-ways]
+// Prints one JSON object: per thread count and size, the medians in GB/s (1e9 bytes per second,
+// both directions' bytes counted with --both-ways) alone and with the threads copying, the share
+// that keeps, and the threads' own copy rate while they copied (a millisecond after they woke up
+// to when they were put to sleep).
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
+
+#define CHECK(x)                                                   \
+  do {                                                             \
+    cudaError_t e = (x);                                           \
+    if (e != cudaSuccess) {                                        \
+      std::fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e)); \
+      std::exit(1);                                                \
+    }                                                              \
+  } while (0)
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr size_t kMiB = size_t{1} << 20;
+
+// n bytes (a multiple of 64) with non-temporal stores, then a store fence.
+void StreamCopy(char* dst, const char* src, size_t n) {
+#if defined(__x86_64__)
+  for (size_t i = 0; i < n; i += 64)
+    for (size_t j = 0; j < 64; j += 16)
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + j),
+                       _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + j)));
+  _mm_sfence();
+#else
+  std::memcpy(dst, src, n);
+#endif
+}
+
+bool Flag(int argc, char** argv, const char* name) {
+  for (int i = 1; i < argc; ++i)
+    if (!std::strcmp(argv[i], name)) return true;
+  return false;
+}
+
+int Arg(int argc, char** argv, const char* name, int fallback) {
+  for (int i = 1; i + 1 < argc; ++i)
+    if (!std::strcmp(argv[i], name)) return std::atoi(argv[i + 1]);
+  return fallback;
+}
+
+// Threads that copy memory of their own while running, and sleep otherwise: each from a 1 MiB
+// source, which stays in the cache as a benchmark's Node buffer of a few MiB does, over 64 MiB of
+// its own (non-temporal stores, so every byte goes to memory, as into the staged path's ring).
+class Copiers {
+ public:
+  explicit Copiers(int n) : src_(n), dst_(n) {
+    for (int t = 0; t < n; ++t) {
+      src_[t] = static_cast<char*>(std::aligned_alloc(4096, kSource));
+      dst_[t] = static_cast<char*>(std::aligned_alloc(4096, kTarget));
+      if (!src_[t] || !dst_[t]) std::exit(1);
+      std::memset(src_[t], 1, kSource);  // every page touched before any timing
+      std::memset(dst_[t], 2, kTarget);
+    }
+    for (int t = 0; t < n; ++t) threads_.emplace_back(&Copiers::Loop, this, t);
+  }
+  ~Copiers() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+      running_ = false;
+    }
+    wake_.notify_all();
+    for (std::thread& t : threads_) t.join();
+    for (char* b : src_) std::free(b);
+    for (char* b : dst_) std::free(b);
+  }
+  // Copying (true) or asleep (false). Woken threads get a millisecond to reach full rate before
+  // their bytes and time count; stopping returns once every thread has finished its copy.
+  void Run(bool on) {
+    if (threads_.empty()) return;
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (running_ == on) return;
+    if (on) {
+      running_ = true;
+      lock.unlock();
+      wake_.notify_all();
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      mark_ = copied_.load();
+      since_ = Clock::now();
+    } else {
+      counted_ += copied_.load() - mark_;
+      busy_ += std::chrono::duration<double>(Clock::now() - since_).count();
+      running_ = false;
+      asleep_.wait(lock, [&] { return active_ == 0; });
+    }
+  }
+  // Their copy rate in GB/s over the spells counted.
+  double Rate() const { return busy_ > 0 ? counted_ / busy_ / 1e9 : 0; }
+
+ private:
+  void Loop(int t) {
+    size_t at = 0;
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (;;) {
+      wake_.wait(lock, [&] { return running_.load() || stop_; });
+      if (stop_) return;
+      ++active_;
+      lock.unlock();
+      while (running_.load(std::memory_order_relaxed)) {
+        StreamCopy(dst_[t] + at, src_[t], kSource);
+        copied_.fetch_add(kSource, std::memory_order_relaxed);
+        at = (at + kSource) % kTarget;
+      }
+      lock.lock();
+      --active_;
+      asleep_.notify_all();
+    }
+  }
+
+  static constexpr size_t kSource = kMiB, kTarget = 64 * kMiB;
+  std::vector<char*> src_, dst_;
+  std::vector<std::thread> threads_;
+  std::mutex mutex_;
+  std::condition_variable wake_, asleep_;
+  std::atomic<bool> running_{false};  // written under mutex_, read without it while copying
+  bool stop_ = false;
+  int active_ = 0;  // threads copying now (under mutex_)
+  std::atomic<uint64_t> copied_{0};
+  uint64_t mark_ = 0, counted_ = 0;  // the main thread's: bytes at a spell's start, and counted
+  Clock::time_point since_;
+  double busy_ = 0;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int device = Arg(argc, argv, "--device", 0);
+  const int reps = std::max(5, Arg(argc, argv, "--reps", 25));
+  const bool both = Flag(argc, argv, "--both-ways");
+  const std::vector<size_t> sizes = both ? std::vector<size_t>{256 * kMiB, 1024 * kMiB}
+                                         : std::vector<size_t>{4 * kMiB, 16 * kMiB, 64 * kMiB};
+  CHECK(cudaSetDevice(device));
+  const size_t most = sizes.back();
+  // To the device from pinned[0] into dev[0]; with --both-ways also from dev[1] into pinned[1].
+  void *pinned[2] = {nullptr, nullptr}, *dev[2] = {nullptr, nullptr};
+  cudaStream_t streams[2] = {nullptr, nullptr};
+  for (int i = 0; i < (both ? 2 : 1); ++i) {
+    CHECK(cudaMallocHost(&pinned[i], most));
+    CHECK(cudaMalloc(&dev[i], most));
+    CHECK(cudaStreamCreateWithFlags(&streams[i], cudaStreamNonBlocking));
+    std::memset(pinned[i], 0x5a, most);
+  }
+  auto transfer = [&](size_t n) {
+    CHECK(cudaMemcpyAsync(dev[0], pinned[0], n, cudaMemcpyHostToDevice, streams[0]));
+    if (both) CHECK(cudaMemcpyAsync(pinned[1], dev[1], n, cudaMemcpyDeviceToHost, streams[1]));
+    CHECK(cudaStreamSynchronize(streams[0]));
+    if (both) CHECK(cudaStreamSynchronize(streams[1]));
+  };
+  std::vector<int> counts;
+  const int most_threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) - 2);
+  for (int n : {1, 2}) counts.push_back(std::min(n, most_threads));
+  for (int n = 4; n <= most_threads; n += 4) counts.push_back(n);
+  counts.erase(std::unique(counts.begin(), counts.end()), counts.end());
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+
+  std::printf("{\"device\":%d,\"reps\":%d,\"bothWays\":%s,\"rows\":[", device, reps,
+              both ? "true" : "false");
+  for (size_t c = 0; c < counts.size(); ++c) {
+    Copiers copiers(counts[c]);
+    std::printf("%s{\"threads\":%d", c ? "," : "", counts[c]);
+    for (size_t n : sizes) {
+      transfer(n);  // warm-up
+      std::vector<double> alone, loaded;
+      for (int i = 0; i < reps; ++i)
+        for (bool on : {false, true}) {
+          copiers.Run(on);
+          Clock::time_point t0 = Clock::now();
+          transfer(n);
+          (on ? loaded : alone).push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+        }
+      copiers.Run(false);
+      const double bytes = static_cast<double>(n) * (both ? 2 : 1);
+      const double a = bytes / median(alone) / 1e9, l = bytes / median(loaded) / 1e9;
+      std::printf(",\"%zuMiB\":{\"alone\":%.2f,\"copying\":%.2f,\"share\":%.3f}", n / kMiB, a, l,
+                  l / a);
+    }
+    std::printf(",\"hostCopyGbps\":%.1f}", copiers.Rate());
+  }
+  std::printf("]}\n");
+  for (int i = 0; i < 2; ++i) {
+    if (streams[i]) CHECK(cudaStreamDestroy(streams[i]));
+    if (dev[i]) CHECK(cudaFree(dev[i]));
+    if (pinned[i]) CHECK(cudaFreeHost(pinned[i]));
+  }
+  return 0;
+}
