@@ -890,9 +890,10 @@ async function probeEventLoop(n: number, device: number, pattern: Uint8Array, ro
 
 /**
  * The managed rows of one size: per one-way direction, the library's call timed from JavaScript
- * (an awaited prefetch(), or a copy() with no prefetch) and the raw CUDA call timed in C++ in the
- * same run, in blocks taken in turn so that both see the same machine. Before every sample the
- * pages are put where the call starts from (untimed). Uses `n` bytes of managed memory, no more.
+ * (an awaited prefetch(), or a copy() with no prefetch) and the raw CUDA call timed in C++ on the
+ * same memory, a sample of each kind in turn, so that all see the same machine and the same pages.
+ * Before every sample the pages are put where the call starts from (untimed). Uses `n` bytes of
+ * managed memory, no more.
  */
 async function measureManaged(
   mode: TransferMode,
@@ -945,6 +946,13 @@ async function measureManaged(
           const s = await kinds[which]();
           if (i >= warmup) into[which]![i - warmup] = s;
         }
+      // A copy's raw calls write the same destination with the same bytes: it is emptied and the
+      // library's copy made once more, untimed, so that what is checked is the library's work.
+      if (!prefetch) {
+        if (direction === 'h2d') memset(dev, 0, { byteLength: n });
+        else m.bytes.fill(0);
+        await sample();
+      }
       // Checked where the data went: the device's copy (through the managed pages for prefetch),
       // or the host's view.
       let verified: boolean;

@@ -299,10 +299,21 @@ const surface = {
   managedSynchronize: fn<(device: number) => void>(),
   /**
    * what: 'prefetch-h2d', 'prefetch-d2h', 'copy-h2d' or 'copy-d2h', or a prefetch's with
-   * '-handoff'. managed, dev: buffer handles to time on instead of memory of its own.
+   * '-handoff'. managed, dev: buffer handles to time on instead of memory of its own (a copy
+   * takes both or neither).
    */
   timeRawManaged:
-    fn<(bytes: number, warmup: number, iterations: number, what: string, device: number, managed?: number, dev?: number) => Float64Array>(),
+    fn<
+      (
+        bytes: number,
+        warmup: number,
+        iterations: number,
+        what: string,
+        device: number,
+        managed?: BufferHandle,
+        dev?: BufferHandle,
+      ) => Float64Array
+    >(),
 };
 
 /** The native exports, with their types. */

@@ -14,6 +14,7 @@
 
 #include "bench/bench.h"
 #include "binding/exports.h"
+#include "binding/handles.h"
 #include "binding/instance.h"
 #include "device/discovery.h"
 #include "transfer/copy.h"
@@ -82,11 +83,11 @@ class HandOff {
 // the calling thread free pays on top of the raw one. Before each sample the pages are put where
 // the measured call starts from (untimed): on the host, or on the device for a prefetch to the
 // host. `managed` and `dev` (optional, buffer handles of at least `bytes`): the library's own
-// managed memory, and device memory for the copies, to time the raw calls on rather than on
-// memory of their own. Where a page lies before a prefetch to the host (and so what the driver
-// does to bring it back) changes between allocations, and a sample taken between the library's
-// on the same memory sees its state; the contents are left as they were found (a copy into the
-// managed memory brings `dev`'s bytes, which the caller put there).
+// managed memory, and for the copies its device memory too (both or neither), to time the raw
+// calls on rather than on memory of their own. Where a page lies before a prefetch to the host
+// (and so what the driver does to bring it back) changes between allocations, and a sample taken
+// between the library's on the same memory sees its state. A prefetch leaves the contents as they
+// were; a copy leaves its destination holding its source's bytes, as the library's copy does.
 Napi::Value TimeRawManaged(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   RequireCuda(env);
@@ -107,7 +108,8 @@ Napi::Value TimeRawManaged(const Napi::CallbackInfo& info) {
   bool prefetch = what.rfind("prefetch", 0) == 0;
   bool start_on_device = what.rfind("prefetch-d2h", 0) == 0;
   bool handoff = what.size() > 8 && what.compare(what.size() - 8, 8, "-handoff") == 0;
-  // The caller's memory, where it gives some: a buffer of the kind asked for, on `device`.
+  // The caller's memory, where it gives some: a buffer of the kind asked for, on `device`, and
+  // reached in its allocation's stream order (a stream-ordered allocator's block).
   auto given = [&](size_t i, Endpoint::Where kind, const char* name) -> void* {
     if (info.Length() <= i || Absent(info[i])) return nullptr;
     Endpoint e = ResolveEndpoint(env, info[i], name);
@@ -115,11 +117,18 @@ Napi::Value TimeRawManaged(const Napi::CallbackInfo& info) {
       ThrowType(env, std::string(name) + " must be " +
                          (kind == Endpoint::kManaged ? "managed" : "device") +
                          " memory of device " + std::to_string(device));
-    if (e.length < n) ThrowRange(env, std::string(name) + " is smaller than bytes");
+    if (e.length < n)
+      ThrowRange(env, std::string(name) + " has " + std::to_string(e.length) +
+                          " bytes, fewer than bytes (" + std::to_string(n) + ")");
+    BeforeUse(e.alloc, nullptr);
     return e.ptr;
   };
   void* const own_managed = given(5, Endpoint::kManaged, "managed");
-  void* const own_dev = prefetch ? nullptr : given(6, Endpoint::kDevice, "dev");
+  void* const own_dev = given(6, Endpoint::kDevice, "dev");
+  // A copy between given memory and memory of its own would write bytes the caller never put
+  // there into the caller's buffer.
+  if (!prefetch && !own_managed != !own_dev)
+    ThrowType(env, "a copy times on both managed and dev, or on neither");
   Error err;
   void *managed = own_managed, *dev = own_dev;
   cudaStream_t stream = nullptr;
@@ -146,6 +155,9 @@ Napi::Value TimeRawManaged(const Napi::CallbackInfo& info) {
       CM_TRY(e, cudaSetDevice(device), "cudaSetDevice");
       return e ? e : prefetch_to(!start_on_device);
     });
+  // The hand-off thread's first CUDA call (its context made current) is not what a sample
+  // measures: one untimed run first.
+  if (other && !err) err = other->Run();
   std::vector<double> samples = TimeRuns(warmup, iters, &err, [&](double* seconds) {
     Error e = prefetch_to(start_on_device);
     if (e) return e;

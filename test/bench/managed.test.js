@@ -108,13 +108,26 @@ describeGpu('managed benchmark rows', () => {
         expect(Array.from(s).every((t) => t > 0)).toBe(true);
         expect(Buffer.compare(Buffer.from(m.bytes), Buffer.from(pattern))).toBe(0);
       }
+      // A copy leaves its destination holding its source's bytes: managed from dev, then dev from
+      // managed.
       m.bytes.fill(0);
       native.timeRawManaged(MiB, 0, 1, 'copy-d2h', 0, m._h, dev._h);
       expect(Buffer.compare(Buffer.from(m.bytes), Buffer.from(pattern))).toBe(0);
+      cm.memset(dev, 0);
+      native.timeRawManaged(MiB, 0, 1, 'copy-h2d', 0, m._h, dev._h);
+      const back = new Uint8Array(MiB);
+      cm.copy(back, dev);
+      expect(Buffer.compare(Buffer.from(back), Buffer.from(pattern))).toBe(0);
+      // A copy between given memory and memory of its own would bring the caller bytes it never
+      // put there: both or neither.
+      expect(() => native.timeRawManaged(MiB, 0, 1, 'copy-d2h', 0, m._h)).toThrow(/both managed and dev, or on neither/);
+      expect(() => native.timeRawManaged(MiB, 0, 1, 'copy-h2d', 0, undefined, dev._h)).toThrow(/both managed and dev, or on neither/);
       // (The addon's errors come from Node's realm, not jest's: matched by message.)
       expect(() => native.timeRawManaged(MiB, 0, 1, 'prefetch-h2d', 0, dev._h)).toThrow(/managed must be managed memory of device 0/);
       expect(() => native.timeRawManaged(MiB, 0, 1, 'copy-h2d', 0, m._h, m._h)).toThrow(/dev must be device memory of device 0/);
-      expect(() => native.timeRawManaged(MiB, 0, 1, 'prefetch-h2d', 0, small._h)).toThrow(/smaller than bytes/);
+      expect(() => native.timeRawManaged(MiB, 0, 1, 'prefetch-h2d', 0, small._h)).toThrow(
+        /managed has 524288 bytes, fewer than bytes \(1048576\)/,
+      );
     } finally {
       m.free();
       dev.free();
