@@ -889,6 +889,21 @@ async function probeEventLoop(n: number, device: number, pattern: Uint8Array, ro
 }
 
 /**
+ * Samples of each kind, one of each in turn and each kind first in turn, so that every kind sees
+ * the same machine: `iterations` per kind after `warmup` rounds.
+ */
+async function inTurns(kinds: (() => Promise<number> | number)[], warmup: number, iterations: number): Promise<Float64Array[]> {
+  const samples = kinds.map(() => new Float64Array(iterations));
+  for (let i = 0; i < warmup + iterations; i++)
+    for (let k = 0; k < kinds.length; k++) {
+      const which = (i + k) % kinds.length;
+      const s = await kinds[which]();
+      if (i >= warmup) samples[which][i - warmup] = s;
+    }
+  return samples;
+}
+
+/**
  * The managed rows of one size: per one-way direction, the library's call timed from JavaScript
  * (an awaited prefetch(), or a copy() with no prefetch) and the raw CUDA call timed in C++ on the
  * same memory, a sample of each kind in turn, so that all see the same machine and the same pages.
@@ -929,23 +944,14 @@ async function measureManaged(
         return Number(process.hrtime.bigint() - t0) / 1e9;
       };
       const what = `${prefetch ? 'prefetch' : 'copy'}-${direction}`;
-      const calls = new Float64Array(iterations);
-      const raw = new Float64Array(iterations);
-      // A prefetch's raw call handed to a second thread and back.
-      const handoff = prefetch ? new Float64Array(iterations) : undefined;
-      // The raw calls run on this buffer (and dev), one sample at a time between the library's,
-      // each kind first in turn: how fast a prefetch to the host goes depends on where the
-      // driver left the pages, which differs between allocations and drifts over a run.
+      // The raw calls run on this buffer (and dev), one sample at a time between the library's:
+      // how fast a prefetch to the host goes depends on where the driver left the pages, which
+      // differs between allocations and drifts over a run. A prefetch's raw call is also handed to
+      // a second thread and back.
       const rawSample = (kind: string) => native.timeRawManaged(n, 0, 1, kind, device, m._h, dev._h)[0];
-      const kinds: (() => Promise<number> | number)[] = [sample, () => rawSample(what)];
-      if (handoff) kinds.push(() => rawSample(`${what}-handoff`));
-      const into = [calls, raw, handoff];
-      for (let i = 0; i < warmup + iterations; i++)
-        for (let k = 0; k < kinds.length; k++) {
-          const which = (i + k) % kinds.length;
-          const s = await kinds[which]();
-          if (i >= warmup) into[which]![i - warmup] = s;
-        }
+      const kinds = [sample, () => rawSample(what)];
+      if (prefetch) kinds.push(() => rawSample(`${what}-handoff`));
+      const [calls, raw, handoff] = await inTurns(kinds, warmup, iterations);
       // A copy's raw calls write the same destination with the same bytes: it is emptied and the
       // library's copy made once more, untimed, so that what is checked is the library's work.
       if (!prefetch) {
