@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -149,12 +150,17 @@ Napi::Value TimeRawManaged(const Napi::CallbackInfo& info) {
     return e;
   };
   std::unique_ptr<HandOff> other;
-  if (handoff && !err)
-    other = std::make_unique<HandOff>([&] {
-      Error e;
-      CM_TRY(e, cudaSetDevice(device), "cudaSetDevice");
-      return e ? e : prefetch_to(!start_on_device);
-    });
+  if (handoff && !err) {
+    try {
+      other = std::make_unique<HandOff>([&] {
+        Error e;
+        CM_TRY(e, cudaSetDevice(device), "cudaSetDevice");
+        return e ? e : prefetch_to(!start_on_device);
+      });
+    } catch (const std::system_error& e) {  // no thread to be had: fail after the cleanup below
+      err = Error{cudaErrorOperatingSystem, "std::thread", e.what()};
+    }
+  }
   // The hand-off thread's first CUDA call (its context made current) is not what a sample
   // measures: one untimed run first.
   if (other && !err) err = other->Run();
