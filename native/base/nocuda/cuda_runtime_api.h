@@ -14,6 +14,7 @@ enum cudaError_t {
   cudaErrorNoDevice = 100,
   cudaErrorNotReady = 600,
   cudaErrorPeerAccessUnsupported = 217,
+  cudaErrorOperatingSystem = 304,
   cudaErrorPeerAccessAlreadyEnabled = 704,
 };
 enum cudaMemcpyKind {
