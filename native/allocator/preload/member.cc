@@ -124,8 +124,7 @@ Member::Verdict Member::Take(uint64_t bytes, const char* api, const std::string&
       if (lock_timeouts_++ == 0)
         Say(e.code + ": " + e.what() + " An allocation of " + core::FormatBytes(bytes) +
             " went on uncharged, and so do the ones after it for a while (said once)");
-      lock_retry_at_ms_ =
-          core::shm::NowUnixMs() + std::max<uint64_t>(1000, 10ull * lock_timeout_ms_);
+      lock_retry_at_ms_ = BackoffEndMs();
       return Verdict::kUncharged;
     }
     detached_ = true;
@@ -158,6 +157,10 @@ void Member::RefusedLocked(uint64_t bytes, const char* api,
   }
   refusals_said_ = refusals_;
   last_refusal_line_ms_ = now;
+}
+
+uint64_t Member::BackoffEndMs() const {
+  return core::shm::NowUnixMs() + std::max<uint64_t>(1000, 10ull * lock_timeout_ms_);
 }
 
 bool Member::LockBackoffLocked() const {
@@ -205,8 +208,7 @@ bool Member::MemInfo(const std::string& device, core::MemInfo* info) noexcept {
       Say(e.code + ": " + e.what() +
           " cudaMemGetInfo answered with the group's figures as last read (the device's before "
           "any), and does so for a while without waiting (said once)");
-    query_retry_at_ms_ =
-        core::shm::NowUnixMs() + std::max<uint64_t>(1000, 10ull * lock_timeout_ms_);
+    query_retry_at_ms_ = BackoffEndMs();
     return LastFiguresLocked(info);
   } catch (...) {
     return false;

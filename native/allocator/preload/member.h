@@ -84,6 +84,8 @@ class Member {
   // on uncharged at once instead of each waiting the timeout again behind a hung holder.
   uint64_t lock_retry_at_ms_ = 0;
   bool LockBackoffLocked() const;
+  // When a back-off begun now ends (unix ms): ten lock timeouts, at least a second.
+  uint64_t BackoffEndMs() const;
   // cudaMemGetInfo's own back-off after the lock was not had in time (unix ms), and the group's
   // figures it last read, which it answers with meanwhile (budget 0: none read yet).
   uint64_t query_retry_at_ms_ = 0, query_timeouts_ = 0;
