@@ -2,13 +2,14 @@
 // the staged path's transfers can reach while its copy team works, on this host. For each count of
 // copying threads (1, 2, 4, 8, 12, ... up to the CPUs less two), each thread copies a 1 MiB source,
 // which stays in the cache as a benchmark's Node buffer of a few MiB does, over 64 MiB of its own
-// with non-temporal stores (so every byte goes to memory, as into the staged path's ring below 64
-// MiB), while cudaMemcpyAsync moves 4, 16 and 64 MiB of pinned memory to the device; with
-// --both-ways, 256 MiB and 1 GiB each way at once (one stream each way), as a staged copy both ways
-// moves them. Each sample with the threads copying follows one with them idle, so that both see the
-// same state of the machine.
-// Build and run on a GPU machine:
-//   nvcc -O2 -std=c++17 -o dma-under-host-copy scripts/dma-under-host-copy.cc
+// with the team's own copy (CopyBytes with non-temporal stores, so every byte goes to memory, as
+// into the staged path's ring below 64 MiB), while cudaMemcpyAsync moves 4, 16 and 64 MiB of
+// pinned memory to the device; with --both-ways, 256 MiB and 1 GiB each way at once (one stream
+// each way), as a staged copy both ways moves them. Each sample with the threads copying follows
+// one with them asleep, so that both see the same state of the machine.
+// Build and run on a GPU machine, from the project root:
+//   nvcc -O2 -std=c++17 -I native -o dma-under-host-copy scripts/dma-under-host-copy.cc \
+//     native/core/transfer/copy_team.cc native/core/device/numa.cc
 //   ./dma-under-host-copy [--device N] [--reps N] [--both-ways]
 // Prints one JSON object: per thread count and size, the medians in GB/s (1e9 bytes per second,
 // both directions' bytes counted with --both-ways) alone and with the threads copying, the share
@@ -28,9 +29,7 @@
 #include <thread>
 #include <vector>
 
-#if defined(__x86_64__)
-#include <emmintrin.h>
-#endif
+#include "core/transfer/copy_team.h"  // CopyBytes: the team's own copy
 
 #define CHECK(x)                                                   \
   do {                                                             \
@@ -46,19 +45,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr size_t kMiB = size_t{1} << 20;
-
-// n bytes (a multiple of 64) with non-temporal stores, then a store fence.
-void StreamCopy(char* dst, const char* src, size_t n) {
-#if defined(__x86_64__)
-  for (size_t i = 0; i < n; i += 64)
-    for (size_t j = 0; j < 64; j += 16)
-      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + j),
-                       _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + j)));
-  _mm_sfence();
-#else
-  std::memcpy(dst, src, n);
-#endif
-}
 
 bool Flag(int argc, char** argv, const char* name) {
   for (int i = 1; i < argc; ++i)
@@ -131,7 +117,7 @@ class Copiers {
       ++active_;
       lock.unlock();
       while (running_.load(std::memory_order_relaxed)) {
-        StreamCopy(dst_[t] + at, src_[t], kSource);
+        cm::core::CopyBytes(dst_[t] + at, src_[t], kSource, /*streaming=*/true);
         copied_.fetch_add(kSource, std::memory_order_relaxed);
         at = (at + kSource) % kTarget;
       }
