@@ -37,6 +37,7 @@
         "native/memory/shared_pinned.cc",
         "native/memory/vmm.cc",
         "native/transfer/copy.cc",
+        "native/transfer/pinned_memcpy.cc",
         "native/transfer/peer_copy.cc",
         "native/transfer/staging.cc",
         "native/transfer/files.cc",

@@ -13,6 +13,7 @@
 #include "device/stream.h"
 #include "memory/managed.h"
 #include "transfer/peer_copy.h"
+#include "transfer/pinned_memcpy.h"
 #include "transfer/staging.h"
 
 namespace cm {
@@ -91,7 +92,8 @@ Error DriverCopy(void* dst, const void* src, size_t n, cudaMemcpyKind kind, cuda
     CM_TRY(err, cudaMemcpyAsync(dst, src, n, kind, stream), "cudaMemcpyAsync");
     if (!err) CM_TRY(err, cudaStreamSynchronize(stream), "cudaStreamSynchronize");
   } else {
-    CM_TRY(err, cudaMemcpy(dst, src, n, kind), "cudaMemcpy");
+    CM_TRY(err, host_pinned ? PinnedMemcpy(dst, src, n, kind) : cudaMemcpy(dst, src, n, kind),
+           "cudaMemcpy");
     if (!err && ReturnsBeforeArrival(kind, host_pinned))
       CM_TRY(err, cudaStreamSynchronize(cudaStreamLegacy), "cudaStreamSynchronize");
   }

@@ -1,5 +1,6 @@
 'use strict';
 // lib/transfer/copy.ts: copy() between every kind of memory, the strategies, and copyAsync.
+const { spawnSync } = require('child_process');
 const { Worker } = require('worker_threads');
 const { cm, describeGpu, randomBytes, root, same } = require('../helpers');
 
@@ -250,6 +251,21 @@ describeGpu('asynchronous copies', () => {
       );
     }
     await Promise.all(jobs);
+  });
+
+  test('pinned copies on a pool thread that has not used CUDA yet, and on it again', () => {
+    // One libuv thread, fresh: its first copy finds no CUDA context current there (the driver's
+    // entry point refuses, and cudaMemcpy makes it), the later ones find it.
+    const script = `const cm = require(${JSON.stringify(root)});
+      (async () => { const n = 4096 + 77; const pin = cm.PinnedBuffer.alloc(n); const back = cm.PinnedBuffer.alloc(n);
+        const dev = cm.DeviceBuffer.alloc(n); const out = [];
+        for (let i = 0; i < 3; i++) { pin.bytes.fill(i * 40 + 7); back.bytes.fill(0);
+          await cm.copyAsync(dev, pin); await cm.copyAsync(back, dev);
+          out.push(back.bytes.every((b) => b === i * 40 + 7)); }
+        process.stdout.write(JSON.stringify(out)); })();`;
+    const r = spawnSync(process.execPath, ['-e', script], { encoding: 'utf8', env: { ...process.env, UV_THREADPOOL_SIZE: '1' } });
+    expect(r.stderr).toBe('');
+    expect(JSON.parse(r.stdout)).toEqual([true, true, true]);
   });
 
   test('copyAsync from worker threads', async () => {
