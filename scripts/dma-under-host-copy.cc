@@ -30,33 +30,13 @@
 #include <vector>
 
 #include "core/transfer/copy_team.h"  // CopyBytes: the team's own copy
-
-#define CHECK(x)                                                   \
-  do {                                                             \
-    cudaError_t e = (x);                                           \
-    if (e != cudaSuccess) {                                        \
-      std::fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e)); \
-      std::exit(1);                                                \
-    }                                                              \
-  } while (0)
+#include "measure.h"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
 constexpr size_t kMiB = size_t{1} << 20;
-
-bool Flag(int argc, char** argv, const char* name) {
-  for (int i = 1; i < argc; ++i)
-    if (!std::strcmp(argv[i], name)) return true;
-  return false;
-}
-
-int Arg(int argc, char** argv, const char* name, int fallback) {
-  for (int i = 1; i + 1 < argc; ++i)
-    if (!std::strcmp(argv[i], name)) return std::atoi(argv[i + 1]);
-  return fallback;
-}
 
 // Threads that copy memory of their own while running, and sleep otherwise: each from a 1 MiB
 // source, which stays in the cache as a benchmark's Node buffer of a few MiB does, over 64 MiB of
@@ -144,9 +124,9 @@ class Copiers {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int device = Arg(argc, argv, "--device", 0);
-  const int reps = std::max(5, Arg(argc, argv, "--reps", 25));
-  const bool both = Flag(argc, argv, "--both-ways");
+  const int device = measure::Arg(argc, argv, "--device", 0);
+  const int reps = std::max(5, measure::Arg(argc, argv, "--reps", 25));
+  const bool both = measure::Flag(argc, argv, "--both-ways");
   const std::vector<size_t> sizes = both ? std::vector<size_t>{256 * kMiB, 1024 * kMiB}
                                          : std::vector<size_t>{4 * kMiB, 16 * kMiB, 64 * kMiB};
   CHECK(cudaSetDevice(device));
@@ -171,10 +151,6 @@ int main(int argc, char** argv) {
   for (int n : {1, 2}) counts.push_back(std::min(n, most_threads));
   for (int n = 4; n <= most_threads; n += 4) counts.push_back(n);
   counts.erase(std::unique(counts.begin(), counts.end()), counts.end());
-  auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
 
   std::printf("{\"device\":%d,\"reps\":%d,\"bothWays\":%s,\"rows\":[", device, reps,
               both ? "true" : "false");
@@ -193,7 +169,8 @@ int main(int argc, char** argv) {
         }
       copiers.Run(false);
       const double bytes = static_cast<double>(n) * (both ? 2 : 1);
-      const double a = bytes / median(alone) / 1e9, l = bytes / median(loaded) / 1e9;
+      const double a = bytes / measure::Median(alone) / 1e9,
+                   l = bytes / measure::Median(loaded) / 1e9;
       std::printf(",\"%zuMiB\":{\"alone\":%.2f,\"copying\":%.2f,\"share\":%.3f}", n / kMiB, a, l,
                   l / a);
     }
