@@ -16,7 +16,8 @@
 //     what any awaited call pays on this host (a 4 KiB copyAsync against copy())
 //   the event loop's worst delay during 1 GiB copyAsync both ways (the bench's probe)
 //   a 4 KiB copy() from JavaScript against cudaMemcpy from C++ (pinned-call against baseline),
-//     the time ratio, each run's and the worst
+//     the time ratio, each run's and the worst; beside it, in turns of their own, the bare addon
+//     call that copies the same way and does nothing else (the floor of any call from JavaScript)
 //   with --two-gpus, where two GPUs are visible: staged, pinned and the staged path's host half
 //     alone (hostcopy) h2d at 1 GiB on GPUs 0 and 1, each alone and both at once (each GPU's rate
 //     together over its rate alone)
@@ -86,6 +87,53 @@ function allocPair(root, out) {
     addon.liveCount();
   });
   fs.writeFileSync(out, JSON.stringify({ microseconds: pair.median, samples: pair.samples, twoEmptyCalls: floor.median }));
+}
+
+// The floor of a 4 KiB copy() (argv: --call-floor ROOT OUT): per direction, in four turns of 500
+// calls each, copy() between the library's PinnedBuffer and DeviceBuffer, the addon call that
+// copies memory of its own the same way and does nothing else (pinnedCallFloor: the least any
+// copy() from JavaScript can cost), each call timed as the benchmark times pinned-call, and
+// cudaMemcpy from C++ (timeRawPinned), after 20,000 warm-up calls of each. Medians in µs; nothing
+// where the checkout has no pinnedCallFloor.
+function callFloor(root, out) {
+  const cm = require(path.join(root, 'dist', 'index.js'));
+  const addon = require(path.join(root, 'build', 'Release', 'cuda_memory.node'));
+  const result = {};
+  if (typeof addon.pinnedCallFloor === 'function') {
+    const pin = cm.PinnedBuffer.alloc(4096);
+    const dev = cm.DeviceBuffer.alloc(4096);
+    const timed = (f, into) => {
+      for (let i = 0; i < 500; i++) {
+        const t0 = process.hrtime.bigint();
+        f();
+        into.push(Number(process.hrtime.bigint() - t0) / 1e3);
+      }
+    };
+    for (const [direction, dst, src] of [
+      ['h2d', dev, pin],
+      ['d2h', pin, dev],
+    ]) {
+      addon.pinnedCallFloorSetup(4096, direction, 0);
+      const copyOnce = () => cm.copy(dst, src);
+      for (let i = 0; i < 20_000; i++) {
+        copyOnce();
+        addon.pinnedCallFloor();
+      }
+      const copies = [];
+      const floors = [];
+      const raw = [];
+      for (let b = 0; b < 4; b++) {
+        timed(copyOnce, copies);
+        timed(addon.pinnedCallFloor, floors);
+        for (const x of addon.timeRawPinned(4096, 100, 500, direction, 0)) raw.push(x * 1e6);
+      }
+      addon.pinnedCallFloorSetup(0);
+      result[direction] = { copy: median(copies), floor: median(floors), raw: median(raw) };
+    }
+    pin.free();
+    dev.free();
+  }
+  fs.writeFileSync(out, JSON.stringify(result));
 }
 
 // What an awaited call costs on this host beyond the work (argv: --async-hop ROOT OUT): a 4 KiB
@@ -176,6 +224,7 @@ function measure(o, label, root, k) {
   bench('managed', ['--sizes', '64MiB,1GiB', '--modes', 'managed', '--directions', 'h2d,d2h', '--iterations', '15', '--no-event-loop']);
   run(process.execPath, [__filename, '--alloc-pair', root, file('alloc')], `${label} r${k} alloc`);
   run(process.execPath, [__filename, '--async-hop', root, file('hop')], `${label} r${k} hop`);
+  run(process.execPath, [__filename, '--call-floor', root, file('floor')], `${label} r${k} floor`);
   // The staged path's host half alone (hostcopy) where the checkout's several-GPU benchmark has it.
   const twoGpuModes = require(path.join(root, 'dist', 'bench', 'devices')).DEVICES_MODES.includes('hostcopy')
     ? 'pinned,staged,hostcopy'
@@ -208,6 +257,7 @@ function measure(o, label, root, k) {
   const m = readJson(file('managed'));
   const a = readJson(file('alloc'));
   const h = readJson(file('hop'));
+  const fl = readJson(file('floor'));
   const g = o.twoGpus ? readJson(file('two-gpus')) : undefined;
   const rows = {};
   for (const n of [4 * MiB, 16 * MiB, 64 * MiB])
@@ -256,6 +306,10 @@ function measure(o, label, root, k) {
     const js = find(c, 'pinned-call', d, 4096)?.seconds?.median;
     const cpp = find(c, 'baseline', d, 4096)?.seconds?.median;
     rows[`4 KiB copy() ${d} / cudaMemcpy from C++ (time)`] = ratio(js, cpp);
+    // In turns of their own (callFloor): the bare addon call against C++, and copy() against it.
+    const f = fl?.[d];
+    rows[`4 KiB bare addon call ${d} / cudaMemcpy from C++ (the floor of any call)`] = ratio(f?.floor, f?.raw);
+    rows[`4 KiB copy() ${d} / bare addon call (the library's own share)`] = ratio(f?.copy, f?.floor);
   }
   if (g)
     for (const mode of ['pinned', 'staged', 'hostcopy'])
@@ -331,6 +385,7 @@ function main() {
 }
 
 if (process.argv[2] === '--alloc-pair') allocPair(process.argv[3], process.argv[4]);
+else if (process.argv[2] === '--call-floor') callFloor(process.argv[3], process.argv[4]);
 else if (process.argv[2] === '--async-hop')
   asyncHop(process.argv[3], process.argv[4]).catch((e) => {
     process.stderr.write(`${e.stack ?? e}\n`);

@@ -1,8 +1,9 @@
 // The transfer benchmark's timing loops: copies in one direction and both, the raw pinned
 // baseline, the staged path's two halves alone (the host's own memory copy, and its chunks moved
-// from pinned memory) and the cost of cudaHostRegister.
+// from pinned memory) and the cost of cudaHostRegister; and the floor of a copy() call.
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <thread>
@@ -12,6 +13,7 @@
 #include "binding/exports.h"
 #include "device/discovery.h"
 #include "transfer/copy.h"
+#include "transfer/pinned_memcpy.h"
 #include "transfer/staging.h"
 
 namespace cm {
@@ -299,6 +301,65 @@ Napi::Value TimeHostRegister(const Napi::CallbackInfo& info) {
   return ToFloat64Array(env, samples);
 }
 
+// The least a copy() called from JavaScript can cost: an addon call that reads no argument and
+// runs one copy between page-locked memory and device memory of its own, the way the library
+// copies (PinnedMemcpy), with nothing else. pinnedCallFloorSetup makes that memory (and frees it
+// with bytes 0); pinnedCallFloor copies. The benchmark times the calls from JavaScript beside
+// copy() and cudaMemcpy from C++: what copy() costs above it is the library's own.
+struct CallFloorState : InstanceState {
+  void* host = nullptr;
+  void* device_memory = nullptr;
+  size_t bytes = 0;
+  bool h2d = true;
+  void Release() noexcept {
+    if (device_memory) cudaFree(device_memory);
+    if (host) cudaFreeHost(host);
+    device_memory = host = nullptr;
+    bytes = 0;
+  }
+  ~CallFloorState() override { Release(); }
+};
+
+constexpr uint64_t kCallFloorMaxBytes = uint64_t{1} << 20;
+
+// pinnedCallFloorSetup(bytes, direction, device): bytes up to 1 MiB (0 frees), 'h2d' or 'd2h'
+Napi::Value PinnedCallFloorSetup(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  CallFloorState& st = GetInstance(env).State<CallFloorState>();
+  uint64_t bytes = ReadSize(env, info[0], "bytes");
+  if (bytes > kCallFloorMaxBytes) ThrowRange(env, "bytes must be at most 1 MiB (1048576)");
+  st.Release();
+  if (bytes == 0) return env.Undefined();
+  std::string direction = info[1].IsString() ? info[1].As<Napi::String>().Utf8Value() : "";
+  if (direction != "h2d" && direction != "d2h") ThrowRange(env, "direction must be 'h2d' or 'd2h'");
+  int device = ReadInt(env, info[2], "device", 0, 1 << 20);
+  CheckDevice(env, device);
+  Error err;
+  CM_TRY(err, cudaSetDevice(device), "cudaSetDevice");
+  if (!err) CM_TRY(err, cudaMallocHost(&st.host, bytes), "cudaMallocHost");
+  if (!err) CM_TRY(err, cudaMalloc(&st.device_memory, bytes), "cudaMalloc");
+  if (!err) std::memset(st.host, 0x5a, bytes);
+  if (err) {
+    st.Release();
+    Fail(env, err);
+  }
+  st.bytes = bytes;
+  st.h2d = direction == "h2d";
+  return env.Undefined();
+}
+
+// pinnedCallFloor(): one copy of what pinnedCallFloorSetup made
+Napi::Value PinnedCallFloor(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  CallFloorState& st = GetInstance(env).State<CallFloorState>();
+  if (st.bytes == 0) ThrowType(env, "pinnedCallFloor() before pinnedCallFloorSetup()");
+  cudaError_t e = st.h2d
+                      ? PinnedMemcpy(st.device_memory, st.host, st.bytes, cudaMemcpyHostToDevice)
+                      : PinnedMemcpy(st.host, st.device_memory, st.bytes, cudaMemcpyDeviceToHost);
+  if (e != cudaSuccess) ThrowCuda(env, e, "cudaMemcpy");
+  return env.Undefined();
+}
+
 }  // namespace
 
 void InitBench(Napi::Env env, Napi::Object exports) {
@@ -310,6 +371,8 @@ void InitBench(Napi::Env env, Napi::Object exports) {
                {"timeHostCopy", TimeHostCopy},
                {"timeStagedDma", TimeStagedDma},
                {"timeHostRegister", TimeHostRegister},
+               {"pinnedCallFloorSetup", PinnedCallFloorSetup},
+               {"pinnedCallFloor", PinnedCallFloor},
            });
 }
 

@@ -59,3 +59,26 @@ describeGpu('transfer benchmark (small run)', () => {
     }
   });
 });
+
+// The floor of a copy() call (native/bench/transfer.cc), which scripts/perf-rows.js times beside
+// copy() and cudaMemcpy from C++.
+describe('pinnedCallFloor', () => {
+  const { native } = require('../../dist/binding/native');
+
+  test('refuses more than 1 MiB, and a call before its memory is made', () => {
+    expect(() => native.pinnedCallFloorSetup(2 ** 20 + 1, 'h2d', 0)).toThrow(/at most 1 MiB/);
+    expect(() => native.pinnedCallFloor()).toThrow(/before pinnedCallFloorSetup/);
+  });
+
+  describeGpu('on a GPU', () => {
+    test('copies its own memory each way, refuses a bad direction, and is gone once freed', () => {
+      expect(() => native.pinnedCallFloorSetup(4096, 'up', 0)).toThrow(/'h2d' or 'd2h'/);
+      for (const direction of ['h2d', 'd2h']) {
+        native.pinnedCallFloorSetup(4096, direction, 0);
+        for (let i = 0; i < 10; i++) native.pinnedCallFloor();
+      }
+      native.pinnedCallFloorSetup(0);
+      expect(() => native.pinnedCallFloor()).toThrow(/before pinnedCallFloorSetup/);
+    });
+  });
+});
