@@ -6,12 +6,14 @@
 // into the staged path's ring below 64 MiB), while cudaMemcpyAsync moves 4, 16 and 64 MiB of
 // pinned memory to the device; with --both-ways, 256 MiB and 1 GiB each way at once (one stream
 // each way), as a staged copy both ways moves them. Each sample with the threads copying follows
-// one with them asleep, so that both see the same state of the machine.
+// one with them asleep, so that both see the same state of the machine. With --write-gbps, the
+// threads write at each of the rates given instead (one thread per 10 GB/s, each paced to its
+// share): the engine's share at the very rate a staged copy must write to keep up with it.
 // Build and run on a GPU machine, from the project root:
 //   nvcc -O2 -std=c++17 -I native -o dma-under-host-copy scripts/dma-under-host-copy.cc \
 //     native/core/transfer/copy_team.cc native/core/device/numa.cc
-//   ./dma-under-host-copy [--device N] [--reps N] [--both-ways]
-// Prints one JSON object: per thread count and size, the medians in GB/s (1e9 bytes per second,
+//   ./dma-under-host-copy [--device N] [--reps N] [--both-ways] [--write-gbps 20,30,46]
+// Prints one JSON object: per thread count (and pace) and size, the medians in GB/s (1e9 bytes per second,
 // both directions' bytes counted with --both-ways) alone and with the threads copying, the share
 // that keeps, and the threads' own copy rate while they copied (a millisecond after they woke up
 // to when they were put to sleep).
@@ -20,6 +22,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -41,9 +44,11 @@ constexpr size_t kMiB = size_t{1} << 20;
 // Threads that copy memory of their own while running, and sleep otherwise: each from a 1 MiB
 // source, which stays in the cache as a benchmark's Node buffer of a few MiB does, over 64 MiB of
 // its own (non-temporal stores, so every byte goes to memory, as into the staged path's ring).
+// With a pace (bytes per second, the threads' together), each thread copies 256 KiB at a time and
+// waits, spinning on the clock, until its share of the pace allows the next.
 class Copiers {
  public:
-  explicit Copiers(int n) : src_(n), dst_(n) {
+  explicit Copiers(int n, double pace = 0) : src_(n), dst_(n), pace_(pace / n) {
     for (int t = 0; t < n; ++t) {
       src_[t] = static_cast<char*>(std::aligned_alloc(4096, kSource));
       dst_[t] = static_cast<char*>(std::aligned_alloc(4096, kTarget));
@@ -90,16 +95,26 @@ class Copiers {
  private:
   void Loop(int t) {
     size_t at = 0;
+    const size_t piece = pace_ > 0 ? kPacedPiece : kSource;
     std::unique_lock<std::mutex> lock(mutex_);
     for (;;) {
       wake_.wait(lock, [&] { return running_.load() || stop_; });
       if (stop_) return;
       ++active_;
       lock.unlock();
+      const Clock::time_point start = Clock::now();
+      double done = 0;
       while (running_.load(std::memory_order_relaxed)) {
-        cm::core::CopyBytes(dst_[t] + at, src_[t], kSource, /*streaming=*/true);
-        copied_.fetch_add(kSource, std::memory_order_relaxed);
-        at = (at + kSource) % kTarget;
+        cm::core::CopyBytes(dst_[t] + at, src_[t] + at % kSource, piece, /*streaming=*/true);
+        copied_.fetch_add(piece, std::memory_order_relaxed);
+        at = (at + piece) % kTarget;
+        done += static_cast<double>(piece);
+        if (pace_ > 0) {
+          const auto due = start + std::chrono::duration_cast<Clock::duration>(
+                                       std::chrono::duration<double>(done / pace_));
+          while (Clock::now() < due && running_.load(std::memory_order_relaxed)) {
+          }
+        }
       }
       lock.lock();
       --active_;
@@ -107,8 +122,9 @@ class Copiers {
     }
   }
 
-  static constexpr size_t kSource = kMiB, kTarget = 64 * kMiB;
+  static constexpr size_t kSource = kMiB, kTarget = 64 * kMiB, kPacedPiece = kMiB / 4;
   std::vector<char*> src_, dst_;
+  const double pace_;  // bytes per second, each thread; 0: as fast as it can
   std::vector<std::thread> threads_;
   std::mutex mutex_;
   std::condition_variable wake_, asleep_;
@@ -127,6 +143,21 @@ int main(int argc, char** argv) {
   const int device = measure::Arg(argc, argv, "--device", 0);
   const int reps = std::max(5, measure::Arg(argc, argv, "--reps", 25));
   const bool both = measure::Flag(argc, argv, "--both-ways");
+  // --write-gbps 20,30,46: paced writes at each rate in turn (threads: one per 10 GB/s), instead of
+  // each count of threads writing as fast as they can.
+  std::vector<double> paces;
+  for (int i = 1; i + 1 < argc; ++i)
+    if (!std::strcmp(argv[i], "--write-gbps"))
+      for (char* p = argv[i + 1]; *p;) {
+        char* end = nullptr;
+        const double gbps = std::strtod(p, &end);
+        if (end == p || gbps <= 0) {
+          std::fprintf(stderr, "--write-gbps: a list of rates in GB/s, such as 20,30,46\n");
+          return 2;
+        }
+        paces.push_back(gbps * 1e9);
+        p = *end == ',' ? end + 1 : end;
+      }
   const std::vector<size_t> sizes = both ? std::vector<size_t>{256 * kMiB, 1024 * kMiB}
                                          : std::vector<size_t>{4 * kMiB, 16 * kMiB, 64 * kMiB};
   CHECK(cudaSetDevice(device));
@@ -152,11 +183,18 @@ int main(int argc, char** argv) {
   for (int n = 4; n <= most_threads; n += 4) counts.push_back(n);
   counts.erase(std::unique(counts.begin(), counts.end()), counts.end());
 
+  if (!paces.empty()) {
+    counts.clear();
+    for (double pace : paces) counts.push_back(static_cast<int>(std::ceil(pace / 10e9)));
+  }
+
   std::printf("{\"device\":%d,\"reps\":%d,\"bothWays\":%s,\"rows\":[", device, reps,
               both ? "true" : "false");
   for (size_t c = 0; c < counts.size(); ++c) {
-    Copiers copiers(counts[c]);
+    const double pace = paces.empty() ? 0 : paces[c];
+    Copiers copiers(counts[c], pace);
     std::printf("%s{\"threads\":%d", c ? "," : "", counts[c]);
+    if (pace > 0) std::printf(",\"paceGbps\":%.1f", pace / 1e9);
     for (size_t n : sizes) {
       transfer(n);  // warm-up
       std::vector<double> alone, loaded;
