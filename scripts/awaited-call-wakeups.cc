@@ -10,7 +10,8 @@
 //   one-wake   handed to a spinning thread, its end handed back to the sleeping caller: the least
 //              an awaited call can pay, since the event loop sleeps until it is told
 //   no-wake    handed to a spinning thread, the caller spinning too: the change of thread alone
-// Build and run on a GPU machine, from the project root:
+// Build and run on a GPU machine, from the project root (CUDA 13 or later: cudaMemPrefetchAsync
+// takes a cudaMemLocation):
 //   nvcc -O2 -std=c++17 -o awaited-call-wakeups scripts/awaited-call-wakeups.cc
 //   ./awaited-call-wakeups [--device N] [--reps N]
 // Prints one JSON object: per size and direction, the median microseconds of each way and its

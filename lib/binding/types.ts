@@ -211,8 +211,8 @@ const surface = {
   timeBidirectional: fn<(a: CopyTarget, b: CopyTarget, c: CopyTarget, d: CopyTarget, ...run: TimedRun) => Float64Array>(),
   /** direction: 'h2d' or 'd2h'. */
   timeRawPinned: fn<(bytes: number, warmup: number, iterations: number, direction: string, device: number) => Float64Array>(),
-  /** The floor of a copy() call: its own pinned and device memory of `bytes` (up to 1 MiB; 0 frees it); direction: 'h2d' or 'd2h'. */
-  pinnedCallFloorSetup: fn<(bytes: number, direction?: string, device?: number) => void>(),
+  /** The floor of a copy() call: its own pinned and device memory of `bytes` (up to 1 MiB) on `device`; direction: 'h2d' or 'd2h'. With bytes 0 (and nothing else), frees it. */
+  pinnedCallFloorSetup: fn<((bytes: 0) => void) & ((bytes: number, direction: string, device: number) => void)>(),
   /** One copy of what pinnedCallFloorSetup made, reading no argument. */
   pinnedCallFloor: fn<() => void>(),
   /** direction: 'h2d', 'd2h' or 'bidir'; pinned holds a staging ring per direction; check: n bytes a direction standing for the device, for one untimed pass. */

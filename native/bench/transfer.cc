@@ -303,14 +303,16 @@ Napi::Value TimeHostRegister(const Napi::CallbackInfo& info) {
 
 // The least a copy() called from JavaScript can cost: an addon call that reads no argument and
 // runs one copy between page-locked memory and device memory of its own, the way the library
-// copies (PinnedMemcpy), with nothing else. pinnedCallFloorSetup makes that memory (and frees it
-// with bytes 0); pinnedCallFloor copies. The benchmark times the calls from JavaScript beside
-// copy() and cudaMemcpy from C++: what copy() costs above it is the library's own.
+// copies (its device made current where it is not, then PinnedMemcpy), with nothing else.
+// pinnedCallFloorSetup makes that memory (and frees it with bytes 0); pinnedCallFloor copies. The
+// benchmark times the calls from JavaScript beside copy() and cudaMemcpy from C++: what copy()
+// costs above it is the library's own.
 struct CallFloorState : InstanceState {
   void* host = nullptr;
   void* device_memory = nullptr;
   size_t bytes = 0;
   bool h2d = true;
+  int device = 0;
   void Release() noexcept {
     if (device_memory) cudaFree(device_memory);
     if (host) cudaFreeHost(host);
@@ -328,12 +330,15 @@ Napi::Value PinnedCallFloorSetup(const Napi::CallbackInfo& info) {
   CallFloorState& st = GetInstance(env).State<CallFloorState>();
   uint64_t bytes = ReadSize(env, info[0], "bytes");
   if (bytes > kCallFloorMaxBytes) ThrowRange(env, "bytes must be at most 1 MiB (1048576)");
-  st.Release();
-  if (bytes == 0) return env.Undefined();
+  if (bytes == 0) {
+    st.Release();
+    return env.Undefined();
+  }
   std::string direction = info[1].IsString() ? info[1].As<Napi::String>().Utf8Value() : "";
   if (direction != "h2d" && direction != "d2h") ThrowRange(env, "direction must be 'h2d' or 'd2h'");
   int device = ReadInt(env, info[2], "device", 0, 1 << 20);
   CheckDevice(env, device);
+  st.Release();
   Error err;
   CM_TRY(err, cudaSetDevice(device), "cudaSetDevice");
   if (!err) CM_TRY(err, cudaMallocHost(&st.host, bytes), "cudaMallocHost");
@@ -345,6 +350,7 @@ Napi::Value PinnedCallFloorSetup(const Napi::CallbackInfo& info) {
   }
   st.bytes = bytes;
   st.h2d = direction == "h2d";
+  st.device = device;
   return env.Undefined();
 }
 
@@ -353,9 +359,10 @@ Napi::Value PinnedCallFloor(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   CallFloorState& st = GetInstance(env).State<CallFloorState>();
   if (st.bytes == 0) ThrowType(env, "pinnedCallFloor() before pinnedCallFloorSetup()");
-  cudaError_t e = st.h2d
-                      ? PinnedMemcpy(st.device_memory, st.host, st.bytes, cudaMemcpyHostToDevice)
-                      : PinnedMemcpy(st.host, st.device_memory, st.bytes, cudaMemcpyDeviceToHost);
+  cudaError_t e = UseDevice(st.device);
+  if (e != cudaSuccess) ThrowCuda(env, e, "cudaSetDevice");
+  e = st.h2d ? PinnedMemcpy(st.device_memory, st.host, st.bytes, cudaMemcpyHostToDevice)
+             : PinnedMemcpy(st.host, st.device_memory, st.bytes, cudaMemcpyDeviceToHost);
   if (e != cudaSuccess) ThrowCuda(env, e, "cudaMemcpy");
   return env.Undefined();
 }

@@ -13,10 +13,12 @@ namespace {
 using DeviceAddress = unsigned long long;
 using ToDevice = int (*)(DeviceAddress dst, const void* src, size_t n);
 using ToHost = int (*)(void* dst, DeviceAddress src, size_t n);
+using CurrentContext = int (*)(void** context);
 
 struct Entries {
   ToDevice to_device = nullptr;
   ToHost to_host = nullptr;
+  CurrentContext current = nullptr;
 };
 
 template <typename F>
@@ -36,6 +38,7 @@ const Entries& Get() {
     Entries x;
     x.to_device = Find<ToDevice>("cuMemcpyHtoD");
     x.to_host = Find<ToHost>("cuMemcpyDtoH");
+    x.current = Find<CurrentContext>("cuCtxGetCurrent");
     return x;
   }();
   return e;
@@ -49,10 +52,16 @@ DeviceAddress Address(const void* p) {
 
 cudaError_t PinnedMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind) {
   const Entries& e = Get();
-  if (kind == cudaMemcpyHostToDevice && e.to_device && e.to_device(Address(dst), src, n) == 0)
-    return cudaSuccess;
-  if (kind == cudaMemcpyDeviceToHost && e.to_host && e.to_host(dst, Address(src), n) == 0)
-    return cudaSuccess;
+  // A thread with no context current yet (a libuv thread's first copy: the runtime binds its
+  // device's primary context on first use) goes to cudaMemcpy, rather than through a driver call
+  // bound to fail, which tools such as compute-sanitizer would report as an API error.
+  void* context = nullptr;
+  if (e.current && e.current(&context) == 0 && context) {
+    if (kind == cudaMemcpyHostToDevice && e.to_device && e.to_device(Address(dst), src, n) == 0)
+      return cudaSuccess;
+    if (kind == cudaMemcpyDeviceToHost && e.to_host && e.to_host(dst, Address(src), n) == 0)
+      return cudaSuccess;
+  }
   return cudaMemcpy(dst, src, n, kind);
 }
 

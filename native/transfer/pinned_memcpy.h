@@ -11,10 +11,10 @@ namespace cm {
 // Copies n bytes as cudaMemcpy(dst, src, n, kind) does, for kind cudaMemcpyHostToDevice or
 // cudaMemcpyDeviceToHost with the host side page-locked (pinned or registered): on the legacy
 // default stream, returning once the bytes have arrived. The driver's entry point skips the
-// runtime's own layer (about 0.1-0.2 µs of a 4 KiB copy of 7-8 µs on an H100 host). Where the
-// driver call fails (no context is current on this thread yet, or any error), the copy is made
-// again by cudaMemcpy, which binds the device's primary context, and its result is returned, so
-// errors read as the runtime's. Any other kind goes to cudaMemcpy. Thread-safe.
+// runtime's own layer (about 0.1-0.2 µs of a 4 KiB copy of 7-8 µs on an H100 host). On a thread
+// with no context current yet the copy goes to cudaMemcpy, which binds the device's primary
+// context; where the driver call fails, the copy is made again by cudaMemcpy and its result is
+// returned, so errors read as the runtime's. Any other kind goes to cudaMemcpy. Thread-safe.
 cudaError_t PinnedMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind);
 
 }  // namespace cm

@@ -254,8 +254,8 @@ describeGpu('asynchronous copies', () => {
   });
 
   test('pinned copies on a pool thread that has not used CUDA yet, and on it again', () => {
-    // One libuv thread, fresh: its first copy finds no CUDA context current there (the driver's
-    // entry point refuses, and cudaMemcpy makes it), the later ones find it.
+    // One libuv thread, fresh: its first copy finds no CUDA context current there (cudaMemcpy
+    // binds it), the later ones find it and go through the driver's entry points.
     const script = `const cm = require(${JSON.stringify(root)});
       (async () => { const n = 4096 + 77; const pin = cm.PinnedBuffer.alloc(n); const back = cm.PinnedBuffer.alloc(n);
         const dev = cm.DeviceBuffer.alloc(n); const out = [];
@@ -263,8 +263,12 @@ describeGpu('asynchronous copies', () => {
           await cm.copyAsync(dev, pin); await cm.copyAsync(back, dev);
           out.push(back.bytes.every((b) => b === i * 40 + 7)); }
         process.stdout.write(JSON.stringify(out)); })();`;
-    const r = spawnSync(process.execPath, ['-e', script], { encoding: 'utf8', env: { ...process.env, UV_THREADPOOL_SIZE: '1' } });
-    expect(r.stderr).toBe('');
+    const r = spawnSync(process.execPath, ['-e', script], {
+      encoding: 'utf8',
+      env: { ...process.env, UV_THREADPOOL_SIZE: '1' },
+      timeout: 60000,
+    });
+    expect({ status: r.status, signal: r.signal }).toEqual({ status: 0, signal: null });
     expect(JSON.parse(r.stdout)).toEqual([true, true, true]);
   });
 
