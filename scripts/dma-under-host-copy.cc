@@ -4,19 +4,19 @@
 // which stays in the cache as a benchmark's Node buffer of a few MiB does, over 64 MiB of its own
 // with the team's own copy (CopyBytes with non-temporal stores, so every byte goes to memory, as
 // into the staged path's ring below 64 MiB), while cudaMemcpyAsync moves 4, 16 and 64 MiB of
-// pinned memory to the device; with --both-ways, 256 MiB and 1 GiB each way at once (one stream
-// each way), as a staged copy both ways moves them. Each sample with the threads copying follows
-// one with them asleep, so that both see the same state of the machine. With --write-gbps, the
-// threads write at each of the rates given instead (one thread per 10 GB/s, each paced to its
-// share): the engine's share at the very rate a staged copy must write to keep up with it.
-// Build and run on a GPU machine, from the project root:
+// pinned memory to the device (--to-host: from the device); with --both-ways, 256 MiB and 1 GiB
+// each way at once (one stream each way), as a staged copy both ways moves them. Each sample with
+// the threads copying follows one with them asleep, so that both see the same state of the machine.
+// With --write-gbps, the threads write at each of the rates given instead (one thread per 10 GB/s,
+// each paced to its share): the engine's share at the very rate a staged copy must write to keep up
+// with it. Build and run on a GPU machine, from the project root:
 //   nvcc -O2 -std=c++17 -I native -o dma-under-host-copy scripts/dma-under-host-copy.cc \
 //     native/core/transfer/copy_team.cc native/core/device/numa.cc
-//   ./dma-under-host-copy [--device N] [--reps N] [--both-ways] [--write-gbps 20,30,46]
-// Prints one JSON object: per thread count (and pace) and size, the medians in GB/s (1e9 bytes per second,
-// both directions' bytes counted with --both-ways) alone and with the threads copying, the share
-// that keeps, and the threads' own copy rate while they copied (a millisecond after they woke up
-// to when they were put to sleep).
+//   ./dma-under-host-copy [--device N] [--reps N] [--to-host | --both-ways] [--write-gbps 20,30,46]
+// Prints one JSON object: per thread count (and pace) and size, the medians in GB/s (1e9 bytes per
+// second, both directions' bytes counted with --both-ways) alone and with the threads copying, the
+// share that keeps, and the threads' own copy rate while they copied (a millisecond after they woke
+// up to when they were put to sleep).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -143,6 +143,7 @@ int main(int argc, char** argv) {
   const int device = measure::Arg(argc, argv, "--device", 0);
   const int reps = std::max(5, measure::Arg(argc, argv, "--reps", 25));
   const bool both = measure::Flag(argc, argv, "--both-ways");
+  const bool to_host = !both && measure::Flag(argc, argv, "--to-host");
   // --write-gbps 20,30,46: paced writes at each rate in turn (threads: one per 10 GB/s), instead of
   // each count of threads writing as fast as they can.
   std::vector<double> paces;
@@ -162,7 +163,8 @@ int main(int argc, char** argv) {
                                          : std::vector<size_t>{4 * kMiB, 16 * kMiB, 64 * kMiB};
   CHECK(cudaSetDevice(device));
   const size_t most = sizes.back();
-  // To the device from pinned[0] into dev[0]; with --both-ways also from dev[1] into pinned[1].
+  // To the device from pinned[0] into dev[0] (--to-host: back); with --both-ways also from dev[1]
+  // into pinned[1].
   void *pinned[2] = {nullptr, nullptr}, *dev[2] = {nullptr, nullptr};
   cudaStream_t streams[2] = {nullptr, nullptr};
   for (int i = 0; i < (both ? 2 : 1); ++i) {
@@ -172,7 +174,10 @@ int main(int argc, char** argv) {
     std::memset(pinned[i], 0x5a, most);
   }
   auto transfer = [&](size_t n) {
-    CHECK(cudaMemcpyAsync(dev[0], pinned[0], n, cudaMemcpyHostToDevice, streams[0]));
+    if (to_host)
+      CHECK(cudaMemcpyAsync(pinned[0], dev[0], n, cudaMemcpyDeviceToHost, streams[0]));
+    else
+      CHECK(cudaMemcpyAsync(dev[0], pinned[0], n, cudaMemcpyHostToDevice, streams[0]));
     if (both) CHECK(cudaMemcpyAsync(pinned[1], dev[1], n, cudaMemcpyDeviceToHost, streams[1]));
     CHECK(cudaStreamSynchronize(streams[0]));
     if (both) CHECK(cudaStreamSynchronize(streams[1]));
@@ -185,11 +190,14 @@ int main(int argc, char** argv) {
 
   if (!paces.empty()) {
     counts.clear();
-    for (double pace : paces) counts.push_back(static_cast<int>(std::ceil(pace / 10e9)));
+    for (double pace : paces)
+      counts.push_back(std::min(most_threads, static_cast<int>(std::ceil(pace / 10e9))));
   }
 
-  std::printf("{\"device\":%d,\"reps\":%d,\"bothWays\":%s,\"rows\":[", device, reps,
-              both ? "true" : "false");
+  std::printf("{\"device\":%d,\"reps\":%d,\"direction\":\"%s\",\"rows\":[", device, reps,
+              both      ? "both"
+              : to_host ? "d2h"
+                        : "h2d");
   for (size_t c = 0; c < counts.size(); ++c) {
     const double pace = paces.empty() ? 0 : paces[c];
     Copiers copiers(counts[c], pace);
