@@ -22,7 +22,13 @@
 //     alone (hostcopy) h2d at 1 GiB on GPUs 0 and 1, each alone and both at once (each GPU's rate
 //     together over its rate alone)
 //
-// Usage: node scripts/perf-rows.js OUTDIR [--baseline DIR] [--repeats 3] [--two-gpus]
+//   with --bounds, where nvcc is on the PATH, once per repeat (they do not depend on the checkout):
+//     the DMA engine's share of its rate to the device with the host's writes held at 46 GB/s,
+//     85% of pinned (scripts/dma-under-host-copy.cc --write-gbps 46), with each checkout's staged
+//     h2d as a share of the bound it gives (its staged-dma share times the engine's), and an
+//     awaited prefetch's least cost, one thread woken (scripts/awaited-call-wakeups.cc)
+//
+// Usage: node scripts/perf-rows.js OUTDIR [--baseline DIR] [--repeats 3] [--two-gpus] [--bounds]
 //          [--python python3] [--skip-python]
 //
 // --baseline DIR: a second checkout of the package with its dist/ and build/ built (the library
@@ -38,7 +44,7 @@ const MiB = 2 ** 20;
 const GiB = 2 ** 30;
 
 function parseArgs(argv) {
-  const o = { out: undefined, baseline: undefined, repeats: 3, twoGpus: false, python: 'python3', skipPython: false };
+  const o = { out: undefined, baseline: undefined, repeats: 3, twoGpus: false, bounds: false, python: 'python3', skipPython: false };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
     const value = () => {
@@ -48,13 +54,15 @@ function parseArgs(argv) {
     if (a === '--baseline') o.baseline = path.resolve(value());
     else if (a === '--repeats') o.repeats = Number(value());
     else if (a === '--two-gpus') o.twoGpus = true;
+    else if (a === '--bounds') o.bounds = true;
     else if (a === '--python') o.python = value();
     else if (a === '--skip-python') o.skipPython = true;
     else if (a.startsWith('--')) throw new Error(`unknown option ${a}`);
     else if (o.out === undefined) o.out = path.resolve(a);
     else throw new Error(`one OUTDIR only, got ${a} too`);
   }
-  if (o.out === undefined) throw new Error('usage: node scripts/perf-rows.js OUTDIR [--baseline DIR] [--repeats 3] [--two-gpus]');
+  if (o.out === undefined)
+    throw new Error('usage: node scripts/perf-rows.js OUTDIR [--baseline DIR] [--repeats 3] [--two-gpus] [--bounds]');
   if (!Number.isInteger(o.repeats) || o.repeats < 1 || o.repeats > 20)
     throw new Error(`--repeats must be an integer from 1 to 20, got ${o.repeats}`);
   return o;
@@ -206,7 +214,7 @@ const ratio = (a, b) => (a !== undefined && b !== undefined && b > 0 ? a / b : u
 
 // One repeat of one checkout: every measurement into OUTDIR/<label>-r<k>-<what>.json, and the
 // rows read from them.
-function measure(o, label, root, k) {
+function measure(o, label, root, k, host = {}) {
   const cli = path.join(root, 'dist', 'cli.js');
   const file = (what) => path.join(o.out, `${label}-r${k}-${what}.json`);
   const bench = (what, args) => run(process.execPath, [cli, 'bench', ...args, '--json', '--out', file(what)], `${label} r${k} ${what}`);
@@ -269,6 +277,14 @@ function measure(o, label, root, k) {
       rows[`staged-dma ${d} ${n / MiB} MiB / pinned`] = ratio(gbps(find(t, 'staged-dma', d, n)), gbps(find(t, 'pinned', d, n)));
       rows[`host copy ${d} ${n / MiB} MiB / pinned`] = ratio(gbps(find(t, 'hostcopy', d, n)), gbps(find(t, 'pinned', d, n)));
       rows[`staged ${d} ${n / MiB} MiB / its limit (pinned, host copy or staged-dma)`] = staged?.shareOfLimit;
+      // With --bounds: the most a staged copy whose team keeps pace with the engine can reach (its
+      // own schedule's share times the engine's share with the host writing at 85% of its rate).
+      const engine = host[`${DMA_UNDER_WRITES} ${n / MiB} MiB`];
+      if (d === 'h2d' && engine !== undefined)
+        rows[`staged h2d ${n / MiB} MiB / its bound (staged-dma share x DMA share under 46 GB/s of writes)`] = ratio(
+          rows[`staged ${d} ${n / MiB} MiB / pinned`],
+          rows[`staged-dma ${d} ${n / MiB} MiB / pinned`] * engine,
+        );
     }
   for (const n of [256 * MiB, GiB]) {
     const name = n === GiB ? '1 GiB' : `${n / MiB} MiB`;
@@ -320,6 +336,42 @@ function measure(o, label, root, k) {
   return rows;
 }
 
+const DMA_UNDER_WRITES = 'DMA to the device with 46 GB/s of host writes / alone,';
+
+// The programs --bounds runs, built once with nvcc into OUTDIR; undefined where they cannot be.
+function buildBounds(o) {
+  const root = path.resolve(__dirname, '..');
+  const bin = (name) => path.join(o.out, name);
+  const cc = (name, extra) =>
+    run(
+      'nvcc',
+      ['-O2', '-std=c++17', '-I', path.join(root, 'native'), '-o', bin(name), path.join(__dirname, `${name}.cc`), ...extra],
+      `build ${name}`,
+    );
+  const team = ['native/core/transfer/copy_team.cc', 'native/core/device/numa.cc'].map((f) => path.join(root, f));
+  return cc('dma-under-host-copy', team) && cc('awaited-call-wakeups', []) ? bin : undefined;
+}
+
+// What the host allows, once per repeat (see --bounds above).
+function bounds(bin, k) {
+  const json = (name, args) => {
+    try {
+      return JSON.parse(execFileSync(bin(name), args, { encoding: 'utf8', timeout: 240_000, stdio: ['ignore', 'pipe', 'pipe'] }));
+    } catch (e) {
+      process.stderr.write(`${name} r${k}: failed: ${String(e.stderr ?? e.message).slice(-2000)}\n`);
+      return undefined;
+    }
+  };
+  const rows = {};
+  const dma = json('dma-under-host-copy', ['--write-gbps', '46', '--reps', '15'])?.rows?.[0];
+  for (const n of [4, 16, 64]) rows[`${DMA_UNDER_WRITES} ${n} MiB`] = dma?.[`${n}MiB`]?.share;
+  rows['host writes held at 46 GB/s: the rate reached, GB/s'] = dma?.hostCopyGbps;
+  const wake = json('awaited-call-wakeups', [])?.rows?.find((r) => r.bytes === 64 * MiB && r.to === 'device');
+  rows['prefetch to device 64 MiB: one thread woken / raw (the least an awaited call pays)'] = wake?.['one-wake']?.share;
+  rows['prefetch to device 64 MiB: two threads woken / raw'] = wake?.['two-wakes']?.share;
+  return rows;
+}
+
 // CuPy's and PyTorch's pools, once per repeat (they do not depend on the checkout).
 function peers(o, k) {
   if (o.skipPython) return {};
@@ -351,17 +403,22 @@ function main() {
   }
   const runs = Object.fromEntries(libs.map(([label]) => [label, []]));
   runs.peers = [];
+  runs.host = [];
+  const boundsBin = o.bounds ? buildBounds(o) : undefined;
+  if (o.bounds && !boundsBin) process.stderr.write('--bounds: the programs could not be built with nvcc, so their rows are left out\n');
   const t0 = Date.now();
   for (let k = 1; k <= o.repeats; k++) {
+    const host = boundsBin ? bounds(boundsBin, k) : {};
+    runs.host.push(host);
     // In turn, the order flipped each repeat, so neither library always meets a warmer machine.
     const order = k % 2 ? libs : [...libs].reverse();
-    for (const [label, root] of order) runs[label].push(measure(o, label, root, k));
+    for (const [label, root] of order) runs[label].push(measure(o, label, root, k, host));
     runs.peers.push(peers(o, k));
   }
   const names = [...new Set(Object.values(runs).flatMap((rs) => rs.flatMap((r) => Object.keys(r))))];
   const summary = { date: new Date().toISOString(), repeats: o.repeats, seconds: (Date.now() - t0) / 1000, rows: {} };
   const lines = [];
-  const columns = [...libs.map(([l]) => l), 'peers'];
+  const columns = [...libs.map(([l]) => l), 'peers', 'host'];
   lines.push(['row', ...columns.map((c) => `${c} (median; each run)`)].join(' | '));
   for (const name of names) {
     const cells = [name];
