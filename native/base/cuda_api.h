@@ -16,3 +16,18 @@ inline cudaError_t UseDevice(int device) {
   if (cudaGetDevice(&current) == cudaSuccess && current == device) return cudaSuccess;
   return cudaSetDevice(device);
 }
+
+// A driver API entry point by name, in the form the CUDA 12.0 headers declare (the addon links
+// only the runtime, and reaches the driver's own calls through it), cast to F; null where the
+// driver gives none (in a build without CUDA, always). A failed query leaves no error pending.
+template <typename F>
+F DriverEntryPoint(const char* name) {
+  void* p = nullptr;
+  cudaDriverEntryPointQueryResult found{};
+  if (cudaGetDriverEntryPointByVersion(name, &p, 12000, cudaEnableDefault, &found) != cudaSuccess ||
+      found != cudaDriverEntryPointSuccess || !p) {
+    (void)cudaGetLastError();
+    return nullptr;
+  }
+  return reinterpret_cast<F>(p);
+}

@@ -3,6 +3,7 @@
 #include <array>
 #include <cstring>
 
+#include "base/cuda_api.h"
 #include "binding/exports.h"
 #include "binding/instance.h"
 #include "core/memory/ipc_record.h"
@@ -162,17 +163,7 @@ void* OpenIpcHandle(Napi::Env env, const uint8_t* handle, int device) {
 
 bool AllocationBytes(void* p, uint64_t* bytes) {
   using GetRange = int (*)(unsigned long long*, size_t*, unsigned long long);
-  static GetRange get_range = [] {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, 12000, cudaEnableDefault,
-                                         &found) != cudaSuccess ||
-        found != cudaDriverEntryPointSuccess) {
-      (void)cudaGetLastError();
-      fn = nullptr;
-    }
-    return reinterpret_cast<GetRange>(fn);
-  }();
+  static const GetRange get_range = DriverEntryPoint<GetRange>("cuMemGetAddressRange");
   unsigned long long base = 0;
   size_t size = 0;
   if (!get_range || get_range(&base, &size, reinterpret_cast<unsigned long long>(p)) != 0)

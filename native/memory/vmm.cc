@@ -50,15 +50,8 @@ struct Driver {
 
 template <typename F>
 void Find(const char* name, F* fn, std::string* missing) {
-  void* p = nullptr;
-  cudaDriverEntryPointQueryResult found{};
-  if (cudaGetDriverEntryPointByVersion(name, &p, 12000, cudaEnableDefault, &found) != cudaSuccess ||
-      found != cudaDriverEntryPointSuccess || !p) {
-    (void)cudaGetLastError();
-    if (missing->empty()) *missing = name;
-    return;
-  }
-  *fn = reinterpret_cast<F>(p);
+  *fn = DriverEntryPoint<F>(name);
+  if (!*fn && missing->empty()) *missing = name;
 }
 
 const Driver& Get() {

@@ -6,10 +6,9 @@ namespace cm {
 
 namespace {
 
-// (In a build without CUDA the stand-in entry point query finds nothing: every copy goes to
-// the stand-in cudaMemcpy.)
 // The driver's signatures, with its types spelled out (CUresult is an enum, CUdeviceptr an
-// unsigned 64-bit integer), so that this file needs no driver header.
+// unsigned 64-bit integer), so that this file needs no driver header. In a build without CUDA
+// none is found, and every copy goes to the stand-in cudaMemcpy.
 using DeviceAddress = unsigned long long;
 using ToDevice = int (*)(DeviceAddress dst, const void* src, size_t n);
 using ToHost = int (*)(void* dst, DeviceAddress src, size_t n);
@@ -21,24 +20,12 @@ struct Entries {
   CurrentContext current = nullptr;
 };
 
-template <typename F>
-F Find(const char* name) {
-  void* p = nullptr;
-  cudaDriverEntryPointQueryResult found{};
-  if (cudaGetDriverEntryPointByVersion(name, &p, 12000, cudaEnableDefault, &found) != cudaSuccess ||
-      found != cudaDriverEntryPointSuccess || !p) {
-    (void)cudaGetLastError();
-    return nullptr;
-  }
-  return reinterpret_cast<F>(p);
-}
-
 const Entries& Get() {
   static const Entries e = [] {
     Entries x;
-    x.to_device = Find<ToDevice>("cuMemcpyHtoD");
-    x.to_host = Find<ToHost>("cuMemcpyDtoH");
-    x.current = Find<CurrentContext>("cuCtxGetCurrent");
+    x.to_device = DriverEntryPoint<ToDevice>("cuMemcpyHtoD");
+    x.to_host = DriverEntryPoint<ToHost>("cuMemcpyDtoH");
+    x.current = DriverEntryPoint<CurrentContext>("cuCtxGetCurrent");
     return x;
   }();
   return e;
