@@ -2,20 +2,27 @@
 // (cudaMemPrefetchAsync, then cudaStreamSynchronize) of 64 MiB and 1 GiB to the device and back to
 // the host. An awaited call that keeps the JavaScript thread free runs its work on another thread
 // and hands its end back to the event loop, which sleeps while it waits; each hand-off to a
-// sleeping thread costs that thread's wake-up. Four ways, each sample of one beside one of each
-// other, the order rotated:
+// sleeping thread costs that thread's wake-up. Four ways, and the head-N ways, each sample of one
+// beside one of each other, the order rotated:
 //   raw        the calling thread prefetches and waits
 //   two-wakes  handed to a sleeping thread, its end handed back to the sleeping caller (a
 //              condition variable each way, as a libuv pool thread is woken, then the event loop)
 //   one-wake   handed to a spinning thread, its end handed back to the sleeping caller: the least
 //              an awaited call can pay, since the event loop sleeps until it is told
 //   no-wake    handed to a spinning thread, the caller spinning too: the change of thread alone
+//   head-N     a way to hide the first wake: the caller hands the call to a sleeping thread,
+//              then, while that thread wakes, prefetches the first N MiB itself (N from --heads,
+//              0 for the whole size); the thread moves the rest once the caller's part is made,
+//              then its end is handed back as in two-wakes. headUs is how long the caller's own
+//              call held it, the time an event loop would stall. (On an H100 a split prefetch
+//              cost more than the wake it hides, and the whole call held its caller for 70-85%
+//              of the move, so the library's prefetch stays a two-wakes hand-off.)
 // Build and run on a GPU machine, from the project root (CUDA 13 or later: cudaMemPrefetchAsync
 // takes a cudaMemLocation):
 //   nvcc -O2 -std=c++17 -o awaited-call-wakeups scripts/awaited-call-wakeups.cc
-//   ./awaited-call-wakeups [--device N] [--reps N]
+//   ./awaited-call-wakeups [--device N] [--reps N] [--heads 2,0]
 // Prints one JSON object: per size and direction, the median microseconds of each way and its
-// share of the raw call's rate (raw time over its time).
+// share of the raw call's rate (raw time over its time), and for each head-N way headUs.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -27,6 +34,7 @@
 #include <cstring>
 #include <functional>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -69,7 +77,9 @@ class Runner {
     cv_.notify_all();
     thread_.join();
   }
-  double Run(std::function<void()> job, bool spin_wait) {
+  // `meanwhile` runs on the calling thread once the job is handed over, before it waits.
+  double Run(std::function<void()> job, bool spin_wait,
+             const std::function<void()>& meanwhile = {}) {
     job_ = std::move(job);
     if (spin_) {
       {
@@ -90,6 +100,7 @@ class Runner {
       }
       cv_.notify_all();
     }
+    if (meanwhile) meanwhile();
     if (spin_wait) {
       while (state_.load(std::memory_order_acquire) != kDone) {
       }
@@ -120,16 +131,34 @@ cudaMemLocation Location(bool device, int id) {
   return l;
 }
 
+// The numbers of a comma-separated list on the command line after `name`, else `fallback`.
+std::vector<int> List(int argc, char** argv, const char* name, std::vector<int> fallback) {
+  for (int i = 1; i + 1 < argc; ++i)
+    if (!std::strcmp(argv[i], name)) {
+      std::vector<int> v;
+      for (const char* p = argv[i + 1]; *p; ++p) {
+        v.push_back(std::atoi(p));
+        while (*p && *p != ',') ++p;
+        if (!*p) break;
+      }
+      return v;
+    }
+  return fallback;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const int device = measure::Arg(argc, argv, "--device", 0);
   const int reps = measure::Arg(argc, argv, "--reps", 0);
+  const std::vector<int> heads = List(argc, argv, "--heads", {2, 0});
   CHECK(cudaSetDevice(device));
   cudaStream_t stream;
   CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   Runner sleeping(device, false), spinning(device, true);
-  const char* names[] = {"raw", "two-wakes", "one-wake", "no-wake"};
+  std::vector<std::string> names = {"raw", "two-wakes", "one-wake", "no-wake"};
+  for (int h : heads) names.push_back("head-" + (h ? std::to_string(h) : std::string("all")));
+  const int ways = static_cast<int>(names.size());
   std::printf("{\"device\": %d, \"rows\": [", device);
   bool first = true;
   for (size_t bytes : {size_t{64} << 20, size_t{1} << 30}) {
@@ -137,15 +166,37 @@ int main(int argc, char** argv) {
     CHECK(cudaMallocManaged(&m, bytes, cudaMemAttachGlobal));
     std::memset(m, 1, bytes);
     for (bool to_device : {true, false}) {
+      const cudaMemLocation to = Location(to_device, device);
       auto prefetch = [&](bool dev) {
         CHECK(cudaMemPrefetchAsync(m, bytes, Location(dev, device), 0, stream));
         CHECK(cudaStreamSynchronize(stream));
       };
+      // head-N: the caller's part first, then the thread's, which waits for it (briefly: the
+      // caller's call holds it about as long as the thread takes to wake).
+      auto with_head = [&](size_t head, std::vector<double>* held) {
+        std::atomic<bool> made{false};
+        double us = 0;
+        const auto job = [&] {
+          while (!made.load(std::memory_order_acquire)) std::this_thread::yield();
+          if (head < bytes)
+            CHECK(cudaMemPrefetchAsync(static_cast<char*>(m) + head, bytes - head, to, 0, stream));
+          CHECK(cudaStreamSynchronize(stream));
+        };
+        const auto mine = [&] {
+          const auto t0 = Clock::now();
+          CHECK(cudaMemPrefetchAsync(m, head, to, 0, stream));
+          us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+          made.store(true, std::memory_order_release);
+        };
+        const double total = sleeping.Run(job, false, mine);
+        if (held) held->push_back(us);
+        return total;
+      };
       const int n = reps > 0 ? reps : bytes > (size_t{64} << 20) ? 12 : 40;
-      std::vector<double> t[4];
+      std::vector<std::vector<double>> t(ways), held(heads.size());
       for (int i = 0; i < n + 2; ++i)
-        for (int k = 0; k < 4; ++k) {
-          const int way = (k + i) % 4;
+        for (int k = 0; k < ways; ++k) {
+          const int way = (k + i) % ways;
           prefetch(!to_device);  // the pages start where the timed prefetch moves them from
           const auto job = [&] { prefetch(to_device); };
           double us = 0;
@@ -157,14 +208,23 @@ int main(int argc, char** argv) {
           if (way == 1) us = sleeping.Run(job, false);
           if (way == 2) us = spinning.Run(job, false);
           if (way == 3) us = spinning.Run(job, true);
+          if (way >= 4) {
+            const size_t h = heads[way - 4] ? std::min(bytes, size_t(heads[way - 4]) << 20) : bytes;
+            us = with_head(h, i >= 2 ? &held[way - 4] : nullptr);
+          }
           if (i >= 2) t[way].push_back(us);  // the first two rounds warm every way up
         }
       const double raw = measure::Median(t[0]);
       std::printf("%s\n  {\"bytes\": %zu, \"to\": \"%s\", \"samples\": %d", first ? "" : ",", bytes,
                   to_device ? "device" : "host", n);
-      for (int w = 0; w < 4; ++w)
-        std::printf(", \"%s\": {\"us\": %.1f, \"share\": %.3f}", names[w], measure::Median(t[w]),
-                    raw / measure::Median(t[w]));
+      for (int w = 0; w < ways; ++w) {
+        std::printf(", \"%s\": {\"us\": %.1f, \"share\": %.3f", names[w].c_str(),
+                    measure::Median(t[w]), raw / measure::Median(t[w]));
+        if (w >= 4)
+          std::printf(", \"headUs\": %.1f, \"headUsMax\": %.1f", measure::Median(held[w - 4]),
+                      *std::max_element(held[w - 4].begin(), held[w - 4].end()));
+        std::printf("}");
+      }
       std::printf("}");
       std::fflush(stdout);
       first = false;

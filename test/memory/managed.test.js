@@ -212,6 +212,26 @@ describeGpu('managed memory', () => {
     }
   });
 
+  test('a prefetch of a range off the 2 MiB blocks moves every byte of it and nothing around it', async () => {
+    // The driver migrates managed memory in 2 MiB blocks: a range that starts inside one and ends
+    // in another lands whole, and the pages before and after it stay on the host.
+    const m = cm.ManagedBuffer.alloc(8 * MiB);
+    try {
+      m.bytes.fill(3);
+      await m.prefetch('host');
+      const range = { offset: 64 * 1024, byteLength: 5 * MiB };
+      await m.prefetch(0, range);
+      expect(m.attributes(range).lastPrefetchLocation).toBe(0);
+      expect(m.attributes({ offset: range.offset, byteLength: 2 * MiB }).lastPrefetchLocation).toBe(0);
+      expect(m.attributes({ offset: range.offset + 2 * MiB, byteLength: 3 * MiB }).lastPrefetchLocation).toBe(0);
+      expect(m.attributes({ offset: 0, byteLength: range.offset }).lastPrefetchLocation).toBe('host');
+      expect(m.attributes({ offset: range.offset + range.byteLength }).lastPrefetchLocation).toBe('host');
+      expect(m.bytes.every((b) => b === 3)).toBe(true);
+    } finally {
+      m.free();
+    }
+  });
+
   test('advice is set and unset, as cudaMemRangeGetAttribute reads it back', () => {
     const m = cm.ManagedBuffer.alloc(4 * MiB);
     try {
