@@ -49,6 +49,7 @@
         "native/bench/alloc.cc",
         "native/bench/devices.cc",
         "native/bench/managed.cc",
+        "native/core/base/errno_name.cc",
         "native/core/base/shm.cc",
         "native/core/device/numa.cc",
         "native/core/device/peer_grants.cc",

@@ -28,6 +28,7 @@
 #include "binding/handles.h"
 #include "binding/instance.h"
 #include "binding/promise_worker.h"
+#include "core/base/errno_name.h"
 #include "core/transfer/file_pipeline.h"
 #include "device/discovery.h"
 #include "memory/managed.h"
@@ -64,116 +65,6 @@ std::string Quote(const std::string& path) {
     }
   }
   return out + "'";
-}
-
-// The errno's symbolic name ("EUNKNOWN" for one not listed): the POSIX names, and Linux's own on
-// Linux. Where two names share a value, the first listed wins: ENOTSUP over EOPNOTSUPP, as Node
-// names it (EWOULDBLOCK and EDEADLOCK, EAGAIN's and EDEADLK's other names, are not listed).
-const char* ErrnoName(int e) {
-#define CM_ERRNO(name) \
-  { name, #name }
-  static const struct {
-    int value;
-    const char* name;
-  } kNames[] = {
-    CM_ERRNO(EPERM),
-    CM_ERRNO(ENOENT),
-    CM_ERRNO(ESRCH),
-    CM_ERRNO(EINTR),
-    CM_ERRNO(EIO),
-    CM_ERRNO(ENXIO),
-    CM_ERRNO(E2BIG),
-    CM_ERRNO(ENOEXEC),
-    CM_ERRNO(EBADF),
-    CM_ERRNO(ECHILD),
-    CM_ERRNO(EAGAIN),
-    CM_ERRNO(ENOMEM),
-    CM_ERRNO(EACCES),
-    CM_ERRNO(EFAULT),
-    CM_ERRNO(EBUSY),
-    CM_ERRNO(EEXIST),
-    CM_ERRNO(EXDEV),
-    CM_ERRNO(ENODEV),
-    CM_ERRNO(ENOTDIR),
-    CM_ERRNO(EISDIR),
-    CM_ERRNO(EINVAL),
-    CM_ERRNO(ENFILE),
-    CM_ERRNO(EMFILE),
-    CM_ERRNO(ENOTTY),
-    CM_ERRNO(ETXTBSY),
-    CM_ERRNO(EFBIG),
-    CM_ERRNO(ENOSPC),
-    CM_ERRNO(ESPIPE),
-    CM_ERRNO(EROFS),
-    CM_ERRNO(EMLINK),
-    CM_ERRNO(EPIPE),
-    CM_ERRNO(EDOM),
-    CM_ERRNO(ERANGE),
-    CM_ERRNO(EDEADLK),
-    CM_ERRNO(ENAMETOOLONG),
-    CM_ERRNO(ENOLCK),
-    CM_ERRNO(ENOSYS),
-    CM_ERRNO(ENOTEMPTY),
-    CM_ERRNO(ELOOP),
-    CM_ERRNO(ENOMSG),
-    CM_ERRNO(EIDRM),
-    CM_ERRNO(ENODATA),
-    CM_ERRNO(ENOLINK),
-    CM_ERRNO(EPROTO),
-    CM_ERRNO(EMULTIHOP),
-    CM_ERRNO(EBADMSG),
-    CM_ERRNO(EOVERFLOW),
-    CM_ERRNO(EILSEQ),
-    CM_ERRNO(ENOTSOCK),
-    CM_ERRNO(EDESTADDRREQ),
-    CM_ERRNO(EMSGSIZE),
-    CM_ERRNO(EPROTOTYPE),
-    CM_ERRNO(ENOPROTOOPT),
-    CM_ERRNO(EPROTONOSUPPORT),
-    CM_ERRNO(ENOTSUP),
-    CM_ERRNO(EOPNOTSUPP),
-    CM_ERRNO(EAFNOSUPPORT),
-    CM_ERRNO(EADDRINUSE),
-    CM_ERRNO(EADDRNOTAVAIL),
-    CM_ERRNO(ENETDOWN),
-    CM_ERRNO(ENETUNREACH),
-    CM_ERRNO(ENETRESET),
-    CM_ERRNO(ECONNABORTED),
-    CM_ERRNO(ECONNRESET),
-    CM_ERRNO(ENOBUFS),
-    CM_ERRNO(EISCONN),
-    CM_ERRNO(ENOTCONN),
-    CM_ERRNO(ETIMEDOUT),
-    CM_ERRNO(ECONNREFUSED),
-    CM_ERRNO(EHOSTUNREACH),
-    CM_ERRNO(EALREADY),
-    CM_ERRNO(EINPROGRESS),
-    CM_ERRNO(ESTALE),
-    CM_ERRNO(EDQUOT),
-    CM_ERRNO(ECANCELED),
-    CM_ERRNO(EOWNERDEAD),
-    CM_ERRNO(ENOTRECOVERABLE),
-#if defined(__linux__)
-    CM_ERRNO(ENOTBLK),
-    CM_ERRNO(EREMOTE),
-    CM_ERRNO(ESHUTDOWN),
-    CM_ERRNO(EHOSTDOWN),
-    CM_ERRNO(ENOMEDIUM),
-    CM_ERRNO(EMEDIUMTYPE),
-    CM_ERRNO(EREMOTEIO),
-    CM_ERRNO(EUCLEAN),
-    CM_ERRNO(ENOKEY),
-    CM_ERRNO(EKEYEXPIRED),
-    CM_ERRNO(EKEYREVOKED),
-    CM_ERRNO(EKEYREJECTED),
-    CM_ERRNO(ERFKILL),
-    CM_ERRNO(EHWPOISON),
-#endif
-  };
-#undef CM_ERRNO
-  for (const auto& n : kNames)
-    if (n.value == e) return n.name;
-  return "EUNKNOWN";
 }
 
 // A failure as JavaScript sees it: a CudaMemoryError with `code` (ERR_FILE_...), and the path,
@@ -214,7 +105,7 @@ FileFailure FromErrno(int e, const char* syscall, const std::string& path,
                       const std::string& where = "") {
   FileFailure f = Fail("", path,
                        std::string(syscall) + " of " + Quote(path) + where +
-                           " failed: " + std::strerror(e) + " (" + ErrnoName(e) + ")");
+                           " failed: " + std::strerror(e) + " (" + core::ErrnoName(e) + ")");
   f.syscall = syscall;
   f.err = e;
   return f;
@@ -225,7 +116,7 @@ Napi::Value MakeFileError(Napi::Env env, const FileFailure& f) {
   Napi::Error e = LibraryError(env, f.err ? FileCodeOf(env, f.err) : f.code, f.message);
   e.Set("path", f.path);
   if (!f.syscall.empty()) e.Set("syscall", f.syscall);
-  if (f.err) e.Set("errno", ErrnoName(f.err));
+  if (f.err) e.Set("errno", core::ErrnoName(f.err));
   return e.Value();
 }
 
@@ -441,14 +332,14 @@ DirectChoice Measure(int fd, const std::string& path, uint64_t size) {
   std::shared_ptr<core::CopyTeam> team = HostTeam();
   int d = ReopenDirect(fd, path);
   if (d < 0) {
-    c.reason = std::string("the file system refuses O_DIRECT (") + ErrnoName(-d) + ")";
+    c.reason = std::string("the file system refuses O_DIRECT (") + core::ErrnoName(-d) + ")";
     return c;
   }
   core::FileStatus st;
   c.direct_rate = TimedRead(*team, host->ring, d, 0, kMeasureBytes, true, &st);
   close(d);
   if (!st.ok()) {
-    c.reason = "an O_DIRECT read failed (" + std::string(ErrnoName(st.err)) + ")";
+    c.reason = "an O_DIRECT read failed (" + std::string(core::ErrnoName(st.err)) + ")";
     return c;
   }
   const uint64_t mid = size / 2 / kAlign * kAlign;
