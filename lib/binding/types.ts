@@ -159,6 +159,8 @@ const surface = {
   copyArgs: fn<() => ArrayBuffer>(),
   /** copy() of byteLength bytes between the two handles written into copyArgs(), from offset 0. */
   copyHandles: fn<() => void>(),
+  /** Whether the driver gave each entry point a synchronous pinned copy() goes through (else cudaMemcpy). */
+  pinnedMemcpyEntries: fn<() => { cuMemcpyHtoD: boolean; cuMemcpyDtoH: boolean; cuCtxGetCurrent: boolean }>(),
   copyAsync: fn<(...args: CopyArgs) => Promise<void>>(),
   memset: fn<(target: CopyTarget, offset: number, n: number, value: number) => void>(),
   configureStaging: fn<(options?: object) => StagingSettings>(),

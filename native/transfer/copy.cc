@@ -443,6 +443,17 @@ Napi::Value Memset(const Napi::CallbackInfo& info) {
   return env.Undefined();
 }
 
+// pinnedMemcpyEntries() -> { cuMemcpyHtoD, cuMemcpyDtoH, cuCtxGetCurrent }: whether the driver
+// gave each entry point a synchronous pinned copy() goes through (PinnedMemcpy).
+Napi::Value PinnedMemcpyEntriesValue(const Napi::CallbackInfo& info) {
+  const PinnedMemcpyEntries found = PinnedMemcpyFound();
+  Napi::Object o = Napi::Object::New(info.Env());
+  o.Set("cuMemcpyHtoD", found.to_device);
+  o.Set("cuMemcpyDtoH", found.to_host);
+  o.Set("cuCtxGetCurrent", found.current);
+  return o;
+}
+
 }  // namespace
 
 void InitCopy(Napi::Env env, Napi::Object exports) {
@@ -453,6 +464,7 @@ void InitCopy(Napi::Env env, Napi::Object exports) {
                {"copyHandles", CopyHandles},
                {"copyAsync", CopyAsync},
                {"memset", Memset},
+               {"pinnedMemcpyEntries", PinnedMemcpyEntriesValue},
            });
 }
 

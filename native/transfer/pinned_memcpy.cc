@@ -52,4 +52,13 @@ cudaError_t PinnedMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind ki
   return cudaMemcpy(dst, src, n, kind);
 }
 
+PinnedMemcpyEntries PinnedMemcpyFound() {
+  const Entries& e = Get();
+  PinnedMemcpyEntries found;
+  found.to_device = e.to_device != nullptr;
+  found.to_host = e.to_host != nullptr;
+  found.current = e.current != nullptr;
+  return found;
+}
+
 }  // namespace cm

@@ -17,4 +17,13 @@ namespace cm {
 // returned, so errors read as the runtime's. Any other kind goes to cudaMemcpy. Thread-safe.
 cudaError_t PinnedMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind);
 
+// Which of the driver's entry points PinnedMemcpy found: where one is missing, every copy it would
+// make goes to cudaMemcpy, correct but slower, and nothing else tells.
+struct PinnedMemcpyEntries {
+  bool to_device = false;  // cuMemcpyHtoD
+  bool to_host = false;    // cuMemcpyDtoH
+  bool current = false;    // cuCtxGetCurrent
+};
+PinnedMemcpyEntries PinnedMemcpyFound();
+
 }  // namespace cm

@@ -2,7 +2,8 @@
 // lib/transfer/copy.ts: copy() between every kind of memory, the strategies, and copyAsync.
 const { spawnSync } = require('child_process');
 const { Worker } = require('worker_threads');
-const { cm, describeGpu, randomBytes, root, same } = require('../helpers');
+const { cm, describeGpu, randomBytes, root, same, st } = require('../helpers');
+const { native } = require('../../dist/binding/native');
 
 const MiB = 2 ** 20;
 
@@ -12,6 +13,12 @@ describe('copy strategies', () => {
     expect(() => cm.copy(h, new Uint8Array(16), { strategy: 'peer' })).not.toThrow();
     expect(() => cm.copy(h, new Uint8Array(16), { strategy: 'host' })).not.toThrow();
     expect(() => cm.copy(h, new Uint8Array(16), { strategy: 'nvlink' })).toThrow(/'auto', 'driver', 'staged', 'register', 'peer', 'host'/);
+  });
+});
+
+(st.reason === 'NO_DRIVER' ? describe : describe.skip)('without a driver', () => {
+  test('no entry point of the driver is found, so a pinned copy would go to cudaMemcpy, which says why', () => {
+    expect(native.pinnedMemcpyEntries()).toEqual({ cuMemcpyHtoD: false, cuMemcpyDtoH: false, cuCtxGetCurrent: false });
   });
 });
 
@@ -251,6 +258,11 @@ describeGpu('asynchronous copies', () => {
       );
     }
     await Promise.all(jobs);
+  });
+
+  test("a synchronous pinned copy finds the driver's entry points it goes through", () => {
+    // Were one missing, every such copy would go to cudaMemcpy: correct, and slower, silently.
+    expect(native.pinnedMemcpyEntries()).toEqual({ cuMemcpyHtoD: true, cuMemcpyDtoH: true, cuCtxGetCurrent: true });
   });
 
   test('pinned copies on a pool thread that has not used CUDA yet, and on it again', () => {
