@@ -131,33 +131,26 @@ cudaMemLocation Location(bool device, int id) {
   return l;
 }
 
-// The numbers of a comma-separated list on the command line after `name`, else `fallback`.
-std::vector<int> List(int argc, char** argv, const char* name, std::vector<int> fallback) {
-  for (int i = 1; i + 1 < argc; ++i)
-    if (!std::strcmp(argv[i], name)) {
-      std::vector<int> v;
-      for (const char* p = argv[i + 1]; *p; ++p) {
-        v.push_back(std::atoi(p));
-        while (*p && *p != ',') ++p;
-        if (!*p) break;
-      }
-      return v;
-    }
-  return fallback;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   const int device = measure::Arg(argc, argv, "--device", 0);
   const int reps = measure::Arg(argc, argv, "--reps", 0);
-  const std::vector<int> heads = List(argc, argv, "--heads", {2, 0});
+  std::vector<double> heads = {2, 0};  // MiB
+  if (!measure::List(argc, argv, "--heads", &heads)) {
+    std::fprintf(stderr, "--heads: a list of sizes in MiB, 0 for the whole size, such as 2,0\n");
+    return 2;
+  }
   CHECK(cudaSetDevice(device));
   cudaStream_t stream;
   CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   Runner sleeping(device, false), spinning(device, true);
   std::vector<std::string> names = {"raw", "two-wakes", "one-wake", "no-wake"};
-  for (int h : heads) names.push_back("head-" + (h ? std::to_string(h) : std::string("all")));
+  for (double h : heads) {
+    char name[32];
+    std::snprintf(name, sizeof name, "head-%g", h);
+    names.push_back(h ? name : "head-all");
+  }
   const int ways = static_cast<int>(names.size());
   std::printf("{\"device\": %d, \"rows\": [", device);
   bool first = true;
@@ -209,7 +202,8 @@ int main(int argc, char** argv) {
           if (way == 2) us = spinning.Run(job, false);
           if (way == 3) us = spinning.Run(job, true);
           if (way >= 4) {
-            const size_t h = heads[way - 4] ? std::min(bytes, size_t(heads[way - 4]) << 20) : bytes;
+            const double mib = heads[way - 4];
+            const size_t h = mib ? std::min(bytes, static_cast<size_t>(mib * (1 << 20))) : bytes;
             us = with_head(h, i >= 2 ? &held[way - 4] : nullptr);
           }
           if (i >= 2) t[way].push_back(us);  // the first two rounds warm every way up

@@ -147,18 +147,12 @@ int main(int argc, char** argv) {
   // --write-gbps 20,30,46: paced writes at each rate in turn (threads: one per 10 GB/s), instead of
   // each count of threads writing as fast as they can.
   std::vector<double> paces;
-  for (int i = 1; i + 1 < argc; ++i)
-    if (!std::strcmp(argv[i], "--write-gbps"))
-      for (char* p = argv[i + 1]; *p;) {
-        char* end = nullptr;
-        const double gbps = std::strtod(p, &end);
-        if (end == p || gbps <= 0) {
-          std::fprintf(stderr, "--write-gbps: a list of rates in GB/s, such as 20,30,46\n");
-          return 2;
-        }
-        paces.push_back(gbps * 1e9);
-        p = *end == ',' ? end + 1 : end;
-      }
+  if (!measure::List(argc, argv, "--write-gbps", &paces) ||
+      std::count(paces.begin(), paces.end(), 0.0)) {
+    std::fprintf(stderr, "--write-gbps: a list of rates in GB/s, such as 20,30,46\n");
+    return 2;
+  }
+  for (double& pace : paces) pace *= 1e9;
   const std::vector<size_t> sizes = both ? std::vector<size_t>{256 * kMiB, 1024 * kMiB}
                                          : std::vector<size_t>{4 * kMiB, 16 * kMiB, 64 * kMiB};
   CHECK(cudaSetDevice(device));

@@ -21,6 +21,13 @@
 
 namespace measure {
 
+// The text after `name` on the command line, else null.
+inline const char* Text(int argc, char** argv, const char* name) {
+  for (int i = 1; i + 1 < argc; ++i)
+    if (!std::strcmp(argv[i], name)) return argv[i + 1];
+  return nullptr;
+}
+
 // Whether `name` is on the command line.
 inline bool Flag(int argc, char** argv, const char* name) {
   for (int i = 1; i < argc; ++i)
@@ -30,9 +37,24 @@ inline bool Flag(int argc, char** argv, const char* name) {
 
 // The integer after `name` on the command line, else `fallback`.
 inline int Arg(int argc, char** argv, const char* name, int fallback) {
-  for (int i = 1; i + 1 < argc; ++i)
-    if (!std::strcmp(argv[i], name)) return std::atoi(argv[i + 1]);
-  return fallback;
+  const char* v = Text(argc, argv, name);
+  return v ? std::atoi(v) : fallback;
+}
+
+// The comma-separated numbers after `name` on the command line (such as 20,30,46) in place of
+// *out's; false where one is not a number or is negative. Without `name`, *out stays as it was.
+inline bool List(int argc, char** argv, const char* name, std::vector<double>* out) {
+  const char* p = Text(argc, argv, name);
+  if (!p) return true;
+  out->clear();
+  while (*p) {
+    char* end = nullptr;
+    const double x = std::strtod(p, &end);
+    if (end == p || x < 0) return false;
+    out->push_back(x);
+    p = *end == ',' ? end + 1 : end;
+  }
+  return true;
 }
 
 // The median (the upper one of an even count); 0 for none.
