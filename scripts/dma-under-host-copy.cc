@@ -1,18 +1,20 @@
 // How fast the DMA engine moves pinned memory while host threads copy memory of their own: what
 // the staged path's transfers can reach while its copy team works, on this host. For each count of
 // copying threads (1, 2, 4, 8, 12, ... up to the CPUs less two), each thread copies a 1 MiB source,
-// which stays in the cache as a benchmark's Node buffer of a few MiB does, over 64 MiB of its own
-// with the team's own copy (CopyBytes with non-temporal stores, so every byte goes to memory, as
-// into the staged path's ring below 64 MiB), while cudaMemcpyAsync moves 4, 16 and 64 MiB of
-// pinned memory to the device (--to-host: from the device); with --both-ways, 256 MiB and 1 GiB
-// each way at once (one stream each way), as a staged copy both ways moves them. Each sample with
-// the threads copying follows one with them asleep, so that both see the same state of the machine.
-// With --write-gbps, the threads write at each of the rates given instead (one thread per 10 GB/s,
-// each paced to its share): the engine's share at the very rate a staged copy must write to keep up
-// with it. Build and run on a GPU machine, from the project root:
+// which stays in the cache as a benchmark's Node buffer of a few MiB does (--source-mib N: the
+// threads' sources are N MiB together, read from memory as a staged copy of N MiB reads its Node
+// buffer), over 64 MiB of its own with the team's own copy (CopyBytes with non-temporal stores, so
+// every byte goes to memory, as into the staged path's ring below 64 MiB), while cudaMemcpyAsync
+// moves 4, 16 and 64 MiB of pinned memory to the device (--to-host: from the device); with
+// --both-ways, 256 MiB and 1 GiB each way at once (one stream each way), as a staged copy both ways
+// moves them. Each sample with the threads copying follows one with them asleep, so that both see
+// the same state of the machine. With --write-gbps, the threads write at each of the rates given
+// instead (one thread per 10 GB/s, each paced to its share): the engine's share at the very rate a
+// staged copy must write to keep up with it. Build and run on a GPU machine, from the project root:
 //   nvcc -O2 -std=c++17 -I native -o dma-under-host-copy scripts/dma-under-host-copy.cc \
 //     native/core/transfer/copy_team.cc native/core/device/numa.cc
 //   ./dma-under-host-copy [--device N] [--reps N] [--to-host | --both-ways] [--write-gbps 20,30,46]
+//                         [--source-mib N]
 // Prints one JSON object: per thread count (and pace) and size, the medians in GB/s (1e9 bytes per
 // second, both directions' bytes counted with --both-ways) alone and with the threads copying, the
 // share that keeps, and the threads' own copy rate while they copied (a millisecond after they woke
@@ -41,19 +43,21 @@ using Clock = std::chrono::steady_clock;
 
 constexpr size_t kMiB = size_t{1} << 20;
 
-// Threads that copy memory of their own while running, and sleep otherwise: each from a 1 MiB
-// source, which stays in the cache as a benchmark's Node buffer of a few MiB does, over 64 MiB of
-// its own (non-temporal stores, so every byte goes to memory, as into the staged path's ring).
-// With a pace (bytes per second, the threads' together), each thread copies 256 KiB at a time and
-// waits, spinning on the clock, until its share of the pace allows the next.
+// Threads that copy memory of their own while running, and sleep otherwise: each from a source of
+// its own (`source` bytes shared out, at least 1 MiB each; 1 MiB stays in the cache as a
+// benchmark's Node buffer of a few MiB does), over 64 MiB of its own (non-temporal stores, so every
+// byte goes to memory, as into the staged path's ring). With a pace (bytes per second, the threads'
+// together), each thread copies 256 KiB at a time and waits, spinning on the clock, until its share
+// of the pace allows the next.
 class Copiers {
  public:
-  explicit Copiers(int n, double pace = 0) : src_(n), dst_(n), pace_(pace / n) {
+  Copiers(int n, double pace, size_t source)
+      : src_(n), dst_(n), pace_(pace / n), source_(std::max(kMiB, source / n / kMiB * kMiB)) {
     for (int t = 0; t < n; ++t) {
-      src_[t] = static_cast<char*>(std::aligned_alloc(4096, kSource));
+      src_[t] = static_cast<char*>(std::aligned_alloc(4096, source_));
       dst_[t] = static_cast<char*>(std::aligned_alloc(4096, kTarget));
       if (!src_[t] || !dst_[t]) std::exit(1);
-      std::memset(src_[t], 1, kSource);  // every page touched before any timing
+      std::memset(src_[t], 1, source_);  // every page touched before any timing
       std::memset(dst_[t], 2, kTarget);
     }
     for (int t = 0; t < n; ++t) threads_.emplace_back(&Copiers::Loop, this, t);
@@ -95,7 +99,7 @@ class Copiers {
  private:
   void Loop(int t) {
     size_t at = 0;
-    const size_t piece = pace_ > 0 ? kPacedPiece : kSource;
+    const size_t piece = pace_ > 0 ? kPacedPiece : kMiB;
     std::unique_lock<std::mutex> lock(mutex_);
     for (;;) {
       wake_.wait(lock, [&] { return running_.load() || stop_; });
@@ -105,7 +109,7 @@ class Copiers {
       const Clock::time_point start = Clock::now();
       double done = 0;
       while (running_.load(std::memory_order_relaxed)) {
-        cm::core::CopyBytes(dst_[t] + at, src_[t] + at % kSource, piece, /*streaming=*/true);
+        cm::core::CopyBytes(dst_[t] + at, src_[t] + at % source_, piece, /*streaming=*/true);
         copied_.fetch_add(piece, std::memory_order_relaxed);
         at = (at + piece) % kTarget;
         done += static_cast<double>(piece);
@@ -122,9 +126,10 @@ class Copiers {
     }
   }
 
-  static constexpr size_t kSource = kMiB, kTarget = 64 * kMiB, kPacedPiece = kMiB / 4;
+  static constexpr size_t kTarget = 64 * kMiB, kPacedPiece = kMiB / 4;
   std::vector<char*> src_, dst_;
-  const double pace_;  // bytes per second, each thread; 0: as fast as it can
+  const double pace_;    // bytes per second, each thread; 0: as fast as it can
+  const size_t source_;  // bytes of each thread's source, whole MiB
   std::vector<std::thread> threads_;
   std::mutex mutex_;
   std::condition_variable wake_, asleep_;
@@ -153,6 +158,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   for (double& pace : paces) pace *= 1e9;
+  const int source_mib = measure::Arg(argc, argv, "--source-mib", 1);
+  if (source_mib < 1) {
+    std::fprintf(stderr, "--source-mib: the threads' sources together, in MiB (at least 1)\n");
+    return 2;
+  }
   const std::vector<size_t> sizes = both ? std::vector<size_t>{256 * kMiB, 1024 * kMiB}
                                          : std::vector<size_t>{4 * kMiB, 16 * kMiB, 64 * kMiB};
   CHECK(cudaSetDevice(device));
@@ -188,13 +198,14 @@ int main(int argc, char** argv) {
       counts.push_back(std::min(most_threads, static_cast<int>(std::ceil(pace / 10e9))));
   }
 
-  std::printf("{\"device\":%d,\"reps\":%d,\"direction\":\"%s\",\"rows\":[", device, reps,
+  std::printf("{\"device\":%d,\"reps\":%d,\"sourceMiB\":%d,\"direction\":\"%s\",\"rows\":[", device,
+              reps, source_mib,
               both      ? "both"
               : to_host ? "d2h"
                         : "h2d");
   for (size_t c = 0; c < counts.size(); ++c) {
     const double pace = paces.empty() ? 0 : paces[c];
-    Copiers copiers(counts[c], pace);
+    Copiers copiers(counts[c], pace, static_cast<size_t>(source_mib) * kMiB);
     std::printf("%s{\"threads\":%d", c ? "," : "", counts[c]);
     if (pace > 0) std::printf(",\"paceGbps\":%.1f", pace / 1e9);
     for (size_t n : sizes) {
