@@ -93,6 +93,7 @@ export type {
   TransferMode,
   Direction,
   TransferEnvironment,
+  EventLoopWatch,
 } from './bench/transfer';
 export { runDoctor, runDoctorDevices } from './bench/doctor';
 export type { DoctorOptions, DoctorReport, DoctorCheck, DoctorDevicesOptions, DoctorDevicesReport, DoctorPair } from './bench/doctor';

@@ -152,6 +152,26 @@ export interface TransferEnvironment {
 }
 
 /**
+ * What a 1 ms timer saw on the event loop while the benchmark's asynchronous work ran.
+ *
+ * @category Benchmarks
+ */
+export interface EventLoopWatch {
+  /** How long the work ran. */
+  seconds: number;
+  timerFires: number;
+  /** The worst gap between two ticks, less the 1 ms asked for. */
+  worstDelayMs: number;
+  /** When the worst tick came, in ms from the start of the window. */
+  worstAtMs?: number;
+  /** Garbage-collection pauses V8 reported in the window: how many, and the longest. */
+  gcPauses?: number;
+  longestGcMs?: number;
+  /** Times the JavaScript thread was preempted in the window (Linux only). */
+  preemptions?: number;
+}
+
+/**
  * The whole benchmark report. Its JSON form is documented in docs/transfers.md.
  *
  * @category Benchmarks
@@ -173,18 +193,12 @@ export interface TransferReport {
    * Worst delay of a 1 ms timer while large pageable copyAsync calls ran (after an untimed pair),
    * and the garbage-collection pauses V8 reported in that window (count, longest in ms).
    */
-  eventLoop?: {
-    copyBytes: number;
-    copySeconds: number;
-    timerFires: number;
-    worstDelayMs: number;
-    /** When the worst tick came, in ms from the start of the window. */
-    worstAtMs?: number;
-    gcPauses?: number;
-    longestGcMs?: number;
-    /** Times the JavaScript thread was preempted in the window (Linux only). */
-    preemptions?: number;
-  };
+  eventLoop?: Omit<EventLoopWatch, 'seconds'> & { copyBytes: number; copySeconds: number };
+  /**
+   * With a managed mode: the same probe while a managed buffer of the same size is prefetched to
+   * the device and back to the host (after an untimed pair).
+   */
+  prefetchEventLoop?: Omit<EventLoopWatch, 'seconds'> & { prefetchBytes: number; prefetchSeconds: number };
   /** The size headline figures and gates use. */
   headlineBytes: number;
 }
@@ -419,7 +433,11 @@ export async function runTransferBenchmark(options: TransferBenchmarkOptions = {
     results,
     headlineBytes: headlineSize(sizes),
   };
-  if (options.eventLoopProbe ?? true) report.eventLoop = await probeEventLoop(Math.min(maxSize, 1 << 30), device, pattern);
+  if (options.eventLoopProbe ?? true) {
+    const n = Math.min(maxSize, 1 << 30);
+    report.eventLoop = await probeEventLoop(n, device, pattern);
+    if (modes.includes('managed')) report.prefetchEventLoop = await probePrefetchEventLoop(n, device, pattern);
+  }
   return report;
 }
 
@@ -829,23 +847,15 @@ function preemptions(): number | undefined {
   }
 }
 
-// Runs a 1 ms interval while large pageable copyAsync calls are in flight (one h2d then one d2h,
-// `rounds` times, after one untimed pair); the worst gap between ticks, less the 1 ms asked for,
-// is how long the event loop was held up. Garbage-collection pauses inside the window are counted
-// apart, so a report can tell the copies' share from V8's.
-async function probeEventLoop(n: number, device: number, pattern: Uint8Array, rounds = 3): Promise<TransferReport['eventLoop']> {
-  const dev = DeviceBuffer.alloc(n, { device });
-  const host = new Uint8Array(Buffer.allocUnsafeSlow(n).buffer, 0, n);
-  host.set(pattern.subarray(0, n));
+// What a 1 ms interval saw while some asynchronous work ran: the worst gap between ticks, less the
+// 1 ms asked for, is how long the event loop was held up. Garbage-collection pauses inside the
+// window are counted apart, so a report can tell the work's share from V8's.
+async function watchEventLoop(work: () => Promise<void>): Promise<EventLoopWatch> {
   const gcPauses: number[] = [];
   const observer = new PerformanceObserver((list) => {
     for (const e of list.getEntries()) gcPauses.push(e.duration);
   });
   try {
-    // Untimed: the first pair meets one-time costs (the ring, the team, and the collection V8
-    // schedules for a new 1 GiB Buffer), which are not what a copy does to the loop.
-    await copyAsync(dev, host);
-    await copyAsync(host, dev);
     observer.observe({ entryTypes: ['gc'] });
     const switched = preemptions();
     let last = process.hrtime.bigint();
@@ -863,18 +873,17 @@ async function probeEventLoop(n: number, device: number, pattern: Uint8Array, ro
       last = now;
       fires++;
     }, 1);
-    for (let r = 0; r < rounds; r++) {
-      await copyAsync(dev, host);
-      await copyAsync(host, dev);
+    try {
+      await work();
+    } finally {
+      clearInterval(timer);
     }
     const seconds = Number(process.hrtime.bigint() - t0) / 1e9;
-    clearInterval(timer);
     const after = preemptions();
     // Entries are delivered after the window; a macrotask lets the last ones arrive.
     await new Promise((resolve) => setImmediate(resolve));
     return {
-      copyBytes: 2 * rounds * n,
-      copySeconds: seconds,
+      seconds,
       timerFires: fires,
       worstDelayMs: Math.max(0, worst),
       worstAtMs: worstAt,
@@ -884,7 +893,55 @@ async function probeEventLoop(n: number, device: number, pattern: Uint8Array, ro
     };
   } finally {
     observer.disconnect();
+  }
+}
+
+// The event loop while large pageable copyAsync calls are in flight: one h2d then one d2h, `rounds`
+// times, after one untimed pair.
+async function probeEventLoop(n: number, device: number, pattern: Uint8Array, rounds = 3): Promise<TransferReport['eventLoop']> {
+  const dev = DeviceBuffer.alloc(n, { device });
+  const host = new Uint8Array(Buffer.allocUnsafeSlow(n).buffer, 0, n);
+  host.set(pattern.subarray(0, n));
+  try {
+    // Untimed: the first pair meets one-time costs (the ring, the team, and the collection V8
+    // schedules for a new 1 GiB Buffer), which are not what a copy does to the loop.
+    await copyAsync(dev, host);
+    await copyAsync(host, dev);
+    const { seconds, ...seen } = await watchEventLoop(async () => {
+      for (let r = 0; r < rounds; r++) {
+        await copyAsync(dev, host);
+        await copyAsync(host, dev);
+      }
+    });
+    return { copyBytes: 2 * rounds * n, copySeconds: seconds, ...seen };
+  } finally {
     dev.free();
+  }
+}
+
+// The event loop while a managed buffer's prefetch() moves it to the device and back, `rounds`
+// times, after one untimed pair: the driver migrates the pages on another thread, but the
+// JavaScript thread runs in the same address space.
+async function probePrefetchEventLoop(
+  n: number,
+  device: number,
+  pattern: Uint8Array,
+  rounds = 3,
+): Promise<TransferReport['prefetchEventLoop']> {
+  const m = ManagedBuffer.alloc(n, { device });
+  try {
+    m.bytes.set(pattern.subarray(0, n));
+    await m.prefetch(device);
+    await m.prefetch('host');
+    const { seconds, ...seen } = await watchEventLoop(async () => {
+      for (let r = 0; r < rounds; r++) {
+        await m.prefetch(device);
+        await m.prefetch('host');
+      }
+    });
+    return { prefetchBytes: 2 * rounds * n, prefetchSeconds: seconds, ...seen };
+  } finally {
+    m.free();
   }
 }
 

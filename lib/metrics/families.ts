@@ -423,13 +423,17 @@ export function benchFamilies(report: TransferReport, gates: GateResult[], nowSe
       gates.flatMap((g) => (g.faults ?? []).map((f) => ({ labels: { ...gpu, gate: g.gate.text, code: f.code }, value: 1 }))),
     ),
   ];
-  if (report.eventLoop)
-    out.push({
-      name: 'cuda_memory_bench_event_loop_worst_delay_seconds',
-      help: 'Worst delay of a 1 ms timer while a large pageable copyAsync ran.',
-      type: 'gauge',
-      samples: [{ labels: gpu, value: report.eventLoop.worstDelayMs / 1000 }],
-    });
+  const probes: [string, string, { worstDelayMs: number } | undefined][] = [
+    ['event_loop', 'a large pageable copyAsync ran', report.eventLoop],
+    ['prefetch_event_loop', 'a large managed buffer was prefetched to the device and back', report.prefetchEventLoop],
+  ];
+  for (const [name, what, probe] of probes)
+    if (probe)
+      out.push(
+        gauge(`cuda_memory_bench_${name}_worst_delay_seconds`, `Worst delay of a 1 ms timer while ${what}.`, [
+          { labels: gpu, value: probe.worstDelayMs / 1000 },
+        ]),
+      );
   return out;
 }
 

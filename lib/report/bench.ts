@@ -1,5 +1,5 @@
 /** Output formats of the transfer benchmark: table, CSV, terminal chart, HTML/SVG, JUnit XML. */
-import { TransferReport, TransferResult, findResult } from '../bench/transfer';
+import { EventLoopWatch, TransferReport, TransferResult, findResult } from '../bench/transfer';
 import { GateResult } from '../bench/gates';
 import { esc, PALETTE, niceTicks, sizeTicks } from './chart';
 import { RESULT_HEAD, resultCells, alignRows, resultsCsv, resultsJunit, htmlPage, htmlTable, gatesHtml, reportJson } from './results';
@@ -47,17 +47,28 @@ export function formatTable(report: TransferReport): string {
     return resultCells(r, extra);
   });
   const out = [...headline(report), '', ...alignRows(RESULT_HEAD, rows)];
-  if (report.eventLoop)
-    out.push(
-      '',
-      `event loop during ${formatBytes(report.eventLoop.copyBytes)} of pageable copyAsync (${report.eventLoop.copySeconds.toFixed(2)} s): worst 1 ms timer delay ${report.eventLoop.worstDelayMs.toFixed(2)} ms over ${report.eventLoop.timerFires} ticks${probeNote(report.eventLoop)}`,
-    );
+  const probes = eventLoopLines(report);
+  if (probes.length) out.push('', ...probes);
   return out.join('\n');
+}
+
+// One line per event-loop probe the report has: what ran, and what a 1 ms timer saw meanwhile.
+function eventLoopLines(report: Pick<TransferReport, 'eventLoop' | 'prefetchEventLoop'>): string[] {
+  const lines: string[] = [];
+  const line = (what: string, seconds: number, e: Omit<EventLoopWatch, 'seconds'>) =>
+    lines.push(
+      `event loop during ${what} (${seconds.toFixed(2)} s): worst 1 ms timer delay ${e.worstDelayMs.toFixed(2)} ms over ${e.timerFires} ticks${probeNote(e)}`,
+    );
+  const c = report.eventLoop;
+  if (c) line(`${formatBytes(c.copyBytes)} of pageable copyAsync`, c.copySeconds, c);
+  const p = report.prefetchEventLoop;
+  if (p) line(`${formatBytes(p.prefetchBytes)} of managed prefetch, to the device and back`, p.prefetchSeconds, p);
+  return lines;
 }
 
 // " at 12.0 ms, 1 GC pause (longest 1.20 ms), JavaScript thread preempted 0 times": when the worst
 // tick came, the collections V8 reported inside the probe's window, and preemptions (Linux).
-function probeNote(e: NonNullable<TransferReport['eventLoop']>): string {
+function probeNote(e: Omit<EventLoopWatch, 'seconds'>): string {
   const at = e.worstAtMs === undefined ? '' : ` at ${e.worstAtMs.toFixed(1)} ms`;
   const preempted =
     e.preemptions === undefined ? '' : `, JavaScript thread preempted ${e.preemptions} time${e.preemptions === 1 ? '' : 's'}`;
@@ -203,7 +214,9 @@ ${stagedSection(report)}
 <table><tr><th>direction</th><th>mode</th><th>size</th><th>median GB/s</th><th>p10</th><th>p90</th><th>cv</th><th>d2d traffic GB/s</th><th>cold GB/s</th><th>auto path</th><th>limit GB/s (share)</th><th>verified</th></tr>
 ${rows}
 </table>
-${report.eventLoop ? `<p>Event loop: worst 1 ms timer delay ${report.eventLoop.worstDelayMs.toFixed(2)} ms during ${esc(formatBytes(report.eventLoop.copyBytes))} of asynchronous pageable copies${esc(probeNote(report.eventLoop))}.</p>` : ''}
+${eventLoopLines(report)
+  .map((l) => `<p>${esc(l[0].toUpperCase() + l.slice(1))}.</p>`)
+  .join('\n')}
 ${reportJson(report)}`,
   );
 }

@@ -9,9 +9,12 @@ const { formatTable, formatCsv, formatChart, renderHtml, benchmarkJunit } = requ
 const { renderJunit } = require('../../dist/report/junit');
 const { gateSource } = require('../../dist/bench/transfer');
 const { formatDoctor, doctorJunit } = require('../../dist/report/doctor');
+const { formatExposition } = require('../../dist/metrics/exposition');
+const { benchFamilies } = require('../../dist/metrics/families');
 const { sampleReport } = require('../fixtures/sample-report');
 
 const MiB = 2 ** 20;
+const GiB = 2 ** 30;
 const cli = path.join(__dirname, '..', '..', 'dist', 'cli.js');
 
 test('summarize: median, percentiles, min, max, coefficient of variation', () => {
@@ -116,6 +119,35 @@ test('every output format renders the sample report', () => {
   expect(junit).toMatch(/<testsuites tests="6" failures="1"/);
   expect(junit).toMatch(/<failure message="FAIL h2d.pinned&gt;=60GB\/s/);
   expect(renderJunit('s', [{ classname: 'c', name: 'a<b', seconds: 1 }])).toMatch(/name="a&lt;b" time="1.000000"><\/testcase>/);
+});
+
+test('the event-loop probes: a line for copyAsync, and one for prefetch when managed modes ran', () => {
+  const report = sampleReport();
+  const lines = (text) => text.split('\n').filter((l) => l.startsWith('event loop during'));
+  expect(lines(formatTable(report))).toHaveLength(1);
+  expect(renderHtml(report, [])).not.toMatch(/managed prefetch/);
+  expect(formatExposition(benchFamilies(report, [], 0))).not.toMatch(/prefetch_event_loop/);
+  report.prefetchEventLoop = {
+    prefetchBytes: 6 * GiB,
+    prefetchSeconds: 0.36,
+    timerFires: 300,
+    worstDelayMs: 13.25,
+    worstAtMs: 40.5,
+    gcPauses: 0,
+    longestGcMs: 0,
+  };
+  const [copies, prefetch] = lines(formatTable(report));
+  expect(copies).toMatch(/^event loop during 512 MiB of pageable copyAsync \(0\.10 s\): worst 1 ms timer delay 0\.80 ms/);
+  expect(prefetch).toBe(
+    'event loop during 6 GiB of managed prefetch, to the device and back (0.36 s): worst 1 ms timer delay 13.25 ms over 300 ticks at 40.5 ms, no GC pause',
+  );
+  const html = renderHtml(report, []);
+  expect(html).toMatch(
+    /<p>Event loop during 512 MiB of pageable copyAsync .*<\/p>\n<p>Event loop during 6 GiB of managed prefetch, to the device and back \(0\.36 s\): worst 1 ms timer delay 13\.25 ms/,
+  );
+  expect(formatExposition(benchFamilies(report, [], 0))).toMatch(
+    /^cuda_memory_bench_prefetch_event_loop_worst_delay_seconds\{device="0",[^}]*\} 0\.01325$/m,
+  );
 });
 
 test('round axis ticks', () => {

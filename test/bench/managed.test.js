@@ -95,6 +95,22 @@ describeGpu('managed benchmark rows', () => {
     }
   });
 
+  test('with a managed mode the event-loop probe also watches prefetch; without one it does not', async () => {
+    const report = await cm.runTransferBenchmark({ sizes: [64 * MiB], modes: ['managed'], directions: ['h2d'], iterations: 10, warmup: 1 });
+    const p = report.prefetchEventLoop;
+    expect(p).toMatchObject({ prefetchBytes: 6 * 64 * MiB, gcPauses: expect.any(Number) });
+    expect(p.prefetchSeconds).toBeGreaterThan(0);
+    expect(p.worstDelayMs).toBeGreaterThanOrEqual(0);
+    expect(p.worstAtMs).toBeLessThanOrEqual(p.prefetchSeconds * 1e3 + 50);
+    expect(report.eventLoop.copyBytes).toBe(6 * 64 * MiB);
+    console.log(
+      `event loop, 64 MiB prefetch to the device and back x3: worst ${p.worstDelayMs.toFixed(2)} ms over ${p.timerFires} ticks in ${(p.prefetchSeconds * 1e3).toFixed(1)} ms`,
+    );
+    const plain = await cm.runTransferBenchmark({ sizes: [MiB], modes: ['pinned'], directions: ['h2d'], iterations: 10, warmup: 1 });
+    expect(plain.eventLoop).toBeDefined();
+    expect(plain.prefetchEventLoop).toBeUndefined();
+  });
+
   test("the raw calls time the caller's memory where given, leave its bytes, and refuse memory of another kind or size", () => {
     const pattern = new Uint8Array(MiB).map((_, i) => (i * 7 + 3) & 0xff);
     const m = cm.ManagedBuffer.alloc(MiB);
