@@ -1,5 +1,6 @@
-// What the CUDA programs of scripts/preload share: reading their --name value options, failing on a
-// CUDA error with one line on stderr, named after the program as it was run, and cudaMemGetInfo.
+// What the CUDA programs of scripts/preload share: reading their --name value options (with
+// scripts/measure.h, as the other measuring programs do), failing on a CUDA error with one line on
+// stderr, named after the program as it was run, and cudaMemGetInfo.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -8,21 +9,21 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <string>
+
+#include "../measure.h"
 
 namespace preload_program {
 
 // The value after `name` on the command line, else `fallback`.
 inline const char* ArgText(int argc, char** argv, const char* name, const char* fallback) {
-  for (int i = 1; i + 1 < argc; ++i)
-    if (!std::strcmp(argv[i], name)) return argv[i + 1];
-  return fallback;
+  const char* v = measure::Text(argc, argv, name);
+  return v ? v : fallback;
 }
 
-// The number after `name` on the command line, else `fallback`.
+// The number after `name` on the command line, else `fallback`: 64 bits, for byte counts.
 inline uint64_t Arg(int argc, char** argv, const char* name, uint64_t fallback) {
-  const char* v = ArgText(argc, argv, name, nullptr);
+  const char* v = measure::Text(argc, argv, name);
   return v ? std::strtoull(v, nullptr, 10) : fallback;
 }
 
