@@ -111,15 +111,16 @@ const budget = (name, bytes) => ({ ...member(name), CUDA_MEMORY_GROUP_BUDGET: St
 function group(name) {
   return cm.listGroups().groups.find((g) => g.name === name) || null;
 }
-// A member's published bytes in use reach the ledger within milliseconds (its publishing thread).
-async function inUse(name, pid, expected) {
+// A member's published bytes in use reach the ledger within milliseconds (its publishing thread):
+// waits up to 2 s for `expected`, then asserts it.
+async function expectInUse(name, pid, expected) {
   let m;
   for (let i = 0; i < 200; i++) {
     m = group(name)?.members.find((x) => x.pid === pid);
-    if (m && m.bytesInUse === expected) return m;
+    if (m && m.bytesInUse === expected) break;
     await new Promise((r) => setTimeout(r, 10));
   }
-  return m;
+  expect(m?.bytesInUse).toBe(expected);
 }
 
 describe('the interposer charges a group for every way a program reaches the driver', () => {
@@ -135,7 +136,7 @@ describe('the interposer charges a group for every way a program reaches the dri
       expect(g.device).toBe(DEV0);
       expect(g.members.map((m) => m.pid)).toEqual([p.pid]);
       expect(g.members[0].limitBytes).toBe(64 * MiB); // the group's budget: no limit of its own
-      expect((await inUse(name, p.pid, 10 * MiB)).bytesInUse).toBe(10 * MiB);
+      await expectInUse(name, p.pid, 10 * MiB);
       expect(g.chargedBytes).toBeGreaterThanOrEqual(10 * MiB);
       expect(g.chargedBytes).toBeLessThanOrEqual(64 * MiB);
       // Past the budget: cudaErrorMemoryAllocation, and the driver never saw the call.
@@ -144,7 +145,7 @@ describe('the interposer charges a group for every way a program reaches the dri
       expect(await stderrOf(p, /refused/)).toMatch(new RegExp(`group '${name}' refused cuMemAlloc of 60.00 MiB: its budget is 64.00 MiB`));
       // Freed, the share comes back.
       expect(await p.send(`free malloc ${a.split(' ')[1]}`)).toBe('ok');
-      expect((await inUse(name, p.pid, 0)).bytesInUse).toBe(0);
+      await expectInUse(name, p.pid, 0);
       expect(await p.send(`alloc malloc ${60 * MiB}`)).toMatch(/^ok/);
       expect(await p.exit()).toEqual({ code: 0, signal: null });
       // It left the group at exit: the ledger is gone with its last member.
@@ -169,17 +170,17 @@ describe('the interposer charges a group for every way a program reaches the dri
         expect([api, r]).toEqual([api, expect.stringMatching(/^ok 0x[0-9a-f]+$/)]);
         total += bytes;
         live.push([api === 'create' ? 'create' : api.startsWith('async') || api === 'pool' ? 'async' : 'malloc', r.split(' ')[1]]);
-        expect((await inUse(name, p.pid, total)).bytesInUse).toBe(total);
+        await expectInUse(name, p.pid, total);
         // What remains of the budget plus one byte is refused through this entry point too.
         expect([api, await p.send(`alloc ${api} ${64 * MiB - total + 1}`)]).toEqual([api, 'err 2']);
       }
       // A pitched allocation is charged its pitch × height, known only after the call.
       const pitched = await p.send('alloc pitch 1000');
       expect(pitched).toMatch(/^ok 0x[0-9a-f]+ 1024$/);
-      expect((await inUse(name, p.pid, total + 4096)).bytesInUse).toBe(total + 4096);
+      await expectInUse(name, p.pid, total + 4096);
       live.push(['malloc', pitched.split(' ')[1]]);
       for (const [api, address] of live) expect(await p.send(`free ${api} ${address}`)).toBe('ok');
-      expect((await inUse(name, p.pid, 0)).bytesInUse).toBe(0);
+      await expectInUse(name, p.pid, 0);
       expect(await p.send('used 0')).toBe('ok 0');
       await p.exit();
     },
@@ -193,10 +194,10 @@ describe('the interposer charges a group for every way a program reaches the dri
     const big = await p.send(`alloc malloc ${100 * MiB}`);
     expect(big).toMatch(/^ok/);
     expect(await p.send(`alloc create ${100 * MiB}`)).toMatch(/^ok/);
-    expect((await inUse(name, p.pid, MiB)).bytesInUse).toBe(MiB);
+    await expectInUse(name, p.pid, MiB);
     expect(await p.send(`free malloc ${big.split(' ')[1]}`)).toBe('ok');
     expect(await p.send('used 1')).toBe(`ok ${100 * MiB}`);
-    expect((await inUse(name, p.pid, MiB)).bytesInUse).toBe(MiB);
+    await expectInUse(name, p.pid, MiB);
     await p.exit();
   });
 
@@ -228,11 +229,11 @@ describe('a context that ends takes its memory with it, and its charges', () => 
       expect(await p.send('reset')).toBe('ok');
       // The driver freed what the context held; the stream-ordered block and the handle outlive it.
       expect(await p.send('used 0')).toBe(`ok ${6 * MiB}`);
-      expect((await inUse(name, p.pid, 6 * MiB)).bytesInUse).toBe(6 * MiB);
+      await expectInUse(name, p.pid, 6 * MiB);
       expect(await p.send(`alloc malloc ${40 * MiB}`)).toMatch(/^ok 0x/);
       expect(await p.send(`free async ${async}`)).toBe('ok');
       expect(await p.send(`free create ${handle}`)).toBe('ok');
-      expect((await inUse(name, p.pid, 40 * MiB)).bytesInUse).toBe(40 * MiB);
+      await expectInUse(name, p.pid, 40 * MiB);
       await p.exit();
     },
   );
@@ -244,10 +245,10 @@ describe('a context that ends takes its memory with it, and its charges', () => 
     expect(await p.send('ctx retain')).toBe('ok'); // two references: the runtime's and this one
     expect(await p.send('ctx release')).toBe('ok');
     expect(await p.send('used 0')).toBe(`ok ${30 * MiB}`);
-    expect((await inUse(name, p.pid, 30 * MiB)).bytesInUse).toBe(30 * MiB);
+    await expectInUse(name, p.pid, 30 * MiB);
     expect(await p.send('ctx release')).toBe('ok'); // the runtime's: the context is reset
     expect(await p.send('used 0')).toBe('ok 0');
-    expect((await inUse(name, p.pid, 0)).bytesInUse).toBe(0);
+    await expectInUse(name, p.pid, 0);
     await p.exit();
   });
 
@@ -258,12 +259,12 @@ describe('a context that ends takes its memory with it, and its charges', () => 
     expect(await p.send('ctx create')).toBe('ok');
     expect(await p.send(`alloc malloc ${20 * MiB}`)).toMatch(/^ok 0x/);
     const async = (await p.send(`alloc async ${2 * MiB}`)).split(' ')[1];
-    expect((await inUse(name, p.pid, 32 * MiB)).bytesInUse).toBe(32 * MiB);
+    await expectInUse(name, p.pid, 32 * MiB);
     expect(await p.send('ctx destroy')).toBe('ok');
     expect(await p.send('used 0')).toBe(`ok ${12 * MiB}`);
-    expect((await inUse(name, p.pid, 12 * MiB)).bytesInUse).toBe(12 * MiB);
+    await expectInUse(name, p.pid, 12 * MiB);
     expect(await p.send(`free async ${async}`)).toBe('ok');
-    expect((await inUse(name, p.pid, 10 * MiB)).bytesInUse).toBe(10 * MiB);
+    await expectInUse(name, p.pid, 10 * MiB);
     await p.exit();
   });
 
@@ -272,9 +273,9 @@ describe('a context that ends takes its memory with it, and its charges', () => 
     const p = start('static', { ...budget(name, 64 * MiB), FAKE_CUDA_RESET_FAILS: '1' });
     const a = (await p.send(`alloc malloc ${20 * MiB}`)).split(' ')[1];
     expect(await p.send('reset')).toBe('err 999');
-    expect((await inUse(name, p.pid, 20 * MiB)).bytesInUse).toBe(20 * MiB);
+    await expectInUse(name, p.pid, 20 * MiB);
     expect(await p.send(`free malloc ${a}`)).toBe('ok');
-    expect((await inUse(name, p.pid, 0)).bytesInUse).toBe(0);
+    await expectInUse(name, p.pid, 0);
     expect(group(name).chargedBytes).toBeLessThanOrEqual(64 * MiB);
     await p.exit();
   });
@@ -360,12 +361,12 @@ describe('the interposer never harms its host', () => {
     const p = start('dynamic', budget(name, 16 * MiB));
     // 16 threads, each holding at most 1 MiB at a time: never more than the budget together.
     expect(await p.send(`threads 16 2000 ${MiB}`, 60000)).toBe('ok 0');
-    expect((await inUse(name, p.pid, 0)).bytesInUse).toBe(0);
+    await expectInUse(name, p.pid, 0);
     expect(group(name).chargedBytes).toBeLessThanOrEqual(16 * MiB);
     // 16 threads of 2 MiB against 16 MiB: some are refused, and the accounts still balance.
     const r = await p.send(`threads 16 500 ${2 * MiB}`, 60000);
     expect(r).toMatch(/^ok \d+$/);
-    expect((await inUse(name, p.pid, 0)).bytesInUse).toBe(0);
+    await expectInUse(name, p.pid, 0);
     expect(await p.send('used 0')).toBe('ok 0');
     expect(await p.send(`alloc malloc ${16 * MiB}`)).toMatch(/^ok/);
     await p.exit();
@@ -379,8 +380,8 @@ describe('the interposer never harms its host', () => {
     const m = /^ok child (\d+) ok$/.exec(c);
     expect(m).not.toBe(null);
     const childPid = Number(m[1]);
-    expect((await inUse(name, childPid, 2 * MiB)).bytesInUse).toBe(2 * MiB);
-    expect((await inUse(name, p.pid, 4 * MiB)).bytesInUse).toBe(4 * MiB);
+    await expectInUse(name, childPid, 2 * MiB);
+    await expectInUse(name, p.pid, 4 * MiB);
     expect(
       group(name)
         .members.map((x) => x.pid)
