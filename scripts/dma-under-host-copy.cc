@@ -2,10 +2,11 @@
 // the staged path's transfers can reach while its copy team works, on this host. For each count of
 // copying threads (1, 2, 4, 8, 12, ... up to the CPUs less two), each thread copies a 1 MiB source,
 // which stays in the cache as a benchmark's Node buffer of a few MiB does (--source-mib N: the
-// threads' sources are N MiB together, read from memory as a staged copy of N MiB reads its Node
-// buffer), over 64 MiB of its own with the team's own copy (CopyBytes with non-temporal stores, so
-// every byte goes to memory, as into the staged path's ring below 64 MiB), while cudaMemcpyAsync
-// moves 4, 16 and 64 MiB of pinned memory to the device (--to-host: from the device); with
+// threads' sources are N MiB together, each thread's rounded up to whole MiB, as large as a staged
+// copy of N MiB reads), over 64 MiB of its own with the team's own copy (CopyBytes with
+// non-temporal stores, so every byte goes to memory, as into the staged path's ring below 64 MiB),
+// while cudaMemcpyAsync moves 4, 16 and 64 MiB of pinned memory to the device (--to-host: from the
+// device); with
 // --both-ways, 256 MiB and 1 GiB each way at once (one stream each way), as a staged copy both ways
 // moves them. Each sample with the threads copying follows one with them asleep, so that both see
 // the same state of the machine. With --write-gbps, the threads write at each of the rates given
@@ -17,8 +18,8 @@
 //                         [--source-mib N]
 // Prints one JSON object: per thread count (and pace) and size, the medians in GB/s (1e9 bytes per
 // second, both directions' bytes counted with --both-ways) alone and with the threads copying, the
-// share that keeps, and the threads' own copy rate while they copied (a millisecond after they woke
-// up to when they were put to sleep).
+// share that keeps, the threads' own copy rate while they copied (a millisecond after they woke
+// up to when they were put to sleep), and their sources' size together (sourceMiB).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -44,19 +45,25 @@ using Clock = std::chrono::steady_clock;
 constexpr size_t kMiB = size_t{1} << 20;
 
 // Threads that copy memory of their own while running, and sleep otherwise: each from a source of
-// its own (`source` bytes shared out, at least 1 MiB each; 1 MiB stays in the cache as a
-// benchmark's Node buffer of a few MiB does), over 64 MiB of its own (non-temporal stores, so every
-// byte goes to memory, as into the staged path's ring). With a pace (bytes per second, the threads'
-// together), each thread copies 256 KiB at a time and waits, spinning on the clock, until its share
-// of the pace allows the next.
+// its own (`source` bytes shared out, each thread's rounded up to whole MiB; 1 MiB stays in the
+// cache as a benchmark's Node buffer of a few MiB does), over 64 MiB of its own (non-temporal
+// stores, so every byte goes to memory, as into the staged path's ring). With a pace (bytes per
+// second, the threads' together), each thread copies 256 KiB at a time and waits, spinning on the
+// clock, until its share of the pace allows the next.
 class Copiers {
  public:
   Copiers(int n, double pace, size_t source)
-      : src_(n), dst_(n), pace_(pace / n), source_(std::max(kMiB, source / n / kMiB * kMiB)) {
+      : src_(n),
+        dst_(n),
+        pace_(pace / n),
+        source_(std::max<size_t>(1, (source / kMiB + n - 1) / n) * kMiB) {
     for (int t = 0; t < n; ++t) {
       src_[t] = static_cast<char*>(std::aligned_alloc(4096, source_));
       dst_[t] = static_cast<char*>(std::aligned_alloc(4096, kTarget));
-      if (!src_[t] || !dst_[t]) std::exit(1);
+      if (!src_[t] || !dst_[t]) {
+        std::fprintf(stderr, "dma-under-host-copy: out of host memory for the copying threads\n");
+        std::exit(1);
+      }
       std::memset(src_[t], 1, source_);  // every page touched before any timing
       std::memset(dst_[t], 2, kTarget);
     }
@@ -93,12 +100,14 @@ class Copiers {
       asleep_.wait(lock, [&] { return active_ == 0; });
     }
   }
+  // The bytes of their sources together (each thread's a whole MiB, rounded up).
+  size_t SourceBytes() const { return source_ * src_.size(); }
   // Their copy rate in GB/s over the spells counted.
   double Rate() const { return busy_ > 0 ? counted_ / busy_ / 1e9 : 0; }
 
  private:
   void Loop(int t) {
-    size_t at = 0;
+    size_t at = 0, from = 0;  // where in its target, and in its source
     const size_t piece = pace_ > 0 ? kPacedPiece : kMiB;
     std::unique_lock<std::mutex> lock(mutex_);
     for (;;) {
@@ -109,9 +118,10 @@ class Copiers {
       const Clock::time_point start = Clock::now();
       double done = 0;
       while (running_.load(std::memory_order_relaxed)) {
-        cm::core::CopyBytes(dst_[t] + at, src_[t] + at % source_, piece, /*streaming=*/true);
+        cm::core::CopyBytes(dst_[t] + at, src_[t] + from, piece, /*streaming=*/true);
         copied_.fetch_add(piece, std::memory_order_relaxed);
         at = (at + piece) % kTarget;
+        from = (from + piece) % source_;
         done += static_cast<double>(piece);
         if (pace_ > 0) {
           const auto due = start + std::chrono::duration_cast<Clock::duration>(
@@ -198,15 +208,16 @@ int main(int argc, char** argv) {
       counts.push_back(std::min(most_threads, static_cast<int>(std::ceil(pace / 10e9))));
   }
 
-  std::printf("{\"device\":%d,\"reps\":%d,\"sourceMiB\":%d,\"direction\":\"%s\",\"rows\":[", device,
-              reps, source_mib,
+  std::printf("{\"device\":%d,\"reps\":%d,\"askedSourceMiB\":%d,\"direction\":\"%s\",\"rows\":[",
+              device, reps, source_mib,
               both      ? "both"
               : to_host ? "d2h"
                         : "h2d");
   for (size_t c = 0; c < counts.size(); ++c) {
     const double pace = paces.empty() ? 0 : paces[c];
     Copiers copiers(counts[c], pace, static_cast<size_t>(source_mib) * kMiB);
-    std::printf("%s{\"threads\":%d", c ? "," : "", counts[c]);
+    std::printf("%s{\"threads\":%d,\"sourceMiB\":%zu", c ? "," : "", counts[c],
+                copiers.SourceBytes() / kMiB);
     if (pace > 0) std::printf(",\"paceGbps\":%.1f", pace / 1e9);
     for (size_t n : sizes) {
       transfer(n);  // warm-up

@@ -113,7 +113,7 @@ export function register(program: Command): void {
       "a gate such as 'h2d.pinned>=48GB/s', 'h2d.staged/h2d.pageable>=4', 'h2d.pinned@64MiB>=20GB/s'; with --devices 'h2d.pinned.all>=50GB/s', 'h2d.pinned.share>=0.95'; with --p2p 'p2p.0-1>=300GB/s', 'p2p.0-1.bidir>=700GB/s', 'p2p.0-1.latency<=20us'; repeatable",
       collect(wrap(parseGate)),
     )
-    .option('--no-event-loop', 'skip the event-loop delay probe')
+    .option('--no-event-loop', 'skip the event-loop delay probes (during copyAsync, and prefetch with --modes managed)')
     .addHelpText(
       'after',
       '\nRows: one per mode asked for, and "hostcopy" whenever staged or auto is measured: the staged path\'s\n' +

@@ -100,7 +100,8 @@ describeGpu('managed benchmark rows', () => {
     const p = report.prefetchEventLoop;
     expect(p).toMatchObject({ prefetchBytes: 6 * 64 * MiB, gcPauses: expect.any(Number) });
     expect(p.prefetchSeconds).toBeGreaterThan(0);
-    expect(p.worstDelayMs).toBeGreaterThanOrEqual(0);
+    // The timer ran through the prefetches: 6 x 64 MiB take several milliseconds.
+    expect(p.timerFires).toBeGreaterThan(0);
     expect(p.worstAtMs).toBeLessThanOrEqual(p.prefetchSeconds * 1e3 + 50);
     expect(report.eventLoop.copyBytes).toBe(6 * 64 * MiB);
     console.log(
