@@ -198,7 +198,7 @@ export interface TransferReport {
    */
   eventLoop?: Omit<EventLoopWatch, 'seconds'> & { copyBytes: number; copySeconds: number };
   /**
-   * With a managed mode: the same probe while a managed buffer of the same size is prefetched to
+   * With the `managed` mode: the same probe while a managed buffer of the same size is prefetched to
    * the device and back to the host (after an untimed pair).
    */
   prefetchEventLoop?: Omit<EventLoopWatch, 'seconds'> & { prefetchBytes: number; prefetchSeconds: number };
