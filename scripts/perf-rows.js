@@ -181,19 +181,22 @@ function median(xs) {
 // A baseline checkout may have no node_modules of its own: its children also look in this one's.
 const NODE_PATH = [path.resolve(__dirname, '..', 'node_modules'), process.env.NODE_PATH].filter(Boolean).join(path.delimiter);
 
-function run(cmd, args, log) {
+// Runs a child to its end, logging its time and, where it fails, its status and stderr's end. Returns
+// its stdout where `output` asks for it, else '' (undefined where it failed).
+function run(cmd, args, log, { output = false } = {}) {
   const t0 = Date.now();
   try {
-    execFileSync(cmd, args, {
-      stdio: ['ignore', 'ignore', 'pipe'],
+    const out = execFileSync(cmd, args, {
+      stdio: ['ignore', output ? 'pipe' : 'ignore', 'pipe'],
+      encoding: 'utf8',
       maxBuffer: 64 * MiB,
       timeout: 240_000,
       env: { ...process.env, NODE_PATH },
     });
-    return true;
+    return out ?? '';
   } catch (e) {
     process.stderr.write(`${log}: failed (${e.status ?? e.signal}): ${String(e.stderr ?? e.message).slice(-2000)}\n`);
-    return false;
+    return undefined;
   } finally {
     process.stderr.write(`${log}: ${((Date.now() - t0) / 1000).toFixed(1)} s\n`);
   }
@@ -349,16 +352,17 @@ function buildBounds(o) {
       `build ${name}`,
     );
   const team = ['native/core/transfer/copy_team.cc', 'native/core/device/numa.cc'].map((f) => path.join(root, f));
-  return cc('dma-under-host-copy', team) && cc('awaited-call-wakeups', []) ? bin : undefined;
+  return cc('dma-under-host-copy', team) !== undefined && cc('awaited-call-wakeups', []) !== undefined ? bin : undefined;
 }
 
 // What the host allows, once per repeat (see --bounds above).
 function bounds(bin, k) {
   const json = (name, args) => {
+    const out = run(bin(name), args, `${name} r${k}`, { output: true });
     try {
-      return JSON.parse(execFileSync(bin(name), args, { encoding: 'utf8', timeout: 240_000, stdio: ['ignore', 'pipe', 'pipe'] }));
-    } catch (e) {
-      process.stderr.write(`${name} r${k}: failed: ${String(e.stderr ?? e.message).slice(-2000)}\n`);
+      return out === undefined ? undefined : JSON.parse(out);
+    } catch {
+      process.stderr.write(`${name} r${k}: printed no JSON: ${out.slice(-2000)}\n`);
       return undefined;
     }
   };
