@@ -271,6 +271,100 @@ describe('scripts/tune-staging.js', () => {
   });
 });
 
+describe('scripts/staged-timeline.js', () => {
+  const script = path.join(__dirname, '..', '..', 'scripts', 'staged-timeline.js');
+  const { parseTimelines, summarize, render } = require(script);
+  // Two copies from the device as the addon prints them, a third cut short, and one to it.
+  const d2h = (total, landed) =>
+    `cuda-memory staged d2h: 2 chunks, ${total} us\n` +
+    `  chunk 0 (524288 bytes): issue 0.9..2.6, wait 2.7..17.4, pieces 17.5..26.4\n` +
+    `  chunk 1 (1048576 bytes): issue 2.7..4.6, wait 26.5..${landed}, pieces ${landed + 0.2}..${landed + 6}\n`;
+  const text =
+    d2h(50, 38) +
+    'unrelated line\n' +
+    d2h(54, 40) +
+    'cuda-memory staged d2h: 2 chunks, 9.0 us\n  chunk 0 (524288 bytes): issue 0.9..2.6, wait 2.7..17.4, pieces 17.5..26.4\n' +
+    'cuda-memory staged h2d: 1 chunks, 30.0 us\n  chunk 0 (65536 bytes): issue 5.0..7.5, wait -1.0..-1.0, pieces 9223372036854.8..-1.0\n';
+
+  test('reads each whole copy, and a time that never happened as null', () => {
+    const copies = parseTimelines(text);
+    expect(copies.map((c) => [c.direction, c.total, c.chunks.length])).toEqual([
+      ['d2h', 50, 2],
+      ['d2h', 54, 2],
+      ['h2d', 30, 1],
+    ]);
+    expect(copies[2].chunks[0]).toEqual({
+      bytes: 65536,
+      issuing: 5,
+      issued: 7.5,
+      waiting: null,
+      landed: null,
+      firstPiece: null,
+      lastPiece: null,
+    });
+  });
+
+  test('medians per chunk, and what bounds each end of the copy', () => {
+    const s = summarize(parseTimelines(text).filter((c) => c.direction === 'd2h'));
+    expect(s).toMatchObject({ direction: 'd2h', copies: 2, otherPlans: 0, total: 50, firstLanded: 17.4, lastLanded: 38, lastOut: 44 });
+    expect(s.lastOutAfterLanding).toBeCloseTo(6, 9);
+    expect(s.returnAfterLastOut).toBeCloseTo(6, 9);
+    expect(render('d2h 1.5 MiB', s)).toMatch(
+      /d2h 1\.5 MiB: 2 chunks, 50\.0 us \(median of 2 copies\)[\s\S]*1024 KiB +2\.7\.\.4\.6 +38\.0 +38\.2\.\.44\.0[\s\S]*last landed 38\.0, out of the ring 6\.0 later, the copy done 6\.0 after that/,
+    );
+    expect(summarize([])).toBeNull();
+  });
+
+  test('copies of another plan are counted and left out', () => {
+    const other =
+      'cuda-memory staged d2h: 1 chunks, 70.0 us\n  chunk 0 (1572864 bytes): issue 0.9..2.6, wait 2.7..40.0, pieces 40.1..60.0\n';
+    const s = summarize(parseTimelines(text + other).filter((c) => c.direction === 'd2h'));
+    expect([s.copies, s.otherPlans, s.chunks.length]).toEqual([2, 1, 2]);
+  });
+
+  test('refuses an unknown flag, a bad count or a bad direction', () => {
+    for (const args of [['--bogus'], ['--copies', '0'], ['--directions', 'up']]) {
+      const r = spawnSync(process.execPath, [script, ...args], { encoding: 'utf8' });
+      expect({ args, status: r.status }).toEqual({ args, status: 2 });
+      expect(r.stderr).toMatch(/^staged-timeline: /);
+    }
+  });
+
+  // (With a GPU, the test below runs it.)
+  (cm.status().available ? test.skip : test)('says so, with exit status 2, where CUDA is not available', () => {
+    const r = spawnSync(process.execPath, [script, '--copies', '3'], { encoding: 'utf8' });
+    expect([r.status, r.stderr]).toEqual([2, expect.stringMatching(/^staged-timeline: CUDA is not available: /)]);
+  });
+});
+
+describeGpu('scripts/staged-timeline.js on the GPU', () => {
+  test('prints a coherent median timeline each way, from the traces of real copies', () => {
+    const out = execFileSync(
+      process.execPath,
+      [path.join(__dirname, '..', '..', 'scripts', 'staged-timeline.js'), '--sizes', '4MiB', '--copies', '20', '--warmup', '2', '--json'],
+      { encoding: 'utf8' },
+    );
+    const { settings, timelines } = JSON.parse(out);
+    expect(settings.firstChunkBytes).toBe(512 * KiB);
+    expect(timelines.map((t) => [t.direction, t.bytes, t.copies + t.otherPlans])).toEqual([
+      ['d2h', 4 * MiB, 20],
+      ['h2d', 4 * MiB, 20],
+    ]);
+    for (const t of timelines) {
+      expect(t.chunks.reduce((a, c) => a + c.bytes, 0)).toBe(4 * MiB);
+      expect(t.chunks[0].bytes).toBe(512 * KiB);
+    }
+    const [down, up] = timelines;
+    // From the device: a chunk's pieces leave the ring after it lands, and the copy ends after.
+    for (const c of down.chunks) expect(c.firstPiece).toBeGreaterThanOrEqual(c.landed);
+    expect(down.lastOut).toBeGreaterThan(down.lastLanded);
+    expect(down.total).toBeGreaterThanOrEqual(down.lastOut);
+    // To the device: a chunk is issued once its pieces are in the ring.
+    for (const c of up.chunks) expect(c.issuing).toBeGreaterThanOrEqual(c.lastPiece);
+    expect(up.total).toBeGreaterThan(up.lastIssued);
+  });
+});
+
 describeGpu('staged copies one after another go round the ring', () => {
   afterAll(() => cm.configureStaging({ chunkBytes: null, slots: null, firstChunkBytes: null, lastChunkBytes: null }));
   test('a small ring (3 x 1 MiB): copies that wrap it, within a copy and between copies, arrive intact', () => {
