@@ -6,11 +6,13 @@
 // prints, per chunk, the median of when its transfer was issued, when a thread saw it land and
 // when its first and last pieces were copied, in microseconds from the start of the copy; then
 // what bounds the copy at its two ends:
-//   to the device: when the first chunk was in the ring and when it was issued (nothing moves
-//   before), and how long the copy ran after its last chunk was issued;
-//   from the device: when the first chunk landed (no thread copies before), and how long the
-//   last chunk's pieces took to leave the ring after it landed, and the copy to return after.
-// Printing the trace costs time between copies, not within them; time copies with `bench`.
+//   to the device: when the first chunk was in the ring and when the call that issued it
+//   returned (nothing moves before the call), and how long the copy ran after the last chunk's
+//   issue returned;
+//   from the device: when the first chunk landed (no thread copies before), how long after the
+//   last chunk landed every piece had left the ring, and how long the copy took to return after.
+// Recording the trace costs little within a copy; printing it comes after the copy's last
+// timestamp but within its copy() call, so time copies with `bench`, not this.
 //
 // Usage: node scripts/staged-timeline.js [--sizes 4MiB,16MiB] [--directions d2h,h2d]
 //          [--copies 200] [--warmup 20] [--first-chunk SIZE] [--last-chunk SIZE]
@@ -18,8 +20,11 @@
 'use strict';
 const path = require('path');
 const { spawnSync } = require('child_process');
+const { parseSize, parseSizeList } = require('..');
 
-const MARK = 'staged-timeline: timed ';
+// The child's lines around each timed run on stderr (warm-up copies and other runs outside them).
+const BEGIN = 'staged-timeline: begin ';
+const END = 'staged-timeline: end';
 
 function usage(message) {
   console.error(`staged-timeline: ${message} (see the comment at the top of the script)`);
@@ -32,8 +37,10 @@ function parseArgs(argv) {
   for (let i = 0; i < argv.length; i++) {
     const key = argv[i].replace(/^--/, '');
     if (argv[i] === '--json') o.json = true;
-    else if (argv[i].startsWith('--') && valued.includes(key) && i + 1 < argv.length) o[key] = argv[++i];
-    else usage(`unknown argument ${JSON.stringify(argv[i])}`);
+    else if (argv[i].startsWith('--') && valued.includes(key)) {
+      if (i + 1 >= argv.length || argv[i + 1].startsWith('--')) usage(`${argv[i]} needs a value`);
+      o[key] = argv[++i];
+    } else usage(`unknown argument ${JSON.stringify(argv[i])}`);
   }
   const count = (name, lo, hi) => {
     const n = Number(o[name]);
@@ -42,16 +49,31 @@ function parseArgs(argv) {
   };
   const directions = o.directions.split(',');
   for (const d of directions) if (d !== 'h2d' && d !== 'd2h') usage(`--directions takes h2d and d2h, got ${JSON.stringify(d)}`);
+  if (new Set(directions).size !== directions.length) usage(`--directions names a direction twice: ${o.directions}`);
+  const size = (name, text) => {
+    try {
+      return parseSize(text);
+    } catch (e) {
+      return usage(`--${name}: ${e.message}`);
+    }
+  };
+  let sizes;
+  try {
+    sizes = parseSizeList(o.sizes);
+  } catch (e) {
+    usage(`--sizes: ${e.message}`);
+  }
+  const staging = {};
+  if (o['first-chunk'] !== undefined) staging.firstChunkBytes = size('first-chunk', o['first-chunk']);
+  if (o['last-chunk'] !== undefined) staging.lastChunkBytes = size('last-chunk', o['last-chunk']);
+  if (o.chunk !== undefined) staging.chunkBytes = size('chunk', o.chunk);
   return {
-    sizes: o.sizes,
+    sizes,
     directions,
     copies: count('copies', 1, 100_000),
     warmup: count('warmup', 0, 100_000),
     device: count('device', 0, 1 << 20),
-    threads: o.threads === undefined ? undefined : count('threads', 1, 1024),
-    firstChunk: o['first-chunk'],
-    lastChunk: o['last-chunk'],
-    chunk: o.chunk,
+    staging: o.threads === undefined ? staging : { ...staging, threads: count('threads', 1, 1024) },
     json: o.json,
   };
 }
@@ -131,9 +153,11 @@ function summarize(copies) {
   } else {
     out.firstLanded = at((c) => c.chunks[0].landed);
     out.lastLanded = at((c) => last(c).landed);
-    out.lastOut = at((c) => last(c).lastPiece);
-    out.lastOutAfterLanding = gap((c) => [last(c).landed, last(c).lastPiece]);
-    out.returnAfterLastOut = gap((c) => [last(c).lastPiece, c.total]);
+    // Out of the ring: the last piece of any chunk (the last chunk's as a rule).
+    const out_ = (c) => (c.chunks.some((k) => k.lastPiece === null) ? null : Math.max(...c.chunks.map((k) => k.lastPiece)));
+    out.allOut = at(out_);
+    out.allOutAfterLastLanding = gap((c) => [last(c).landed, out_(c)]);
+    out.returnAfterAllOut = gap((c) => [out_(c), c.total]);
   }
   return out;
 }
@@ -153,34 +177,31 @@ function render(label, s) {
     );
   if (s.direction === 'h2d')
     lines.push(
-      `  first chunk in the ring ${fmt(s.firstInRing)}, issued ${fmt(s.firstIssued)}; last chunk issued ${fmt(s.lastIssued)}, the copy done ${fmt(s.afterLastIssue)} later`,
+      `  first chunk in the ring ${fmt(s.firstInRing)}, its issue returned ${fmt(s.firstIssued)}; the last chunk's ${fmt(s.lastIssued)}, the copy done ${fmt(s.afterLastIssue)} later`,
     );
   else
     lines.push(
-      `  first chunk landed ${fmt(s.firstLanded)}; last landed ${fmt(s.lastLanded)}, out of the ring ${fmt(s.lastOutAfterLanding)} later, the copy done ${fmt(s.returnAfterLastOut)} after that`,
+      `  first chunk landed ${fmt(s.firstLanded)}; last landed ${fmt(s.lastLanded)}, all out of the ring ${fmt(s.allOutAfterLastLanding)} later, the copy done ${fmt(s.returnAfterAllOut)} after that`,
     );
   return lines.join('\n');
 }
 
-// The child: the copies, with a line on stderr before each timed run.
+// The child: the copies, each timed run between a begin and an end line on stderr; the settings
+// they ran with on stdout.
 function child(o) {
   const cm = require('..');
-  const staging = {};
-  if (o.firstChunk) staging.firstChunkBytes = cm.parseSize(o.firstChunk);
-  if (o.lastChunk) staging.lastChunkBytes = cm.parseSize(o.lastChunk);
-  if (o.chunk) staging.chunkBytes = cm.parseSize(o.chunk);
-  if (o.threads) staging.threads = o.threads;
-  // The settings the copies ran with, for the parent's report.
-  process.stdout.write(JSON.stringify(Object.keys(staging).length ? cm.configureStaging(staging) : cm.configureStaging()));
-  for (const n of cm.parseSizeList(o.sizes)) {
+  const settings = Object.keys(o.staging).length ? cm.configureStaging(o.staging) : cm.configureStaging();
+  process.stdout.write(JSON.stringify(settings));
+  for (const n of o.sizes) {
     const dev = cm.DeviceBuffer.alloc(n, { device: o.device });
     const host = Buffer.alloc(n, 0x5a);
     try {
       for (const d of o.directions) {
         const once = d === 'h2d' ? () => cm.copy(dev, host, { strategy: 'staged' }) : () => cm.copy(host, dev, { strategy: 'staged' });
         for (let i = 0; i < o.warmup; i++) once();
-        process.stderr.write(`${MARK}${d} ${n}\n`);
+        process.stderr.write(`${BEGIN}${d} ${n}\n`);
         for (let i = 0; i < o.copies; i++) once();
+        process.stderr.write(`${END}\n`);
       }
     } finally {
       dev.free();
@@ -188,32 +209,52 @@ function child(o) {
   }
 }
 
+// The child's stderr cut into its timed runs: [{ direction, bytes, text }], in order.
+function splitRuns(stderr) {
+  const runs = [];
+  for (const part of stderr.split(BEGIN).slice(1)) {
+    const eol = part.indexOf('\n');
+    const [direction, bytes] = part.slice(0, eol).split(' ');
+    const end = part.indexOf(`${END}\n`, eol);
+    runs.push({ direction, bytes: Number(bytes), text: end < 0 ? '' : part.slice(eol + 1, end) });
+  }
+  return runs;
+}
+
 function main() {
   if (process.argv[2] === '--child') return child(JSON.parse(process.argv[3]));
   const o = parseArgs(process.argv.slice(2));
   const cm = require('..');
   if (!cm.status().available) usage(`CUDA is not available: ${cm.status().message}`);
-  const sizes = cm.parseSizeList(o.sizes);
   const r = spawnSync(process.execPath, [__filename, '--child', JSON.stringify(o)], {
     env: { ...process.env, CUDA_MEMORY_STAGING_TRACE: '1' },
     encoding: 'utf8',
     maxBuffer: 1 << 30,
   });
-  if (r.status !== 0) {
-    console.error(`staged-timeline: the copies failed (exit ${r.status ?? r.signal}):\n${r.stderr.slice(-4000)}`);
+  if (r.error || r.status !== 0) {
+    console.error(
+      `staged-timeline: the copies failed (${r.error ? r.error.message : `exit ${r.status ?? r.signal}`}):\n${(r.stderr ?? '').slice(-4000)}`,
+    );
     process.exit(1);
   }
-  const runs = r.stderr.split(MARK).slice(1);
+  const settings = JSON.parse(r.stdout);
   const out = [];
-  for (const [i, text] of runs.entries()) {
-    const d = o.directions[i % o.directions.length];
-    const n = sizes[Math.floor(i / o.directions.length)];
-    const s = summarize(parseTimelines(text.slice(text.indexOf('\n') + 1)).filter((c) => c.direction === d));
-    out.push({ direction: d, bytes: n, ...s });
-    if (!o.json) console.log(s ? render(`${d} ${cm.formatBytes(n)}`, s) : `${d} ${cm.formatBytes(n)}: no timeline was printed`);
+  for (const run of splitRuns(r.stderr)) {
+    const s = summarize(parseTimelines(run.text).filter((c) => c.direction === run.direction));
+    out.push({ direction: run.direction, bytes: run.bytes, ...s });
+    if (!o.json)
+      console.log(
+        s
+          ? render(`${run.direction} ${cm.formatBytes(run.bytes)}`, s)
+          : `${run.direction} ${cm.formatBytes(run.bytes)}: no timeline was printed`,
+      );
   }
-  if (o.json) console.log(JSON.stringify({ settings: JSON.parse(r.stdout), timelines: out }, null, 2));
+  if (o.json) console.log(JSON.stringify({ settings, timelines: out }, null, 2));
+  else
+    console.log(
+      `settings: chunks ${cm.formatBytes(settings.firstChunkBytes)} first, up to ${cm.formatBytes(settings.chunkBytes)}, ${cm.formatBytes(settings.lastChunkBytes)} last; ${settings.slots} slots; ${settings.threads} threads`,
+    );
 }
 
 if (require.main === module) main();
-module.exports = { parseTimelines, summarize, render };
+module.exports = { parseTimelines, summarize, render, splitRuns };

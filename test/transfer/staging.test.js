@@ -273,27 +273,34 @@ describe('scripts/tune-staging.js', () => {
 
 describe('scripts/staged-timeline.js', () => {
   const script = path.join(__dirname, '..', '..', 'scripts', 'staged-timeline.js');
-  const { parseTimelines, summarize, render } = require(script);
-  // Two copies from the device as the addon prints them, a third cut short, and one to it.
+  const { parseTimelines, summarize, render, splitRuns } = require(script);
+  // Copies as the addon prints them: two from the device, a third cut short, two to it (the
+  // second with a first piece that never happened, printed as INT64_MAX nanoseconds / 1000).
   const d2h = (total, landed) =>
     `cuda-memory staged d2h: 2 chunks, ${total} us\n` +
     `  chunk 0 (524288 bytes): issue 0.9..2.6, wait 2.7..17.4, pieces 17.5..26.4\n` +
     `  chunk 1 (1048576 bytes): issue 2.7..4.6, wait 26.5..${landed}, pieces ${landed + 0.2}..${landed + 6}\n`;
+  const h2d = (total, issued) =>
+    `cuda-memory staged h2d: 2 chunks, ${total} us\n` +
+    `  chunk 0 (524288 bytes): issue 8.0..${issued}, wait -1.0..-1.0, pieces 1.2..7.9\n` +
+    `  chunk 1 (1048576 bytes): issue 30.0..33.0, wait -1.0..-1.0, pieces 5.0..29.5\n`;
   const text =
     d2h(50, 38) +
     'unrelated line\n' +
     d2h(54, 40) +
     'cuda-memory staged d2h: 2 chunks, 9.0 us\n  chunk 0 (524288 bytes): issue 0.9..2.6, wait 2.7..17.4, pieces 17.5..26.4\n' +
-    'cuda-memory staged h2d: 1 chunks, 30.0 us\n  chunk 0 (65536 bytes): issue 5.0..7.5, wait -1.0..-1.0, pieces 9223372036854.8..-1.0\n';
+    h2d(60, 11) +
+    'cuda-memory staged h2d: 1 chunks, 30.0 us\n  chunk 0 (65536 bytes): issue 5.0..7.5, wait -1.0..-1.0, pieces 9223372036854775.8..-1.0\n';
 
   test('reads each whole copy, and a time that never happened as null', () => {
     const copies = parseTimelines(text);
     expect(copies.map((c) => [c.direction, c.total, c.chunks.length])).toEqual([
       ['d2h', 50, 2],
       ['d2h', 54, 2],
+      ['h2d', 60, 2],
       ['h2d', 30, 1],
     ]);
-    expect(copies[2].chunks[0]).toEqual({
+    expect(copies[3].chunks[0]).toEqual({
       bytes: 65536,
       issuing: 5,
       issued: 7.5,
@@ -304,15 +311,25 @@ describe('scripts/staged-timeline.js', () => {
     });
   });
 
-  test('medians per chunk, and what bounds each end of the copy', () => {
+  test('from the device: medians per chunk, the first landing, and the way out after the last', () => {
     const s = summarize(parseTimelines(text).filter((c) => c.direction === 'd2h'));
-    expect(s).toMatchObject({ direction: 'd2h', copies: 2, otherPlans: 0, total: 50, firstLanded: 17.4, lastLanded: 38, lastOut: 44 });
-    expect(s.lastOutAfterLanding).toBeCloseTo(6, 9);
-    expect(s.returnAfterLastOut).toBeCloseTo(6, 9);
+    expect(s).toMatchObject({ direction: 'd2h', copies: 2, otherPlans: 0, total: 50, firstLanded: 17.4, lastLanded: 38, allOut: 44 });
+    expect(s.allOutAfterLastLanding).toBeCloseTo(6, 9);
+    expect(s.returnAfterAllOut).toBeCloseTo(6, 9);
     expect(render('d2h 1.5 MiB', s)).toMatch(
-      /d2h 1\.5 MiB: 2 chunks, 50\.0 us \(median of 2 copies\)[\s\S]*1024 KiB +2\.7\.\.4\.6 +38\.0 +38\.2\.\.44\.0[\s\S]*last landed 38\.0, out of the ring 6\.0 later, the copy done 6\.0 after that/,
+      /d2h 1\.5 MiB: 2 chunks, 50\.0 us \(median of 2 copies\)[\s\S]*1024 KiB +2\.7\.\.4\.6 +38\.0 +38\.2\.\.44\.0[\s\S]*first chunk landed 17\.4; last landed 38\.0, all out of the ring 6\.0 later, the copy done 6\.0 after that/,
     );
     expect(summarize([])).toBeNull();
+  });
+
+  test('to the device: the first chunk in the ring and issued, and the rest after the last issue', () => {
+    const up = parseTimelines(text + h2d(70, 13)).filter((c) => c.direction === 'h2d');
+    const s = summarize(up);
+    // The one-chunk copy is another plan; of the two left, the lower median.
+    expect(s).toMatchObject({ copies: 2, otherPlans: 1, total: 60, firstInRing: 7.9, firstIssued: 11, lastIssued: 33, afterLastIssue: 27 });
+    expect(render('h2d 1.5 MiB', s)).toMatch(
+      /h2d 1\.5 MiB: 2 chunks, 60\.0 us \(median of 2 copies; 1 of another plan left out\)[\s\S]*512 KiB +8\.0\.\.11\.0 +- +1\.2\.\.7\.9[\s\S]*first chunk in the ring 7\.9, its issue returned 11\.0; the last chunk's 33\.0, the copy done 27\.0 later/,
+    );
   });
 
   test('copies of another plan are counted and left out', () => {
@@ -322,11 +339,47 @@ describe('scripts/staged-timeline.js', () => {
     expect([s.copies, s.otherPlans, s.chunks.length]).toEqual([2, 1, 2]);
   });
 
-  test('refuses an unknown flag, a bad count or a bad direction', () => {
-    for (const args of [['--bogus'], ['--copies', '0'], ['--directions', 'up']]) {
+  test("the child's stderr is cut into its timed runs, warm-up copies and other runs left out", () => {
+    // One direction, two sizes: the second size's warm-up copy comes between the two runs.
+    const warm16 = d2h(300, 290);
+    const stderr =
+      d2h(99, 98) +
+      'staged-timeline: begin d2h 4194304\n' +
+      d2h(50, 38) +
+      d2h(54, 40) +
+      'staged-timeline: end\n' +
+      warm16 +
+      'staged-timeline: begin d2h 16777216\n' +
+      d2h(350, 340) +
+      'staged-timeline: end\n' +
+      'staged-timeline: begin h2d 1\n' +
+      d2h(1, 1);
+    const runs = splitRuns(stderr);
+    expect(runs.map((r) => [r.direction, r.bytes, parseTimelines(r.text).map((c) => c.total)])).toEqual([
+      ['d2h', 4194304, [50, 54]],
+      ['d2h', 16777216, [350]],
+      ['h2d', 1, []], // cut short: no end line
+    ]);
+  });
+
+  test('refuses an unknown flag, a missing or bad value, a bad direction or size, each named', () => {
+    for (const args of [
+      ['--bogus'],
+      ['--copies', '0'],
+      ['--directions', 'up'],
+      ['--directions', 'd2h,d2h'],
+      ['--sizes', '0'],
+      ['--sizes', 'lots'],
+      ['--sizes', '--json'],
+      ['--last-chunk', 'half'],
+      ['--threads'],
+    ]) {
       const r = spawnSync(process.execPath, [script, ...args], { encoding: 'utf8' });
-      expect({ args, status: r.status }).toEqual({ args, status: 2 });
-      expect(r.stderr).toMatch(/^staged-timeline: /);
+      expect({ args, status: r.status, stderr: r.stderr }).toEqual({
+        args,
+        status: 2,
+        stderr: expect.stringMatching(/^staged-timeline: \S.*\n$/),
+      });
     }
   });
 
@@ -338,30 +391,42 @@ describe('scripts/staged-timeline.js', () => {
 });
 
 describeGpu('scripts/staged-timeline.js on the GPU', () => {
-  test('prints a coherent median timeline each way, from the traces of real copies', () => {
+  test('prints a coherent median timeline for each size and direction, from the traces of real copies', () => {
     const out = execFileSync(
       process.execPath,
-      [path.join(__dirname, '..', '..', 'scripts', 'staged-timeline.js'), '--sizes', '4MiB', '--copies', '20', '--warmup', '2', '--json'],
+      [
+        path.join(__dirname, '..', '..', 'scripts', 'staged-timeline.js'),
+        '--sizes',
+        '1MiB,4MiB',
+        '--copies',
+        '20',
+        '--warmup',
+        '2',
+        '--json',
+      ],
       { encoding: 'utf8' },
     );
     const { settings, timelines } = JSON.parse(out);
-    expect(settings.firstChunkBytes).toBe(512 * KiB);
     expect(timelines.map((t) => [t.direction, t.bytes, t.copies + t.otherPlans])).toEqual([
+      ['d2h', MiB, 20],
+      ['h2d', MiB, 20],
       ['d2h', 4 * MiB, 20],
       ['h2d', 4 * MiB, 20],
     ]);
     for (const t of timelines) {
-      expect(t.chunks.reduce((a, c) => a + c.bytes, 0)).toBe(4 * MiB);
-      expect(t.chunks[0].bytes).toBe(512 * KiB);
+      expect(t.chunks.reduce((a, c) => a + c.bytes, 0)).toBe(t.bytes);
+      expect(t.chunks[0].bytes).toBe(Math.min(settings.firstChunkBytes, t.bytes));
     }
-    const [down, up] = timelines;
-    // From the device: a chunk's pieces leave the ring after it lands, and the copy ends after.
-    for (const c of down.chunks) expect(c.firstPiece).toBeGreaterThanOrEqual(c.landed);
-    expect(down.lastOut).toBeGreaterThan(down.lastLanded);
-    expect(down.total).toBeGreaterThanOrEqual(down.lastOut);
-    // To the device: a chunk is issued once its pieces are in the ring.
-    for (const c of up.chunks) expect(c.issuing).toBeGreaterThanOrEqual(c.lastPiece);
-    expect(up.total).toBeGreaterThan(up.lastIssued);
+    for (const [down, up] of [timelines.slice(0, 2), timelines.slice(2)]) {
+      // From the device: a chunk's pieces leave the ring after it lands, and the copy ends after.
+      for (const c of down.chunks) expect(c.firstPiece).toBeGreaterThanOrEqual(c.landed);
+      expect(down.allOut).toBeGreaterThan(down.lastLanded);
+      expect(down.total).toBeGreaterThanOrEqual(down.allOut);
+      // To the device: a chunk is issued once its pieces are in the ring.
+      for (const c of up.chunks) expect(c.issuing).toBeGreaterThanOrEqual(c.lastPiece);
+      expect(up.firstIssued).toBeGreaterThan(up.firstInRing);
+      expect(up.total).toBeGreaterThan(up.lastIssued);
+    }
   });
 });
 
