@@ -94,6 +94,7 @@ export type {
   Direction,
   TransferEnvironment,
   EventLoopWatch,
+  SkippedProbe,
 } from './bench/transfer';
 export { runDoctor, runDoctorDevices } from './bench/doctor';
 export type { DoctorOptions, DoctorReport, DoctorCheck, DoctorDevicesOptions, DoctorDevicesReport, DoctorPair } from './bench/doctor';

@@ -18,7 +18,7 @@ import { GateMetric, GateResult, GateSource } from './gates';
 import { RunObservation, faultsOfFailure } from './faults';
 import { RunState as RunRecordState, runState } from './run-state';
 import { checkDevice } from '../base/validate';
-import { argRangeError } from '../base/errors';
+import { argRangeError, OutOfMemoryError } from '../base/errors';
 
 /**
  * How host memory is provided and moved: `pageable` is an ordinary Node buffer through the
@@ -175,6 +175,20 @@ export interface EventLoopWatch {
 }
 
 /**
+ * An event-loop probe the benchmark measured nothing for: the device had no room for its buffer
+ * once the rows were done (a neighbour on a shared GPU took it, say). The rows are kept.
+ *
+ * @category Benchmarks
+ */
+export interface SkippedProbe {
+  probe: 'eventLoop' | 'prefetchEventLoop';
+  /** The error's code (`cudaErrorMemoryAllocation`). */
+  code: string;
+  /** The error's message: what was asked for and what the device had free. */
+  reason: string;
+}
+
+/**
  * The whole benchmark report. Its JSON form is documented in docs/transfers.md.
  *
  * @category Benchmarks
@@ -202,6 +216,8 @@ export interface TransferReport {
    * the device and back to the host (after an untimed pair).
    */
   prefetchEventLoop?: Omit<EventLoopWatch, 'seconds'> & { prefetchBytes: number; prefetchSeconds: number };
+  /** Probes that were asked for but found no room on the device, each in place of its field above. */
+  skippedProbes?: SkippedProbe[];
   /** The size headline figures and gates use. */
   headlineBytes: number;
 }
@@ -438,8 +454,11 @@ export async function runTransferBenchmark(options: TransferBenchmarkOptions = {
   };
   if (options.eventLoopProbe ?? true) {
     const n = Math.min(maxSize, 1 << 30);
-    report.eventLoop = await probeEventLoop(n, device, pattern);
-    if (modes.includes('managed')) report.prefetchEventLoop = await probePrefetchEventLoop(n, device, pattern);
+    const skipped: SkippedProbe[] = [];
+    report.eventLoop = await unlessOutOfMemory('eventLoop', () => probeEventLoop(n, device, pattern), skipped);
+    if (modes.includes('managed'))
+      report.prefetchEventLoop = await unlessOutOfMemory('prefetchEventLoop', () => probePrefetchEventLoop(n, device, pattern), skipped);
+    if (skipped.length) report.skippedProbes = skipped;
   }
   return report;
 }
@@ -907,9 +926,31 @@ async function watchEventLoop(work: () => Promise<void>): Promise<EventLoopWatch
   }
 }
 
-// The event loop while large pageable copyAsync calls are in flight: one h2d then one d2h, `rounds`
-// times, after one untimed pair.
-async function probeEventLoop(n: number, device: number, pattern: Uint8Array, rounds = 3): Promise<TransferReport['eventLoop']> {
+/**
+ * @internal A probe's result, or undefined where it ran out of device memory, which is noted in
+ * `skipped`: the probes run after every row, each with a buffer as large as the largest row's,
+ * and memory a neighbour took meanwhile must not cost the rows already measured. Any other error
+ * is thrown.
+ */
+export async function unlessOutOfMemory<T>(
+  probe: SkippedProbe['probe'],
+  run: () => Promise<T>,
+  skipped: SkippedProbe[],
+): Promise<T | undefined> {
+  try {
+    return await run();
+  } catch (e) {
+    if (!(e instanceof OutOfMemoryError)) throw e;
+    skipped.push({ probe, code: e.code, reason: e.message });
+    return undefined;
+  }
+}
+
+/**
+ * @internal The event loop while large pageable copyAsync calls are in flight: one h2d then one
+ * d2h, `rounds` times, after one untimed pair.
+ */
+export async function probeEventLoop(n: number, device: number, pattern: Uint8Array, rounds = 3): Promise<TransferReport['eventLoop']> {
   const dev = DeviceBuffer.alloc(n, { device });
   const host = new Uint8Array(Buffer.allocUnsafeSlow(n).buffer, 0, n);
   host.set(pattern.subarray(0, n));

@@ -52,8 +52,9 @@ export function formatTable(report: TransferReport): string {
   return out.join('\n');
 }
 
-// One line per event-loop probe the report has: what ran, and what a 1 ms timer saw meanwhile.
-function eventLoopLines(report: Pick<TransferReport, 'eventLoop' | 'prefetchEventLoop'>): string[] {
+// One line per event-loop probe the report has: what ran, and what a 1 ms timer saw meanwhile; or
+// that it found no room on the device.
+function eventLoopLines(report: Pick<TransferReport, 'eventLoop' | 'prefetchEventLoop' | 'skippedProbes'>): string[] {
   const lines: string[] = [];
   const line = (what: string, seconds: number, e: Omit<EventLoopWatch, 'seconds'>) =>
     lines.push(
@@ -63,6 +64,9 @@ function eventLoopLines(report: Pick<TransferReport, 'eventLoop' | 'prefetchEven
   if (c) line(`${formatBytes(c.copyBytes)} of pageable copyAsync`, c.copySeconds, c);
   const p = report.prefetchEventLoop;
   if (p) line(`${formatBytes(p.prefetchBytes)} of managed prefetch, to the device and back`, p.prefetchSeconds, p);
+  const what = { eventLoop: 'pageable copyAsync', prefetchEventLoop: 'managed prefetch' };
+  for (const k of report.skippedProbes ?? [])
+    lines.push(`event loop during ${what[k.probe]}: not measured, no room on the device (${k.reason.replace(/\.$/, '')})`);
   return lines;
 }
 

@@ -150,6 +150,52 @@ test('the event-loop probes: a line for copyAsync, and one for prefetch when man
   );
 });
 
+test('an event-loop probe with no room on the device is reported as skipped, and the rows are kept', async () => {
+  const { unlessOutOfMemory } = require('../../dist/bench/transfer');
+  const oom = new cm.OutOfMemoryError({ requestedBytes: GiB, device: 0, deviceFree: 0, deviceTotal: 80 * GiB });
+  const skipped = [];
+  expect(await unlessOutOfMemory('eventLoop', async () => ({ worstDelayMs: 1 }), skipped)).toEqual({ worstDelayMs: 1 });
+  expect(
+    await unlessOutOfMemory(
+      'prefetchEventLoop',
+      async () => {
+        throw oom;
+      },
+      skipped,
+    ),
+  ).toBeUndefined();
+  expect(skipped).toEqual([{ probe: 'prefetchEventLoop', code: 'cudaErrorMemoryAllocation', reason: oom.message }]);
+  // Anything else is a failure of the benchmark.
+  const bad = new TypeError('not memory');
+  await expect(
+    unlessOutOfMemory(
+      'eventLoop',
+      async () => {
+        throw bad;
+      },
+      skipped,
+    ),
+  ).rejects.toBe(bad);
+  expect(skipped).toHaveLength(1);
+
+  const report = sampleReport();
+  delete report.eventLoop;
+  report.skippedProbes = [{ probe: 'eventLoop', code: oom.code, reason: oom.message }, ...skipped];
+  const lines = formatTable(report)
+    .split('\n')
+    .filter((l) => l.startsWith('event loop during'));
+  expect(lines).toEqual([
+    'event loop during pageable copyAsync: not measured, no room on the device (CUDA out of memory. Tried to allocate 1024.00 MiB. GPU 0 has a total capacity of 80.00 GiB of which 0 bytes is free (cudaMalloc of 1073741824 bytes))',
+    'event loop during managed prefetch: not measured, no room on the device (CUDA out of memory. Tried to allocate 1024.00 MiB. GPU 0 has a total capacity of 80.00 GiB of which 0 bytes is free (cudaMalloc of 1073741824 bytes))',
+  ]);
+  expect(renderHtml(report, [])).toMatch(
+    /<p>Event loop during pageable copyAsync: not measured, no room on the device \(CUDA out of memory\. .*bytes\)\)\.<\/p>/,
+  );
+  const prom = formatExposition(benchFamilies(report, [], 0));
+  expect(prom).not.toMatch(/event_loop_worst_delay/);
+  expect(prom).toMatch(/^cuda_memory_bench_/m);
+});
+
 test('round axis ticks', () => {
   const { niceTicks, sizeTicks } = require('../../dist/report/bench');
   expect(niceTicks(57.3)).toEqual([0, 10, 20, 30, 40, 50, 60]);

@@ -62,6 +62,27 @@ describeGpu('transfer benchmark (small run)', () => {
 
 // The floor of a copy() call (native/bench/transfer.cc), which scripts/perf-rows.js times beside
 // copy() and cudaMemcpy from C++.
+describeGpu('the event-loop probe on a device with no room for its buffer', () => {
+  test('is skipped with the out-of-memory error, leaving nothing allocated, and runs where there is room', async () => {
+    const { unlessOutOfMemory, probeEventLoop } = require('../../dist/bench/transfer');
+    const { native } = require('../../dist/binding/native');
+    const total = cm.devices()[0].totalMemory;
+    const pattern = new Uint8Array(4 * MiB).fill(7);
+    const live = native.liveCount();
+    const skipped = [];
+    // More than the device holds: cudaMalloc refuses it before any host memory is taken.
+    expect(await unlessOutOfMemory('eventLoop', () => probeEventLoop(total + 1024 * MiB, 0, pattern), skipped)).toBeUndefined();
+    expect(skipped).toEqual([
+      { probe: 'eventLoop', code: 'cudaErrorMemoryAllocation', reason: expect.stringMatching(/^CUDA out of memory\. /) },
+    ]);
+    expect(native.liveCount()).toBe(live);
+    const seen = await unlessOutOfMemory('eventLoop', () => probeEventLoop(4 * MiB, 0, pattern), skipped);
+    expect(seen).toMatchObject({ copyBytes: 6 * 4 * MiB, timerFires: expect.any(Number), worstDelayMs: expect.any(Number) });
+    expect(skipped).toHaveLength(1);
+    expect(native.liveCount()).toBe(live);
+  });
+});
+
 describe('pinnedCallFloor', () => {
   const { native } = require('../../dist/binding/native');
 
