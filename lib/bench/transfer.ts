@@ -8,7 +8,7 @@ import * as fs from 'fs';
 import * as os from 'os';
 import { PerformanceObserver } from 'perf_hooks';
 import { native } from '../binding/native';
-import { status, devices, DeviceInfo, formatCudaVersion, requireCuda } from '../device/discovery';
+import { status, devices, DeviceInfo, formatCudaVersion, memGetInfo, requireCuda } from '../device/discovery';
 import { DeviceBuffer, PinnedBuffer, registerHost, RegisteredBuffer, Memory } from '../memory/buffers';
 import { ManagedBuffer, ManagedLocation } from '../memory/managed';
 import { copy, copyAsync, CopyStrategy, memset } from '../transfer/copy';
@@ -18,6 +18,7 @@ import { GateMetric, GateResult, GateSource } from './gates';
 import { RunObservation, faultsOfFailure } from './faults';
 import { RunState as RunRecordState, runState } from './run-state';
 import { checkDevice } from '../base/validate';
+import { formatBytes } from '../base/units';
 import { argRangeError, OutOfMemoryError } from '../base/errors';
 
 /**
@@ -971,15 +972,34 @@ export async function probeEventLoop(n: number, device: number, pattern: Uint8Ar
   }
 }
 
-// The event loop while a managed buffer's prefetch() moves it to the device and back, `rounds`
-// times, after one untimed pair: the driver migrates the pages on another thread, but the
-// JavaScript thread runs in the same address space.
-async function probePrefetchEventLoop(
+// Room the driver may want on the device beside a prefetched buffer while it migrates pages.
+const PREFETCH_HEADROOM = 64 * 2 ** 20;
+
+/**
+ * @internal The event loop while a managed buffer's prefetch() moves it to the device and back,
+ * `rounds` times, after one untimed pair: the driver migrates the pages on another thread, but
+ * the JavaScript thread runs in the same address space. A managed buffer is allocated whatever
+ * the device has free, so where the device lacks room for it the probe refuses with
+ * OutOfMemoryError before allocating: prefetching it there would evict other memory.
+ */
+export async function probePrefetchEventLoop(
   n: number,
   device: number,
   pattern: Uint8Array,
   rounds = 3,
 ): Promise<TransferReport['prefetchEventLoop']> {
+  const { free, total } = memGetInfo(device);
+  if (free < n + PREFETCH_HEADROOM)
+    throw new OutOfMemoryError({
+      message:
+        `A managed buffer of ${formatBytes(n)} would not fit in the ${formatBytes(free)} free on GPU ${device} ` +
+        `(of ${formatBytes(total)}, keeping ${formatBytes(PREFETCH_HEADROOM)} for the driver): prefetching it would evict other memory`,
+      requestedBytes: n,
+      device,
+      deviceFree: free,
+      deviceTotal: total,
+      call: 'cudaMemPrefetchAsync',
+    });
   const m = ManagedBuffer.alloc(n, { device });
   try {
     m.bytes.set(pattern.subarray(0, n));

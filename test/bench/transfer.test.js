@@ -81,6 +81,27 @@ describeGpu('the event-loop probe on a device with no room for its buffer', () =
     expect(skipped).toHaveLength(1);
     expect(native.liveCount()).toBe(live);
   });
+
+  test('the prefetch probe refuses before allocating where the managed buffer would not fit', async () => {
+    const { unlessOutOfMemory, probePrefetchEventLoop } = require('../../dist/bench/transfer');
+    const { native } = require('../../dist/binding/native');
+    const { free } = cm.memGetInfo(0);
+    const live = native.liveCount();
+    const skipped = [];
+    // Nothing is allocated: the check comes first (a managed buffer larger than free memory
+    // would be allocated, and prefetching it would evict).
+    expect(await unlessOutOfMemory('prefetchEventLoop', () => probePrefetchEventLoop(free, 0, new Uint8Array(0)), skipped)).toBeUndefined();
+    expect(skipped).toEqual([
+      {
+        probe: 'prefetchEventLoop',
+        code: 'cudaErrorMemoryAllocation',
+        reason: expect.stringMatching(
+          /^A managed buffer of .* would not fit in the .* free on GPU 0 \(of .*\): prefetching it would evict other memory$/,
+        ),
+      },
+    ]);
+    expect(native.liveCount()).toBe(live);
+  });
 });
 
 describe('pinnedCallFloor', () => {
