@@ -19,7 +19,7 @@ import { RunObservation, faultsOfFailure } from './faults';
 import { RunState as RunRecordState, runState } from './run-state';
 import { checkDevice } from '../base/validate';
 import { formatBytes } from '../base/units';
-import { argRangeError, OutOfMemoryError } from '../base/errors';
+import { argRangeError, CudaError, OutOfMemoryError } from '../base/errors';
 
 /**
  * How host memory is provided and moved: `pageable` is an ordinary Node buffer through the
@@ -176,8 +176,9 @@ export interface EventLoopWatch {
 }
 
 /**
- * An event-loop probe the benchmark measured nothing for: the device had no room for its buffer
- * once the rows were done (a neighbour on a shared GPU took it, say). The rows are kept.
+ * An event-loop probe the benchmark measured nothing for because it ran out of memory: as a rule
+ * the device had no room for its buffer once the rows were done (a neighbour on a shared GPU took
+ * it, say). The rows are kept.
  *
  * @category Benchmarks
  */
@@ -185,7 +186,7 @@ export interface SkippedProbe {
   probe: 'eventLoop' | 'prefetchEventLoop';
   /** The error's code (`cudaErrorMemoryAllocation`). */
   code: string;
-  /** The error's message: what was asked for and what the device had free. */
+  /** The error's message: what was asked for and, from an allocation, what the device had free. */
   reason: string;
 }
 
@@ -928,10 +929,10 @@ async function watchEventLoop(work: () => Promise<void>): Promise<EventLoopWatch
 }
 
 /**
- * @internal A probe's result, or undefined where it ran out of device memory, which is noted in
- * `skipped`: the probes run after every row, each with a buffer as large as the largest row's,
- * and memory a neighbour took meanwhile must not cost the rows already measured. Any other error
- * is thrown.
+ * @internal A probe's result, or undefined where it ran out of memory (an OutOfMemoryError, or
+ * another CUDA call's cudaErrorMemoryAllocation), which is noted in `skipped`: the probes run
+ * after every row, each with a buffer as large as the largest row's, and memory a neighbour took
+ * meanwhile must not cost the rows already measured. Any other error is thrown.
  */
 export async function unlessOutOfMemory<T>(
   probe: SkippedProbe['probe'],
@@ -941,7 +942,7 @@ export async function unlessOutOfMemory<T>(
   try {
     return await run();
   } catch (e) {
-    if (!(e instanceof OutOfMemoryError)) throw e;
+    if (!(e instanceof CudaError) || e.code !== 'cudaErrorMemoryAllocation') throw e;
     skipped.push({ probe, code: e.code, reason: e.message });
     return undefined;
   }
@@ -979,8 +980,9 @@ const PREFETCH_HEADROOM = 64 * 2 ** 20;
  * @internal The event loop while a managed buffer's prefetch() moves it to the device and back,
  * `rounds` times, after one untimed pair: the driver migrates the pages on another thread, but
  * the JavaScript thread runs in the same address space. A managed buffer is allocated whatever
- * the device has free, so where the device lacks room for it the probe refuses with
- * OutOfMemoryError before allocating: prefetching it there would evict other memory.
+ * the device has free, so where the device lacks room for it (and PREFETCH_HEADROOM) the probe
+ * refuses with OutOfMemoryError before allocating: the prefetch would oversubscribe the device,
+ * and what the probe timed would no longer be a prefetch's.
  */
 export async function probePrefetchEventLoop(
   n: number,
@@ -993,12 +995,12 @@ export async function probePrefetchEventLoop(
     throw new OutOfMemoryError({
       message:
         `A managed buffer of ${formatBytes(n)} would not fit in the ${formatBytes(free)} free on GPU ${device} ` +
-        `(of ${formatBytes(total)}, keeping ${formatBytes(PREFETCH_HEADROOM)} for the driver): prefetching it would evict other memory`,
+        `(of ${formatBytes(total)}, keeping ${formatBytes(PREFETCH_HEADROOM)} for the driver): prefetching it would oversubscribe the device`,
       requestedBytes: n,
       device,
       deviceFree: free,
       deviceTotal: total,
-      call: 'cudaMemPrefetchAsync',
+      call: 'cudaMemGetInfo',
     });
   const m = ManagedBuffer.alloc(n, { device });
   try {

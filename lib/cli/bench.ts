@@ -27,7 +27,7 @@ import {
 import { runP2pBenchmark, p2pGateSource, P2pReport } from '../bench/p2p';
 import { Expectations, expectationGates, expectationsFor, readExpectations } from '../bench/expectations';
 import { parseGate, evaluateGates, combineSources, Gate, GateResult } from '../bench/gates';
-import { formatTable, formatCsv, formatChart, renderHtml, benchmarkJunit } from '../report/bench';
+import { formatTable, formatCsv, formatChart, renderHtml, benchmarkJunit, skippedProbeLine } from '../report/bench';
 import { formatDevicesTable, formatP2pTable, formatMultiCsv, renderMultiHtml, multiJunit } from '../report/devices';
 import { writeTextfile } from '../metrics/exposition';
 import { benchFamilies, multiBenchFamilies, unavailableFamilies } from '../metrics/families';
@@ -162,6 +162,8 @@ async function bench(o: BenchOptions): Promise<number> {
     process.stdout.write(formatTable(report) + '\n');
     if (o.chart) process.stdout.write('\n' + formatChart(report) + '\n');
   }
+  // The table says so itself; JSON and CSV on stdout leave the terminal a line.
+  if (o.json || o.csv) for (const k of report.skippedProbes ?? []) process.stderr.write(`cuda-memory: ${skippedProbeLine(k)}\n`);
   if (o.out) writeOutput(o.out, json + '\n');
   if (o.html) writeOutput(o.html, renderHtml(report, results));
   if (o.junit) writeOutput(o.junit, benchmarkJunit(report, results));

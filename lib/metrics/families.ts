@@ -434,6 +434,15 @@ export function benchFamilies(report: TransferReport, gates: GateResult[], nowSe
           { labels: gpu, value: probe.worstDelayMs / 1000 },
         ]),
       );
+  const skipped = report.skippedProbes ?? [];
+  if (skipped.length)
+    out.push(
+      gauge(
+        'cuda_memory_bench_probe_skipped',
+        'An event-loop probe that ran out of memory and measured nothing (value 1), by probe.',
+        skipped.map((k) => ({ labels: { ...gpu, probe: k.probe === 'eventLoop' ? 'event_loop' : 'prefetch_event_loop' }, value: 1 })),
+      ),
+    );
   return out;
 }
 

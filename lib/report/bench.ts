@@ -1,5 +1,5 @@
 /** Output formats of the transfer benchmark: table, CSV, terminal chart, HTML/SVG, JUnit XML. */
-import { EventLoopWatch, TransferReport, TransferResult, findResult } from '../bench/transfer';
+import { EventLoopWatch, SkippedProbe, TransferReport, TransferResult, findResult } from '../bench/transfer';
 import { GateResult } from '../bench/gates';
 import { esc, PALETTE, niceTicks, sizeTicks } from './chart';
 import { RESULT_HEAD, resultCells, alignRows, resultsCsv, resultsJunit, htmlPage, htmlTable, gatesHtml, reportJson } from './results';
@@ -52,22 +52,28 @@ export function formatTable(report: TransferReport): string {
   return out.join('\n');
 }
 
-// One line per event-loop probe the report has: what ran, and what a 1 ms timer saw meanwhile; or
-// that it found no room on the device.
+// One line per event-loop probe the report has, in probe order: what ran, and what a 1 ms timer
+// saw meanwhile; or that it ran out of memory.
 function eventLoopLines(report: Pick<TransferReport, 'eventLoop' | 'prefetchEventLoop' | 'skippedProbes'>): string[] {
   const lines: string[] = [];
   const line = (what: string, seconds: number, e: Omit<EventLoopWatch, 'seconds'>) =>
     lines.push(
       `event loop during ${what} (${seconds.toFixed(2)} s): worst 1 ms timer delay ${e.worstDelayMs.toFixed(2)} ms over ${e.timerFires} ticks${probeNote(e)}`,
     );
+  const skipped = new Map((report.skippedProbes ?? []).map((k) => [k.probe, k]));
   const c = report.eventLoop;
   if (c) line(`${formatBytes(c.copyBytes)} of pageable copyAsync`, c.copySeconds, c);
+  else if (skipped.has('eventLoop')) lines.push(skippedProbeLine(skipped.get('eventLoop')!));
   const p = report.prefetchEventLoop;
   if (p) line(`${formatBytes(p.prefetchBytes)} of managed prefetch, to the device and back`, p.prefetchSeconds, p);
-  const what = { eventLoop: 'pageable copyAsync', prefetchEventLoop: 'managed prefetch' };
-  for (const k of report.skippedProbes ?? [])
-    lines.push(`event loop during ${what[k.probe]}: not measured, no room on the device (${k.reason.replace(/\.$/, '')})`);
+  else if (skipped.has('prefetchEventLoop')) lines.push(skippedProbeLine(skipped.get('prefetchEventLoop')!));
   return lines;
+}
+
+/** @internal The line of a probe that ran out of memory (the table's, the HTML's and the CLI's). */
+export function skippedProbeLine(k: SkippedProbe): string {
+  const what = k.probe === 'eventLoop' ? 'pageable copyAsync' : 'managed prefetch';
+  return `event loop during ${what}: not measured, out of memory (${k.reason.replace(/\.$/, '')})`;
 }
 
 // " at 12.0 ms, 1 GC pause (longest 1.20 ms), JavaScript thread preempted 0 times": when the worst

@@ -71,6 +71,19 @@ const BufferOps kRegisteredOps{
     /*kind=*/"registered",
 };
 
+void ThrowDeviceOom(Napi::Env env, uint64_t bytes, int device, const char* call) {
+  size_t free_b = 0, total_b = 0;
+  cudaMemGetInfo(&free_b, &total_b);
+  (void)cudaGetLastError();
+  Napi::Object d = Napi::Object::New(env);
+  d.Set("requestedBytes", static_cast<double>(bytes));
+  d.Set("device", device);
+  d.Set("deviceFree", static_cast<double>(free_b));
+  d.Set("deviceTotal", static_cast<double>(total_b));
+  d.Set("call", call);
+  ThrowValue(env, GetInstance(env).oom_error.New({d}));
+}
+
 // cudaMalloc on `device`; out of memory is an OutOfMemoryError with the device's free memory.
 void* DeviceMalloc(Napi::Env env, uint64_t bytes, int device) {
   CheckDevice(env, device);
@@ -79,19 +92,7 @@ void* DeviceMalloc(Napi::Env env, uint64_t bytes, int device) {
   if (err == cudaSuccess) err = cudaMalloc(&ptr, bytes);
   if (err != cudaSuccess) {
     (void)cudaGetLastError();
-    if (err == cudaErrorMemoryAllocation) {
-      size_t free_b = 0, total_b = 0;
-      cudaMemGetInfo(&free_b, &total_b);
-      (void)cudaGetLastError();
-      Instance& inst = GetInstance(env);
-      Napi::Object d = Napi::Object::New(env);
-      d.Set("requestedBytes", static_cast<double>(bytes));
-      d.Set("device", device);
-      d.Set("deviceFree", static_cast<double>(free_b));
-      d.Set("deviceTotal", static_cast<double>(total_b));
-      d.Set("call", "cudaMalloc");
-      ThrowValue(env, inst.oom_error.New({d}));
-    }
+    if (err == cudaErrorMemoryAllocation) ThrowDeviceOom(env, bytes, device, "cudaMalloc");
     ThrowCuda(env, err, "cudaMalloc");
   }
   return ptr;

@@ -17,6 +17,9 @@ void ReleaseAllLive(Napi::Env env);
 // record alive; returns [handle, arrayBuffer]. Throws ERR_EXTERNAL_BUFFERS_NOT_ALLOWED (having
 // released the memory) where the runtime refuses external buffers.
 Napi::Value ExposeHostMemory(Napi::Env env, Allocation* a);
+// Throws the OutOfMemoryError of a device allocation `call` refused: what was asked for, and the
+// device's free and total memory now.
+[[noreturn]] void ThrowDeviceOom(Napi::Env env, uint64_t bytes, int device, const char* call);
 
 // What leak checks count: live resources of one kind on one device (liveSummary(),
 // allocatorsLive()), and where each was made where that is known.

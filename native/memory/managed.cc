@@ -103,13 +103,8 @@ Napi::Value ManagedAlloc(const Napi::CallbackInfo& info) {
   if (err == cudaSuccess) err = cudaMallocManaged(&ptr, bytes, flags);
   if (err != cudaSuccess) {
     (void)cudaGetLastError();
-    if (err == cudaErrorMemoryAllocation) {
-      Napi::Object d = Napi::Object::New(env);
-      d.Set("requestedBytes", static_cast<double>(bytes));
-      d.Set("device", device);
-      d.Set("call", "cudaMallocManaged");
-      ThrowValue(env, GetInstance(env).oom_error.New({d}));
-    }
+    // With the device's free and total memory, as cudaMalloc's (the sentence names them).
+    if (err == cudaErrorMemoryAllocation) ThrowDeviceOom(env, bytes, device, "cudaMallocManaged");
     ThrowCuda(env, err, "cudaMallocManaged");
   }
   Allocation* a = new Allocation(&kManagedOps);

@@ -150,50 +150,47 @@ test('the event-loop probes: a line for copyAsync, and one for prefetch when man
   );
 });
 
-test('an event-loop probe with no room on the device is reported as skipped, and the rows are kept', async () => {
+test('an event-loop probe that runs out of memory is reported as not measured, and the rows are kept', async () => {
   const { unlessOutOfMemory } = require('../../dist/bench/transfer');
   const oom = new cm.OutOfMemoryError({ requestedBytes: GiB, device: 0, deviceFree: 0, deviceTotal: 80 * GiB });
+  const throwing = (e) => async () => {
+    throw e;
+  };
   const skipped = [];
   expect(await unlessOutOfMemory('eventLoop', async () => ({ worstDelayMs: 1 }), skipped)).toEqual({ worstDelayMs: 1 });
-  expect(
-    await unlessOutOfMemory(
-      'prefetchEventLoop',
-      async () => {
-        throw oom;
-      },
-      skipped,
-    ),
-  ).toBeUndefined();
-  expect(skipped).toEqual([{ probe: 'prefetchEventLoop', code: 'cudaErrorMemoryAllocation', reason: oom.message }]);
+  expect(await unlessOutOfMemory('prefetchEventLoop', throwing(oom), skipped)).toBeUndefined();
+  // Another call's out-of-memory (a stream or event on a full device) counts too.
+  const streamOom = new cm.CudaError('cudaStreamCreateWithFlags failed: out of memory', { code: 'cudaErrorMemoryAllocation', cudaCode: 2 });
+  expect(await unlessOutOfMemory('eventLoop', throwing(streamOom), skipped)).toBeUndefined();
+  expect(skipped).toEqual([
+    { probe: 'prefetchEventLoop', code: 'cudaErrorMemoryAllocation', reason: oom.message },
+    { probe: 'eventLoop', code: 'cudaErrorMemoryAllocation', reason: streamOom.message },
+  ]);
   // Anything else is a failure of the benchmark.
-  const bad = new TypeError('not memory');
-  await expect(
-    unlessOutOfMemory(
-      'eventLoop',
-      async () => {
-        throw bad;
-      },
-      skipped,
-    ),
-  ).rejects.toBe(bad);
-  expect(skipped).toHaveLength(1);
+  for (const bad of [new TypeError('not memory'), new cm.CudaError('launch failed', { code: 'cudaErrorLaunchFailure', cudaCode: 719 })])
+    await expect(unlessOutOfMemory('eventLoop', throwing(bad), skipped)).rejects.toBe(bad);
+  expect(skipped).toHaveLength(2);
 
+  // In probe order, whichever ran: the copy probe not measured, the prefetch probe measured.
   const report = sampleReport();
   delete report.eventLoop;
-  report.skippedProbes = [{ probe: 'eventLoop', code: oom.code, reason: oom.message }, ...skipped];
+  report.prefetchEventLoop = { prefetchBytes: 6 * GiB, prefetchSeconds: 0.36, timerFires: 300, worstDelayMs: 13.25 };
+  report.skippedProbes = [{ probe: 'eventLoop', code: oom.code, reason: oom.message }];
   const lines = formatTable(report)
     .split('\n')
     .filter((l) => l.startsWith('event loop during'));
   expect(lines).toEqual([
-    'event loop during pageable copyAsync: not measured, no room on the device (CUDA out of memory. Tried to allocate 1024.00 MiB. GPU 0 has a total capacity of 80.00 GiB of which 0 bytes is free (cudaMalloc of 1073741824 bytes))',
-    'event loop during managed prefetch: not measured, no room on the device (CUDA out of memory. Tried to allocate 1024.00 MiB. GPU 0 has a total capacity of 80.00 GiB of which 0 bytes is free (cudaMalloc of 1073741824 bytes))',
+    'event loop during pageable copyAsync: not measured, out of memory (CUDA out of memory. Tried to allocate 1024.00 MiB. GPU 0 has a total capacity of 80.00 GiB of which 0 bytes is free (cudaMalloc of 1073741824 bytes))',
+    'event loop during 6 GiB of managed prefetch, to the device and back (0.36 s): worst 1 ms timer delay 13.25 ms over 300 ticks',
   ]);
   expect(renderHtml(report, [])).toMatch(
-    /<p>Event loop during pageable copyAsync: not measured, no room on the device \(CUDA out of memory\. .*bytes\)\)\.<\/p>/,
+    /<p>Event loop during pageable copyAsync: not measured, out of memory \(CUDA out of memory\. .*bytes\)\)\.<\/p>\n<p>Event loop during 6 GiB of managed prefetch/,
   );
   const prom = formatExposition(benchFamilies(report, [], 0));
-  expect(prom).not.toMatch(/event_loop_worst_delay/);
-  expect(prom).toMatch(/^cuda_memory_bench_/m);
+  expect(prom).not.toMatch(/^cuda_memory_bench_event_loop_worst_delay/m);
+  expect(prom).toMatch(/^cuda_memory_bench_prefetch_event_loop_worst_delay_seconds\{/m);
+  expect(prom).toMatch(/^cuda_memory_bench_probe_skipped\{device="0",[^}]*probe="event_loop"\} 1$/m);
+  expect(formatExposition(benchFamilies(sampleReport(), [], 0))).not.toMatch(/probe_skipped/);
 });
 
 test('round axis ticks', () => {

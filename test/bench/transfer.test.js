@@ -60,9 +60,7 @@ describeGpu('transfer benchmark (small run)', () => {
   });
 });
 
-// The floor of a copy() call (native/bench/transfer.cc), which scripts/perf-rows.js times beside
-// copy() and cudaMemcpy from C++.
-describeGpu('the event-loop probe on a device with no room for its buffer', () => {
+describeGpu('the event-loop probes on a device with no room for their buffers', () => {
   test('is skipped with the out-of-memory error, leaving nothing allocated, and runs where there is room', async () => {
     const { unlessOutOfMemory, probeEventLoop } = require('../../dist/bench/transfer');
     const { native } = require('../../dist/binding/native');
@@ -85,25 +83,57 @@ describeGpu('the event-loop probe on a device with no room for its buffer', () =
   test('the prefetch probe refuses before allocating where the managed buffer would not fit', async () => {
     const { unlessOutOfMemory, probePrefetchEventLoop } = require('../../dist/bench/transfer');
     const { native } = require('../../dist/binding/native');
-    const { free } = cm.memGetInfo(0);
+    const total = cm.devices()[0].totalMemory;
     const live = native.liveCount();
     const skipped = [];
-    // Nothing is allocated: the check comes first (a managed buffer larger than free memory
-    // would be allocated, and prefetching it would evict).
-    expect(await unlessOutOfMemory('prefetchEventLoop', () => probePrefetchEventLoop(free, 0, new Uint8Array(0)), skipped)).toBeUndefined();
+    // More than the device holds: the check refuses it before any managed memory is allocated.
+    expect(
+      await unlessOutOfMemory('prefetchEventLoop', () => probePrefetchEventLoop(total + 1024 * MiB, 0, new Uint8Array(0)), skipped),
+    ).toBeUndefined();
     expect(skipped).toEqual([
       {
         probe: 'prefetchEventLoop',
         code: 'cudaErrorMemoryAllocation',
         reason: expect.stringMatching(
-          /^A managed buffer of .* would not fit in the .* free on GPU 0 \(of .*\): prefetching it would evict other memory$/,
+          /^A managed buffer of .* would not fit in the .* free on GPU 0 \(of .*\): prefetching it would oversubscribe the device$/,
         ),
       },
     ]);
     expect(native.liveCount()).toBe(live);
   });
+
+  test('a run whose probe finds no room keeps its rows and reports the probe as not measured', async () => {
+    const total = cm.devices()[0].totalMemory;
+    const alloc = cm.DeviceBuffer.alloc;
+    let rowsDone = false;
+    // Once every row is measured, device allocations ask for more than the device holds, as if a
+    // neighbour had taken the memory: cudaMalloc itself refuses the probe's buffer.
+    const spy = jest.spyOn(cm.DeviceBuffer, 'alloc').mockImplementation((n, o) => alloc.call(cm.DeviceBuffer, rowsDone ? total + n : n, o));
+    try {
+      const report = await cm.runTransferBenchmark({
+        sizes: [4 * MiB],
+        modes: ['pinned'],
+        directions: ['h2d'],
+        iterations: 10,
+        baseline: false,
+        onProgress: (done, of) => {
+          rowsDone = done === of;
+        },
+      });
+      expect(report.results.map((r) => [r.mode, r.direction, r.verified])).toEqual([['pinned', 'h2d', true]]);
+      expect(report.eventLoop).toBeUndefined();
+      expect(report.skippedProbes).toEqual([
+        { probe: 'eventLoop', code: 'cudaErrorMemoryAllocation', reason: expect.stringMatching(/^CUDA out of memory\. /) },
+      ]);
+      expect(rowsDone).toBe(true);
+    } finally {
+      spy.mockRestore();
+    }
+  });
 });
 
+// The floor of a copy() call (native/bench/transfer.cc), which scripts/perf-rows.js times beside
+// copy() and cudaMemcpy from C++.
 describe('pinnedCallFloor', () => {
   const { native } = require('../../dist/binding/native');
 
