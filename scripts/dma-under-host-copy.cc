@@ -6,12 +6,12 @@
 // copy of N MiB reads), over 64 MiB of its own with the team's own copy (CopyBytes with
 // non-temporal stores, so every byte goes to memory, as into the staged path's ring below 64 MiB),
 // while cudaMemcpyAsync moves 4, 16 and 64 MiB of pinned memory to the device (--to-host: from the
-// device); with
-// --both-ways, 256 MiB and 1 GiB each way at once (one stream each way), as a staged copy both ways
-// moves them. Each sample with the threads copying follows one with them asleep, so that both see
-// the same state of the machine. With --write-gbps, the threads write at each of the rates given
-// instead (one thread per 10 GB/s, each paced to its share): the engine's share at the very rate a
-// staged copy must write to keep up with it. Build and run on a GPU machine, from the project root:
+// device); with --both-ways, 256 MiB and 1 GiB each way at once (one stream each way), as a staged
+// copy both ways moves them. Each sample with the threads copying follows one with them asleep, so
+// that both see the same state of the machine. With --write-gbps, the threads write at each of the
+// rates given instead (one thread per 10 GB/s, each paced to its share): the engine's share at the
+// very rate a staged copy must write to keep up with it. Build and run on a GPU machine, from the
+// project root:
 //   nvcc -O2 -std=c++17 -I native -o dma-under-host-copy scripts/dma-under-host-copy.cc \
 //     native/core/transfer/copy_team.cc native/core/device/numa.cc
 //   ./dma-under-host-copy [--device N] [--reps N] [--to-host | --both-ways] [--write-gbps 20,30,46]

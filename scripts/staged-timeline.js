@@ -20,7 +20,7 @@
 'use strict';
 const path = require('path');
 const { spawnSync } = require('child_process');
-const { parseSize, parseSizeList } = require('..');
+const cm = require('..');
 
 // The child's lines around each timed run on stderr (warm-up copies and other runs outside them).
 const BEGIN = 'staged-timeline: begin ';
@@ -52,14 +52,14 @@ function parseArgs(argv) {
   if (new Set(directions).size !== directions.length) usage(`--directions names a direction twice: ${o.directions}`);
   const size = (name, text) => {
     try {
-      return parseSize(text);
+      return cm.parseSize(text);
     } catch (e) {
       return usage(`--${name}: ${e.message}`);
     }
   };
   let sizes;
   try {
-    sizes = parseSizeList(o.sizes);
+    sizes = cm.parseSizeList(o.sizes);
   } catch (e) {
     usage(`--sizes: ${e.message}`);
   }
@@ -189,7 +189,6 @@ function render(label, s) {
 // The child: the copies, each timed run between a begin and an end line on stderr; the settings
 // they ran with on stdout.
 function child(o) {
-  const cm = require('..');
   const settings = Object.keys(o.staging).length ? cm.configureStaging(o.staging) : cm.configureStaging();
   process.stdout.write(JSON.stringify(settings));
   for (const n of o.sizes) {
@@ -224,7 +223,6 @@ function splitRuns(stderr) {
 function main() {
   if (process.argv[2] === '--child') return child(JSON.parse(process.argv[3]));
   const o = parseArgs(process.argv.slice(2));
-  const cm = require('..');
   if (!cm.status().available) usage(`CUDA is not available: ${cm.status().message}`);
   const r = spawnSync(process.execPath, [__filename, '--child', JSON.stringify(o)], {
     env: { ...process.env, CUDA_MEMORY_STAGING_TRACE: '1' },

@@ -5,7 +5,7 @@
  * `_bytes_per_second`, `_seconds`), `_total` for counters.
  */
 import type { Allocator, AllocatorStats, PinnedPool, PinnedPoolStats } from '../allocator';
-import type { TransferReport } from '../bench/transfer';
+import type { SkippedProbe, TransferReport } from '../bench/transfer';
 import type { GateResult } from '../bench/gates';
 import type { DoctorReport } from '../bench/doctor';
 import type { RunState } from '../bench/run-state';
@@ -423,24 +423,25 @@ export function benchFamilies(report: TransferReport, gates: GateResult[], nowSe
       gates.flatMap((g) => (g.faults ?? []).map((f) => ({ labels: { ...gpu, gate: g.gate.text, code: f.code }, value: 1 }))),
     ),
   ];
-  const probes: [string, string, { worstDelayMs: number } | undefined][] = [
-    ['event_loop', 'a large pageable copyAsync ran', report.eventLoop],
-    ['prefetch_event_loop', 'a large managed buffer was prefetched to the device and back', report.prefetchEventLoop],
+  // Each event-loop probe's metric name, what it watched, and what it saw (or nothing).
+  const probes: [SkippedProbe['probe'], string, string, { worstDelayMs: number } | undefined][] = [
+    ['eventLoop', 'event_loop', 'a large pageable copyAsync ran', report.eventLoop],
+    ['prefetchEventLoop', 'prefetch_event_loop', 'a large managed buffer was prefetched to the device and back', report.prefetchEventLoop],
   ];
-  for (const [name, what, probe] of probes)
+  for (const [, name, what, probe] of probes)
     if (probe)
       out.push(
         gauge(`cuda_memory_bench_${name}_worst_delay_seconds`, `Worst delay of a 1 ms timer while ${what}.`, [
           { labels: gpu, value: probe.worstDelayMs / 1000 },
         ]),
       );
-  const skipped = report.skippedProbes ?? [];
+  const skipped = probes.filter(([key]) => report.skippedProbes?.some((k) => k.probe === key));
   if (skipped.length)
     out.push(
       gauge(
         'cuda_memory_bench_probe_skipped',
         'An event-loop probe that ran out of memory and measured nothing (value 1), by probe.',
-        skipped.map((k) => ({ labels: { ...gpu, probe: k.probe === 'eventLoop' ? 'event_loop' : 'prefetch_event_loop' }, value: 1 })),
+        skipped.map(([, name]) => ({ labels: { ...gpu, probe: name }, value: 1 })),
       ),
     );
   return out;

@@ -52,6 +52,9 @@ export function formatTable(report: TransferReport): string {
   return out.join('\n');
 }
 
+// What each event-loop probe ran while it watched the loop.
+const PROBE_WORK: Record<SkippedProbe['probe'], string> = { eventLoop: 'pageable copyAsync', prefetchEventLoop: 'managed prefetch' };
+
 // One line per event-loop probe the report has, in probe order: what ran, and what a 1 ms timer
 // saw meanwhile; or that it ran out of memory.
 function eventLoopLines(report: Pick<TransferReport, 'eventLoop' | 'prefetchEventLoop' | 'skippedProbes'>): string[] {
@@ -60,20 +63,22 @@ function eventLoopLines(report: Pick<TransferReport, 'eventLoop' | 'prefetchEven
     lines.push(
       `event loop during ${what} (${seconds.toFixed(2)} s): worst 1 ms timer delay ${e.worstDelayMs.toFixed(2)} ms over ${e.timerFires} ticks${probeNote(e)}`,
     );
-  const skipped = new Map((report.skippedProbes ?? []).map((k) => [k.probe, k]));
+  const skipped = (probe: SkippedProbe['probe']) => {
+    const k = report.skippedProbes?.find((x) => x.probe === probe);
+    if (k) lines.push(skippedProbeLine(k));
+  };
   const c = report.eventLoop;
-  if (c) line(`${formatBytes(c.copyBytes)} of pageable copyAsync`, c.copySeconds, c);
-  else if (skipped.has('eventLoop')) lines.push(skippedProbeLine(skipped.get('eventLoop')!));
+  if (c) line(`${formatBytes(c.copyBytes)} of ${PROBE_WORK.eventLoop}`, c.copySeconds, c);
+  else skipped('eventLoop');
   const p = report.prefetchEventLoop;
-  if (p) line(`${formatBytes(p.prefetchBytes)} of managed prefetch, to the device and back`, p.prefetchSeconds, p);
-  else if (skipped.has('prefetchEventLoop')) lines.push(skippedProbeLine(skipped.get('prefetchEventLoop')!));
+  if (p) line(`${formatBytes(p.prefetchBytes)} of ${PROBE_WORK.prefetchEventLoop}, to the device and back`, p.prefetchSeconds, p);
+  else skipped('prefetchEventLoop');
   return lines;
 }
 
 /** @internal The line of a probe that ran out of memory (the table's, the HTML's and the CLI's). */
 export function skippedProbeLine(k: SkippedProbe): string {
-  const what = k.probe === 'eventLoop' ? 'pageable copyAsync' : 'managed prefetch';
-  return `event loop during ${what}: not measured, out of memory (${k.reason.replace(/\.$/, '')})`;
+  return `event loop during ${PROBE_WORK[k.probe]}: not measured, out of memory (${k.reason.replace(/\.$/, '')})`;
 }
 
 // " at 12.0 ms, 1 GC pause (longest 1.20 ms), JavaScript thread preempted 0 times": when the worst
