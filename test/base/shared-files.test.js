@@ -75,7 +75,12 @@ describe('shared files: what another user or process cannot do', () => {
       ],
       { cwd: root, env: { ...process.env, CUDA_MEMORY_SHM_DIR: dir }, stdio: ['ignore', 'pipe', 'inherit'] },
     );
-    const theirs = await new Promise((resolve) => child.stdout.once('data', (d) => resolve(String(d).trim())));
+    // (A child that cannot start, e.g. when the second user cannot read the package, fails the
+    // test at once rather than at the test's time limit.)
+    const theirs = await new Promise((resolve, reject) => {
+      child.stdout.once('data', (d) => resolve(String(d).trim()));
+      child.once('exit', (c) => reject(new Error(`the second user's process exited with ${c} before printing its group's path`)));
+    });
     try {
       expect(theirs).toBe(path.join(dir, `cuda-memory-${OTHER}`, 'cuda-memory-group.planted.simulated'));
       const st = fs.statSync(path.dirname(theirs));
