@@ -6,6 +6,7 @@
 
 #include "allocator/group.h"
 #include "core/allocator/compose.h"
+#include "core/allocator/footprint.h"
 #include "core/allocator/policy.h"
 #include "device/discovery.h"
 
@@ -45,6 +46,11 @@ void CudaUpstream::Deallocate(uint64_t address, size_t) noexcept {
   cudaSetDevice(device_);
   cudaFree(reinterpret_cast<void*>(static_cast<uintptr_t>(address)));
   (void)cudaGetLastError();
+}
+
+uint64_t CudaUpstream::Footprint(uint64_t bytes) const {
+  uint64_t page = Granularity();
+  return core::DeviceFootprint(bytes, page ? page : core::kDevicePage);
 }
 
 uint64_t CudaUpstream::Granularity() const {

@@ -30,6 +30,8 @@ class CudaUpstream final : public core::Upstream {
   bool managed() const override { return managed_; }
   // The host's physical memory: what an oversubscribed device can spill into at most.
   uint64_t HostBytes() const override;
+  // Whole pages of the device's granularity (core/allocator/footprint.h).
+  uint64_t Footprint(uint64_t bytes) const override;
   // Expandable segments through CUDA virtual memory management (memory/vmm.h).
   uint64_t Granularity() const override;
   std::string Why() const override { return why_; }

@@ -36,16 +36,25 @@ beforeAll(() => {
   // it, as in the real driver, so that only the interposer's substitution can hand out its wrappers.
   cc(['-shared', '-fPIC', 'fake_driver.c', '-o', `${bin}/libcuda.so.1`, '-Wl,-soname,libcuda.so.1', '-Wl,-Bsymbolic']);
   cc(['-shared', '-fPIC', 'fake_runtime.c', '-o', `${bin}/libcudart.so.13`, '-Wl,-soname,libcudart.so.13', '-ldl', '-lpthread']);
-  cc(['program.c', '-o', `${bin}/dynamic`, `-L${bin}`, '-l:libcudart.so.13', '-lpthread']);
+  cc(['program.c', '-o', `${bin}/dynamic`, `-L${bin}`, '-l:libcudart.so.13', '-lpthread', '-ldl']);
   cc(['program.c', 'fake_runtime.c', '-o', `${bin}/static`, '-ldl', '-lpthread']);
-  cc(['-DDIRECT_DRIVER', 'program.c', 'fake_runtime.c', '-o', `${bin}/driver`, `-L${bin}`, '-l:libcuda.so.1', '-lpthread']);
+  cc(['-DDIRECT_DRIVER', 'program.c', 'fake_runtime.c', '-o', `${bin}/driver`, `-L${bin}`, '-l:libcuda.so.1', '-lpthread', '-ldl']);
+  // The program as a module, found only through the loader's RUNPATH, with the runtime compiled in
+  // or linked with the driver.
+  fs.mkdirSync(path.join(bin, 'deep'));
+  const lib = ['-shared', '-fPIC', '-Dmain=program_main', 'program.c', 'fake_runtime.c'];
+  cc([...lib, '-o', `${bin}/deep/libprogram.so`, '-ldl', '-lpthread']);
+  cc([...lib, '-DDIRECT_DRIVER', '-o', `${bin}/deep/libprogram-driver.so`, `-L${bin}`, '-l:libcuda.so.1', '-ldl', '-lpthread']);
+  cc(['deepbind.c', '-o', `${bin}/deepbind`, '-ldl', '-Wl,--enable-new-dtags,-rpath,$ORIGIN/deep']);
   cc(['holdlock.c', '-o', `${bin}/holdlock`]);
   cc(['-shared', '-fPIC', 'wrap_used.c', '-o', `${bin}/wrap_used.so`, '-ldl']);
 }, 120000);
 
-/** A program under the interposer: send(line) resolves with its one-line answer. */
+/** A program under the interposer: send(line) resolves with its one-line answer. `kind` is a
+ * program of bin/, or [program, ...arguments]. */
 function start(kind, env = {}, preloads = [preload]) {
-  const child = spawn(path.join(bin, kind), [], {
+  const [file, ...args] = Array.isArray(kind) ? kind : [kind];
+  const child = spawn(path.join(bin, file), args, {
     env: { ...process.env, LD_LIBRARY_PATH: bin, LD_PRELOAD: preloads.join(':'), ...env },
     stdio: ['pipe', 'pipe', 'pipe'],
   });
@@ -163,12 +172,15 @@ describe('the interposer charges a group for every way a program reaches the dri
       const name = `entry-points-${tag}`;
       const p = start('dynamic', { ...budget(name, 64 * MiB), ...fake });
       const sizes = { malloc: MiB, managed: 2 * MiB, async: 3 * MiB, async_ptsz: 4 * MiB, pool: 5 * MiB, create: 6 * MiB };
+      // What each is charged: what the device takes. The three stream-ordered ones share the
+      // device's default pool, whose reserve grows in whole 2 MiB pages: 4, then 8, then 12 MiB.
+      const charged = { malloc: MiB, managed: 2 * MiB, async: 4 * MiB, async_ptsz: 4 * MiB, pool: 4 * MiB, create: 6 * MiB };
       const live = [];
       let total = 0;
       for (const [api, bytes] of Object.entries(sizes)) {
         const r = await p.send(`alloc ${api} ${bytes}`);
         expect([api, r]).toEqual([api, expect.stringMatching(/^ok 0x[0-9a-f]+$/)]);
-        total += bytes;
+        total += charged[api];
         live.push([api === 'create' ? 'create' : api.startsWith('async') || api === 'pool' ? 'async' : 'malloc', r.split(' ')[1]]);
         await expectInUse(name, p.pid, total);
         // What remains of the budget plus one byte is refused through this entry point too.
@@ -180,6 +192,9 @@ describe('the interposer charges a group for every way a program reaches the dri
       await expectInUse(name, p.pid, total + 4096);
       live.push(['malloc', pitched.split(' ')[1]]);
       for (const [api, address] of live) expect(await p.send(`free ${api} ${address}`)).toBe('ok');
+      // The pool keeps its reserve until a synchronisation trims it: charged until then.
+      await expectInUse(name, p.pid, 12 * MiB);
+      expect(await p.send('sync')).toBe('ok');
       await expectInUse(name, p.pid, 0);
       expect(await p.send('used 0')).toBe('ok 0');
       await p.exit();
@@ -233,6 +248,7 @@ describe('a context that ends takes its memory with it, and its charges', () => 
       expect(await p.send(`alloc malloc ${40 * MiB}`)).toMatch(/^ok 0x/);
       expect(await p.send(`free async ${async}`)).toBe('ok');
       expect(await p.send(`free create ${handle}`)).toBe('ok');
+      expect(await p.send('sync')).toBe('ok'); // the pool's reserve goes at a synchronisation
       await expectInUse(name, p.pid, 40 * MiB);
       await p.exit();
     },
@@ -264,6 +280,7 @@ describe('a context that ends takes its memory with it, and its charges', () => 
     expect(await p.send('used 0')).toBe(`ok ${12 * MiB}`);
     await expectInUse(name, p.pid, 12 * MiB);
     expect(await p.send(`free async ${async}`)).toBe('ok');
+    expect(await p.send('sync')).toBe('ok');
     await expectInUse(name, p.pid, 10 * MiB);
     await p.exit();
   });

@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <new>
 
 #include "core/allocator/pool.h"  // FormatBytes
@@ -15,7 +17,7 @@ namespace cm::preload {
 namespace {
 
 // A decimal integer from min to max, else false.
-bool ParseUnsigned(const char* text, uint64_t max, uint64_t* out) {
+bool ParseUnsigned(const char* text, uint64_t min, uint64_t max, uint64_t* out) {
   if (!text || !*text) return false;
   uint64_t v = 0;
   for (const char* p = text; *p; ++p) {
@@ -24,6 +26,7 @@ bool ParseUnsigned(const char* text, uint64_t max, uint64_t* out) {
     if (v > (max - d) / 10) return false;
     v = v * 10 + d;
   }
+  if (v < min) return false;
   *out = v;
   return true;
 }
@@ -33,7 +36,28 @@ std::string Env(const char* name) {
   return v ? v : "";
 }
 
+// Set while this thread holds a Member's lock: an exit() from inside a charge (a signal handler)
+// must not wait for a lock its own thread holds.
+thread_local bool t_holding = false;
+
 }  // namespace
+
+class Member::Lock {
+ public:
+  explicit Lock(std::timed_mutex& m) : m_(m) {
+    m_.lock();
+    t_holding = true;
+  }
+  ~Lock() {
+    t_holding = false;
+    m_.unlock();
+  }
+  Lock(const Lock&) = delete;
+  Lock& operator=(const Lock&) = delete;
+
+ private:
+  std::timed_mutex& m_;
+};
 
 void Say(const std::string& text) noexcept {
   try {
@@ -51,20 +75,24 @@ Member& Member::Get() {
 Member::Member() {
   group_ = Env("CUDA_MEMORY_GROUP");
   if (group_.empty()) return;
+  // Anything but 0 or nothing asks for strictness: a misspelt "true" must not loosen a budget.
+  std::string strict = Env("CUDA_MEMORY_GROUP_STRICT");
+  strict_ = !strict.empty() && strict != "0";
   budget_source_ = Env("CUDA_MEMORY_GROUP_BUDGET_SOURCE");
   std::string budget = Env("CUDA_MEMORY_GROUP_BUDGET");
-  if (!budget.empty() && !ParseUnsigned(budget.c_str(), UINT64_MAX, &budget_))
+  if (!budget.empty() && !ParseUnsigned(budget.c_str(), 0, UINT64_MAX, &budget_))
     problem_ = "CUDA_MEMORY_GROUP_BUDGET is " + core::shm::Printable(budget) +
                ", not a number of bytes (decimal digits)";
   if (budget_ && budget_source_.empty()) budget_source_ = "limit " + core::FormatBytes(budget_);
   std::string timeout = Env("CUDA_MEMORY_LOCK_TIMEOUT_MS");
   uint64_t ms = 0;
   if (!timeout.empty()) {
-    if (ParseUnsigned(timeout.c_str(), 86400000, &ms))
+    // 0 would make every ledger operation time out: refused, as the library refuses it.
+    if (ParseUnsigned(timeout.c_str(), 1, 86400000, &ms))
       lock_timeout_ms_ = static_cast<int>(ms);
     else if (problem_.empty())
       problem_ = "CUDA_MEMORY_LOCK_TIMEOUT_MS is " + core::shm::Printable(timeout) +
-                 ", not an integer from 0 to 86400000 (milliseconds)";
+                 ", not an integer from 1 to 86400000 (milliseconds)";
   }
   // As the library's shmDir(): this user's own folder, by effective uid.
   std::string base = Env("CUDA_MEMORY_SHM_DIR");
@@ -72,70 +100,146 @@ Member::Member() {
       core::shm::Join(base.empty() ? "/dev/shm" : base, "cuda-memory-" + std::to_string(geteuid()));
 }
 
-bool Member::JoinLocked(const std::string& device) noexcept {
-  std::string why;
+std::string Member::LedgerFile(const std::string& device) const {
+  std::string path = core::Ledger::PathFor(dir_, group_, device);
+  size_t slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+Member::Verdict Member::FailOpen(const char* code, const std::string& detail, uint64_t bytes,
+                                 const std::string& device) noexcept {
+  if (group_.empty()) return Verdict::kUncharged;
+  Lock lock(mutex_);
   try {
-    if (!problem_.empty()) {
-      why = problem_;
-    } else {
-      // A preloaded process has no limit of its own: the group's budget is its limit, as for an
-      // allocator of the library that joins without one.
-      ledger_.reset(core::Ledger::Join(dir_, group_, device, budget_, budget_source_, budget_,
-                                       lock_timeout_ms_));
-      if (!budget_) ledger_->SetLimit(ledger_->budget());
-      grants_.reset(new core::GrantedCharge(core::GrantedCharge::GrantFor(ledger_->budget())));
-      return true;
-    }
-  } catch (const core::ShmError& e) {
-    why = e.code + ": " + e.what();
-  } catch (const std::exception& e) {
-    why = e.what();
+    if (!device.empty()) device_ = device;
   } catch (...) {
-    why = "an unknown error";
   }
-  detached_ = true;
+  return FailOpenLocked(code, detail, bytes, true);
+}
+
+Member::Verdict Member::FailOpenLocked(const std::string& code, const std::string& detail,
+                                       uint64_t bytes, bool lasting) noexcept {
+  try {
+    if (said_codes_.find(" " + code + " ") == std::string::npos) {
+      said_codes_ += " " + code + " ";
+      if (!detail.empty())
+        Say(detail + (strict_ ? "; under CUDA_MEMORY_GROUP_STRICT=1 they are refused with the "
+                                "out-of-memory error instead"
+                              : ""));
+    }
+    if (!record_) {
+      try {
+        record_.reset(core::UnchargedRecord::Make(dir_, group_, GroupKey(), code,
+                                                  detail.empty() ? code : detail, strict_));
+        record_lasting_ = lasting;
+      } catch (...) {
+        // The folder cannot hold it (another user's, no room): the line on stderr stays.
+      }
+    } else if (lasting) {
+      record_lasting_ = true;
+    }
+    if (record_ && bytes) record_->Count(bytes);
+  } catch (...) {
+  }
+  return strict_ ? Verdict::kRefused : Verdict::kUncharged;
+}
+
+void Member::RecoveredLocked() noexcept {
+  if (record_ && !record_lasting_) record_.reset();
+}
+
+bool Member::JoinLocked(const std::string& device) noexcept {
+  try {
+    // A preloaded process has no limit of its own: the group's budget is its limit, as for an
+    // allocator of the library that joins without one.
+    ledger_.reset(core::Ledger::Join(dir_, group_, device, budget_, budget_source_, budget_,
+                                     lock_timeout_ms_));
+    if (!budget_) ledger_->SetLimit(ledger_->budget());
+    grants_.reset(new core::GrantedCharge(core::GrantedCharge::GrantFor(ledger_->budget())));
+    return true;
+  } catch (const core::ShmError& e) {
+    join_code_ = e.code;
+    join_detail_ = e.code + ": " + e.what();
+  } catch (const std::exception& e) {
+    join_code_ = "ERR_GROUP_LEDGER";
+    join_detail_ = e.what();
+  } catch (...) {
+    join_code_ = "ERR_GROUP_LEDGER";
+    join_detail_ = "an unknown error";
+  }
   ledger_.reset();
-  Say("cannot join group '" + core::shm::Printable(group_) + "' on " +
-      core::shm::Printable(device) + " (" + why +
-      "); this process's allocations are not charged to any group");
+  grants_.reset();
+  if (join_code_ == "ERR_SHM_LOCK_TIMEOUT") {
+    // A stopped or hung holder while joining: a back-off like a charge's, then joined again.
+    lock_retry_at_ms_ = BackoffEndMs();
+  } else {
+    detached_ = true;
+    detached_code_ = join_code_;
+  }
   return false;
 }
 
 Member::Verdict Member::Take(uint64_t bytes, const char* api, const std::string& device,
-                             LibraryMembers library) noexcept {
+                             const char* library_ledger) noexcept {
   if (group_.empty()) return Verdict::kUncharged;
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (detached_ || LockBackoffLocked() || (!ledger_ && !JoinLocked(device)))
-    return Verdict::kUncharged;
+  Lock lock(mutex_);
   try {
-    if (library) {
-      size_t slash = ledger_->path().rfind('/');
-      if (library(ledger_->path().c_str() + (slash == std::string::npos ? 0 : slash + 1)) > 0)
-        return Verdict::kUncharged;
+    // The addon taking a region its own allocator of this group has charged already.
+    if (library_ledger && LedgerFile(device) == library_ledger) return Verdict::kUncharged;
+    device_ = device;
+    if (!problem_.empty()) return FailOpenLocked("ERR_PRELOAD_SETTING", problem_, bytes, true);
+    if (detached_) return FailOpenLocked(detached_code_, "", bytes, true);
+    if (LockBackoffLocked()) return FailOpenLocked("ERR_SHM_LOCK_TIMEOUT", "", bytes, false);
+    if (!ledger_ && !JoinLocked(device)) {
+      if (detached_)
+        return FailOpenLocked(join_code_,
+                              "cannot join group '" + core::shm::Printable(group_) + "' on " +
+                                  core::shm::Printable(device) + " (" + join_detail_ +
+                                  "); this process's allocations are not charged to any group",
+                              bytes, true);
+      return FailOpenLocked(
+          join_code_,
+          join_detail_ + " (joining) An allocation of " + core::FormatBytes(bytes) +
+              " went on uncharged, and so do the ones after it for a while " + "(said once)",
+          bytes, false);
     }
+  } catch (...) {
+    return strict_ ? Verdict::kRefused : Verdict::kUncharged;
+  }
+  try {
     core::GroupRefusal refusal;
-    if (grants_->Take(*ledger_, bytes, &refusal)) return Verdict::kCharged;
+    if (grants_->Take(*ledger_, bytes, &refusal)) {
+      RecoveredLocked();
+      return Verdict::kCharged;
+    }
     RefusedLocked(bytes, api, refusal);
     return Verdict::kRefused;
   } catch (const core::ShmError& e) {
     if (e.code == "ERR_SHM_LOCK_TIMEOUT") {
-      // A stopped or hung holder: this allocation goes on uncharged, and so do the ones until
+      // A stopped or hung holder: this allocation fails open, and so do the ones until
       // lock_retry_at_ms_, so that each does not wait the timeout again.
-      if (lock_timeouts_++ == 0)
-        Say(e.code + ": " + e.what() + " An allocation of " + core::FormatBytes(bytes) +
-            " went on uncharged, and so do the ones after it for a while (said once)");
       lock_retry_at_ms_ = BackoffEndMs();
-      return Verdict::kUncharged;
+      return FailOpenLocked(
+          e.code,
+          e.code + ": " + e.what() + " An allocation of " + core::FormatBytes(bytes) +
+              " went on uncharged, and so do the ones after it for a while " + "(said once)",
+          bytes, false);
     }
     detached_ = true;
-    Say("group '" + core::shm::Printable(group_) + "': " + e.code + ": " + e.what() +
-        "; this process's allocations are no longer charged to it");
+    detached_code_ = e.code;
+    return FailOpenLocked(e.code,
+                          "group '" + core::shm::Printable(group_) + "': " + e.code + ": " +
+                              e.what() + "; this process's allocations are no longer charged to it",
+                          bytes, true);
   } catch (...) {
     detached_ = true;
-    Say("group '" + core::shm::Printable(group_) +
-        "' could not be charged; this process's allocations are no longer charged to it");
+    detached_code_ = "ERR_GROUP_LEDGER";
+    return FailOpenLocked(detached_code_,
+                          "group '" + core::shm::Printable(group_) +
+                              "' could not be charged; this process's allocations are no longer "
+                              "charged to it",
+                          bytes, true);
   }
-  return Verdict::kUncharged;
 }
 
 void Member::RefusedLocked(uint64_t bytes, const char* api,
@@ -169,8 +273,14 @@ bool Member::LockBackoffLocked() const {
 
 bool Member::MemInfo(const std::string& device, core::MemInfo* info) noexcept {
   if (group_.empty()) return false;
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (detached_ || !problem_.empty()) return false;
+  Lock lock(mutex_);
+  if (detached_ || !problem_.empty()) {
+    // A budget that cannot be kept: under strict nothing may be allocated, and the process is
+    // told so; else the device as it is.
+    if (!strict_) return false;
+    info->free = 0;
+    return true;
+  }
   // Behind a lock not had in time (an allocation's, or an earlier question's): the group's figures
   // as last read, without waiting again.
   if (LockBackoffLocked() || core::shm::NowUnixMs() < query_retry_at_ms_)
@@ -223,26 +333,35 @@ bool Member::LastFiguresLocked(core::MemInfo* info) const {
 
 void Member::Give(uint64_t bytes) noexcept {
   if (group_.empty()) return;
-  std::lock_guard<std::mutex> lock(mutex_);
+  Lock lock(mutex_);
   if (ledger_ && !detached_) grants_->Give(*ledger_, bytes, !LockBackoffLocked());
 }
 
 void Member::Leave() noexcept {
-  if (group_.empty()) return;
-  std::lock_guard<std::mutex> lock(mutex_);
+  if (group_.empty() || t_holding) return;  // t_holding: exit() from inside a charge
+  if (!mutex_.try_lock_for(std::chrono::milliseconds(lock_timeout_ms_))) return;
   if (ledger_) ledger_->Leave();
+  record_.reset();
   detached_ = true;
+  detached_code_ = "ERR_GROUP_LEFT";
+  mutex_.unlock();
 }
 
 void Member::AfterForkChild() noexcept {
   if (ledger_) ledger_->Abandon();
   ledger_.reset();
   grants_.reset();
+  if (record_) record_->Abandon();
+  record_.reset();
+  record_lasting_ = false;
   detached_ = false;
+  detached_code_.clear();
+  said_codes_.clear();
   refusals_ = refusals_said_ = 0;
-  lock_timeouts_ = query_timeouts_ = 0;
+  query_timeouts_ = 0;
   lock_retry_at_ms_ = query_retry_at_ms_ = 0;
   last_budget_ = last_charged_ = 0;
+  t_holding = false;
   // The mutex was held by the forking thread in the parent; the child is a copy of that thread.
   mutex_.unlock();
 }

@@ -3,18 +3,26 @@
 // one loaded before CUDA is initialised waits for nothing), charged in grants (core/allocator/
 // grants.h) so that an allocation usually costs no ledger operation.
 //
-// The host program is never harmed: nothing here throws, every wait is the ledger's bounded one,
-// and a ledger that cannot be used (missing with no budget to create it, another budget, full,
-// damaged, foreign, another user's, its lock not had in time) costs one line on stderr and the
-// process goes on uncharged ("fails open"): a budget that cannot be kept must not stop a training
-// run. A lock not had in time passes that allocation uncharged, and the ones after it for ten
-// times the lock timeout (at least a second), then the ledger is tried again; anything else
-// detaches the process from the group for the rest of its life. Refusals, one line on stderr the
+// The host program is never harmed: nothing here throws and every wait is bounded. Where the
+// budget cannot be kept, the process "fails open": a ledger that cannot be used (missing with no
+// budget to create it, another budget, full, damaged, foreign, another user's), a setting that
+// does not parse, a lock not had in time. It costs one line on stderr, the process is recorded
+// beside the ledger (core/allocator/uncharged.h: top, groupStats() and the gauges list it), and its
+// allocations go on uncharged, or, under CUDA_MEMORY_GROUP_STRICT=1 (`cuda-memory run --strict`),
+// are refused with the API's out-of-memory error, so that a budget the user gave binds whatever
+// happens. A lock not had in time is a back-off, whether joining or charging: that allocation and
+// the ones for ten times the lock timeout (at least a second) fail open, then the ledger is tried
+// again; anything else lasts for the rest of the process's life. Refusals, one line on stderr the
 // first time and then at most one every ten seconds, return the API's own out-of-memory error.
 //
 // fork: the child lets go of the parent's membership without touching it (the parent's slot and
 // charge stay the parent's) and, if it allocates, joins as a new member of its own. CUDA itself
 // does not let a child use the parent's context, so the parent's allocations are not the child's.
+//
+// exit: leaving needs this object's lock. A thread that ends the process from inside a charge (a
+// signal handler that calls exit() while the charge waits for the ledger) already holds it: the
+// process then ends without leaving, which loses nothing (the kernel drops its locks, and the next
+// process to read the ledger clears its slot).
 #pragma once
 
 #include <cstdint>
@@ -24,6 +32,7 @@
 
 #include "core/allocator/grants.h"
 #include "core/allocator/ledger.h"
+#include "core/allocator/uncharged.h"
 
 namespace cm::preload {
 
@@ -37,27 +46,33 @@ class Member {
 
   enum class Verdict { kUncharged, kCharged, kRefused };
   // Charges `bytes` for an allocation through `api` on the group's device (`device` is its key,
-  // used when joining). kUncharged: no group, or the group cannot be used; go on uncharged.
-  // The addon's count of its own members of a ledger, by file name (Ledger::MembersNamed).
-  using LibraryMembers = int (*)(const char* file);
-  // library: set when the cuda-memory addon made the call; it goes on uncharged when the addon
-  // holds a member of this group (one of its allocators, which has charged the region itself).
+  // used when joining). kUncharged: no group, the group cannot be used (failed open), or
+  // `library_ledger` names this group's ledger file: the cuda-memory addon is taking a region its
+  // own group allocator has charged already. kRefused: past the budget, or failed open under
+  // strict.
   Verdict Take(uint64_t bytes, const char* api, const std::string& device,
-               LibraryMembers library = nullptr) noexcept;
+               const char* library_ledger = nullptr) noexcept;
   // What cuMemGetInfo tells the process about the group's device (`device`, its key): *info holds
   // the device's figures and becomes the group's view of them (core::GroupMemInfo), from this
   // member's ledger, or before it has joined from the group's ledger as it stands (the budget from
   // CUDA_MEMORY_GROUP_BUDGET where there is none yet, or no member is left to keep its own).
   // False, *info untouched, where the group does not apply: none set, or one this process cannot
-  // use or could not join (another budget, no slot left). Behind a ledger lock not had in time,
-  // the figures last read, for a while (its own back-off: allocations still try the ledger).
+  // use or could not join (another budget, no slot left); under strict such a group leaves no free
+  // memory. Behind a ledger lock not had in time, the figures last read, for a while (its own
+  // back-off: allocations still try the ledger).
   bool MemInfo(const std::string& device, core::MemInfo* info) noexcept;
   // Gives back a charged allocation's bytes.
   void Give(uint64_t bytes) noexcept;
+  // Memory of `bytes` on the group's device (`device`, its key) that cannot be charged, for `code`
+  // (detail says why): said on stderr once per code, recorded beside the ledger, counted. Returns
+  // kRefused under strict (for a caller that can still refuse), else kUncharged.
+  Verdict FailOpen(const char* code, const std::string& detail, uint64_t bytes,
+                   const std::string& device) noexcept;
   // Leaves the group (at exit); later allocations pass uncharged.
   void Leave() noexcept;
   // CUDA_MEMORY_GROUP is set.
   bool enabled() const { return !group_.empty(); }
+  bool strict() const { return strict_; }
 
   // Around fork: held in the parent, so that the child gets a consistent state.
   void BeforeFork() { mutex_.lock(); }
@@ -66,22 +81,36 @@ class Member {
 
  private:
   Member();
+  class Lock;
   bool JoinLocked(const std::string& device) noexcept;
   void RefusedLocked(uint64_t bytes, const char* api, const core::GroupRefusal& refusal) noexcept;
+  Verdict FailOpenLocked(const std::string& code, const std::string& detail, uint64_t bytes,
+                         bool lasting) noexcept;
+  // Charged again after a back-off: the record of failing open goes.
+  void RecoveredLocked() noexcept;
+  std::string LedgerFile(const std::string& device) const;
+  // The device key of the record beside the ledger.
+  const std::string& GroupKey() const { return device_; }
 
-  std::mutex mutex_;
+  std::timed_mutex mutex_;
   std::string group_, budget_source_, dir_;
   uint64_t budget_ = 0;
+  bool strict_ = false;
   int lock_timeout_ms_ = core::shm::kDefaultLockTimeoutMs;
-  std::string problem_;  // a setting that could not be read: said once, then uncharged
+  std::string problem_;  // a setting that could not be read: said once, then failed open
   std::unique_ptr<core::Ledger> ledger_;
   std::unique_ptr<core::GrantedCharge> grants_;
-  bool detached_ = false;  // the group cannot be used: uncharged from now on
+  bool detached_ = false;                // the group cannot be used: failed open from now on
+  std::string detached_code_;            // why, for the refusals under strict
+  std::string join_code_, join_detail_;  // why the last join failed
+  std::string device_;                   // the group's device key, as the wrappers gave it
+  std::unique_ptr<core::UnchargedRecord> record_;  // beside the ledger, while failing open
+  bool record_lasting_ = false;  // false: only lock back-offs, removed once charged again
+  std::string said_codes_;       // codes said on stderr once already (" CODE " each)
   uint64_t refusals_ = 0, refusals_said_ = 0;
   int64_t last_refusal_line_ms_ = 0;
-  uint64_t lock_timeouts_ = 0;
-  // After a lock not had in time, the ledger is left alone until then (unix ms): allocations go
-  // on uncharged at once instead of each waiting the timeout again behind a hung holder.
+  // After a lock not had in time, the ledger is left alone until then (unix ms): allocations fail
+  // open at once instead of each waiting the timeout again behind a hung holder.
   uint64_t lock_retry_at_ms_ = 0;
   bool LockBackoffLocked() const;
   // When a back-off begun now ends (unix ms): ten lock timeouts, at least a second.

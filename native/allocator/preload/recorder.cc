@@ -60,14 +60,34 @@ Recorder::Recorder() {
   if (p && *p) path_ = p;
 }
 
+// A file of this process's own: CUDA_MEMORY_TRACE if nobody has made it yet, else beside it with
+// this process's pid. Never opened through a link, never over an existing file.
+int Recorder::CreateLocked() noexcept {
+  constexpr int kFlags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
+  try {
+    file_ = path_;
+    int fd = open(file_.c_str(), kFlags, 0600);
+    for (int n = 0; fd < 0 && errno == EEXIST && n < 100; ++n) {
+      file_ = path_ + "." + std::to_string(getpid()) + (n ? "." + std::to_string(n) : "");
+      fd = open(file_.c_str(), kFlags, 0600);
+    }
+    if (fd >= 0 && file_ != path_)
+      Say("CUDA_MEMORY_TRACE: " + path_ + " is another process's (or an earlier run's); this " +
+          "process records in " + file_);
+    return fd;
+  } catch (...) {
+    return -1;
+  }
+}
+
 bool Recorder::OpenLocked() noexcept {
   if (fd_ >= 0) return true;
   if (failed_) return false;
-  fd_ = open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  fd_ = CreateLocked();
   if (fd_ < 0) {
     failed_ = true;
-    Say("CUDA_MEMORY_TRACE: cannot write " + path_ + " (" + std::strerror(errno) +
-        "); nothing is recorded");
+    Say("CUDA_MEMORY_TRACE: cannot write " + (file_.empty() ? path_ : file_) + " (" +
+        std::strerror(errno) + "); nothing is recorded");
     return false;
   }
   start_ = last_write_ = std::chrono::steady_clock::now();
@@ -76,7 +96,7 @@ bool Recorder::OpenLocked() noexcept {
   return true;
 }
 
-void Recorder::Event(const char* action, bool handle, uint64_t id, uint64_t bytes) noexcept {
+void Recorder::Event(const char* action, const char* kind, uint64_t id, uint64_t bytes) noexcept {
   if (path_.empty()) return;
   std::lock_guard<std::mutex> lock(mutex_);
   if (!OpenLocked()) return;
@@ -86,8 +106,8 @@ void Recorder::Event(const char* action, bool handle, uint64_t id, uint64_t byte
   int n;
   if (id || std::strcmp(action, "oom") != 0)
     n = std::snprintf(
-        buf, sizeof buf, "%s{\"action\":\"%s\",\"id\":\"%s0x%llx\",\"bytes\":%llu,\"time\":%.1f}",
-        events_ ? ",\n" : "", action, handle ? "handle " : "", static_cast<unsigned long long>(id),
+        buf, sizeof buf, "%s{\"action\":\"%s\",\"id\":\"%s%s0x%llx\",\"bytes\":%llu,\"time\":%.1f}",
+        events_ ? ",\n" : "", action, kind, *kind ? " " : "", static_cast<unsigned long long>(id),
         static_cast<unsigned long long>(bytes), us);
   else
     n = std::snprintf(buf, sizeof buf, "%s{\"action\":\"oom\",\"bytes\":%llu,\"time\":%.1f}",
@@ -121,13 +141,13 @@ void Recorder::WriteLocked() noexcept {
   }
 }
 
-void Recorder::Alloc(bool handle, uint64_t id, uint64_t bytes) noexcept {
-  Event("alloc", handle, id, bytes);
+void Recorder::Alloc(const char* kind, uint64_t id, uint64_t bytes) noexcept {
+  Event("alloc", kind, id, bytes);
 }
-void Recorder::Free(bool handle, uint64_t id, uint64_t bytes) noexcept {
-  Event("free", handle, id, bytes);
+void Recorder::Free(const char* kind, uint64_t id, uint64_t bytes) noexcept {
+  Event("free", kind, id, bytes);
 }
-void Recorder::Oom(uint64_t bytes) noexcept { Event("oom", false, 0, bytes); }
+void Recorder::Oom(uint64_t bytes) noexcept { Event("oom", "", 0, bytes); }
 
 void Recorder::Flush() noexcept {
   if (path_.empty()) return;
@@ -136,10 +156,14 @@ void Recorder::Flush() noexcept {
 }
 
 void Recorder::AfterForkChild() noexcept {
+  // The child records in a file of its own (the parent's is the parent's), from its own start.
   if (fd_ >= 0) close(fd_);
   fd_ = -1;
-  path_.clear();
+  file_.clear();
   batch_.clear();
+  events_ = 0;
+  end_ = 0;
+  failed_ = false;
   mutex_.unlock();
 }
 

@@ -11,7 +11,7 @@ MemInfo GroupMemInfo(MemInfo device, uint64_t budget, uint64_t charged, uint64_t
 }
 
 uint64_t GrantedCharge::GrantFor(uint64_t budget) {
-  return std::min<uint64_t>(budget / Ledger::kSlots, 64ull << 20);
+  return std::min<uint64_t>(budget / (16 * Ledger::kSlots), 64ull << 20);
 }
 
 bool GrantedCharge::Take(Ledger& ledger, uint64_t bytes, GroupRefusal* refusal) {

@@ -3,7 +3,8 @@
 // the file's lock and reads the whole ledger (a few microseconds, under a lock every member
 // shares); a CUDA program may make a cudaMalloc+cudaFree pair per step. So a member charges the
 // ledger only when its allocations outgrow what it already holds, then with a grant on top, and
-// gives back only what it holds beyond its use past two grants, keeping one.
+// gives back only what it holds beyond its use past two grants, keeping one (GrantFor says how
+// large a grant is).
 //
 // The budget holds exactly: every byte in use was charged, and a grant is taken only when the group
 // can afford it (else only the shortfall is charged). The cost is that a member may hold up to two
@@ -28,8 +29,10 @@ MemInfo GroupMemInfo(MemInfo device, uint64_t budget, uint64_t charged, uint64_t
 
 class GrantedCharge {
  public:
-  // The grant for a group of this budget: a 128th of it (the ledger's slot count, so that every
-  // member holding two grants idle still leaves most of the budget to use), at most 64 MiB.
+  // The grant for a group of this budget: a 2048th of it, at most 64 MiB, so that what members
+  // hold charged and unused stays a small share of the budget however many there are: a member
+  // keeps at most two grants it does not use, and a full ledger (128 members) of idle ones holds
+  // at most an eighth of the budget (40 idle members of a 128 MiB group, 5 MiB).
   static uint64_t GrantFor(uint64_t budget);
 
   explicit GrantedCharge(uint64_t grant) : grant_(grant) {}

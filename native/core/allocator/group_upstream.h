@@ -1,7 +1,13 @@
 // An Upstream that charges every region to a group ledger before taking it from the upstream it
 // wraps, and gives the charge back when the region is returned: the pool's policies (growth,
 // preallocation, garbage collection) run unchanged, and a region the group cannot afford looks to
-// them like memory the device does not have.
+// them like memory the device does not have. A region is charged what the device takes for it
+// (Upstream::Footprint: whole 2 MiB pages on a GPU), not what the pool asked for.
+//
+// While a region is taken, the calling thread is known to be charging this ledger
+// (cuda_memory_charging_ledger, below), so that the interposer preloaded into the same process
+// (native/allocator/preload/) leaves exactly that region to this charge and charges everything
+// else the process takes.
 #pragma once
 
 #include <memory>
@@ -26,6 +32,7 @@ class GroupUpstream final : public Upstream {
   bool simulated() const override { return inner_->simulated(); }
   bool managed() const override { return inner_->managed(); }
   uint64_t HostBytes() const override { return inner_->HostBytes(); }
+  uint64_t Footprint(uint64_t bytes) const override { return inner_->Footprint(bytes); }
   // Expandable segments: each mapped granule is charged to the group like a region.
   uint64_t Granularity() const override { return inner_->Granularity(); }
   std::string Why() const override { return inner_->Why(); }
@@ -59,3 +66,7 @@ class GroupUpstream final : public Upstream {
 };
 
 }  // namespace cm::core
+
+// The ledger file (its name, without the folder) this thread is charging a region to right now,
+// or null: asked by the interposer, by this name, of the addon that it finds as a caller.
+extern "C" __attribute__((visibility("default"))) const char* cuda_memory_charging_ledger();

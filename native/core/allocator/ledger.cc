@@ -56,13 +56,6 @@ uint64_t SlotSum(const Ledger::Slot& s) {
   return shm::Fnv1a(&s, offsetof(Ledger::Slot, bytes_in_use));
 }
 
-void CopyField(char* dst, size_t n, const std::string& s) {
-  std::memset(dst, 0, n);
-  std::memcpy(dst, s.data(), std::min(n - 1, s.size()));
-}
-
-std::string Field(const char* s, size_t n) { return std::string(s, strnlen(s, n)); }
-
 [[noreturn]] void Corrupt(const std::string& path, const std::string& what) {
   throw ShmError("ERR_GROUP_LEDGER_CORRUPT",
                  "the group ledger " + path + " is damaged (" + what +
@@ -199,9 +192,9 @@ Ledger::Header NewHeader(const std::string& name, const std::string& device, uin
   h.slot_count = Ledger::kSlots;
   h.budget = budget;
   h.created_unix_ms = shm::NowUnixMs();
-  CopyField(h.name, sizeof h.name, name);
-  CopyField(h.device, sizeof h.device, device);
-  CopyField(h.budget_source, sizeof h.budget_source, budget_source);
+  shm::CopyText(h.name, sizeof h.name, name);
+  shm::CopyText(h.device, sizeof h.device, device);
+  shm::CopyText(h.budget_source, sizeof h.budget_source, budget_source);
   h.checksum = HeaderSum(h);
   return h;
 }
@@ -230,7 +223,7 @@ bool Unlinked(int fd) {
 
 void CheckSameGroup(const std::string& path, const Ledger::Header& h, const std::string& name,
                     const std::string& device) {
-  if (Field(h.name, sizeof h.name) != name || Field(h.device, sizeof h.device) != device)
+  if (shm::Text(h.name, sizeof h.name) != name || shm::Text(h.device, sizeof h.device) != device)
     Corrupt(path, "it names another group or device");
 }
 
@@ -293,13 +286,13 @@ void Ledger::AdoptBudget(uint64_t budget, const std::string& budget_source) {
   if (live > 0)
     throw ShmError("ERR_GROUP_BUDGET_MISMATCH",
                    "group '" + name_ + "' already has a budget of " + FormatBytes(h->budget) +
-                       " (" + Field(h->budget_source, sizeof h->budget_source) + ") and " +
+                       " (" + shm::Text(h->budget_source, sizeof h->budget_source) + ") and " +
                        std::to_string(live) + " live member" + (live == 1 ? "" : "s") +
                        "; this process asked for " + FormatBytes(budget) + " (" + budget_source +
                        "). Give the same budget, or none to join the group's budget.",
                    path_);
   h->budget = budget;  // an empty group takes the budget of whoever joins next
-  CopyField(h->budget_source, sizeof h->budget_source, budget_source);
+  shm::CopyText(h->budget_source, sizeof h->budget_source, budget_source);
   h->checksum = HeaderSum(*h);
   WriteHeader();
 }
@@ -428,10 +421,10 @@ uint64_t Ledger::CheckAndReap(uint64_t* reaped) {
 GroupSnapshot Ledger::SnapshotLocked(uint64_t reaped) {
   GroupSnapshot g;
   g.path = path_;
-  g.name = Field(header_->name, sizeof header_->name);
-  g.device = Field(header_->device, sizeof header_->device);
+  g.name = shm::Text(header_->name, sizeof header_->name);
+  g.device = shm::Text(header_->device, sizeof header_->device);
   g.budget = header_->budget;
-  g.budget_source = Field(header_->budget_source, sizeof header_->budget_source);
+  g.budget_source = shm::Text(header_->budget_source, sizeof header_->budget_source);
   g.reaped = reaped;
   for (uint32_t i = 0; i < kSlots; ++i) {
     const Slot& s = slots_[i];
@@ -579,26 +572,6 @@ Ledger::PublisherState Ledger::PublisherStatus() {
   auto& p = ThePublisher();
   std::lock_guard<std::mutex> lock(p.mutex);
   return {p.running, p.wakeups};
-}
-
-int Ledger::MembersNamed(const std::string& file) {
-  auto& p = ThePublisher();
-  std::lock_guard<std::mutex> lock(p.mutex);
-  int n = 0;
-  for (Ledger* l : p.members) {
-    size_t slash = l->path_.rfind('/');
-    n += l->path_.compare(slash == std::string::npos ? 0 : slash + 1, std::string::npos, file) == 0;
-  }
-  return n;
-}
-
-extern "C" __attribute__((visibility("default"))) int cuda_memory_ledger_members_named(
-    const char* file) {
-  try {
-    return file ? Ledger::MembersNamed(file) : 0;
-  } catch (...) {
-    return 0;
-  }
 }
 
 GroupSnapshot Ledger::Read(const std::string& path, int lock_timeout_ms) {

@@ -107,11 +107,6 @@ class Ledger {
     uint64_t wakeups;
   };
   static PublisherState PublisherStatus();
-  // How many members this process holds through this copy of the ledger code in ledgers whose
-  // file is named `file` (the name Ledger::PathFor gives, without its folder). The interposer asks
-  // the library's copy through the C symbol cuda_memory_ledger_members_named, so that it leaves the
-  // regions of the library's own group allocators to them.
-  static int MembersNamed(const std::string& file);
   uint64_t budget() const;
   const std::string& path() const { return path_; }
   const std::string& name() const { return name_; }

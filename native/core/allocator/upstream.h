@@ -40,6 +40,9 @@ class Upstream {
   // they may spill into (0 where unknown).
   virtual bool managed() const { return false; }
   virtual uint64_t HostBytes() const { return 0; }
+  // What an allocation of `bytes` takes on the device (core/allocator/footprint.h): whole pages on
+  // a GPU; exactly `bytes` by default and on a simulated device, whose accounting is exact.
+  virtual uint64_t Footprint(uint64_t bytes) const { return bytes; }
 
   // Expandable segments (CUDA virtual memory management): an address range is reserved once and
   // physical memory is mapped into it, and out of it, in granules. Granularity() is 0 where the

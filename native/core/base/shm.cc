@@ -219,6 +219,13 @@ int OpenTrusted(const std::string& path, off_t expected_size, const std::string&
   return fd;
 }
 
+void CopyText(char* dst, size_t n, const std::string& s) {
+  std::memset(dst, 0, n);
+  std::memcpy(dst, s.data(), std::min(n - 1, s.size()));
+}
+
+std::string Text(const char* s, size_t n) { return std::string(s, strnlen(s, n)); }
+
 uint64_t Fnv1a(const void* data, size_t n, uint64_t h) {
   const unsigned char* p = static_cast<const unsigned char*>(data);
   for (size_t i = 0; i < n; ++i) {

@@ -104,6 +104,10 @@ bool ValidName(const std::string& name);
 std::string Printable(const std::string& text);
 // "<dir>/<file>"
 std::string Join(const std::string& dir, const std::string& file);
+// A fixed-size text field of a shared file: written zero-padded (cut to n - 1 bytes), and read up
+// to its first zero byte or its end, whatever another process left in it.
+void CopyText(char* dst, size_t n, const std::string& s);
+std::string Text(const char* s, size_t n);
 // Creates `path` (its folder first, if missing: see CheckFolder) with `size` bytes reserved
 // (posix_fallocate, so a full tmpfs is an error now and not a SIGBUS later) and `init` written at
 // its start, published atomically: the content is complete before the name appears. The file is

@@ -159,6 +159,11 @@ int cudaGetDriverEntryPoint(const char* name, void** f) {
   int status;
   return d.gpa(name, f, 13000, 0, &status);
 }
+int cudaGetDriverEntryPointByVersion(const char* name, void** f, unsigned version,
+                                     unsigned long long flags, int* status) {
+  INIT;
+  return d.gpa(name, f, (int)version, flags, status);
+}
 unsigned long long fakeDeviceUsed(int dev) {
   INIT;
   return d.used(dev);

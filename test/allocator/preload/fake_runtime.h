@@ -13,4 +13,6 @@ int cudaSetDevice(int dev);
 int cudaDeviceReset(void);
 int cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes);
 int cudaGetDriverEntryPoint(const char* name, void** f);
+int cudaGetDriverEntryPointByVersion(const char* name, void** f, unsigned version,
+                                     unsigned long long flags, int* status);
 unsigned long long fakeDeviceUsed(int dev);

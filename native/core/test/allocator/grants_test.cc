@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/test/check.h"
 #include "core/test/shared_dir.h"
@@ -18,12 +19,13 @@ int main() {
   std::string dir = MakeSharedDir("cm-grants");
   std::string path = Ledger::PathFor(dir, "g", "simulated");
 
-  CHECK(GrantedCharge::GrantFor(128 * MiB) == MiB);
+  CHECK(GrantedCharge::GrantFor(2048 * MiB) == MiB);
+  CHECK(GrantedCharge::GrantFor(128 * MiB) == 64 * 1024);
   CHECK(GrantedCharge::GrantFor(1ull << 40) == 64 * MiB);  // at most 64 MiB
   CHECK(GrantedCharge::GrantFor(100) == 0);
 
   {
-    std::unique_ptr<Ledger> l(Ledger::Join(dir, "g", "simulated", 128 * MiB, "limit", 0));
+    std::unique_ptr<Ledger> l(Ledger::Join(dir, "g", "simulated", 2048 * MiB, "limit", 0));
     GrantedCharge g(GrantedCharge::GrantFor(l->budget()));
     GroupRefusal r;
     // The first allocation charges itself and a grant.
@@ -43,14 +45,14 @@ int main() {
     g.Give(*l, 10 * MiB);
     CHECK(g.held() - g.used() == MiB && Charged(path) == g.held());
     // The whole budget is usable: the grant is dropped when it does not fit, never the request.
-    uint64_t rest = 128 * MiB - g.used();
+    uint64_t rest = 2048 * MiB - g.used();
     CHECK(g.Take(*l, rest, &r));
-    CHECK(g.used() == 128 * MiB && Charged(path) == 128 * MiB);
+    CHECK(g.used() == 2048 * MiB && Charged(path) == 2048 * MiB);
     // One byte more is refused, with the shortfall as the request.
     CHECK(!g.Take(*l, 1, &r));
-    CHECK(r.requested == 1 && r.group.charged == 128 * MiB);
-    CHECK(g.used() == 128 * MiB);
-    g.Give(*l, 128 * MiB);
+    CHECK(r.requested == 1 && r.group.charged == 2048 * MiB);
+    CHECK(g.used() == 2048 * MiB);
+    g.Give(*l, 2048 * MiB);
     CHECK(g.used() == 0 && g.held() == MiB && Charged(path) == MiB);
   }
 
@@ -61,7 +63,7 @@ int main() {
     GrantedCharge ga(GrantedCharge::GrantFor(a->budget())),
         gb(GrantedCharge::GrantFor(b->budget()));
     GroupRefusal r;
-    CHECK(ga.grant() == 128 * 1024);
+    CHECK(ga.grant() == 8 * 1024);
     CHECK(ga.Take(*a, 8 * MiB, &r));
     CHECK(!gb.Take(*b, 8 * MiB, &r));  // a holds 8 MiB and a grant
     CHECK(gb.Take(*b, 8 * MiB - ga.grant(), &r));
@@ -73,6 +75,27 @@ int main() {
     MemInfo seen_b = GroupMemInfo(device, g.budget, g.charged, gb.spare());
     CHECK(seen_a.total == 16 * MiB && seen_a.free == ga.grant());
     CHECK(seen_b.total == 16 * MiB && seen_b.free == gb.spare());
+  }
+
+  {
+    // Idle members cannot starve the group: 40 members of a 128 MiB group each allocated and
+    // freed, and what they hold unused leaves another member half of the budget and more.
+    std::vector<std::unique_ptr<Ledger>> idle;
+    std::vector<GrantedCharge> grants;
+    GroupRefusal r;
+    for (int i = 0; i < 40; ++i) {
+      idle.emplace_back(Ledger::Join(dir, "idle", "simulated", 128 * MiB, "limit", 0));
+      grants.emplace_back(GrantedCharge::GrantFor(128 * MiB));
+      CHECK(grants.back().Take(*idle.back(), MiB + i * 4096, &r));
+      grants.back().Give(*idle.back(), MiB + i * 4096);
+    }
+    uint64_t held = Ledger::Read(Ledger::PathFor(dir, "idle", "simulated")).charged;
+    CHECK(held <= 40 * 2 * GrantedCharge::GrantFor(128 * MiB));
+    CHECK(held <= 128 * MiB / 16);
+    std::unique_ptr<Ledger> other(Ledger::Join(dir, "idle", "simulated", 0, "", 0));
+    GrantedCharge g(GrantedCharge::GrantFor(other->budget()));
+    CHECK(g.Take(*other, 64 * MiB, &r));
+    CHECK(g.Take(*other, 128 * MiB - 64 * MiB - held, &r));
   }
 
   // GroupMemInfo: the budget caps the total and the free memory; the device caps both in turn.

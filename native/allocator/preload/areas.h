@@ -1,0 +1,27 @@
+// What the wrappers of one API area offer the others and the process's life (interpose.cc): the
+// stream-ordered pools' and the graph reserve's charges, trued to the driver's reserves.
+#pragma once
+
+namespace cm::preload {
+
+// Every pool's charge trued down to its reserve (a synchronisation may have trimmed it), before a
+// question about free memory or a refusal.
+void RefreshPools() noexcept;
+// Before a refusal: the process's pools trimmed of what no allocation uses, their charges trued;
+// true if that gave anything back (the refused charge is then worth trying again).
+bool TrimPools() noexcept;
+
+void PoolsBeforeFork();
+void PoolsAfterForkParent();
+void PoolsAfterForkChild();
+void VmmBeforeFork();
+void VmmAfterForkParent();
+void VmmAfterForkChild();
+void GraphsBeforeFork();
+void GraphsAfterForkParent();
+void GraphsAfterForkChild();
+
+// A context's end (reset, release, destroy) on `dev`: the graph reserve may have gone with it.
+void GraphsAfterContextEnd(int dev) noexcept;
+
+}  // namespace cm::preload

@@ -1,0 +1,54 @@
+// The charge of memory the driver keeps in reserve behind allocations, which is more than the
+// allocations themselves: a stream-ordered memory pool (cudaMallocAsync's) keeps freed memory until
+// a synchronisation trims it to its release threshold, reserves a whole chunk for a small
+// allocation (32 MiB on an H200), and keeps a whole peak once the threshold is raised (as RMM's
+// async resource and PyTorch's cudaMallocAsync backend raise it); graph memory nodes keep the
+// device's graph reserve from a graph's upload or first launch until cudaDeviceGraphMemTrim. The
+// group is charged what the reserve is as the driver reports it
+// (CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT), never less than
+// the allocations that live in it, and an allocation is charged before it is made, as every other
+// one is. No Node, no CUDA; not thread-safe (the caller holds its lock across the driver call).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+namespace cm::core {
+
+// What a ReserveCharge needs from the group and the driver.
+struct ReserveOps {
+  std::function<bool(uint64_t)> take;       // charges bytes to the group; false: refused
+  std::function<void(uint64_t)> give;       // gives bytes back
+  std::function<bool(uint64_t*)> reserved;  // the reserve now; false: the driver cannot say
+};
+
+class ReserveCharge {
+ public:
+  // Before an allocation of `bytes` (live allocations with it rounded up to `page`): charges what
+  // the charge lacks for it; false when the group refuses (nothing more is charged then). Reading
+  // this pool's reserve again or trimming it would not help: what the charge lacks is never more
+  // than the live allocations with this one; refreshing and trimming the process's other pools may,
+  // and is the caller's to try before it refuses.
+  bool Prepare(uint64_t bytes, uint64_t page, const ReserveOps& ops);
+  // After the driver's answer to that allocation: counted live if `ok`, and the charge trued to the
+  // reserve. False when the reserve grew past what the group affords: the caller frees the
+  // allocation (Freed) and refuses it.
+  bool Done(bool ok, uint64_t bytes, const ReserveOps& ops);
+  // An allocation of `bytes` freed: no longer live; the charge follows the reserve down.
+  void Freed(uint64_t bytes, const ReserveOps& ops);
+  // The charge trued to max(reserve, live): down always, up as far as the group affords (false
+  // where it does not).
+  bool Refresh(const ReserveOps& ops);
+  // Everything this charge holds given back (its pool destroyed, a context reset); live
+  // allocations stay counted until their frees.
+  void GiveBackUnused(const ReserveOps& ops);
+
+  uint64_t live() const { return live_; }
+  uint64_t charged() const { return charged_; }
+
+ private:
+  bool TakeUpTo(uint64_t target, const ReserveOps& ops);
+  uint64_t live_ = 0, charged_ = 0;
+};
+
+}  // namespace cm::core

@@ -1,0 +1,140 @@
+// ReserveCharge: a pool's (or the graph reserve's) charge follows the driver's reserve, is taken
+// before an allocation, and never goes past the group's budget. Against a stand-in pool with a
+// 32 MiB chunk and a release threshold, as the H200's driver showed them. No Node, no GPU.
+#include "core/allocator/reserve_charge.h"
+
+#include <algorithm>
+
+#include "core/test/check.h"
+
+using namespace cm::core;
+
+constexpr uint64_t MiB = 1ull << 20;
+
+// A group with a budget, and a pool that reserves in chunks of 32 MiB (or the allocation rounded
+// to 2 MiB, if larger) and keeps up to `threshold` of free reserve at a synchronisation.
+struct World {
+  uint64_t budget, charged = 0;
+  uint64_t reserve = 0, used = 0, threshold = 0;
+  ReserveOps ops;
+  explicit World(uint64_t b) : budget(b) {
+    ops.take = [this](uint64_t n) {
+      if (n > budget - charged) return false;
+      charged += n;
+      return true;
+    };
+    ops.give = [this](uint64_t n) { charged -= n; };
+    ops.reserved = [this](uint64_t* r) {
+      *r = reserve;
+      return true;
+    };
+  }
+  void Trim() { reserve = used; }
+  void Alloc(uint64_t n) {
+    used += n;
+    if (used > reserve)
+      reserve +=
+          std::max<uint64_t>(32 * MiB, (used - reserve + 2 * MiB - 1) / (2 * MiB) * (2 * MiB));
+  }
+  void Free(uint64_t n) { used -= n; }
+  void Sync() { reserve = std::max(used, std::min(reserve, threshold)); }
+};
+
+int main() {
+  {
+    // A small allocation reserves a chunk: charged before (2 MiB), trued up after (32 MiB).
+    World w(256 * MiB);
+    ReserveCharge c;
+    CHECK(c.Prepare(4096, 2 * MiB, w.ops) && w.charged == 2 * MiB);
+    w.Alloc(4096);
+    CHECK(c.Done(true, 4096, w.ops));
+    CHECK(c.live() == 4096 && c.charged() == 32 * MiB && w.charged == 32 * MiB);
+    // Freed without a synchronisation: the pool keeps it, and so does the charge.
+    w.Free(4096);
+    c.Freed(4096, w.ops);
+    CHECK(w.charged == 32 * MiB);
+    // Synchronised with threshold 0: the reserve goes, and the charge with it at the next look.
+    w.Sync();
+    CHECK(c.Refresh(w.ops) && w.charged == 0 && c.charged() == 0);
+  }
+  {
+    // RMM's async resource: the threshold raised, a whole peak kept reserved and charged.
+    World w(2048 * MiB);
+    w.threshold = UINT64_MAX;
+    ReserveCharge c;
+    CHECK(c.Prepare(1024 * MiB, 2 * MiB, w.ops));
+    w.Alloc(1024 * MiB);
+    CHECK(c.Done(true, 1024 * MiB, w.ops) && w.charged == 1024 * MiB);
+    w.Free(1024 * MiB);
+    c.Freed(1024 * MiB, w.ops);
+    w.Sync();
+    CHECK(c.Refresh(w.ops) && w.charged == 1024 * MiB);  // still reserved: still charged
+    // Reused from the reserve: nothing more is charged.
+    CHECK(c.Prepare(512 * MiB, 2 * MiB, w.ops) && w.charged == 1024 * MiB);
+    w.Alloc(512 * MiB);
+    CHECK(c.Done(true, 512 * MiB, w.ops) && w.charged == 1024 * MiB);
+    // Up to the budget: only what the live allocations lack beyond the reserve is charged.
+    w.budget = 1536 * MiB;
+    CHECK(c.Prepare(1024 * MiB, 2 * MiB, w.ops) && w.charged == 1536 * MiB);
+    w.Alloc(1024 * MiB);
+    CHECK(c.Done(true, 1024 * MiB, w.ops) && w.charged == 1536 * MiB);
+    // Past the budget: refused, nothing more charged.
+    CHECK(!c.Prepare(2 * MiB, 2 * MiB, w.ops) && w.charged == 1536 * MiB);
+    // Freed, then trimmed (cuMemPoolTrimTo): the charge follows the reserve at the next look.
+    w.Free(1024 * MiB);
+    c.Freed(1024 * MiB, w.ops);
+    CHECK(w.charged == 1536 * MiB);
+    w.Trim();
+    CHECK(c.Refresh(w.ops) && w.charged == 512 * MiB && c.live() == 512 * MiB);
+    // The charge never falls below the live allocations, whatever the reserve says.
+    w.reserve = 0;
+    CHECK(c.Refresh(w.ops) && w.charged == 512 * MiB);
+  }
+  {
+    // The reserve grows past what the group affords (a chunk bigger than the allocation): Done
+    // says so; the caller frees, and the charge follows the reserve back down.
+    World w(16 * MiB);
+    ReserveCharge c;
+    CHECK(c.Prepare(4096, 2 * MiB, w.ops) && w.charged == 2 * MiB);
+    w.Alloc(4096);
+    CHECK(!c.Done(true, 4096, w.ops));
+    CHECK(w.charged <= w.budget);
+    w.Free(4096);
+    w.Trim();
+    c.Freed(4096, w.ops);
+    CHECK(w.charged == 0 && c.charged() == 0 && c.live() == 0);
+  }
+  {
+    // A failed allocation gives back what was charged for it.
+    World w(64 * MiB);
+    ReserveCharge c;
+    CHECK(c.Prepare(10 * MiB, 2 * MiB, w.ops) && w.charged == 10 * MiB);
+    CHECK(c.Done(false, 10 * MiB, w.ops) && w.charged == 0);
+  }
+  {
+    // The graph reserve: nothing live, the exec's bound charged before a launch, trued after.
+    World w(512 * MiB);
+    ReserveCharge g;
+    CHECK(g.Prepare(256 * MiB, 1, w.ops) && w.charged == 256 * MiB);
+    w.reserve = 200 * MiB;  // the launch reused some
+    CHECK(g.Done(true, 0, w.ops) && w.charged == 200 * MiB);
+    w.reserve = 0;  // cudaDeviceGraphMemTrim
+    CHECK(g.Refresh(w.ops) && w.charged == 0);
+    // GiveBackUnused: everything beyond the live allocations.
+    CHECK(g.Prepare(8 * MiB, 1, w.ops) && w.charged == 8 * MiB);
+    g.GiveBackUnused(w.ops);
+    CHECK(w.charged == 0);
+  }
+  {
+    // A driver that cannot say its reserve: the charge stays as it is.
+    World w(64 * MiB);
+    w.ops.reserved = [](uint64_t*) { return false; };
+    ReserveCharge c;
+    CHECK(c.Prepare(3 * MiB, 2 * MiB, w.ops) && w.charged == 4 * MiB);
+    CHECK(c.Done(true, 3 * MiB, w.ops) && w.charged == 4 * MiB);
+    c.Freed(3 * MiB, w.ops);
+    CHECK(w.charged == 4 * MiB);
+  }
+  if (failures) std::fprintf(stderr, "%d check(s) failed\n", failures);
+  return failures ? 1 : 0;
+}
