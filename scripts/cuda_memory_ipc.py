@@ -138,7 +138,8 @@ def _refuse_constant(name):
 def parse_descriptor(desc):
     """Checks a cuda-ipc@1 descriptor (a dict or its JSON) exactly as the Node side does
     (parseCudaIpcDescriptor in lib/memory/ipc.ts: the same checks, in the same order, with the
-    same messages) and returns it with a 128-digit handle; DescriptorError otherwise."""
+    same messages) and returns it in one spelling: the handle in 128 lower-case digits, the uuid
+    as CUDA writes it, no unknown fields; DescriptorError otherwise."""
     if isinstance(desc, str):
         try:
             # JSON as JavaScript reads it: no NaN or Infinity.
@@ -183,7 +184,7 @@ def parse_descriptor(desc):
         if offset + length > allocation:
             raise DescriptorError("offset %d + byteLength %d runs past allocationBytes %d" % (offset, length, allocation))
         out["allocationBytes"] = int(allocation)
-    out["device"] = device
+    out["device"] = "GPU-" + device[4:].lower()  # as CUDA writes it, whatever the case given
     out["pid"] = pid
     return out
 

@@ -277,7 +277,8 @@ export class DeviceBuffer {
    * handle's uuid. Its free() closes the mapping (cudaIpcCloseMemHandle). Throws
    * InterprocessError: ERR_IPC_HANDLE_INVALID (malformed, forged or altered),
    * ERR_IPC_EXPORT_GONE (freed, or the exporter exited), ERR_IPC_SAME_PROCESS,
-   * ERR_IPC_ALREADY_OPEN (this thread has it open already), ERR_IPC_WRONG_DEVICE.
+   * ERR_IPC_ALREADY_OPEN (this thread has the memory open already, however the handle is written,
+   * or through the export's {@link CudaIpcDescriptor}), ERR_IPC_WRONG_DEVICE.
    */
   static importIpc(handle: IpcHandle | string, options?: ImportIpcOptions): DeviceBuffer {
     const h = parseIpcHandle(handle);
@@ -317,9 +318,10 @@ export class DeviceBuffer {
    * it checks what the driver can say and refuses the rest (InterprocessError
    * ERR_IPC_HANDLE_INVALID): the handle's format, that it opens device memory on the GPU with the
    * descriptor's uuid (ERR_IPC_WRONG_DEVICE otherwise), that the offset and size lie inside the
-   * allocation it opened, and that the allocation has the size the exporter gave. free() closes
-   * the mapping; the exporter must keep the memory alive until then (a PyTorch exporter keeps a
-   * reference to the tensor).
+   * allocation it opened, and that the allocation has the size the exporter gave. Memory this
+   * thread has open already (the same handle bytes, offset and length, in either format) is
+   * ERR_IPC_ALREADY_OPEN. free() closes the mapping; the exporter must keep the memory alive until
+   * then (a PyTorch exporter keeps a reference to the tensor).
    */
   static importCudaIpc(descriptor: CudaIpcDescriptor | string, options?: ImportIpcOptions): DeviceBuffer {
     const d = parseCudaIpcDescriptor(descriptor);

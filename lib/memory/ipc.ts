@@ -49,7 +49,19 @@ function jsonObject(value: unknown, expected: string): Record<string, unknown> {
   return h as Record<string, unknown>;
 }
 
-/** @internal Checks the shape of a handle given as an object or JSON text. */
+// A GPU's uuid as CUDA writes it ("GPU-" and lower-case hex), from any case; anything else as it is.
+function canonicalUuid(device: string): string {
+  return /^GPU-[0-9a-f-]{36}$/i.test(device) ? `GPU-${device.slice(4).toLowerCase()}` : device;
+}
+
+const RECORD = /^cuda-memory-ipc\.([0-9]{1,10})\.([0-9a-fA-F]{16})$/;
+
+/**
+ * @internal Checks a handle given as an object or JSON text; returns it in the one spelling the
+ * exporter writes (lower-case hex, the record's pid without leading zeros, the uuid as CUDA
+ * writes it, no other fields), so that every spelling of a handle opens the same record and is
+ * the same memory to the check that nothing is opened twice.
+ */
 export function parseIpcHandle(value: unknown): IpcHandle {
   const o = jsonObject(value, 'the object exportIpc() returned');
   if (o.type !== 'cuda-memory/ipc@1') throw invalid(`its type is ${jsonText(o.type)}, expected "cuda-memory/ipc@1"`);
@@ -59,7 +71,19 @@ export function parseIpcHandle(value: unknown): IpcHandle {
       throw invalid(`${k} must be a non-negative integer`);
   if (!/^[0-9a-f]{128}$/i.test(o.handle as string)) throw invalid('handle must be 128 hex digits');
   if (!/^[0-9a-f]{32}$/i.test(o.token as string)) throw invalid('token must be 32 hex digits');
-  return o as unknown as IpcHandle;
+  const record = RECORD.exec(o.record as string);
+  if (!record) throw invalid(`record must be "cuda-memory-ipc.<pid>.<16 hex digits>", got ${jsonText(o.record)}`);
+  // `+ 0` turns a -0 (which JSON can carry) into 0.
+  return {
+    type: 'cuda-memory/ipc@1',
+    record: `cuda-memory-ipc.${Number(record[1])}.${record[2].toLowerCase()}`,
+    token: (o.token as string).toLowerCase(),
+    handle: (o.handle as string).toLowerCase(),
+    device: canonicalUuid(o.device as string),
+    offset: (o.offset as number) + 0,
+    byteLength: (o.byteLength as number) + 0,
+    pid: (o.pid as number) + 0,
+  };
 }
 
 /** @internal The error of freeing an exported buffer that processes still have open. */
@@ -99,7 +123,12 @@ export interface CudaIpcDescriptor {
   pid: number;
 }
 
-/** @internal Checks a descriptor given as an object or JSON text; returns it with a 128-digit handle. */
+/**
+ * @internal Checks a descriptor given as an object or JSON text; returns it in one spelling: a
+ * 128-digit lower-case handle (PyTorch's prefix taken off), the uuid as CUDA writes it, no
+ * fields the format does not know. What it opens, and what the check that nothing is opened twice
+ * compares, is the handle's bytes and the range; `allocationBytes` and `pid` are not part of it.
+ */
 export function parseCudaIpcDescriptor(value: unknown): CudaIpcDescriptor {
   const o = jsonObject(value, 'a cuda-ipc@1 descriptor object');
   if (o.type !== 'cuda-ipc@1') throw invalid(`its type is ${jsonText(o.type)}, expected "cuda-ipc@1"`);
@@ -135,7 +164,7 @@ export function parseCudaIpcDescriptor(value: unknown): CudaIpcDescriptor {
     offset: (o.offset as number) + 0,
     byteLength: o.byteLength as number,
     ...(o.allocationBytes !== undefined ? { allocationBytes: o.allocationBytes as number } : {}),
-    device: o.device,
+    device: canonicalUuid(o.device),
     pid: (o.pid as number) + 0,
   };
 }

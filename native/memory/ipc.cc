@@ -1,6 +1,6 @@
 #include "memory/ipc.h"
 
-#include <array>
+#include <cstdio>
 #include <cstring>
 
 #include "base/cuda_api.h"
@@ -19,13 +19,13 @@ struct IpcExportState : BufferExport {
 };
 
 // Device memory of another process opened from an IPC handle: the importer's slot in the
-// exporter's record, and the base the handle opened (CUDA counts the opens of one handle in a
-// context; each is closed once).
+// exporter's record, the base the handle opened (CUDA counts the opens of one handle in a
+// context; each is closed once), and what was opened, for RefuseIfOpen.
 struct IpcImportAllocation : Allocation {
   using Allocation::Allocation;
   std::unique_ptr<core::IpcImportRecord> import;
   void* base = nullptr;
-  std::array<uint8_t, 64> handle{};  // the cudaIpcMemHandle_t it was opened from
+  core::IpcOpening opening;
 };
 
 const BufferOps kIpcImportOps{
@@ -172,28 +172,30 @@ bool AllocationBytes(void* p, uint64_t* bytes) {
   return true;
 }
 
-Allocation* NewIpcImport(int device, void* base, uint64_t offset, uint64_t bytes,
-                         const uint8_t* handle) {
+Allocation* NewIpcImport(int device, void* base, core::IpcOpening opening) {
   auto* a = new IpcImportAllocation(&kIpcImportOps);
   a->device = device;
   a->base = base;
-  a->ptr = static_cast<char*>(base) + offset;
-  a->bytes = bytes;
-  std::memcpy(a->handle.data(), handle, a->handle.size());
+  a->ptr = static_cast<char*>(base) + opening.offset;
+  a->bytes = opening.bytes;
+  a->opening = std::move(opening);
   return a;
 }
 
-void RefuseIfOpen(Napi::Env env, const uint8_t* handle, uint64_t offset, uint64_t bytes) {
+void RefuseIfOpen(Napi::Env env, const core::IpcOpening& wanted) {
   for (Allocation* open : GetInstance(env).handles.Live()) {
-    if (open->ops != &kIpcImportOps) continue;
-    auto* imp = static_cast<IpcImportAllocation*>(open);
-    if (std::memcmp(imp->handle.data(), handle, imp->handle.size()) == 0 &&
-        static_cast<char*>(open->ptr) - static_cast<char*>(imp->base) ==
-            static_cast<ptrdiff_t>(offset) &&
-        open->bytes == bytes)
-      ThrowInterprocess(env, core::ShmError("ERR_IPC_ALREADY_OPEN",
-                                            "this CUDA IPC descriptor is already open here (as a "
-                                            "DeviceBuffer not yet freed); use that buffer"));
+    // A buffer whose free() waits for a copy is freed as far as its user knows.
+    if (open->ops != &kIpcImportOps || open->free_requested) continue;
+    const core::IpcOpening& o = static_cast<IpcImportAllocation*>(open)->opening;
+    if (!core::SameOpening(o, wanted)) continue;
+    char address[32];
+    std::snprintf(address, sizeof address, "0x%llx",
+                  static_cast<unsigned long long>(reinterpret_cast<uintptr_t>(open->ptr)));
+    ThrowInterprocess(
+        env, core::ShmError("ERR_IPC_ALREADY_OPEN",
+                            "this memory is already open in this thread (" +
+                                core::DescribeOpening(o) + ") as the DeviceBuffer at address " +
+                                address + ", not yet freed; use that buffer, or free it first"));
   }
 }
 
@@ -206,12 +208,8 @@ Napi::Value IpcImport(const Napi::CallbackInfo& info) {
   std::string dir = ReadString(env, info[1], "dir");
   int wanted = ReadInt(env, info[2], "device", -1, 1 << 20);
   int timeout = ReadInt(env, info[3], "lockTimeoutMs", 0, 86400000);
-  for (Allocation* open : GetInstance(env).handles.Live())
-    if (open->ops == &kIpcImportOps && static_cast<IpcImportAllocation*>(open)->import &&
-        static_cast<IpcImportAllocation*>(open)->import->record() == d.record)
-      ThrowInterprocess(env, core::ShmError("ERR_IPC_ALREADY_OPEN",
-                                            "this IPC handle is already open here (as a "
-                                            "DeviceBuffer not yet freed); use that buffer"));
+  core::IpcOpening opening{d.handle, d.offset, d.bytes, d.record};
+  RefuseIfOpen(env, opening);
   // The record first: a forged, stale or foreign handle never reaches the driver.
   std::unique_ptr<core::IpcImportRecord> rec;
   try {
@@ -253,8 +251,7 @@ Napi::Value IpcImport(const Napi::CallbackInfo& info) {
                                       std::to_string(allocation) + " bytes)",
                             d.record));
   }
-  auto* a = static_cast<IpcImportAllocation*>(
-      NewIpcImport(device, base, d.offset, d.bytes, d.handle.data()));
+  auto* a = static_cast<IpcImportAllocation*>(NewIpcImport(device, base, std::move(opening)));
   a->import = std::move(rec);
   Napi::Array out = Napi::Array::New(env, 2);
   out.Set(0u, WrapAllocation(env, a));

@@ -7,6 +7,7 @@
 #include <napi.h>
 
 #include "binding/handles.h"
+#include "core/memory/ipc_record.h"
 
 namespace cm {
 
@@ -16,15 +17,13 @@ void InitIpc(Napi::Env env, Napi::Object exports);
 bool AllocationBytes(void* p, uint64_t* bytes);
 // cudaIpcOpenMemHandle of the 64 bytes at `handle` on `device`; throws CudaError when it fails.
 void* OpenIpcHandle(Napi::Env env, const uint8_t* handle, int device);
-// A buffer over `bytes` at `offset` in the memory `base` opened from the 64 bytes at `handle` on
-// `device`: its release closes the handle (kIpcImportOps). With no record of the exporter's to
-// hold a slot in, for a handle of a process that does not use this library.
-Allocation* NewIpcImport(int device, void* base, uint64_t offset, uint64_t bytes,
-                         const uint8_t* handle);
-// Throws ERR_IPC_ALREADY_OPEN when a live import of this environment was opened from the same
-// handle, offset and size: one descriptor gives one DeviceBuffer per process, as a handle of the
-// library's own format does.
-void RefuseIfOpen(Napi::Env env, const uint8_t* handle, uint64_t offset, uint64_t bytes);
+// A buffer over the range `opening` names in the memory `base` that its handle opened on
+// `device`: its release closes the handle (kIpcImportOps).
+Allocation* NewIpcImport(int device, void* base, core::IpcOpening opening);
+// Throws ERR_IPC_ALREADY_OPEN, naming the buffer, when a live import of this environment has the
+// memory `wanted` names open (core::SameOpening): one buffer per memory in a thread, however the
+// descriptor that asks was written and in whichever format. Before anything is opened.
+void RefuseIfOpen(Napi::Env env, const core::IpcOpening& wanted);
 // Memory shared with processes that do not use this library (native/memory/ipc_foreign.cc).
 void InitForeignIpc(Napi::Env env, Napi::Object exports);
 

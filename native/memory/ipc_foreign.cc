@@ -46,7 +46,8 @@ Napi::Value IpcImportForeign(const Napi::CallbackInfo& info) {
     Refuse(env, "allocationBytes must be a positive integer when given");
   const bool expected_known = expected_d != -1;
   const uint64_t expected = expected_known ? static_cast<uint64_t>(expected_d) : 0;
-  RefuseIfOpen(env, bytes.data(), offset, length);
+  core::IpcOpening opening{bytes, offset, length, ""};
+  RefuseIfOpen(env, opening);
   RequireCuda(env);
   int device = -1;
   int count = GetStatus(env).device_count;
@@ -88,7 +89,7 @@ Napi::Value IpcImportForeign(const Napi::CallbackInfo& info) {
     close_and_refuse("the exporter's allocation was " + std::to_string(expected) +
                      " bytes, but the handle opened one of " + std::to_string(allocation) +
                      " bytes (a stale or mistaken handle)");
-  Allocation* a = NewIpcImport(device, base, offset, length, bytes.data());
+  Allocation* a = NewIpcImport(device, base, std::move(opening));
   Napi::Array out = Napi::Array::New(env, 3);
   out.Set(0u, WrapAllocation(env, a));
   out.Set(1u, device);

@@ -110,11 +110,26 @@ bool ValidRecordName(const std::string& name) {
   if (name.compare(0, p, kPrefix) != 0) return false;
   size_t dot = name.find('.', p);
   if (dot == std::string::npos || dot == p || dot - p > 10) return false;
+  if (name[p] == '0' && dot - p > 1) return false;
   for (size_t i = p; i < dot; ++i)
     if (name[i] < '0' || name[i] > '9') return false;
   if (name.size() - dot - 1 != 16) return false;
-  uint8_t id[8];
-  return FromHex(name.substr(dot + 1), id, 8);
+  for (size_t i = dot + 1; i < name.size(); ++i)
+    if (!((name[i] >= '0' && name[i] <= '9') || (name[i] >= 'a' && name[i] <= 'f'))) return false;
+  return true;
+}
+
+bool SameOpening(const IpcOpening& open, const IpcOpening& wanted) {
+  if (open.handle != wanted.handle || open.offset != wanted.offset || open.bytes != wanted.bytes)
+    return false;
+  return open.record.empty() || wanted.record.empty() || open.record == wanted.record;
+}
+
+std::string DescribeOpening(const IpcOpening& o) {
+  std::string s = "handle " + ToHex(o.handle.data(), o.handle.size()) + ", offset " +
+                  std::to_string(o.offset) + ", byteLength " + std::to_string(o.bytes);
+  if (!o.record.empty()) s += ", record " + o.record;
+  return s;
 }
 
 IpcExportRecord* IpcExportRecord::Create(const std::string& dir, IpcDescriptor* d,

@@ -81,6 +81,24 @@ class IpcImportRecord {
   int timeout_ms_ = shm::kDefaultLockTimeoutMs;
 };
 
+// One opening of CUDA IPC memory in a thread, as the check that memory is not opened twice there
+// sees it. The handle's 64 bytes name the allocation: the driver gives new memory a new handle
+// even at an address it reuses, and a second cuIpcOpenMemHandle of the same bytes in a context
+// returns the same mapping, counted (the CUDA driver API's reference). With the range in it, they
+// are what a descriptor is, however it was written: hex in either case, PyTorch's prefix, the
+// optional fields, the uuid's case and the format all come down to these.
+struct IpcOpening {
+  std::array<uint8_t, 64> handle{};  // cudaIpcMemHandle_t
+  uint64_t offset = 0, bytes = 0;    // of the buffer within the allocation
+  std::string record;                // the export's record; empty for a cuda-ipc@1 descriptor
+};
+// Whether opening `wanted` would give a second buffer over what `open` has open: the same handle
+// bytes and range, unless both came with records and the records differ (two exports of the same
+// range, the first withdrawn by a forced free, each counting its own importers).
+bool SameOpening(const IpcOpening& open, const IpcOpening& wanted);
+// "handle <128 hex digits>, offset N, byteLength M[, record R]", for error messages.
+std::string DescribeOpening(const IpcOpening& o);
+
 // Hex of bytes, and back (false if `hex` is not exactly 2*n hex digits).
 std::string ToHex(const uint8_t* bytes, size_t n);
 bool FromHex(const std::string& hex, uint8_t* bytes, size_t n);
@@ -91,7 +109,8 @@ constexpr size_t kIpcRecordBytes = 720;
 // this first). Files it may not trust (another user's, a link, a wrong mode or size) are left
 // alone; returns how many.
 int SweepStaleIpcRecords(const std::string& dir);
-// True for names of the form "cuda-memory-ipc.<pid>.<16 hex>".
+// True for names as an export writes them, "cuda-memory-ipc.<pid>.<16 hex>": the pid in decimal
+// without leading zeros, the hex in lower case, so that each record has one name.
 bool ValidRecordName(const std::string& name);
 
 }  // namespace cm::core
