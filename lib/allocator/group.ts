@@ -8,7 +8,7 @@
 import * as fs from 'fs';
 import * as path from 'path';
 import { native } from '../binding/native';
-import { InterprocessError, invalidArgument, argTypeError, argRangeError } from '../base/errors';
+import { InterprocessError, invalidArgument, argTypeError, argRangeError, jsonText } from '../base/errors';
 import { checkObjects, checkOptions, checkSize } from '../base/validate';
 import { checkShmName, lockTimeoutMs, shmDir } from '../base/shm';
 import { formatBytes } from '../base/units';
@@ -78,6 +78,9 @@ function uuidOf(info: { uuid?: string } | undefined, device: number): string {
   return info.uuid;
 }
 
+/** The least group budget, in bytes: one request's rounding. */
+const LEAST_BUDGET = 256;
+
 /**
  * @internal A group's budget from a byte limit or a share of the device's total (neither: 0, to
  * join the group's budget), and the words that say how it was set ("memoryLimit 8 GiB",
@@ -93,14 +96,40 @@ export function groupBudget(
   if (limit !== undefined && fraction !== undefined)
     throw argRangeError(`${names.limit} and ${names.fraction} were both given; choose one`, 'ERR_INVALID_ARG_VALUE');
   if (limit !== undefined) {
-    const budget = checkSize(names.limit, limit, 256);
+    const budget = checkSize(names.limit, limit, LEAST_BUDGET);
     return { budget, budgetSource: `${words[0]} ${formatBytes(budget)}` };
   }
   if (fraction === undefined) return { budget: 0, budgetSource: '' };
   if (typeof fraction !== 'number' || !(fraction > 0 && fraction <= 1))
     throw invalidArgument(names.fraction, 'a number in (0, 1]', fraction, typeof fraction === 'number' ? RangeError : TypeError);
   const t = total();
-  return { budget: Math.floor(t * fraction), budgetSource: `${words[1]} ${fraction} of ${formatBytes(t)}` };
+  const budget = Math.floor(t * fraction);
+  // A budget of 0 would mean "join the group's" to the ledger: a share that small is refused.
+  if (budget < LEAST_BUDGET)
+    throw argRangeError(
+      `${names.fraction} ${fraction} of ${formatBytes(t)} is a budget of ${budget} bytes, below the least budget, ${LEAST_BUDGET} bytes`,
+    );
+  return { budget, budgetSource: `${words[1]} ${fraction} of ${formatBytes(t)}` };
+}
+
+/**
+ * @internal The budget this process was started with for group `name` on device `key`, by
+ * `cuda-memory run` or memberEnvironment: CUDA_MEMORY_GROUP_BUDGET (decimal bytes; 0 joins the
+ * group's) and CUDA_MEMORY_GROUP_BUDGET_SOURCE, where CUDA_MEMORY_GROUP and
+ * CUDA_MEMORY_GROUP_DEVICE name this group; the preloaded interposer reads the same variables.
+ * Elsewhere, or unset: 0. A value that is not a budget is a RangeError naming the variable.
+ */
+export function startedBudget(name: string, key: string): { budget: number; budgetSource: string } {
+  const env = process.env;
+  if (env.CUDA_MEMORY_GROUP !== name || env.CUDA_MEMORY_GROUP_DEVICE !== key) return { budget: 0, budgetSource: '' };
+  const text = env.CUDA_MEMORY_GROUP_BUDGET ?? '';
+  const budget = /^\d{1,16}$/.test(text) ? Number(text) : NaN;
+  if (text === '' || budget === 0) return { budget: 0, budgetSource: '' };
+  if (!(budget >= LEAST_BUDGET && budget <= Number.MAX_SAFE_INTEGER))
+    throw argRangeError(
+      `Expected a number of bytes in decimal digits, from ${LEAST_BUDGET} to 2^53-1 (or 0 to join the group's budget), for CUDA_MEMORY_GROUP_BUDGET, the budget this process was started with in group '${name}' on ${key}, but received ${jsonText(text)}`,
+    );
+  return { budget, budgetSource: env.CUDA_MEMORY_GROUP_BUDGET_SOURCE || `limit ${formatBytes(budget)}` };
 }
 
 /** @internal What createAllocator passes to the addon for `shared`. */
@@ -114,13 +143,17 @@ export function resolveShared(value: unknown, device: number, totalBytes: number
   // A GPU's properties, read once (a simulated device has its total given).
   const info = totalBytes === null ? (native.devices()[device] as { uuid?: string; totalMemory: number } | undefined) : undefined;
   const key = totalBytes !== null ? 'simulated' : uuidOf(info, device);
-  const { budget, budgetSource } = groupBudget(
-    { limit: 'shared.memoryLimit', fraction: 'shared.memoryFraction' },
-    s.memoryLimit,
-    s.memoryFraction,
-    () => totalBytes ?? (info as { totalMemory: number }).totalMemory,
-    ['memoryLimit', 'memoryFraction'],
-  );
+  // Neither given: the budget the process was started with as a member of this group, if any.
+  const { budget, budgetSource } =
+    s.memoryLimit === undefined && s.memoryFraction === undefined
+      ? startedBudget(name, key)
+      : groupBudget(
+          { limit: 'shared.memoryLimit', fraction: 'shared.memoryFraction' },
+          s.memoryLimit,
+          s.memoryFraction,
+          () => totalBytes ?? (info as { totalMemory: number }).totalMemory,
+          ['memoryLimit', 'memoryFraction'],
+        );
   return { dir: shmDir(), name, device: key, budget, budgetSource, lockTimeoutMs: timeout };
 }
 
@@ -136,6 +169,35 @@ export function groupStats(name: string, options?: GroupStatsOptions): GroupStat
   const device = o.device === undefined ? 0 : checkSize('options.device', o.device);
   const timeout = lockTimeoutMs('options.lockTimeoutMs', o.lockTimeoutMs);
   return native.groupRead(native.groupPath(shmDir(), name, deviceKey(device, o.simulated === true)), timeout) as GroupStats;
+}
+
+/**
+ * @internal What `cuda-memory run` makes sure of before it starts a member of group `name` on
+ * device `key`: that the member can join. The live group is returned (null if none) once its
+ * ledger was read and trusted and has a slot free; with no live group, a ledger must be makeable:
+ * the folder this user's own (made if missing, as a member makes it) and room in its file system
+ * for a ledger's file (one of that size made there and removed). Otherwise throws the
+ * InterprocessError the member would meet: ERR_GROUP_FULL, groupStats's codes (damaged, foreign,
+ * another version, untrusted, busy), ERR_SHM_NO_SPACE, each naming the file.
+ */
+export function groupPreflight(name: string, key: string): GroupStats | null {
+  checkShmName('name', name);
+  const file = native.groupPath(shmDir(), name, key);
+  let live: GroupStats | null = null;
+  try {
+    live = native.groupRead(file, lockTimeoutMs('lockTimeoutMs', undefined));
+  } catch (e) {
+    if ((e as InterprocessError).code !== 'ERR_GROUP_NOT_FOUND') throw e;
+  }
+  if (live && live.members.length === 0) live = null; // the reader removed its file
+  const { slots } = native.groupFormat();
+  if (live && live.members.length >= slots)
+    throw new InterprocessError(
+      `the group ledger ${printable(file)} already has ${live.members.length} members, as many as a ledger holds (${slots}); another can join once one leaves`,
+      { code: 'ERR_GROUP_FULL', path: file },
+    );
+  if (!live) native.groupProbe(file);
+  return live;
 }
 
 /**

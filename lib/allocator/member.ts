@@ -11,7 +11,7 @@ import { packageRoot } from '../binding/native';
 import { CudaMemoryError, argRangeError, invalidArgument } from '../base/errors';
 import { groupBudget } from './group';
 import { checkShmName } from '../base/shm';
-import { checkFilePath, checkOptions, checkSize } from '../base/validate';
+import { checkBoolean, checkFilePath, checkOptions, checkSize } from '../base/validate';
 
 /**
  * An environment, variable names to values, as `process.env` holds them (written out here so that
@@ -87,6 +87,18 @@ export interface MemberEnvironmentOptions {
   memoryLimit?: number;
   /** The group's budget as a share of `totalBytes`, in (0, 1]. */
   memoryFraction?: number;
+  /**
+   * How the budget was set, for display (CUDA_MEMORY_GROUP_BUDGET_SOURCE), with memoryLimit: a
+   * live group's `budgetSource` when joining it at its budget. Default "limit 20 GiB", or
+   * "fraction 0.25 of 79.19 GiB".
+   */
+  budgetSource?: string;
+  /**
+   * Whether the interposer refuses an allocation it cannot charge instead of letting it through
+   * (CUDA_MEMORY_GROUP_STRICT=1). true sets the variable, false removes it; absent leaves it as
+   * in `env`.
+   */
+  strict?: boolean;
   /** The interposer to put first in LD_PRELOAD; null or absent: LD_PRELOAD is left as it is. */
   preload?: string | null;
   /** A file the interposer records the process's allocations in (CUDA_MEMORY_TRACE). */
@@ -98,7 +110,9 @@ export interface MemberEnvironmentOptions {
 /**
  * What a member process is started with: the environment (the group's variables set, the
  * interposer first in LD_PRELOAD) and the budget it asks for. Without memoryLimit or
- * memoryFraction the member joins the group's budget as it is (CUDA_MEMORY_GROUP_BUDGET=0).
+ * memoryFraction the member joins the group's budget as it is (CUDA_MEMORY_GROUP_BUDGET=0), and
+ * finds no group if every other member has left by then; `cuda-memory run` passes the live
+ * group's budget instead (memoryLimit and budgetSource), so that its program is held to it.
  *
  * | variable | value |
  * |---|---|
@@ -106,6 +120,7 @@ export interface MemberEnvironmentOptions {
  * | CUDA_MEMORY_GROUP_DEVICE | the device's uuid, or "simulated" |
  * | CUDA_MEMORY_GROUP_BUDGET | the budget in bytes (decimal), 0 to join the group's |
  * | CUDA_MEMORY_GROUP_BUDGET_SOURCE | how it was set: "limit 20 GiB", "fraction 0.25 of 79.19 GiB" |
+ * | CUDA_MEMORY_GROUP_STRICT | 1: refuse what cannot be charged (`strict`) |
  * | CUDA_MEMORY_TRACE | where the interposer records, when asked |
  * | LD_PRELOAD | the interposer, then what was there |
  *
@@ -128,6 +143,9 @@ export function memberEnvironment(options: MemberEnvironmentOptions): {
     () => total,
     ['limit', 'fraction'],
   );
+  if (o.budgetSource !== undefined && (typeof o.budgetSource !== 'string' || o.memoryLimit === undefined))
+    throw invalidArgument('budgetSource', 'a string given with memoryLimit', o.budgetSource);
+  const strict = o.strict === undefined ? undefined : checkBoolean('strict', o.strict, false);
   const base = o.env === undefined ? process.env : checkOptions<Environment>('options.env', o.env);
   const trace = o.trace === undefined ? undefined : checkFilePath('options.trace', o.trace);
   const preload = o.preload === undefined || o.preload === null ? undefined : checkFilePath('options.preload', o.preload);
@@ -135,12 +153,15 @@ export function memberEnvironment(options: MemberEnvironmentOptions): {
   for (const [k, v] of Object.entries(base)) if (typeof v === 'string') env[k] = v;
   env.CUDA_MEMORY_GROUP = group;
   env.CUDA_MEMORY_GROUP_DEVICE = o.deviceKey;
+  const source = o.budgetSource || budgetSource;
   env.CUDA_MEMORY_GROUP_BUDGET = String(budgetBytes);
-  if (budgetSource) env.CUDA_MEMORY_GROUP_BUDGET_SOURCE = budgetSource;
+  if (source) env.CUDA_MEMORY_GROUP_BUDGET_SOURCE = source;
   else delete env.CUDA_MEMORY_GROUP_BUDGET_SOURCE;
+  if (strict === true) env.CUDA_MEMORY_GROUP_STRICT = '1';
+  else if (strict === false) delete env.CUDA_MEMORY_GROUP_STRICT;
   if (trace !== undefined) env.CUDA_MEMORY_TRACE = path.resolve(trace);
   if (preload) env.LD_PRELOAD = withPreload(preload, env.LD_PRELOAD);
-  return { env, budgetBytes, budgetSource };
+  return { env, budgetBytes, budgetSource: source };
 }
 
 // The loader splits LD_PRELOAD at spaces and colons, so a path holding either cannot be in it.

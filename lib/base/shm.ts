@@ -35,17 +35,19 @@ export const DEFAULT_LOCK_TIMEOUT_MS = 5000;
 
 /**
  * @internal How long to wait for a shared file's lock: the option, else CUDA_MEMORY_LOCK_TIMEOUT_MS,
- * else `fallback` ({@link DEFAULT_LOCK_TIMEOUT_MS}). A wait that runs out is an InterprocessError
- * ERR_SHM_LOCK_TIMEOUT naming the file and what was waiting.
+ * else `fallback` ({@link DEFAULT_LOCK_TIMEOUT_MS}); 1 ms to a day. A wait that runs out is an
+ * InterprocessError ERR_SHM_LOCK_TIMEOUT naming the file and what was waiting. No wait at all (0)
+ * is refused: members joining and leaving at the same moment take the lock in turn, and a single
+ * try would fail one of them.
  */
 export function lockTimeoutMs(name: string, value: unknown, fallback = DEFAULT_LOCK_TIMEOUT_MS): number {
-  const check = (what: string, v: unknown): number => {
-    if (typeof v !== 'number' || !Number.isInteger(v) || v < 0 || v > 86400000)
-      throw argRangeError(`Expected an integer from 0 to 86400000 (milliseconds) for ${what} but received ${jsonText(v)}`);
+  const check = (what: string, v: unknown, shown: unknown): number => {
+    if (typeof v !== 'number' || !Number.isInteger(v) || v < 1 || v > 86400000)
+      throw argRangeError(`Expected an integer from 1 to 86400000 (milliseconds) for ${what} but received ${jsonText(shown)}`);
     return v;
   };
-  if (value !== undefined) return check(name, value);
+  if (value !== undefined) return check(name, value, value);
   const env = process.env.CUDA_MEMORY_LOCK_TIMEOUT_MS;
-  if (env !== undefined && env !== '') return check('CUDA_MEMORY_LOCK_TIMEOUT_MS', Number(env));
+  if (env !== undefined && env !== '') return check('CUDA_MEMORY_LOCK_TIMEOUT_MS', /^\d+$/.test(env) ? Number(env) : NaN, env);
   return fallback;
 }

@@ -240,6 +240,10 @@ const surface = {
   timeHostRegister: fn<(view: ArrayBufferView, iterations: number) => Float64Array>(),
   groupPath: fn<(dir: string, name: string, device: string) => string>(),
   groupRead: fn<(path: string, lockTimeoutMs: number) => GroupStats>(),
+  /** The ledger's slot count (the most members a group has) and the size of its file. */
+  groupFormat: fn<() => { slots: number; fileBytes: number }>(),
+  /** Throws the InterprocessError that making a ledger at path would now (folder, room); else nothing. */
+  groupProbe: fn<(path: string) => void>(),
   ipcExport: fn<(handle: BufferHandle, dir: string, lockTimeoutMs: number) => object>(),
   /** device: -1 for the one the descriptor names; returns [handle, device]. */
   ipcImport: fn<(descriptor: object, dir: string, device: number, lockTimeoutMs: number) => [number, number]>(),
@@ -262,6 +266,8 @@ const surface = {
     fn<
       (root: string, env: Record<string, string>, devices: { index: number; pciBusId?: string; uuid?: string }[]) => { devices: unknown[] }
     >(),
+  /** Whether the file has file capabilities (security.capability); null where it cannot be told. */
+  fileCapabilities: fn<(path: string) => boolean | null>(),
   sharedHostCreate: fn<(path: string, bytes: number, device: number) => [BufferHandle, ArrayBuffer]>(),
   sharedHostOpen: fn<(path: string, device: number) => [BufferHandle, ArrayBuffer]>(),
   sharedHostUnlink: fn<(path: string) => boolean>(),

@@ -1,15 +1,17 @@
 /**
- * `cuda-memory run --group NAME [--limit SIZE | --fraction F] [--device N] -- COMMAND ...`: starts
- * any program as a member of a group budget, the interposer preloaded into it, and ends with the
- * program's exit code (128 + the signal's number if a signal ended it).
+ * `cuda-memory run --group NAME [--limit SIZE | --fraction F] [--device N] [--strict] -- COMMAND ...`:
+ * starts any program as a member of a group budget, the interposer preloaded into it, and ends
+ * with the program's exit code (128 + the signal's number if a signal ended it). Everything that
+ * would keep the program from joining is a usage error before it starts.
  */
 import { spawn } from 'child_process';
 import * as os from 'os';
 import * as tty from 'tty';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { devices } from '../device/discovery';
-import { groupStats } from '../allocator/group';
+import { groupBudget, groupPreflight } from '../allocator/group';
 import type { GroupStats } from '../allocator/group';
+import { preloadObstacle } from '../allocator/loader';
 import { memberEnvironment, preloadLibraryPath } from '../allocator/member';
 import { CudaMemoryError } from '../base/errors';
 import { checkShmName } from '../base/shm';
@@ -24,6 +26,7 @@ interface RunOptions {
   device?: number;
   simulate?: number;
   trace?: string;
+  strict?: boolean;
 }
 
 const fraction = (v: string): number => {
@@ -41,6 +44,10 @@ export function register(program: Command): void {
     .addOption(new Option('--limit <size>', "the group's budget, e.g. 20GiB (a live group's must match)").argParser(wrap(parseSize)))
     .addOption(new Option('--fraction <f>', "the group's budget as a share of the device's total memory").argParser(fraction))
     .addOption(new Option('--device <n>', 'the device whose allocations are charged (default 0)').argParser(integer(0)))
+    .option(
+      '--strict',
+      'the interposer refuses an allocation it cannot charge (no group to join, a ledger it cannot use) instead of letting it through uncharged (CUDA_MEMORY_GROUP_STRICT=1); a program it cannot be preloaded into is not started',
+    )
     .addOption(
       new Option(
         '--simulate <size>',
@@ -49,12 +56,20 @@ export function register(program: Command): void {
     )
     .option(
       '--trace <file>',
-      "record the program's device allocations in this file (cuda-memory/trace@1, for replay --smallest-budget)",
+      "record the program's device allocations in this file (cuda-memory/trace@1, for replay --smallest-budget; not with --simulate)",
       outFile,
     )
     .addHelpText(
       'after',
-      '\nWithout --limit or --fraction the program joins the live group at its budget. The exit code is the program’s, 128 + the signal’s number if a signal ended it, 127 if it could not be found, 126 if it could not be run, 2 for a usage error or no CUDA.\n' +
+      '\nWithout --limit or --fraction the program joins the live group at its budget, and stays held to\n' +
+        'that budget should the other members leave before it allocates. A group the program could not\n' +
+        'join (full; its ledger damaged, foreign, of another version or not to be trusted; no room for a\n' +
+        'ledger in /dev/shm or CUDA_MEMORY_SHM_DIR) is a usage error before it starts, and so is a budget\n' +
+        'above the device’s total memory. A program the interposer cannot be preloaded into (set-user-ID\n' +
+        'or set-group-ID, with file capabilities, or linked statically; for a script, its interpreter) is\n' +
+        'named in a warning before it starts, and not started with --strict.\n' +
+        'The exit code is the program’s, 128 + the signal’s number if a signal ended it, 127 if it could\n' +
+        'not be found, 126 if it could not be run, 2 for a usage error or no CUDA.\n' +
         'Example: cuda-memory run --group shared --limit 20GiB -- python3 train.py',
     )
     .action(async (command: string[], o: RunOptions) => {
@@ -67,55 +82,113 @@ function groupName(v: string): string {
 }
 
 async function run(command: string[], o: RunOptions): Promise<number> {
-  // The device, its key in the ledger and its size.
-  if (o.limit !== undefined && o.fraction !== undefined) throw new Usage('run: --limit and --fraction were both given; choose one');
-  if (o.limit !== undefined && o.limit < 256) throw new Usage(`run: --limit ${o.limit} is below the least budget, 256 bytes`);
-  const simulated = o.simulate !== undefined;
-  if (simulated && o.device !== undefined) throw new Usage('run: --device names a GPU; --simulate has none');
-  if (simulated && o.simulate! < 1) throw new Usage('run: --simulate needs a size of at least 1 byte');
-  const device = o.device ?? 0;
-  let deviceKey = 'simulated';
-  let totalBytes = o.simulate ?? 0;
-  if (!simulated) {
-    requireGpu('run');
-    const list = devices();
-    if (device >= list.length)
-      throw new Usage(`run: --device ${device}, but CUDA sees ${list.length} device${list.length === 1 ? '' : 's'}`);
-    deviceKey = list[device].uuid;
-    totalBytes = list[device].totalMemory;
-  }
-  // The group as it stands: a budget given must be the live group's, and none given needs one.
-  let live: GroupStats | null = null;
-  try {
-    live = groupStats(o.group, { device, simulated });
-  } catch (e) {
-    if ((e as CudaMemoryError).code !== 'ERR_GROUP_NOT_FOUND') throw e;
-  }
-  if (live && live.members.length === 0) live = null;
+  checkRunOptions(o);
+  const target = theDevice(o);
+  const asked = askedBudget(o, target);
+  const live = joinableGroup(o.group, target.key, asked);
   let preload: string | null = null;
-  if (!simulated) {
+  if (!target.simulated) {
     try {
       preload = preloadLibraryPath();
     } catch (e) {
       throw new Usage(`run: ${(e as Error).message}`);
     }
   }
+  // Joining the live group, the program asks for its budget (not 0, "whatever the group has"):
+  // should the other members leave before its first allocation, it makes the group again at that
+  // budget instead of finding none and going on unbound.
+  const budget =
+    asked.budget !== 0
+      ? { memoryLimit: o.limit, memoryFraction: o.fraction }
+      : { memoryLimit: live!.budgetBytes, budgetSource: live!.budgetSource };
   const member = memberEnvironment({
     group: o.group,
-    deviceKey,
-    totalBytes,
-    memoryLimit: o.limit,
-    memoryFraction: o.fraction,
+    deviceKey: target.key,
+    totalBytes: target.totalBytes,
+    ...budget,
     preload,
     trace: o.trace,
+    strict: o.strict ? true : undefined,
   });
-  if (live && member.budgetBytes !== 0 && member.budgetBytes !== live.budgetBytes)
-    throw new Usage(
-      `run: group ${o.group} on ${deviceKey} has a budget of ${formatBytes(live.budgetBytes)} (${live.budgetSource}) while its ${live.members.length} member${live.members.length === 1 ? '' : 's'} live, not ${formatBytes(member.budgetBytes)} (${member.budgetSource}); give the same, or neither --limit nor --fraction to join it`,
-    );
-  if (!live && member.budgetBytes === 0)
-    throw new Usage(`run: group ${o.group} has no live member on ${deviceKey} to take its budget from; give --limit or --fraction`);
+  if (preload) warnUnbound(command[0], member.env, o);
   return startMember(command, member.env);
+}
+
+// The options together.
+function checkRunOptions(o: RunOptions): void {
+  if (o.limit !== undefined && o.fraction !== undefined) throw new Usage('run: --limit and --fraction were both given; choose one');
+  if (o.limit !== undefined && o.limit < 256) throw new Usage(`run: --limit ${o.limit} is below the least budget, 256 bytes`);
+  if (o.simulate === undefined) return;
+  if (o.device !== undefined) throw new Usage('run: --device names a GPU; --simulate has none');
+  if (o.simulate < 1) throw new Usage('run: --simulate needs a size of at least 1 byte');
+  if (o.trace !== undefined)
+    throw new Usage(
+      'run: --trace records what the interposer sees, and --simulate preloads none; a program of this library records its own allocator (allocator.startRecording())',
+    );
+}
+
+interface Target {
+  simulated: boolean;
+  /** The device's key in the ledger: its uuid, or "simulated". */
+  key: string;
+  totalBytes: number;
+  /** "device 0", "the simulated device". */
+  name: string;
+}
+
+// The device, its key in the ledger and its size.
+function theDevice(o: RunOptions): Target {
+  if (o.simulate !== undefined) return { simulated: true, key: 'simulated', totalBytes: o.simulate, name: 'the simulated device' };
+  requireGpu('run');
+  const device = o.device ?? 0;
+  const list = devices();
+  if (device >= list.length) throw new Usage(`run: --device ${device}, but CUDA sees ${list.length} device${list.length === 1 ? '' : 's'}`);
+  return { simulated: false, key: list[device].uuid, totalBytes: list[device].totalMemory, name: `device ${device}` };
+}
+
+// The budget asked for (0: none given), as the ledger will hold it.
+function askedBudget(o: RunOptions, target: Target): { budget: number; budgetSource: string } {
+  let asked: { budget: number; budgetSource: string };
+  try {
+    asked = groupBudget({ limit: '--limit', fraction: '--fraction' }, o.limit, o.fraction, () => target.totalBytes, ['limit', 'fraction']);
+  } catch (e) {
+    throw new Usage(`run: ${(e as Error).message}`);
+  }
+  if (asked.budget > target.totalBytes)
+    throw new Usage(
+      `run: --limit ${formatBytes(asked.budget)} is above ${target.name}'s total memory, ${formatBytes(target.totalBytes)}: a budget cannot bind more than the device has`,
+    );
+  return asked;
+}
+
+// The group as it stands (null: no live member), once the program is sure to be able to join it
+// at the budget asked for: what it would meet there is said now, not in a line of its log.
+function joinableGroup(group: string, key: string, asked: { budget: number; budgetSource: string }): GroupStats | null {
+  let live: GroupStats | null;
+  try {
+    live = groupPreflight(group, key);
+  } catch (e) {
+    const err = e as CudaMemoryError;
+    if (!(err instanceof CudaMemoryError) || !/^ERR_(GROUP|SHM)_/.test(err.code)) throw e;
+    throw new Usage(`run: the program could not join group ${group} on ${key}: ${err.code}: ${err.message}`);
+  }
+  if (live && asked.budget !== 0 && asked.budget !== live.budgetBytes)
+    throw new Usage(
+      `run: group ${group} on ${key} has a budget of ${formatBytes(live.budgetBytes)} (${live.budgetSource}) while its ${live.members.length} member${live.members.length === 1 ? '' : 's'} live, not ${formatBytes(asked.budget)} (${asked.budgetSource}); give the same, or neither --limit nor --fraction to join it`,
+    );
+  if (!live && asked.budget === 0)
+    throw new Usage(`run: group ${group} has no live member on ${key} to take its budget from; give --limit or --fraction`);
+  return live;
+}
+
+// A program the loader will not preload the interposer into is not bound: said before it
+// starts, and with --strict it is not started.
+function warnUnbound(program: string, env: Record<string, string | undefined>, o: RunOptions): void {
+  const why = preloadObstacle(program, env);
+  if (why === null) return;
+  const line = `the budget of group ${o.group} will not bind ${JSON.stringify(program)}: ${why}.`;
+  if (o.strict) throw new Usage(`run: --strict: ${line}`);
+  process.stderr.write(`cuda-memory run: warning: ${line}\n`);
 }
 
 // Signals a supervisor sends go on to the program. Where a terminal is the input, the terminal's

@@ -96,6 +96,28 @@ Napi::Value GroupRead(const Napi::CallbackInfo& info) {
   }
 }
 
+// groupFormat: the ledger's slot count (the most members a group has) and its file's size
+Napi::Value GroupFormat(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("slots", static_cast<double>(core::Ledger::kSlots));
+  o.Set("fileBytes", static_cast<double>(core::Ledger::FileBytes()));
+  return o;
+}
+
+// groupProbe: whether a ledger could be made at path now (its folder checked, or made, and a file
+// of a ledger's size made beside it and removed); throws the InterprocessError making one would
+Napi::Value GroupProbe(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  std::string path = ReadString(env, info[0], "path");
+  try {
+    core::shm::ProbeRoom(path, core::Ledger::FileBytes());
+  } catch (const core::ShmError& e) {
+    ThrowInterprocess(env, e);
+  }
+  return env.Undefined();
+}
+
 }  // namespace
 
 void InitGroup(Napi::Env env, Napi::Object exports) {
@@ -103,6 +125,8 @@ void InitGroup(Napi::Env env, Napi::Object exports) {
            {
                {"groupPath", GroupPath},
                {"groupRead", GroupRead},
+               {"groupFormat", GroupFormat},
+               {"groupProbe", GroupProbe},
            });
 }
 

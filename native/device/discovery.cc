@@ -20,7 +20,34 @@ std::string FormatUuid(const cudaUUID_t& id) {
   return core::GpuUuid(reinterpret_cast<const unsigned char*>(id.bytes));
 }
 
+namespace {
+
+// A device's uuid as the driver names it: cuDeviceGetUuid_v2 (the entry point "cuDeviceGetUuid"
+// at CUDA 12.0's ABI), which gives a MIG instance its own uuid, as the interposer and
+// scripts/cuda_memory_ipc.py read it; the ledgers, IPC records and descriptors key devices by it,
+// so every side must read the same. "" where the driver does not say.
+std::string DriverUuid(int device) {
+  using Get = int (*)(int* dev, int ordinal);
+  using GetUuid = int (*)(cudaUUID_t * uuid, int dev);
+  static const Get get = DriverEntryPoint<Get>("cuDeviceGet");
+  static const GetUuid get_uuid = DriverEntryPoint<GetUuid>("cuDeviceGetUuid");
+  int dev = 0;
+  cudaUUID_t u{};
+  if (!get || !get_uuid || get(&dev, device) != 0 || get_uuid(&u, dev) != 0) return "";
+  return FormatUuid(u);
+}
+
+// The driver's uuid, else the runtime's (the properties, already read).
+std::string UuidOf(int device, const cudaDeviceProp& p) {
+  std::string u = DriverUuid(device);
+  return u.empty() ? FormatUuid(p.uuid) : u;
+}
+
+}  // namespace
+
 std::string DeviceUuid(int device) {
+  std::string u = DriverUuid(device);
+  if (!u.empty()) return u;
   cudaDeviceProp p{};
   if (cudaGetDeviceProperties(&p, device) != cudaSuccess) {
     (void)cudaGetLastError();
@@ -147,7 +174,7 @@ Napi::Value Devices(const Napi::CallbackInfo& info) {
     char bus[32] = {0};
     err = cudaDeviceGetPCIBusId(bus, sizeof bus, d);
     if (err != cudaSuccess) ThrowCuda(env, err, "cudaDeviceGetPCIBusId");
-    std::string uuid = FormatUuid(p.uuid);
+    std::string uuid = UuidOf(d, p);
     Napi::Object o = Napi::Object::New(env);
     o.Set("index", d);
     o.Set("name", p.name);

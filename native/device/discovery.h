@@ -30,6 +30,8 @@ void RequireCuda(Napi::Env env);
 void CheckDevice(Napi::Env env, int device);
 // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", as nvidia-smi prints it; "" if it cannot be read.
 std::string FormatUuid(const cudaUUID_t& id);
+// A device's uuid as devices() gives it: the driver's (cuDeviceGetUuid_v2, a MIG instance's own on
+// a MIG device, as the interposer reads it), else the runtime's properties'; "" if neither says.
 std::string DeviceUuid(int device);
 void InitDiscovery(Napi::Env env, Napi::Object exports);
 

@@ -1,6 +1,9 @@
 #include "device/platform.h"
 
+#include <sys/xattr.h>
+
 #include <cctype>
+#include <cerrno>
 
 #include "binding/exports.h"
 #include "binding/instance.h"
@@ -174,10 +177,27 @@ Napi::Value MigObject(Napi::Env env, const std::string& pci_bus_id, const std::s
   return o;
 }
 
+namespace {
+
+// fileCapabilities: whether a file carries file capabilities (setcap(8): the security.capability
+// extended attribute, which Node cannot read), true or false; null where it cannot be told (the
+// file cannot be reached). A file system without extended attributes has no capabilities either.
+Napi::Value FileCapabilities(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  std::string path = ReadString(env, info[0], "path");
+  ssize_t n = getxattr(path.c_str(), "security.capability", nullptr, 0);
+  if (n >= 0) return Napi::Boolean::New(env, n > 0);
+  if (errno == ENODATA || errno == ENOTSUP) return Napi::Boolean::New(env, false);
+  return env.Null();
+}
+
+}  // namespace
+
 void InitPlatform(Napi::Env env, Napi::Object exports) {
   Register(env, exports,
            {
                {"platformLimits", PlatformLimits},
+               {"fileCapabilities", FileCapabilities},
            });
 }
 

@@ -91,6 +91,43 @@ describe('memberEnvironment', () => {
     expect(j.env).toEqual({ CUDA_MEMORY_GROUP: 'g', CUDA_MEMORY_GROUP_DEVICE: 'simulated', CUDA_MEMORY_GROUP_BUDGET: '0' });
   });
 
+  test('strict: CUDA_MEMORY_GROUP_STRICT=1 set, removed with false, left as inherited when absent', () => {
+    const ok = { group: 'g', deviceKey: 'simulated', totalBytes: 1000, memoryLimit: 256 };
+    expect(cm.memberEnvironment({ ...ok, strict: true, env: {} }).env.CUDA_MEMORY_GROUP_STRICT).toBe('1');
+    expect(cm.memberEnvironment({ ...ok, strict: false, env: { CUDA_MEMORY_GROUP_STRICT: '1' } }).env).not.toHaveProperty(
+      'CUDA_MEMORY_GROUP_STRICT',
+    );
+    expect(cm.memberEnvironment({ ...ok, env: { CUDA_MEMORY_GROUP_STRICT: '1' } }).env.CUDA_MEMORY_GROUP_STRICT).toBe('1');
+    expect(cm.memberEnvironment({ ...ok, env: {} }).env).not.toHaveProperty('CUDA_MEMORY_GROUP_STRICT');
+    expect(() => cm.memberEnvironment({ ...ok, strict: 1, env: {} })).toThrow(/Expected a boolean for strict but received number 1/);
+  });
+
+  test('budgetSource: a live group’s words carried with its budget', () => {
+    const ok = { group: 'g', deviceKey: 'simulated', totalBytes: 2 ** 30, env: {} };
+    const m = cm.memberEnvironment({ ...ok, memoryLimit: 2 ** 28, budgetSource: 'memoryLimit 256 MiB' });
+    expect([m.budgetSource, m.env.CUDA_MEMORY_GROUP_BUDGET, m.env.CUDA_MEMORY_GROUP_BUDGET_SOURCE]).toEqual([
+      'memoryLimit 256 MiB',
+      String(2 ** 28),
+      'memoryLimit 256 MiB',
+    ]);
+    expect(() => cm.memberEnvironment({ ...ok, budgetSource: 'x' })).toThrow(
+      /Expected a string given with memoryLimit for budgetSource but received the string "x"/,
+    );
+    expect(() => cm.memberEnvironment({ ...ok, memoryLimit: 2 ** 28, budgetSource: 7 })).toThrow(/for budgetSource but received number 7/);
+  });
+
+  test('a fraction that rounds below the least budget is refused, not taken for "join the group’s" (0)', () => {
+    expect(() => cm.memberEnvironment({ group: 'g', deviceKey: 'simulated', totalBytes: 1000, memoryFraction: 0.0001, env: {} })).toThrow(
+      'memoryFraction 0.0001 of 1000 B is a budget of 0 bytes, below the least budget, 256 bytes',
+    );
+    expect(() => cm.createAllocator({ simulate: { totalBytes: 2 ** 20 }, shared: { name: 'tiny', memoryFraction: 0.0002 } })).toThrow(
+      expect.objectContaining({
+        code: 'ERR_OUT_OF_RANGE',
+        message: 'shared.memoryFraction 0.0002 of 1 MiB is a budget of 209 bytes, below the least budget, 256 bytes',
+      }),
+    );
+  });
+
   test('refusals name the argument and the value', () => {
     const ok = { group: 'g', deviceKey: 'simulated', totalBytes: 1000, env: {} };
     expect(() => cm.memberEnvironment({ ...ok, group: '../g' })).toThrow(/for group but received "..\/g"/);

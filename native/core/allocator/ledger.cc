@@ -525,6 +525,8 @@ GroupSnapshot Ledger::Snapshot() {
 
 uint64_t Ledger::budget() const { return header_->budget; }
 
+size_t Ledger::FileBytes() { return kFileSize; }
+
 void Ledger::Leave() noexcept {
   if (fd_ < 0) return;
   {

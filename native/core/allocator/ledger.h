@@ -72,6 +72,8 @@ class Ledger {
   // Reads a ledger (clearing dead members' slots). Throws ShmError (ERR_GROUP_NOT_FOUND if absent).
   static GroupSnapshot Read(const std::string& path,
                             int lock_timeout_ms = shm::kDefaultLockTimeoutMs);
+  // The size of a ledger file, header and kSlots slots: what Join reserves when it makes one.
+  static size_t FileBytes();
 
   ~Ledger();  // leaves the group (see Leave)
   Ledger(const Ledger&) = delete;

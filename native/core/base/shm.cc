@@ -289,16 +289,41 @@ void ThrowErrno(const std::string& code, const std::string& what, const std::str
   throw ShmError(code, m, path);
 }
 
-int CreateComplete(const std::string& path, size_t size, const void* init, size_t init_size,
-                   mode_t mode, off_t hold_byte) {
+namespace {
+
+// A new file of `size` reserved bytes beside `path`, made as CreateComplete makes its files;
+// *tmp its name. Returns the descriptor; throws ShmError (its name removed) on failure.
+int MakeReserved(const std::string& path, size_t size, mode_t mode, std::string* tmp) {
   CheckFolder(DirName(path), true);
   std::random_device rd;
-  std::string tmp = path + ".tmp-" + std::to_string(getpid()) + "-" + std::to_string(rd());
-  int fd = open(tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
-  if (fd < 0) ThrowErrno("ERR_SHM_CREATE", "could not create", tmp, errno);
-  int err = fchmod(fd, mode) == 0 ? 0 : errno;  // the umask may have taken bits away
+  *tmp = path + ".tmp-" + std::to_string(getpid()) + "-" + std::to_string(rd());
+  int fd = open(tmp->c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
+  int err = fd < 0 ? errno : 0;
+  if (err == 0) err = fchmod(fd, mode) == 0 ? 0 : errno;  // the umask may have taken bits away
   if (err == 0 && size) err = posix_fallocate(fd, 0, static_cast<off_t>(size));
-  if (err == 0 && init_size && pwrite(fd, init, init_size, 0) != static_cast<ssize_t>(init_size))
+  if (err == 0) return fd;
+  if (fd >= 0) {
+    unlink(tmp->c_str());
+    close(fd);
+  }
+  // Out of blocks (fallocate) or of inodes (open): the same for whoever asked.
+  if (err == ENOSPC)
+    throw ShmError("ERR_SHM_NO_SPACE",
+                   "not enough room for " + std::to_string(size) + " bytes in the shared-memory " +
+                       "file system holding " + Printable(path) +
+                       " (see `df` of its folder; CUDA_MEMORY_SHM_DIR picks another)",
+                   path);
+  ThrowErrno("ERR_SHM_CREATE", "could not create", fd < 0 ? *tmp : path, err);
+}
+
+}  // namespace
+
+int CreateComplete(const std::string& path, size_t size, const void* init, size_t init_size,
+                   mode_t mode, off_t hold_byte) {
+  std::string tmp;
+  int fd = MakeReserved(path, size, mode, &tmp);
+  int err = 0;
+  if (init_size && pwrite(fd, init, init_size, 0) != static_cast<ssize_t>(init_size))
     err = errno ? errno : EIO;
   if (err == 0 && hold_byte >= 0) err = TryLock(fd, hold_byte);
   if (err == 0 && link(tmp.c_str(), path.c_str()) != 0) err = errno;
@@ -309,13 +334,14 @@ int CreateComplete(const std::string& path, size_t size, const void* init, size_
     errno = EEXIST;
     return -1;
   }
-  if (err == ENOSPC)
-    throw ShmError("ERR_SHM_NO_SPACE",
-                   "not enough room for " + std::to_string(size) + " bytes in the shared-memory " +
-                       "file system holding " + Printable(path) +
-                       " (see `df` of its folder; CUDA_MEMORY_SHM_DIR picks another)",
-                   path);
   ThrowErrno("ERR_SHM_CREATE", "could not create", path, err);
+}
+
+void ProbeRoom(const std::string& path, size_t size) {
+  std::string tmp;
+  int fd = MakeReserved(path, size, 0600, &tmp);
+  unlink(tmp.c_str());
+  close(fd);
 }
 
 }  // namespace cm::core::shm

@@ -117,6 +117,12 @@ std::string Text(const char* s, size_t n);
 // open descriptor, or -1 with errno EEXIST when the name exists. Throws ShmError for anything else.
 int CreateComplete(const std::string& path, size_t size, const void* init, size_t init_size,
                    mode_t mode = 0600, off_t hold_byte = -1);
+// Whether CreateComplete could make a file of `size` bytes at `path` now: the folder checked (and
+// made, as CreateComplete makes it), then a file of that size made beside the name, with its
+// space reserved as CreateComplete reserves it, and removed. Returns nothing; a full file system is
+// a ShmError ERR_SHM_NO_SPACE, an untrusted folder ERR_SHM_UNTRUSTED, anything else ERR_SHM_CREATE,
+// each naming the file. Another process may take the room a moment later: it tells what now is.
+void ProbeRoom(const std::string& path, size_t size);
 // The ShmError for a failed system call on `path`.
 [[noreturn]] void ThrowErrno(const std::string& code, const std::string& what,
                              const std::string& path, int err);
