@@ -67,6 +67,7 @@
         "native/core/allocator/ledger.cc",
         "native/core/allocator/policy.cc",
         "native/core/allocator/pool.cc",
+        "native/core/allocator/uncharged.cc",
         "native/core/allocator/upstream.cc"
       ],
       "include_dirs": ["<!(node -p \"require('node-addon-api').include_dir\")", "native"],

@@ -12,9 +12,9 @@ import { InterprocessError, invalidArgument, argTypeError, argRangeError, jsonTe
 import { checkObjects, checkOptions, checkSize } from '../base/validate';
 import { checkShmName, lockTimeoutMs, shmDir } from '../base/shm';
 import { formatBytes } from '../base/units';
-import type { GroupStats } from '../base/types';
+import type { GroupStats, UnchargedProcess } from '../base/types';
 
-export type { GroupMember, GroupStats } from '../base/types';
+export type { GroupMember, GroupStats, UnchargedProcess } from '../base/types';
 import { printable } from '../base/printable';
 
 /**
@@ -64,9 +64,13 @@ export interface ListGroupsOptions {
   lockTimeoutMs?: number;
 }
 
-// The ledgers' names (Ledger::PathFor): anything else in the folder is not the library's and is
-// not listed, whatever it is called.
-const LEDGER = /^cuda-memory-group\.[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}\.(simulated|GPU-[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12})$/;
+// The ledgers' names (Ledger::PathFor), and the records beside them of processes a group's budget
+// does not hold (core/allocator/uncharged.h): anything else in the folder is not the library's and
+// is not listed, whatever it is called.
+const DEVICE_KEY = '(simulated|GPU-[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12})';
+const GROUP_NAME = '([A-Za-z0-9_-][A-Za-z0-9._-]{0,63})';
+const LEDGER = new RegExp(`^cuda-memory-group\\.${GROUP_NAME}\\.${DEVICE_KEY}$`);
+const UNCHARGED = new RegExp(`^cuda-memory-uncharged\\.${GROUP_NAME}\\.${DEVICE_KEY}\\.\\d+$`);
 
 /** @internal The device key of a group: the GPU's uuid, or "simulated". */
 export function deviceKey(device: number, simulated: boolean): string {
@@ -213,11 +217,40 @@ export interface UnreadableGroup {
 }
 
 /**
- * Every group with a ledger in the shared-memory folder, and the ledgers that could not be read.
+ * The processes of a group its budget does not hold, where the group has no ledger that could be
+ * read (none, or one listed in `unreadable`); a group with a ledger lists them in its
+ * {@link GroupStats.uncharged}.
  *
  * @category Processes
  */
-export function listGroups(options?: ListGroupsOptions): { groups: GroupStats[]; unreadable: UnreadableGroup[] } {
+export interface UnchargedGroup {
+  name: string;
+  /** The GPU's uuid, or "simulated". */
+  device: string;
+  processes: UnchargedProcess[];
+}
+
+/**
+ * What {@link listGroups} finds in this user's shared-memory folder.
+ *
+ * @category Processes
+ */
+export interface GroupList {
+  /** Every group with a ledger that could be read. */
+  groups: GroupStats[];
+  /** The ledgers that could not be read. */
+  unreadable: UnreadableGroup[];
+  /** Processes recorded as not held to a group's budget, for groups not in `groups`. */
+  uncharged: UnchargedGroup[];
+}
+
+/**
+ * Every group with a ledger in the shared-memory folder, the ledgers that could not be read, and
+ * the processes that fail open for a group without a ledger to read.
+ *
+ * @category Processes
+ */
+export function listGroups(options?: ListGroupsOptions): GroupList {
   const o = checkOptions<ListGroupsOptions>('options', options);
   const timeout = lockTimeoutMs('options.lockTimeoutMs', o.lockTimeoutMs, 500);
   const dir = shmDir();
@@ -226,11 +259,11 @@ export function listGroups(options?: ListGroupsOptions): { groups: GroupStats[];
     names = fs.readdirSync(dir);
   } catch (e) {
     const err = e as NodeJS.ErrnoException;
-    if (err.code === 'ENOENT') return { groups: [], unreadable: [] };
+    if (err.code === 'ENOENT') return { groups: [], unreadable: [], uncharged: [] };
     // This user's folder, but not readable: another user's, or not a folder (the native layer
     // refuses to use it for the same reason).
     const why = `the folder ${dir} cannot be listed (${err.code ?? err.message}); it must be a directory of this user's, mode 0700`;
-    return { groups: [], unreadable: [{ path: dir, code: 'ERR_SHM_UNTRUSTED', message: why }] };
+    return { groups: [], unreadable: [{ path: dir, code: 'ERR_SHM_UNTRUSTED', message: why }], uncharged: [] };
   }
   const groups: GroupStats[] = [];
   const unreadable: UnreadableGroup[] = [];
@@ -245,7 +278,29 @@ export function listGroups(options?: ListGroupsOptions): { groups: GroupStats[];
       unreadable.push({ path: file, code: err.code ?? 'ERR_GROUP_LEDGER', message: err.message });
     }
   }
-  return { groups, unreadable };
+  // Records of groups whose ledger was not read: one entry per group and device.
+  const listed = new Set(groups.map((g) => `${g.name}\0${g.device}`));
+  const others = new Map<string, UnchargedGroup>();
+  for (const f of names) {
+    const m = UNCHARGED.exec(f);
+    if (!m || listed.has(`${m[1]}\0${m[2]}`) || others.has(`${m[1]}\0${m[2]}`)) continue;
+    let processes: UnchargedProcess[] = [];
+    try {
+      processes = native.groupUncharged(dir, m[1], m[2]);
+    } catch {
+      continue; // the folder is unreadable: said above
+    }
+    if (processes.length) others.set(`${m[1]}\0${m[2]}`, { name: m[1], device: m[2], processes });
+  }
+  return { groups, unreadable, uncharged: [...others.values()] };
+}
+
+// The lines of the processes a budget does not hold, under their group.
+function unchargedLines(processes: UnchargedProcess[]): string[] {
+  return processes.map(
+    (p) =>
+      `  ${String(p.pid).padStart(8)}  ${p.strict ? 'REFUSED (strict)' : 'UNCHARGED'} since ${new Date(p.since).toISOString()}: ${p.code}, ${formatBytes(p.unchargedBytes)} in ${p.unchargedAllocations} allocation${p.unchargedAllocations === 1 ? '' : 's'}; ${p.command === null ? '-' : shortCommand(p.command)}; ${p.detail}`,
+  );
 }
 
 // A command line as the table shows it: its first 80 characters.
@@ -258,13 +313,15 @@ function shortCommand(command: string): string {
  *
  * @category Processes
  */
-export function formatGroups(list: { groups: GroupStats[]; unreadable: UnreadableGroup[] }): string {
-  const l = checkOptions<{ groups: GroupStats[]; unreadable: UnreadableGroup[] }>('list', list);
+export function formatGroups(list: { groups: GroupStats[]; unreadable: UnreadableGroup[]; uncharged?: UnchargedGroup[] }): string {
+  const l = checkOptions<GroupList>('list', list);
   if (list === null || list === undefined) throw invalidArgument('list', 'what listGroups() returned', list);
   checkObjects('list.groups', 'the groups listGroups() returned', l.groups);
   checkObjects('list.unreadable', 'the unreadable groups listGroups() returned', l.unreadable);
+  const others = l.uncharged ?? [];
+  checkObjects('list.uncharged', 'the uncharged processes listGroups() returned', others);
   const lines: string[] = [];
-  if (list.groups.length === 0 && list.unreadable.length === 0) lines.push(`no groups in ${shmDir()}`);
+  if (list.groups.length === 0 && list.unreadable.length === 0 && others.length === 0) lines.push(`no groups in ${shmDir()}`);
   for (const g of list.groups) {
     const used = g.budgetBytes ? ((100 * g.chargedBytes) / g.budgetBytes).toFixed(1) : '0.0';
     lines.push(
@@ -282,8 +339,15 @@ export function formatGroups(list: { groups: GroupStats[]; unreadable: Unreadabl
       lines.push(
         `  ${String(m.pid).padStart(8)}  ${formatBytes(m.poolBytes).padStart(12)}  ${formatBytes(m.bytesInUse).padStart(12)}  ${(m.nvmlUsedBytes === null ? '-' : formatBytes(m.nvmlUsedBytes)).padStart(12)}  ${formatBytes(m.peakPoolBytes).padStart(12)}  ${(m.limitBytes ? formatBytes(m.limitBytes) : '-').padStart(12)}  ${new Date(m.joinedAt).toISOString().padEnd(24)}  ${m.command === null ? '-' : shortCommand(m.command)}`,
       );
+    lines.push(...unchargedLines(g.uncharged ?? []));
   }
   for (const u of list.unreadable) lines.push(`unreadable ${u.path}: ${u.code}: ${u.message}`);
+  for (const o of others) {
+    lines.push(
+      `group ${o.name} on ${o.device}: no ledger to read; ${o.processes.length} process${o.processes.length === 1 ? '' : 'es'} of it not held to a budget`,
+    );
+    lines.push(...unchargedLines(o.processes));
+  }
   // Names and messages quote files of the shared folder: nothing in them reaches the terminal raw.
   return lines.map(printable).join('\n');
 }

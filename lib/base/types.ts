@@ -155,6 +155,35 @@ export interface GroupMember {
 }
 
 /**
+ * A process that a group's budget does not hold, recorded beside the group's ledger by the
+ * interposer (see docs/internals.md, "What is charged, and what fails open"): it could not join or
+ * keep the group (a ledger missing, full, damaged, foreign or another user's, a setting that does
+ * not parse, the ledger's lock not had in time), so its allocations go on uncharged or, where
+ * `strict`, are refused; or it holds memory the interposer cannot see (a module in another
+ * link-map namespace, graph memory the budget could not afford after a launch). Gone with the
+ * process, however it ends.
+ *
+ * @category Processes
+ */
+export interface UnchargedProcess {
+  pid: number;
+  /** When it was recorded (ms since the epoch). */
+  since: number;
+  /** Why: the error code (ERR_GROUP_LEDGER_CORRUPT, ERR_PRELOAD_MODULE, ...). */
+  code: string;
+  /** What happened, as the process said it on its stderr. */
+  detail: string;
+  /** Under CUDA_MEMORY_GROUP_STRICT=1: its allocations are refused, not let through. */
+  strict: boolean;
+  /** What its allocations since asked for, uncharged (or refused, where strict). */
+  unchargedBytes: number;
+  /** How many allocations that was. */
+  unchargedAllocations: number;
+  /** Its command line, as GroupMember's. */
+  command: string | null;
+}
+
+/**
  * A group's ledger as it is now.
  *
  * @category Devices and streams
@@ -173,6 +202,8 @@ export interface GroupStats {
   /** Slots of dead members this read cleared. */
   reapedMembers: number;
   members: GroupMember[];
+  /** The processes of the group that its budget does not hold (see {@link UnchargedProcess}). */
+  uncharged: UnchargedProcess[];
 }
 
 /**

@@ -5,7 +5,16 @@
  * (native/binding/exports.h: each concern's Register table). Imports only base types, so the
  * bottom of the graph knows nothing of the top. The loader, beside this file, loads the addon.
  */
-import type { FileCodeTable, GroupStats, LiveBufferRow, NvmlDeviceState, PeerLink, StagingPlacement, StagingSettings } from '../base/types';
+import type {
+  FileCodeTable,
+  GroupStats,
+  LiveBufferRow,
+  NvmlDeviceState,
+  PeerLink,
+  StagingPlacement,
+  StagingSettings,
+  UnchargedProcess,
+} from '../base/types';
 
 declare const brand: unique symbol;
 /** A value of type T that only the export that made it hands out: another T does not pass for it. */
@@ -244,6 +253,7 @@ const surface = {
   groupFormat: fn<() => { slots: number; fileBytes: number }>(),
   /** Throws the InterprocessError that making a ledger at path would now (folder, room); else nothing. */
   groupProbe: fn<(path: string) => void>(),
+  groupUncharged: fn<(dir: string, name: string, device: string) => UnchargedProcess[]>(),
   ipcExport: fn<(handle: BufferHandle, dir: string, lockTimeoutMs: number) => object>(),
   /** device: -1 for the one the descriptor names; returns [handle, device]. */
   ipcImport: fn<(descriptor: object, dir: string, device: number, lockTimeoutMs: number) => [number, number]>(),

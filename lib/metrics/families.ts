@@ -307,11 +307,33 @@ export const GROUP_METRICS = [
     help: 'Device memory NVML reports the member process using (context and every allocation, charged or not); absent where NVML does not list it.',
     type: 'gauge' as const,
   },
+  {
+    name: 'cuda_memory_group_uncharged_processes',
+    help: 'Processes of the group that its budget does not hold (they failed open, or hold memory the interposer cannot see), by reason code; with strict="true" their allocations are refused instead.',
+    type: 'gauge' as const,
+  },
+  {
+    name: 'cuda_memory_group_uncharged_bytes',
+    help: 'What a process not held to the budget has allocated since it was recorded, uncharged (refused, where strict).',
+    type: 'gauge' as const,
+  },
 ];
 
 /** @internal The label names of the group gauges, per group and per member. */
 export const GROUP_LABELS = ['group', 'device'];
 export const GROUP_MEMBER_LABELS = ['group', 'device', 'pid', 'command'];
+export const GROUP_UNCHARGED_LABELS = ['group', 'device', 'code', 'strict'];
+export const GROUP_UNCHARGED_PROCESS_LABELS = ['group', 'device', 'pid', 'command', 'code', 'strict'];
+/** @internal The label names of each of GROUP_METRICS, in its order. */
+export const GROUP_METRIC_LABELS = [
+  GROUP_LABELS,
+  GROUP_LABELS,
+  GROUP_MEMBER_LABELS,
+  GROUP_MEMBER_LABELS,
+  GROUP_MEMBER_LABELS,
+  GROUP_UNCHARGED_LABELS,
+  GROUP_UNCHARGED_PROCESS_LABELS,
+];
 
 /**
  * @internal Each selected group's budget and charge, and each member's charge, bytes in use and
@@ -321,7 +343,8 @@ export const GROUP_MEMBER_LABELS = ['group', 'device', 'pid', 'command'];
 export function groupFamilies(src: MetricsSources['groups']): MetricFamily[] {
   const out: MetricFamily[] = GROUP_METRICS.map((d) => ({ ...d, samples: [] }));
   if (!src) return out;
-  for (const g of listGroups().groups) {
+  const list = listGroups();
+  for (const g of list.groups) {
     if (src !== true && !src.includes(g.name)) continue;
     const labels = { group: g.name, device: g.device };
     out[0].samples.push({ labels, value: g.budgetBytes });
@@ -332,6 +355,24 @@ export function groupFamilies(src: MetricsSources['groups']): MetricFamily[] {
       out[3].samples.push({ labels: ml, value: m.bytesInUse });
       if (m.nvmlUsedBytes !== null) out[4].samples.push({ labels: ml, value: m.nvmlUsedBytes });
     }
+  }
+  // The processes no budget holds, under their group, whether or not its ledger could be read.
+  const uncharged = [...list.groups.map((g) => ({ name: g.name, device: g.device, processes: g.uncharged })), ...list.uncharged];
+  for (const u of uncharged) {
+    if (src !== true && !src.includes(u.name)) continue;
+    const counts = new Map<string, { code: string; strict: string; n: number }>();
+    for (const p of u.processes) {
+      const strict = String(p.strict);
+      const c = counts.get(`${p.code} ${strict}`) ?? { code: p.code, strict, n: 0 };
+      c.n++;
+      counts.set(`${p.code} ${strict}`, c);
+      out[6].samples.push({
+        labels: { group: u.name, device: u.device, pid: String(p.pid), command: (p.command ?? '').slice(0, 128), code: p.code, strict },
+        value: p.unchargedBytes,
+      });
+    }
+    for (const c of counts.values())
+      out[5].samples.push({ labels: { group: u.name, device: u.device, code: c.code, strict: c.strict }, value: c.n });
   }
   return out;
 }

@@ -14,8 +14,7 @@ import {
   platformFamilies,
   PLATFORM_METRICS,
   GROUP_METRICS,
-  GROUP_LABELS,
-  GROUP_MEMBER_LABELS,
+  GROUP_METRIC_LABELS,
   groupFamilies,
 } from './families';
 import type { MetricsSources } from './families';
@@ -133,11 +132,9 @@ export function registerMetrics(registry: PromRegistry, options: RegisterMetrics
     add([{ ...PLATFORM_METRICS[1], value: (v: number) => v }], ['device', 'uuid', ...DCGM_LABELS], read(1));
   }
   if (options.groups) {
-    // Every ledger read once per scrape for the five gauges.
+    // Every ledger read once per scrape for all the group gauges.
     const read = cachedFamilies(() => groupFamilies(options.groups));
-    GROUP_METRICS.forEach((d, i) =>
-      add([{ ...d, value: (v: number) => v }], [...(i < 2 ? GROUP_LABELS : GROUP_MEMBER_LABELS), ...DCGM_LABELS], read(i)),
-    );
+    GROUP_METRICS.forEach((d, i) => add([{ ...d, value: (v: number) => v }], [...GROUP_METRIC_LABELS[i], ...DCGM_LABELS], read(i)));
   }
   return () => {
     for (const n of names) registry.removeSingleMetric(n);

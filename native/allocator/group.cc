@@ -8,6 +8,7 @@
 
 #include "binding/exports.h"
 #include "binding/instance.h"
+#include "core/allocator/uncharged.h"
 #include "device/discovery.h"
 
 namespace cm {
@@ -32,6 +33,26 @@ std::string CommandOf(int64_t pid) {
   for (char& c : cmd)
     if (c == '\0') c = ' ';
   return cmd;
+}
+
+// The processes recorded as not held to a group's budget (core/allocator/uncharged.h).
+Napi::Array UnchargedArray(Napi::Env env, const std::vector<core::UnchargedProcess>& list) {
+  Napi::Array out = Napi::Array::New(env, list.size());
+  for (size_t i = 0; i < list.size(); ++i) {
+    const core::UnchargedProcess& p = list[i];
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("pid", static_cast<double>(p.pid));
+    o.Set("since", static_cast<double>(p.since_unix_ms));
+    o.Set("code", p.code);
+    o.Set("detail", p.detail);
+    o.Set("strict", p.strict);
+    o.Set("unchargedBytes", static_cast<double>(p.bytes));
+    o.Set("unchargedAllocations", static_cast<double>(p.calls));
+    std::string command = CommandOf(p.pid);
+    o.Set("command", command.empty() ? env.Null() : Napi::String::New(env, command));
+    out.Set(i, o);
+  }
+  return out;
 }
 
 }  // namespace
@@ -71,6 +92,13 @@ Napi::Object GroupObject(Napi::Env env, const core::GroupSnapshot& g) {
     members.Set(i, mo);
   }
   o.Set("members", members);
+  std::vector<core::UnchargedProcess> uncharged;
+  try {
+    uncharged = core::UnchargedRecord::Read(core::shm::DirName(g.path), g.name, g.device);
+  } catch (const core::ShmError&) {
+    // The folder held the ledger just now: nothing to say that the read did not.
+  }
+  o.Set("uncharged", UnchargedArray(env, uncharged));
   return o;
 }
 
@@ -118,6 +146,21 @@ Napi::Value GroupProbe(const Napi::CallbackInfo& info) {
   return env.Undefined();
 }
 
+// groupUncharged: the processes recorded beside group `name`'s ledger on `device` as not held to
+// its budget (core/allocator/uncharged.h), the records of those gone removed on the way
+Napi::Value GroupUncharged(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  std::string dir = ReadString(env, info[0], "dir"), name = ReadString(env, info[1], "name"),
+              device = ReadString(env, info[2], "device");
+  std::vector<core::UnchargedProcess> list;
+  try {
+    list = core::UnchargedRecord::Read(dir, name, device);
+  } catch (const core::ShmError& e) {
+    ThrowInterprocess(env, e);
+  }
+  return UnchargedArray(env, list);
+}
+
 }  // namespace
 
 void InitGroup(Napi::Env env, Napi::Object exports) {
@@ -127,6 +170,7 @@ void InitGroup(Napi::Env env, Napi::Object exports) {
                {"groupRead", GroupRead},
                {"groupFormat", GroupFormat},
                {"groupProbe", GroupProbe},
+               {"groupUncharged", GroupUncharged},
            });
 }
 

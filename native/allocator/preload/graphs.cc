@@ -141,10 +141,16 @@ CUresult Launch(CUgraphExec exec, const char* api, Forward forward) {
   bool known = it != g_execs.end();
   if (known && (it->second.resident || it->second.bound == 0)) return forward();
   cm::core::ReserveOps ops = Ops(api);
-  if (known && !g_reserve.Prepare(it->second.bound, 1, ops)) {
+  // The most the launch can add, on top of the reserve as it is (memory nodes are not live
+  // allocations of the reserve: its charge is all reserve).
+  auto prepare = [&] {
+    uint64_t c = g_reserve.charged(), b = it->second.bound;
+    return g_reserve.Prepare(c > UINT64_MAX - b ? UINT64_MAX : c + b, 1, ops);
+  };
+  if (known && !prepare()) {
     // The reserve may have been trimmed since it was read.
     g_reserve.Refresh(ops);
-    if (!g_reserve.Prepare(it->second.bound, 1, ops)) {
+    if (!prepare()) {
       Recorder::Get().Oom(it->second.bound);
       return kCudaErrorOutOfMemory;
     }

@@ -24,7 +24,9 @@ bool ReserveCharge::TakeUpTo(uint64_t target, const ReserveOps& ops) {
 
 bool ReserveCharge::Refresh(const ReserveOps& ops) {
   uint64_t reserved = 0;
-  if (!ops.reserved(&reserved)) reserved = charged_;  // unknown: left as it is
+  // A reserve the driver cannot report (a pool gone with its context) holds nothing beyond the
+  // allocations still live in it.
+  if (!ops.reserved(&reserved)) reserved = live_;
   uint64_t target = std::max(reserved, live_);
   if (target < charged_) {
     ops.give(charged_ - target);

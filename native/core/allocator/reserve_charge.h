@@ -37,7 +37,7 @@ class ReserveCharge {
   // An allocation of `bytes` freed: no longer live; the charge follows the reserve down.
   void Freed(uint64_t bytes, const ReserveOps& ops);
   // The charge trued to max(reserve, live): down always, up as far as the group affords (false
-  // where it does not).
+  // where it does not). A reserve the driver cannot report counts as none.
   bool Refresh(const ReserveOps& ops);
   // Everything this charge holds given back (its pool destroyed, a context reset); live
   // allocations stay counted until their frees.

@@ -27,7 +27,7 @@ struct UnchargedRecord::File {
   int64_t pid;
   uint64_t since_unix_ms;
   char code[48];
-  char detail[304];
+  char detail[464];
   uint64_t checksum;  // of everything above
   uint64_t bytes;     // written by the process itself without a lock
   uint64_t calls;

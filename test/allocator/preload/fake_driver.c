@@ -71,6 +71,7 @@ struct green {
   int device;
 };
 static __thread struct green* pushed;
+static struct green* green_of(void* ctx);
 
 struct pool;
 
@@ -210,7 +211,7 @@ EXPORT CUresult cuCtxGetDevice_v2(int* d, void* ctx) {
   for (int i = 0; i < 8; ++i)
     if (ctx == &primary[i]) return *d = i, OK;
   if (ctx && ctx == made) return *d = made_device, OK;
-  if (pushed && ctx == &pushed->context) return *d = pushed->device, OK;
+  if (green_of(ctx)) return *d = green_of(ctx)->device, OK;
   return INVALID_CONTEXT;
 }
 EXPORT CUresult cuDevicePrimaryCtxGetState(int d, unsigned* flags, int* active) {
@@ -256,10 +257,19 @@ EXPORT CUresult cuMemGetAllocationGranularity(size_t* g, const void* prop, int o
 
 /* Green contexts. Not a driver function: a green context on device d (the driver makes them from
  * SM resources, which the stand-in has none of). */
+static struct green* greens[64];
 EXPORT void* fakeCudaGreenCtx(int d) {
   struct green* g = calloc(1, sizeof *g);
-  if (g) g->device = d;
+  if (!g) return NULL;
+  g->device = d;
+  for (int i = 0; i < 64; ++i)
+    if (__sync_bool_compare_and_swap(&greens[i], NULL, g)) break;
   return g;
+}
+static struct green* green_of(void* ctx) {
+  for (int i = 0; i < 64; ++i)
+    if (greens[i] && ctx == &greens[i]->context) return greens[i];
+  return NULL;
 }
 EXPORT CUresult cuCtxFromGreenCtx(void** ctx, void* green) {
   if (!green) return INVALID_VALUE;
@@ -267,7 +277,7 @@ EXPORT CUresult cuCtxFromGreenCtx(void** ctx, void* green) {
   return OK;
 }
 EXPORT CUresult cuCtxPushCurrent_v2(void* ctx) {
-  pushed = ctx && ctx != &primary[current] && ctx != made ? (struct green*)ctx : NULL;
+  pushed = green_of(ctx);
   if (pushed) current = pushed->device;
   return OK;
 }
@@ -387,6 +397,7 @@ EXPORT CUresult cuMemPoolCreate(void** out, const struct fake_pool_props* props)
 }
 /* With pools_mutex held: the reserve cut to `keep` (never below what is in use). */
 static void trim(struct pool* p, uint64_t keep) {
+  if (keep >= p->reserved) return;
   uint64_t target = pages(p->in_use > keep ? p->in_use : keep);
   if (target >= p->reserved) return;
   if (p->device >= 0) give_device(p->device, p->reserved - target);
