@@ -261,13 +261,21 @@ export interface LeakGate {
 }
 
 /**
- * Makes a leak gate. Before its first snapshot with the driver level on and a GPU present, it
- * makes CUDA's context on each checked device, so that a context a test happens to make first
- * never counts as a leak.
- *
- * @category Testing
+ * @internal The two halves of a gate: a snapshot, and the report of what grew since one. A gate
+ * over one test at a time keeps one snapshot; installLeakGate keeps one per test it has begun.
  */
-export function createLeakGate(options?: LeakGateOptions): LeakGate {
+export interface GateCore {
+  snapshot(): LeakSnapshot;
+  report(before: LeakSnapshot, testName?: string): LeakReport;
+  readonly options: LeakGate['options'];
+}
+
+/**
+ * @internal The core of a gate. Before its first snapshot with the driver level on and a GPU
+ * present, it makes CUDA's context on each checked device, so that a context a test happens to
+ * make first never counts as a leak.
+ */
+export function createGateCore(options?: LeakGateOptions): GateCore {
   const o = resolveOptions(options);
   let checked: { device: number; pciBusId?: string }[] | null = null;
   const driverDevices = (): { device: number; pciBusId?: string }[] => {
@@ -293,17 +301,40 @@ export function createLeakGate(options?: LeakGateOptions): LeakGate {
     const resources = libraryResources();
     return { resources: o.simulated ? resources : resources.filter((r) => !r.simulated), driver };
   };
+  return {
+    options: { driver: o.driver, driverToleranceBytes: o.driverToleranceBytes, simulated: o.simulated },
+    snapshot,
+    report(before, testName) {
+      const leaks = compareSnapshots(before, snapshot(), o.driverToleranceBytes);
+      return { leaks, message: leaks.length ? formatLeaks(leaks, testName, o.driverToleranceBytes) : '' };
+    },
+  };
+}
+
+/**
+ * Makes a leak gate. Before its first snapshot with the driver level on and a GPU present, it
+ * makes CUDA's context on each checked device, so that a context a test happens to make first
+ * never counts as a leak.
+ *
+ * @category Testing
+ */
+export function createLeakGate(options?: LeakGateOptions): LeakGate {
+  return gateOver(createGateCore(options));
+}
+
+/** @internal A gate over one test at a time on `core`. */
+export function gateOver(core: GateCore): LeakGate {
   let before: LeakSnapshot | null = null;
   const gate: LeakGate = {
-    options: { driver: o.driver, driverToleranceBytes: o.driverToleranceBytes, simulated: o.simulated },
+    options: core.options,
     begin() {
-      before = snapshot();
+      before = core.snapshot();
     },
     end(testName) {
       if (!before) return { leaks: [], message: '' };
-      const leaks = compareSnapshots(before, snapshot(), o.driverToleranceBytes);
+      const report = core.report(before, testName);
       before = null;
-      return { leaks, message: leaks.length ? formatLeaks(leaks, testName, o.driverToleranceBytes) : '' };
+      return report;
     },
     check(testName) {
       const report = gate.end(testName);

@@ -8,7 +8,7 @@ const fs = require('fs');
 const os = require('os');
 const path = require('path');
 const { spawnSync } = require('child_process');
-const { cm, root, gpu, describeGpu, thrown } = require('../helpers');
+const { cm, root, gpu, describeGpu, thrown, parseXml, xmlElements } = require('../helpers');
 const testing = require(path.join(root, 'dist', 'testing'));
 
 const MiB = 2 ** 20;
@@ -179,33 +179,66 @@ function childEnv() {
   return { shm, env };
 }
 
-function runJestFixture() {
+const bin = {
+  jest: path.join(__dirname, '..', '..', 'node_modules', 'jest', 'bin', 'jest.js'),
+  vitest: path.join(__dirname, '..', '..', 'node_modules', 'vitest', 'vitest.mjs'),
+};
+
+// The config of a child jest on a fixture file, under cuda-memory/jest-environment unless `more`
+// says otherwise, with jest's cache in the child's own folder (by default it is left in the
+// temporary folder).
+function jestConfig(shm, file = 'jest.fixture.js', more = {}) {
+  return JSON.stringify({
+    rootDir: fixtures,
+    testMatch: [`**/${file}`],
+    testEnvironment: path.join(root, 'dist', 'testing', 'jest-environment.js'),
+    ...more,
+    cacheDirectory: path.join(shm, 'jest-cache'),
+  });
+}
+
+// Writes the config of a child vitest on its fixture, with the setup file of docs/ci.md
+// (`globals`: the one for globals: true) and vite's cache in the child's own folder; returns its path.
+function vitestConfig(shm, { globals = false, pool = 'forks' } = {}) {
+  const file = path.join(shm, 'vitest.config.mjs');
+  const setup = path.join(fixtures, globals ? 'vitest.globals-setup.mjs' : 'vitest.setup.mjs');
+  const config = { cacheDir: path.join(shm, 'vite-cache'), test: { include: ['vitest.fixture.mjs'], setupFiles: [setup], globals, pool } };
+  fs.writeFileSync(file, `export default ${JSON.stringify(config)};\n`);
+  return file;
+}
+
+// Runs a child test runner (node with `args(shm, out)`) whose JSON report, in jest's shape (jest's
+// --json, vitest's json reporter), it writes to `out`: each test's status and failure messages.
+function runJsonReport(runner, args) {
   const { shm, env } = childEnv();
   const out = path.join(shm, 'results.json');
-  const config = {
-    rootDir: fixtures,
-    testMatch: ['**/jest.fixture.js'],
-    testEnvironment: path.join(root, 'dist', 'testing', 'jest-environment.js'),
-    // jest's cache, in the child's own folder (by default it is left in the temporary folder)
-    cacheDirectory: path.join(shm, 'jest-cache'),
-  };
-  const jest = path.join(__dirname, '..', '..', 'node_modules', 'jest', 'bin', 'jest.js');
-  const r = spawnSync(process.execPath, [jest, '--config', JSON.stringify(config), '--json', `--outputFile=${out}`], {
-    env,
-    encoding: 'utf8',
-    timeout: 120000,
-  });
+  const r = spawnSync(process.execPath, args(shm, out), { env, encoding: 'utf8', timeout: 120000 });
   try {
     const results = JSON.parse(fs.readFileSync(out, 'utf8'));
     return Object.fromEntries(
       results.testResults[0].assertionResults.map((a) => [a.title, { status: a.status, message: a.failureMessages.join('\n') }]),
     );
   } catch (e) {
-    throw new Error(`the child jest run gave no results (status ${r.status}, signal ${r.signal}): ${r.stderr}`);
+    throw new Error(`the child ${runner} run gave no results (status ${r.status}, signal ${r.signal}): ${r.stdout}${r.stderr}`);
   } finally {
     fs.rmSync(shm, { recursive: true, force: true });
   }
 }
+
+const runJestFixture = (file, more) =>
+  runJsonReport('jest', (shm, out) => [bin.jest, '--config', jestConfig(shm, file, more), '--json', `--outputFile=${out}`]);
+
+const runVitestFixture = (options) =>
+  runJsonReport('vitest', (shm, out) => [
+    bin.vitest,
+    'run',
+    '--root',
+    fixtures,
+    '--config',
+    vitestConfig(shm, options),
+    '--reporter=json',
+    `--outputFile=${out}`,
+  ]);
 
 function runNodeTestFixture() {
   const { shm, env } = childEnv();
@@ -219,7 +252,7 @@ function runNodeTestFixture() {
   const results = {};
   let last = null;
   for (const line of r.stdout.split('\n')) {
-    const m = /^(not ok|ok) \d+ - (.*?)(?: # SKIP.*)?$/.exec(line);
+    const m = /^\s*(not ok|ok) \d+ - (.*?)(?: # SKIP.*)?$/.exec(line);
     if (m) results[m[2]] = last = { status: line.includes('# SKIP') ? 'skipped' : m[1] === 'ok' ? 'passed' : 'failed', message: '' };
     else if (last) last.message += `${line}\n`;
   }
@@ -276,6 +309,35 @@ describe('jest: cuda-memory/jest-environment', () => {
   });
 });
 
+test("jest: installLeakGate on jest's own hooks in a setup file checks each test, named, and waits for no done callback", () => {
+  const results = runJestFixture('jest.fixture.js', {
+    testEnvironment: 'node',
+    setupFilesAfterEnv: [path.join(fixtures, 'jest-setup.js')],
+    testTimeout: 5000,
+  });
+  expect(results['frees what it made']).toEqual({ status: 'passed', message: '' });
+  expect(results['leaves an allocator open'].message).toMatch(
+    /^LeakError: device memory leaked by "leaves an allocator open":\n {2}1 allocator not closed/,
+  );
+  expect(results['allows its leak'].status).toBe('passed');
+});
+
+test('jest: a test.concurrent test, and a test that runs while one does, fail with ERR_LEAK_GATE_CONCURRENT; tests after them are checked', () => {
+  const results = runJestFixture('jest-concurrent.fixture.js');
+  expect(results['leaks at its start']).toEqual({
+    status: 'failed',
+    message: expect.stringContaining(
+      'CudaMemoryError: the leak gate cannot check "leaks at its start": jest starts every test.concurrent test of a file before the file\'s first test begins (here also "leaks nothing")',
+    ),
+  });
+  expect(results['leaks nothing'].message).toContain('the leak gate cannot check "leaks nothing"');
+  expect(results['runs before the concurrent ones end'].message).toContain(
+    'the leak gate cannot check "runs before the concurrent ones end": it ran while test.concurrent tests were still running ("leaks at its start", "leaks nothing")',
+  );
+  expect(results['runs after them']).toEqual({ status: 'passed', message: '' });
+  expect(results['leaks after them'].message).toContain('device memory leaked by "leaks after them"');
+});
+
 describe('node:test: cuda-memory/node-test', () => {
   let results;
   beforeAll(() => {
@@ -291,6 +353,139 @@ describe('node:test: cuda-memory/node-test', () => {
     expect(results['leaves an allocator open']).toEqual({ status: 'failed', message: expect.stringContaining('1 allocator not closed') });
     expect(results['leaves a raw allocation']).toEqual({ status: 'failed', message: expect.stringContaining('1 raw allocation') });
     expect(results['leaves a raw allocation'].message).toContain('ERR_DEVICE_MEMORY_LEAK');
+  });
+
+  test("a test that frees in its own t.after passes: the check runs after the test's own after hooks", () => {
+    expect(results['frees in its own t.after'].status).toBe('passed');
+  });
+
+  test('a subtest is checked on its own, and its parent with what the subtest left', () => {
+    expect(results['leaks in a subtest'].message).toContain('device memory leaked by "has a subtest that leaks > leaks in a subtest"');
+    expect(results['has a subtest that leaks'].status).toBe('failed');
+    expect(results['frees in a subtest'].status).toBe('passed');
+    expect(results['has a subtest that frees'].status).toBe('passed');
+  });
+
+  test('tests that run at the same time fail with ERR_LEAK_GATE_CONCURRENT, naming each other; the next is checked', () => {
+    expect(results['leaks while another runs'].message).toContain(
+      'the leak gate cannot check "at once > leaks while another runs": another test ran at the same time ("at once > runs beside it")',
+    );
+    expect(results['leaks while another runs'].message).toContain('ERR_LEAK_GATE_CONCURRENT');
+    expect(results['runs beside it'].message).toContain('the leak gate cannot check "at once > runs beside it"');
+    expect(results['runs after them'].status).toBe('passed');
+  });
+});
+
+describe.each([
+  ['the setup file of installLeakGate', { globals: false }],
+  ['globals: true and the entry point alone', { globals: true }],
+  ['worker threads (pool: threads)', { globals: false, pool: 'threads' }],
+])('vitest: cuda-memory/vitest, %s', (_, options) => {
+  let results;
+  beforeAll(() => {
+    results = runVitestFixture(options);
+  });
+
+  test('clean tests pass: freed in the test, in a top-level afterEach, in its own onTestFinished, by a fixture', () => {
+    for (const name of [
+      'frees what it made',
+      'frees in a top-level afterEach',
+      'frees in its own onTestFinished',
+      'uses a fixture that closes its allocator',
+    ])
+      expect([name, results[name]]).toEqual([name, { status: 'passed', message: '' }]);
+  });
+
+  test('each leak fails its test, named by the test and its describe blocks', () => {
+    expect(results['leaves an allocator open']).toEqual({ status: 'failed', message: expect.stringContaining('1 allocator not closed') });
+    expect(results['leaves an allocator open'].message).toContain('device memory leaked by "leaves an allocator open":');
+    expect(results['leaves a raw allocation'].message).toContain(
+      'device memory leaked by "leaves a raw allocation":\n  1 raw allocation, 12.06 KiB',
+    );
+    expect(results['leaves a block of an allocator made before'].message).toContain('1 allocator block not freed, 1000 B');
+    expect(results['leaves an allocator open in it'].message).toContain(
+      'device memory leaked by "a block > leaves an allocator open in it":',
+    );
+  });
+
+  test('allowLeaks() lets one test leak', () => {
+    expect(results['allows its leak'].status).toBe('passed');
+  });
+
+  test('tests of describe.concurrent fail with ERR_LEAK_GATE_CONCURRENT, naming each other; the next is checked', () => {
+    expect(results['leaks while another runs'].message).toContain(
+      'the leak gate cannot check "at once > leaks while another runs": another test ran at the same time ("at once > runs beside it")',
+    );
+    expect(results['runs beside it'].message).toContain('the leak gate cannot check "at once > runs beside it"');
+    expect(results['runs after them']).toEqual({ status: 'passed', message: '' });
+  });
+});
+
+// The commands docs/ci.md gives for a JUnit report, each on its runner's fixture: the report is
+// well-formed XML with one case per test, and the leak is a failure of its case.
+describe('JUnit reports of the commands docs/ci.md gives', () => {
+  const junit = (run) => {
+    const { shm, env } = childEnv();
+    const file = path.join(shm, 'reports', 'tests.xml');
+    fs.mkdirSync(path.dirname(file)); // the workflow's reports folder
+    try {
+      const r = run({ shm, env, file });
+      if (!fs.existsSync(file)) throw new Error(`no report (status ${r.status}, signal ${r.signal}): ${r.stdout}${r.stderr}`);
+      return fs.readFileSync(file, 'utf8');
+    } finally {
+      fs.rmSync(shm, { recursive: true, force: true });
+    }
+  };
+  const spawn = (args, env, extra = {}) =>
+    spawnSync(process.execPath, args, { env: { ...env, ...extra }, encoding: 'utf8', timeout: 120000 });
+  const cases = (xml) =>
+    Object.fromEntries(
+      xmlElements(parseXml(xml), 'testcase').map((c) => [
+        c.attrs.name.trim(), // jest-junit's: "{classname} {title}", with no describe block here
+        xmlElements(c, 'failure')
+          .map((f) => `${f.attrs.message ?? ''}${f.text}`)
+          .join('\n'),
+      ]),
+    );
+  const expectLeakCases = (byName) => {
+    expect(byName['frees what it made']).toBe('');
+    expect(byName['leaves an allocator open']).toContain('device memory leaked by');
+    expect(byName['leaves an allocator open']).toContain('1 allocator not closed');
+  };
+
+  test('jest with jest-junit, under cuda-memory/jest-environment', () => {
+    const xml = junit(({ shm, env, file }) => {
+      const args = [bin.jest, '--ci', '--runInBand', '--config', jestConfig(shm), '--reporters', 'default', '--reporters', 'jest-junit'];
+      return spawn(args, env, { JEST_JUNIT_OUTPUT_FILE: file });
+    });
+    expectLeakCases(cases(xml));
+  });
+
+  test('node --test --require cuda-memory/node-test with the junit reporter: one report, of the tests', () => {
+    const xml = junit(({ env, file }) =>
+      spawn(
+        [
+          '--test',
+          '--require',
+          path.join(root, 'dist', 'testing', 'node-test.js'),
+          '--test-reporter=junit',
+          `--test-reporter-destination=${file}`,
+          path.join(fixtures, 'node-test.fixture.js'),
+        ],
+        env,
+      ),
+    );
+    expect(xml.match(/<testsuites>/g)).toHaveLength(1);
+    const byName = cases(xml);
+    expectLeakCases(byName);
+    expect(byName['frees in its own t.after']).toBe('');
+  });
+
+  test('vitest with its junit reporter', () => {
+    const xml = junit(({ shm, env, file }) =>
+      spawn([bin.vitest, 'run', '--root', fixtures, '--config', vitestConfig(shm), '--reporter=junit', `--outputFile=${file}`], env),
+    );
+    expectLeakCases(cases(xml));
   });
 });
 
