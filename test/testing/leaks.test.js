@@ -38,9 +38,41 @@ describe('compareSnapshots', () => {
     const reading = (usedBytes, source = 'nvml') => ({ resources: [], driver: [{ device: 0, source, usedBytes }] });
     expect(testing.compareSnapshots(reading(100 * MiB), reading(164 * MiB), 64 * MiB)).toEqual([]);
     expect(testing.compareSnapshots(reading(100 * MiB), reading(165 * MiB), 64 * MiB)).toEqual([
-      { level: 'driver', kind: 'device-memory', device: 0, simulated: false, count: 0, bytes: 65 * MiB, where: [], source: 'nvml' },
+      {
+        level: 'driver',
+        kind: 'device-memory',
+        device: 0,
+        simulated: false,
+        count: 0,
+        bytes: 65 * MiB,
+        where: [],
+        source: 'nvml',
+        grewBytes: 65 * MiB,
+      },
     ]);
     expect(testing.compareSnapshots(reading(0, 'nvml'), reading(500 * MiB, 'cuda'), 0)).toEqual([]);
+  });
+
+  test("the driver level leaves out what the library's own device memory grew: a pool made before the test that caches, a buffer the library level reports", () => {
+    const at = (usedBytes, resources) => ({ resources, driver: [{ device: 0, source: 'nvml', usedBytes }] });
+    const real = (kind, count, bytes) => row(kind, count, bytes, { simulated: false });
+    // A pool made before the test took a 256 MiB region and caches the freed block.
+    const pool = [at(1000 * MiB, [real('allocator', 1, 2 * MiB)]), at(1256 * MiB, [real('allocator', 1, 258 * MiB)])];
+    expect(testing.compareSnapshots(...pool, 64 * MiB)).toEqual([]);
+    // A buffer left: the library level says so, and the driver level does not say it again.
+    const buffer = testing.compareSnapshots(at(1000 * MiB, []), at(1256 * MiB, [real('device', 1, 256 * MiB)]), 64 * MiB);
+    expect(buffer.map((l) => [l.level, l.kind])).toEqual([['library', 'device']]);
+    // Memory beyond it is reported, with what the figure grew in all; host memory and simulated
+    // devices explain nothing.
+    const more = [
+      at(1000 * MiB, []),
+      at(1456 * MiB, [real('device', 1, 256 * MiB), real('pinned', 1, 256 * MiB), row('allocator', 1, 256 * MiB)]),
+    ];
+    const [, , , driver] = testing.compareSnapshots(...more, 64 * MiB);
+    expect(driver).toEqual(expect.objectContaining({ level: 'driver', bytes: 200 * MiB, grewBytes: 456 * MiB }));
+    expect(testing.formatLeaks([driver], 't', 64 * MiB)).toContain(
+      "device 0: this process's used memory (NVML) grew 456 MiB, 200 MiB more than the library's own memory there, past the tolerance of 64 MiB",
+    );
   });
 });
 
@@ -110,7 +142,17 @@ describe('the gate on simulated devices', () => {
     used += 16 * MiB + 1;
     const report = gate.end('driver');
     expect(report.leaks).toEqual([
-      { level: 'driver', kind: 'device-memory', device: 0, simulated: false, count: 0, bytes: 16 * MiB + 1, where: [], source: 'nvml' },
+      {
+        level: 'driver',
+        kind: 'device-memory',
+        device: 0,
+        simulated: false,
+        count: 0,
+        bytes: 16 * MiB + 1,
+        where: [],
+        source: 'nvml',
+        grewBytes: 16 * MiB + 1,
+      },
     ]);
     expect(report.message).toContain("device 0: this process's used memory (NVML) grew 16.00 MiB, past the tolerance of 16 MiB");
   });
@@ -154,6 +196,60 @@ describe('the gate on simulated devices', () => {
         expect.objectContaining({ code: 'ERR_OUT_OF_RANGE', message: expect.stringContaining('CUDA_MEMORY_LEAK_SIMULATED') }),
       ),
     );
+  });
+});
+
+describe('worker threads', () => {
+  const { Worker } = require('worker_threads');
+  // A worker of the fixture, and the next message it sends.
+  const start = (workerData) => new Worker(path.join(fixtures, 'worker.js'), { workerData: { root, ...workerData } });
+  const next = (w) =>
+    new Promise((resolve, reject) => {
+      w.once('message', resolve);
+      w.once('error', reject);
+    });
+
+  test("a live worker's buffers, raw allocations and allocators are this thread's test's leaks, with the worker named", async () => {
+    const gate = testing.createLeakGate({ driver: 'off' });
+    gate.begin();
+    const w = start({});
+    try {
+      const { made } = await next(w);
+      const report = gate.end('starts a worker');
+      const byKind = Object.fromEntries(report.leaks.map((l) => [l.kind, l]));
+      expect(Object.keys(byKind).sort()).toEqual(['allocator', 'allocator-block', 'raw']);
+      for (const l of report.leaks) expect(l).toMatchObject({ level: 'library', thread: w.threadId, count: 1, simulated: true });
+      // The worker's own figures, as its liveSummary() gives them (an allocator's pool by count only).
+      const own = Object.fromEntries(made.map((r) => [r.kind, r]));
+      expect(byKind['allocator-block'].bytes).toBe(own['allocator-block'].bytes);
+      expect(byKind.raw.bytes).toBe(3000);
+      expect(report.message).toContain(`  1 raw allocation, 2.93 KiB, on simulated device 0, in worker thread ${w.threadId}`);
+      expect(report.message).toContain(`  1 allocator not closed, on simulated device 0, in worker thread ${w.threadId}`);
+      // Freed in the worker: nothing is left.
+      gate.begin();
+      w.postMessage('free');
+      await next(w);
+      expect(gate.end().leaks).toEqual([]);
+    } finally {
+      await w.terminate();
+    }
+  });
+
+  test('a worker that exits gives back what it held; one that runs a leak gate of its own is left to it', async () => {
+    const gate = testing.createLeakGate({ driver: 'off' });
+    gate.begin();
+    const w = start({});
+    await next(w);
+    await w.terminate();
+    expect(gate.end().leaks).toEqual([]);
+    gate.begin();
+    const gated = start({ gated: true });
+    try {
+      await next(gated);
+      expect(gate.end().leaks).toEqual([]);
+    } finally {
+      await gated.terminate();
+    }
   });
 });
 
@@ -492,24 +588,26 @@ describe('JUnit reports of the commands docs/ci.md gives', () => {
 describeGpu('the gate on a GPU', () => {
   let jestResults;
   let nodeResults;
+  let vitestResults;
   beforeAll(() => {
     jestResults = runJestFixture();
     nodeResults = runNodeTestFixture();
+    vitestResults = runVitestFixture();
   });
 
-  test('a DeviceBuffer not freed and a pinned buffer kept fail their tests (jest and node:test)', () => {
-    for (const r of [jestResults, nodeResults]) {
+  test('a DeviceBuffer not freed and a pinned buffer kept fail their tests (jest, node:test and vitest)', () => {
+    for (const r of [jestResults, nodeResults, vitestResults]) {
       expect(r['leaves a DeviceBuffer']).toEqual({
         status: 'failed',
         message: expect.stringContaining('1 device buffer, 1 MiB, on device 0'),
       });
       expect(r['keeps a pinned buffer']).toEqual({ status: 'failed', message: expect.stringContaining('1 pinned buffer, 1 MiB') });
     }
-    expect(jestResults['frees a DeviceBuffer'].status).toBe('passed');
+    for (const r of [jestResults, nodeResults, vitestResults]) expect(r['frees a DeviceBuffer'].status).toBe('passed');
   });
 
   test('a cudaMalloc that only the driver sees fails its test at the driver level', () => {
-    for (const r of [jestResults, nodeResults])
+    for (const r of [jestResults, nodeResults, vitestResults])
       expect(r['leaves a cudaMalloc only the driver sees']).toEqual({
         status: 'failed',
         message: expect.stringMatching(/device 0: .* grew \d+(\.\d+)? MiB, past the tolerance/),
@@ -529,6 +627,88 @@ describeGpu('the gate on a GPU', () => {
     raw.free();
     expect(report.leaks).toEqual([expect.objectContaining({ level: 'driver', device: 0, source: mine ? 'nvml' : 'cuda' })]);
     expect(report.leaks[0].bytes).toBeGreaterThanOrEqual(256 * MiB);
+  });
+
+  test('a pool made before the test that caches a freed block is no leak, at the driver level either', () => {
+    const gate = testing.createLeakGate();
+    const pool = cm.createAllocator({ allowGrowth: true });
+    try {
+      gate.begin();
+      pool.alloc(256 * MiB).free(); // a new region of the pool, kept in it
+      expect(pool.stats().poolBytes).toBeGreaterThanOrEqual(256 * MiB);
+      expect(gate.end('caches').leaks).toEqual([]);
+    } finally {
+      pool.close();
+    }
+  });
+
+  test('a 1-byte leak is caught: a DeviceBuffer, a block of a pool made before the test, a raw allocation', () => {
+    const gate = testing.createLeakGate();
+    const pool = cm.createAllocator({ allowGrowth: true });
+    pool.alloc(1).free(); // the pool's first region, before the test
+    gate.begin();
+    const kept = [cm.DeviceBuffer.alloc(1), pool.alloc(1), testing.rawDeviceAlloc(1)];
+    const report = gate.end('leaks a byte');
+    for (const k of kept) k.free();
+    pool.close();
+    expect(report.leaks.map((l) => [l.level, l.kind, l.count, l.bytes]).sort()).toEqual([
+      ['library', 'allocator-block', 1, 1],
+      ['library', 'device', 1, 1],
+      ['library', 'raw', 1, 1],
+    ]);
+    expect(report.message).toContain('  1 device buffer, 1 B, on device 0');
+  });
+
+  // A child process that holds 256 MiB of device memory (its CUDA context too) until told to exit.
+  const startChild = () =>
+    new Promise((resolve, reject) => {
+      const script = `const cm = require(process.argv[1]); const b = cm.DeviceBuffer.alloc(${256 * MiB}); process.stdout.write('ready\\n'); process.stdin.on('data', () => { b.free(); process.exit(0); });`;
+      const child = require('child_process').spawn(process.execPath, ['-e', script, root], { stdio: ['pipe', 'pipe', 'inherit'] });
+      child.once('error', reject);
+      child.once('exit', (code) => reject(new Error(`the child exited (${code}) before it held its memory`)));
+      child.stdout.once('data', () => resolve(child));
+    });
+  const stopChild = (child) =>
+    new Promise((resolve) => {
+      child.removeAllListeners('exit');
+      child.once('exit', resolve);
+      child.stdin.write('exit\n');
+    });
+  // Until the device's used memory is back within `slack` of `usedBytes` (a context goes a little after its process), 5 s at most.
+  const settle = async (usedBytes, slack = 64 * MiB) => {
+    for (let i = 0; i < 50; i++) {
+      const m = cm.memGetInfo(0);
+      if (m.total - m.free <= usedBytes + slack) return;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  };
+
+  test("a live child process's memory counts with cudaMemGetInfo (every process), not in this process's NVML figure; a child that exits gives it back", async () => {
+    const used = () => cm.memGetInfo(0).total - cm.memGetInfo(0).free;
+    const cuda = testing.createLeakGate({ driver: 'cuda' });
+    cuda.begin();
+    let child = await startChild();
+    const held = cuda.end('starts a child');
+    await stopChild(child);
+    expect(held.leaks).toEqual([expect.objectContaining({ level: 'driver', kind: 'device-memory', device: 0, source: 'cuda' })]);
+    expect(held.leaks[0].bytes).toBeGreaterThanOrEqual(256 * MiB);
+    expect(held.message).toContain('device 0: used memory (cudaMemGetInfo, every process) grew');
+
+    const before = used();
+    cuda.begin();
+    child = await startChild();
+    await stopChild(child);
+    await settle(before);
+    expect(cuda.end('a child that exits').leaks).toEqual([]);
+
+    // NVML's figure is this process's alone (where NVML lists no process, as in some containers,
+    // there is no figure and nothing to report either).
+    const nvml = testing.createLeakGate({ driver: 'nvml' });
+    nvml.begin();
+    child = await startChild();
+    const own = nvml.end('starts a child');
+    await stopChild(child);
+    expect(own.leaks).toEqual([]);
   });
 });
 
