@@ -115,6 +115,66 @@ interface OpenTest {
 const HOW =
   'run them one at a time (node:test: no concurrency option on their suite; vitest: no describe.concurrent or test.concurrent; jest: test(), not test.concurrent)';
 
+// The tests the gate has begun and not checked yet, on `core`: `begin` in a beforeEach hook,
+// `after` in an afterEach hook, each with the hook's argument (the runner's context, if it gives
+// one) and its `this`.
+function openTests(core: GateCore) {
+  const open: OpenTest[] = [];
+  const SHARED = {};
+  const keyOf = (ctx: RunnerContext | undefined, self: unknown) => ctx ?? (readable(self) ? self : SHARED);
+
+  const finish = (t: OpenTest) => {
+    const i = open.indexOf(t);
+    if (i < 0) return;
+    open.splice(i, 1);
+    const allowed = takeAllowLeaks();
+    if (t.with.size)
+      throw concurrentTestsError(
+        t.name,
+        `${t.with.size === 1 ? 'another test' : 'other tests'} ran at the same time (${testNames([...t.with])})`,
+        HOW,
+      );
+    const report = core.report(t.before, t.name);
+    if (!allowed && report.leaks.length) throw new LeakError(report);
+  };
+
+  const begin = (ctx: RunnerContext | undefined, self: unknown) => {
+    // A vitest test that ended without its onTestFinished (ctx.skip()) is not open any more.
+    for (let i = open.length - 1; i >= 0; i--) {
+      const state = open[i].ctx?.task?.result?.state;
+      if (state !== undefined && state !== 'run') open.splice(i, 1);
+    }
+    if (open.length === 0) takeAllowLeaks();
+    const name = testName(ctx) ?? '(a test)';
+    const path = typeof ctx === 'object' && ctx && typeof ctx.fullName === 'string' ? ctx.fullName : undefined;
+    const t: OpenTest = { key: keyOf(ctx, self), ctx, name, path, before: core.snapshot(), with: new Set(), late: false };
+    for (const o of open) {
+      // A node:test subtest runs inside its parent, not beside it.
+      if (o.path !== undefined && path !== undefined && path.startsWith(`${o.path} > `)) continue;
+      o.with.add(name);
+      t.with.add(o.name);
+    }
+    if (jestConcurrent()) t.with.add("this file's test.concurrent tests");
+    open.push(t);
+    if (ctx && typeof ctx.onTestFinished === 'function') {
+      t.late = true;
+      ctx.onTestFinished(() => finish(t));
+    }
+  };
+
+  const after = (ctx: RunnerContext | undefined, self: unknown) => {
+    const key = keyOf(ctx, self);
+    const t = open.find((o) => o.key === key) ?? (key === SHARED ? open[open.length - 1] : undefined);
+    if (!t || t.late) return;
+    if (ctx && typeof ctx.after === 'function') {
+      // node:test: after hooks run after the afterEach hooks, in the order they were registered.
+      t.late = true;
+      ctx.after(() => finish(t));
+    } else finish(t);
+  };
+  return { begin, after };
+}
+
 /**
  * Puts the leak gate around every test that `hooks` reach (registered at the top level of a
  * setup file or test file: every test of that file or run). Each test is measured against a
@@ -139,76 +199,18 @@ export function installLeakGate(hooks: TestHooks, options?: LeakGateOptions): Le
   ] as const)
     if (typeof fn !== 'function') throw invalidArgument(`hooks.${name}`, "a function (the test runner's hook)", fn);
   const core: GateCore = createGateCore(options);
-  const open: OpenTest[] = [];
-  const SHARED = {};
-
-  const begin = (ctx: RunnerContext | undefined, self: unknown) => {
-    // A vitest test that ended without its onTestFinished (ctx.skip()) is not open any more.
-    for (let i = open.length - 1; i >= 0; i--) {
-      const state = open[i].ctx?.task?.result?.state;
-      if (state !== undefined && state !== 'run') open.splice(i, 1);
-    }
-    if (open.length === 0) takeAllowLeaks();
-    const name = testName(ctx) ?? '(a test)';
-    const path = typeof ctx === 'object' && ctx && typeof ctx.fullName === 'string' ? ctx.fullName : undefined;
-    const t: OpenTest = {
-      key: ctx ?? (readable(self) ? self : SHARED),
-      ctx,
-      name,
-      path,
-      before: core.snapshot(),
-      with: new Set(),
-      late: false,
-    };
-    for (const o of open) {
-      // A node:test subtest runs inside its parent, not beside it.
-      if (o.path !== undefined && path !== undefined && path.startsWith(`${o.path} > `)) continue;
-      o.with.add(name);
-      t.with.add(o.name);
-    }
-    if (jestConcurrent()) t.with.add("this file's test.concurrent tests");
-    open.push(t);
-    if (ctx && typeof ctx.onTestFinished === 'function') {
-      t.late = true;
-      ctx.onTestFinished(() => finish(t));
-    }
-  };
-
-  const finish = (t: OpenTest) => {
-    const i = open.indexOf(t);
-    if (i < 0) return;
-    open.splice(i, 1);
-    const allowed = takeAllowLeaks();
-    if (t.with.size)
-      throw concurrentTestsError(
-        t.name,
-        `${t.with.size === 1 ? 'another test' : 'other tests'} ran at the same time (${testNames([...t.with])})`,
-        HOW,
-      );
-    const report = core.report(t.before, t.name);
-    if (!allowed && report.leaks.length) throw new LeakError(report);
-  };
-
+  const tests = openTests(core);
   // Hooks that declare no parameter: jest and mocha give a hook that does a `done` callback to
   // wait for, and vitest reads the first parameter of a hook as its fixtures where there are any.
   beforeEach.call(hooks, function (this: unknown) {
     // eslint-disable-next-line prefer-rest-params
     const ctx = arguments[0];
-    begin(readable(ctx) ? ctx : undefined, this);
+    tests.begin(readable(ctx) ? ctx : undefined, this);
   });
   afterEach.call(hooks, function (this: unknown) {
     // eslint-disable-next-line prefer-rest-params
-    const arg = arguments[0];
-    const ctx = readable(arg) ? arg : undefined;
-    const key = ctx ?? (readable(this) ? this : SHARED);
-    let t = open.find((o) => o.key === key);
-    if (!t && key === SHARED) t = open[open.length - 1];
-    if (!t || t.late) return;
-    if (ctx && typeof ctx.after === 'function') {
-      // node:test: after hooks run after the afterEach hooks, in the order they were registered.
-      t.late = true;
-      ctx.after(() => finish(t as OpenTest));
-    } else finish(t);
+    const ctx = arguments[0];
+    tests.after(readable(ctx) ? ctx : undefined, this);
   });
   return gateOver(core);
 }
