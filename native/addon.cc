@@ -22,7 +22,8 @@
 namespace {
 
 // init: the JS error classes that native code constructs, so every error carries the library's
-// types and `code`, and the codes of the file errors (lib/base/files.ts's table).
+// types and `code`, the codes of the file errors (lib/base/files.ts's table), and this
+// environment's thread id (worker_threads.threadId), which leak reports name.
 Napi::Value Init(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   cm::Instance& inst = cm::GetInstance(env);
@@ -33,6 +34,8 @@ Napi::Value Init(const Napi::CallbackInfo& info) {
   inst.unavailable_error = Napi::Persistent(o.Get("CudaUnavailableError").As<Napi::Function>());
   inst.interprocess_error = Napi::Persistent(o.Get("InterprocessError").As<Napi::Function>());
   cm::SetFileCodes(env, info[1]);
+  if (info[2].IsNumber())
+    cm::tally::SetThread(inst.tally_id, info[2].As<Napi::Number>().DoubleValue());
   return env.Undefined();
 }
 

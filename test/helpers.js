@@ -124,7 +124,121 @@ function thrown(fn) {
   return 'returned';
 }
 
+// Parses an XML document, or throws saying where it is not well-formed (XML 1.0: one root
+// element; tags nested and closed; attributes quoted, each once; `<` and `&` only as markup or
+// references; no control characters). Returns the root as { name, attrs, children, text }, text
+// being the element's own character data, references resolved. For reports such as JUnit files.
+function parseXml(xml) {
+  let i = 0;
+  const fail = (what) => {
+    const line = xml.slice(0, i).split('\n').length;
+    throw new Error(`not well-formed XML at line ${line}: ${what} (near ${JSON.stringify(xml.slice(i, i + 40))})`);
+  };
+  const bad = /[\u0000-\u0008\u000b\u000c\u000e-\u001f\ufffe\uffff]/.exec(xml);
+  if (bad) {
+    i = bad.index;
+    fail(`the character U+${bad[0].charCodeAt(0).toString(16).padStart(4, '0')}`);
+  }
+  const NAME = /[A-Za-z_:][\w.:-]*/y;
+  const name = () => {
+    NAME.lastIndex = i;
+    const m = NAME.exec(xml);
+    if (!m) fail('expected a name');
+    i += m[0].length;
+    return m[0];
+  };
+  const space = () => {
+    while (/\s/.test(xml[i] ?? '')) i++;
+  };
+  const text = (s) => {
+    if (s.includes('<')) fail('a "<" in character data');
+    return s.replace(/&([^;]*);|&/g, (ref, body) => {
+      if (body === undefined) fail('a "&" that starts no reference');
+      const named = { amp: '&', lt: '<', gt: '>', quot: '"', apos: "'" }[body];
+      if (named) return named;
+      const n = /^#x[0-9a-f]+$/i.test(body) ? parseInt(body.slice(2), 16) : /^#\d+$/.test(body) ? Number(body.slice(1)) : NaN;
+      if (!Number.isFinite(n)) fail(`the reference ${ref}`);
+      return String.fromCodePoint(n);
+    });
+  };
+  // Comments, processing instructions and white space between elements.
+  const misc = () => {
+    for (;;) {
+      space();
+      if (xml.startsWith('<!--', i)) {
+        const end = xml.indexOf('-->', i + 4);
+        if (end < 0 || xml.slice(i + 4, end).includes('--')) fail('a comment');
+        i = end + 3;
+      } else if (xml.startsWith('<?', i)) {
+        const end = xml.indexOf('?>', i);
+        if (end < 0) fail('a processing instruction');
+        i = end + 2;
+      } else return;
+    }
+  };
+  const element = () => {
+    if (xml[i] !== '<') fail('expected an element');
+    i++;
+    const el = { name: name(), attrs: {}, children: [], text: '' };
+    for (;;) {
+      space();
+      if (xml.startsWith('/>', i)) {
+        i += 2;
+        return el;
+      }
+      if (xml[i] === '>') break;
+      const attr = name();
+      space();
+      if (xml[i] !== '=') fail(`expected = after ${attr}`);
+      i++;
+      space();
+      const q = xml[i];
+      if (q !== '"' && q !== "'") fail(`expected a quoted value for ${attr}`);
+      const end = xml.indexOf(q, i + 1);
+      if (end < 0) fail(`an unclosed value of ${attr}`);
+      if (attr in el.attrs) fail(`a second ${attr}`);
+      el.attrs[attr] = text(xml.slice(i + 1, end));
+      i = end + 1;
+    }
+    i++;
+    for (;;) {
+      const next = xml.indexOf('<', i);
+      if (next < 0) fail(`an unclosed <${el.name}>`);
+      el.text += text(xml.slice(i, next));
+      i = next;
+      if (xml.startsWith('</', i)) {
+        i += 2;
+        if (name() !== el.name) fail(`a closing tag that is not </${el.name}>`);
+        space();
+        if (xml[i] !== '>') fail('expected >');
+        i++;
+        return el;
+      }
+      if (xml.startsWith('<![CDATA[', i)) {
+        const end = xml.indexOf(']]>', i);
+        if (end < 0) fail('an unclosed CDATA section');
+        el.text += xml.slice(i + 9, end);
+        i = end + 3;
+      } else if (xml.startsWith('<!--', i) || xml.startsWith('<?', i)) misc();
+      else el.children.push(element());
+    }
+  };
+  if (xml.charCodeAt(0) === 0xfeff) i = 1;
+  misc();
+  const root = element();
+  misc();
+  if (i < xml.length) fail('content after the root element');
+  return root;
+}
+
+// Every element named `name` in the tree under `el`, in document order.
+function xmlElements(el, name) {
+  return [...(el.name === name ? [el] : []), ...el.children.flatMap((c) => xmlElements(c, name))];
+}
+
 module.exports = {
+  parseXml,
+  xmlElements,
   cm,
   root,
   st,

@@ -222,6 +222,11 @@ export interface LiveBufferRow {
   bytes: number;
   /** Where each was made, where known (raw allocations). */
   where: string[];
+  /**
+   * The worker thread that holds them (its `threadId`), where another thread than the one that
+   * asked does; absent for the asking thread's own.
+   */
+  thread?: number;
 }
 
 /**

@@ -62,6 +62,9 @@ export interface ExpectationTarget {
 }
 
 const FIGURES: (keyof ExpectedFigures)[] = ['h2dPinnedGbps', 'd2hPinnedGbps', 'd2dGbps', 'p2pGbps', 'maxCv'];
+// The fields of a file, and of its match; `file` is set by the reader, never written in a file.
+const FIELDS = ['schema', 'name', 'match', 'expect', 'notes'];
+const MATCH_FIELDS = ['name', 'pcieMaxGeneration', 'pcieMaxWidth'];
 
 function invalid(file: string, what: string): CudaMemoryError {
   return new CudaMemoryError(`the expectation file ${file} is not valid: ${what}`, 'ERR_EXPECTATIONS_INVALID');
@@ -75,14 +78,23 @@ function invalid(file: string, what: string): CudaMemoryError {
  */
 export function checkExpectations(value: unknown, file: string): Expectations {
   if (typeof file !== 'string') throw invalidArgument('file', 'the name of the file (a string) for messages', file);
+  return check(value, file, true);
+}
+
+// The check of expectations as the reader returned them (`withFile`: their `file` field is
+// known), or of a file's JSON, where `file` is an unknown field as any other: a file does not
+// name itself.
+function check(value: unknown, file: string, withFile: boolean): Expectations {
   if (value === null || typeof value !== 'object' || !isReadable(value) || Array.isArray(value))
     throw invalid(file, 'expected a JSON object');
   const v = value as Record<keyof Expectations, unknown>;
   if (v.schema !== 'cuda-memory/expectations@1')
     throw invalid(file, `expected schema "cuda-memory/expectations@1", got ${jsonText(v.schema)}`);
+  refuseUnknown(file, '', Object.keys(v), withFile ? [...FIELDS, 'file'] : FIELDS);
   const name = v.name;
   if (typeof name !== 'string' || !name) throw invalid(file, 'expected a name');
   const m = objectField(file, 'match', v.match) as Expectations['match'];
+  refuseUnknown(file, 'match.', Object.keys(m), MATCH_FIELDS);
   const pattern = m.name;
   if (pattern !== undefined) {
     if (typeof pattern !== 'string') throw invalid(file, 'expected match.name to be a regular expression in a string');
@@ -100,6 +112,7 @@ export function checkExpectations(value: unknown, file: string): Expectations {
     match[k] = x;
   }
   const e = objectField(file, 'expect', v.expect) as Partial<Record<keyof ExpectedFigures, unknown>>;
+  refuseUnknown(file, 'expect.', Object.keys(e), FIGURES);
   const expect = {} as ExpectedFigures;
   for (const k of FIGURES) {
     const x = e[k];
@@ -107,12 +120,25 @@ export function checkExpectations(value: unknown, file: string): Expectations {
       throw invalid(file, `expected expect.${k} to be a positive number or null, got ${jsonText(x)}`);
     expect[k] = (x as number | null | undefined) ?? null;
   }
-  const unknown = Object.keys(e).filter((k) => !FIGURES.includes(k as keyof ExpectedFigures));
-  if (unknown.length)
-    throw invalid(file, `unknown field${unknown.length > 1 ? 's' : ''} expect.${unknown.join(', expect.')} (known: ${FIGURES.join(', ')})`);
+  if (v.notes !== undefined && !isArray(v.notes)) throw invalid(file, `expected notes to be an array, got ${jsonText(v.notes)}`);
   const notes = isArray(v.notes) ? [...v.notes].map(textOf) : undefined;
   return { schema: 'cuda-memory/expectations@1', name, match, expect, notes, file };
 }
+
+// Refuses the fields of an object that are not among `known`, naming them as `prefix` + key
+// (a misspelt field would otherwise leave its check to the default without a word).
+function refuseUnknown(file: string, prefix: string, keys: string[], known: readonly string[]): void {
+  const unknown = keys.filter((k) => !known.includes(k));
+  if (unknown.length)
+    throw invalid(
+      file,
+      `unknown field${unknown.length > 1 ? 's' : ''} ${unknown.map((k) => prefix + jsonKey(k)).join(', ')} (known: ${known.join(', ')})`,
+    );
+}
+
+// A field's name as written in the message: plain where it is a plain word, else quoted as JSON
+// (a name with control characters reaches a terminal).
+const jsonKey = (k: string): string => (/^[A-Za-z_$][\w$]*$/.test(k) ? k : JSON.stringify(k));
 
 // An object field of an expectation file (absent: empty).
 function objectField(file: string, key: string, value: unknown): Record<string, unknown> {
@@ -128,7 +154,7 @@ function checkGiven(name: string, value: unknown): Expectations {
   if (value === null || typeof value !== 'object' || !isReadable(value) || Array.isArray(value))
     throw invalidArgument(name, 'expectations (as readExpectations returns them)', value);
   const file = (value as { file?: unknown }).file;
-  return checkExpectations(value, typeof file === 'string' ? file : `(argument ${name})`);
+  return check(value, typeof file === 'string' ? file : `(argument ${name})`, true);
 }
 
 // The device fields matched against, read once and checked.
@@ -168,7 +194,7 @@ export function readExpectations(file: string): Expectations {
   } catch {
     throw invalid(file, 'it is not JSON');
   }
-  return checkExpectations(parsed, file);
+  return check(parsed, file, false);
 }
 
 /** The folder of the shipped expectation files. */

@@ -4,6 +4,7 @@
  */
 import * as fs from 'fs';
 import * as path from 'path';
+import { threadId } from 'worker_threads';
 import { CudaError, CudaMemoryError, CudaUnavailableError, InterprocessError, OutOfMemoryError } from '../base/errors';
 import { fileCodeTable } from '../base/files';
 import { NATIVE_EXPORTS } from './types';
@@ -78,6 +79,8 @@ function unloaded(reason: string): NativeBinding {
   });
   stub.liveCount = () => 0;
   stub.liveSummary = () => [];
+  stub.liveElsewhere = () => [];
+  stub.leakGateHere = () => undefined;
   stub.allocatorsLive = () => [];
   stub.nvmlState = () => null;
   return stub as unknown as NativeBinding;
@@ -109,7 +112,7 @@ function load(): { binding: NativeBinding; path: string | null } {
     try {
       // eslint-disable-next-line @typescript-eslint/no-var-requires
       const binding = require(file) as NativeBinding;
-      binding.init({ CudaMemoryError, CudaError, OutOfMemoryError, CudaUnavailableError, InterprocessError }, fileCodeTable());
+      binding.init({ CudaMemoryError, CudaError, OutOfMemoryError, CudaUnavailableError, InterprocessError }, fileCodeTable(), threadId);
       return { binding, path: file };
     } catch (e) {
       errors.push(`${file}: ${(e as Error).message.split('\n')[0]}`);

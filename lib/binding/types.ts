@@ -120,8 +120,11 @@ function fn<F extends (...args: never[]) => unknown>(): F {
 }
 
 const surface = {
-  /** The error classes native code constructs, and the codes of its file errors (lib/base/files.ts). */
-  init: fn<(classes: object, fileCodes: FileCodeTable) => void>(),
+  /**
+   * The error classes native code constructs, the codes of its file errors (lib/base/files.ts),
+   * and this environment's thread id (worker_threads.threadId).
+   */
+  init: fn<(classes: object, fileCodes: FileCodeTable, threadId: number) => void>(),
   status: fn<
     () => {
       available: boolean;
@@ -157,6 +160,13 @@ const surface = {
   liveCount: fn<() => number>(),
   /** The live buffers by kind, device and simulated-ness (for leak checks). */
   liveSummary: fn<() => LiveBufferRow[]>(),
+  /**
+   * What the process's other environments (worker threads) hold, with their `thread`; those that
+   * run a leak gate of their own are left out. Allocators by count, without their pools' bytes.
+   */
+  liveElsewhere: fn<() => LiveBufferRow[]>(),
+  /** This environment runs a leak gate: other environments' liveElsewhere() leave it out. */
+  leakGateHere: fn<() => void>(),
   /**
    * A cudaMalloc no handle knows of (leak checks' tests): its device address, which only
    * rawDeviceFree frees (it is no BufferHandle).

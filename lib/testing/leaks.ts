@@ -82,6 +82,11 @@ export interface Leak extends LiveBufferRow {
   level: 'library' | 'driver';
   /** Driver level: where the figure came from. */
   source?: 'nvml' | 'cuda';
+  /**
+   * Driver level: how much the figure grew in all, of which `bytes` is what the library's own
+   * device memory on the device (buffers, listed raw allocations, allocators' pools) did not.
+   */
+  grewBytes?: number;
 }
 
 /**
@@ -167,17 +172,36 @@ function readDevice(device: number, pciBusId: string | undefined, source: LeakDr
   }
 }
 
-/** What the library holds now: live buffers, raw allocations, open allocators and group members. */
+/**
+ * What the library holds now: live buffers, raw allocations, open allocators and group members,
+ * this thread's and, with their `thread`, every worker thread's that runs no leak gate of its own
+ * (a worker's allocators by count, without their pools' bytes).
+ */
 export function libraryResources(): LiveBufferRow[] {
-  return [...native.liveSummary(), ...native.allocatorsLive()];
+  return [...native.liveSummary(), ...native.allocatorsLive(), ...native.liveElsewhere()];
 }
 
-const key = (r: { kind: string; device: number; simulated: boolean }) => `${r.kind}\u0000${r.device}\u0000${r.simulated}`;
+const key = (r: { kind: string; device: number; simulated: boolean; thread?: number }) =>
+  `${r.kind}\u0000${r.device}\u0000${r.simulated}\u0000${r.thread ?? ''}`;
+
+// The kinds whose bytes are device memory the driver counts for this process: an allocator's
+// pool holds its blocks (allocator-block is inside it), and host memory is not device memory.
+const ON_DEVICE = new Set(['device', 'raw', 'allocator']);
+
+// The device memory the library knows of on each real device, by device.
+function knownOnDevice(resources: LiveBufferRow[]): Map<number, number> {
+  const out = new Map<number, number>();
+  for (const r of resources) if (!r.simulated && ON_DEVICE.has(r.kind)) out.set(r.device, (out.get(r.device) ?? 0) + r.bytes);
+  return out;
+}
 
 /**
  * What a test left: every kind of library resource that grew in count or bytes, and every
- * device whose driver-level figure (from the same source both times) grew past `toleranceBytes`.
- * Pure: the gate's tests feed it snapshots.
+ * device whose driver-level figure (from the same source both times) grew past `toleranceBytes`
+ * more than the library's own device memory there did (its buffers, raw allocations and pools:
+ * an allocator made before the test whose pool grew caches at the driver's level too, and a
+ * buffer the library level reports is not reported twice). Pure: the gate's tests feed it
+ * snapshots.
  */
 export function compareSnapshots(before: LeakSnapshot, after: LeakSnapshot, toleranceBytes: number): Leak[] {
   const leaks: Leak[] = [];
@@ -196,20 +220,27 @@ export function compareSnapshots(before: LeakSnapshot, after: LeakSnapshot, tole
         count,
         bytes,
         where: r.where.slice(b?.where.length ?? 0),
+        ...(r.thread === undefined ? {} : { thread: r.thread }),
       });
   }
+  const knownBefore = knownOnDevice(before.resources);
+  const knownAfter = knownOnDevice(after.resources);
   for (const d of after.driver) {
     const b = before.driver.find((x) => x.device === d.device && x.source === d.source);
-    if (b && d.usedBytes - b.usedBytes > toleranceBytes)
+    if (!b) continue;
+    const grew = d.usedBytes - b.usedBytes;
+    const unknown = grew - Math.max(0, (knownAfter.get(d.device) ?? 0) - (knownBefore.get(d.device) ?? 0));
+    if (unknown > toleranceBytes)
       leaks.push({
         level: 'driver',
         kind: 'device-memory',
         device: d.device,
         simulated: false,
         count: 0,
-        bytes: d.usedBytes - b.usedBytes,
+        bytes: unknown,
         where: [],
         source: d.source,
+        grewBytes: grew,
       });
   }
   return leaks;
@@ -233,13 +264,21 @@ export function formatLeaks(leaks: Leak[], testName?: string, toleranceBytes = D
   const head = `device memory leaked${testName ? ` by "${testName}"` : ''}:`;
   const lines = leaks.map((l) => {
     const on = `${l.simulated ? 'simulated ' : ''}device ${l.device}`;
-    if (l.level === 'driver')
-      return `  ${on}: ${l.source === 'nvml' ? "this process's used memory (NVML)" : 'used memory (cudaMemGetInfo, every process)'} grew ${formatBytes(l.bytes)}, past the tolerance of ${formatBytes(toleranceBytes)} (CUDA_MEMORY_LEAK_TOLERANCE): memory no handle of the library knows of`;
+    if (l.level === 'driver') {
+      const grew =
+        l.grewBytes !== undefined && l.grewBytes !== l.bytes
+          ? `${formatBytes(l.grewBytes)}, ${formatBytes(l.bytes)} more than the library's own memory there,`
+          : `${formatBytes(l.bytes)},`;
+      return `  ${on}: ${l.source === 'nvml' ? "this process's used memory (NVML)" : 'used memory (cudaMemGetInfo, every process)'} grew ${grew} past the tolerance of ${formatBytes(toleranceBytes)} (CUDA_MEMORY_LEAK_TOLERANCE): memory no handle of the library knows of`;
+    }
     const [one, many] = NAMES[l.kind] ?? [l.kind, l.kind];
     const what = l.count > 0 ? `${l.count} ${l.count === 1 ? one : many}` : `${many} grew`;
-    const bytes = l.kind === 'allocator' || l.kind === 'group' ? `holding ${formatBytes(l.bytes)} of pool` : formatBytes(l.bytes);
+    const pool = l.kind === 'allocator' || l.kind === 'group';
+    // Another thread's pools are not read across threads: its allocators come by count alone.
+    const bytes = pool && l.thread !== undefined ? '' : `${pool ? `holding ${formatBytes(l.bytes)} of pool` : formatBytes(l.bytes)}, `;
     const where = l.where.length ? `, made at ${l.where.join('; ')}` : '';
-    return `  ${what}, ${bytes}, on ${on}${where}`;
+    const thread = l.thread === undefined ? '' : `, in worker thread ${l.thread}`;
+    return `  ${what}, ${bytes}on ${on}${thread}${where}`;
   });
   return [head, ...lines].join('\n');
 }
@@ -261,14 +300,25 @@ export interface LeakGate {
 }
 
 /**
- * Makes a leak gate. Before its first snapshot with the driver level on and a GPU present, it
- * makes CUDA's context on each checked device, so that a context a test happens to make first
- * never counts as a leak.
- *
- * @category Testing
+ * @internal The two halves of a gate: a snapshot, and the report of what grew since one. A gate
+ * over one test at a time keeps one snapshot; installLeakGate keeps one per test it has begun.
  */
-export function createLeakGate(options?: LeakGateOptions): LeakGate {
+export interface GateCore {
+  snapshot(): LeakSnapshot;
+  report(before: LeakSnapshot, testName?: string): LeakReport;
+  readonly options: LeakGate['options'];
+}
+
+/**
+ * @internal The core of a gate. Before its first snapshot with the driver level on and a GPU
+ * present, it makes CUDA's context on each checked device, so that a context a test happens to
+ * make first never counts as a leak.
+ */
+export function createGateCore(options?: LeakGateOptions): GateCore {
   const o = resolveOptions(options);
+  // This thread's gate checks what it holds: other threads' gates leave it out (test files run
+  // side by side in worker threads, as vitest's threads pool runs them).
+  native.leakGateHere();
   let checked: { device: number; pciBusId?: string }[] | null = null;
   const driverDevices = (): { device: number; pciBusId?: string }[] => {
     if (checked) return checked;
@@ -293,17 +343,40 @@ export function createLeakGate(options?: LeakGateOptions): LeakGate {
     const resources = libraryResources();
     return { resources: o.simulated ? resources : resources.filter((r) => !r.simulated), driver };
   };
+  return {
+    options: { driver: o.driver, driverToleranceBytes: o.driverToleranceBytes, simulated: o.simulated },
+    snapshot,
+    report(before, testName) {
+      const leaks = compareSnapshots(before, snapshot(), o.driverToleranceBytes);
+      return { leaks, message: leaks.length ? formatLeaks(leaks, testName, o.driverToleranceBytes) : '' };
+    },
+  };
+}
+
+/**
+ * Makes a leak gate. Before its first snapshot with the driver level on and a GPU present, it
+ * makes CUDA's context on each checked device, so that a context a test happens to make first
+ * never counts as a leak.
+ *
+ * @category Testing
+ */
+export function createLeakGate(options?: LeakGateOptions): LeakGate {
+  return gateOver(createGateCore(options));
+}
+
+/** @internal A gate over one test at a time on `core`. */
+export function gateOver(core: GateCore): LeakGate {
   let before: LeakSnapshot | null = null;
   const gate: LeakGate = {
-    options: { driver: o.driver, driverToleranceBytes: o.driverToleranceBytes, simulated: o.simulated },
+    options: core.options,
     begin() {
-      before = snapshot();
+      before = core.snapshot();
     },
     end(testName) {
       if (!before) return { leaks: [], message: '' };
-      const leaks = compareSnapshots(before, snapshot(), o.driverToleranceBytes);
+      const report = core.report(before, testName);
       before = null;
-      return { leaks, message: leaks.length ? formatLeaks(leaks, testName, o.driverToleranceBytes) : '' };
+      return report;
     },
     check(testName) {
       const report = gate.end(testName);

@@ -5,7 +5,9 @@
  *     import { installLeakGate } from 'cuda-memory/vitest';
  *     installLeakGate({ beforeEach, afterEach });
  *
- * With `globals: true`, `import 'cuda-memory/vitest'` alone installs it from the global hooks.
+ * With `globals: true`, `import 'cuda-memory/vitest'` alone installs it from the global hooks,
+ * once per module cache: with `isolate: false` the files share one, and only the explicit call
+ * above reaches every file.
  */
 import { installLeakGate } from './hooks';
 

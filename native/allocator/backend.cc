@@ -207,6 +207,20 @@ AllocatorOptions ReadAllocatorOptions(Napi::Env env, Napi::Value v) {
 }
 
 void Backend::Record(Napi::Env env, Napi::Value) { ThrowNoBlocks(env, "recording"); }
+
+void Backend::Tally(uint64_t id) {
+  tally_id_ = id;
+  CountLive(&tallied_);
+  for (const LiveRow& r : tallied_) tally::Change(id, r.kind.c_str(), r.device, r.simulated, 1, 0);
+}
+
+void Backend::Untally() noexcept {
+  for (const LiveRow& r : tallied_)
+    tally::Change(tally_id_, r.kind.c_str(), r.device, r.simulated, -1, 0);
+  tallied_.clear();
+}
+
+Backend::~Backend() { Untally(); }
 Napi::Value Backend::Trace(Napi::Env env) { ThrowNoBlocks(env, "recording"); }
 Napi::Value Backend::Snapshot(Napi::Env env) { ThrowNoBlocks(env, "snapshot()"); }
 
@@ -291,6 +305,7 @@ Napi::Value Create(const Napi::CallbackInfo& info) {
   auto gone = [](const std::weak_ptr<Backend>& w) { return w.expired(); };
   made.list.erase(std::remove_if(made.list.begin(), made.list.end(), gone), made.list.end());
   made.list.push_back(h->ref);
+  h->ref->Tally(GetInstance(env).tally_id);
   return ext;
 }
 
@@ -321,7 +336,10 @@ Napi::Value Alloc(const Napi::CallbackInfo& info) {
 // allocatorClose: returns bytes returned to the device (0: closed already)
 Napi::Value Close(const Napi::CallbackInfo& info) {
   Backend* b = Unwrap(info.Env(), info[0], true).get();
-  return Number(info, b->closed ? 0 : b->Close(info.Env(), info[1].ToBoolean()));
+  if (b->closed) return Number(info, 0);
+  uint64_t bytes = b->Close(info.Env(), info[1].ToBoolean());
+  b->Untally();
+  return Number(info, bytes);
 }
 
 // allocatorRecord: starts recording afresh (a number) or stops.

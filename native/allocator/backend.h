@@ -53,7 +53,6 @@ using BackendRef = std::shared_ptr<Backend>;
 // allocator is open (Close excepted) before calling.
 class Backend {
  public:
-  virtual ~Backend() = default;
   // A block of `bytes` (at least 1) at `alignment` (a power of two, at least 256), as a buffer
   // handle; `stream` (undefined: none) orders it where the backend is stream-ordered. `self` is
   // this backend's own reference, which the block keeps. Throws OutOfMemoryError.
@@ -85,8 +84,18 @@ class Backend {
   // Counts this open allocator in `rows` for leak checks (allocatorsLive()): one 'allocator' of
   // its pool bytes on its device, and one 'group' where it is a group member.
   virtual void CountLive(std::vector<LiveRow>* rows) = 0;
+  // Enters what CountLive counts now (the allocator, its group membership) in the process-wide
+  // tally of environment `id`, by count: the pool's bytes change too often to be entered there.
+  void Tally(uint64_t id);
+  // Takes that out again (at close, or when the allocator goes without one). Never throws.
+  void Untally() noexcept;
+  virtual ~Backend();
 
   bool closed = false;
+
+ private:
+  uint64_t tally_id_ = 0;
+  std::vector<LiveRow> tallied_;
 };
 
 // Makes an allocator of each backend from its options (the exports wrap it in a handle).

@@ -5,13 +5,17 @@
 namespace cm {
 
 Napi::Value WrapAllocation(Napi::Env env, Allocation* a) {
-  double h = GetInstance(env).handles.Add(a, &a->slot);
+  Instance& inst = GetInstance(env);
+  double h = inst.handles.Add(a, &a->slot);
   if (h < 0) {
     ReleaseAllocation(env, a);
     throw LibraryError(
         env, "ERR_TOO_MANY_BUFFERS",
         "too many buffers are live at once (16,777,216 in this thread); free some first");
   }
+  a->tallied = true;
+  tally::Change(inst.tally_id, KindOf(a), a->device, a->simulated, 1,
+                static_cast<double>(a->bytes));
   return Napi::Number::New(env, h);
 }
 
@@ -86,8 +90,13 @@ void ReleaseAllocation(Napi::Env env, Allocation* a) noexcept {
     a->external_bytes = 0;
   }
   void* inst = nullptr;
-  if (napi_get_instance_data(env, &inst) == napi_ok && inst)
+  if (napi_get_instance_data(env, &inst) == napi_ok && inst) {
     static_cast<Instance*>(inst)->handles.Remove(a, a->slot);
+    if (a->tallied)
+      tally::Change(static_cast<Instance*>(inst)->tally_id, KindOf(a), a->device, a->simulated, -1,
+                    -static_cast<double>(a->bytes));
+    a->tallied = false;
+  }
   DropReference(a);  // the handle table's reference
 }
 

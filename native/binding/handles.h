@@ -83,8 +83,12 @@ struct Allocation {
   bool store_gone = false;
   bool host_free_deferred = false;
   bool env_closing = false;  // the environment is going away: no JavaScript can reach anything
+  bool tallied = false;      // counted in the process-wide tally while in the handle table
   std::unique_ptr<BufferExport> exported;
 };
+
+// What the buffer is, as leak reports name it.
+inline const char* KindOf(const Allocation* a) { return a->ops->kind ? a->ops->kind : "buffer"; }
 
 // Buffer handles: see core/binding/handle_table.h. The table also lists what an exiting environment
 // (a worker thread) still holds, for its cleanup hook.

@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "base/cuda_api.h"
@@ -30,11 +31,40 @@ class InstanceState {
   virtual ~InstanceState() = default;
 };
 
+// What every environment of the process holds, by kind and device: each environment (the main
+// thread, each worker thread) enters its own changes as its buffers, raw allocations and
+// allocators come and go, so that a leak check on one thread sees what the others hold. It is
+// the addon's one process-wide table, since no environment may read another's handles (only its
+// own thread touches them); it holds counts and names, nothing that could dangle, and an entry
+// goes with its environment. Environments are known by a number that is never reused.
+namespace tally {
+struct Row {
+  double thread;  // the environment's thread id, as worker_threads numbers it (0: the main thread)
+  std::string kind;
+  int device;
+  bool simulated;
+  double count, bytes;
+};
+uint64_t Enter();
+void Leave(uint64_t id) noexcept;
+void SetThread(uint64_t id, double thread_id) noexcept;
+// The environment runs a leak gate of its own, which checks what it holds: other gates leave it
+// out (the test files a runner runs in worker threads side by side).
+void SetGated(uint64_t id) noexcept;
+// Adds `count` of `kind` holding `bytes` (both negative to take them away). Nothing for an
+// environment that has left.
+void Change(uint64_t id, const char* kind, int device, bool simulated, double count,
+            double bytes) noexcept;
+// What the other environments that run no gate hold, row by row (counts of zero left out).
+std::vector<Row> Others(uint64_t self);
+}  // namespace tally
+
 class Instance {
  public:
   Napi::FunctionReference library_error, cuda_error, oom_error, unavailable_error,
       interprocess_error;
   HandleTable handles;
+  const uint64_t tally_id = tally::Enter();  // this environment in the process-wide tally
 
   Instance();
   ~Instance();

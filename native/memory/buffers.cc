@@ -334,13 +334,30 @@ Napi::Value LiveSummary(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   std::vector<LiveRow> rows;
   for (Allocation* a : GetInstance(env).handles.Live())
-    CountLive(&rows, a->ops->kind ? a->ops->kind : "buffer", a->device, a->simulated, a->bytes);
+    CountLive(&rows, KindOf(a), a->device, a->simulated, a->bytes);
   for (const RawAllocations::Raw& r : GetInstance(env).State<RawAllocations>().live) {
     if (!r.listed) continue;
     LiveRow& row = CountLive(&rows, "raw", r.device, r.simulated, r.bytes);
     if (!r.where.empty()) row.where.push_back(r.where);
   }
   return LiveRowsValue(env, rows);
+}
+
+// liveElsewhere: returns [{ kind, device, simulated, count, bytes, where: [], thread }]: what the
+// process's other environments (worker threads) hold, from the process-wide tally, leaving out
+// those that run a leak gate of their own. An allocator is counted, not its pool's bytes (0).
+Napi::Value LiveElsewhere(const Napi::CallbackInfo& info) {
+  std::vector<LiveRow> rows;
+  for (const tally::Row& r : tally::Others(GetInstance(info.Env()).tally_id))
+    rows.push_back(LiveRow{r.kind, r.device, r.simulated, r.count, r.bytes, {}, r.thread});
+  return LiveRowsValue(info.Env(), rows);
+}
+
+// leakGateHere: this environment runs a leak gate, which checks what it holds: the gates of
+// other environments leave it out of liveElsewhere().
+Napi::Value LeakGateHere(const Napi::CallbackInfo& info) {
+  tally::SetGated(GetInstance(info.Env()).tally_id);
+  return info.Env().Undefined();
 }
 
 // rawDeviceAlloc: returns the allocation's device address
@@ -361,6 +378,9 @@ Napi::Value RawDeviceAlloc(const Napi::CallbackInfo& info) {
     address = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(DeviceMalloc(env, bytes, device)));
   }
   raw.live.push_back(RawAllocations::Raw{address, bytes, device, simulated, listed, where});
+  if (listed)
+    tally::Change(GetInstance(env).tally_id, "raw", device, simulated, 1,
+                  static_cast<double>(bytes));
   return Napi::Number::New(env, static_cast<double>(address));
 }
 
@@ -373,6 +393,9 @@ Napi::Value RawDeviceFree(const Napi::CallbackInfo& info) {
     if (raw.live[i].address != address) continue;
     RawAllocations::Raw r = raw.live[i];
     raw.live.erase(raw.live.begin() + static_cast<std::ptrdiff_t>(i));
+    if (r.listed)
+      tally::Change(GetInstance(env).tally_id, "raw", r.device, r.simulated, -1,
+                    -static_cast<double>(r.bytes));
     if (!r.simulated) {
       cudaSetDevice(r.device);
       cudaFree(reinterpret_cast<void*>(static_cast<uintptr_t>(r.address)));
@@ -412,6 +435,7 @@ Napi::Array LiveRowsValue(Napi::Env env, const std::vector<LiveRow>& rows) {
     for (size_t j = 0; j < rows[i].where.size(); ++j)
       where.Set(static_cast<uint32_t>(j), rows[i].where[j]);
     o.Set("where", where);
+    if (rows[i].thread >= 0) o.Set("thread", rows[i].thread);
     out.Set(static_cast<uint32_t>(i), o);
   }
   return out;
@@ -437,6 +461,8 @@ void InitMemory(Napi::Env env, Napi::Object exports) {
                {"handleInfo", HandleInfo},
                {"liveCount", LiveCount},
                {"liveSummary", LiveSummary},
+               {"liveElsewhere", LiveElsewhere},
+               {"leakGateHere", LeakGateHere},
                {"rawDeviceAlloc", RawDeviceAlloc},
                {"rawDeviceFree", RawDeviceFree},
            });

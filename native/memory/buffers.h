@@ -29,10 +29,11 @@ struct LiveRow {
   bool simulated;
   double count, bytes;
   std::vector<std::string> where;
+  double thread = -1;  // the worker thread that holds them (its threadId); -1: this environment
 };
 // Counts one more of `kind` on the device, of `bytes`, in `rows`.
 LiveRow& CountLive(std::vector<LiveRow>* rows, const std::string& kind, int device, bool simulated,
                    uint64_t bytes);
-// The rows as JavaScript objects { kind, device, simulated, count, bytes, where }.
+// The rows as JavaScript objects { kind, device, simulated, count, bytes, where, thread? }.
 Napi::Array LiveRowsValue(Napi::Env env, const std::vector<LiveRow>& rows);
 }  // namespace cm

@@ -60,6 +60,12 @@ test('a bad file is refused with ERR_EXPECTATIONS_INVALID, naming the file and w
     ['schema.json', { ...base, schema: 'v2' }, 'expected schema "cuda-memory/expectations@1", got "v2"'],
     ['negative.json', { ...base, expect: { h2dPinnedGbps: -1 } }, 'expected expect.h2dPinnedGbps to be a positive number or null, got -1'],
     ['typo.json', { ...base, expect: { h2dPinned: 48 } }, 'unknown field expect.h2dPinned'],
+    // A misspelt field anywhere, not only in expect: the figures or the match it meant would be left out.
+    ['top.json', { ...base, expected: { h2dPinnedGbps: 48 } }, 'unknown field expected (known: schema, name, match, expect, notes)'],
+    ['match.json', { ...base, match: { nmae: 'H100' } }, 'unknown field match.nmae (known: name, pcieMaxGeneration, pcieMaxWidth)'],
+    ['two.json', { ...base, match: { nmae: 'H100', 'with\u001bescape': 1 } }, 'unknown fields match.nmae, match."with\\u001bescape"'],
+    ['file.json', { ...base, file: '/elsewhere.json' }, 'unknown field file'],
+    ['notes.json', { ...base, notes: 'measured' }, 'expected notes to be an array, got "measured"'],
     ['regex.json', { ...base, match: { name: '(' } }, 'match.name is not a regular expression'],
     ['width.json', { ...base, match: { pcieMaxWidth: 0 } }, 'expected match.pcieMaxWidth to be a positive integer'],
   ];
@@ -78,15 +84,21 @@ test('a bad file is refused with ERR_EXPECTATIONS_INVALID, naming the file and w
 test('--expectations: a bad file stops doctor and bench before anything runs, naming it; with --devices bench refuses it', () => {
   const cli = path.join(root, 'dist', 'cli.js');
   const bad = write('bad-cli.json', { schema: 'cuda-memory/expectations@1', name: 'x', expect: { d2dGbps: 'fast' } });
+  const misspelt = write('misspelt-cli.json', { schema: 'cuda-memory/expectations@1', name: 'x', expected: { d2dGbps: 1e6 } });
   for (const command of ['doctor', 'bench']) {
-    const r = require('child_process').spawnSync(process.execPath, [cli, command, '--expectations', bad], {
-      encoding: 'utf8',
-      timeout: 60000,
-    });
+    const run = (file) =>
+      require('child_process').spawnSync(process.execPath, [cli, command, '--expectations', file], {
+        encoding: 'utf8',
+        timeout: 60000,
+      });
+    let r = run(bad);
     expect([command, r.status]).toEqual([command, 2]);
     expect(r.stderr).toContain(
       `the expectation file ${bad} is not valid: expected expect.d2dGbps to be a positive number or null, got "fast"`,
     );
+    r = run(misspelt);
+    expect([command, r.status]).toEqual([command, 2]);
+    expect(r.stderr).toContain(`the expectation file ${misspelt} is not valid: unknown field expected`);
   }
   const good = write('good-cli.json', { schema: 'cuda-memory/expectations@1', name: 'x', expect: {} });
   const r = require('child_process').spawnSync(process.execPath, [cli, 'bench', '--devices', 'all', '--expectations', good], {
