@@ -110,8 +110,9 @@ Member::Verdict Member::FailOpen(const char* code, const std::string& detail, ui
                                  const std::string& device) noexcept {
   if (group_.empty()) return Verdict::kUncharged;
   Lock lock(mutex_);
+  if (left_) return Verdict::kUncharged;
   try {
-    if (!device.empty()) device_ = device;
+    if (!device.empty() && device_ != device) device_ = device;
   } catch (...) {
   }
   return FailOpenLocked(code, detail, bytes, true);
@@ -186,7 +187,8 @@ Member::Verdict Member::Take(uint64_t bytes, const char* api, const std::string&
   try {
     // The addon taking a region its own allocator of this group has charged already.
     if (library_ledger && LedgerFile(device) == library_ledger) return Verdict::kUncharged;
-    device_ = device;
+    if (left_) return Verdict::kUncharged;  // at exit, after leaving: nothing to keep any more
+    if (device_ != device) device_ = device;
     if (!problem_.empty()) return FailOpenLocked("ERR_PRELOAD_SETTING", problem_, bytes, true);
     if (detached_) return FailOpenLocked(detached_code_, "", bytes, true);
     if (LockBackoffLocked()) return FailOpenLocked("ERR_SHM_LOCK_TIMEOUT", "", bytes, false);
@@ -274,6 +276,7 @@ bool Member::LockBackoffLocked() const {
 bool Member::MemInfo(const std::string& device, core::MemInfo* info) noexcept {
   if (group_.empty()) return false;
   Lock lock(mutex_);
+  if (left_) return false;
   if (detached_ || !problem_.empty()) {
     // A budget that cannot be kept: under strict nothing may be allocated, and the process is
     // told so; else the device as it is.
@@ -334,7 +337,7 @@ bool Member::LastFiguresLocked(core::MemInfo* info) const {
 void Member::Give(uint64_t bytes) noexcept {
   if (group_.empty()) return;
   Lock lock(mutex_);
-  if (ledger_ && !detached_) grants_->Give(*ledger_, bytes, !LockBackoffLocked());
+  if (ledger_ && !detached_ && !left_) grants_->Give(*ledger_, bytes, !LockBackoffLocked());
 }
 
 void Member::Leave() noexcept {
@@ -342,8 +345,7 @@ void Member::Leave() noexcept {
   if (!mutex_.try_lock_for(std::chrono::milliseconds(lock_timeout_ms_))) return;
   if (ledger_) ledger_->Leave();
   record_.reset();
-  detached_ = true;
-  detached_code_ = "ERR_GROUP_LEFT";
+  left_ = true;
   mutex_.unlock();
 }
 
@@ -355,6 +357,7 @@ void Member::AfterForkChild() noexcept {
   record_.reset();
   record_lasting_ = false;
   detached_ = false;
+  left_ = false;
   detached_code_.clear();
   said_codes_.clear();
   refusals_ = refusals_said_ = 0;
