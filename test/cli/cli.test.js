@@ -195,3 +195,28 @@ describe('rough edges', () => {
     expect(() => writeOutput(path.join(tmp, 'no-such-folder', 'x'), 'text')).toThrow(/cannot write .*no-such-folder\/x: ENOENT/);
   });
 });
+
+describe('a reader that stops early (`| head`, `| grep -q`)', () => {
+  // The command's stdout is a pipe whose reader is already gone, so its first write fails with
+  // EPIPE, whatever the timing (python3: os.pipe with its read end closed).
+  const withClosedReader = (...args) =>
+    spawnSync(
+      'python3',
+      [
+        '-c',
+        'import os, subprocess, sys\nr, w = os.pipe()\nos.close(r)\np = subprocess.run(sys.argv[1:], stdout=w, stderr=subprocess.PIPE)\nsys.stderr.write(p.stderr.decode())\nsys.exit(p.returncode)',
+        process.execPath,
+        cli,
+        ...args,
+      ],
+      { encoding: 'utf8', timeout: 60000 },
+    );
+
+  test.each([[['--help']], [['info']], [['info', '--json']], [['help', 'bench']], [['top']]])(
+    'cuda-memory %j ends quietly with status 0',
+    (args) => {
+      const r = withClosedReader(...args);
+      expect({ status: r.status, stderr: r.stderr }).toEqual({ status: 0, stderr: '' });
+    },
+  );
+});
