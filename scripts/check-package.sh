@@ -111,7 +111,7 @@ else
   echo "esbuild not installed (a devDependency): bundles not checked"
 fi
 
-echo "== types: strict, nodenext and bundler, TypeScript 5 and the latest, with and without @types/node"
+echo "== types: strict, nodenext and bundler, TypeScript 5.0, 5 and the latest, with and without @types/node"
 node "$root/scripts/check-typings.js" "$tgz"
 
 echo "== source build, as a user asks for it: npx cuda-memory build --from-source"
