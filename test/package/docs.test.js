@@ -105,3 +105,38 @@ test('the API reference renders every guide as a page of its own (typedoc.json p
     .filter((f) => f !== readme);
   expect([...(projectDocuments ?? [])].sort()).toEqual(guides.sort());
 });
+
+describe("the README's command line", () => {
+  const cli = path.join(root, 'dist', 'cli.js');
+  const help = (...args) => spawnSync(process.execPath, [cli, ...args, '--help'], { encoding: 'utf8' }).stdout;
+  const section = /## The command line\n([\s\S]*?)\n## /.exec(readme)[1];
+  const prose = section.replace(/```[\s\S]*?```/g, '');
+  const commands = [...help().matchAll(/^ {2}([a-z][a-z-]*)\b/gm)].map((m) => m[1]).filter((c) => c !== 'help');
+
+  test('every option it names for a command is one that command takes', () => {
+    // Each clause (up to a ';' or a full stop) names its commands in backquotes, then their options.
+    const refused = [];
+    for (const clause of prose.split(/;|\.\s/)) {
+      const named = [...clause.matchAll(/`([a-z][a-z-]*)`/g)].map((m) => m[1]).filter((c) => commands.includes(c));
+      const options = [...clause.matchAll(/`(--[a-z][a-z0-9-]*)/g)].map((m) => m[1]).filter((o) => o !== '--help');
+      for (const command of named) {
+        const text = help(command);
+        for (const option of options) if (!new RegExp(`^\\s+(-\\w, )?${option}\\b`, 'm').test(text)) refused.push(`${command} ${option}`);
+      }
+    }
+    expect(refused).toEqual([]);
+  });
+
+  test('what it says --help lists is what --help lists', () => {
+    const claim = /`npx cuda-memory --help` lists ([^.]+)\./.exec(prose.replace(/\s+/g, ' '))[1];
+    const root = help();
+    if (/every option/.test(claim)) {
+      const missing = commands
+        .flatMap((c) => [...help(c).matchAll(/^\s+(?:-\w, )?(--[a-z][a-z0-9-]*)/gm)].map((m) => m[1]))
+        .filter((o) => !root.includes(o));
+      expect(missing).toEqual([]);
+    }
+    expect(claim).toMatch(/the commands/);
+    for (const c of commands) expect(root).toMatch(new RegExp(`^ {2}${c}\\b`, 'm'));
+  });
+});
