@@ -25,6 +25,10 @@ export function register(program: Command): void {
       '--hpc-job-mapping-dir <folder>',
       "also write the groups as dcgm-exporter's HPC job mapping there (a file per GPU, named by its NVML index, a group name per line), at each refresh",
     )
+    .addHelpText(
+      'after',
+      '\nExit status 1 where a file of the shared folder could not be read (a damaged or foreign ledger, say): each is listed as unreadable, with why, after the groups that could be read.',
+    )
     .action(async (o: TopOptions) => {
       process.exitCode = await top(o);
     });

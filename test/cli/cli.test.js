@@ -220,3 +220,27 @@ describe('a reader that stops early (`| head`, `| grep -q`)', () => {
     },
   );
 });
+
+describe('top and a file of the shared folder it cannot read', () => {
+  test('lists it as unreadable, with why, after the groups it could read, and exits 1, as its help says', () => {
+    const shm = fs.mkdtempSync(path.join(tmp, 'shm-'));
+    const env = { ...process.env, CUDA_MEMORY_SHM_DIR: shm };
+    const code = `const cm = require('.');
+      const a = cm.createAllocator({ simulate: { totalBytes: 2 ** 30 }, allowGrowth: true, shared: { name: 'fine', memoryLimit: 2 ** 26 } });
+      require('fs').writeFileSync(require('path').join(${JSON.stringify(shm)}, 'cuda-memory-' + process.geteuid(), 'cuda-memory-group.damaged.simulated'), 'junk', { mode: 0o600 });
+      const r = require('child_process').spawnSync(process.execPath, [${JSON.stringify(cli)}, 'top'], { encoding: 'utf8' });
+      a.close();
+      console.log(JSON.stringify({ status: r.status, stdout: r.stdout, stderr: r.stderr }));`;
+    const r = JSON.parse(spawnSync(process.execPath, ['-e', code], { cwd: root, env, encoding: 'utf8' }).stdout);
+    expect(r.status).toBe(1);
+    expect(r.stderr).toBe('');
+    expect(r.stdout).toMatch(/^group fine on simulated/);
+    expect(r.stdout).toMatch(
+      /\nunreadable .*cuda-memory-group\.damaged\.simulated: ERR_GROUP_LEDGER_CORRUPT: .*Remove it once no process uses it\.\n/,
+    );
+    expect(run('top', '--help').stdout.replace(/\s+/g, ' ')).toContain(
+      'Exit status 1 where a file of the shared folder could not be read (a damaged or foreign ledger, say): each is listed as unreadable',
+    );
+    expect(run('--help').stdout.replace(/\s+/g, ' ')).toContain('(for top: a shared file it could not read)');
+  });
+});
