@@ -149,12 +149,13 @@ describe('rough edges', () => {
     }
   });
 
-  test('without CUDA, bench --junit and --prometheus write a failure that says why, and bench-alloc --json a report; exit 2', () => {
+  test('without CUDA, bench --junit, --prometheus and --html write a failure that says why, and bench-alloc --json a report; exit 2', () => {
     const env = { ...process.env, CUDA_MEMORY_ADDON: path.join(tmp, 'no-such-addon.node') };
     for (const extra of [[], ['--p2p']]) {
       const junit = path.join(tmp, `nocuda${extra.length}.xml`);
       const prom = path.join(tmp, `nocuda${extra.length}.prom`);
-      const r = spawnSync(process.execPath, [cli, 'bench', ...extra, '--junit', junit, '--prometheus', prom], {
+      const html = path.join(tmp, `nocuda${extra.length}.html`);
+      const r = spawnSync(process.execPath, [cli, 'bench', ...extra, '--junit', junit, '--prometheus', prom, '--html', html], {
         encoding: 'utf8',
         timeout: 60000,
         env,
@@ -170,6 +171,10 @@ describe('rough edges', () => {
       expect(text).toContain('cuda_memory_bench_available{reason="ADDON_NOT_LOADED"} 0\n');
       expect(text).toContain('cuda_memory_bench_ok 0\n');
       expect(text).toMatch(/cuda_memory_bench_last_run_timestamp_seconds \d+\n/);
+      const page = fs.readFileSync(html, 'utf8');
+      expect(page).toMatch(/^<!doctype html>/);
+      expect(page).toContain('<strong>Not measured: CUDA is not available (ADDON_NOT_LOADED).</strong>');
+      expect(page).toContain('the native addon could not be loaded');
     }
     const r = spawnSync(process.execPath, [cli, 'bench-alloc', '--json'], { encoding: 'utf8', timeout: 60000, env });
     expect(r.status).toBe(2);
