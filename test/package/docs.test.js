@@ -69,6 +69,22 @@ test('every script the library names (messages, API reference) ships in the pack
   expect([...named].filter((s) => !files.has(s) && !cloneOnly.has(s)).sort()).toEqual([]);
 });
 
+test('every script the README and the guides name ships in the package, or they say it runs in a clone', () => {
+  // A guide that names only scripts of the repository says so once, in this sentence; elsewhere the
+  // paragraph that names a script the package lacks says "in a clone".
+  const whole = 'The scripts this guide names are in the repository, not in the package: run them in a clone.';
+  const files = new Set(require(path.join(root, 'package.json')).files);
+  const unsaid = [];
+  for (const file of markdown.filter((f) => f !== 'CHANGELOG.md')) {
+    const text = fs.readFileSync(path.join(root, file), 'utf8');
+    if (text.includes(whole)) continue;
+    for (const paragraph of text.split(/\n\s*\n/))
+      for (const [script] of paragraph.matchAll(/scripts\/[\w./-]+\.(?:py|js|sh|cc|cu|mjs)/g))
+        if (!files.has(script) && !/in a clone/i.test(paragraph.replace(/\s+/g, ' '))) unsaid.push(`${file}: ${script}`);
+  }
+  expect([...new Set(unsaid)].sort()).toEqual([]);
+});
+
 test('troubleshooting.md lists every error code the library can throw, and no other', () => {
   // The codes in the sources: every quoted 'ERR_...' of lib/ and native/ (the core's tests aside).
   const repo = path.join(__dirname, '..', '..');
