@@ -203,7 +203,7 @@ describe('bench-files where the folder or the size cannot work', () => {
     'd=$(mktemp -d) && mount -t tmpfs -o size=64k tmpfs "$d"; r=$?; umount "$d" 2>/dev/null; rmdir "$d"; exit $r',
   );
   (mounts ? test : test.skip)(
-    `a full disk and a read-only folder: exit 2 naming --dir, and nothing left behind${mounts ? '' : ' (skipped: needs unshare -m and mount, as root)'}`,
+    `a full disk and a read-only folder: exit 2 naming --dir, and nothing left behind${mounts ? '' : ' — skipped: needs unshare -m and mount, as root'}`,
     () => {
       const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cm-bench-files-'));
       try {
