@@ -28,10 +28,12 @@ interface BenchFilesOptions {
 }
 
 // A folder that cannot take the test file is a usage error naming it: the user picks another.
-const DIR_PROBLEMS: Record<string, string> = {
-  ERR_FILE_PERMISSION: 'it cannot be written (permission denied, or a read-only file system)',
-  ERR_FILE_NO_SPACE: 'there is not enough space for the test file (see --size)',
-  ERR_FILE_NOT_FOUND: 'it does not exist',
+// (The folder exists: the options are checked first. A folder that exists and still gives
+// ENOENT is one of a file system that holds no files of ours, /proc say.)
+const DIR_PROBLEMS: Record<string, [what: string, todo: string]> = {
+  ERR_FILE_PERMISSION: ['it cannot be written (permission denied, or a read-only file system)', 'choose a folder this user may write'],
+  ERR_FILE_NO_SPACE: ['there is not enough space for the test file', 'free space there, give a smaller --size, or choose another folder'],
+  ERR_FILE_NOT_FOUND: ['no file can be made in it', 'choose a folder on the storage to measure'],
 };
 
 // Ctrl-C, a kill or a closed terminal stops the run between two passes: the test file (of
@@ -65,7 +67,7 @@ async function benchFiles(o: BenchFilesOptions): Promise<number> {
     if (stoppedBy) return endBySignal(stoppedBy);
     const { code, errno } = e as { code?: unknown; errno?: unknown };
     const why = typeof code === 'string' ? DIR_PROBLEMS[code] : undefined;
-    if (why) throw new Usage(`--dir ${JSON.stringify(o.dir)}: ${why}${typeof errno === 'string' ? ` (${errno})` : ''}`);
+    if (why) throw new Usage(`--dir ${JSON.stringify(o.dir)}: ${why[0]}${typeof errno === 'string' ? ` (${errno})` : ''}; ${why[1]}`);
     throw e;
   } finally {
     for (const s of STOP_SIGNALS) process.removeListener(s, onSignal);

@@ -5,6 +5,7 @@ import { writeHpcJobMapping } from '../metrics/hpc-jobs';
 import { shmDir } from '../base/shm';
 import { printable } from '../base/printable';
 import { Usage } from './common';
+import { fileProblem } from '../base/files';
 import { integer, seconds } from './options';
 
 interface TopOptions {
@@ -48,7 +49,7 @@ async function top(o: TopOptions): Promise<number> {
         try {
           return writeHpcJobMapping(dir, list.groups);
         } catch (e) {
-          throw new Usage(`cannot write the HPC job mapping in ${dir}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`);
+          throw new Usage(fileProblem(e, 'write the HPC job mapping in', dir));
         }
       })();
       if (r.skipped.length)

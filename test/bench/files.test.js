@@ -216,9 +216,11 @@ describe('bench-files where the folder or the size cannot work', () => {
         ].join('\n');
         const out = inPrivateMounts(script, { encoding: 'utf8', timeout: 120000 });
         const [full, readOnly] = out.split('--\n');
-        expect(full).toMatch(/^cuda-memory: --dir ".*": there is not enough space for the test file \(see --size\) \(ENOSPC\)\nrc=2\n$/);
+        expect(full).toMatch(
+          /^cuda-memory: --dir ".*": there is not enough space for the test file \(ENOSPC\); free space there, give a smaller --size, or choose another folder\nrc=2\n$/,
+        );
         expect(readOnly).toMatch(
-          /^cuda-memory: --dir ".*": it cannot be written \(permission denied, or a read-only file system\) \(EROFS\)\nrc=2\n$/,
+          /^cuda-memory: --dir ".*": it cannot be written \(permission denied, or a read-only file system\) \(EROFS\); choose a folder this user may write\nrc=2\n$/,
         );
       } finally {
         fs.rmSync(dir, { recursive: true, force: true });

@@ -197,7 +197,9 @@ describe('rough edges', () => {
 
   test('a file that cannot be written after the checks is a usage error naming it', () => {
     const { writeOutput } = require(path.join(root, 'dist', 'cli', 'common'));
-    expect(() => writeOutput(path.join(tmp, 'no-such-folder', 'x'), 'text')).toThrow(/cannot write .*no-such-folder\/x: ENOENT/);
+    expect(() => writeOutput(path.join(tmp, 'no-such-folder', 'x'), 'text')).toThrow(
+      /cannot write .*no-such-folder\/x: it does not exist \(ENOENT\); check the path/,
+    );
   });
 });
 
@@ -247,5 +249,32 @@ describe('top and a file of the shared folder it cannot read', () => {
       'Exit status 1 where a file of the shared folder could not be read (a damaged or foreign ledger, say): each is listed as unreadable',
     );
     expect(run('--help').stdout.replace(/\s+/g, ' ')).toContain('(for top: a shared file it could not read)');
+  });
+});
+
+describe('a file the command line cannot read or write', () => {
+  // Each message names the file, the operation and what to do, in words (the errno name beside
+  // them), never the system's bare text ("EISDIR: illegal operation on a directory, read").
+  test.each([
+    [['replay', '/tmp'], 'cannot read /tmp: it is a folder (EISDIR); name a file'],
+    [['replay', '/nonexistent-trace.json'], 'cannot read /nonexistent-trace.json: it does not exist (ENOENT); check the path'],
+    [['bench', '--expectations', '/tmp'], 'cannot read the expectation file /tmp: it is a folder (EISDIR); name a file'],
+    [
+      ['top', '--hpc-job-mapping-dir', '/etc/passwd'],
+      'cannot write the HPC job mapping in /etc/passwd: something other than a folder is already there (EEXIST)',
+    ],
+    [
+      ['bench', '--out', '/dev/full'],
+      'cannot write /dev/full: its file system has no space left (ENOSPC); free space there, or choose another path',
+    ],
+    [
+      ['bench-files', '--dir', '/proc', '--size', '4MiB'],
+      '--dir "/proc": no file can be made in it (ENOENT); choose a folder on the storage to measure',
+    ],
+  ])('cuda-memory %j', (args, message) => {
+    const r = run(...args);
+    expect(r.status).toBe(2);
+    expect(r.stderr).toContain(message);
+    expect(r.stderr).not.toMatch(/E[A-Z]+: [a-z]/);
   });
 });
