@@ -92,6 +92,7 @@ describe('rough edges', () => {
   ];
   const sized = path.join(tmp, 'sized.json');
   const unsized = path.join(tmp, 'unsized.json');
+  const pytorch = path.join(__dirname, '..', 'fixtures', 'pytorch-trace.json');
   fs.writeFileSync(sized, JSON.stringify({ schema: 'cuda-memory/trace@1', device: { totalBytes: 2 ** 30 }, events }));
   fs.writeFileSync(unsized, JSON.stringify({ schema: 'cuda-memory/trace@1', events }));
 
@@ -99,6 +100,10 @@ describe('rough edges', () => {
     [['memory-html', sized, '--out', ''], /--out .*Expected a file name/],
     [['memory-html', sized, '--out', '/proc/version'], /cannot write \/proc\/version|The folder \/proc is not writable/],
     [['replay', unsized], /give one with --device-memory/],
+    [
+      ['replay', pytorch, '--policy', 'growth'],
+      /a PyTorch trace \(torch.cuda.memory._snapshot\(\)\) does not record its device's size: add --device-memory/,
+    ],
     [['replay', sized, '--policy', 'growth,limit=0'], /limit of at least 256 bytes/],
     [['replay', sized, '--policy', 'growth,limit=-1GiB'], /policy/],
     [['replay', sized, '--policy', 'prealloc,fraction=2'], /Expected fraction in \(0, 1\]/],
