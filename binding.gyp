@@ -130,7 +130,9 @@
       "cflags_cc!": ["-fno-exceptions", "-std=gnu++17"],
       "cflags": ["-fvisibility=hidden"],
       "cflags_cc": ["-std=c++17", "-fexceptions", "-fvisibility=hidden", "-Wall", "-Wextra", "-Wno-unused-parameter"],
-      "ldflags": ["-Wl,--version-script=<(module_root_dir)/native/allocator/preload/exports.map", "-Wl,--no-undefined"],
+      # $(srcdir) is make's relative path to this folder (".."): gyp writes ldflags into the Makefile
+      # unquoted, so an absolute path would split at a space in a folder's name.
+      "ldflags": ["-Wl,--version-script=$(srcdir)/native/allocator/preload/exports.map", "-Wl,--no-undefined"],
       "libraries": ["-ldl", "-lpthread"],
       "conditions": [
         ["static_cxx==1", { "ldflags": ["-static-libstdc++"], "sources": ["native/base/glibc_compat.cc"] }]

@@ -2,12 +2,21 @@
 // the device's free memory, served at /metrics for the Prometheus a fleet already runs.
 // Run: node examples/metrics-server.js [--port 9464] [--simulate]
 //   then: curl localhost:9464/metrics
-// Needs prom-client (npm install prom-client). Without a GPU, or with --simulate, the allocator
-// runs on a simulated 80 GiB device: the same policy code and statistics, no memory behind them.
+// Needs prom-client, an optional dependency of cuda-memory (npm install prom-client); without it
+// the example says so and exits 2. Without a GPU, or with --simulate, the allocator runs on a
+// simulated 80 GiB device: the same policy code and statistics, no memory behind them.
 'use strict';
 const http = require('http');
-const client = require('prom-client');
 const cm = require('cuda-memory');
+
+let client;
+try {
+  client = require('prom-client');
+} catch (e) {
+  if (e.code !== 'MODULE_NOT_FOUND') throw e;
+  console.error('metrics-server.js needs prom-client, an optional dependency of cuda-memory: npm install prom-client');
+  process.exit(2);
+}
 
 const args = process.argv.slice(2);
 const port = args.includes('--port') ? Number(args[args.indexOf('--port') + 1]) : 9464;

@@ -11,6 +11,15 @@ import { applySavedStagingSettings } from './transfer/staging';
 import { program } from './cli/program';
 import { NoCuda, Usage } from './cli/common';
 
+// The reader of the output went away (`info | head`, `--help | grep -q x`): end at once, quietly
+// and with status 0 (the reader had what it wanted), not with an unhandled EPIPE and its stack.
+// A gate's status needs its output read to the end (or sent to a file).
+for (const stream of [process.stdout, process.stderr])
+  stream.on('error', (e: NodeJS.ErrnoException) => {
+    if (e.code === 'EPIPE') process.exit(0);
+    throw e;
+  });
+
 // The same saved staged-path settings a program's require('cuda-memory') applies.
 applySavedStagingSettings();
 

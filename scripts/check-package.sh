@@ -11,8 +11,12 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 expect_reason=${EXPECT_REASON:-NO_DRIVER}
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+# The package is packed, installed and built from source under a folder whose name has a space, as
+# a user's "~/my projects/" can be: every path the build hands on must stay one argument.
+base=$(mktemp -d)
+work="$base/with space"
+mkdir "$work"
+trap 'rm -rf "$base"' EXIT
 keep=${1:-}
 cache="$work/npm-cache"
 
@@ -43,16 +47,17 @@ if tar xzOf "$tgz" --wildcards 'package/docs/api/*.html' | grep -oE 'href="[^"]*
 fi
 
 echo "== install the tarball with no toolkit and a failing compiler"
-mkdir -p "$work/app" "$work/bin"
-printf '#!/bin/sh\necho "check-package: a compiler was called: $0 $*" >&2\nexit 1\n' >"$work/bin/fail"
-chmod +x "$work/bin/fail"
+# The failing compiler lives outside the spaced folder: CC and CXX are split at spaces by design.
+mkdir -p "$work/app" "$base/bin"
+printf '#!/bin/sh\necho "check-package: a compiler was called: $0 $*" >&2\nexit 1\n' >"$base/bin/fail"
+chmod +x "$base/bin/fail"
 # PATH without any folder that holds nvcc; node and npm stay.
 path=""
 IFS=: read -ra dirs <<<"$PATH"
 for d in "${dirs[@]}"; do [ -n "$d" ] && [ ! -e "$d/nvcc" ] && path="$path${path:+:}$d"; done
 command -v node >/dev/null || { echo "FAIL: node not found"; exit 1; }
 echo '{ "name": "app", "version": "1.0.0", "private": true }' >"$work/app/package.json"
-(cd "$work/app" && env PATH="$path" CUDA_PATH=/nonexistent CUDA_HOME=/nonexistent CC="$work/bin/fail" CXX="$work/bin/fail" \
+(cd "$work/app" && env PATH="$path" CUDA_PATH=/nonexistent CUDA_HOME=/nonexistent CC="$base/bin/fail" CXX="$base/bin/fail" \
   npm install --no-audit --no-fund --foreground-scripts --cache "$cache" ${OFFLINE:+--offline} "$tgz" 2>&1 | tee "$work/install.log")
 grep -q 'a compiler was called' "$work/install.log" && { echo "FAIL: the install compiled"; exit 1; }
 # npm 11 warns about dependencies' install scripts it blocks; this package must have none.
@@ -106,7 +111,7 @@ else
   echo "esbuild not installed (a devDependency): bundles not checked"
 fi
 
-echo "== types: strict, nodenext and bundler, TypeScript 5 and the latest, with and without @types/node"
+echo "== types: strict, nodenext and bundler, TypeScript 5.0, 5 and the latest, with and without @types/node"
 node "$root/scripts/check-typings.js" "$tgz"
 
 echo "== source build, as a user asks for it: npx cuda-memory build --from-source"

@@ -2,8 +2,9 @@
 // Checks the typings as a user's project meets them: the packed tarball installed into a fresh
 // project (`"type": "commonjs"`, as `npm init -y` writes it), a file that imports the package from
 // CommonJS and one from an ES module, compiled with `tsc --noEmit` under `strict` and the `lib`
-// the README recommends (no DOM), for module `nodenext` and `bundler`, with TypeScript 5 and the
-// latest TypeScript (the devDependencies `typescript` and `typescript-latest`), with and without
+// the README recommends (no DOM), for module `nodenext` and `bundler`, with TypeScript 5.0 (the
+// oldest the README supports), TypeScript 5 and the latest TypeScript (the devDependencies
+// `typescript-5.0`, `typescript` and `typescript-latest`), with and without
 // @types/node; then the README's own tsconfig.json; then the README's default import
 // (`import cm, { copy } from 'cuda-memory'`) compiled and run: tsc to CommonJS and to an ES module,
 // esbuild to CommonJS and to an ES module with the package external. Exits 1 if any check fails,
@@ -64,10 +65,18 @@ const readmeTsconfig = [...fs.readFileSync(path.join(root, 'README.md'), 'utf8')
 if (!readmeTsconfig) throw new Error('check-typings: the README has no tsconfig.json block');
 const readmeLib = JSON.parse(readmeTsconfig).compilerOptions.lib;
 
+// The oldest TypeScript the README supports (the devDependency `typescript-5.0`), the one the
+// package is built with, and the latest. TypeScript 5.0 and 5.1 know no `esnext.disposable` lib
+// (the README says so): they check with the README's lib less it.
 const compilers = [
   ['TypeScript 5', path.join(root, 'node_modules', 'typescript', 'bin', 'tsc')],
+  ['TypeScript 5.0, the oldest supported', path.join(root, 'node_modules', 'typescript-5.0', 'bin', 'tsc')],
   ['TypeScript latest', path.join(root, 'node_modules', 'typescript-latest', 'bin', 'tsc')],
 ];
+const libFor = (version) => {
+  const [major, minor] = (/(\d+)\.(\d+)/.exec(version) || []).slice(1).map(Number);
+  return major === 5 && minor < 2 ? readmeLib.filter((l) => l.toLowerCase() !== 'esnext.disposable') : readmeLib;
+};
 const typeRoot = path.join(root, 'node_modules', '@types');
 let failed = 0;
 for (const [label, tsc] of compilers) {
@@ -78,7 +87,7 @@ for (const [label, tsc] of compilers) {
         strict: true,
         noEmit: true,
         target: 'ES2022',
-        lib: readmeLib,
+        lib: libFor(version),
         module: mode === 'nodenext' ? 'nodenext' : 'esnext',
         moduleResolution: mode,
         types: withNode ? ['node'] : [],

@@ -31,8 +31,10 @@ if (status.available) {
   say('a GPU is usable: running the transfer benchmark (cuda-memory bench)');
   process.exit(node([path.join(root, 'dist', 'cli.js'), 'bench', ...process.argv.slice(2)]));
 }
+// A binary without CUDA (or none) says nothing about the GPU: the addon is what cannot use one.
+const cannot = status.reason === 'NOT_BUILT_WITH_CUDA' || status.reason === 'ADDON_NOT_LOADED';
 say(
-  `no usable GPU here (${status.reason}: ${status.message}), so not the transfer benchmark: ` +
+  `${cannot ? 'the addon in use cannot use a GPU' : 'no usable GPU here'} (${status.reason}: ${status.message}), so not the transfer benchmark: ` +
     "running the allocator demo of TensorFlow's memory policies on a simulated device instead (examples/allow-growth.js, examples/memory-fraction.js)",
 );
 for (const example of ['allow-growth.js', 'memory-fraction.js']) {

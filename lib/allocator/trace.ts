@@ -5,7 +5,7 @@
 import * as fs from 'fs';
 import { constants as bufferConstants } from 'buffer';
 import { CudaMemoryError, jsonText } from '../base/errors';
-import { BoundedRead, readBounded } from '../base/files';
+import { BoundedRead, fileProblem, readBounded } from '../base/files';
 import { formatBytes } from '../base/units';
 import { checkDevice, checkFilePath, isArray, isReadable } from '../base/validate';
 
@@ -218,7 +218,7 @@ export function loadTrace(input: string | object, options: { device?: number } =
       });
     } catch (e) {
       if (e instanceof TraceError) throw e;
-      throw new TraceError(`cannot read ${input}: ${(e as Error).message}`);
+      throw new TraceError(fileProblem(e, 'read', input));
     }
     if (!read.ok || read.bytes.length > bufferConstants.MAX_STRING_LENGTH)
       throw new TraceError(

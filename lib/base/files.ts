@@ -94,3 +94,37 @@ export function fileError(e: Error & { code?: string; syscall?: string }, path: 
   const err = new CudaMemoryError(e.message, FILE_CODES[e.code] ?? OTHER_FILE_CODE);
   return Object.assign(err, { path, syscall: e.syscall, errno: e.code });
 }
+
+// What a file operation's errno means to the user, and what to do about it.
+const FILE_PROBLEMS: Record<string, [what: string, todo: string]> = {
+  ENOENT: ['it does not exist', 'check the path'],
+  ENOTDIR: ['a part of its path is not a folder', 'check the path'],
+  EACCES: ['permission denied', 'check its owner and mode, or choose another path'],
+  EPERM: ['the operation is not permitted', 'check its owner and mode, or choose another path'],
+  EROFS: ['its file system is read-only', 'choose a path on a writable file system'],
+  EISDIR: ['it is a folder', 'name a file'],
+  EEXIST: ['something other than a folder is already there', 'choose another path'],
+  ENOSPC: ['its file system has no space left', 'free space there, or choose another path'],
+  EDQUOT: ['the disk quota is used up', 'free space there, or choose another path'],
+  EFBIG: ['the file would be too large for its file system', 'choose another path'],
+  EIO: [
+    'the device reported an input/output error',
+    'check the device and its file system (the kernel log says more), or choose another path',
+  ],
+  ENXIO: ['no device answers at that path', 'check the path'],
+  EBUSY: ['it is busy', 'try again once it is free, or choose another path'],
+};
+
+/**
+ * @internal A sentence for a failed file operation: what was done to which file, what went wrong
+ * in words (with the errno name, as the system said it), and what to do, e.g. "cannot read /tmp:
+ * it is a folder (EISDIR); name a file". An error without an errno gives its message.
+ */
+export function fileProblem(e: unknown, operation: string, file: string): string {
+  const err = e as { code?: unknown; errno?: unknown; message?: unknown };
+  const name = typeof err?.errno === 'string' ? err.errno : typeof err?.code === 'string' ? err.code : undefined;
+  const known = name !== undefined ? FILE_PROBLEMS[name] : undefined;
+  if (known) return `cannot ${operation} ${file}: ${known[0]} (${name}); ${known[1]}`;
+  const message = typeof err?.message === 'string' ? err.message : String(e);
+  return `cannot ${operation} ${file}: ${message}`;
+}

@@ -9,6 +9,7 @@ import * as fs from 'fs';
 import * as path from 'path';
 import { CudaMemoryError, invalidArgument, jsonText, textOf } from '../base/errors';
 import { checkFilePath, isArray, isReadable } from '../base/validate';
+import { fileProblem } from '../base/files';
 import { packageRoot } from '../binding/native';
 import { Gate, parseGate } from './gates';
 
@@ -183,10 +184,7 @@ export function readExpectations(file: string): Expectations {
   try {
     text = fs.readFileSync(file, 'utf8');
   } catch (e) {
-    throw new CudaMemoryError(
-      `cannot read the expectation file ${file}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`,
-      'ERR_EXPECTATIONS_INVALID',
-    );
+    throw new CudaMemoryError(fileProblem(e, 'read the expectation file', file), 'ERR_EXPECTATIONS_INVALID');
   }
   let parsed: unknown;
   try {

@@ -38,6 +38,13 @@ export interface FilesBenchmarkOptions {
   fsync?: boolean;
   /** Called after each step of the plan: steps done, steps in all, and the step's label. */
   onProgress?: (done: number, total: number, label: string) => void;
+  /**
+   * Stops the run: between two passes (a pass is not cut short), the test file and its folder are
+   * removed, the device buffer is freed, and the promise rejects with an error of name
+   * `AbortError` and code `ABORT_ERR`, as Node's own APIs do, whose `cause` is the signal's reason.
+   * Typed by the two fields read, so that the declarations need neither the DOM's types nor Node's.
+   */
+  signal?: { readonly aborted: boolean; readonly reason?: unknown };
 }
 
 /** One row: a direction, a path and a cache state. */
@@ -160,17 +167,20 @@ function median(v: number[]): number {
   return summarize(v).median;
 }
 
-// `iterations` timed passes of fn, in seconds.
-function timedPasses(iterations: number, fn: () => void): number[] {
+// `run.iterations` timed passes of fn, in seconds, with a pause between passes.
+async function timedPasses(run: FilesRun, fn: () => void): Promise<number[]> {
   const samples: number[] = [];
-  for (let i = 0; i < iterations; i++) samples.push(time(fn));
+  for (let i = 0; i < run.iterations; i++) {
+    await run.pause();
+    samples.push(time(fn));
+  }
   return samples;
 }
 
 /** Runs the file benchmark; see {@link FilesBenchmarkOptions}. */
 export async function runFilesBenchmark(options: FilesBenchmarkOptions): Promise<FilesReport> {
   const plan = filesPlan(options);
-  const results = measureFiles(plan);
+  const results = await measureFiles(plan);
   addReadLimits(results);
   return filesReport(plan, results);
 }
@@ -186,6 +196,7 @@ interface FilesPlan {
   fsync: boolean;
   gpu: boolean;
   skipped: string[];
+  signal: FilesBenchmarkOptions['signal'];
 }
 
 // Validates the options and interprets them: their defaults, and what runs without a GPU.
@@ -204,10 +215,13 @@ function filesPlan(options: FilesBenchmarkOptions): FilesPlan {
   const warmup = o.warmup === undefined ? 1 : checkSize('options.warmup', o.warmup, 0);
   const device = o.device === undefined ? 0 : checkDevice(o.device);
   const fsync = o.fsync ?? true;
+  const signal = o.signal;
+  if (signal !== undefined && (signal === null || typeof signal !== 'object' || typeof signal.aborted !== 'boolean'))
+    throw invalidArgument('options.signal', 'an AbortSignal', signal);
   const gpu = status().available;
   const skipped: string[] = [];
   if (!gpu) skipped.push(`library, naive and link rows: no GPU (${status().message})`);
-  return { options: o, dir: o.dir, bytes, iterations, warmup, device, fsync, gpu, skipped };
+  return { options: o, dir: o.dir, bytes, iterations, warmup, device, fsync, gpu, skipped, signal };
 }
 
 // The labels of the run's steps in their order, for onProgress.
@@ -241,33 +255,50 @@ interface FilesRun extends FilesPlan {
   dropWorks: boolean;
   results: FilesResult[];
   step: (label: string) => void;
+  /** Between two passes: lets the event loop turn (a signal's handler runs then), then stops if aborted. */
+  pause: () => Promise<void>;
+}
+
+// The error an aborted run rejects with: Node's AbortError shape (name, code, cause).
+function abortError(signal: NonNullable<FilesBenchmarkOptions['signal']>, work: string): Error {
+  const e = new Error(`the files benchmark was aborted (${String(signal.reason)}); its folder ${work} was removed`, {
+    cause: signal.reason,
+  });
+  return Object.assign(e, { name: 'AbortError', code: 'ABORT_ERR' });
 }
 
 // Writes the file, runs every row, and removes the folder and frees the device buffer however
 // the run ends.
-function measureFiles(plan: FilesPlan): FilesResult[] {
+async function measureFiles(plan: FilesPlan): Promise<FilesResult[]> {
+  const { signal } = plan;
+  if (signal?.aborted) throw abortError(signal, plan.dir);
   const work = makeWorkFolder(plan.dir);
   const file = path.join(work, 'data.bin');
   const results: FilesResult[] = [];
   const total = filesSteps(plan.gpu).length;
   let done = 0;
   const step = (label: string) => plan.options.onProgress?.(++done, total, label);
+  const pause = async () => {
+    await new Promise((resolve) => setImmediate(resolve));
+    if (signal?.aborted) throw abortError(signal, work);
+  };
   let dev: DeviceBuffer | undefined;
   try {
     const host = new Uint8Array(plan.bytes);
     fillPattern(host, 7);
     // The library's write: a full disk is ERR_FILE_NO_SPACE, and no partial file stays.
     writeFile(file, host);
+    await pause();
     const dropWorks = dropsPages(file);
     dev = plan.gpu ? DeviceBuffer.alloc(plan.bytes, { device: plan.device }) : undefined;
     const back = new Uint8Array(plan.bytes);
-    const run: FilesRun = { ...plan, work, file, host, back, dev, dropWorks, results, step };
-    for (const cache of ['cold', 'warm'] as const) readRows(run, cache);
+    const run: FilesRun = { ...plan, work, file, host, back, dev, dropWorks, results, step, pause };
+    for (const cache of ['cold', 'warm'] as const) await readRows(run, cache);
     if (dev) {
-      linkRow(run, dev);
-      deviceWriteRows(run, dev);
+      await linkRow(run, dev);
+      await deviceWriteRows(run, dev);
     }
-    storageWriteRow(run);
+    await storageWriteRow(run);
   } finally {
     dev?.free();
     fs.rmSync(work, { recursive: true, force: true });
@@ -289,10 +320,14 @@ function dropsPages(file: string): boolean {
 }
 
 // The read rows in one cache state: the paths' passes interleaved, then a row per path.
-function readRows(run: FilesRun, cache: 'cold' | 'warm'): void {
+async function readRows(run: FilesRun, cache: 'cold' | 'warm'): Promise<void> {
   const { file, dropWorks } = run;
   const prepare = () => (cache === 'cold' ? coldPass(file) : fileCache(file).resident);
-  if (cache === 'warm') for (let i = 0; i < run.warmup; i++) readFileStorage(file, { direct: false });
+  if (cache === 'warm')
+    for (let i = 0; i < run.warmup; i++) {
+      await run.pause();
+      readFileStorage(file, { direct: false });
+    }
   const coldVia = cache === 'cold' ? (dropWorks ? 'drop' : 'direct') : undefined;
   const direct = cache === 'cold' ? (dropWorks ? ('auto' as const) : true) : false;
   // O_DIRECT's measurement at the first large read of a file system happens here, untimed.
@@ -301,7 +336,7 @@ function readRows(run: FilesRun, cache: 'cold' | 'warm'): void {
     readFileStorage(file, { direct });
   }
   const paths = readPaths(run, direct);
-  interleave(run, paths, prepare);
+  await interleave(run, paths, prepare);
   for (const x of paths) {
     run.results.push(
       row(
@@ -339,10 +374,11 @@ function readPaths(run: FilesRun, direct: boolean | 'auto'): ReadPath[] {
 // Interleaved: round i runs every path once, starting at path i (mod their count), so drift in
 // the machine, the storage or a cache below the guest's reaches each path alike instead of
 // favouring whichever ran last.
-function interleave(run: FilesRun, paths: ReadPath[], prepare: () => number): void {
+async function interleave(run: FilesRun, paths: ReadPath[], prepare: () => number): Promise<void> {
   const { dev, back, host, bytes } = run;
   for (let i = 0; i < run.iterations; i++)
     for (let j = 0; j < paths.length; j++) {
+      await run.pause();
       const x = paths[(i + j) % paths.length];
       if (dev && x.mode !== 'storage') memset(dev, 0);
       x.resident.push(prepare());
@@ -357,13 +393,13 @@ function interleave(run: FilesRun, paths: ReadPath[], prepare: () => number): vo
 }
 
 // The link: pinned memory to the device, the other limit of a read.
-function linkRow(run: FilesRun, dev: DeviceBuffer): void {
+async function linkRow(run: FilesRun, dev: DeviceBuffer): Promise<void> {
   const { bytes, host, back } = run;
   const pinned = PinnedBuffer.alloc(bytes, { device: run.device });
   try {
     pinned.bytes.set(host);
     for (let i = 0; i < run.warmup; i++) copy(dev, pinned);
-    const samples = timedPasses(run.iterations, () => copy(dev, pinned));
+    const samples = await timedPasses(run, () => copy(dev, pinned));
     back.fill(0);
     copy(back, dev);
     run.results.push(row({ direction: 'read', mode: 'link', bytes, verified: equal(back, host, bytes) }, samples));
@@ -374,15 +410,15 @@ function linkRow(run: FilesRun, dev: DeviceBuffer): void {
 }
 
 // The writes from the device: the library's, then the naive path's.
-function deviceWriteRows(run: FilesRun, dev: DeviceBuffer): void {
+async function deviceWriteRows(run: FilesRun, dev: DeviceBuffer): Promise<void> {
   const { bytes, host, fsync } = run;
   copy(dev, host);
   const out = path.join(run.work, 'out.bin');
   const verifyOut = () => equal(readWhole(out), host, bytes);
-  const library = timedPasses(run.iterations, () => writeFile(out, dev, { fsync }));
+  const library = await timedPasses(run, () => writeFile(out, dev, { fsync }));
   run.results.push(row({ direction: 'write', mode: 'library', bytes, verified: verifyOut() }, library));
   run.step('write library');
-  const naive = timedPasses(run.iterations, () => naiveWrite(out, dev, bytes, fsync));
+  const naive = await timedPasses(run, () => naiveWrite(out, dev, bytes, fsync));
   run.results.push(row({ direction: 'write', mode: 'naive', bytes, verified: verifyOut() }, naive));
   run.step('write naive');
   fs.rmSync(out, { force: true });
@@ -402,10 +438,10 @@ function naiveWrite(out: string, dev: DeviceBuffer, bytes: number, fsync: boolea
 }
 
 // The storage's write: the library's path from host memory, with no GPU behind it.
-function storageWriteRow(run: FilesRun): void {
+async function storageWriteRow(run: FilesRun): Promise<void> {
   const { bytes, host, fsync } = run;
   const out = path.join(run.work, 'out-storage.bin');
-  const samples = timedPasses(run.iterations, () => writeFile(out, host, { fsync }));
+  const samples = await timedPasses(run, () => writeFile(out, host, { fsync }));
   run.results.push(row({ direction: 'write', mode: 'storage', bytes, verified: equal(readWhole(out), host, bytes) }, samples));
   run.step('write storage');
 }

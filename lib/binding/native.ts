@@ -25,9 +25,42 @@ function candidates(): string[] {
     path.join(packageRoot, 'build-cmake', 'Release', 'cuda_memory.node'),
     path.join(packageRoot, 'build', 'Debug', 'cuda_memory.node'),
   ];
-  const picked = nodeGypBuildPath();
-  if (picked && !out.includes(picked)) out.push(picked);
+  // node-gyp-build picks build/Release first, where there is one; the prebuilt binary is listed
+  // after it too, for a build/Release without CUDA to yield to (load()).
+  for (const picked of [nodeGypBuildPath(), prebuiltPath()]) if (picked && !out.includes(picked)) out.push(picked);
   return out;
+}
+
+/**
+ * The prebuilt binary under prebuilds/ that fits this platform, chosen by node-gyp-build's own
+ * rules (platform and arch folder, then Node-API and libc tags), whether or not a source build is
+ * there too; null if none fits.
+ */
+export function prebuiltPath(root = packageRoot): string | null {
+  interface Tags {
+    file: string;
+  }
+  interface GypBuild {
+    parseTuple(name: string): { name: string } | undefined;
+    matchTuple(platform: string, arch: string): (t: unknown) => boolean;
+    compareTuples(a: unknown, b: unknown): number;
+    parseTags(file: string): Tags | undefined;
+    matchTags(runtime: string, abi: string): (t: Tags | undefined) => boolean;
+    compareTags(runtime: string): (a: unknown, b: unknown) => number;
+  }
+  try {
+    // eslint-disable-next-line @typescript-eslint/no-var-requires
+    const g = require('node-gyp-build') as GypBuild;
+    const dir = path.join(root, 'prebuilds');
+    const tuple = fs.readdirSync(dir).map(g.parseTuple).filter(g.matchTuple(process.platform, process.arch)).sort(g.compareTuples)[0];
+    if (!tuple) return null;
+    const folder = path.join(dir, tuple.name);
+    const tags = fs.readdirSync(folder).map(g.parseTags).filter(g.matchTags('node', process.versions.modules)) as Tags[];
+    const winner = tags.sort(g.compareTags('node'))[0];
+    return winner ? path.join(folder, winner.file) : null;
+  } catch {
+    return null;
+  }
 }
 
 /** The package's version (from its package.json), or `unknown` where that cannot be read. */
@@ -106,18 +139,25 @@ export function bundledMessage(root = packageRoot): string | null {
   );
 }
 
+// The first candidate that loads, except that a binary built without CUDA (a source build's
+// fallback where the CUDA build failed, or one made with CUDA_MEMORY_NO_CUDA) yields to a later one
+// built with CUDA, the prebuilt binary say: it can do nothing the other cannot. It is used only
+// where none with CUDA loads. CUDA_MEMORY_ADDON names the one file to load.
 function load(): { binding: NativeBinding; path: string | null } {
   const errors: string[] = [];
+  let withoutCuda: { binding: NativeBinding; path: string } | null = null;
   for (const file of candidates()) {
     try {
       // eslint-disable-next-line @typescript-eslint/no-var-requires
       const binding = require(file) as NativeBinding;
       binding.init({ CudaMemoryError, CudaError, OutOfMemoryError, CudaUnavailableError, InterprocessError }, fileCodeTable(), threadId);
-      return { binding, path: file };
+      if (binding.status().builtWithCuda) return { binding, path: file };
+      withoutCuda ??= { binding, path: file };
     } catch (e) {
       errors.push(`${file}: ${(e as Error).message.split('\n')[0]}`);
     }
   }
+  if (withoutCuda) return withoutCuda;
   const bundled = bundledMessage();
   if (bundled) return { binding: unloaded(bundled), path: null };
   return {
@@ -126,6 +166,29 @@ function load(): { binding: NativeBinding; path: string | null } {
     ),
     path: null,
   };
+}
+
+/**
+ * Why a binary built without CUDA cannot use the GPU, and what to run: where a CUDA toolkit is
+ * found now (scripts/find-cuda.js), the binary was built without it on purpose
+ * (CUDA_MEMORY_NO_CUDA) or because its CUDA build failed, and a source build with it is the fix;
+ * else the toolkit is what is missing.
+ */
+export function notBuiltWithCudaMessage(file: string | null, root = packageRoot): string {
+  let toolkit = '';
+  try {
+    // eslint-disable-next-line @typescript-eslint/no-var-requires
+    const { findCuda } = require(path.join(root, 'scripts', 'find-cuda.js')) as { findCuda(env: NodeJS.ProcessEnv): string };
+    toolkit = findCuda({ ...process.env, CUDA_MEMORY_NO_CUDA: '' });
+  } catch {
+    // no scripts/ beside the code (a bundle): the toolkit is not known
+  }
+  const binary = `the addon in use (${file ?? 'unknown'}) was built without CUDA`;
+  return toolkit
+    ? `${binary}, though a CUDA toolkit is here (${toolkit}): CUDA_MEMORY_NO_CUDA was set when it was built, or its CUDA build failed. ` +
+        "Run `npx cuda-memory build --from-source` to build it with CUDA (it shows the compiler's errors if that fails)"
+    : `${binary}, and no CUDA toolkit is found (CUDA_PATH, CUDA_HOME, /usr/local/cuda, nvcc on the PATH). ` +
+        'Install one and run `npx cuda-memory build --from-source`, or use a linux-x64 host with glibc 2.34 or newer, where the prebuilt binary loads';
 }
 
 const loaded = load();

@@ -42,6 +42,14 @@ export interface FileReadInfo {
   directReason: string;
 }
 
+/**
+ * The two counters a file call updates as it goes: [bytes done, bytes in all]. An interface, so
+ * that the declarations name it: TypeScript 5.7 and later would write the array itself out as
+ * `BigUint64Array<ArrayBufferLike>`, which TypeScript 5.0 to 5.6 refuse (their typed arrays take
+ * no type argument).
+ */
+export interface ProgressCounters extends BigUint64Array {}
+
 /** The arguments of fileRead and fileReadAsync. */
 type FileReadArgs = [
   path: string,
@@ -50,7 +58,7 @@ type FileReadArgs = [
   fileOffset: number,
   byteLength: number,
   direct: number,
-  progress?: BigUint64Array,
+  progress?: ProgressCounters,
   fd?: number,
 ];
 
@@ -62,7 +70,7 @@ type FileWriteArgs = [
   byteLength: number,
   fsync: boolean,
   mode: number | undefined,
-  progress?: BigUint64Array,
+  progress?: ProgressCounters,
   fileOffset?: number,
 ];
 

@@ -32,6 +32,7 @@ import { formatDevicesTable, formatP2pTable, formatMultiCsv, renderMultiHtml, mu
 import { writeTextfile } from '../metrics/exposition';
 import { benchFamilies, multiBenchFamilies, unavailableFamilies } from '../metrics/families';
 import { unavailableJunit } from '../report/junit';
+import { unavailableHtml } from '../report/results';
 import { parseSizeList, parseSize, formatBytes } from '../base/units';
 import { Usage, gatesJson, progressBar, requireGpu, writeOutput } from './common';
 import { collect, deviceList, integer, list, outFile, wrap } from './options';
@@ -184,7 +185,8 @@ function finish(results: GateResult[], unverified: string[]): number {
 
 // Without CUDA: every report asked for says why (--json and --out a JSON report, as doctor --json
 // gives; --junit a failing testcase; --prometheus a textfile whose gauge says the check could not
-// run), so that CI sees a failure, not a missing file; then the one line on stderr and exit 2.
+// run; --html a page saying what did not run and why), so that CI sees a failure, not a missing
+// file; then the one line on stderr and exit 2.
 function unavailableReport(o: BenchOptions, empty: object): void {
   const st = status();
   if (st.available) return;
@@ -192,6 +194,7 @@ function unavailableReport(o: BenchOptions, empty: object): void {
   if (o.json) process.stdout.write(json);
   if (o.out) writeOutput(o.out, json);
   if (o.junit) writeOutput(o.junit, unavailableJunit('bench', st.reason, st.message));
+  if (o.html) writeOutput(o.html, unavailableHtml('cuda-memory transfer benchmark', st.reason, st.message));
   if (o.prometheus)
     writeOutput(o.prometheus, (f) => writeTextfile(f, unavailableFamilies('cuda_memory_bench', 'cuda-memory bench', st.reason)));
   requireGpu('bench');

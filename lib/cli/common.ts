@@ -5,6 +5,7 @@
 import * as fs from 'fs';
 import { status } from '../device/discovery';
 import { packageVersion } from '../binding/native';
+import { fileProblem } from '../base/files';
 import type { GateResult } from '../bench/gates';
 
 /** A usage error: printed as one line, exit 2. */
@@ -33,14 +34,7 @@ export function writeOutput(file: string, write: string | ((file: string) => voi
     if (typeof write === 'string') fs.writeFileSync(file, write);
     else write(file);
   } catch (e) {
-    const err = e as NodeJS.ErrnoException;
-    const why =
-      err.code === 'EACCES' || err.code === 'EPERM'
-        ? 'permission denied'
-        : err.code === 'EISDIR'
-          ? 'it is a folder'
-          : (err.code ?? err.message);
-    throw new Usage(`cannot write ${file}: ${why}`);
+    throw new Usage(fileProblem(e, 'write', file));
   }
 }
 

@@ -17,7 +17,8 @@ import * as help from './help';
 import * as build from './build';
 
 /** Exit codes, as the help and the README give them. */
-export const EXIT_HELP = '\nExit codes: 0 success; 1 a failed gate, data check or doctor check; 2 a usage error or no usable CUDA.';
+export const EXIT_HELP =
+  '\nExit codes: 0 success; 1 a failed gate, data check or doctor check (for top: a shared file it could not read); 2 a usage error or no usable CUDA.';
 
 export function program(): Command {
   const p = new Command('cuda-memory')

@@ -5,6 +5,7 @@ import { writeHpcJobMapping } from '../metrics/hpc-jobs';
 import { shmDir } from '../base/shm';
 import { printable } from '../base/printable';
 import { Usage } from './common';
+import { fileProblem } from '../base/files';
 import { integer, seconds } from './options';
 
 interface TopOptions {
@@ -25,6 +26,10 @@ export function register(program: Command): void {
       '--hpc-job-mapping-dir <folder>',
       "also write the groups as dcgm-exporter's HPC job mapping there (a file per GPU, named by its NVML index, a group name per line), at each refresh",
     )
+    .addHelpText(
+      'after',
+      '\nExit status 1 where a file of the shared folder could not be read (a damaged or foreign ledger, say): each is listed as unreadable, with why, after the groups that could be read.',
+    )
     .action(async (o: TopOptions) => {
       process.exitCode = await top(o);
     });
@@ -44,7 +49,7 @@ async function top(o: TopOptions): Promise<number> {
         try {
           return writeHpcJobMapping(dir, list.groups);
         } catch (e) {
-          throw new Usage(`cannot write the HPC job mapping in ${dir}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`);
+          throw new Usage(fileProblem(e, 'write the HPC job mapping in', dir));
         }
       })();
       if (r.skipped.length)

@@ -28,5 +28,9 @@ export const traceFileNote = `\nA trace file is read up to ${formatBytes(TRACE_M
 /** A trace that does not say its device's size needs --device-memory (a policy's simulate is API only). */
 export function checkDeviceSize(trace: Trace, o: TraceCliOptions): void {
   if (!trace.device?.totalBytes && !o.deviceMemory)
-    throw new Usage("the trace does not say its device's size: give one with --device-memory, e.g. --device-memory 80GiB");
+    throw new Usage(
+      trace.source?.startsWith('pytorch')
+        ? "a PyTorch trace (torch.cuda.memory._snapshot()) does not record its device's size: add --device-memory with the GPU's memory, e.g. --device-memory 80GiB"
+        : "the trace does not say its device's size: give one with --device-memory, e.g. --device-memory 80GiB",
+    );
 }

@@ -1,7 +1,7 @@
 /** What CUDA can be used here: the addon's status, the devices, their memory and where they sit. */
 import * as fs from 'fs';
 import { CudaUnavailableError, UnavailableReason, invalidArgument } from '../base/errors';
-import { addonPath, binaryKind, native } from '../binding/native';
+import { addonPath, binaryKind, native, notBuiltWithCudaMessage } from '../binding/native';
 import { checkDevice } from '../base/validate';
 import { SharedMemoryInfo, sharedMemoryOf } from './shared-memory';
 import { platformInfo, gpuPlatformDevices } from './platform';
@@ -127,6 +127,9 @@ export interface DeviceInfo {
   platformLimit: PlatformLimit | null;
 }
 
+// What a binary built without CUDA says, found once (it looks for a CUDA toolkit on disk).
+let noCudaMessage: string | undefined;
+
 /**
  * Reports whether CUDA is usable and, if not, why. Never throws.
  *
@@ -135,7 +138,13 @@ export interface DeviceInfo {
 export function status(): CudaStatus {
   try {
     const st = native.status();
-    return { ...st, binary: { kind: binaryKind(addonPath, st.builtWithCuda), path: addonPath }, platform: platformStatus() } as CudaStatus;
+    const message = st.reason === 'NOT_BUILT_WITH_CUDA' ? (noCudaMessage ??= notBuiltWithCudaMessage(addonPath)) : st.message;
+    return {
+      ...st,
+      message,
+      binary: { kind: binaryKind(addonPath, st.builtWithCuda), path: addonPath },
+      platform: platformStatus(),
+    } as CudaStatus;
   } catch (e) {
     return {
       binary: { kind: 'none', path: null },

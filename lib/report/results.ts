@@ -118,6 +118,18 @@ ${body}
 `;
 }
 
+/**
+ * The page a report asked for where CUDA cannot be used: what did not run and why, so that a CI
+ * job publishing the page shows the reason rather than a missing file.
+ */
+export function unavailableHtml(title: string, reason: string | null, message: string): string {
+  return htmlPage(
+    title,
+    `<p><strong>Not measured: CUDA is not available (${esc(String(reason))}).</strong></p>\n<p>${esc(message)}</p>\n` +
+      '<p>Run <code>npx cuda-memory info</code> on this machine for the driver, the devices and the binary in use.</p>',
+  );
+}
+
 /** A table of text cells (escaped here). */
 export function htmlTable(head: string[], rows: string[][]): string {
   return `<table><tr>${head.map((h) => `<th>${esc(h)}</th>`).join('')}</tr>

@@ -235,7 +235,7 @@ describe('a preloaded program as the Node side sees it (stand-in driver and NVML
   const run = fs.existsSync(so) ? test : test.skip;
 
   run(
-    'its pid, command, charge, bytes in use and NVML’s used memory in listGroups and top',
+    `its pid, command, charge, bytes in use and NVML’s used memory in listGroups and top${fs.existsSync(so) ? '' : ` — skipped: ${so} is not built`}`,
     async () => {
       const bin = fs.mkdtempSync(path.join(tmp, 'bin-'));
       const shm = fs.mkdtempSync(path.join(tmp, 'shm-'));

@@ -272,20 +272,23 @@ describe('replay', () => {
   });
 
   const fixture = path.join(__dirname, '..', 'fixtures', 'pytorch-trace.json');
-  (fs.existsSync(fixture) ? test : test.skip)('a real PyTorch trace (test/fixtures/pytorch-trace.json, from the H100) replays', () => {
-    const t = cm.loadTrace(fixture);
-    expect(t.events.filter((e) => e.action === 'alloc').length).toBeGreaterThan(20);
-    const [r] = cm.replayTrace(t, [{ allowGrowth: true, deviceBytes: 80 * GiB }], { findMinLimit: true });
-    expect(r.survived).toBe(true);
-    expect(r.minLimitBytes).toBeGreaterThan(0);
-    // The _snapshot() object itself, the file, and the converted trace replay alike.
-    const object = JSON.parse(fs.readFileSync(fixture, 'utf8'));
-    const policy = [{ allowGrowth: true, deviceBytes: 80 * GiB }];
-    const fromObject = cm.replayTrace(object, policy);
-    expect(fromObject).toEqual(cm.replayTrace(fixture, policy));
-    expect(fromObject).toEqual(cm.replayTrace(t, policy));
-    expect(cm.loadTrace(object)).toEqual(t);
-  });
+  (fs.existsSync(fixture) ? test : test.skip)(
+    `a real PyTorch trace (test/fixtures/pytorch-trace.json, from the H100) replays${fs.existsSync(fixture) ? '' : ' — skipped: the fixture is missing'}`,
+    () => {
+      const t = cm.loadTrace(fixture);
+      expect(t.events.filter((e) => e.action === 'alloc').length).toBeGreaterThan(20);
+      const [r] = cm.replayTrace(t, [{ allowGrowth: true, deviceBytes: 80 * GiB }], { findMinLimit: true });
+      expect(r.survived).toBe(true);
+      expect(r.minLimitBytes).toBeGreaterThan(0);
+      // The _snapshot() object itself, the file, and the converted trace replay alike.
+      const object = JSON.parse(fs.readFileSync(fixture, 'utf8'));
+      const policy = [{ allowGrowth: true, deviceBytes: 80 * GiB }];
+      const fromObject = cm.replayTrace(object, policy);
+      expect(fromObject).toEqual(cm.replayTrace(fixture, policy));
+      expect(fromObject).toEqual(cm.replayTrace(t, policy));
+      expect(cm.loadTrace(object)).toEqual(t);
+    },
+  );
 
   test.each([
     [

@@ -29,12 +29,60 @@ const canSwitchUser = process.getuid?.() === 0 && spawnSync('setpriv', ['--versi
 const asOther = (name, fn) =>
   canSwitchUser ? test(name, fn) : test.skip(`${name} — skipped: needs root and setpriv to act as a second user`, fn);
 
-// Runs a snippet as the second user (setpriv), with the package and this suite's folder.
+// What the second user runs: the package (dist/, package.json, the addon this suite loaded, and
+// node-gyp-build, which the loader asks for the prebuilt binary) copied where that user can read
+// it. The checkout itself may sit in a folder only this user can enter (`mktemp -d` makes them
+// 0700, as does the run's own TMPDIR), so the copy goes under the first temporary folder that
+// every user can enter, and is removed when the file ends.
+const everyoneEnters = (d) => {
+  for (let p = path.resolve(d); ; p = path.dirname(p)) {
+    if ((fs.statSync(p).mode & 0o001) === 0) return false;
+    if (p === path.dirname(p)) return true;
+  }
+};
+let otherRoot;
+function packageForOther() {
+  if (otherRoot) return otherRoot;
+  const open = [os.tmpdir(), '/tmp'].find((d) => fs.existsSync(d) && everyoneEnters(d));
+  if (!open) throw new Error(`no temporary folder every user can enter (${os.tmpdir()}, /tmp) for the second user's copy of the package`);
+  otherRoot = fs.mkdtempSync(path.join(open, 'cuda-memory-other-user-'));
+  fs.cpSync(path.join(root, 'dist'), path.join(otherRoot, 'dist'), { recursive: true });
+  fs.copyFileSync(path.join(root, 'package.json'), path.join(otherRoot, 'package.json'));
+  const { addonPath } = require(path.join(root, 'dist', 'binding', 'native'));
+  fs.mkdirSync(path.join(otherRoot, 'build', 'Release'), { recursive: true });
+  if (addonPath) fs.copyFileSync(addonPath, path.join(otherRoot, 'build', 'Release', 'cuda_memory.node'));
+  fs.cpSync(
+    path.dirname(require.resolve('node-gyp-build/package.json', { paths: [root] })),
+    path.join(otherRoot, 'node_modules', 'node-gyp-build'),
+    {
+      recursive: true,
+    },
+  );
+  // Readable and enterable by everyone, whatever the umask made them.
+  const readable = (p) => {
+    const st = fs.statSync(p);
+    fs.chmodSync(p, st.isDirectory() ? 0o755 : (st.mode & 0o777) | 0o444);
+    if (st.isDirectory()) for (const e of fs.readdirSync(p)) readable(path.join(p, e));
+  };
+  readable(otherRoot);
+  return otherRoot;
+}
+afterAll(() => otherRoot && fs.rmSync(otherRoot, { recursive: true, force: true }));
+
+// The second user's environment: this suite's folder, and the copy's addon (CUDA_MEMORY_ADDON may
+// name one in the checkout).
+const otherEnv = () => ({
+  ...process.env,
+  CUDA_MEMORY_SHM_DIR: dir,
+  CUDA_MEMORY_ADDON: path.join(packageForOther(), 'build', 'Release', 'cuda_memory.node'),
+});
+
+// Runs a snippet as the second user (setpriv), in the copy of the package, with this suite's folder.
 function runAsOther(code) {
   return spawnSync('setpriv', ['--reuid', String(OTHER), '--regid', String(OTHER), '--clear-groups', process.execPath, '-e', code], {
     encoding: 'utf8',
-    env: { ...process.env, CUDA_MEMORY_SHM_DIR: dir },
-    cwd: root,
+    env: otherEnv(),
+    cwd: packageForOther(),
     timeout: 30000,
   });
 }
@@ -73,7 +121,7 @@ describe('shared files: what another user or process cannot do', () => {
          const a = cm.createAllocator({ simulate: { totalBytes: 2 ** 30 }, allowGrowth: true, shared: { name: 'planted', memoryLimit: 1 << 26 } });
          console.log(a.group().path); setTimeout(() => a.close(), 20000);`,
       ],
-      { cwd: root, env: { ...process.env, CUDA_MEMORY_SHM_DIR: dir }, stdio: ['ignore', 'pipe', 'inherit'] },
+      { cwd: packageForOther(), env: otherEnv(), stdio: ['ignore', 'pipe', 'inherit'] },
     );
     // (A child that cannot start, e.g. when the second user cannot read the package, fails the
     // test at once rather than at the test's time limit.)

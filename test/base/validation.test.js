@@ -278,9 +278,12 @@ test('constructors users must not call refuse at once (ERR_ILLEGAL_CONSTRUCTOR),
     );
 });
 
-(gpu ? test.skip : test)('devices() is an empty list without CUDA, as info --json shows it', () => {
-  expect(cm.devices()).toEqual([]);
-});
+(gpu ? test.skip : test)(
+  `devices() is an empty list without CUDA, as info --json shows it${gpu ? ' — skipped: a GPU is usable here' : ''}`,
+  () => {
+    expect(cm.devices()).toEqual([]);
+  },
+);
 
 // PyTorch's format_size, at each of its boundaries: `<=` boundaries, no TiB, two decimals rounded
 // as printf rounds (a tie to even). The same table for the sentence JavaScript writes

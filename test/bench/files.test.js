@@ -120,6 +120,59 @@ describe('bench-files', () => {
   });
 });
 
+describe('bench-files stopped midway', () => {
+  const { spawn } = require('child_process');
+  const cli = path.join(root, 'dist', 'cli.js');
+  // The run's test file, once it exists.
+  const testFile = (dir) => {
+    for (const e of fs.readdirSync(dir)) if (fs.existsSync(path.join(dir, e, 'data.bin'))) return path.join(dir, e, 'data.bin');
+    return null;
+  };
+
+  test('an AbortSignal stops the run between passes: the folder is removed and it rejects with an AbortError', async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cm-bench-files-'));
+    const stop = new AbortController();
+    let sawFile = false;
+    const onProgress = () => {
+      sawFile = testFile(dir) !== null;
+      stop.abort('enough');
+    };
+    await expect(cm.runFilesBenchmark({ dir, bytes: 4 * MiB, iterations: 3, onProgress, signal: stop.signal })).rejects.toEqual(
+      expect.objectContaining({
+        name: 'AbortError',
+        code: 'ABORT_ERR',
+        cause: 'enough',
+        message: expect.stringMatching(/aborted \(enough\)/),
+      }),
+    );
+    expect(sawFile).toBe(true);
+    expect(fs.readdirSync(dir)).toEqual([]);
+    // Aborted already: nothing is written; not a signal: a TypeError.
+    await expect(cm.runFilesBenchmark({ dir, signal: stop.signal })).rejects.toEqual(expect.objectContaining({ code: 'ABORT_ERR' }));
+    await expect(cm.runFilesBenchmark({ dir, signal: 'stop' })).rejects.toEqual(expect.objectContaining({ code: 'ERR_INVALID_ARG_TYPE' }));
+    expect(fs.readdirSync(dir)).toEqual([]);
+    fs.rmSync(dir, { recursive: true });
+  });
+
+  test.each(['SIGINT', 'SIGTERM'])('the command stopped by %s removes its test file, says so, and ends by that signal', async (signal) => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cm-bench-files-'));
+    const child = spawn(process.execPath, [cli, 'bench-files', '--dir', dir, '--size', '16MiB', '--iterations', '100000'], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let stderr = '';
+    child.stderr.on('data', (d) => (stderr += d));
+    const ended = new Promise((resolve) => child.once('exit', (code, sig) => resolve({ code, sig })));
+    const t0 = Date.now();
+    while (testFile(dir) === null && Date.now() - t0 < 60000) await new Promise((r) => setTimeout(r, 20));
+    expect(testFile(dir)).not.toBeNull();
+    child.kill(signal);
+    expect(await ended).toEqual({ code: null, sig: signal });
+    expect(stderr).toContain(`cuda-memory bench-files: stopped by ${signal}; the test file and its folder were removed`);
+    expect(fs.readdirSync(dir)).toEqual([]);
+    fs.rmSync(dir, { recursive: true });
+  });
+});
+
 describe('bench-files where the folder or the size cannot work', () => {
   const { spawnSync } = require('child_process');
   const cli = path.join(root, 'dist', 'cli.js');
@@ -150,7 +203,7 @@ describe('bench-files where the folder or the size cannot work', () => {
     'd=$(mktemp -d) && mount -t tmpfs -o size=64k tmpfs "$d"; r=$?; umount "$d" 2>/dev/null; rmdir "$d"; exit $r',
   );
   (mounts ? test : test.skip)(
-    `a full disk and a read-only folder: exit 2 naming --dir, and nothing left behind${mounts ? '' : ' (skipped: needs unshare -m and mount, as root)'}`,
+    `a full disk and a read-only folder: exit 2 naming --dir, and nothing left behind${mounts ? '' : ' — skipped: needs unshare -m and mount, as root'}`,
     () => {
       const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cm-bench-files-'));
       try {
@@ -163,9 +216,11 @@ describe('bench-files where the folder or the size cannot work', () => {
         ].join('\n');
         const out = inPrivateMounts(script, { encoding: 'utf8', timeout: 120000 });
         const [full, readOnly] = out.split('--\n');
-        expect(full).toMatch(/^cuda-memory: --dir ".*": there is not enough space for the test file \(see --size\) \(ENOSPC\)\nrc=2\n$/);
+        expect(full).toMatch(
+          /^cuda-memory: --dir ".*": there is not enough space for the test file \(ENOSPC\); free space there, give a smaller --size, or choose another folder\nrc=2\n$/,
+        );
         expect(readOnly).toMatch(
-          /^cuda-memory: --dir ".*": it cannot be written \(permission denied, or a read-only file system\) \(EROFS\)\nrc=2\n$/,
+          /^cuda-memory: --dir ".*": it cannot be written \(permission denied, or a read-only file system\) \(EROFS\); choose a folder this user may write\nrc=2\n$/,
         );
       } finally {
         fs.rmSync(dir, { recursive: true, force: true });

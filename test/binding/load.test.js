@@ -129,3 +129,73 @@ for (const [name, rel, expectBuiltWithCuda] of [
     },
   );
 }
+
+// A binary without CUDA (what a source build falls back to where its CUDA build fails) in a tree
+// shaped like the installed package, beside the prebuilt binary with CUDA: it must not outrank it,
+// and where it is what loads, status() says why it has no CUDA and what to run.
+const noCudaBuild = path.join(root, 'build-nocuda', 'Release', 'cuda_memory.node');
+const cudaBuild = path.join(root, 'build', 'Release', 'cuda_memory.node');
+const cudaBuildHere = fs.existsSync(cudaBuild) && cm.status().builtWithCuda && require('../../dist/binding/native').addonPath === cudaBuild;
+const haveBoth = fs.existsSync(noCudaBuild) && cudaBuildHere;
+(haveBoth || requireBuilds ? describe : describe.skip)(
+  `which binary loads, and what a binary without CUDA says${haveBoth ? '' : ' — skipped: needs build-nocuda/ (npm run build:nocuda) and build/Release built with CUDA'}`,
+  () => {
+    const { tempDir } = require('../helpers');
+    // The package's files, a binary without CUDA as its source build, and optionally the prebuilt one.
+    function tree(prebuilt) {
+      const dir = tempDir('cuda-memory-loader-');
+      fs.copyFileSync(path.join(root, 'package.json'), path.join(dir, 'package.json'));
+      fs.cpSync(path.join(root, 'dist'), path.join(dir, 'dist'), { recursive: true });
+      fs.cpSync(path.join(root, 'scripts', 'find-cuda.js'), path.join(dir, 'scripts', 'find-cuda.js'));
+      fs.symlinkSync(path.join(root, 'node_modules'), path.join(dir, 'node_modules'));
+      fs.mkdirSync(path.join(dir, 'build', 'Release'), { recursive: true });
+      fs.copyFileSync(noCudaBuild, path.join(dir, 'build', 'Release', 'cuda_memory.node'));
+      if (prebuilt) {
+        fs.mkdirSync(path.join(dir, 'prebuilds', 'linux-x64'), { recursive: true });
+        fs.copyFileSync(cudaBuild, path.join(dir, 'prebuilds', 'linux-x64', 'cuda-memory.napi.glibc.node'));
+      }
+      // A toolkit as scripts/find-cuda.js recognises one.
+      for (const f of ['include/cuda_runtime_api.h', 'lib64/libcudart_static.a']) {
+        fs.mkdirSync(path.dirname(path.join(dir, 'toolkit', f)), { recursive: true });
+        fs.writeFileSync(path.join(dir, 'toolkit', f), '');
+      }
+      return dir;
+    }
+    const statusOf = (dir) =>
+      JSON.parse(
+        execFileSync(process.execPath, ['-e', `console.log(JSON.stringify(require(${JSON.stringify(dir)}).status()))`], {
+          encoding: 'utf8',
+          env: { ...process.env, CUDA_MEMORY_ADDON: '', CUDA_PATH: path.join(dir, 'toolkit') },
+        }),
+      );
+
+    test('a source build without CUDA yields to the prebuilt binary with CUDA', () => {
+      const dir = tree(true);
+      const s = statusOf(dir);
+      expect({ kind: s.binary.kind, builtWithCuda: s.builtWithCuda }).toEqual({ kind: 'prebuilt', builtWithCuda: true });
+      expect(s.binary.path).toBe(path.join(dir, 'prebuilds', 'linux-x64', 'cuda-memory.napi.glibc.node'));
+    });
+
+    test('where it is the only binary, it loads, and its message names it, the toolkit found and the command to run', () => {
+      const dir = tree(false);
+      const s = statusOf(dir);
+      expect({ kind: s.binary.kind, reason: s.reason }).toEqual({ kind: 'no-cuda', reason: 'NOT_BUILT_WITH_CUDA' });
+      expect(s.message).toBe(
+        `the addon in use (${path.join(dir, 'build', 'Release', 'cuda_memory.node')}) was built without CUDA, though a CUDA toolkit is here (${path.join(dir, 'toolkit')}): ` +
+          "CUDA_MEMORY_NO_CUDA was set when it was built, or its CUDA build failed. Run `npx cuda-memory build --from-source` to build it with CUDA (it shows the compiler's errors if that fails)",
+      );
+    });
+  },
+);
+
+test('a binary without CUDA where no toolkit is found: the message says to install one', () => {
+  const { notBuiltWithCudaMessage } = require('../../dist/binding/native');
+  const { tempDir } = require('../helpers');
+  const dir = tempDir('cuda-memory-no-toolkit-');
+  fs.mkdirSync(path.join(dir, 'scripts'));
+  fs.writeFileSync(path.join(dir, 'scripts', 'find-cuda.js'), "module.exports = { findCuda: () => '' };");
+  expect(notBuiltWithCudaMessage('/x/cuda_memory.node', dir)).toBe(
+    'the addon in use (/x/cuda_memory.node) was built without CUDA, and no CUDA toolkit is found (CUDA_PATH, CUDA_HOME, /usr/local/cuda, nvcc on the PATH). ' +
+      'Install one and run `npx cuda-memory build --from-source`, or use a linux-x64 host with glibc 2.34 or newer, where the prebuilt binary loads',
+  );
+});

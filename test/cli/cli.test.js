@@ -92,6 +92,7 @@ describe('rough edges', () => {
   ];
   const sized = path.join(tmp, 'sized.json');
   const unsized = path.join(tmp, 'unsized.json');
+  const pytorch = path.join(__dirname, '..', 'fixtures', 'pytorch-trace.json');
   fs.writeFileSync(sized, JSON.stringify({ schema: 'cuda-memory/trace@1', device: { totalBytes: 2 ** 30 }, events }));
   fs.writeFileSync(unsized, JSON.stringify({ schema: 'cuda-memory/trace@1', events }));
 
@@ -99,6 +100,10 @@ describe('rough edges', () => {
     [['memory-html', sized, '--out', ''], /--out .*Expected a file name/],
     [['memory-html', sized, '--out', '/proc/version'], /cannot write \/proc\/version|The folder \/proc is not writable/],
     [['replay', unsized], /give one with --device-memory/],
+    [
+      ['replay', pytorch, '--policy', 'growth'],
+      /a PyTorch trace \(torch.cuda.memory._snapshot\(\)\) does not record its device's size: add --device-memory/,
+    ],
     [['replay', sized, '--policy', 'growth,limit=0'], /limit of at least 256 bytes/],
     [['replay', sized, '--policy', 'growth,limit=-1GiB'], /policy/],
     [['replay', sized, '--policy', 'prealloc,fraction=2'], /Expected fraction in \(0, 1\]/],
@@ -149,12 +154,13 @@ describe('rough edges', () => {
     }
   });
 
-  test('without CUDA, bench --junit and --prometheus write a failure that says why, and bench-alloc --json a report; exit 2', () => {
+  test('without CUDA, bench --junit, --prometheus and --html write a failure that says why, and bench-alloc --json a report; exit 2', () => {
     const env = { ...process.env, CUDA_MEMORY_ADDON: path.join(tmp, 'no-such-addon.node') };
     for (const extra of [[], ['--p2p']]) {
       const junit = path.join(tmp, `nocuda${extra.length}.xml`);
       const prom = path.join(tmp, `nocuda${extra.length}.prom`);
-      const r = spawnSync(process.execPath, [cli, 'bench', ...extra, '--junit', junit, '--prometheus', prom], {
+      const html = path.join(tmp, `nocuda${extra.length}.html`);
+      const r = spawnSync(process.execPath, [cli, 'bench', ...extra, '--junit', junit, '--prometheus', prom, '--html', html], {
         encoding: 'utf8',
         timeout: 60000,
         env,
@@ -170,6 +176,10 @@ describe('rough edges', () => {
       expect(text).toContain('cuda_memory_bench_available{reason="ADDON_NOT_LOADED"} 0\n');
       expect(text).toContain('cuda_memory_bench_ok 0\n');
       expect(text).toMatch(/cuda_memory_bench_last_run_timestamp_seconds \d+\n/);
+      const page = fs.readFileSync(html, 'utf8');
+      expect(page).toMatch(/^<!doctype html>/);
+      expect(page).toContain('<strong>Not measured: CUDA is not available (ADDON_NOT_LOADED).</strong>');
+      expect(page).toContain('the native addon could not be loaded');
     }
     const r = spawnSync(process.execPath, [cli, 'bench-alloc', '--json'], { encoding: 'utf8', timeout: 60000, env });
     expect(r.status).toBe(2);
@@ -192,6 +202,84 @@ describe('rough edges', () => {
 
   test('a file that cannot be written after the checks is a usage error naming it', () => {
     const { writeOutput } = require(path.join(root, 'dist', 'cli', 'common'));
-    expect(() => writeOutput(path.join(tmp, 'no-such-folder', 'x'), 'text')).toThrow(/cannot write .*no-such-folder\/x: ENOENT/);
+    expect(() => writeOutput(path.join(tmp, 'no-such-folder', 'x'), 'text')).toThrow(
+      /cannot write .*no-such-folder\/x: it does not exist \(ENOENT\); check the path/,
+    );
+  });
+});
+
+describe('a reader that stops early (`| head`, `| grep -q`)', () => {
+  // The command's stdout is a pipe whose reader is already gone, so its first write fails with
+  // EPIPE, whatever the timing (python3: os.pipe with its read end closed).
+  const withClosedReader = (...args) =>
+    spawnSync(
+      'python3',
+      [
+        '-c',
+        'import os, subprocess, sys\nr, w = os.pipe()\nos.close(r)\np = subprocess.run(sys.argv[1:], stdout=w, stderr=subprocess.PIPE)\nsys.stderr.write(p.stderr.decode())\nsys.exit(p.returncode)',
+        process.execPath,
+        cli,
+        ...args,
+      ],
+      { encoding: 'utf8', timeout: 60000 },
+    );
+
+  test.each([[['--help']], [['info']], [['info', '--json']], [['help', 'bench']], [['top']]])(
+    'cuda-memory %j ends quietly with status 0',
+    (args) => {
+      const r = withClosedReader(...args);
+      expect({ status: r.status, stderr: r.stderr }).toEqual({ status: 0, stderr: '' });
+    },
+  );
+});
+
+describe('top and a file of the shared folder it cannot read', () => {
+  test('lists it as unreadable, with why, after the groups it could read, and exits 1, as its help says', () => {
+    const shm = fs.mkdtempSync(path.join(tmp, 'shm-'));
+    const env = { ...process.env, CUDA_MEMORY_SHM_DIR: shm };
+    const code = `const cm = require('.');
+      const a = cm.createAllocator({ simulate: { totalBytes: 2 ** 30 }, allowGrowth: true, shared: { name: 'fine', memoryLimit: 2 ** 26 } });
+      require('fs').writeFileSync(require('path').join(${JSON.stringify(shm)}, 'cuda-memory-' + process.geteuid(), 'cuda-memory-group.damaged.simulated'), 'junk', { mode: 0o600 });
+      const r = require('child_process').spawnSync(process.execPath, [${JSON.stringify(cli)}, 'top'], { encoding: 'utf8' });
+      a.close();
+      console.log(JSON.stringify({ status: r.status, stdout: r.stdout, stderr: r.stderr }));`;
+    const r = JSON.parse(spawnSync(process.execPath, ['-e', code], { cwd: root, env, encoding: 'utf8' }).stdout);
+    expect(r.status).toBe(1);
+    expect(r.stderr).toBe('');
+    expect(r.stdout).toMatch(/^group fine on simulated/);
+    expect(r.stdout).toMatch(
+      /\nunreadable .*cuda-memory-group\.damaged\.simulated: ERR_GROUP_LEDGER_CORRUPT: .*Remove it once no process uses it\.\n/,
+    );
+    expect(run('top', '--help').stdout.replace(/\s+/g, ' ')).toContain(
+      'Exit status 1 where a file of the shared folder could not be read (a damaged or foreign ledger, say): each is listed as unreadable',
+    );
+    expect(run('--help').stdout.replace(/\s+/g, ' ')).toContain('(for top: a shared file it could not read)');
+  });
+});
+
+describe('a file the command line cannot read or write', () => {
+  // Each message names the file, the operation and what to do, in words (the errno name beside
+  // them), never the system's bare text ("EISDIR: illegal operation on a directory, read").
+  test.each([
+    [['replay', '/tmp'], 'cannot read /tmp: it is a folder (EISDIR); name a file'],
+    [['replay', '/nonexistent-trace.json'], 'cannot read /nonexistent-trace.json: it does not exist (ENOENT); check the path'],
+    [['bench', '--expectations', '/tmp'], 'cannot read the expectation file /tmp: it is a folder (EISDIR); name a file'],
+    [
+      ['top', '--hpc-job-mapping-dir', '/etc/passwd'],
+      'cannot write the HPC job mapping in /etc/passwd: something other than a folder is already there (EEXIST)',
+    ],
+    [
+      ['bench', '--out', '/dev/full'],
+      'cannot write /dev/full: its file system has no space left (ENOSPC); free space there, or choose another path',
+    ],
+    [
+      ['bench-files', '--dir', '/proc', '--size', '4MiB'],
+      '--dir "/proc": no file can be made in it (ENOENT); choose a folder on the storage to measure',
+    ],
+  ])('cuda-memory %j', (args, message) => {
+    const r = run(...args);
+    expect(r.status).toBe(2);
+    expect(r.stderr).toContain(message);
+    expect(r.stderr).not.toMatch(/E[A-Z]+: [a-z]/);
   });
 });

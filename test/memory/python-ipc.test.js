@@ -236,56 +236,59 @@ describe('cuda-ipc@1 descriptors are checked before anything is opened', () => {
 const python = spawnSync('python3', ['--version'], { encoding: 'utf8' });
 const describeWithPython = python.error || python.status !== 0 ? describe.skip : describe;
 
-describeWithPython(`the Python helper checks descriptors exactly as Node does${python.error ? ' — skipped: no python3' : ''}`, () => {
-  const { hostileDescriptors, goodDescriptor } = require('../fixtures/ipc-descriptors');
-  const { parseCudaIpcDescriptor } = require(path.join(root, 'dist', 'memory', 'ipc.js'));
+describeWithPython(
+  `the Python helper checks descriptors exactly as Node does${python.error || python.status !== 0 ? ' — skipped: no python3' : ''}`,
+  () => {
+    const { hostileDescriptors, goodDescriptor } = require('../fixtures/ipc-descriptors');
+    const { parseCudaIpcDescriptor } = require(path.join(root, 'dist', 'memory', 'ipc.js'));
 
-  function nodeSays(text) {
-    try {
-      return { ok: true, descriptor: parseCudaIpcDescriptor(text) };
-    } catch (e) {
-      return { ok: false, code: e.code, message: e.message };
-    }
-  }
-
-  test('the hostile set: the same refusals, codes and messages, and the same descriptor where accepted', () => {
-    const texts = hostileDescriptors();
-    const r = spawnSync('python3', [HELPER, 'validate'], { input: texts.join('\n') + '\n', encoding: 'utf8', timeout: 60000 });
-    expect(r.stderr).toBe('');
-    expect(r.status).toBe(0);
-    const python = r.stdout
-      .trim()
-      .split('\n')
-      .map((l) => JSON.parse(l));
-    expect(python).toHaveLength(texts.length);
-    const node = texts.map(nodeSays);
-    const refused = node.filter((n) => !n.ok).length;
-    expect(refused).toBeGreaterThan(texts.length / 2);
-    expect(node.every((n) => n.ok || n.code === 'ERR_IPC_HANDLE_INVALID')).toBe(true);
-    for (let i = 0; i < texts.length; i++) expect({ text: texts[i], says: python[i] }).toEqual({ text: texts[i], says: node[i] });
-  });
-
-  test('check-and-write and hold refuse a negative offset or length before anything is mapped', () => {
-    for (const bad of [
-      { ...goodDescriptor, offset: -4096 },
-      { ...goodDescriptor, offset: '-4096' },
-      { ...goodDescriptor, byteLength: -1 },
-      { ...goodDescriptor, byteLength: '-1' },
-    ])
-      for (const cmd of [
-        ['check-and-write', JSON.stringify(bad), '1'],
-        ['hold', JSON.stringify(bad)],
-      ]) {
-        const r = spawnSync('python3', [HELPER, ...cmd], { encoding: 'utf8', timeout: 60000 });
-        expect(r.status).toBe(1);
-        expect(JSON.parse(r.stdout)).toEqual({
-          ok: false,
-          code: 'ERR_IPC_HANDLE_INVALID',
-          message: expect.stringMatching(/^the IPC handle is not valid: (offset|byteLength) must be a non-negative integer$/),
-        });
+    function nodeSays(text) {
+      try {
+        return { ok: true, descriptor: parseCudaIpcDescriptor(text) };
+      } catch (e) {
+        return { ok: false, code: e.code, message: e.message };
       }
-  });
-});
+    }
+
+    test('the hostile set: the same refusals, codes and messages, and the same descriptor where accepted', () => {
+      const texts = hostileDescriptors();
+      const r = spawnSync('python3', [HELPER, 'validate'], { input: texts.join('\n') + '\n', encoding: 'utf8', timeout: 60000 });
+      expect(r.stderr).toBe('');
+      expect(r.status).toBe(0);
+      const python = r.stdout
+        .trim()
+        .split('\n')
+        .map((l) => JSON.parse(l));
+      expect(python).toHaveLength(texts.length);
+      const node = texts.map(nodeSays);
+      const refused = node.filter((n) => !n.ok).length;
+      expect(refused).toBeGreaterThan(texts.length / 2);
+      expect(node.every((n) => n.ok || n.code === 'ERR_IPC_HANDLE_INVALID')).toBe(true);
+      for (let i = 0; i < texts.length; i++) expect({ text: texts[i], says: python[i] }).toEqual({ text: texts[i], says: node[i] });
+    });
+
+    test('check-and-write and hold refuse a negative offset or length before anything is mapped', () => {
+      for (const bad of [
+        { ...goodDescriptor, offset: -4096 },
+        { ...goodDescriptor, offset: '-4096' },
+        { ...goodDescriptor, byteLength: -1 },
+        { ...goodDescriptor, byteLength: '-1' },
+      ])
+        for (const cmd of [
+          ['check-and-write', JSON.stringify(bad), '1'],
+          ['hold', JSON.stringify(bad)],
+        ]) {
+          const r = spawnSync('python3', [HELPER, ...cmd], { encoding: 'utf8', timeout: 60000 });
+          expect(r.status).toBe(1);
+          expect(JSON.parse(r.stdout)).toEqual({
+            ok: false,
+            code: 'ERR_IPC_HANDLE_INVALID',
+            message: expect.stringMatching(/^the IPC handle is not valid: (offset|byteLength) must be a non-negative integer$/),
+          });
+        }
+    });
+  },
+);
 
 describe('a cuda-ipc@1 import checks what the addon is given before casting it', () => {
   const { native } = require(path.join(root, 'dist', 'binding', 'native.js'));

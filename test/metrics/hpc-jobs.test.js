@@ -63,7 +63,9 @@ test('cuda-memory top --hpc-job-mapping-dir: a folder that cannot be made is a u
     env: { ...process.env, CUDA_MEMORY_SHM_DIR: tmp },
   });
   expect(r.status).toBe(2);
-  expect(r.stderr).toContain(`cannot write the HPC job mapping in ${path.join(blocker, 'dir')}: ENOTDIR`);
+  expect(r.stderr).toContain(
+    `cannot write the HPC job mapping in ${path.join(blocker, 'dir')}: a part of its path is not a folder (ENOTDIR); check the path`,
+  );
 });
 
 describeGpu("dcgm-exporter's labels on this machine's GPUs", () => {

@@ -69,6 +69,22 @@ test('every script the library names (messages, API reference) ships in the pack
   expect([...named].filter((s) => !files.has(s) && !cloneOnly.has(s)).sort()).toEqual([]);
 });
 
+test('every script the README and the guides name ships in the package, or they say it runs in a clone', () => {
+  // A guide that names only scripts of the repository says so once, in this sentence; elsewhere the
+  // paragraph that names a script the package lacks says "in a clone".
+  const whole = 'The scripts this guide names are in the repository, not in the package: run them in a clone.';
+  const files = new Set(require(path.join(root, 'package.json')).files);
+  const unsaid = [];
+  for (const file of markdown.filter((f) => f !== 'CHANGELOG.md')) {
+    const text = fs.readFileSync(path.join(root, file), 'utf8');
+    if (text.includes(whole)) continue;
+    for (const paragraph of text.split(/\n\s*\n/))
+      for (const [script] of paragraph.matchAll(/scripts\/[\w./-]+\.(?:py|js|sh|cc|cu|mjs)/g))
+        if (!files.has(script) && !/in a clone/i.test(paragraph.replace(/\s+/g, ' '))) unsaid.push(`${file}: ${script}`);
+  }
+  expect([...new Set(unsaid)].sort()).toEqual([]);
+});
+
 test('troubleshooting.md lists every error code the library can throw, and no other', () => {
   // The codes in the sources: every quoted 'ERR_...' of lib/ and native/ (the core's tests aside).
   const repo = path.join(__dirname, '..', '..');
@@ -104,4 +120,39 @@ test('the API reference renders every guide as a page of its own (typedoc.json p
     .map((f) => `docs/${f}`)
     .filter((f) => f !== readme);
   expect([...(projectDocuments ?? [])].sort()).toEqual(guides.sort());
+});
+
+describe("the README's command line", () => {
+  const cli = path.join(root, 'dist', 'cli.js');
+  const help = (...args) => spawnSync(process.execPath, [cli, ...args, '--help'], { encoding: 'utf8' }).stdout;
+  const section = /## The command line\n([\s\S]*?)\n## /.exec(readme)[1];
+  const prose = section.replace(/```[\s\S]*?```/g, '');
+  const commands = [...help().matchAll(/^ {2}([a-z][a-z-]*)\b/gm)].map((m) => m[1]).filter((c) => c !== 'help');
+
+  test('every option it names for a command is one that command takes', () => {
+    // Each clause (up to a ';' or a full stop) names its commands in backquotes, then their options.
+    const refused = [];
+    for (const clause of prose.split(/;|\.\s/)) {
+      const named = [...clause.matchAll(/`([a-z][a-z-]*)`/g)].map((m) => m[1]).filter((c) => commands.includes(c));
+      const options = [...clause.matchAll(/`(--[a-z][a-z0-9-]*)/g)].map((m) => m[1]).filter((o) => o !== '--help');
+      for (const command of named) {
+        const text = help(command);
+        for (const option of options) if (!new RegExp(`^\\s+(-\\w, )?${option}\\b`, 'm').test(text)) refused.push(`${command} ${option}`);
+      }
+    }
+    expect(refused).toEqual([]);
+  });
+
+  test('what it says --help lists is what --help lists', () => {
+    const claim = /`npx cuda-memory --help` lists ([^.]+)\./.exec(prose.replace(/\s+/g, ' '))[1];
+    const root = help();
+    if (/every option/.test(claim)) {
+      const missing = commands
+        .flatMap((c) => [...help(c).matchAll(/^\s+(?:-\w, )?(--[a-z][a-z0-9-]*)/gm)].map((m) => m[1]))
+        .filter((o) => !root.includes(o));
+      expect(missing).toEqual([]);
+    }
+    expect(claim).toMatch(/the commands/);
+    for (const c of commands) expect(root).toMatch(new RegExp(`^ {2}${c}\\b`, 'm'));
+  });
 });

@@ -54,3 +54,21 @@ describe(`the examples (${gpu ? 'on the GPU' : 'without a GPU'})`, () => {
     }
   });
 });
+
+test('node examples/metrics-server.js without prom-client (an optional dependency) says so in one line and exits 2', () => {
+  // A copy of the example in an application that has cuda-memory and not prom-client.
+  const app = tempDir('cuda-memory-no-prom-');
+  fs.mkdirSync(path.join(app, 'node_modules'));
+  fs.symlinkSync(root, path.join(app, 'node_modules', 'cuda-memory'));
+  fs.copyFileSync(path.join(dir, 'metrics-server.js'), path.join(app, 'metrics-server.js'));
+  const r = spawnSync(process.execPath, [path.join(app, 'metrics-server.js'), '--simulate'], {
+    cwd: app,
+    env,
+    encoding: 'utf8',
+    timeout: 60000,
+  });
+  expect({ status: r.status, stderr: r.stderr }).toEqual({
+    status: 2,
+    stderr: 'metrics-server.js needs prom-client, an optional dependency of cuda-memory: npm install prom-client\n',
+  });
+});

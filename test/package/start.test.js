@@ -100,3 +100,23 @@ describe('scripts/build-missing.js', () => {
     });
   },
 );
+
+const noCudaBuild = path.join(repo, 'build-nocuda', 'Release', 'cuda_memory.node');
+(fs.existsSync(noCudaBuild) ? describe : describe.skip)(
+  `npm start with a binary built without CUDA${fs.existsSync(noCudaBuild) ? '' : ' — skipped: build-nocuda/ is not built (npm run build:nocuda)'}`,
+  () => {
+    test('says the addon in use cannot use a GPU, naming it, rather than that there is no GPU', () => {
+      const r = spawnSync(process.execPath, [path.join(repo, 'scripts', 'start.js')], {
+        cwd: repo,
+        encoding: 'utf8',
+        timeout: 300000,
+        env: { ...process.env, CUDA_MEMORY_ADDON: noCudaBuild },
+      });
+      expect({ status: r.status, stderr: r.stderr }).toEqual({ status: 0, stderr: '' });
+      expect(r.stdout).toContain(
+        `cuda-memory: the addon in use cannot use a GPU (NOT_BUILT_WITH_CUDA: the addon in use (${noCudaBuild}) was built without CUDA`,
+      );
+      expect(r.stdout).not.toContain('no usable GPU here');
+    });
+  },
+);

@@ -16,11 +16,14 @@ describe('copy strategies', () => {
   });
 });
 
-(st.reason === 'NO_DRIVER' ? describe : describe.skip)('without a driver', () => {
-  test('no entry point of the driver is found, so a pinned copy would go to cudaMemcpy, which says why', () => {
-    expect(native.pinnedMemcpyEntries()).toEqual({ cuMemcpyHtoD: false, cuMemcpyDtoH: false, cuCtxGetCurrent: false });
-  });
-});
+(st.reason === 'NO_DRIVER' ? describe : describe.skip)(
+  `without a driver${st.reason === 'NO_DRIVER' ? '' : ` — skipped: not NO_DRIVER here (${st.reason ?? 'CUDA is available'})`}`,
+  () => {
+    test('no entry point of the driver is found, so a pinned copy would go to cudaMemcpy, which says why', () => {
+      expect(native.pinnedMemcpyEntries()).toEqual({ cuMemcpyHtoD: false, cuMemcpyDtoH: false, cuCtxGetCurrent: false });
+    });
+  },
+);
 
 describeGpu('copies in every direction', () => {
   const n = 3 * MiB + 123; // odd, above the staged threshold

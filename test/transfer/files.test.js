@@ -65,7 +65,7 @@ describe('readFile into host memory', () => {
   // path, checked to be the same file.
   const noProc = privateMountsWork('umount -l /proc && test ! -e /proc/self');
   (noProc ? test : test.skip)(
-    `direct: true with /proc not mounted reads the file${noProc ? '' : ' (skipped: needs unshare -m and umount, as root)'}`,
+    `direct: true with /proc not mounted reads the file${noProc ? '' : ' — skipped: needs unshare -m and umount, as root'}`,
     () => {
       const script = `
       const cm = require(${JSON.stringify(require('../helpers').root)});
@@ -145,11 +145,14 @@ describe('readFile into host memory', () => {
     }
   });
 
-  (isRoot ? test.skip : test)('no permission: ERR_FILE_PERMISSION (skipped as root, who may read anything)', () => {
-    const p = fileWith(dir, 'secret', data.subarray(0, 10));
-    fs.chmodSync(p, 0o000);
-    expect(() => cm.readFile(p, new Uint8Array(10))).toThrow(expect.objectContaining({ code: 'ERR_FILE_PERMISSION', errno: 'EACCES' }));
-  });
+  (isRoot ? test.skip : test)(
+    `no permission: ERR_FILE_PERMISSION${isRoot ? ' — skipped: running as root, who may read anything' : ''}`,
+    () => {
+      const p = fileWith(dir, 'secret', data.subarray(0, 10));
+      fs.chmodSync(p, 0o000);
+      expect(() => cm.readFile(p, new Uint8Array(10))).toThrow(expect.objectContaining({ code: 'ERR_FILE_PERMISSION', errno: 'EACCES' }));
+    },
+  );
 
   test('arguments are checked before any file is opened', () => {
     const dst = new Uint8Array(10);
@@ -338,12 +341,15 @@ describe('writeFile from host memory', () => {
     expect(fs.readdirSync(sub)).toEqual([]);
   });
 
-  (isRoot ? test.skip : test)('a folder without write permission: ERR_FILE_PERMISSION, nothing written (skipped as root)', () => {
-    const ro = path.join(dir, 'ro');
-    fs.mkdirSync(ro, 0o500);
-    expect(() => cm.writeFile(path.join(ro, 'x'), new Uint8Array(4))).toThrow(expect.objectContaining({ code: 'ERR_FILE_PERMISSION' }));
-    expect(fs.readdirSync(ro)).toEqual([]);
-  });
+  (isRoot ? test.skip : test)(
+    `a folder without write permission: ERR_FILE_PERMISSION, nothing written${isRoot ? ' — skipped: running as root, who may write anywhere' : ''}`,
+    () => {
+      const ro = path.join(dir, 'ro');
+      fs.mkdirSync(ro, 0o500);
+      expect(() => cm.writeFile(path.join(ro, 'x'), new Uint8Array(4))).toThrow(expect.objectContaining({ code: 'ERR_FILE_PERMISSION' }));
+      expect(fs.readdirSync(ro)).toEqual([]);
+    },
+  );
 
   test('writeFileAsync with progress; arguments checked like copy()', async () => {
     const data = randomBytes(20 * MiB + 1, 9);

@@ -384,10 +384,13 @@ describe('scripts/staged-timeline.js', () => {
   });
 
   // (With a GPU, the test below runs it.)
-  (cm.status().available ? test.skip : test)('says so, with exit status 2, where CUDA is not available', () => {
-    const r = spawnSync(process.execPath, [script, '--copies', '3'], { encoding: 'utf8' });
-    expect([r.status, r.stderr]).toEqual([2, expect.stringMatching(/^staged-timeline: CUDA is not available: /)]);
-  });
+  (cm.status().available ? test.skip : test)(
+    `says so, with exit status 2, where CUDA is not available${cm.status().available ? ' — skipped: CUDA is available here' : ''}`,
+    () => {
+      const r = spawnSync(process.execPath, [script, '--copies', '3'], { encoding: 'utf8' });
+      expect([r.status, r.stderr]).toEqual([2, expect.stringMatching(/^staged-timeline: CUDA is not available: /)]);
+    },
+  );
 });
 
 describeGpu('scripts/staged-timeline.js on the GPU', () => {
