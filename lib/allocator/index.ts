@@ -35,4 +35,14 @@ export type { ReplayPolicy, ReplayOptions, ReplayResult, SmallestBudget } from '
 export { groupStats, listGroups, formatGroups } from './group';
 export { preloadLibraryPath, memberEnvironment } from './member';
 export type { MemberEnvironmentOptions, Environment } from './member';
-export type { SharedBudgetOptions, GroupStats, GroupMember, GroupStatsOptions, ListGroupsOptions, UnreadableGroup } from './group';
+export type {
+  SharedBudgetOptions,
+  GroupStats,
+  GroupMember,
+  GroupStatsOptions,
+  ListGroupsOptions,
+  UnreadableGroup,
+  UnchargedGroup,
+  UnchargedProcess,
+  GroupList,
+} from './group';

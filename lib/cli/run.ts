@@ -5,6 +5,7 @@
  * would keep the program from joining is a usage error before it starts.
  */
 import { spawn } from 'child_process';
+import * as fs from 'fs';
 import * as os from 'os';
 import * as tty from 'tty';
 import { Command, InvalidArgumentError, Option } from 'commander';
@@ -15,6 +16,7 @@ import { preloadObstacle } from '../allocator/loader';
 import { memberEnvironment, preloadLibraryPath } from '../allocator/member';
 import { CudaMemoryError } from '../base/errors';
 import { checkShmName } from '../base/shm';
+import { printable } from '../base/printable';
 import { formatBytes, parseSize } from '../base/units';
 import { Usage, requireGpu } from './common';
 import { integer, outFile, wrap } from './options';
@@ -111,7 +113,33 @@ async function run(command: string[], o: RunOptions): Promise<number> {
     strict: o.strict ? true : undefined,
   });
   if (preload) warnUnbound(command[0], member.env, o);
+  if (o.trace !== undefined) freshTrace(member.env.CUDA_MEMORY_TRACE as string);
   return startMember(command, member.env);
+}
+
+// The interposer never writes over an existing trace (a worker's, or an earlier run's: it writes
+// FILE.<pid> beside it), so the one the user named for this run is removed first: a regular file
+// of this user's only; anything else there is left, and the program records beside it.
+function freshTrace(file: string): void {
+  let st: fs.Stats;
+  try {
+    st = fs.lstatSync(file);
+  } catch {
+    return;
+  }
+  if (!st.isFile() || st.uid !== process.geteuid?.()) {
+    process.stderr.write(
+      `cuda-memory run: ${printable(file)} is not a file of this user's; the program records beside it (${printable(file)}.<pid>)\n`,
+    );
+    return;
+  }
+  try {
+    fs.unlinkSync(file);
+  } catch (e) {
+    throw new Usage(
+      `run: cannot remove the earlier trace ${printable(file)} (${(e as NodeJS.ErrnoException).code ?? (e as Error).message}) to record a new one`,
+    );
+  }
 }
 
 // The options together.

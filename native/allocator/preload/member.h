@@ -100,9 +100,9 @@ class Member {
   std::string problem_;  // a setting that could not be read: said once, then failed open
   std::unique_ptr<core::Ledger> ledger_;
   std::unique_ptr<core::GrantedCharge> grants_;
-  bool detached_ = false;                // the group cannot be used: failed open from now on
-  bool left_ = false;                    // left at exit: later allocations pass uncharged, unrecorded
-  std::string detached_code_;            // why, for the refusals under strict
+  bool detached_ = false;      // the group cannot be used: failed open from now on
+  bool left_ = false;          // left at exit: later allocations pass uncharged, unrecorded
+  std::string detached_code_;  // why, for the refusals under strict
   std::string join_code_, join_detail_;  // why the last join failed
   std::string device_;                   // the group's device key, as the wrappers gave it
   std::unique_ptr<core::UnchargedRecord> record_;  // beside the ledger, while failing open
