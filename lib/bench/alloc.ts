@@ -80,10 +80,15 @@ function interposerPath(): string | null {
 
 /**
  * cudaMalloc+cudaFree pairs timed in C++ in a child process of their own, plainly or with the
- * interposer preloaded into a group (its budget, 8 GiB, keeps 1 MiB and 64 MiB pairs within one
- * grant, as a member's steady state is): the interposer binds only at a process's start, so both
- * sides run as children, side by side. Seconds per pair; null if the child failed.
+ * interposer preloaded into a group: the interposer binds only at a process's start, so both
+ * sides run as children, side by side. Seconds per pair; null if the child failed. The group's
+ * budget (GROUP_BUDGET) makes a grant of 64 MiB, so that 1 MiB and 64 MiB pairs stay within one,
+ * as a member's steady state is: what a pair costs when it needs the ledger is a figure of its own
+ * (docs/processes.md).
  */
+// 2048 grants of 64 MiB (core/allocator/grants.h): larger than the device is no matter to a ledger.
+const GROUP_BUDGET = 2048 * 64 * 2 ** 20;
+
 function childPairs(bytes: number, iterations: number, device: number, preload: string | null): number[] | null {
   const binding = JSON.stringify(path.join(__dirname, '..', 'binding', 'native'));
   const script = `const { native } = require(${binding}); process.stdout.write(JSON.stringify(Array.from(native.timeRawAlloc('device', ${bytes}, ${iterations}, ${device}))));`;
@@ -93,7 +98,7 @@ function childPairs(bytes: number, iterations: number, device: number, preload: 
         group: `bench-alloc-${process.pid}`,
         deviceKey: d.uuid,
         totalBytes: d.totalMemory,
-        memoryLimit: 8 * 2 ** 30,
+        memoryLimit: GROUP_BUDGET,
         preload,
       }).env
     : { ...process.env };

@@ -54,7 +54,26 @@ test('the NVML samples: the most, when, how many above the threshold, the margin
     ],
     10,
   );
-  expect(j).toEqual({ samples: 4, maxSumBytes: 12, maxSumAtMs: 100, samplesOverThreshold: 2, marginBytes: -2 });
+  expect(j).toEqual({
+    samples: 4,
+    maxSumBytes: 12,
+    maxSumAtMs: 100,
+    samplesOverThreshold: 2,
+    samplesOverWhileKilledListed: 0,
+    marginBytes: -2,
+  });
+});
+
+test('a sample above the threshold after a kill, while NVML still lists the killed process, is counted apart', () => {
+  const samples = [
+    { t: 0, totalBytes: 9, processes: [{ pid: 7 }, { pid: 8 }] },
+    { t: 100, totalBytes: 12, processes: [{ pid: 7 }, { pid: 8 }] }, // before the kill: over
+    { t: 200, totalBytes: 12, processes: [{ pid: 7 }, { pid: 8 }] }, // after, 7 still listed
+    { t: 300, totalBytes: 11, processes: [{ pid: 8 }] }, // after, 7 gone: over
+  ];
+  const j = judgeSamples(samples, 10, { pid: 7, atMs: 150 });
+  expect(j).toMatchObject({ samplesOverThreshold: 2, samplesOverWhileKilledListed: 1 });
+  expect(judgeSamples(samples, 10)).toMatchObject({ samplesOverThreshold: 3, samplesOverWhileKilledListed: 0 });
 });
 
 test('a run that meets the issue passes every check; each fault fails its own check only', () => {

@@ -77,7 +77,8 @@ describeGpu('the event-loop probes on a device with no room for their buffers', 
     const seen = await unlessOutOfMemory('eventLoop', () => probeEventLoop(4 * MiB, 0, pattern), skipped);
     expect(seen).toMatchObject({ copyBytes: 6 * 4 * MiB, timerFires: expect.any(Number), worstDelayMs: expect.any(Number) });
     expect(skipped).toHaveLength(1);
-    expect(native.liveCount()).toBe(live);
+    // Nothing of the probe's is left (what earlier tests left to the collector may have gone).
+    expect(native.liveCount()).toBeLessThanOrEqual(live);
   });
 
   test('the prefetch probe refuses before allocating where the managed buffer would not fit', async () => {

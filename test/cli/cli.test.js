@@ -269,7 +269,21 @@ describe('a file the command line cannot read or write', () => {
       'cannot write the HPC job mapping in /etc/passwd: something other than a folder is already there (EEXIST)',
     ],
     [
-      ['bench', '--out', '/dev/full'],
+      // A short run where there is a GPU: the report is written (and refused) once it is measured.
+      [
+        'bench',
+        '--sizes',
+        '4KiB',
+        '--modes',
+        'pinned',
+        '--directions',
+        'h2d',
+        '--iterations',
+        '10',
+        '--no-event-loop',
+        '--out',
+        '/dev/full',
+      ],
       'cannot write /dev/full: its file system has no space left (ENOSPC); free space there, or choose another path',
     ],
     [

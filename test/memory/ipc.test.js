@@ -215,7 +215,12 @@ describeGpu('IPC memory opens once per thread, whatever the spelling', () => {
     const other = cm.DeviceBuffer.alloc(MiB);
     cm.copy(other, Uint8Array.from(pattern(MiB, 33)));
     const wire = { own: buf.exportIpc(), foreign: buf.exportCudaIpc(), other: other.exportCudaIpc() };
-    const r = spawnSync(process.execPath, ['-e', importer, root, JSON.stringify(wire)], { encoding: 'utf8', timeout: 120000 });
+    // The importer finds the records in this file's folder (jest's process.env is the test's own).
+    const r = spawnSync(process.execPath, ['-e', importer, root, JSON.stringify(wire)], {
+      encoding: 'utf8',
+      timeout: 120000,
+      env: process.env,
+    });
     buf.free();
     other.free();
     expect({ status: r.status, signal: r.signal, stderr: r.status === 0 ? '' : r.stderr }).toEqual({ status: 0, signal: null, stderr: '' });

@@ -141,8 +141,8 @@ CUresult Launch(CUgraphExec exec, const char* api, Forward forward) {
   bool known = it != g_execs.end();
   if (known && (it->second.resident || it->second.bound == 0)) return forward();
   cm::core::ReserveOps ops = Ops(api);
-  // The most the launch can add, on top of the reserve as it is (memory nodes are not live
-  // allocations of the reserve: its charge is all reserve).
+  // The most the launch can add, on top of the reserve as it is (a memory node is no live
+  // allocation of the reserve: its charge is all reserve).
   auto prepare = [&] {
     uint64_t c = g_reserve.charged(), b = it->second.bound;
     return g_reserve.Prepare(c > UINT64_MAX - b ? UINT64_MAX : c + b, 1, ops);

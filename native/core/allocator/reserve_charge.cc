@@ -37,7 +37,12 @@ bool ReserveCharge::Refresh(const ReserveOps& ops) {
 }
 
 bool ReserveCharge::Prepare(uint64_t bytes, uint64_t page, const ReserveOps& ops) {
-  return TakeUpTo(RoundUp(Add(live_, bytes), page), ops);
+  // At least the reserve as it is now: a reserve that grew past what the group could afford (a
+  // pool grows where what it holds free is in pieces or not yet reusable in stream order, and a
+  // trim cannot always give that back) is charged before the pool may take more.
+  uint64_t reserved = 0;
+  if (!ops.reserved(&reserved)) reserved = live_;
+  return TakeUpTo(std::max(RoundUp(Add(live_, bytes), page), reserved), ops);
 }
 
 bool ReserveCharge::Done(bool ok, uint64_t bytes, const ReserveOps& ops) {

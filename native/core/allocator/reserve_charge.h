@@ -24,11 +24,11 @@ struct ReserveOps {
 
 class ReserveCharge {
  public:
-  // Before an allocation of `bytes` (live allocations with it rounded up to `page`): charges what
-  // the charge lacks for it; false when the group refuses (nothing more is charged then). Reading
-  // this pool's reserve again or trimming it would not help: what the charge lacks is never more
-  // than the live allocations with this one; refreshing and trimming the process's other pools may,
-  // and is the caller's to try before it refuses.
+  // Before an allocation of `bytes`: charges what the charge lacks for the live allocations with
+  // this one (rounded up to `page`), and for the reserve as it is now, whichever is more, so that
+  // a reserve the group could not afford is charged before the pool may take more; false when the
+  // group refuses (nothing more is charged then). Trimming the process's other pools may make
+  // room, and is the caller's to try before it refuses.
   bool Prepare(uint64_t bytes, uint64_t page, const ReserveOps& ops);
   // After the driver's answer to that allocation: counted live if `ok`, and the charge trued to the
   // reserve. False when the reserve grew past what the group affords: the caller frees the

@@ -105,6 +105,21 @@ int main() {
     CHECK(w.charged == 0 && c.charged() == 0 && c.live() == 0);
   }
   {
+    // A reserve the trim cannot give back (freed memory in pieces between live blocks): charged
+    // as far as the group affords, and the pool may take nothing more until all of it is.
+    World w(40 * MiB);
+    ReserveCharge c;
+    CHECK(c.Prepare(10 * MiB, 2 * MiB, w.ops));
+    w.Alloc(10 * MiB);
+    CHECK(c.Done(true, 10 * MiB, w.ops) && w.charged == 32 * MiB);  // a 32 MiB chunk
+    w.reserve = 48 * MiB;  // the driver grew the pool meanwhile, and cannot trim it back
+    CHECK(!c.Refresh(w.ops) && w.charged == 32 * MiB);
+    // Under-charged: the next allocation, however small, must first charge the whole reserve.
+    CHECK(!c.Prepare(MiB, 2 * MiB, w.ops) && w.charged == 32 * MiB);
+    w.budget = 64 * MiB;  // another member left room
+    CHECK(c.Prepare(MiB, 2 * MiB, w.ops) && w.charged == 48 * MiB);
+  }
+  {
     // A failed allocation gives back what was charged for it.
     World w(64 * MiB);
     ReserveCharge c;
