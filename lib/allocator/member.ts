@@ -5,12 +5,13 @@
  * computes those variables and `cuda-memory run` sets them. See docs/processes.md, "Sharing with
  * every process".
  */
+import { createHash } from 'crypto';
 import * as fs from 'fs';
 import * as path from 'path';
 import { packageRoot } from '../binding/native';
 import { CudaMemoryError, argRangeError, invalidArgument } from '../base/errors';
 import { groupBudget } from './group';
-import { checkShmName } from '../base/shm';
+import { checkShmName, shmDir } from '../base/shm';
 import { checkBoolean, checkFilePath, checkOptions, checkSize } from '../base/validate';
 
 /**
@@ -164,13 +165,50 @@ export function memberEnvironment(options: MemberEnvironmentOptions): {
   return { env, budgetBytes, budgetSource: source };
 }
 
-// The loader splits LD_PRELOAD at spaces and colons, so a path holding either cannot be in it.
+// The loader splits LD_PRELOAD at spaces and colons, so a path holding either goes in as a link.
 function withPreload(lib: string, current: string | undefined): string {
-  if (/[\s:]/.test(lib))
-    throw argRangeError(
-      `the interposer's path ${JSON.stringify(lib)} holds a space or a colon, which LD_PRELOAD cannot carry; set CUDA_MEMORY_PRELOAD to a copy elsewhere`,
+  const carried = preloadablePath(lib);
+  const rest = (current ?? '').split(/[\s:]+/).filter((p) => p !== '' && p !== carried && p !== lib);
+  return [carried, ...rest].join(':');
+}
+
+/**
+ * @internal A path of the interposer that LD_PRELOAD can carry: `lib` itself, or, where it holds a
+ * space or a colon (a clone in a folder named "with space"), a link to it in this user's own
+ * shared-memory folder (shmDir(): made mode 0700 if missing, used only while it is a directory of
+ * this user's that no other may enter), named by the file it points to. Throws
+ * ERR_INVALID_ARG_VALUE where no such link can be made.
+ */
+export function preloadablePath(lib: string): string {
+  if (!/[\s:]/.test(lib)) return lib;
+  const target = path.resolve(lib);
+  const dir = shmDir();
+  const refuse = (why: string) =>
+    argRangeError(
+      `the interposer's path ${JSON.stringify(lib)} holds a space or a colon, which LD_PRELOAD cannot carry, and no link to it could be made in ${dir} (${why}); set CUDA_MEMORY_PRELOAD to a copy elsewhere`,
       'ERR_INVALID_ARG_VALUE',
     );
-  const rest = (current ?? '').split(/[\s:]+/).filter((p) => p !== '' && p !== lib);
-  return [lib, ...rest].join(':');
+  try {
+    fs.mkdirSync(dir, { recursive: true, mode: 0o700 });
+  } catch (e) {
+    throw refuse((e as NodeJS.ErrnoException).code ?? (e as Error).message);
+  }
+  const st = fs.lstatSync(dir);
+  if (!st.isDirectory() || st.uid !== process.geteuid?.() || (st.mode & 0o077) !== 0) throw refuse('it is not a folder of this user’s alone');
+  const link = path.join(dir, `cuda_memory_preload.${createHash('sha256').update(target).digest('hex').slice(0, 16)}.so`);
+  try {
+    if (fs.readlinkSync(link) === target) return link;
+  } catch {
+    // none yet, or not a link: made below
+  }
+  const tmp = `${link}.${process.pid}.tmp`;
+  try {
+    fs.rmSync(tmp, { force: true });
+    fs.symlinkSync(target, tmp);
+    fs.renameSync(tmp, link); // atomic: a process that reads the name finds a whole link
+  } catch (e) {
+    fs.rmSync(tmp, { force: true });
+    throw refuse((e as NodeJS.ErrnoException).code ?? (e as Error).message);
+  }
+  return link;
 }

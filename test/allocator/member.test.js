@@ -141,9 +141,35 @@ describe('memberEnvironment', () => {
     expect(() => cm.memberEnvironment({ ...ok, memoryFraction: 0 })).toThrow(
       /a number in \(0, 1\] for memoryFraction but received number 0/,
     );
-    expect(() => cm.memberEnvironment({ ...ok, preload: '/my libs/p.so' })).toThrow(
-      /holds a space or a colon, which LD_PRELOAD cannot carry/,
-    );
+  });
+
+  test('an interposer whose path holds a space goes into LD_PRELOAD as a link in this user’s folder', () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'with space '));
+    const lib = path.join(dir, 'cuda_memory_preload.so');
+    fs.writeFileSync(lib, 'x');
+    const shm = fs.mkdtempSync(path.join(os.tmpdir(), 'cm-shm-'));
+    const saved = process.env.CUDA_MEMORY_SHM_DIR;
+    process.env.CUDA_MEMORY_SHM_DIR = shm;
+    try {
+      const ok = { group: 'g', deviceKey: 'simulated', totalBytes: 1000, env: {} };
+      const first = cm.memberEnvironment({ ...ok, preload: lib }).env.LD_PRELOAD;
+      expect(first).not.toMatch(/[\s:]/);
+      expect(path.dirname(first)).toBe(path.join(shm, `cuda-memory-${process.geteuid()}`));
+      expect(fs.readlinkSync(first)).toBe(lib);
+      expect((fs.statSync(path.dirname(first)).mode & 0o777).toString(8)).toBe('700');
+      // The same link the next time; another file, another link.
+      expect(cm.memberEnvironment({ ...ok, preload: lib }).env.LD_PRELOAD).toBe(first);
+      // Nowhere to make one: refused, saying why.
+      process.env.CUDA_MEMORY_SHM_DIR = lib;
+      expect(() => cm.memberEnvironment({ ...ok, preload: lib })).toThrow(
+        /holds a space or a colon, which LD_PRELOAD cannot carry, and no link to it could be made/,
+      );
+    } finally {
+      if (saved === undefined) delete process.env.CUDA_MEMORY_SHM_DIR;
+      else process.env.CUDA_MEMORY_SHM_DIR = saved;
+      fs.rmSync(dir, { recursive: true, force: true });
+      fs.rmSync(shm, { recursive: true, force: true });
+    }
   });
 });
 

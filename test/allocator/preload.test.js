@@ -547,7 +547,7 @@ describeGpu('the interposer on a real GPU, with the static CUDA runtime', () => 
     const r = spawnSync(file, args, {
       encoding: 'utf8',
       timeout: 120000,
-      env: { ...process.env, LD_PRELOAD: preloads.join(':'), ...env },
+      env: { ...process.env, LD_PRELOAD: preloads.map(preloadablePath).join(':'), ...env },
     });
     if (r.status !== 0) throw new Error(`${path.basename(file)} ${args.join(' ')}: status ${r.status}\n${r.stderr}`);
     return { json: JSON.parse(r.stdout.trim().split('\n').pop()), stderr: r.stderr };

@@ -9,6 +9,9 @@ const os = require('os');
 const path = require('path');
 const { execFileSync, spawn } = require('child_process');
 const { cm, root } = require('../../helpers');
+// LD_PRELOAD cannot carry a path with a space (a clone in "with space/"): such a path goes in as a
+// link, as cuda-memory run puts it.
+const { preloadablePath } = require(path.join(root, 'dist', 'allocator', 'member'));
 
 const MiB = 2 ** 20;
 const preload = path.join(root, 'build', 'Release', 'cuda_memory_preload.so');
@@ -54,7 +57,7 @@ function build() {
 function start(kind, env = {}, preloads = [preload]) {
   const [file, ...args] = Array.isArray(kind) ? kind : [kind];
   const child = spawn(path.join(bin, file), args, {
-    env: { ...process.env, LD_LIBRARY_PATH: bin, LD_PRELOAD: preloads.join(':'), ...env },
+    env: { ...process.env, LD_LIBRARY_PATH: bin, LD_PRELOAD: preloads.map(preloadablePath).join(':'), ...env },
     stdio: ['pipe', 'pipe', 'pipe'],
   });
   children.add(child);
@@ -137,4 +140,21 @@ function useHarness() {
   afterAll(cleanUp);
 }
 
-module.exports = { MiB, DEV0, preload, dir, files, bin, children, useHarness, start, stderrOf, damage, member, budget, group, expectInUse };
+module.exports = {
+  preloadablePath,
+  MiB,
+  DEV0,
+  preload,
+  dir,
+  files,
+  bin,
+  children,
+  useHarness,
+  start,
+  stderrOf,
+  damage,
+  member,
+  budget,
+  group,
+  expectInUse,
+};
