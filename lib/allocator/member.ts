@@ -194,7 +194,8 @@ export function preloadablePath(lib: string): string {
     throw refuse((e as NodeJS.ErrnoException).code ?? (e as Error).message);
   }
   const st = fs.lstatSync(dir);
-  if (!st.isDirectory() || st.uid !== process.geteuid?.() || (st.mode & 0o077) !== 0) throw refuse('it is not a folder of this user’s alone');
+  if (!st.isDirectory() || st.uid !== process.geteuid?.() || (st.mode & 0o077) !== 0)
+    throw refuse('it is not a folder of this user’s alone');
   const link = path.join(dir, `cuda_memory_preload.${createHash('sha256').update(target).digest('hex').slice(0, 16)}.so`);
   try {
     if (fs.readlinkSync(link) === target) return link;
