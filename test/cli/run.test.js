@@ -152,7 +152,8 @@ describe('cuda-memory run on a simulated device', () => {
       const top = spawnSync(process.execPath, [cli, 'top'], { encoding: 'utf8', env: process.env });
       expect(top.stdout).toMatch(
         new RegExp(
-          `\\n\\s+${m.pid}\\s+32 MiB\\s+32 MiB\\s+-\\s+32 MiB\\s+256 MiB\\s+\\d{4}-\\S+\\s+\\S*node\\S* \\S+group-member-env\\.js`,
+          // The command's path may hold spaces (a clone in "with space/").
+          `\\n\\s+${m.pid}\\s+32 MiB\\s+32 MiB\\s+-\\s+32 MiB\\s+256 MiB\\s+\\d{4}-\\S+\\s+\\S*node\\S* .+group-member-env\\.js`,
         ),
       );
       expect(top.stdout).not.toContain('\x1b');
