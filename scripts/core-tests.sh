@@ -13,7 +13,8 @@ filter=${1:-}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 jobs=$(nproc 2>/dev/null || echo 2)
-export CXXFLAGS_CORE="-std=c++17 -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all -Wall -Wextra -I$root/native"
+# The include folder apart, quoted where it is used: a clone's path may hold a space.
+export CXXFLAGS_CORE="-std=c++17 -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all -Wall -Wextra"
 export root out
 
 # One object per source; the object's name is the source's path under native/ with / as _.
@@ -21,7 +22,7 @@ compile() {
   local src=$1 obj
   obj="$out/$(realpath --relative-to="$root/native" "${src%.cc}" | tr / _).o"
   # shellcheck disable=SC2086
-  g++ $CXXFLAGS_CORE -c "$src" -o "$obj" || { echo "core-tests: compiling $src failed" >&2; return 1; }
+  g++ $CXXFLAGS_CORE -I"$root/native" -c "$src" -o "$obj" || { echo "core-tests: compiling $src failed" >&2; return 1; }
 }
 export -f compile
 
@@ -36,7 +37,7 @@ link() {
   local obj=$1 name
   name=$(basename "$obj" .o)
   # shellcheck disable=SC2086
-  g++ $CXXFLAGS_CORE "$obj" "$out"/core/*.o -o "$out/bin_$name" -pthread -ldl ||
+  g++ $CXXFLAGS_CORE -I"$root/native" "$obj" "$out"/core/*.o -o "$out/bin_$name" -pthread -ldl ||
     { echo "core-tests: linking $name failed" >&2; return 1; }
 }
 export -f link

@@ -56,7 +56,9 @@ function build() {
     execFileSync(process.execPath, args, {
       cwd: work,
       stdio: ['ignore', 'ignore', 'inherit'],
-      env: { ...process.env, CUDA_MEMORY_STATIC_CXX: '1', CUDA_MEMORY_NO_CUDA: '' },
+      // NODE_PRESERVE_SYMLINKS: node-addon-api's headers through the link in `work`, so that gyp
+      // writes their path relative to it (a real path with a space would split the include flag).
+      env: { ...process.env, CUDA_MEMORY_STATIC_CXX: '1', CUDA_MEMORY_NO_CUDA: '', NODE_PRESERVE_SYMLINKS: '1' },
     });
     fs.mkdirSync(outDir, { recursive: true });
     fs.copyFileSync(path.join(work, 'build', 'Release', 'cuda_memory.node'), outFile);
