@@ -113,6 +113,7 @@
         "native/allocator/preload/loader.cc",
         "native/allocator/preload/member.cc",
         "native/allocator/preload/memory.cc",
+        "native/allocator/preload/nvml.cc",
         "native/allocator/preload/pools.cc",
         "native/allocator/preload/recorder.cc",
         "native/allocator/preload/vmm.cc",
@@ -122,6 +123,7 @@
         "native/core/allocator/ledger.cc",
         "native/core/allocator/pool.cc",
         "native/core/allocator/reserve_charge.cc",
+        "native/core/allocator/tenant_view.cc",
         "native/core/allocator/uncharged.cc",
         "native/core/allocator/vmm_accounting.cc"
       ],

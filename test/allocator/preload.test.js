@@ -260,6 +260,31 @@ describe('cudaMemGetInfo tells a member the device as its group leaves it', () =
   });
 });
 
+describe('cuDeviceTotalMem (cudaGetDeviceProperties().totalGlobalMem) tells a member the budget', () => {
+  const GiB = 2 ** 30; // the stand-in device
+  test.each(['dynamic', 'static', 'driver'])(
+    '%s: the budget on the group device, the device elsewhere, above the budget and outside a group',
+    async (kind) => {
+      const p = start(kind, budget(`total-${kind}`, 64 * MiB));
+      expect(await p.send('totalmem')).toBe(`ok ${64 * MiB}`); // before joining: the budget it joins with
+      expect(await p.send(`alloc malloc ${10 * MiB}`)).toMatch(/^ok/);
+      expect(await p.send('totalmem')).toBe(`ok ${64 * MiB}`); // the total, whatever is charged
+      expect(await p.send('totalmem v1')).toBe(`ok ${64 * MiB}`); // the 32-bit form of CUDA before 3.2
+      expect(await p.send('device 1')).toBe('ok');
+      expect(await p.send('totalmem')).toBe(`ok ${GiB}`);
+      expect(await p.exit()).toEqual({ code: 0, signal: null });
+      const big = start(kind, budget(`total-big-${kind}`, 2 * GiB));
+      expect(await big.send('totalmem')).toBe(`ok ${GiB}`);
+      await big.exit();
+      const none = start(kind, { CUDA_MEMORY_GROUP: '' });
+      expect(await none.send('totalmem')).toBe(`ok ${GiB}`);
+      expect(await none.send('totalmem v1')).toBe(`ok ${GiB}`);
+      await none.exit();
+      expect(p.stderr() + big.stderr() + none.stderr()).toBe('');
+    },
+  );
+});
+
 describe('the interposer never harms its host', () => {
   test('without CUDA_MEMORY_GROUP it forwards everything, charges nothing and prints nothing', async () => {
     const before = fs.existsSync(files) ? fs.readdirSync(files) : [];

@@ -1,6 +1,7 @@
 'use strict';
 // docs/internals.md's tables of what the interposer charges and what fails open are kept true:
-// every entry point it wraps (native/allocator/preload/hooks.h) is in a row of the first and every
+// every entry point it wraps (native/allocator/preload/hooks.h, the driver's and NVML's) is in a
+// row of the first and every
 // row's entry points are wrapped; the second lists exactly the codes the interposer and the ledger
 // code under it can fail with; and every test a row names exists in the interposer's test files.
 const fs = require('fs');
@@ -30,7 +31,7 @@ function table(text, heading) {
 const spans = (cell) => [...cell.matchAll(/`([^`]+)`/g)].map((m) => m[1]);
 
 // The titles of the interposer's tests (test.each's %s left out: a row names the rest).
-const titles = ['preload.test.js', 'preload-routes.test.js', 'preload-failopen.test.js']
+const titles = ['preload.test.js', 'preload-routes.test.js', 'preload-failopen.test.js', 'preload-nvml.test.js']
   .map((f) => read(path.join('test', 'allocator', f)))
   .flatMap((t) =>
     [...t.matchAll(/(?:test|describe|describeGpu)(?:\.each\([\s\S]*?\))?\(\s*(['"`])((?:\\.|(?!\1).)*)\1/g)].map((m) => m[2]),

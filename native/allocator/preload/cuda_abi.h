@@ -104,4 +104,22 @@ struct CUDA_MEM_ALLOC_NODE_PARAMS {
 constexpr int kGraphNodeTypeGraph = 4;      // CU_GRAPH_NODE_TYPE_GRAPH: a child graph
 constexpr int kGraphNodeTypeMemAlloc = 10;  // CU_GRAPH_NODE_TYPE_MEM_ALLOC
 
+// NVML (libnvidia-ml.so.1, nvml.h): a device handle, the memory figures of
+// nvmlDeviceGetMemoryInfo and _v2, and the return codes the wrappers give themselves.
+using nvmlReturn_t = int;
+using nvmlDevice_t = void*;
+struct nvmlMemory_t {
+  unsigned long long total, free, used;
+};
+struct nvmlMemory_v2_t {
+  unsigned int version;  // nvmlMemory_v2 (kNvmlMemoryV2)
+  unsigned long long total, reserved, free, used;
+};
+constexpr unsigned kNvmlMemoryV2 =
+    sizeof(nvmlMemory_v2_t) | 2u << 24;  // NVML_STRUCT_VERSION(Memory, 2)
+constexpr nvmlReturn_t kNvmlSuccess = 0;
+constexpr nvmlReturn_t kNvmlErrorInvalidArgument = 2;    // NVML_ERROR_INVALID_ARGUMENT
+constexpr nvmlReturn_t kNvmlErrorFunctionNotFound = 13;  // NVML_ERROR_FUNCTION_NOT_FOUND
+constexpr unsigned kNvmlUuidBytes = 96;                  // NVML_DEVICE_UUID_V2_BUFFER_SIZE
+
 }  // namespace cm::preload

@@ -1,7 +1,8 @@
 // The driver's entry points the interposer wraps, and those it only calls, each written once:
-// its id, its symbol and its parameters. From these lists come the ids (Fn), the names looked up
-// in the driver, the typed pointers to the driver's own functions (Real, Call) and the wrappers
-// handed out in their place (Wrapper). Every wrapped symbol is exported (exports.map), and
+// its id, its symbol and its parameters; then NVML's the same way (CM_NVML_WRAPPED, CM_NVML_CALLED:
+// nvml.h). From these lists come the ids (Fn), the names looked up in the driver, the typed
+// pointers to the driver's own functions (Real, Call) and the wrappers handed out in their place
+// (Wrapper). Every wrapped symbol is exported (exports.map), and
 // test/allocator/preload.test.js holds the export map and the built library to this list.
 #pragma once
 
@@ -60,6 +61,8 @@
   X(GraphExecDestroy, cuGraphExecDestroy, (CUgraphExec))                                      \
   X(DeviceGraphMemTrim, cuDeviceGraphMemTrim, (CUdevice))                                     \
   X(MemGetInfo, cuMemGetInfo_v2, (size_t*, size_t*))                                          \
+  X(DeviceTotalMem, cuDeviceTotalMem_v2, (size_t*, CUdevice))                                 \
+  X(DeviceTotalMemV1, cuDeviceTotalMem, (unsigned int*, CUdevice))                            \
   X(DevicePrimaryCtxReset, cuDevicePrimaryCtxReset, (CUdevice))                               \
   X(DevicePrimaryCtxResetV2, cuDevicePrimaryCtxReset_v2, (CUdevice))                          \
   X(CtxDestroy, cuCtxDestroy, (CUcontext))                                                    \
@@ -67,6 +70,12 @@
   X(DevicePrimaryCtxRelease, cuDevicePrimaryCtxRelease, (CUdevice))                           \
   X(DevicePrimaryCtxReleaseV2, cuDevicePrimaryCtxRelease_v2, (CUdevice))                      \
   X(CtxFromGreenCtx, cuCtxFromGreenCtx, (CUcontext*, CUgreenCtx))
+
+// NVML's (libnvidia-ml.so.1), wrapped: reached by name (linked with -lnvidia-ml, as nvidia-smi
+// may be) or by dlsym on NVML's handle (pynvml, the addon), answered by nvml.cc.
+#define CM_NVML_WRAPPED(X)                                                  \
+  X(NvmlMemoryInfo, nvmlDeviceGetMemoryInfo, (nvmlDevice_t, nvmlMemory_t*)) \
+  X(NvmlMemoryInfoV2, nvmlDeviceGetMemoryInfo_v2, (nvmlDevice_t, nvmlMemory_v2_t*))
 
 // Only called, never handed out.
 #define CM_CALLED(X)                                                                     \
@@ -92,6 +101,9 @@
   X(GraphChildGraphNodeGetGraph, cuGraphChildGraphNodeGetGraph, (CUgraphNode, CUgraph*)) \
   X(MemGetAllocationGranularity, cuMemGetAllocationGranularity,                          \
     (size_t*, const CUmemAllocationProp*, int))
+
+// NVML's, only called.
+#define CM_NVML_CALLED(X) X(NvmlUuid, nvmlDeviceGetUUID, (nvmlDevice_t, char*, unsigned int))
 
 namespace cm::preload {
 

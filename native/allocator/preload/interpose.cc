@@ -19,7 +19,8 @@
 //   (dlmopen) cannot be reached: said on stderr and recorded beside the ledger.
 // The runtime API symbols themselves are not interposed, so nothing is charged twice.
 //
-// The wrappers live by API area: memory.cc (cuMemAlloc, pitch, managed, cuMemGetInfo), vmm.cc
+// The wrappers live by API area: memory.cc (cuMemAlloc, pitch, managed, cuMemGetInfo,
+// cuDeviceTotalMem), nvml.cc (NVML's memory queries, reached by name or by dlsym), vmm.cc
 // (cuMemCreate and its mappings), pools.cc (stream-ordered allocations and their pools' reserves),
 // arrays.cc, graphs.cc (graph memory nodes), contexts.cc (a context's end, green contexts). What is
 // charged and what is not, and what fails open, is the table in docs/internals.md. Only memory on
@@ -36,6 +37,7 @@
 #include "allocator/preload/areas.h"
 #include "allocator/preload/charge.h"
 #include "allocator/preload/loader.h"
+#include "allocator/preload/nvml.h"
 
 using namespace cm::preload;
 
@@ -137,6 +139,7 @@ void* SubstituteProc(const char* symbol, int version, uint64_t flags, void* p) {
       {"cuGraphExecDestroy", 0, kGraphExecDestroy, kGraphExecDestroy, kCount},
       {"cuDeviceGraphMemTrim", 0, kDeviceGraphMemTrim, kDeviceGraphMemTrim, kCount},
       {"cuMemGetInfo", 3020, kMemGetInfo, kMemGetInfo, kCount},
+      {"cuDeviceTotalMem", 3020, kDeviceTotalMem, kDeviceTotalMem, kDeviceTotalMemV1},
       {"cuDevicePrimaryCtxReset", 11000, kDevicePrimaryCtxResetV2, kDevicePrimaryCtxResetV2,
        kDevicePrimaryCtxReset},
       {"cuDevicePrimaryCtxRelease", 11000, kDevicePrimaryCtxReleaseV2, kDevicePrimaryCtxReleaseV2,
@@ -161,6 +164,7 @@ extern "C" void* cm_dlsym_hook(void* handle, const char* name) {
   if (!real) return nullptr;
   void* p = real(handle, name);
   if (p && name && name[0] == 'c' && name[1] == 'u') return Substitute(p);
+  if (p && name && name[0] == 'n') return NvmlSubstitute(name, p);
   return p;
 }
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "allocator/preload/charge.h"
+#include "allocator/preload/nvml.h"
 #include "core/base/shm.h"  // Printable
 
 extern "C" {
@@ -117,6 +118,7 @@ void* Replacement(const char* name) {
 #endif
     return nullptr;
   }
+  if (name[0] == 'n') return NvmlWrapperNamed(name);
   if (name[0] != 'c' || name[1] != 'u') return nullptr;
   for (int i = 0; i < kWrapped; ++i)
     if (!std::strcmp(name, kNames[i])) return Wrapper(static_cast<Fn>(i));

@@ -1,7 +1,7 @@
 // Plain device allocations: cuMemAlloc (and its 32-bit v1 form, where a driver still serves it),
 // cuMemAllocPitch, cuMemAllocManaged and their frees, each charged what the device takes for it
-// (core/allocator/footprint.h), and cuMemGetInfo, which tells a member the device as its group
-// leaves it.
+// (core/allocator/footprint.h), and cuMemGetInfo and cuDeviceTotalMem, which tell a member the
+// device as its group leaves it.
 #include "allocator/preload/areas.h"
 #include "allocator/preload/charge.h"
 #include "core/allocator/footprint.h"
@@ -93,5 +93,35 @@ CM_WRAPPER CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total_bytes) {
     *free_bytes = static_cast<size_t>(info.free);
     *total_bytes = static_cast<size_t>(info.total);
   }
+  return r;
+}
+
+namespace {
+
+// The total of device `dev` as the driver gave it, or on the group's device, for any caller but the
+// addon, the total cuMemGetInfo tells the group (the budget, where smaller than the device).
+uint64_t GroupTotal(void* caller, CUdevice dev, uint64_t total) {
+  if (!Active() || LibraryCaller(caller) || !Tracked(dev)) return total;
+  cm::core::MemInfo info{total, total};
+  return Member::Get().MemInfo(GroupDevice(), &info) && info.total < total ? info.total : total;
+}
+
+}  // namespace
+
+// A device's total memory: what cudaGetDeviceProperties gives as totalGlobalMem (the runtime asks
+// cuDeviceTotalMem, which cuGetProcAddress answers with the _v2 entry point), and what a program
+// calling the driver reads. On the group's device, the budget where it is smaller.
+CM_WRAPPER CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev) {
+  CUresult r = Call<kDeviceTotalMem>(bytes, dev);
+  if (r == kCudaSuccess && bytes)
+    *bytes = static_cast<size_t>(GroupTotal(__builtin_return_address(0), dev, *bytes));
+  return r;
+}
+
+// The 32-bit form of CUDA before 3.2: the same, never more than the driver said.
+CM_WRAPPER CUresult cuDeviceTotalMem(unsigned int* bytes, CUdevice dev) {
+  CUresult r = Call<kDeviceTotalMemV1>(bytes, dev);
+  if (r == kCudaSuccess && bytes)
+    *bytes = static_cast<unsigned int>(GroupTotal(__builtin_return_address(0), dev, *bytes));
   return r;
 }

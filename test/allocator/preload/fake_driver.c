@@ -250,6 +250,17 @@ EXPORT CUresult cuMemGetInfo_v2(size_t* free_, size_t* total_) {
   *free_ = total() - fakeCudaUsed(current);
   return OK;
 }
+EXPORT CUresult cuDeviceTotalMem_v2(size_t* bytes, int d) {
+  if (!bytes || !valid(d)) return INVALID_VALUE;
+  *bytes = total();
+  return OK;
+}
+/* CUDA before 3.2: 32 bits, cut as the driver cuts them. */
+EXPORT CUresult cuDeviceTotalMem(unsigned* bytes, int d) {
+  if (!bytes || !valid(d)) return INVALID_VALUE;
+  *bytes = total() > 0xffffffffu ? 0xffffffffu : (unsigned)total();
+  return OK;
+}
 EXPORT CUresult cuMemGetAllocationGranularity(size_t* g, const void* prop, int option) {
   *g = 2 * MiB;
   return OK;
@@ -849,6 +860,7 @@ EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version,
       {"cuCtxDestroy", (void*)cuCtxDestroy_v2},
       {"cuDeviceGetUuid", (void*)cuDeviceGetUuid_v2},
       {"cuMemGetInfo", (void*)cuMemGetInfo_v2},
+      {"cuDeviceTotalMem", (void*)cuDeviceTotalMem_v2, 0, 0, 0, (void*)cuDeviceTotalMem},
       {"cuMemAlloc", (void*)cuMemAlloc_v2, 0, (void*)i_alloc, 0, (void*)cuMemAlloc, (void*)i_alloc_v1},
       {"cuMemFree", (void*)cuMemFree_v2, 0, (void*)i_free, 0, (void*)cuMemFree, (void*)i_free_v1},
       {"cuMemAllocManaged", (void*)cuMemAllocManaged, 0, (void*)i_managed},

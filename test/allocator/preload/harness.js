@@ -1,9 +1,10 @@
 'use strict';
-// The harness of the interposer's tests (test/allocator/preload*.test.js): the stand-in CUDA driver
-// and runtime (fake_driver.c, fake_runtime.c) and the test programs built with gcc into a folder
-// of the test file's own, a shared-memory folder of its own, and programs driven line by line on
-// stdin (program.c), each a child process with a time limit on each answer, so that a hang fails
-// a test. useHarness() registers the build and the cleanup with the test file's hooks.
+// The harness of the interposer's tests (test/allocator/preload*.test.js): the stand-in CUDA
+// driver, runtime and NVML (fake_driver.c, fake_runtime.c, fake_nvml.c) and the test programs
+// built with gcc into a folder of the test file's own, a shared-memory folder of its own, and
+// programs driven line by line on stdin (program.c, nvml.c), each a child process with a time
+// limit on each answer, so that a hang fails a test. useHarness() registers the build and the
+// cleanup with the test file's hooks.
 const fs = require('fs');
 const os = require('os');
 const path = require('path');
@@ -37,6 +38,9 @@ function build() {
   // -Bsymbolic: the driver's own references to its functions (its cuGetProcAddress table) bind inside
   // it, as in the real driver, so that only the interposer's substitution can hand out its wrappers.
   cc(['-shared', '-fPIC', 'fake_driver.c', '-o', `${bin}/libcuda.so.1`, '-Wl,-soname,libcuda.so.1', '-Wl,-Bsymbolic']);
+  cc(['-shared', '-fPIC', 'fake_nvml.c', '-o', `${bin}/libnvidia-ml.so.1`, '-Wl,-soname,libnvidia-ml.so.1']);
+  cc(['nvml.c', '-o', `${bin}/nvml`, '-ldl']);
+  cc(['-DLINKED', 'nvml.c', '-o', `${bin}/nvml-linked`, `-L${bin}`, '-l:libnvidia-ml.so.1']);
   cc(['-shared', '-fPIC', 'fake_runtime.c', '-o', `${bin}/libcudart.so.13`, '-Wl,-soname,libcudart.so.13', '-ldl', '-lpthread']);
   cc(['program.c', '-o', `${bin}/dynamic`, `-L${bin}`, '-l:libcudart.so.13', '-lpthread', '-ldl']);
   cc(['program.c', 'fake_runtime.c', '-o', `${bin}/static`, '-ldl', '-lpthread']);

@@ -9,6 +9,10 @@
  *   device N           the current device
  *   used N             the stand-in driver's bytes in use on device N
  *   meminfo            cudaMemGetInfo on the current device: prints free and total bytes
+ *   totalmem [v1]      cuDeviceTotalMem of the current device (as cudaGetDeviceProperties asks
+ *                      it for totalGlobalMem), or its 32-bit form of CUDA before 3.2
+ *   nvml I             nvmlDeviceGetMemoryInfo of NVML's device I, through dlopen and dlsym (as
+ *                      pynvml asks it): prints total, free and used bytes
  *   reset              cudaDeviceReset (the current device's primary context)
  *   ctx retain|release cuDevicePrimaryCtxRetain / cuDevicePrimaryCtxRelease of the current device
  *   ctx create|destroy cuCtxCreate (a context of the program's own, made current) / cuCtxDestroy
@@ -74,7 +78,7 @@ int cuStreamCreate(), cuStreamSynchronize(), cuCtxSynchronize(), cuMemPoolCreate
     cuDeviceGraphMemTrim(), cuDeviceGetGraphMemAttribute(), cuCtxFromGreenCtx(),
     cuCtxPushCurrent_v2(), cuCtxPopCurrent_v2(), cuMemAlloc(), cuMemFree(),
     cuDevicePrimaryCtxRetain(), cuDevicePrimaryCtxRelease_v2(), cuCtxCreate_v2(),
-    cuCtxDestroy_v2();
+    cuCtxDestroy_v2(), cuDeviceTotalMem_v2(), cuDeviceTotalMem();
 #define DRV(symbol, base) ((void*)&symbol)
 #else
 static void* entry(const char* name, unsigned version) {
@@ -210,6 +214,38 @@ int main(void) {
         printf("err %d\n", r);
       else
         printf("ok %zu %zu\n", free_bytes, total_bytes);
+    } else if (!strncmp(line, "totalmem", 8)) {
+      size_t bytes = 0;
+      unsigned small = 0;
+      int r;
+      if (strstr(line, "v1")) {
+#ifdef DIRECT_DRIVER
+        r = cuDeviceTotalMem(&small, device);
+#else
+        r = ((int (*)(unsigned*, int))entry("cuDeviceTotalMem", 3010))(&small, device);
+#endif
+        bytes = small;
+      } else {
+        r = CALL(cuDeviceTotalMem_v2, "cuDeviceTotalMem", int (*)(size_t*, int), &bytes, device);
+      }
+      if (r)
+        printf("err %d\n", r);
+      else
+        printf("ok %zu\n", bytes);
+    } else if (sscanf(line, "nvml %llu", &a) == 1) {
+      struct {
+        unsigned long long total, free, used;
+      } m = {0, 0, 0};
+      void* nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+      void* d = NULL;
+      int r = nvml ? 0 : -2;
+      if (!r) r = ((int (*)(void))dlsym(nvml, "nvmlInit_v2"))();
+      if (!r) r = ((int (*)(unsigned, void**))dlsym(nvml, "nvmlDeviceGetHandleByIndex_v2"))((unsigned)a, &d);
+      if (!r) r = ((int (*)(void*, void*))dlsym(nvml, "nvmlDeviceGetMemoryInfo"))(d, &m);
+      if (r)
+        printf("err %d\n", r);
+      else
+        printf("ok %llu %llu %llu\n", m.total, m.free, m.used);
     } else if (!strcmp(line, "reset\n") || !strcmp(line, "reset")) {
       int r = cudaDeviceReset();
       if (r)
