@@ -9,8 +9,10 @@
 import './base/disposable';
 export { CudaMemoryError, CudaError, OutOfMemoryError, CudaUnavailableError, InterprocessError } from './base/errors';
 export type { UnavailableReason, OutOfMemoryDetails } from './base/errors';
-export { status, devices, memGetInfo, formatCudaVersion, cudaVisibleDevices } from './device/discovery';
+export { status, devices, formatCudaVersion, cudaVisibleDevices } from './device/discovery';
 export type { CudaStatus, DeviceInfo, PcieLink, AddonBinary, PlatformStatus } from './device/discovery';
+export { memGetInfo } from './allocator/tenant';
+export type { MemInfo, TenantGroup } from './allocator/tenant';
 export { peerAccess, enablePeerAccess } from './device/peers';
 export type { PeerLink, NvLinkRate } from './device/peers';
 export { sharedMemoryOf } from './device/shared-memory';

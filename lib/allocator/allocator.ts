@@ -75,7 +75,7 @@ export interface AvailableTerm {
   /**
    * `device`: free device memory (plus, for an allocator, the free bytes already in its pool);
    * `allocator`: its limit less its bytes in use; `group`: the group budget's free room (plus the
-   * pool's free bytes); `platform`: what the platform's limit still allows (plus the pool's free
+   * pool's free bytes; for availableBytes(), the group this process is a tenant of); `platform`: what the platform's limit still allows (plus the pool's free
    * bytes).
    */
   name: 'device' | 'allocator' | 'group' | 'platform';

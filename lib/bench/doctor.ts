@@ -15,6 +15,7 @@ import { formatGbps as rate } from '../base/units';
 import { checkDevice, checkOptions } from '../base/validate';
 import { resolveDevices } from './devices';
 import { platformInfo, describePlatformLimit } from '../device/platform';
+import { tenantGroupOf, describeTenantGroup } from '../allocator/tenant';
 import { Expectations, checkExpectations, expectationsFor, readExpectations } from './expectations';
 import { Fault, RunObservation, faultsOfFailure } from './faults';
 import { RunState, runState } from './run-state';
@@ -146,27 +147,32 @@ function timed(name: string, fn: () => CheckOutcome): DoctorCheck {
 
 /**
  * Which platform limit applies to the device and where it came from (MIG, MPS, cgroup dmem,
- * HAMi), or that none does; informational, so it passes either way, and says what it could not
- * read.
+ * HAMi), or that none does, and the budget of the group this process runs in there (`cuda-memory
+ * run`), which the interposer holds every program of the group to; informational, so it passes
+ * either way, and says what it could not read.
  *
  * @category Benchmarks
  */
 export function platformCheck(device: number): Omit<DoctorCheck, 'name' | 'seconds'> {
   const p = platformInfo();
   const d = p.devices.find((x) => x.device === device);
-  const warn = p.warnings.length ? `; unreadable: ${p.warnings.join('; ')}` : '';
+  const tenant = tenantGroupOf(device);
+  const warnings = tenant.warning ? [...p.warnings, tenant.warning] : p.warnings;
+  const warn = warnings.length ? `; unreadable: ${warnings.join('; ')}` : '';
   const mps = p.mps.controlPipe
     ? `; MPS client (pipe ${p.mps.pipeDirectory}${p.mps.activeThreadPercentage !== null ? `, ${p.mps.activeThreadPercentage}% of the SMs` : ''})`
     : '';
+  const group = tenant.group ? `; the programs here are held to ${describeTenantGroup(tenant.group)}` : '';
   if (!d?.limit)
     return {
       status: 'pass',
-      detail: `no platform limit: not a MIG instance, no MPS pinned-memory limit, no dmem.max in cgroup ${p.cgroup.path ?? '(no cgroup v2)'}, no HAMi limit${mps}${warn}`,
+      detail: `no platform limit: not a MIG instance, no MPS pinned-memory limit, no dmem.max in cgroup ${p.cgroup.path ?? '(no cgroup v2)'}, no HAMi limit${group}${mps}${warn}`,
+      ...(tenant.group ? { value: tenant.group.budgetBytes } : {}),
     };
   return {
     status: 'pass',
-    detail: `the default allocator limit is held to ${describePlatformLimit(d)}${mps}${warn}`,
-    value: d.limit.bytes,
+    detail: `the default allocator limit is held to ${describePlatformLimit(d)}${group}${mps}${warn}`,
+    value: tenant.group ? Math.min(d.limit.bytes, tenant.group.budgetBytes) : d.limit.bytes,
   };
 }
 

@@ -386,7 +386,7 @@ export const PLATFORM_METRICS = [
   },
   {
     name: 'cuda_memory_device_available_bytes',
-    help: 'What this process may still take on the device: the least of free device memory and what the platform limit still allows.',
+    help: 'What this process may still take on the device: the least of free device memory, what the budget of the group it runs in has left, and what the platform limit still allows.',
     type: 'gauge' as const,
   },
 ];
