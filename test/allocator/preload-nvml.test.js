@@ -71,6 +71,16 @@ describe('NVML tells a member the budget of its group', () => {
     },
   );
 
+  test('a module loaded with RTLD_DEEPBIND, whose dlsym binds past the interposer, is answered the same', async () => {
+    const name = 'nvml-deep';
+    const p = start(['deepbind', 'deep', 'libprogram.so'], budget(name, 64 * MiB));
+    expect(await p.send(`alloc malloc ${10 * MiB}`)).toMatch(/^ok/);
+    const [free, total] = (await p.send('meminfo')).split(' ').slice(1).map(Number);
+    expect(total).toBe(64 * MiB);
+    expect(await p.send('nvml 0')).toBe(`ok ${total} ${free} ${total - free}`);
+    await p.exit();
+  });
+
   test('the group on the second device: that device answers the budget, the first as NVML does', async () => {
     const n = start('nvml', { ...budget('nvml-dev1', 64 * MiB), CUDA_MEMORY_GROUP_DEVICE: DEV1 });
     expect(await mem(n, 0)).toEqual(device());
