@@ -8,6 +8,7 @@
 'use strict';
 const http = require('http');
 const cm = require('cuda-memory');
+const { registerMetrics } = require('cuda-memory/metrics');
 
 let client;
 try {
@@ -32,7 +33,7 @@ const pinnedPool = simulate ? null : cm.createPinnedPool({ memoryLimit: 256 * Mi
 
 const registry = new client.Registry();
 client.collectDefaultMetrics({ register: registry });
-cm.registerMetrics(registry, {
+registerMetrics(registry, {
   allocators: { main: allocator },
   pinnedPools: pinnedPool ? { staging: pinnedPool } : undefined,
   devices: !simulate,

@@ -2,6 +2,7 @@
 // Run: node examples/pinned-vs-pageable.js [size, default 256MiB]
 'use strict';
 const cm = require('cuda-memory');
+const { summarize } = require('cuda-memory/bench');
 
 if (!cm.status().available) {
   console.log(`no GPU here (${cm.status().reason}): ${cm.status().message}`);
@@ -31,7 +32,7 @@ function time(label, fn, repeat = 5) {
     fn();
     t.push(Number(process.hrtime.bigint() - t0) / 1e9);
   }
-  const s = cm.summarize(t).median;
+  const s = summarize(t).median;
   console.log(`${label.padEnd(58)} ${cm.formatRate(n / s / 1e9).padStart(11)}`);
   return n / s / 1e9;
 }

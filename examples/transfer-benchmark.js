@@ -3,12 +3,13 @@
 // Run: node examples/transfer-benchmark.js
 'use strict';
 const cm = require('cuda-memory');
+const bench = require('cuda-memory/bench');
 
 async function main() {
   if (!cm.status().available) {
     console.log(`no GPU here (${cm.status().reason}): ${cm.status().message}`);
     // What runs without a GPU: the gates themselves, against a made-up result.
-    const gate = cm.parseGate('h2d.pinned>=48GB/s');
+    const gate = bench.parseGate('h2d.pinned>=48GB/s');
     console.log(`what a gate checks: ${JSON.stringify(gate)}`);
     console.log(
       'On a GPU this example runs the benchmark (pageable, staged and pinned, both directions) and\n' +
@@ -17,7 +18,7 @@ async function main() {
     return;
   }
   const MiB = 2 ** 20;
-  const report = await cm.runTransferBenchmark({
+  const report = await bench.runTransferBenchmark({
     sizes: [MiB, 16 * MiB, 256 * MiB],
     modes: ['pageable', 'staged', 'pinned'],
     directions: ['h2d', 'd2h'],
@@ -28,7 +29,10 @@ async function main() {
     console.log(
       `${r.direction} ${r.mode.padEnd(9)} ${cm.formatBytes(r.bytes).padStart(8)}: ${cm.formatRate(r.gbps.median)} (p10 ${r.gbps.p10.toFixed(2)}, p90 ${r.gbps.p90.toFixed(2)})${r.verified ? '' : ' DATA MISMATCH'}`,
     );
-  const gates = cm.evaluateGates([cm.parseGate('h2d.pinned>=20GB/s'), cm.parseGate('h2d.staged/h2d.pageable>=2')], cm.gateSource(report));
+  const gates = bench.evaluateGates(
+    [bench.parseGate('h2d.pinned>=20GB/s'), bench.parseGate('h2d.staged/h2d.pageable>=2')],
+    bench.gateSource(report),
+  );
   for (const g of gates) console.log(g.message);
   process.exitCode = gates.every((g) => g.pass) ? 0 : 1;
 }

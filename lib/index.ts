@@ -1,10 +1,15 @@
 /**
  * cuda-memory: CUDA device memory, pinned host memory and the copies between them and Node
- * buffers; a transfer benchmark; pool allocators with TensorFlow's memory policies.
+ * buffers; pool allocators with TensorFlow's memory policies; files and tensors to and from the
+ * device; what the platform allows. The benchmark and CI toolkit is `cuda-memory/bench`, the
+ * leak gate `cuda-memory/testing`, the Prometheus metrics `cuda-memory/metrics`.
  *
  * `require('cuda-memory')` never throws: without CUDA, {@link status} says why and every GPU
  * call throws {@link CudaUnavailableError}.
+ *
+ * Every name is written here, by concern: a name the package offers is one line of this list.
  * @packageDocumentation
+ * @module cuda-memory
  */
 import './base/disposable';
 export { CudaMemoryError, CudaError, OutOfMemoryError, CudaUnavailableError, InterprocessError } from './base/errors';
@@ -83,71 +88,52 @@ export {
 } from './transfer/safetensors';
 export type { SafetensorsHeader, LoadedSafetensors, TensorSource, SaveSafetensorsOptions } from './transfer/safetensors';
 export { Stream, Event } from './device/stream';
-export * from './allocator';
+export { Allocator, createAllocator } from './allocator/allocator';
+export type {
+  AllocatorOptions,
+  AllocatorStats,
+  Counter,
+  AllocatorBackend,
+  AsyncPoolStats,
+  AllocOptions,
+  RegionInfo,
+  SimulatedDevice,
+  SimulatedPlatform,
+  Availability,
+  AvailableTerm,
+  RecordingOptions,
+  MemorySnapshot,
+  SnapshotSegment,
+  SnapshotBlock,
+} from './allocator/allocator';
+export { AllocatorSet, createAllocators } from './allocator/multi';
+export type { MultiAllocatorOptions, MultiAllocatorStats, AllocatorTotals, MultiAllocOptions } from './allocator/multi';
+export { availableBytes } from './allocator/available';
+export { allocatorOptionsFromEnv } from './allocator/env';
+export type { EnvAllocatorOptions } from './allocator/env';
+export { PinnedPool, PooledPinnedBuffer, createPinnedPool } from './allocator/pinned-pool';
+export type { PinnedPoolOptions, PinnedPoolStats } from './allocator/pinned-pool';
+export { loadTrace, saveTrace, checkTrace, fromPyTorchSnapshot, TraceError } from './allocator/trace';
+export type { Trace, TraceEvent } from './allocator/trace';
+export { replayTrace, parsePolicy, formatReplay, smallestBudget, DIRECT_POLICY } from './allocator/replay';
+export type { ReplayPolicy, ReplayOptions, ReplayResult, SmallestBudget } from './allocator/replay';
+export { groupStats, listGroups, formatGroups } from './allocator/group';
+export type {
+  SharedBudgetOptions,
+  GroupStats,
+  GroupMember,
+  GroupStatsOptions,
+  ListGroupsOptions,
+  UnreadableGroup,
+  UnchargedGroup,
+  UnchargedProcess,
+  GroupList,
+} from './allocator/group';
+export { preloadLibraryPath, memberEnvironment } from './allocator/member';
+export type { MemberEnvironmentOptions, Environment } from './allocator/member';
 export { renderMemoryHtml } from './report/memory-html';
 export type { MemoryHtmlOptions } from './report/memory-html';
 export { parseSize, parseSizeList, formatBytes, formatRate } from './base/units';
-export { runTransferBenchmark, gateSource } from './bench/transfer';
-export type {
-  TransferBenchmarkOptions,
-  TransferReport,
-  TransferResult,
-  TransferMode,
-  Direction,
-  TransferEnvironment,
-  EventLoopWatch,
-  SkippedProbe,
-} from './bench/transfer';
-export { runDoctor, runDoctorDevices } from './bench/doctor';
-export type { DoctorOptions, DoctorReport, DoctorCheck, DoctorDevicesOptions, DoctorDevicesReport, DoctorPair } from './bench/doctor';
-export {
-  readExpectations,
-  checkExpectations,
-  shippedExpectations,
-  expectationsMatch,
-  expectationsFor,
-  expectationGates,
-} from './bench/expectations';
-export type { Expectations, ExpectedFigures, ExpectationTarget } from './bench/expectations';
-export { faultsFor, faultsOfFailure, clockState } from './bench/faults';
-export type { Fault, FaultCode, ClockState, RunObservation } from './bench/faults';
-export type { NvmlDeviceState } from './base/types';
-export { runState } from './bench/run-state';
-export type { RunState } from './bench/run-state';
-export { runDevicesBenchmark } from './bench/devices';
-export type {
-  DevicesBenchmarkOptions,
-  DevicesReport,
-  DeviceRate,
-  DevicesAggregate,
-  DevicesMode,
-  DevicesDirection,
-  MultiGpuEnvironment,
-  BenchGpu,
-} from './bench/devices';
-export { runP2pBenchmark } from './bench/p2p';
-export { runFilesBenchmark, filesGateSource } from './bench/files';
-export type { FilesBenchmarkOptions, FilesReport, FilesResult } from './bench/files';
-export type { P2pBenchmarkOptions, P2pReport, P2pPair, P2pBidirectional, P2pLatency } from './bench/p2p';
-export { parseGate, evaluateGates } from './bench/gates';
-export type { Gate, GateResult, GateMetric, GateUnit, GateSource } from './bench/gates';
-export { summarize } from './bench/stats';
-export { registerMetrics, metricsText, hpcJobMapping, writeHpcJobMapping } from './metrics';
-export { createLeakGate, installLeakGate, allowLeaks, rawDeviceAlloc, LeakError } from './testing';
-export type {
-  DriverReading,
-  Leak,
-  LeakDriverSource,
-  LeakGate,
-  LeakGateOptions,
-  LeakReport,
-  LeakSnapshot,
-  LiveBufferRow,
-  RawAllocation,
-  TestHooks,
-} from './testing';
-export type { MetricsSources, Named, PromRegistry, RegisterMetricsOptions } from './metrics';
-export type { SampleSummary } from './bench/stats';
 
 import { native } from './binding/native';
 import { applySavedStagingSettings } from './transfer/staging';

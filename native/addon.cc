@@ -2,6 +2,7 @@
 #include <napi.h>
 
 #include "allocator/backend.h"
+#include "allocator/bfc.h"
 #include "allocator/group.h"
 #include "bench/bench.h"
 #include "binding/exports.h"
@@ -28,11 +29,7 @@ Napi::Value Init(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   cm::Instance& inst = cm::GetInstance(env);
   Napi::Object o = info[0].As<Napi::Object>();
-  inst.library_error = Napi::Persistent(o.Get("CudaMemoryError").As<Napi::Function>());
-  inst.cuda_error = Napi::Persistent(o.Get("CudaError").As<Napi::Function>());
-  inst.oom_error = Napi::Persistent(o.Get("OutOfMemoryError").As<Napi::Function>());
-  inst.unavailable_error = Napi::Persistent(o.Get("CudaUnavailableError").As<Napi::Function>());
-  inst.interprocess_error = Napi::Persistent(o.Get("InterprocessError").As<Napi::Function>());
+  cm::SetErrorClasses(env, o);
   cm::SetFileCodes(env, info[1]);
   if (info[2].IsNumber())
     cm::tally::SetThread(inst.tally_id, info[2].As<Napi::Number>().DoubleValue());
@@ -41,6 +38,9 @@ Napi::Value Init(const Napi::CallbackInfo& info) {
 
 Napi::Object RegisterExports(Napi::Env env, Napi::Object exports) {
   env.SetInstanceData<cm::Instance>(new cm::Instance());
+  // The binding's own slots first, so that they go last (slots go in the reverse of the order
+  // they were made): every concern's state may use the handle table while it is torn down.
+  cm::Handles(env);
   // A worker thread that exits with live buffers frees them here. It runs after the thread's
   // pending asynchronous copies have completed (Node finishes those first), while no JavaScript
   // can run, so it must not throw.
@@ -56,6 +56,7 @@ Napi::Object RegisterExports(Napi::Env env, Napi::Object exports) {
   cm::InitFiles(env, exports);
   cm::InitStreams(env, exports);
   cm::InitAllocator(env, exports);
+  cm::InitBfc(env, exports);
   cm::InitGroup(env, exports);
   cm::InitIpc(env, exports);
   cm::InitForeignIpc(env, exports);

@@ -4,7 +4,8 @@
 # compile breaks the install. Then checks what a user sees: the prebuilt binary loaded (status()
 # reason EXPECT_REASON, NO_DRIVER by default: a CUDA-enabled binary on a machine without a
 # driver), nothing compiled, require/import/the CLI, and the types under TypeScript's node16 and
-# bundler resolution, frozen intrinsics, an esbuild bundle. Last, `npx cuda-memory build --from-source`.
+# bundler resolution, frozen intrinsics, an esbuild bundle, for every entry point (cuda-memory,
+# cuda-memory/bench, /metrics, /testing). Last, `npx cuda-memory build --from-source`.
 #
 #   bash scripts/check-package.sh [KEEP_DIR]   KEEP_DIR receives the tarball and an npm cache
 #                                              holding its dependencies, for an offline install
@@ -27,7 +28,7 @@ bytes=$(stat -c %s "$tgz")
 files=$(tar tzf "$tgz")
 echo "tarball $(basename "$tgz"): $bytes bytes ($((bytes / 1024)) KiB), $(echo "$files" | wc -l) files, $(tar xzOf "$tgz" | wc -c) bytes unpacked"
 for must in package/prebuilds/linux-x64/cuda-memory.napi.glibc.node package/prebuilds/linux-x64/cuda_memory_preload.so package/dist/index.js package/dist/index.d.ts \
-  package/dist/index.mjs package/dist/index.d.mts package/dist/cli.js package/binding.gyp package/scripts/build-addon.js package/scripts/cuda_memory_ipc.py package/scripts/pytorch-trace.py package/README.md \
+  package/dist/index.mjs package/dist/index.d.mts package/dist/bench/index.mjs package/dist/metrics/index.mjs package/dist/testing/index.mjs package/dist/cli.js package/binding.gyp package/scripts/build-addon.js package/scripts/cuda_memory_ipc.py package/scripts/pytorch-trace.py package/README.md \
   package/docs/install.md package/docs/troubleshooting.md package/docs/api/index.html package/examples/basics.js \
   package/LICENSE package/CHANGELOG.md; do
   echo "$files" | grep -qxF "$must" || { echo "FAIL: the tarball lacks $must"; exit 1; }
@@ -81,6 +82,15 @@ node --input-type=module -e "
   import cm, { status, copy } from 'cuda-memory';
   if (cm.copy !== copy || typeof status().available !== 'boolean') { console.error('FAIL: import'); process.exit(1); }
   console.log('import: ok');"
+# The entry points by audience, from require and import: the same module, the same names.
+for entry in cuda-memory/bench cuda-memory/metrics cuda-memory/testing; do
+  node --input-type=module -e "
+    import m from '$entry'; import * as all from '$entry'; import { createRequire } from 'node:module';
+    const r = createRequire(import.meta.url)('$entry'); const names = Object.keys(r);
+    if (m !== r || names.length === 0 || names.some((k) => all[k] !== r[k])) { console.error('FAIL: $entry from import and require'); process.exit(1); }
+    console.log('$entry: ' + names.length + ' names, import and require: ok');"
+done
+node -e "const cm = require('cuda-memory'); for (const k of ['runTransferBenchmark', 'registerMetrics', 'createLeakGate']) if (k in cm) { console.error('FAIL: cuda-memory exports ' + k); process.exit(1); }"
 echo "cuda-memory --version: $(npx --no-install cuda-memory --version)"
 npx --no-install cuda-memory info || true # exits 2 where CUDA is unavailable
 
@@ -106,6 +116,14 @@ if [ -x "$esbuild" ]; then
   node bundle-inlined.js | grep -q 'it was bundled' || { echo "FAIL: an inlined bundle does not say it was bundled"; exit 1; }
   "$esbuild" entry.js --bundle --platform=node --log-level=error --external:cuda-memory --outfile=bundle-external.js
   node bundle-external.js | grep -q '"binary":{"kind":"prebuilt"' || { echo "FAIL: an external bundle does not load the prebuilt binary"; exit 1; }
+  # The other entry points, inlined (they load the addon through the same loader) and external.
+  echo "const { parseGate } = require('cuda-memory/bench'); const { metricsText } = require('cuda-memory/metrics');
+    const { createLeakGate } = require('cuda-memory/testing'); const g = createLeakGate({ driver: 'off' }); g.begin();
+    console.log(parseGate('h2d.pinned>=48GB/s').value, typeof metricsText({}), g.end('t').leaks.length);" >"$work/app/entries.js"
+  for how in inlined external; do
+    "$esbuild" entries.js --bundle --platform=node --log-level=error $([ $how = external ] && echo --external:cuda-memory) --outfile=bundle-entries-$how.js
+    [ "$(node bundle-entries-$how.js 2>&1)" = "48 string 0" ] || { echo "FAIL: a bundle ($how) of the entry points: $(node bundle-entries-$how.js 2>&1 | head -3)"; exit 1; }
+  done
   echo "bundles: ok"
 else
   echo "esbuild not installed (a devDependency): bundles not checked"

@@ -5,8 +5,8 @@
 // the README recommends (no DOM), for module `nodenext` and `bundler`, with TypeScript 5.0 (the
 // oldest the README supports), TypeScript 5 and the latest TypeScript (the devDependencies
 // `typescript-5.0`, `typescript` and `typescript-latest`), with and without
-// @types/node; then the README's own tsconfig.json; then the README's default import
-// (`import cm, { copy } from 'cuda-memory'`) compiled and run: tsc to CommonJS and to an ES module,
+// @types/node; then the README's own tsconfig.json; then the default import of every entry point
+// (`import cm, { copy } from 'cuda-memory'`, `cuda-memory/bench`, `/metrics`, `/testing`) compiled and run: tsc to CommonJS and to an ES module,
 // esbuild to CommonJS and to an ES module with the package external. Exits 1 if any check fails,
 // printing the compiler's errors or the program's.
 //
@@ -48,14 +48,17 @@ export const reason: string | null = s.reason;
 const gate: LeakGate = createLeakGate({ driver: 'off' });
 gate.begin();
 export const leaked: number = gate.end('t').leaks.length;
+const expect: Gate = parseGate('h2d.pinned>=48GB/s');
+export const floor: number = expect.value + summarize([1, 2, 3]).median;
+export const text: string = metricsText({ devices: false });
 `;
 fs.writeFileSync(
   path.join(project, 'cjs.ts'),
-  `import { createAllocator, copy, status, DeviceBuffer, CudaStatus as Status } from 'cuda-memory';\nimport { createLeakGate, LeakGate } from 'cuda-memory/testing';\n${use}`,
+  `import { createAllocator, copy, status, DeviceBuffer, CudaStatus as Status } from 'cuda-memory';\nimport { createLeakGate, LeakGate } from 'cuda-memory/testing';\nimport { parseGate, summarize, Gate } from 'cuda-memory/bench';\nimport { metricsText } from 'cuda-memory/metrics';\n${use}`,
 );
 fs.writeFileSync(
   path.join(project, 'esm.mts'),
-  `import { createAllocator, copy, status, type DeviceBuffer, type CudaStatus as Status } from 'cuda-memory';\nimport { createLeakGate, type LeakGate } from 'cuda-memory/testing';\n${use}`,
+  `import { createAllocator, copy, status, type DeviceBuffer, type CudaStatus as Status } from 'cuda-memory';\nimport { createLeakGate, type LeakGate } from 'cuda-memory/testing';\nimport { parseGate, summarize, type Gate } from 'cuda-memory/bench';\nimport { metricsText } from 'cuda-memory/metrics';\n${use}`,
 );
 
 // The README's tsconfig.json, exactly: its first JSON block that holds compilerOptions.
@@ -119,10 +122,17 @@ const run = (cmd, args) => {
   return { ok: r.status === 0, output: `${r.stdout || ''}${r.stderr || ''}${r.error ? r.error.message : ''}` };
 };
 
-// The README's default import, used the way its examples use it.
+// The README's default import, used the way its examples use it, and the same of every other
+// entry point.
 const useDefault = `import cm, { copy, status } from 'cuda-memory';
+import bench, { parseGate } from 'cuda-memory/bench';
+import metrics, { metricsText } from 'cuda-memory/metrics';
+import testing, { createLeakGate } from 'cuda-memory/testing';
 if (cm.copy !== copy || cm.status !== status || typeof cm.status().available !== 'boolean')
   throw new Error('the default import is not the package: ' + typeof cm);
+if (bench.parseGate !== parseGate || metrics.metricsText !== metricsText || testing.createLeakGate !== createLeakGate)
+  throw new Error('a default import is not its entry point: ' + [typeof bench, typeof metrics, typeof testing].join());
+if (bench.parseGate('h2d.pinned>=1GB/s').value !== 1) throw new Error('cuda-memory/bench: parseGate');
 `;
 fs.writeFileSync(path.join(project, 'default.ts'), useDefault);
 fs.writeFileSync(path.join(project, 'default.mts'), useDefault);

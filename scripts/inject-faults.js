@@ -21,10 +21,9 @@ const { spawn } = require('child_process');
 
 const root = path.join(__dirname, '..');
 const cm = require(root);
-const { runDoctor } = require(path.join(root, 'dist', 'bench', 'doctor'));
-const { runState } = require(path.join(root, 'dist', 'bench', 'run-state'));
-const { faultsFor, clockState } = require(path.join(root, 'dist', 'bench', 'faults'));
-const { expectationsFor } = require(path.join(root, 'dist', 'bench', 'expectations'));
+const { runDoctor, runState, faultsFor, clockState, expectationsFor, runTransferBenchmark, evaluateGates, parseGate } = require(
+  path.join(root, 'dist', 'bench'),
+);
 const { gateSource, gateFaults } = require(path.join(root, 'dist', 'bench', 'transfer'));
 
 const args = process.argv.slice(2);
@@ -59,7 +58,7 @@ function doctorH2d() {
 }
 
 async function pageable() {
-  const report = await cm.runTransferBenchmark({
+  const report = await runTransferBenchmark({
     sizes: [256 * MiB],
     modes: ['pageable'],
     directions: ['h2d'],
@@ -67,7 +66,7 @@ async function pageable() {
     warmup: 2,
     device,
   });
-  const [g] = gateFaults(report, cm.evaluateGates([cm.parseGate(`h2d.pageable>=${floor}GB/s`)], gateSource(report)));
+  const [g] = gateFaults(report, evaluateGates([parseGate(`h2d.pageable>=${floor}GB/s`)], gateSource(report)));
   return { status: g.pass ? 'pass' : 'fail', gbps: g.actual, faults: codes(g.faults) };
 }
 

@@ -16,6 +16,7 @@
 //          [--iterations 15] [--device 0] [--save] [--json]
 'use strict';
 const cm = require('..');
+const bench = require('../dist/bench');
 const os = require('os');
 
 function parseArgs(argv) {
@@ -50,7 +51,7 @@ const rateOf = (report, mode, direction, bytes) =>
   report.results.find((r) => r.mode === mode && r.direction === direction && r.bytes === bytes).gbps.median;
 
 async function measure(o, sizes, modes, staging) {
-  return cm.runTransferBenchmark({
+  return bench.runTransferBenchmark({
     sizes,
     modes,
     directions: ['h2d', 'd2h'],

@@ -9,6 +9,11 @@ const path = require('path');
 // cuda-memory), so that the suites can check a tarball installed the way users install it.
 const root = process.env.CUDA_MEMORY_PACKAGE ? path.resolve(process.env.CUDA_MEMORY_PACKAGE) : path.join(__dirname, '..');
 const cm = require(root);
+// The package's other entry points, as its exports map names them: cuda-memory/bench, /metrics, /testing.
+const entry = (name) => require(path.join(root, require(path.join(root, 'package.json')).exports[`./${name}`].require.default));
+const bench = entry('bench');
+const metrics = entry('metrics');
+const testing = entry('testing');
 
 const st = cm.status();
 const requireGpu = process.env.REQUIRE_GPU === '1';
@@ -240,6 +245,9 @@ module.exports = {
   parseXml,
   xmlElements,
   cm,
+  bench,
+  metrics,
+  testing,
   root,
   st,
   gpu,

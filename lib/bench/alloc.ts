@@ -5,7 +5,8 @@
 import * as path from 'path';
 import { spawnSync } from 'child_process';
 import { native } from '../binding/native';
-import { Allocator, createAllocator, createPinnedPool } from '../allocator';
+import { Allocator, createAllocator } from '../allocator/allocator';
+import { createPinnedPool } from '../allocator/pinned-pool';
 import { Stream } from '../device/stream';
 import { devices, knownDeviceCount } from '../device/discovery';
 import { summarize, SampleSummary } from './stats';

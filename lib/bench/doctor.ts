@@ -323,7 +323,7 @@ export interface DoctorDevicesOptions extends Omit<DoctorOptions, 'device'> {
   devices?: 'all' | number[];
   /**
    * Least copy() GB/s between two GPUs. Default: on pairs joined by NVLink, half of the links'
-   * rate in one direction, by the generation NVML reports ({@link NvLinkRate}: 25 GB/s per link
+   * rate in one direction, by the generation NVML reports ({@link cuda-memory!NvLinkRate}: 25 GB/s per link
    * for NVLink 2.0 to 4.0, so H100 or H200 with NV18 need 225 GB/s; 50 for NVLink 5.0); pairs
    * without NVLink get no rate check unless this is given.
    */

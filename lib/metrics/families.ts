@@ -4,7 +4,8 @@
  * follow Prometheus conventions: the `cuda_memory_` prefix, base units (`_bytes`,
  * `_bytes_per_second`, `_seconds`), `_total` for counters.
  */
-import type { Allocator, AllocatorStats, PinnedPool, PinnedPoolStats } from '../allocator';
+import type { Allocator, AllocatorStats } from '../allocator/allocator';
+import type { PinnedPool, PinnedPoolStats } from '../allocator/pinned-pool';
 import type { SkippedProbe, TransferReport } from '../bench/transfer';
 import type { GateResult } from '../bench/gates';
 import type { DoctorReport } from '../bench/doctor';

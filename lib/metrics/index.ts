@@ -1,8 +1,12 @@
 /**
  * Metrics for the monitoring a fleet already runs: {@link registerMetrics} for prom-client (an
  * optional peer dependency, loaded only when called), {@link metricsText} for the text format
- * without any dependency, and the node_exporter textfile writer behind `--prometheus FILE`.
+ * without any dependency, and the node_exporter textfile writer behind `--prometheus FILE`;
+ * `require('cuda-memory/metrics')`.
+ * @packageDocumentation
+ * @module cuda-memory/metrics
  */
+import '../base/disposable';
 import {
   ALLOCATOR_METRICS,
   DEVICE_METRICS,

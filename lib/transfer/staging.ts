@@ -175,12 +175,17 @@ export function loadStagingSettings(file = stagingSettingsPath()): StagingSettin
   }
 }
 
+let savedSettingsApplied = false;
+
 /**
- * The package's load-time call: never throws.
+ * The load-time call of the entry points that copy (`cuda-memory`, `cuda-memory/bench`): the
+ * first call in a thread applies the saved settings, later ones do nothing. Never throws.
  *
  * @category Copies
  */
 export function applySavedStagingSettings(): void {
+  if (savedSettingsApplied) return;
+  savedSettingsApplied = true;
   try {
     loadStagingSettings();
   } catch (e) {

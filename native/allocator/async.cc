@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "binding/args.h"
+#include "binding/errors.h"
 #include "core/allocator/policy.h"
 #include "device/discovery.h"
 #include "device/stream.h"
@@ -365,7 +367,7 @@ uint64_t AsyncBackend::Close(Napi::Env env, bool force) {
   if (live > 0 && !force) ThrowAllocatorBusy(env, live, p->budget.in_use());
   // A block that an asynchronous copy still uses is released when the copy settles (as free()
   // does), and the pool is destroyed after it: the copy may still read or write the block.
-  p->deferred = ReleaseOrDefer(env, GetInstance(env).handles.Live(), [p](Allocation* a) {
+  p->deferred = ReleaseOrDefer(env, Handles(env).Live(), [p](Allocation* a) {
     return a->ops == &kAsyncBlockOps && static_cast<AsyncAllocation*>(a)->pool.get() == p;
   });
   p->closed = true;

@@ -2,8 +2,9 @@
 
 #include <algorithm>
 
-#include "allocator/bfc.h"
 #include "allocator/group.h"
+#include "binding/args.h"
+#include "binding/errors.h"
 #include "binding/exports.h"
 
 namespace cm {
@@ -58,7 +59,7 @@ Napi::Value OomError(Napi::Env env, const core::OomInfo& oom, const core::GroupS
   d.Set("simulated", oom.simulated);
   d.Set("call", "allocator.alloc");
   if (group) d.Set("group", GroupObject(env, *group));
-  return GetInstance(env).oom_error.New({d});
+  return MakeOutOfMemoryError(env, d);
 }
 
 Napi::Object StatsObject(Napi::Env env, const core::PoolStats& s) {
@@ -380,7 +381,6 @@ void InitAllocator(Napi::Env env, Napi::Object exports) {
           {"allocatorRecord", Record},
           {"allocatorTrace", [](Info i) -> Napi::Value { return Open(i)->Trace(i.Env()); }},
           {"allocatorSnapshot", [](Info i) -> Napi::Value { return Open(i)->Snapshot(i.Env()); }},
-          {"blockId", BlockId},
       });
 }
 

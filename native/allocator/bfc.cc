@@ -5,6 +5,9 @@
 #include <vector>
 
 #include "allocator/group.h"
+#include "binding/args.h"
+#include "binding/errors.h"
+#include "binding/exports.h"
 #include "core/allocator/compose.h"
 #include "core/allocator/footprint.h"
 #include "core/allocator/policy.h"
@@ -328,6 +331,7 @@ Napi::Value BfcBackend::Snapshot(Napi::Env env) {
   return out;
 }
 
+namespace {
 // blockId: returns the id a recording allocator gave the block, or 0.
 Napi::Value BlockId(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
@@ -335,6 +339,11 @@ Napi::Value BlockId(const Napi::CallbackInfo& info) {
   PoolAllocation* b = AsPoolBlock(a);
   uint64_t id = b && b->block ? core::Pool::BlockId(b->block) : 0;
   return Napi::Number::New(env, static_cast<double>(id));
+}
+}  // namespace
+
+void InitBfc(Napi::Env env, Napi::Object exports) {
+  Register(env, exports, {{"blockId", BlockId}});
 }
 
 Napi::Array BfcBackend::Regions(Napi::Env env) {
@@ -401,7 +410,7 @@ uint64_t BfcBackend::Close(Napi::Env env, bool force) {
     // Forced: every buffer still carved from this pool becomes a freed buffer. One that an
     // asynchronous copy still uses is released when the copy settles (as free() does), and the
     // pool's regions stay mapped until then: the copy may still read or write them.
-    deferred = ReleaseOrDefer(env, GetInstance(env).handles.Live(), [this](Allocation* a) {
+    deferred = ReleaseOrDefer(env, Handles(env).Live(), [this](Allocation* a) {
       PoolAllocation* b = AsPoolBlock(a);
       return b && b->pool.get() == this;
     });

@@ -99,7 +99,7 @@ struct PoolAllocation : Allocation {
   core::Pool::Chunk* block = nullptr;
 };
 
-// blockId: returns the id a recording allocator gave the block, or 0.
-Napi::Value BlockId(const Napi::CallbackInfo& info);
+// Registers the BFC pool's own export: blockId (the id a recording allocator gave a block).
+void InitBfc(Napi::Env env, Napi::Object exports);
 
 }  // namespace cm

@@ -6,10 +6,13 @@
 #include <map>
 #include <vector>
 
+#include "binding/args.h"
+#include "binding/errors.h"
 #include "binding/exports.h"
 #include "binding/instance.h"
 #include "core/allocator/uncharged.h"
 #include "device/discovery.h"
+#include "device/nvml.h"
 
 namespace cm {
 

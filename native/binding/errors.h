@@ -11,6 +11,11 @@
 
 namespace cm {
 
+// The JS error classes native code constructs (lib/base/errors.ts): `classes` holds
+// CudaMemoryError, CudaError, OutOfMemoryError, CudaUnavailableError and InterprocessError. Until
+// they are set, errors are plain Errors with the same message and code.
+void SetErrorClasses(Napi::Env env, Napi::Object classes);
+
 // Builds (not throws) the JS error objects, for use in async completions too.
 Napi::Value MakeCudaError(Napi::Env env, cudaError_t err, const std::string& call,
                           const std::string& detail = "");
@@ -23,6 +28,9 @@ Napi::Value MakeUnavailableError(Napi::Env env, const std::string& reason,
 Napi::Value MakeInterprocessError(Napi::Env env, const core::ShmError& e);
 [[noreturn]] void ThrowInterprocess(Napi::Env env, const core::ShmError& e);
 [[noreturn]] void ThrowValue(Napi::Env env, Napi::Value error);
+// An OutOfMemoryError from its details (requested, rounded, device, limit, ...; the class's
+// constructor argument).
+Napi::Value MakeOutOfMemoryError(Napi::Env env, Napi::Object details);
 // A CudaMemoryError with `code` (ERR_ALLOCATOR_CLOSED, ERR_DISPOSED, ...), the base class of the
 // library's errors; a plain Error with that code before the classes are known.
 Napi::Error LibraryError(Napi::Env env, const std::string& code, const std::string& message);

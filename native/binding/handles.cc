@@ -1,12 +1,21 @@
 #include "binding/handles.h"
 
+#include "binding/errors.h"
 #include "binding/instance.h"
 
 namespace cm {
 
+namespace {
+struct HandleState : InstanceState {
+  HandleTable table;
+};
+}  // namespace
+
+HandleTable& Handles(Napi::Env env) { return GetInstance(env).State<HandleState>().table; }
+
 Napi::Value WrapAllocation(Napi::Env env, Allocation* a) {
   Instance& inst = GetInstance(env);
-  double h = inst.handles.Add(a, &a->slot);
+  double h = Handles(env).Add(a, &a->slot);
   if (h < 0) {
     ReleaseAllocation(env, a);
     throw LibraryError(
@@ -27,7 +36,7 @@ Allocation* UnwrapAllocation(Napi::Env env, Napi::Value v, const char* what, boo
 
 Allocation* UnwrapHandle(Napi::Env env, double h, const char* what, bool allow_released) {
   bool stale = false;
-  Allocation* a = GetInstance(env).handles.Find(h, &stale);
+  Allocation* a = Handles(env).Find(h, &stale);
   if (a && !a->free_requested) return a;
   if (!a && !stale) ThrowType(env, std::string(what) + " must be a buffer handle of this library");
   // Freed: its slot moved on, or free() waits for an asynchronous copy to finish.
@@ -91,7 +100,7 @@ void ReleaseAllocation(Napi::Env env, Allocation* a) noexcept {
   }
   void* inst = nullptr;
   if (napi_get_instance_data(env, &inst) == napi_ok && inst) {
-    static_cast<Instance*>(inst)->handles.Remove(a, a->slot);
+    static_cast<Instance*>(inst)->State<HandleState>().table.Remove(a, a->slot);
     if (a->tallied)
       tally::Change(static_cast<Instance*>(inst)->tally_id, KindOf(a), a->device, a->simulated, -1,
                     -static_cast<double>(a->bytes));

@@ -93,6 +93,8 @@ inline const char* KindOf(const Allocation* a) { return a->ops->kind ? a->ops->k
 // Buffer handles: see core/binding/handle_table.h. The table also lists what an exiting environment
 // (a worker thread) still holds, for its cleanup hook.
 using HandleTable = core::HandleTable<Allocation>;
+// This environment's table (a slot of its Instance).
+HandleTable& Handles(Napi::Env env);
 
 // Enters the allocation in the handle table and returns its handle. With 2^24 buffers live
 // already, releases the allocation and throws a RangeError (ERR_TOO_MANY_BUFFERS).

@@ -1,8 +1,7 @@
-// Per-environment state: each addon instance (main thread or worker) has its own Instance, with
-// its handle table and the JS error classes; nothing lives in static globals. Each concern keeps
-// its own state here too, in a slot it makes on first use (Instance::State), so that this layer
-// names none of them. Errors, handles and argument reading have their own headers, included here
-// for the files that use all of them.
+// Per-environment state: each addon instance (main thread or worker) has its own Instance;
+// nothing lives in static globals. Each concern keeps its state here, in a slot it makes on first
+// use (Instance::State), so that this file names none of them: the binding's handle table
+// (binding/handles.h) and JS error classes (binding/errors.h) are slots too.
 #pragma once
 
 #include <napi.h>
@@ -16,9 +15,6 @@
 #include <vector>
 
 #include "base/cuda_api.h"
-#include "binding/args.h"
-#include "binding/errors.h"
-#include "binding/handles.h"
 
 namespace cm {
 
@@ -61,9 +57,6 @@ std::vector<Row> Others(uint64_t self);
 
 class Instance {
  public:
-  Napi::FunctionReference library_error, cuda_error, oom_error, unavailable_error,
-      interprocess_error;
-  HandleTable handles;
   const uint64_t tally_id = tally::Enter();  // this environment in the process-wide tally
 
   Instance();

@@ -3,7 +3,11 @@
 // is null where the driver's NVML lacks it, so every caller checks the ones it uses.
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <vector>
+
+#include "core/device/topology.h"
 
 namespace cm {
 
@@ -61,5 +65,32 @@ struct Nvml {
 const Nvml& LoadNvml();
 // The NVML handle of the device at `pci_bus_id`, or null (no NVML, or no such device).
 void* NvmlDevice(const Nvml& nvml, const std::string& pci_bus_id);
+
+// The queries the library makes through it; each says so where NVML or the call is missing.
+
+struct PcieLink {
+  bool known = false;
+  unsigned current_gen = 0, max_gen = 0, current_width = 0, max_width = 0;
+};
+// Reads the link of the GPU at this PCI bus id through NVML, if NVML is present.
+PcieLink ReadPcieLink(const std::string& pci_bus_id);
+// NVML's index of the GPU (nvidia-smi's numbering, which CUDA_VISIBLE_DEVICES does not change);
+// -1 without NVML.
+int NvmlIndex(const std::string& pci_bus_id);
+// NVML's addressing mode of the GPU (0 none, 1 HMM, 2 ATS); -1 where NVML or the call (drivers
+// from 580 on) is missing.
+int NvmlAddressingMode(const std::string& pci_bus_id);
+// The GPU's active NVLinks and what each reaches; false when NVML cannot say (no NVML, or a
+// driver without the NVLink queries), with `out->active` empty.
+bool ReadNvLinks(const std::string& pci_bus_id, core::GpuLinks* out);
+
+struct GpuProcess {
+  unsigned pid = 0;         // in NVML's pid namespace: the host's
+  int64_t used_bytes = -1;  // -1 where NVML cannot tell (some vGPU and Windows drivers)
+};
+// The compute processes NVML lists on the GPU of `uuid` ("GPU-..."), with the device memory each
+// uses (its CUDA context and every allocation, by any API); false where NVML cannot answer (no
+// NVML, no such GPU, a driver without the query), with `out` empty.
+bool NvmlProcesses(const std::string& uuid, std::vector<GpuProcess>* out);
 
 }  // namespace cm

@@ -5,9 +5,11 @@
 #include <utility>
 #include <vector>
 
+#include "binding/args.h"
 #include "binding/exports.h"
 #include "core/device/peer_grants.h"
 #include "device/discovery.h"
+#include "device/nvml.h"
 
 namespace cm {
 

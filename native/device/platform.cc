@@ -5,6 +5,8 @@
 #include <cctype>
 #include <cerrno>
 
+#include "binding/args.h"
+#include "binding/errors.h"
 #include "binding/exports.h"
 #include "binding/instance.h"
 #include "core/device/platform_limits.h"

@@ -1,7 +1,7 @@
 #include "device/shared_memory.h"
 
 #include "base/cuda_api.h"
-#include "device/discovery.h"
+#include "device/nvml.h"
 
 namespace cm {
 

@@ -1,5 +1,7 @@
 #include "device/stream.h"
 
+#include "binding/args.h"
+#include "binding/errors.h"
 #include "binding/exports.h"
 #include "device/discovery.h"
 

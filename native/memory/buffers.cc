@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "binding/args.h"
+#include "binding/errors.h"
 #include "binding/exports.h"
 #include "binding/instance.h"
 #include "core/device/numa.h"
@@ -81,7 +83,7 @@ void ThrowDeviceOom(Napi::Env env, uint64_t bytes, int device, const char* call)
   d.Set("deviceFree", static_cast<double>(free_b));
   d.Set("deviceTotal", static_cast<double>(total_b));
   d.Set("call", call);
-  ThrowValue(env, GetInstance(env).oom_error.New({d}));
+  ThrowValue(env, MakeOutOfMemoryError(env, d));
 }
 
 // cudaMalloc on `device`; out of memory is an OutOfMemoryError with the device's free memory.
@@ -300,7 +302,7 @@ Napi::Value HandleInfo(const Napi::CallbackInfo& info) {
 }
 
 Napi::Value LiveCount(const Napi::CallbackInfo& info) {
-  return Napi::Number::New(info.Env(), static_cast<double>(GetInstance(info.Env()).handles.size()));
+  return Napi::Number::New(info.Env(), static_cast<double>(Handles(info.Env()).size()));
 }
 
 // Raw allocations (rawDeviceAlloc): a cudaMalloc that no handle, pool or finalizer knows of, as a
@@ -333,7 +335,7 @@ struct RawAllocations : InstanceState {
 Napi::Value LiveSummary(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   std::vector<LiveRow> rows;
-  for (Allocation* a : GetInstance(env).handles.Live())
+  for (Allocation* a : Handles(env).Live())
     CountLive(&rows, KindOf(a), a->device, a->simulated, a->bytes);
   for (const RawAllocations::Raw& r : GetInstance(env).State<RawAllocations>().live) {
     if (!r.listed) continue;
@@ -443,7 +445,7 @@ Napi::Array LiveRowsValue(Napi::Env env, const std::vector<LiveRow>& rows) {
 
 void ReleaseAllLive(Napi::Env env) {
   Napi::HandleScope scope(env);  // a release op may still make handles (none reaches JavaScript)
-  for (Allocation* a : GetInstance(env).handles.Live())
+  for (Allocation* a : Handles(env).Live())
     if (a->pending == 0) {
       a->env_closing = true;
       ReleaseAllocation(env, a);

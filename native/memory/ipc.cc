@@ -4,6 +4,8 @@
 #include <cstring>
 
 #include "base/cuda_api.h"
+#include "binding/args.h"
+#include "binding/errors.h"
 #include "binding/exports.h"
 #include "binding/instance.h"
 #include "core/memory/ipc_record.h"
@@ -183,7 +185,7 @@ Allocation* NewIpcImport(int device, void* base, core::IpcOpening opening) {
 }
 
 void RefuseIfOpen(Napi::Env env, const core::IpcOpening& wanted) {
-  for (Allocation* open : GetInstance(env).handles.Live()) {
+  for (Allocation* open : Handles(env).Live()) {
     // A buffer whose free() waits for a copy is freed as far as its user knows.
     if (open->ops != &kIpcImportOps || open->free_requested) continue;
     const core::IpcOpening& o = static_cast<IpcImportAllocation*>(open)->opening;

@@ -6,6 +6,8 @@
 #include <array>
 #include <string>
 
+#include "binding/args.h"
+#include "binding/errors.h"
 #include "binding/exports.h"
 #include "binding/instance.h"
 #include "core/memory/ipc_record.h"

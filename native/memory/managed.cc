@@ -3,6 +3,8 @@
 #include <string>
 #include <vector>
 
+#include "binding/args.h"
+#include "binding/errors.h"
 #include "binding/exports.h"
 #include "binding/instance.h"
 #include "binding/promise_worker.h"

@@ -7,6 +7,8 @@
 
 #include <cerrno>
 
+#include "binding/args.h"
+#include "binding/errors.h"
 #include "binding/exports.h"
 #include "binding/instance.h"
 #include "core/base/shm.h"

@@ -6,6 +6,8 @@
 #include <cstring>
 #include <string>
 
+#include "binding/args.h"
+#include "binding/errors.h"
 #include "binding/exports.h"
 #include "binding/promise_worker.h"
 #include "device/discovery.h"

@@ -4,6 +4,8 @@
 
 #include <napi.h>
 
+#include "binding/errors.h"
+#include "binding/handles.h"
 #include "binding/instance.h"
 
 namespace cm {

@@ -3,6 +3,7 @@
 #include <map>
 #include <mutex>
 
+#include "binding/errors.h"
 #include "core/transfer/peer_schedule.h"
 
 namespace cm {

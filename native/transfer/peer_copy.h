@@ -5,6 +5,7 @@
 
 #include <cstddef>
 
+#include "binding/errors.h"
 #include "binding/instance.h"
 
 namespace cm {

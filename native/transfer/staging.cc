@@ -4,6 +4,8 @@
 #include <map>
 #include <thread>
 
+#include "binding/args.h"
+#include "binding/errors.h"
 #include "binding/exports.h"
 #include "core/transfer/file_pipeline.h"  // HostTransport
 #include "device/discovery.h"

@@ -12,6 +12,7 @@
 #include <optional>
 #include <vector>
 
+#include "binding/errors.h"
 #include "binding/instance.h"
 #include "core/device/numa.h"
 #include "core/transfer/copy_team.h"

@@ -1,7 +1,7 @@
 'use strict';
 // Managed allocators on the simulated device: the same pool over managed regions, and
 // oversubscription only where it is asked for, in so many words. No GPU.
-const { cm, simAllocator: sim } = require('../helpers');
+const { cm, metrics, simAllocator: sim } = require('../helpers');
 const { native } = require('../../dist/binding/native');
 
 const MiB = 2 ** 20;
@@ -102,7 +102,7 @@ describe('managed allocators on a simulated device', () => {
     const trace = a.stopRecording();
     expect(trace.events.map((e) => e.action)).toEqual(expect.arrayContaining(['alloc', 'free']));
     expect(a.snapshot().segments.length).toBeGreaterThan(0);
-    const text = cm.metricsText({ allocators: { big: a } });
+    const text = metrics.metricsText({ allocators: { big: a } });
     expect(text).toMatch(/cuda_memory_allocator_limit_bytes\{allocator="big",device="0"\} 10737418240/);
     a.close();
   });

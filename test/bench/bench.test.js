@@ -4,7 +4,7 @@
 const fs = require('fs');
 const path = require('path');
 const { spawnSync } = require('child_process');
-const { cm, gpu, root } = require('../helpers');
+const { cm, bench, gpu, root } = require('../helpers');
 const { formatTable, formatCsv, formatChart, renderHtml, benchmarkJunit } = require('../../dist/report/bench');
 const { renderJunit } = require('../../dist/report/junit');
 const { gateSource } = require('../../dist/bench/transfer');
@@ -18,14 +18,14 @@ const GiB = 2 ** 30;
 const cli = path.join(__dirname, '..', '..', 'dist', 'cli.js');
 
 test('summarize: median, percentiles, min, max, coefficient of variation', () => {
-  const s = cm.summarize([5, 1, 4, 2, 3]);
+  const s = bench.summarize([5, 1, 4, 2, 3]);
   expect(s).toMatchObject({ count: 5, median: 3, min: 1, max: 5, mean: 3 });
   expect(s.p10).toBeCloseTo(1.4, 12);
   expect(s.p90).toBeCloseTo(4.6, 12);
   expect(s.cv).toBeCloseTo(Math.sqrt(2.5) / 3, 12);
-  expect(cm.summarize([2, 4]).median).toBe(3);
-  expect(cm.summarize([7]).cv).toBe(0);
-  expect(Number.isNaN(cm.summarize([]).median)).toBe(true);
+  expect(bench.summarize([2, 4]).median).toBe(3);
+  expect(bench.summarize([7]).cv).toBe(0);
+  expect(Number.isNaN(bench.summarize([]).median)).toBe(true);
 });
 
 test('sizes: binary suffixes, lists and power-of-two ranges', () => {
@@ -46,19 +46,19 @@ test('sizes: binary suffixes, lists and power-of-two ranges', () => {
 });
 
 test('gates: parsing', () => {
-  expect(cm.parseGate('h2d.pinned>=48GB/s')).toMatchObject({ metric: { direction: 'h2d', mode: 'pinned' }, op: '>=', value: 48 });
-  expect(cm.parseGate('d2d.traffic>=2.8TB/s').value).toBeCloseTo(2800, 9);
-  expect(cm.parseGate('h2d.pinned@64MiB > 500MB/s')).toMatchObject({ metric: { size: 64 * MiB }, op: '>', value: 0.5 });
-  expect(cm.parseGate('h2d.staged/h2d.pageable>=4')).toMatchObject({ divisor: { direction: 'h2d', mode: 'pageable' }, value: 4 });
+  expect(bench.parseGate('h2d.pinned>=48GB/s')).toMatchObject({ metric: { direction: 'h2d', mode: 'pinned' }, op: '>=', value: 48 });
+  expect(bench.parseGate('d2d.traffic>=2.8TB/s').value).toBeCloseTo(2800, 9);
+  expect(bench.parseGate('h2d.pinned@64MiB > 500MB/s')).toMatchObject({ metric: { size: 64 * MiB }, op: '>', value: 0.5 });
+  expect(bench.parseGate('h2d.staged/h2d.pageable>=4')).toMatchObject({ divisor: { direction: 'h2d', mode: 'pageable' }, value: 4 });
   for (const bad of ['h2d.pinned', 'pinned>=4GB/s', 'h2d.pinned>=fast', 'h2d.pinned>=4furlongs', 'h2d.pinned>=4', 'a.b/c.d>=4GB/s'])
-    expect(() => cm.parseGate(bad)).toThrow(RangeError);
+    expect(() => bench.parseGate(bad)).toThrow(RangeError);
 });
 
 // A made-up report, so every format can be checked without a GPU.
 
 test('gates: evaluation at the headline size, with ratios and explicit sizes', () => {
   const report = sampleReport();
-  const res = cm.evaluateGates(
+  const res = bench.evaluateGates(
     [
       'h2d.pinned>=48GB/s',
       'h2d.pinned>=60GB/s',
@@ -66,7 +66,7 @@ test('gates: evaluation at the headline size, with ratios and explicit sizes', (
       'h2d.pinned/h2d.pageable>=4',
       'h2d.pinned@1MiB>=5GB/s',
       'd2h.pinned>=1GB/s',
-    ].map(cm.parseGate),
+    ].map(bench.parseGate),
     gateSource(report),
   );
   expect(res.map((r) => r.pass)).toEqual([true, false, true, true, true, false]);
@@ -77,9 +77,9 @@ test('gates: evaluation at the headline size, with ratios and explicit sizes', (
   expect(res[3].message).toMatch(
     /^PASS h2d.pinned\/h2d.pageable>=4: measured 7.\d\dx \(54.5\d GB\/s at 256 MiB \/ 7.7\d GB\/s at 256 MiB\)$/,
   );
-  const mixed = cm.evaluateGates([cm.parseGate('h2d.pinned/h2d.pageable@1MiB>=1')], gateSource(report))[0];
+  const mixed = bench.evaluateGates([bench.parseGate('h2d.pinned/h2d.pageable@1MiB>=1')], gateSource(report))[0];
   expect(mixed.message).toMatch(/GB\/s at 256 MiB \/ \d+\.\d\d GB\/s at 1 MiB\)$/);
-  const missing = cm.evaluateGates([cm.parseGate('h2d.pinned@2MiB>=1GB/s')], gateSource(report))[0];
+  const missing = bench.evaluateGates([bench.parseGate('h2d.pinned@2MiB>=1GB/s')], gateSource(report))[0];
   expect(missing.message).toMatch(/no result for h2d.pinned at 2 MiB/);
   expect(res[5].message).toMatch(/no result for d2h.pinned/);
 });
@@ -100,7 +100,7 @@ test('every output format renders the sample report', () => {
   const chart = formatChart(report);
   expect(chart).toMatch(/h2d pinned\n\s+1 MiB █{40} 2\d\.\d+\n\s+256 MiB █{40} 54\.\d+/);
   expect(chart).toMatch(/h2d pageable\n\s+1 MiB █{10} 5\.\d+\n\s+256 MiB █{6} 7\.\d+/);
-  const gates = cm.evaluateGates([cm.parseGate('h2d.pinned>=60GB/s')], gateSource(report));
+  const gates = bench.evaluateGates([bench.parseGate('h2d.pinned>=60GB/s')], gateSource(report));
   const html = renderHtml(report, gates);
   expect(html.startsWith('<!doctype html>')).toBe(true);
   expect((html.match(/<svg /g) || []).length).toBe(2);

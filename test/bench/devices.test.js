@@ -5,7 +5,7 @@ const path = require('path');
 const { execFileSync, spawnSync } = require('child_process');
 const fs = require('fs');
 const os = require('os');
-const { cm, root, gpuCount: count, describeGpu, describeTwoGpus, same } = require('../helpers');
+const { cm, bench, root, gpuCount: count, describeGpu, describeTwoGpus, same } = require('../helpers');
 const { devicesGateSource } = require(path.join(root, 'dist', 'bench', 'devices'));
 const { p2pGateSource } = require(path.join(root, 'dist', 'bench', 'p2p'));
 const { combineSources } = require(path.join(root, 'dist', 'bench', 'gates'));
@@ -89,21 +89,21 @@ describe('several-GPU reports and gates without a GPU', () => {
   };
 
   test('gates: GPU scopes, totals, shares, pairs, both ways and latency, each in its unit', () => {
-    expect(cm.parseGate('h2d.pinned.all>=50GB/s')).toMatchObject({
+    expect(bench.parseGate('h2d.pinned.all>=50GB/s')).toMatchObject({
       metric: { direction: 'h2d', mode: 'pinned', scope: 'all' },
       value: 50,
       unit: 'rate',
     });
-    expect(cm.parseGate('p2p.0-1>=300GB/s')).toMatchObject({ metric: { direction: 'p2p', mode: '0-1' }, unit: 'rate' });
-    expect(cm.parseGate('p2p.0-1.latency<=20us')).toMatchObject({ metric: { scope: 'latency' }, op: '<=', value: 20, unit: 'time' });
-    expect(cm.parseGate('p2p.0-1.latency<0.02ms').value).toBeCloseTo(20, 9);
-    expect(cm.parseGate('h2d.pinned.share>=0.95')).toMatchObject({ value: 0.95, unit: 'ratio' });
-    expect(() => cm.parseGate('p2p.0-1.latency<=20GB/s')).toThrow(/is a time \(µs\), so gate .* cannot compare it with a rate/);
-    expect(() => cm.parseGate('h2d.pinned.share>=95GB/s')).toThrow(/is a plain number/);
-    expect(() => cm.parseGate('p2p.0-1>=20us')).toThrow(/is a rate \(GB\/s\)/);
-    expect(() => cm.parseGate('p2p.0-1.latency/h2d.pinned>=2')).toThrow(/same kind of number/);
+    expect(bench.parseGate('p2p.0-1>=300GB/s')).toMatchObject({ metric: { direction: 'p2p', mode: '0-1' }, unit: 'rate' });
+    expect(bench.parseGate('p2p.0-1.latency<=20us')).toMatchObject({ metric: { scope: 'latency' }, op: '<=', value: 20, unit: 'time' });
+    expect(bench.parseGate('p2p.0-1.latency<0.02ms').value).toBeCloseTo(20, 9);
+    expect(bench.parseGate('h2d.pinned.share>=0.95')).toMatchObject({ value: 0.95, unit: 'ratio' });
+    expect(() => bench.parseGate('p2p.0-1.latency<=20GB/s')).toThrow(/is a time \(µs\), so gate .* cannot compare it with a rate/);
+    expect(() => bench.parseGate('h2d.pinned.share>=95GB/s')).toThrow(/is a plain number/);
+    expect(() => bench.parseGate('p2p.0-1>=20us')).toThrow(/is a rate \(GB\/s\)/);
+    expect(() => bench.parseGate('p2p.0-1.latency/h2d.pinned>=2')).toThrow(/same kind of number/);
     const source = combineSources(devicesGateSource(devicesReport), p2pGateSource(p2pReport));
-    const res = cm.evaluateGates(
+    const res = bench.evaluateGates(
       [
         'h2d.pinned.all>=50GB/s',
         'h2d.pinned.all>=53GB/s',
@@ -119,7 +119,7 @@ describe('several-GPU reports and gates without a GPU', () => {
         'p2p.0-2>=1GB/s',
         'd2h.pinned.all>=1GB/s',
         'h2d.pinned>=1GB/s',
-      ].map(cm.parseGate),
+      ].map(bench.parseGate),
       source,
     );
     expect(res.map((r) => r.pass)).toEqual([true, false, true, true, true, false, true, true, true, true, true, false, false, false]);
@@ -136,7 +136,7 @@ describe('several-GPU reports and gates without a GPU', () => {
     const parsePrometheus = require('parse-prometheus-text-format');
     const { multiBenchFamilies } = require(path.join(root, 'dist', 'metrics', 'families'));
     const { formatExposition } = require(path.join(root, 'dist', 'metrics', 'exposition'));
-    const gates = cm.evaluateGates([cm.parseGate('p2p.0-1>=400GB/s')], p2pGateSource(p2pReport));
+    const gates = bench.evaluateGates([bench.parseGate('p2p.0-1>=400GB/s')], p2pGateSource(p2pReport));
     const text = formatExposition(multiBenchFamilies(devicesReport, p2pReport, gates, 1_800_000_000));
     const fams = Object.fromEntries(parsePrometheus(text).map((f) => [f.name, f.metrics]));
     const get = (name, labels) =>
@@ -179,7 +179,7 @@ describe('several-GPU reports and gates without a GPU', () => {
     expect(csv[0]).toBe('direction,mode,bytes,gpu,scope,median_gbps,p10_gbps,p90_gbps,share_of_alone,verified');
     expect(csv).toHaveLength(1 + 4 + 1 + 1 + 1 + 2 + 1 + 2);
     expect(csv).toContain(`0,1,${GiB},bidirectional,770,GB/s,781,,,true,778`);
-    const gates = cm.evaluateGates([cm.parseGate('p2p.0-1>=400GB/s')], p2pGateSource(p2pReport));
+    const gates = bench.evaluateGates([bench.parseGate('p2p.0-1>=400GB/s')], p2pGateSource(p2pReport));
     const html = mr.renderMultiHtml(devicesReport, p2pReport, gates);
     expect(html.startsWith('<!doctype html>')).toBe(true);
     expect((html.match(/<svg /g) || []).length).toBe(4);
@@ -448,8 +448,8 @@ describeTwoGpus('several-GPU benchmarks and doctor', () => {
     expect(r.results.find((x) => x.mode === 'pinned').timing).toBe('cuda-events');
     expect(r.results.find((x) => x.mode === 'staged').timing).toBe('steady-clock');
     expect(r.results.find((x) => x.mode === 'hostcopy').timing).toBe('steady-clock');
-    const g = cm.evaluateGates(
-      [cm.parseGate('h2d.pinned.all>=0.1GB/s'), cm.parseGate('bidir.staged.total>=0.1GB/s')],
+    const g = bench.evaluateGates(
+      [bench.parseGate('h2d.pinned.all>=0.1GB/s'), bench.parseGate('bidir.staged.total>=0.1GB/s')],
       devicesGateSource(r),
     );
     expect(g.map((x) => x.pass)).toEqual([true, true]);

@@ -3,7 +3,7 @@
 const fs = require('fs');
 const os = require('os');
 const path = require('path');
-const { cm, root, describeGpu, inPrivateMounts, privateMountsWork } = require('../helpers');
+const { cm, bench, root, describeGpu, inPrivateMounts, privateMountsWork } = require('../helpers');
 const { formatFilesTable, formatFilesCsv, renderFilesHtml, filesJunit } = require(path.join(root, 'dist/report/files'));
 const { filesFamilies } = require(path.join(root, 'dist/metrics/families'));
 const { formatExposition } = require(path.join(root, 'dist/metrics/exposition'));
@@ -12,7 +12,7 @@ const MiB = 1024 * 1024;
 
 function run(opts = {}) {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cm-bench-files-'));
-  return cm
+  return bench
     .runFilesBenchmark({ dir, bytes: 8 * MiB + 5, iterations: 2, ...opts })
     .finally(() => fs.rmSync(dir, { recursive: true, force: true }));
 }
@@ -20,7 +20,7 @@ function run(opts = {}) {
 describe('bench-files', () => {
   test('storage rows cold and warm, verified, with statistics, gates and every format; the folder is left clean', async () => {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cm-bench-files-'));
-    const report = await cm.runFilesBenchmark({ dir, bytes: 8 * MiB + 5, iterations: 3 });
+    const report = await bench.runFilesBenchmark({ dir, bytes: 8 * MiB + 5, iterations: 3 });
     expect(fs.readdirSync(dir)).toEqual([]);
     fs.rmSync(dir, { recursive: true });
     expect(report.schema).toBe('cuda-memory/files-benchmark@1');
@@ -33,12 +33,12 @@ describe('bench-files', () => {
       expect(r.bytes).toBe(8 * MiB + 5);
     }
     expect(report.results.find((r) => r.mode === 'storage-warm').resident).toBeGreaterThan(0.9);
-    const gates = cm.evaluateGates(
-      [cm.parseGate('read.storage-warm>=0.001GB/s'), cm.parseGate('read.storage-warm/read.storage-cold>=0.0001')],
-      cm.filesGateSource(report),
+    const gates = bench.evaluateGates(
+      [bench.parseGate('read.storage-warm>=0.001GB/s'), bench.parseGate('read.storage-warm/read.storage-cold>=0.0001')],
+      bench.filesGateSource(report),
     );
     expect(gates.map((g) => g.pass)).toEqual([true, true]);
-    expect(cm.evaluateGates([cm.parseGate('read.nothing>=1GB/s')], cm.filesGateSource(report))[0].pass).toBe(false);
+    expect(bench.evaluateGates([bench.parseGate('read.nothing>=1GB/s')], bench.filesGateSource(report))[0].pass).toBe(false);
     expect(formatFilesTable(report)).toMatch(/read\s+storage-cold\s+8\.00 MiB/);
     expect(formatFilesCsv(report).split('\n')[0]).toMatch(/^direction,mode,bytes,timing,median_gbps/);
     expect(filesJunit(report, gates)).toContain('files.gates');
@@ -68,7 +68,7 @@ describe('bench-files', () => {
   });
 
   test('arguments are checked', async () => {
-    await expect(cm.runFilesBenchmark({ dir: '/nonexistent-folder' })).rejects.toThrow(TypeError);
+    await expect(bench.runFilesBenchmark({ dir: '/nonexistent-folder' })).rejects.toThrow(TypeError);
     await expect(run({ iterations: 0 })).rejects.toThrow(RangeError);
   });
 
@@ -137,7 +137,7 @@ describe('bench-files stopped midway', () => {
       sawFile = testFile(dir) !== null;
       stop.abort('enough');
     };
-    await expect(cm.runFilesBenchmark({ dir, bytes: 4 * MiB, iterations: 3, onProgress, signal: stop.signal })).rejects.toEqual(
+    await expect(bench.runFilesBenchmark({ dir, bytes: 4 * MiB, iterations: 3, onProgress, signal: stop.signal })).rejects.toEqual(
       expect.objectContaining({
         name: 'AbortError',
         code: 'ABORT_ERR',
@@ -148,8 +148,10 @@ describe('bench-files stopped midway', () => {
     expect(sawFile).toBe(true);
     expect(fs.readdirSync(dir)).toEqual([]);
     // Aborted already: nothing is written; not a signal: a TypeError.
-    await expect(cm.runFilesBenchmark({ dir, signal: stop.signal })).rejects.toEqual(expect.objectContaining({ code: 'ABORT_ERR' }));
-    await expect(cm.runFilesBenchmark({ dir, signal: 'stop' })).rejects.toEqual(expect.objectContaining({ code: 'ERR_INVALID_ARG_TYPE' }));
+    await expect(bench.runFilesBenchmark({ dir, signal: stop.signal })).rejects.toEqual(expect.objectContaining({ code: 'ABORT_ERR' }));
+    await expect(bench.runFilesBenchmark({ dir, signal: 'stop' })).rejects.toEqual(
+      expect.objectContaining({ code: 'ERR_INVALID_ARG_TYPE' }),
+    );
     expect(fs.readdirSync(dir)).toEqual([]);
     fs.rmSync(dir, { recursive: true });
   });
@@ -181,7 +183,7 @@ describe('bench-files where the folder or the size cannot work', () => {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cm-bench-files-'));
     try {
       const max = require('buffer').constants.MAX_LENGTH;
-      const e = await cm.runFilesBenchmark({ dir, bytes: Math.min(max + 1, Number.MAX_SAFE_INTEGER + 1) }).catch((x) => x);
+      const e = await bench.runFilesBenchmark({ dir, bytes: Math.min(max + 1, Number.MAX_SAFE_INTEGER + 1) }).catch((x) => x);
       expect(e).toBeInstanceOf(RangeError);
       expect(e.code).toBe('ERR_OUT_OF_RANGE');
       expect(e.message).toMatch(/options\.bytes/);

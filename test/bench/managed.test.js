@@ -1,7 +1,7 @@
 'use strict';
 // The benchmark's managed rows: in every report format and gate (from a fixed report, no GPU), and
 // measured on a GPU at a small size beside the raw CUDA calls of the same run.
-const { cm, describeGpu } = require('../helpers');
+const { cm, bench, describeGpu } = require('../helpers');
 const { sampleReport } = require('../fixtures/sample-report');
 const { formatTable, formatCsv, renderHtml, benchmarkJunit } = require('../../dist/report/bench');
 const { gateSource, KNOWN_MODES, ALL_MODES } = require('../../dist/bench/transfer');
@@ -21,8 +21,8 @@ function withManaged() {
       direction,
       bytes: big,
       timing,
-      seconds: cm.summarize(samples),
-      gbps: cm.summarize(samples.map((t) => big / t / 1e9)),
+      seconds: bench.summarize(samples),
+      gbps: bench.summarize(samples.map((t) => big / t / 1e9)),
       verified: true,
       samples,
     };
@@ -53,9 +53,9 @@ test('managed rows appear in the table, CSV, HTML, JUnit and Prometheus formats,
   expect(csv).toMatch(/^h2d,managed,268435456,js-clock,47,/m);
   expect(csv).toMatch(/^h2d,managed-copy-raw,268435456,steady-clock/m);
   expect(renderHtml(report)).toMatch(/<td>managed-copy<\/td>/);
-  const gates = cm.evaluateGates([cm.parseGate('h2d.managed>=40GB/s'), cm.parseGate('d2h.managed>=40GB/s')], gateSource(report));
+  const gates = bench.evaluateGates([bench.parseGate('h2d.managed>=40GB/s'), bench.parseGate('d2h.managed>=40GB/s')], gateSource(report));
   expect(gates.map((g) => g.pass)).toEqual([true, false]);
-  expect(cm.evaluateGates([cm.parseGate('h2d.managed/h2d.managed-raw>=0.9')], gateSource(report))[0].pass).toBe(true);
+  expect(bench.evaluateGates([bench.parseGate('h2d.managed/h2d.managed-raw>=0.9')], gateSource(report))[0].pass).toBe(true);
   expect(benchmarkJunit(report, gates)).toMatch(/managed 256 MiB/);
   const text = formatExposition(benchFamilies(report, gates, 0));
   expect(text).toMatch(/mode="managed"/);
@@ -64,7 +64,7 @@ test('managed rows appear in the table, CSV, HTML, JUnit and Prometheus formats,
 
 describeGpu('managed benchmark rows', () => {
   test('prefetch and copy rows beside the raw calls, verified, at 64 MiB (far inside free memory)', async () => {
-    const report = await cm.runTransferBenchmark({
+    const report = await bench.runTransferBenchmark({
       sizes: [64 * MiB],
       modes: ['managed', 'managed-copy'],
       directions: ['h2d', 'd2h'],
@@ -96,7 +96,13 @@ describeGpu('managed benchmark rows', () => {
   });
 
   test('with a managed mode the event-loop probe also watches prefetch; without one it does not', async () => {
-    const report = await cm.runTransferBenchmark({ sizes: [64 * MiB], modes: ['managed'], directions: ['h2d'], iterations: 10, warmup: 1 });
+    const report = await bench.runTransferBenchmark({
+      sizes: [64 * MiB],
+      modes: ['managed'],
+      directions: ['h2d'],
+      iterations: 10,
+      warmup: 1,
+    });
     const p = report.prefetchEventLoop;
     expect(p).toMatchObject({ prefetchBytes: 6 * 64 * MiB, gcPauses: expect.any(Number) });
     expect(p.prefetchSeconds).toBeGreaterThan(0);
@@ -107,7 +113,7 @@ describeGpu('managed benchmark rows', () => {
     console.log(
       `event loop, 64 MiB prefetch to the device and back x3: worst ${p.worstDelayMs.toFixed(2)} ms over ${p.timerFires} ticks in ${(p.prefetchSeconds * 1e3).toFixed(1)} ms`,
     );
-    const plain = await cm.runTransferBenchmark({ sizes: [MiB], modes: ['pinned'], directions: ['h2d'], iterations: 10, warmup: 1 });
+    const plain = await bench.runTransferBenchmark({ sizes: [MiB], modes: ['pinned'], directions: ['h2d'], iterations: 10, warmup: 1 });
     expect(plain.eventLoop).toBeDefined();
     expect(plain.prefetchEventLoop).toBeUndefined();
   });

@@ -1,12 +1,12 @@
 'use strict';
 // lib/bench/transfer.ts on a GPU: a small run of the transfer benchmark.
-const { cm, describeGpu } = require('../helpers');
+const { cm, bench, describeGpu } = require('../helpers');
 
 const MiB = 2 ** 20;
 
 describeGpu('transfer benchmark (small run)', () => {
   test('every mode and direction gives verified data and sane numbers', async () => {
-    const report = await cm.runTransferBenchmark({
+    const report = await bench.runTransferBenchmark({
       sizes: [64 * 1024, 8 * MiB],
       iterations: 10,
       smallIterations: 30,
@@ -36,7 +36,7 @@ describeGpu('transfer benchmark (small run)', () => {
 
   test('staged-dma rows: the staged chunks from pinned memory bound the staged rows', async () => {
     const progress = [];
-    const report = await cm.runTransferBenchmark({
+    const report = await bench.runTransferBenchmark({
       sizes: [4 * MiB],
       modes: ['staged'],
       directions: ['h2d', 'd2h'],
@@ -111,7 +111,7 @@ describeGpu('the event-loop probes on a device with no room for their buffers', 
     // neighbour had taken the memory: cudaMalloc itself refuses the probe's buffer.
     const spy = jest.spyOn(cm.DeviceBuffer, 'alloc').mockImplementation((n, o) => alloc.call(cm.DeviceBuffer, rowsDone ? total + n : n, o));
     try {
-      const report = await cm.runTransferBenchmark({
+      const report = await bench.runTransferBenchmark({
         sizes: [4 * MiB],
         modes: ['pinned'],
         directions: ['h2d'],

@@ -6,6 +6,16 @@ const { cm } = require('../helpers');
 
 const root = path.join(__dirname, '..', '..');
 
+// The entry points a program imports by name: those of package.json's exports with an `import`
+// and a `require` condition ("." and the three by audience); the test runners' own entry points
+// (jest-environment, node-test, vitest) are tested with the leak gate.
+const exportsMap = require(path.join(root, 'package.json')).exports;
+const ENTRY_NAMES = Object.keys(exportsMap)
+  .filter((k) => exportsMap[k].import && exportsMap[k].require)
+  .map((k) => (k === '.' ? 'cuda-memory' : `cuda-memory/${k.slice(2)}`));
+const entryFile = (name) =>
+  path.join(root, exportsMap[name === 'cuda-memory' ? '.' : `./${name.slice('cuda-memory/'.length)}`].require.default);
+
 function nodeEval(code, env = {}) {
   return execFileSync(process.execPath, ['-e', code], { cwd: root, env: { ...process.env, ...env }, encoding: 'utf8' });
 }
@@ -35,32 +45,40 @@ describe('loading', () => {
     expect(JSON.parse(out)).toEqual({ reason: 'ADDON_NOT_LOADED', name: 'CudaUnavailableError', why: 'ADDON_NOT_LOADED', isErr: true });
   });
 
-  test('import (ESM) and require share one module', () => {
-    const out = execFileSync(
-      process.execPath,
-      [
-        '--input-type=module',
-        '-e',
-        "import cm, { copy, status } from 'cuda-memory'; import { createRequire } from 'node:module'; const r = createRequire(import.meta.url)('cuda-memory'); console.log(cm.copy === copy && r.copy === copy, typeof status().available)",
-      ],
-      { cwd: root, encoding: 'utf8' },
-    );
-    expect(out.trim()).toBe('true boolean');
+  test('import (ESM) and require share one module, at every entry point', () => {
+    for (const name of ENTRY_NAMES) {
+      const first = Object.keys(require(entryFile(name)))[0];
+      const out = execFileSync(
+        process.execPath,
+        [
+          '--input-type=module',
+          '-e',
+          `import m, { ${first} } from '${name}'; import * as all from '${name}'; import { createRequire } from 'node:module';
+           const r = createRequire(import.meta.url)('${name}');
+           console.log(m === r, m.${first} === ${first} && r.${first} === ${first}, Object.keys(all).filter((k) => k !== 'default').sort().join() === Object.keys(r).sort().join())`,
+        ],
+        { cwd: root, encoding: 'utf8' },
+      );
+      expect([name, out.trim()]).toEqual([name, 'true true true']);
+    }
   });
 
-  test("the default import from CommonJS output (esbuild --format=cjs, as tsc's esModuleInterop reads it) is the package", () => {
-    const { outputFiles } = require('esbuild').buildSync({
-      stdin: {
-        contents: "import cm, { copy } from 'cuda-memory'; console.log(cm === require('cuda-memory'), cm.copy === copy)",
-        loader: 'ts',
-      },
-      bundle: true,
-      format: 'cjs',
-      platform: 'node',
-      external: ['cuda-memory'],
-      write: false,
-    });
-    expect(nodeEval(outputFiles[0].text).trim()).toBe('true true');
+  test("the default import from CommonJS output (esbuild --format=cjs, as tsc's esModuleInterop reads it) is the module, at every entry point", () => {
+    for (const name of ENTRY_NAMES) {
+      const first = Object.keys(require(entryFile(name)))[0];
+      const { outputFiles } = require('esbuild').buildSync({
+        stdin: {
+          contents: `import m, { ${first} } from '${name}'; console.log(m === require('${name}'), m.${first} === ${first})`,
+          loader: 'ts',
+        },
+        bundle: true,
+        format: 'cjs',
+        platform: 'node',
+        external: ['cuda-memory'],
+        write: false,
+      });
+      expect([name, nodeEval(outputFiles[0].text).trim()]).toEqual([name, 'true true']);
+    }
   });
 
   test('the native exports are exactly the declared ones', () => {
@@ -75,23 +93,54 @@ describe('loading', () => {
     expect(NATIVE_EXPORTS.filter((name) => typeof native[name] !== 'function' || native[name].name !== name)).toEqual([]);
   });
 
-  test('the module exports exactly what dist/index.d.ts declares', () => {
+  test('each entry point exports exactly what its .d.ts declares', () => {
     const ts = require('typescript');
-    const file = path.join(root, 'dist', 'index.d.ts');
-    const program = ts.createProgram([file], { skipLibCheck: true });
-    const checker = program.getTypeChecker();
-    const sym = checker.getSymbolAtLocation(program.getSourceFile(file));
-    const declared = checker
-      .getExportsOfModule(sym)
-      .filter((s) => {
-        const t = s.flags & ts.SymbolFlags.Alias ? checker.getAliasedSymbol(s) : s;
-        return t.flags & (ts.SymbolFlags.Value | ts.SymbolFlags.Function | ts.SymbolFlags.Class);
-      })
-      .map((s) => s.getName())
-      .sort();
-    // `default` (the package itself) is there for CommonJS output's default import, not enumerable.
-    const actual = [...Object.keys(cm).filter((k) => k !== '__esModule'), ...(cm.default === cm ? ['default'] : [])].sort();
-    expect(actual).toEqual(declared);
+    for (const name of ENTRY_NAMES) {
+      const file = entryFile(name).replace(/\.js$/, '.d.ts');
+      const program = ts.createProgram([file], { skipLibCheck: true });
+      const checker = program.getTypeChecker();
+      const sym = checker.getSymbolAtLocation(program.getSourceFile(file));
+      const declared = checker
+        .getExportsOfModule(sym)
+        .filter((s) => {
+          const t = s.flags & ts.SymbolFlags.Alias ? checker.getAliasedSymbol(s) : s;
+          return t.flags & (ts.SymbolFlags.Value | ts.SymbolFlags.Function | ts.SymbolFlags.Class);
+        })
+        .map((s) => s.getName())
+        .sort();
+      // `default` (the module itself) is there for CommonJS output's default import, not enumerable.
+      const m = require(entryFile(name));
+      const actual = [...Object.keys(m).filter((k) => k !== '__esModule'), ...(m.default === m ? ['default'] : [])].sort();
+      expect([name, actual]).toEqual([name, declared]);
+    }
+  });
+
+  test('a name is exported by one entry point only; the memory library holds none of bench, metrics or testing', () => {
+    const where = new Map();
+    for (const name of ENTRY_NAMES) for (const k of Object.keys(require(entryFile(name)))) where.set(k, [...(where.get(k) ?? []), name]);
+    expect([...where].filter(([, at]) => at.length > 1)).toEqual([]);
+    for (const k of [
+      'runTransferBenchmark',
+      'runDoctor',
+      'parseGate',
+      'summarize',
+      'registerMetrics',
+      'metricsText',
+      'createLeakGate',
+      'LeakError',
+    ])
+      expect([k, k in cm]).toEqual([k, false]);
+  });
+
+  test("TypeDoc documents exactly the package's entry points", () => {
+    const typedoc = JSON.parse(fs.readFileSync(path.join(root, 'typedoc.json'), 'utf8'));
+    const sources = ENTRY_NAMES.map((name) =>
+      path
+        .relative(root, entryFile(name))
+        .replace(/^dist\//, 'lib/')
+        .replace(/\.js$/, '.ts'),
+    );
+    expect([...typedoc.entryPoints].sort()).toEqual(sources.sort());
   });
 });
 

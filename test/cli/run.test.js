@@ -8,7 +8,7 @@ const fs = require('fs');
 const os = require('os');
 const path = require('path');
 const { spawn, spawnSync } = require('child_process');
-const { cm, root, describeGpu, inPrivateMounts, privateMountsWork } = require('../helpers');
+const { cm, metrics, root, describeGpu, inPrivateMounts, privateMountsWork } = require('../helpers');
 
 const MiB = 2 ** 20;
 const cli = path.join(root, 'dist', 'cli.js');
@@ -171,7 +171,7 @@ describe('cuda-memory run on a simulated device', () => {
       expect(withNvml).toContain('\n  NVML: the 1 of 2 members it lists use 600 MiB of the device (contexts and all)\n');
       expect(withNvml).toMatch(new RegExp(`\\n\\s+${m.pid}\\s+32 MiB\\s+32 MiB\\s+600 MiB\\s+32 MiB`));
 
-      const text = cm.metricsText({ groups: true });
+      const text = metrics.metricsText({ groups: true });
       const labels = `group="shown",device="simulated"`;
       expect(text).toContain(`cuda_memory_group_budget_bytes{${labels}} ${256 * MiB}`);
       expect(text).toContain(`cuda_memory_group_charged_bytes{${labels}} ${32 * MiB}`);
@@ -182,11 +182,11 @@ describe('cuda-memory run on a simulated device', () => {
       );
       expect(text).toMatch(new RegExp(`cuda_memory_group_member_in_use_bytes\\{${labels},pid="${m.pid}",[^}]*\\} ${32 * MiB}`));
       expect(text).not.toContain('cuda_memory_group_member_nvml_used_bytes{');
-      expect(cm.metricsText({ groups: ['other'] })).not.toContain('group="shown"');
+      expect(metrics.metricsText({ groups: ['other'] })).not.toContain('group="shown"');
       // The same through prom-client, read at the scrape.
       const client = require('prom-client');
       const registry = new client.Registry();
-      const remove = cm.registerMetrics(registry, { groups: true, promClient: client });
+      const remove = metrics.registerMetrics(registry, { groups: true, promClient: client });
       const scraped = await registry.metrics();
       expect(scraped).toContain(`cuda_memory_group_budget_bytes{${labels}} ${256 * MiB}`);
       expect(scraped).toMatch(

@@ -5,8 +5,8 @@ const fs = require('fs');
 const os = require('os');
 const path = require('path');
 const { spawnSync } = require('child_process');
-const { cm, root, describeGpu, thrown: code } = require('../helpers');
-const { hpcJobMapping, writeHpcJobMapping } = cm;
+const { cm, metrics, root, describeGpu, thrown: code } = require('../helpers');
+const { hpcJobMapping, writeHpcJobMapping } = metrics;
 const { dcgmLabels } = require(path.join(root, 'dist', 'metrics', 'families'));
 
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'cuda-memory-hpc-'));
@@ -71,7 +71,7 @@ test('cuda-memory top --hpc-job-mapping-dir: a folder that cannot be made is a u
 describeGpu("dcgm-exporter's labels on this machine's GPUs", () => {
   test('device gauges and the doctor textfile carry gpu (NVML index) and UUID', () => {
     const d = cm.devices()[0];
-    const text = cm.metricsText({ devices: [0] });
+    const text = metrics.metricsText({ devices: [0] });
     expect(text).toContain(`gpu="${d.nvmlIndex}",UUID="${d.uuid}"`);
     const file = path.join(tmp, 'doctor.prom');
     spawnSync(process.execPath, [path.join(root, 'dist', 'cli.js'), 'doctor', '--prometheus', file, '--bytes', '64MiB'], {

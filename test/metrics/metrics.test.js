@@ -8,7 +8,7 @@ const http = require('http');
 const { spawn, spawnSync } = require('child_process');
 const client = require('prom-client');
 const parsePrometheus = require('parse-prometheus-text-format');
-const { cm, gpu, root, tempDir } = require('../helpers');
+const { cm, metrics, gpu, root, tempDir } = require('../helpers');
 const { formatExposition, writeTextfile } = require('../../dist/metrics/exposition');
 const { benchFamilies, doctorFamilies } = require('../../dist/metrics/families');
 const { evaluateGates, parseGate } = require('../../dist/bench/gates');
@@ -69,7 +69,7 @@ describe('registerMetrics with prom-client', () => {
     const registry = new client.Registry();
     const a = simulated();
     const b = simulated({ device: 0, memoryLimit: 64 * MiB });
-    const unregister = cm.registerMetrics(registry, { allocators: { main: a, small: b }, promClient: client });
+    const unregister = metrics.registerMetrics(registry, { allocators: { main: a, small: b }, promClient: client });
     const blocks = [a.alloc(100 * MiB), a.alloc(3 * MiB + 5), b.alloc(60 * MiB)];
     expect(() => b.alloc(60 * MiB)).toThrow(/out of memory/i);
     blocks[1].free();
@@ -160,7 +160,7 @@ describe('registerMetrics with prom-client', () => {
       resolvable = false; // an installed copy of the package in an application without prom-client
     }
     const registry = new client.Registry();
-    const call = () => cm.registerMetrics(registry, { allocators: [] });
+    const call = () => metrics.registerMetrics(registry, { allocators: [] });
     if (resolvable) expect(call).not.toThrow();
     else expect(call).toThrow(/registerMetrics needs the prom-client package: npm install prom-client \(or pass \{ promClient \}\)/);
   });
@@ -168,7 +168,7 @@ describe('registerMetrics with prom-client', () => {
   test('the same figures without prom-client: metricsText()', () => {
     const a = simulated();
     const x = a.alloc(10 * MiB);
-    const f = parse(cm.metricsText({ allocators: [a] }));
+    const f = parse(metrics.metricsText({ allocators: [a] }));
     expect(value(f, 'cuda_memory_allocator_requested_bytes', { allocator: '0' })).toBe(10 * MiB);
     expect(value(f, 'cuda_memory_allocator_in_use_bytes', { allocator: '0' })).toBe(a.stats().bytesInUse);
     expect(value(f, 'cuda_memory_allocator_pool_bytes', { allocator: '0' })).toBe(a.stats().poolBytes);
@@ -179,13 +179,13 @@ describe('registerMetrics with prom-client', () => {
   test('allocators may be given as a function, read at each scrape; a bad registry is a TypeError', async () => {
     const registry = new client.Registry();
     const list = [];
-    cm.registerMetrics(registry, { allocators: () => list, promClient: client });
+    metrics.registerMetrics(registry, { allocators: () => list, promClient: client });
     expect(await registry.metrics()).not.toMatch(/allocator="0"/);
     const a = simulated();
     list.push(a);
     expect(await registry.metrics()).toMatch(/cuda_memory_allocator_limit_bytes\{allocator="0",device="0"\} 4294967296/);
     a.close();
-    expect(() => cm.registerMetrics({}, {})).toThrow(TypeError);
+    expect(() => metrics.registerMetrics({}, {})).toThrow(TypeError);
   });
 });
 
@@ -370,7 +370,7 @@ describeGpu('metrics on the device', () => {
     const registry = new client.Registry();
     const a = cm.createAllocator({ allowGrowth: true, memoryLimit: 256 * MiB });
     const pool = cm.createPinnedPool({ memoryLimit: 64 * MiB });
-    cm.registerMetrics(registry, { allocators: { main: a }, pinnedPools: { staging: pool }, devices: true, promClient: client });
+    metrics.registerMetrics(registry, { allocators: { main: a }, pinnedPools: { staging: pool }, devices: true, promClient: client });
     const block = a.alloc(32 * MiB);
     pool.alloc(MiB).free();
     const p = pool.alloc(MiB);

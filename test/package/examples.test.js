@@ -12,10 +12,15 @@ const dir = path.join(root, 'examples');
 const examples = fs.readdirSync(dir).filter((f) => f.endsWith('.js'));
 const env = { ...process.env, CUDA_MEMORY_SHM_DIR: tempDir('cuda-memory-examples-') };
 
-test('the examples reach the package only by its name', () => {
+test("the examples reach the package only by its name and its entry points (package.json's exports)", () => {
+  const entries = Object.keys(require(path.join(root, 'package.json')).exports).map((k) =>
+    k === '.' ? 'cuda-memory' : `cuda-memory/${k.slice(2)}`,
+  );
   for (const f of examples) {
     const text = fs.readFileSync(path.join(dir, f), 'utf8');
-    expect({ f, deep: text.match(/require\('cuda-memory\/[^']*'\)/g) }).toEqual({ f, deep: null });
+    const named = [...text.matchAll(/require\('(cuda-memory(?:\/[^']*)?)'\)/g)].map((m) => m[1]);
+    expect(named.length).toBeGreaterThan(0);
+    expect({ f, deep: named.filter((n) => !entries.includes(n)) }).toEqual({ f, deep: [] });
   }
 });
 

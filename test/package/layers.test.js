@@ -86,6 +86,19 @@ test('native/core/ includes only native/core/ (no Node-API, no CUDA)', () => {
     expect([rel(f), /#\s*include\s*<(napi|node_api|cuda|nvml)[^>]*>/.test(fs.readFileSync(f, 'utf8'))]).toEqual([rel(f), false]);
 });
 
+// The interposer is loaded into programs that are not Node and may not use this library's CUDA
+// runtime: it includes only native/core/ and its own folder, and no Node-API, CUDA or NVML header
+// (it declares the driver ABI it forwards to in cuda_abi.h).
+test('native/allocator/preload/ includes only native/core/ and itself (no Node-API, no CUDA)', () => {
+  const preload = 'native/allocator/preload/';
+  const out = nativeEdges().filter(([from, to]) => from.startsWith(preload) && !to.startsWith(preload) && !to.startsWith('native/core/'));
+  expect(out).toEqual([]);
+  const files = walk(path.join(root, preload)).filter((f) => /\.(h|cc)$/.test(f));
+  expect(files.length).toBeGreaterThan(5);
+  for (const f of files)
+    expect([rel(f), /#\s*include\s*<(napi|node_api|cuda|nvml)[^>]*>/.test(fs.readFileSync(f, 'utf8'))]).toEqual([rel(f), false]);
+});
+
 test('lib/, native/, native/core/ and test/ name their concern folders alike', () => {
   // A folder with no file below it is no concern (git keeps no empty folders; a move leaves them).
   const hasFiles = (dir) =>
@@ -144,9 +157,25 @@ function circles(edges) {
   return out.sort();
 }
 
-test('no import or include circle, inside a layer either', () => {
+// A C++ module is its header and its source together: foo.h and foo.cc are one node, so that a
+// circle closed through a .cc (a.h <- b.cc, b.h <- a.cc) counts as one.
+const moduleOf = (file) => file.replace(/\.(h|cc)$/, '');
+const moduleEdges = (edges) => edges.map(([from, to]) => [moduleOf(from), moduleOf(to)]).filter(([from, to]) => from !== to);
+
+test('no import or include circle, inside a layer either; a .h and its .cc are one module', () => {
   expect(circles(libEdges())).toEqual([]);
-  expect(circles(nativeEdges())).toEqual([]);
+  expect(circles(moduleEdges(nativeEdges()))).toEqual([]);
+  // A .cc that includes another module's header whose .cc includes its own header is a circle.
+  expect(
+    circles(
+      moduleEdges([
+        ['x/a.cc', 'x/a.h'],
+        ['x/a.cc', 'x/b.h'],
+        ['x/b.cc', 'x/b.h'],
+        ['x/b.cc', 'x/a.h'],
+      ]),
+    ),
+  ).toEqual(['x/a <-> x/b']);
   // The check sees a circle when there is one.
   expect(
     circles([

@@ -8,8 +8,7 @@ const fs = require('fs');
 const os = require('os');
 const path = require('path');
 const { spawnSync } = require('child_process');
-const { cm, root, gpu, describeGpu, thrown, parseXml, xmlElements } = require('../helpers');
-const testing = require(path.join(root, 'dist', 'testing'));
+const { cm, testing, root, gpu, describeGpu, thrown, parseXml, xmlElements } = require('../helpers');
 
 const MiB = 2 ** 20;
 const sim = { totalBytes: 2 ** 30 };

@@ -5,7 +5,7 @@
 const fs = require('fs');
 const path = require('path');
 const { execFileSync, spawnSync } = require('child_process');
-const { cm, root, describeGpu, randomBytes, rng, same, tempDir } = require('../helpers');
+const { cm, bench, root, describeGpu, randomBytes, rng, same, tempDir } = require('../helpers');
 const { formatTable, formatCsv, renderHtml, stagedTable } = require(path.join(root, 'dist/report/bench'));
 const { addLimits } = require(path.join(root, 'dist/bench/transfer'));
 const { sampleReport } = require('../fixtures/sample-report');
@@ -186,8 +186,8 @@ describe('benchmark rows of the staged path', () => {
         direction,
         timing: 'steady-clock',
         samples,
-        seconds: cm.summarize(samples),
-        gbps: cm.summarize(samples.map((t) => big / t / 1e9)),
+        seconds: bench.summarize(samples),
+        gbps: bench.summarize(samples.map((t) => big / t / 1e9)),
         ...extra,
       };
     };
