@@ -241,7 +241,25 @@ function xmlElements(el, name) {
   return [...(el.name === name ? [el] : []), ...el.children.flatMap((c) => xmlElements(c, name))];
 }
 
+// A measurement script's checks (scripts/*-run.js): a run built to pass fails none, and each case,
+// one fault put into a fresh passing run, fails exactly the check whose name matches its pattern.
+function expectEachFaultFailsItsCheck(passing, checksOf, cases) {
+  const failed = (r) =>
+    checksOf(r)
+      .filter((c) => !c.pass)
+      .map((c) => c.name);
+  expect(failed(passing())).toEqual([]);
+  for (const [breakIt, name] of cases) {
+    const r = passing();
+    breakIt(r);
+    const f = failed(r);
+    expect(f).toHaveLength(1);
+    expect(f[0]).toMatch(name);
+  }
+}
+
 module.exports = {
+  expectEachFaultFailsItsCheck,
   parseXml,
   xmlElements,
   cm,
