@@ -25,7 +25,7 @@ test("the examples reach the package only by its name and its entry points (pack
 });
 
 describe(`the examples (${gpu ? 'on the GPU' : 'without a GPU'})`, () => {
-  for (const f of examples.filter((x) => x !== 'metrics-server.js'))
+  for (const f of examples.filter((x) => x !== 'metrics-server.js' && x !== 'llama-beside-service.js'))
     test(`node examples/${f}`, () => {
       const r = spawnSync(process.execPath, [path.join(dir, f)], { cwd: root, env, encoding: 'utf8', timeout: 240000 });
       expect({ status: r.status, signal: r.signal, stderr: r.stderr.replace(/^\r?\d+\/\d+\r?/gm, '').trim() }).toEqual({
@@ -75,5 +75,13 @@ test('node examples/metrics-server.js without prom-client (an optional dependenc
   expect({ status: r.status, stderr: r.stderr }).toEqual({
     status: 2,
     stderr: 'metrics-server.js needs prom-client, an optional dependency of cuda-memory: npm install prom-client\n',
+  });
+});
+
+test('node examples/llama-beside-service.js without node-llama-cpp (not a dependency) says so in one line and exits 2', () => {
+  const r = spawnSync(process.execPath, [path.join(dir, 'llama-beside-service.js')], { cwd: root, env, encoding: 'utf8', timeout: 60000 });
+  expect({ status: r.status, stderr: r.stderr }).toEqual({
+    status: 2,
+    stderr: 'llama-beside-service.js needs node-llama-cpp: npm install node-llama-cpp\n',
   });
 });
