@@ -34,6 +34,8 @@ export { replayTrace, parsePolicy, formatReplay, smallestBudget, DIRECT_POLICY }
 export type { ReplayPolicy, ReplayOptions, ReplayResult, SmallestBudget } from './replay';
 export { groupStats, listGroups, formatGroups } from './group';
 export { preloadLibraryPath, memberEnvironment } from './member';
+export { budgetFromAllocation } from './allocation';
+export type { GpuGrant, GpuAllocation, GpuBudget, AllocationBudgetOptions } from './allocation';
 export type { MemberEnvironmentOptions, Environment } from './member';
 export type {
   SharedBudgetOptions,
