@@ -40,6 +40,7 @@ export type { MemberEnvironmentOptions, Environment } from './member';
 export type {
   SharedBudgetOptions,
   GroupStats,
+  GroupJob,
   GroupMember,
   GroupStatsOptions,
   ListGroupsOptions,
