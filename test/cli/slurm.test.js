@@ -90,6 +90,68 @@ describe('what the hook reads', () => {
   });
 });
 
+describe("a job's group, without the daemons (simulated device)", () => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cuda-memory-slurm-groups-'));
+  let saved;
+  beforeAll(() => {
+    saved = process.env.CUDA_MEMORY_SHM_DIR;
+    process.env.CUDA_MEMORY_SHM_DIR = dir;
+  });
+  afterAll(() => {
+    if (saved === undefined) delete process.env.CUDA_MEMORY_SHM_DIR;
+    else process.env.CUDA_MEMORY_SHM_DIR = saved;
+    fs.rmSync(dir, { recursive: true, force: true });
+  });
+
+  test('groupStats, listGroups, top and the gauges name the job and its user; other groups have none', () => {
+    const user = os.userInfo().username;
+    const a = cm.createAllocator({ allowGrowth: true, simulate: { totalBytes: GiB }, shared: { name: 'slurm-42', memoryLimit: 64 * MiB } });
+    const b = cm.createAllocator({ allowGrowth: true, simulate: { totalBytes: GiB }, shared: { name: 'slurm-x', memoryLimit: 64 * MiB } });
+    try {
+      const job = { scheduler: 'slurm', id: '42', uid: process.geteuid(), user };
+      expect(cm.groupStats('slurm-42', { simulated: true }).job).toEqual(job);
+      const list = cm.listGroups();
+      expect(list.groups.map((g) => [g.name, g.job])).toEqual([
+        ['slurm-42', job],
+        ['slurm-x', null],
+      ]);
+      expect(cm.formatGroups(list)).toContain(`group slurm-42 on simulated, slurm job 42 of ${user}: budget 64 MiB`);
+      expect(cm.formatGroups(list)).toMatch(/^group slurm-x on simulated: budget/m);
+      const text = cm.metricsText({ groups: true });
+      expect(text).toContain(`cuda_memory_group_job_info{group="slurm-42",device="simulated",scheduler="slurm",job="42",user="${user}"} 1`);
+      expect(text).not.toContain('job_info{group="slurm-x"');
+    } finally {
+      a.close();
+      b.close();
+    }
+  });
+
+  test("the epilog's removal takes the group's ledger and records, and only that group's", () => {
+    const a = cm.createAllocator({ allowGrowth: true, simulate: { totalBytes: GiB }, shared: { name: 'slurm-43', memoryLimit: 64 * MiB } });
+    const other = cm.createAllocator({
+      allowGrowth: true,
+      simulate: { totalBytes: GiB },
+      shared: { name: 'slurm-430', memoryLimit: 64 * MiB },
+    });
+    try {
+      const folder = cm.shmDir();
+      fs.writeFileSync(path.join(folder, 'cuda-memory-uncharged.slurm-43.simulated.123'), 'x', { mode: 0o600 });
+      fs.symlinkSync('/etc/passwd', path.join(folder, 'cuda-memory-uncharged.slurm-43.simulated.124'));
+      const said = slurm.removeGroup('slurm-43');
+      expect(said.some((l) => /still has 1 live member/.test(l))).toBe(true);
+      expect(said.some((l) => /simulated\.124 is not a file of this user's; left/.test(l))).toBe(true);
+      expect(fs.readdirSync(folder).sort()).toEqual([
+        'cuda-memory-group.slurm-430.simulated',
+        'cuda-memory-uncharged.slurm-43.simulated.124',
+      ]);
+      expect(fs.existsSync('/etc/passwd')).toBe(true);
+    } finally {
+      a.close();
+      other.close();
+    }
+  });
+});
+
 // ---- against the daemons ----------------------------------------------------------------------
 
 const have = (cmd) => spawnSync('sh', ['-c', `command -v ${cmd}`], { encoding: 'utf8' }).status === 0;
