@@ -121,6 +121,7 @@ export { groupStats, listGroups, formatGroups } from './allocator/group';
 export type {
   SharedBudgetOptions,
   GroupStats,
+  GroupJob,
   GroupMember,
   GroupStatsOptions,
   ListGroupsOptions,
@@ -131,6 +132,8 @@ export type {
 } from './allocator/group';
 export { preloadLibraryPath, memberEnvironment } from './allocator/member';
 export type { MemberEnvironmentOptions, Environment } from './allocator/member';
+export { budgetFromAllocation } from './allocator/allocation';
+export type { GpuGrant, GpuAllocation, GpuBudget, AllocationBudgetOptions } from './allocator/allocation';
 export { renderMemoryHtml } from './report/memory-html';
 export type { MemoryHtmlOptions } from './report/memory-html';
 export { parseSize, parseSizeList, formatBytes, formatRate } from './base/units';

@@ -12,9 +12,9 @@ import { InterprocessError, invalidArgument, argTypeError, argRangeError, jsonTe
 import { checkObjects, checkOptions, checkSize } from '../base/validate';
 import { checkShmName, lockTimeoutMs, shmDir } from '../base/shm';
 import { formatBytes } from '../base/units';
-import type { GroupStats, UnchargedProcess } from '../base/types';
+import type { GroupJob, GroupStats, UnchargedProcess } from '../base/types';
 
-export type { GroupMember, GroupStats, UnchargedProcess } from '../base/types';
+export type { GroupJob, GroupMember, GroupStats, UnchargedProcess } from '../base/types';
 import { printable } from '../base/printable';
 
 /**
@@ -172,7 +172,49 @@ export function groupStats(name: string, options?: GroupStatsOptions): GroupStat
   const o = checkOptions<GroupStatsOptions>('options', options);
   const device = o.device === undefined ? 0 : checkSize('options.device', o.device);
   const timeout = lockTimeoutMs('options.lockTimeoutMs', o.lockTimeoutMs);
-  return native.groupRead(native.groupPath(shmDir(), name, deviceKey(device, o.simulated === true)), timeout) as GroupStats;
+  return withJob(native.groupRead(native.groupPath(shmDir(), name, deviceKey(device, o.simulated === true)), timeout) as GroupStats);
+}
+
+/** The Slurm job of a group by its name (`slurm-<job id>`, as the task prolog names it), or null. */
+function slurmJobId(group: string): string | null {
+  const m = /^slurm-([1-9][0-9]{0,15})$/.exec(group);
+  return m ? m[1] : null;
+}
+
+// The names of uids, from /etc/passwd (read once; a uid it does not list has no name).
+let passwd: Map<number, string> | null = null;
+function userName(uid: number): string | null {
+  if (!passwd) {
+    passwd = new Map();
+    try {
+      for (const line of fs
+        .readFileSync('/etc/passwd', 'utf8')
+        .slice(0, 1 << 22)
+        .split('\n')) {
+        const f = line.split(':');
+        if (f.length >= 3 && /^\d+$/.test(f[2]) && !passwd.has(Number(f[2]))) passwd.set(Number(f[2]), f[0]);
+      }
+    } catch {
+      // no passwd file: uids only
+    }
+  }
+  return passwd.get(uid) ?? null;
+}
+
+/** @internal A group as read, with its scheduler's job (null for a group of no job). */
+export function withJob(g: GroupStats): GroupStats {
+  const id = slurmJobId(g.name);
+  let job: GroupJob | null = null;
+  if (id !== null) {
+    let uid: number | null = null;
+    try {
+      uid = fs.statSync(g.path).uid;
+    } catch {
+      // removed meanwhile: the job without its user
+    }
+    job = { scheduler: 'slurm', id, uid, user: uid === null ? null : userName(uid) };
+  }
+  return { ...g, job };
 }
 
 /**
@@ -271,7 +313,7 @@ export function listGroups(options?: ListGroupsOptions): GroupList {
     if (!LEDGER.test(f)) continue;
     const file = path.join(dir, f);
     try {
-      groups.push(native.groupRead(file, timeout) as GroupStats);
+      groups.push(withJob(native.groupRead(file, timeout) as GroupStats));
     } catch (e) {
       const err = e as InterprocessError;
       if (err.code === 'ERR_GROUP_NOT_FOUND') continue; // its last member left meanwhile
@@ -324,8 +366,11 @@ export function formatGroups(list: { groups: GroupStats[]; unreadable: Unreadabl
   if (list.groups.length === 0 && list.unreadable.length === 0 && others.length === 0) lines.push(`no groups in ${shmDir()}`);
   for (const g of list.groups) {
     const used = g.budgetBytes ? ((100 * g.chargedBytes) / g.budgetBytes).toFixed(1) : '0.0';
+    const job = g.job
+      ? `, ${g.job.scheduler} job ${g.job.id} of ${g.job.user ?? (g.job.uid === null ? 'an unknown user' : `uid ${g.job.uid}`)}`
+      : '';
     lines.push(
-      `group ${g.name} on ${g.device}: budget ${formatBytes(g.budgetBytes)} (${g.budgetSource}), charged ${formatBytes(g.chargedBytes)} (${used}%), free ${formatBytes(g.freeBytes)}, ${g.members.length} member${g.members.length === 1 ? '' : 's'}`,
+      `group ${g.name} on ${g.device}${job}: budget ${formatBytes(g.budgetBytes)} (${g.budgetSource}), charged ${formatBytes(g.chargedBytes)} (${used}%), free ${formatBytes(g.freeBytes)}, ${g.members.length} member${g.members.length === 1 ? '' : 's'}`,
     );
     const seen = g.members.filter((m) => m.nvmlUsedBytes !== null);
     if (seen.length)

@@ -165,8 +165,11 @@ export function memberEnvironment(options: MemberEnvironmentOptions): {
   return { env, budgetBytes, budgetSource: source };
 }
 
-// The loader splits LD_PRELOAD at spaces and colons, so a path holding either goes in as a link.
-function withPreload(lib: string, current: string | undefined): string {
+/**
+ * @internal LD_PRELOAD with the interposer first and what was there after it, once. The loader
+ * splits LD_PRELOAD at spaces and colons, so a path holding either goes in as a link.
+ */
+export function withPreload(lib: string, current: string | undefined): string {
   const carried = preloadablePath(lib);
   const rest = (current ?? '').split(/[\s:]+/).filter((p) => p !== '' && p !== carried && p !== lib);
   return [carried, ...rest].join(':');

@@ -204,6 +204,27 @@ export interface GroupStats {
   members: GroupMember[];
   /** The processes of the group that its budget does not hold (see {@link UnchargedProcess}). */
   uncharged: UnchargedProcess[];
+  /**
+   * The cluster scheduler's job the group is the budget of, where its name says so; else null.
+   * As groupStats(), listGroups() and `top` read it (absent in an out-of-memory error's group).
+   */
+  job?: GroupJob | null;
+}
+
+/**
+ * The scheduler's job of a group: `cuda-memory slurm task-prolog` names a Slurm job's group
+ * `slurm-<job id>`, in the job user's own folder, so the job and its user are the group's name
+ * and its ledger's owner.
+ *
+ * @category Processes
+ */
+export interface GroupJob {
+  scheduler: 'slurm';
+  /** The job id, as SLURM_JOB_ID. */
+  id: string;
+  /** The uid that owns the ledger (the job's user), and its name where the system knows it. */
+  uid: number | null;
+  user: string | null;
 }
 
 /**

@@ -4,7 +4,11 @@
  * slice's), an MPS client (CUDA_MPS_PIPE_DIRECTORY and its control pipe,
  * CUDA_MPS_PINNED_DEVICE_MEM_LIMIT, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE), the cgroup v2 device
  * memory controller (`dmem.max` and `dmem.current` of the process's cgroup and its ancestors),
- * and HAMi's CUDA_DEVICE_MEMORY_LIMIT(_<n>). The readers are pure (native/core/device): files are
+ * HAMi's CUDA_DEVICE_MEMORY_LIMIT(_<n>), and what cluster schedulers tell a job: Slurm's shards
+ * (SLURM_SHARDS_ON_NODE of CUDA_MEMORY_SLURM_SHARDS_PER_GPU, the count per GPU the job's task
+ * prolog exports) and gpumem (CUDA_MEMORY_SLURM_GPUMEM), KAI scheduler's GPU_MEMORY_LIMIT and the
+ * NVIDIA container toolkit's NVIDIA_GPU_MEMORY_LIMIT (both MiB, or a size with its unit). The
+ * readers are pure (native/core/device): files are
  * read under a root and variables from a map, both injectable, so a fixture tree stands in for
  * a platform that is not here.
  */
@@ -18,7 +22,7 @@ import { invalidArgument } from '../base/errors';
  *
  * @category Devices and streams
  */
-export type PlatformLimitKind = 'mig' | 'mps' | 'dmem' | 'hami';
+export type PlatformLimitKind = 'mig' | 'mps' | 'dmem' | 'hami' | 'slurm' | 'kai' | 'nvidia';
 
 /**
  * One limit the platform puts on a device.
@@ -101,7 +105,7 @@ export interface DmemRegion {
 export interface DevicePlatformLimits {
   device: number;
   /**
-   * Every limit found, in the order MIG, MPS, dmem, HAMi. A limit at or beyond the device's
+   * Every limit found, in the order MIG, MPS, dmem, HAMi, Slurm, KAI, NVIDIA. A limit at or beyond the device's
    * memory (or 2^53 bytes, where the device's size is not known) binds nothing and is left out:
    * "no limit" may read as 2^64 − 1.
    */
@@ -124,7 +128,7 @@ export interface PlatformInfo {
     dir: string | null;
     dmem: DmemRegion[];
   };
-  /** The platform's variables present (CUDA_MPS_*, CUDA_DEVICE_MEMORY_*, CUDA_DEVICE_SM_LIMIT, NVIDIA_VISIBLE_DEVICES, a libvgpu LD_PRELOAD). */
+  /** The platform's variables present (CUDA_MPS_*, CUDA_DEVICE_MEMORY_*, CUDA_DEVICE_SM_LIMIT, NVIDIA_VISIBLE_DEVICES, a libvgpu LD_PRELOAD, SLURM_SHARDS_ON_NODE, CUDA_MEMORY_SLURM_*, GPU_MEMORY_LIMIT, NVIDIA_GPU_MEMORY_LIMIT). */
   variables: Record<string, string>;
   /** Values present but unreadable (each is ignored, and says so). */
   warnings: string[];
@@ -207,7 +211,7 @@ function checkPlatformDevice(value: unknown, i: number): { index: number; pciBus
 }
 
 /**
- * The platform's limits, read now: MIG, MPS, the cgroup's dmem and HAMi, per device, with the
+ * The platform's limits, read now: MIG, MPS, the cgroup's dmem, HAMi and the schedulers' (Slurm, KAI, NVIDIA), per device, with the
  * smallest of each device's named. Never throws for what it reads (an unreadable value is a
  * warning); throws only for bad options.
  *

@@ -318,6 +318,11 @@ export const GROUP_METRICS = [
     help: 'What a process not held to the budget has allocated since it was recorded, uncharged (refused, where strict).',
     type: 'gauge' as const,
   },
+  {
+    name: 'cuda_memory_group_job_info',
+    help: "1 for a group that is a scheduler job's budget (a Slurm job's group is slurm-<job id>): the job and its user, to join on group and device for memory per job.",
+    type: 'gauge' as const,
+  },
 ];
 
 /** @internal The label names of the group gauges, per group and per member. */
@@ -325,6 +330,7 @@ export const GROUP_LABELS = ['group', 'device'];
 export const GROUP_MEMBER_LABELS = ['group', 'device', 'pid', 'command'];
 export const GROUP_UNCHARGED_LABELS = ['group', 'device', 'code', 'strict'];
 export const GROUP_UNCHARGED_PROCESS_LABELS = ['group', 'device', 'pid', 'command', 'code', 'strict'];
+export const GROUP_JOB_LABELS = ['group', 'device', 'scheduler', 'job', 'user'];
 /** @internal The label names of each of GROUP_METRICS, in its order. */
 export const GROUP_METRIC_LABELS = [
   GROUP_LABELS,
@@ -334,6 +340,7 @@ export const GROUP_METRIC_LABELS = [
   GROUP_MEMBER_LABELS,
   GROUP_UNCHARGED_LABELS,
   GROUP_UNCHARGED_PROCESS_LABELS,
+  GROUP_JOB_LABELS,
 ];
 
 /**
@@ -350,6 +357,11 @@ export function groupFamilies(src: MetricsSources['groups']): MetricFamily[] {
     const labels = { group: g.name, device: g.device };
     out[0].samples.push({ labels, value: g.budgetBytes });
     out[1].samples.push({ labels, value: g.chargedBytes });
+    if (g.job)
+      out[7].samples.push({
+        labels: { ...labels, scheduler: g.job.scheduler, job: g.job.id, user: g.job.user ?? (g.job.uid === null ? '' : String(g.job.uid)) },
+        value: 1,
+      });
     for (const m of g.members) {
       const ml = { ...labels, pid: String(m.pid), command: (m.command ?? '').slice(0, 128) };
       out[2].samples.push({ labels: ml, value: m.poolBytes });

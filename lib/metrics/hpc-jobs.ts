@@ -2,7 +2,8 @@
  * A group's members as dcgm-exporter's HPC job mapping (`--hpc-job-mapping-dir`): one file per
  * GPU, named by its NVML index, each line a job id. dcgm-exporter then adds the job to every
  * DCGM metric of that GPU, so the metrics a fleet already scrapes carry the group. Here the job
- * ids are the names of the groups with members on the GPU.
+ * ids are the names of the groups with members on the GPU, and for a scheduler's job's group
+ * (`slurm-<job id>`) the job's own id, as dcgm-exporter's Slurm users expect.
  */
 import * as fs from 'fs';
 import * as path from 'path';
@@ -19,7 +20,7 @@ import { devices as listDevices, status } from '../device/discovery';
  * @category Metrics
  */
 export function hpcJobMapping(
-  groups: Pick<GroupStats, 'name' | 'device'>[],
+  groups: (Pick<GroupStats, 'name' | 'device'> & Partial<Pick<GroupStats, 'job'>>)[],
   indexOf: (uuid: string) => number | null,
 ): { files: Map<string, string[]>; skipped: string[] } {
   const list = checkGroups(groups);
@@ -35,7 +36,8 @@ export function hpcJobMapping(
       continue;
     }
     const names = files.get(String(index)) ?? [];
-    if (!names.includes(g.name)) names.push(g.name);
+    const line = g.job ?? g.name;
+    if (!names.includes(line)) names.push(line);
     files.set(String(index), names.sort());
   }
   return { files, skipped };
@@ -46,14 +48,15 @@ function isIndex(value: unknown): value is number {
 }
 
 // The groups as plain pairs of strings, each field read once (groupStats() and top --json give them).
-function checkGroups(groups: unknown): { name: string; device: string }[] {
+function checkGroups(groups: unknown): { name: string; device: string; job: string | null }[] {
   return checkObjects('groups', 'groups as groupStats() lists them', groups).map((g, i) => {
-    const { name, device } = g as { name: unknown; device: unknown };
+    const { name, device, job } = g as { name: unknown; device: unknown; job?: { id?: unknown } | null };
     // A group's name becomes a line of the file: one line, not empty.
     if (typeof name !== 'string' || name === '' || /[\r\n]/.test(name))
       throw invalidArgument(`groups[${i}].name`, 'a non-empty group name without line breaks', name);
     if (typeof device !== 'string') throw invalidArgument(`groups[${i}].device`, "a GPU uuid or 'simulated'", device);
-    return { name, device };
+    const id = job && typeof job === 'object' && typeof job.id === 'string' && /^\d{1,16}$/.test(job.id) ? job.id : null;
+    return { name, device, job: id };
   });
 }
 
@@ -73,7 +76,7 @@ function nvmlIndexOf(): (uuid: string) => number | null {
  */
 export function writeHpcJobMapping(
   dir: string,
-  groups: Pick<GroupStats, 'name' | 'device'>[],
+  groups: (Pick<GroupStats, 'name' | 'device'> & Partial<Pick<GroupStats, 'job'>>)[],
   indexOf: (uuid: string) => number | null = nvmlIndexOf(),
   gpuIndices: number[] = status().available ? listDevices().flatMap((d) => (d.nvmlIndex === null ? [] : [d.nvmlIndex])) : [],
 ): { written: string[]; removed: string[]; skipped: string[] } {

@@ -110,6 +110,48 @@ describe('platformInfo() reads each platform as it presents itself', () => {
     expect(bad.warnings).toHaveLength(2);
   });
 
+  test("the schedulers' variables: Slurm's shards and gpumem, KAI's and the NVIDIA toolkit's MiB", () => {
+    const d = { ...dev0, totalMemory: 8 * GiB };
+    const slurm = { SLURM_SHARDS_ON_NODE: '2', CUDA_MEMORY_SLURM_SHARDS_PER_GPU: '8' };
+    const p = cm.platformInfo({ root: path.join(F, 'none'), env: slurm, devices: [d] });
+    expect(p.devices[0].limit).toEqual({
+      kind: 'slurm',
+      bytes: 2 * GiB,
+      source: 'SLURM_SHARDS_ON_NODE=2 of 8 shards per GPU (Slurm)',
+      headroomBytes: null,
+    });
+    expect(p.variables).toMatchObject(slurm);
+    const env = { CUDA_MEMORY_SLURM_GPUMEM: String(3 * GiB), GPU_MEMORY_LIMIT: '1024', NVIDIA_GPU_MEMORY_LIMIT: '1536' };
+    const q = cm.platformInfo({ root: path.join(F, 'none'), env, devices: [d] });
+    expect(q.devices[0].limits.map((l) => [l.kind, l.bytes, l.source])).toEqual([
+      ['slurm', 3 * GiB, `CUDA_MEMORY_SLURM_GPUMEM=${3 * GiB} bytes (Slurm gpumem)`],
+      ['kai', GiB, 'GPU_MEMORY_LIMIT=1024 (KAI scheduler)'],
+      ['nvidia', 1536 * MiB, 'NVIDIA_GPU_MEMORY_LIMIT=1536 (NVIDIA container toolkit)'],
+    ]);
+    expect(q.devices[0].limit.kind).toBe('kai');
+    // Hostile values are warnings, and bind nothing.
+    const bad = cm.platformInfo({
+      root: path.join(F, 'none'),
+      env: { SLURM_SHARDS_ON_NODE: '9', CUDA_MEMORY_SLURM_SHARDS_PER_GPU: '8', GPU_MEMORY_LIMIT: '-5', NVIDIA_GPU_MEMORY_LIMIT: '0' },
+      devices: [d],
+    });
+    expect(bad.devices[0].limit).toBeNull();
+    expect(bad.warnings).toHaveLength(3);
+    // The default limit and availableBytes() of an allocator in such a job name the scheduler.
+    const a = cm.createAllocator({
+      allowGrowth: true,
+      simulate: { totalBytes: 8 * GiB, platform: { root: path.join(F, 'none'), env: slurm } },
+    });
+    try {
+      expect(a.limitBytes).toBe(2 * GiB);
+      expect(a.limitSource).toMatch(/^the platform's slurm limit 2 GiB \(SLURM_SHARDS_ON_NODE=2 of 8 shards per GPU \(Slurm\)\)/);
+      const av = a.availableBytes();
+      expect(av.terms.find((t) => t.name === 'platform').detail).toMatch(/the slurm limit of 2 GiB/);
+    } finally {
+      a.close();
+    }
+  });
+
   test('CUDA_MEMORY_PLATFORM_ROOT moves the default root; bad options are refused', () => {
     const saved = process.env.CUDA_MEMORY_PLATFORM_ROOT;
     process.env.CUDA_MEMORY_PLATFORM_ROOT = path.join(F, 'dmem-k8s');

@@ -30,6 +30,22 @@ test('one file per GPU, named by its NVML index, a group per line; simulated and
   expect(skipped).toEqual(['ci on simulated', 'elsewhere on GPU-zzz']);
 });
 
+test("a scheduler job's group is written as the job's id, as Slurm names it", () => {
+  const job = { scheduler: 'slurm', id: '4711', uid: 1000, user: 'alice' };
+  const { files } = hpcJobMapping(
+    [
+      { name: 'slurm-4711', device: 'GPU-aaa', job },
+      { name: 'train', device: 'GPU-aaa', job: null },
+      { name: 'odd', device: 'GPU-bbb', job: { id: '1\n2' } },
+    ],
+    indexOf,
+  );
+  expect([...files]).toEqual([
+    ['0', ['4711', 'train']],
+    ['3', ['odd']],
+  ]);
+});
+
 test('writes the files whole, and removes the file of a GPU whose groups are gone', () => {
   const dir = path.join(tmp, 'map');
   const first = writeHpcJobMapping(

@@ -291,7 +291,9 @@ void CollectVariables(const EnvMap& env, PlatformReport* r) {
     bool platform = key.rfind("CUDA_MPS_", 0) == 0 || key.rfind("CUDA_DEVICE_MEMORY_", 0) == 0 ||
                     key == "CUDA_DEVICE_SM_LIMIT" || key == "CUDA_OVERSUBSCRIBE" ||
                     key == "NVIDIA_VISIBLE_DEVICES" || key == "NVIDIA_MIG_CONFIG_DEVICES" ||
-                    key == "GPU_CORE_UTILIZATION_POLICY" ||
+                    key == "GPU_CORE_UTILIZATION_POLICY" || key == "SLURM_SHARDS_ON_NODE" ||
+                    key.rfind("CUDA_MEMORY_SLURM_", 0) == 0 || key == "GPU_MEMORY_LIMIT" ||
+                    key == "NVIDIA_GPU_MEMORY_LIMIT" ||
                     (key == "LD_PRELOAD" && value.find("libvgpu") != std::string::npos);
     if (platform) r->variables[key] = value;
   }
@@ -408,13 +410,86 @@ void AddHamiLimit(const DeviceRef& d, const EnvMap& env, std::vector<PlatformLim
                           "' is not a size (1073741824, 1024m, 1g); ignored");
 }
 
-// The limits of device `d` in the order MPS, dmem, HAMi, less those that bind nothing.
+// A limit in MiB as KAI and the NVIDIA container toolkit write them ("20480"), or a size with its
+// unit ("20G"): kind `kind`, from variable `name`, for every device the process sees.
+void AddMibLimit(const char* kind, const char* name, const char* who, const EnvMap& env,
+                 std::vector<PlatformLimit>* found, PlatformReport* r) {
+  const char* v = Get(env, name);
+  if (!v || !*v) return;
+  std::string t = Trim(v);
+  uint64_t n = 0, bytes = 0;
+  bool ok = false;
+  if (ParseUint(t, &n)) {
+    ok = n <= (UINT64_MAX >> 20);
+    bytes = n << 20;
+  } else {
+    ok = ParseMemorySize(t, &bytes);
+  }
+  if (ok && bytes > 0)
+    found->push_back({kind, bytes, std::string(name) + "=" + v + " (" + who + ")"});
+  else
+    r->warnings.push_back(std::string(name) + "='" + v +
+                          "' is not a size (a number of MiB, or 20G); ignored");
+}
+
+// A whole number from 1 to 2^20 (a count of shards), else false.
+bool ParseCount(const char* text, uint64_t* out) {
+  return text && ParseUint(Trim(text), out) && *out >= 1 && *out <= (1u << 20);
+}
+
+// Slurm's shards: SLURM_SHARDS_ON_NODE of the GPU's CUDA_MEMORY_SLURM_SHARDS_PER_GPU (gres.conf's
+// Count for it, which Slurm does not give the job; `cuda-memory slurm task-prolog` exports it) is
+// that part of the device's memory, where the job sees one GPU (shards spread over several are
+// not said per GPU). The job's counted gpumem GRES, which Slurm does not give the job either, is
+// CUDA_MEMORY_SLURM_GPUMEM (bytes), exported by the same hook.
+void AddSlurmLimits(const DeviceRef& d, const EnvMap& env, size_t devices,
+                    std::vector<PlatformLimit>* found, PlatformReport* r) {
+  if (const char* on = Get(env, "SLURM_SHARDS_ON_NODE")) {
+    const char* per = Get(env, "CUDA_MEMORY_SLURM_SHARDS_PER_GPU");
+    uint64_t n = 0, of = 0;
+    std::string given = std::string("SLURM_SHARDS_ON_NODE=") + on;
+    if (!ParseCount(on, &n))
+      r->warnings.push_back(given + " is not a count of shards (1 to 1048576); ignored");
+    else if (!per)
+      r->warnings.push_back(given +
+                            ": the shards per GPU are not known (the job's task prolog, "
+                            "cuda-memory slurm task-prolog, exports "
+                            "CUDA_MEMORY_SLURM_SHARDS_PER_GPU); ignored");
+    else if (!ParseCount(per, &of) || n > of)
+      r->warnings.push_back(given + " of CUDA_MEMORY_SLURM_SHARDS_PER_GPU=" + per +
+                            " is not a share of a GPU; ignored");
+    else if (devices != 1)
+      r->warnings.push_back(given + ": the shards may be spread over the " +
+                            std::to_string(devices) + " GPUs this process sees; ignored");
+    else if (!d.total_bytes)
+      r->warnings.push_back(given + ": the device's memory is not known; ignored");
+    else
+      found->push_back(
+          {"slurm", static_cast<uint64_t>(static_cast<unsigned __int128>(d.total_bytes) * n / of),
+           given + " of " + std::to_string(of) + " shards per GPU (Slurm)"});
+  }
+  if (const char* g = Get(env, "CUDA_MEMORY_SLURM_GPUMEM")) {
+    uint64_t bytes = 0;
+    if (ParseUint(Trim(g), &bytes) && bytes > 0)
+      found->push_back(
+          {"slurm", bytes, std::string("CUDA_MEMORY_SLURM_GPUMEM=") + g + " bytes (Slurm gpumem)"});
+    else
+      r->warnings.push_back(std::string("CUDA_MEMORY_SLURM_GPUMEM='") + g +
+                            "' is not a number of bytes; ignored");
+  }
+}
+
+// The limits of device `d` in the order MPS, dmem, HAMi, Slurm, KAI, the NVIDIA container
+// toolkit, less those that bind nothing.
 DevicePlatformLimits LimitsOf(const DeviceRef& d, const EnvMap& env, const MpsPinnedLimits& mps,
-                              PlatformReport* r) {
+                              size_t devices, PlatformReport* r) {
   std::vector<PlatformLimit> found;
   AddMpsLimit(d, mps, r->mps, &found);
   AddDmemLimits(d, r->dmem, &found);
   AddHamiLimit(d, env, &found, r);
+  AddSlurmLimits(d, env, devices, &found, r);
+  AddMibLimit("kai", "GPU_MEMORY_LIMIT", "KAI scheduler", env, &found, r);
+  AddMibLimit("nvidia", "NVIDIA_GPU_MEMORY_LIMIT", "NVIDIA container toolkit", env, &found, r);
   DevicePlatformLimits out;
   out.index = d.index;
   // A limit at or beyond the device's size binds nothing ("no limit" may read as 2^64 - 1).
@@ -445,7 +520,7 @@ PlatformReport DetectPlatform(const std::string& root, const EnvMap& env,
   MpsPinnedLimits mps = ParseMpsPinnedLimits(r.mps.pinned_limit, &r);
   FindCgroup(root, &r);
   ReadDmem(root, &r);
-  for (const DeviceRef& d : devices) r.devices.push_back(LimitsOf(d, env, mps, &r));
+  for (const DeviceRef& d : devices) r.devices.push_back(LimitsOf(d, env, mps, devices.size(), &r));
   FinishWarnings(&r);
   return r;
 }

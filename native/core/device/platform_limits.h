@@ -2,7 +2,10 @@
 // presents them: an MPS client's environment (CUDA_MPS_PIPE_DIRECTORY and its control pipe,
 // CUDA_MPS_PINNED_DEVICE_MEM_LIMIT, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE), the cgroup v2 device
 // memory controller (dmem.max and dmem.current of the process's cgroup and its ancestors), and
-// HAMi's CUDA_DEVICE_MEMORY_LIMIT(_<n>). MIG needs NVML and is read by the binding. Pure: files
+// HAMi's CUDA_DEVICE_MEMORY_LIMIT(_<n>), and the schedulers' variables: Slurm's shards
+// (SLURM_SHARDS_ON_NODE of CUDA_MEMORY_SLURM_SHARDS_PER_GPU) and gpumem (CUDA_MEMORY_SLURM_GPUMEM),
+// KAI scheduler's GPU_MEMORY_LIMIT and the NVIDIA container toolkit's NVIDIA_GPU_MEMORY_LIMIT (MiB,
+// or a size with its unit). MIG needs NVML and is read by the binding. Pure: files
 // are read under a root the caller gives ("/" but for tests) and variables from a map, so the
 // same code runs on fixture trees.
 #pragma once
@@ -23,7 +26,7 @@ bool ParseMemorySize(const std::string& text, uint64_t* bytes);
 
 // One limit that applies to a device.
 struct PlatformLimit {
-  std::string kind;  // "mps", "dmem", "hami" (the binding adds "mig")
+  std::string kind;  // "mps", "dmem", "hami", "slurm", "kai", "nvidia" (the binding adds "mig")
   uint64_t bytes = 0;
   std::string
       source;  // for people: where it was read, e.g. "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=1G"

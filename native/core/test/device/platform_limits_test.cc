@@ -147,6 +147,65 @@ void TestHamiAndSmallest() {
         !nothing.mps.control_present);
 }
 
+// The schedulers' variables: Slurm's shards and gpumem (as the task prolog exports them), KAI's
+// and the NVIDIA container toolkit's MiB; each hostile value a warning, and ignored.
+void TestSchedulers() {
+  const uint64_t GiB = 1ull << 30, MiB = 1ull << 20;
+  DeviceRef d = kDev0;
+  d.total_bytes = 8 * GiB;
+  EnvMap env{{"SLURM_SHARDS_ON_NODE", "2"}, {"CUDA_MEMORY_SLURM_SHARDS_PER_GPU", "8"}};
+  PlatformReport r = DetectPlatform(Fixture("none"), env, {d});
+  CHECK(r.warnings.empty() && r.variables.count("SLURM_SHARDS_ON_NODE") == 1);
+  CHECK(r.devices[0].limits.size() == 1 && r.devices[0].limits[0].kind == "slurm" &&
+        r.devices[0].limits[0].bytes == 2 * GiB &&
+        r.devices[0].limits[0].source == "SLURM_SHARDS_ON_NODE=2 of 8 shards per GPU (Slurm)");
+  // Exact past 2^32 and rounded down: 3 of 7 shards of an H200 (150110011392 bytes).
+  DeviceRef h200 = kDev0;
+  h200.total_bytes = 150110011392ull;
+  PlatformReport h = DetectPlatform(
+      Fixture("none"), {{"SLURM_SHARDS_ON_NODE", "3"}, {"CUDA_MEMORY_SLURM_SHARDS_PER_GPU", "7"}},
+      {h200});
+  CHECK(h.devices[0].limits.size() == 1 && h.devices[0].limits[0].bytes == 150110011392ull * 3 / 7);
+  EnvMap all{{"CUDA_MEMORY_SLURM_GPUMEM", "3221225472"},
+             {"GPU_MEMORY_LIMIT", "4096"},
+             {"NVIDIA_GPU_MEMORY_LIMIT", "5G"}};
+  PlatformReport a = DetectPlatform(Fixture("none"), all, {d});
+  CHECK(a.warnings.empty() && a.devices[0].limits.size() == 3);
+  CHECK(a.devices[0].limits[0].kind == "slurm" && a.devices[0].limits[0].bytes == 3 * GiB);
+  CHECK(a.devices[0].limits[1].kind == "kai" && a.devices[0].limits[1].bytes == 4096 * MiB &&
+        a.devices[0].limits[1].source == "GPU_MEMORY_LIMIT=4096 (KAI scheduler)");
+  CHECK(a.devices[0].limits[2].kind == "nvidia" && a.devices[0].limits[2].bytes == 5 * GiB);
+  CHECK(SmallestLimit(a.devices[0].limits)->kind == "slurm");
+  // At or beyond the device: binds nothing, as every platform's limit.
+  CHECK(DetectPlatform(Fixture("none"), {{"NVIDIA_GPU_MEMORY_LIMIT", "8192"}}, {d})
+            .devices[0]
+            .limits.empty());
+  // Hostile values: each one warning, no limit.
+  for (const EnvMap& e : {
+           EnvMap{{"SLURM_SHARDS_ON_NODE", "2"}},  // no shards per GPU
+           EnvMap{{"SLURM_SHARDS_ON_NODE", "two"}, {"CUDA_MEMORY_SLURM_SHARDS_PER_GPU", "8"}},
+           EnvMap{{"SLURM_SHARDS_ON_NODE", "0"}, {"CUDA_MEMORY_SLURM_SHARDS_PER_GPU", "8"}},
+           EnvMap{{"SLURM_SHARDS_ON_NODE", "9"}, {"CUDA_MEMORY_SLURM_SHARDS_PER_GPU", "8"}},
+           EnvMap{{"SLURM_SHARDS_ON_NODE", "2"}, {"CUDA_MEMORY_SLURM_SHARDS_PER_GPU", "0"}},
+           EnvMap{{"SLURM_SHARDS_ON_NODE", "-2"}, {"CUDA_MEMORY_SLURM_SHARDS_PER_GPU", "8"}},
+           EnvMap{{"SLURM_SHARDS_ON_NODE", "99999999999999999999999"},
+                  {"CUDA_MEMORY_SLURM_SHARDS_PER_GPU", "8"}},
+           EnvMap{{"CUDA_MEMORY_SLURM_GPUMEM", "3G"}}, EnvMap{{"CUDA_MEMORY_SLURM_GPUMEM", "0"}},
+           EnvMap{{"GPU_MEMORY_LIMIT", "-1"}}, EnvMap{{"GPU_MEMORY_LIMIT", "0"}},
+           EnvMap{{"GPU_MEMORY_LIMIT", "1.5"}}, EnvMap{{"NVIDIA_GPU_MEMORY_LIMIT", "lots"}},
+           EnvMap{{"NVIDIA_GPU_MEMORY_LIMIT", "18446744073709551615"}},  // MiB past 2^64 bytes
+       }) {
+    PlatformReport b = DetectPlatform(Fixture("none"), e, {d});
+    CHECK(b.devices[0].limits.empty() && b.warnings.size() == 1);
+  }
+  // Shards seen on two GPUs are not said per GPU; a device of unknown size has no share.
+  PlatformReport two = DetectPlatform(Fixture("none"), env, {d, kDev1});
+  CHECK(two.devices[0].limits.empty() && two.devices[1].limits.empty() &&
+        two.warnings.size() == 1 && two.warnings[0].find("2 GPUs") != std::string::npos);
+  PlatformReport unknown = DetectPlatform(Fixture("none"), env, {kDev0});
+  CHECK(unknown.devices[0].limits.empty() && unknown.warnings.size() == 1);
+}
+
 // Limits at or beyond the device's size bind nothing: 2^64 - 1 (how "no limit" can read) and
 // 2^53 (8192T) whatever the device, the device's own size when it is known.
 void TestBeyondTheDevice() {
@@ -241,6 +300,7 @@ int main() {
   TestDmemNested();
   TestDmemNamespace();
   TestHamiAndSmallest();
+  TestSchedulers();
   TestBeyondTheDevice();
   TestCgroupUnderMountRoot();
   TestNotRegularFiles();
