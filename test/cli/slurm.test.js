@@ -9,7 +9,7 @@ const fs = require('fs');
 const os = require('os');
 const path = require('path');
 const { spawnSync } = require('child_process');
-const { cm, root } = require('../helpers');
+const { cm, metrics, root } = require('../helpers');
 
 const GiB = 2 ** 30;
 const MiB = 2 ** 20;
@@ -117,7 +117,7 @@ describe("a job's group, without the daemons (simulated device)", () => {
       ]);
       expect(cm.formatGroups(list)).toContain(`group slurm-42 on simulated, slurm job 42 of ${user}: budget 64 MiB`);
       expect(cm.formatGroups(list)).toMatch(/^group slurm-x on simulated: budget/m);
-      const text = cm.metricsText({ groups: true });
+      const text = metrics.metricsText({ groups: true });
       expect(text).toContain(`cuda_memory_group_job_info{group="slurm-42",device="simulated",scheduler="slurm",job="42",user="${user}"} 1`);
       expect(text).not.toContain('job_info{group="slurm-x"');
     } finally {
@@ -304,7 +304,7 @@ describeSlurm('a one-node cluster holds each job to the GPU memory Slurm gave it
     // Seen per job: top and the gauges.
     const top = sh([process.execPath, cli, 'top']).stdout;
     expect(top).toContain(`group slurm-${jobs[0]} on ${harness.DEV0}, slurm job ${jobs[0]} of root: budget 3 GiB`);
-    const text = cm.metricsText({ groups: true });
+    const text = metrics.metricsText({ groups: true });
     expect(text).toContain(
       `cuda_memory_group_job_info{group="slurm-${jobs[0]}",device="${harness.DEV0}",scheduler="slurm",job="${jobs[0]}",user="root"} 1`,
     );
