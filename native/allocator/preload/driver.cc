@@ -44,22 +44,28 @@ DlsymFn RealDlsym() {
   return f;
 }
 
+bool ResolveTable(const char* soname, const char* const names[], int count,
+                  std::atomic<void*> out[], bool keep_open) {
+  DlsymFn real = RealDlsym();
+  if (!real) return false;
+  void* h = dlopen(soname, RTLD_NOW | RTLD_NOLOAD);
+  bool any = false;
+  for (int i = 0; i < count; ++i) {
+    void* p = h ? real(h, names[i]) : nullptr;
+    if (!p) p = real(RTLD_NEXT, names[i]);
+    out[i].store(p, std::memory_order_relaxed);
+    any = any || p;
+  }
+  if (h && !keep_open) dlclose(h);  // the program's own reference keeps it loaded
+  return any;
+}
+
 bool Resolve() {
   if (g_resolved.load(std::memory_order_acquire)) return true;
   std::lock_guard<std::mutex> lock(g_resolve_mutex);
   if (g_resolved.load(std::memory_order_relaxed)) return true;
-  DlsymFn real = RealDlsym();
-  if (!real) return false;
-  void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-  bool any = false;
-  for (int i = 0; i < kCount; ++i) {
-    void* p = h ? real(h, kNames[i]) : nullptr;
-    if (!p) p = real(RTLD_NEXT, kNames[i]);
-    g_real[i].store(p, std::memory_order_relaxed);
-    any = any || p;
-  }
-  if (h) dlclose(h);       // the program's own reference keeps it loaded
-  if (!any) return false;  // no driver yet: tried again at the next call
+  if (!ResolveTable("libcuda.so.1", kNames, kCount, g_real, false))
+    return false;  // tried again later
   g_resolved.store(true, std::memory_order_release);
   return true;
 }

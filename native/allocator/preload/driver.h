@@ -2,6 +2,7 @@
 // questions the wrappers ask it about devices, contexts and streams. Nothing here charges.
 #pragma once
 
+#include <atomic>
 #include <string>
 
 #include "allocator/preload/hooks.h"
@@ -11,6 +12,14 @@ namespace cm::preload {
 // glibc's dlsym (the exported dlsym is the interposer's own).
 using DlsymFn = void* (*)(void*, const char*);
 DlsymFn RealDlsym();
+
+// Fills `out[i]` with the address of `names[i]`, for `count` names: in the library `soname` if
+// the program has it loaded, else in whatever comes after this library (the driver's and NVML's
+// tables alike). `keep_open`: the library's handle is kept, so that the addresses stay valid even
+// if the program closes its own; else the program's reference keeps it loaded. False where no name
+// was found (not loaded yet: the caller tries again at its next call).
+bool ResolveTable(const char* soname, const char* const names[], int count,
+                  std::atomic<void*> out[], bool keep_open);
 
 // Looks up the driver's functions once the driver is loaded: in libcuda.so.1 if the program has
 // it loaded, else in whatever comes after this library. False while no driver is found (tried

@@ -1,9 +1,8 @@
 // NVML's memory queries on the group's device (nvml.h). NVML's own functions come from
 // libnvidia-ml.so.1 once the program has it loaded, by its soname (as nvidia-smi and pynvml load
-// it), the handle kept so that they stay valid; before that, from what dlsym handed out.
+// it), the handle kept so that they stay valid (driver.h: ResolveTable); before that, from what
+// dlsym handed out.
 #include "allocator/preload/nvml.h"
-
-#include <dlfcn.h>
 
 #include <atomic>
 #include <cstring>
@@ -45,18 +44,9 @@ void ResolveNvml() {
   if (g_resolved.load(std::memory_order_acquire)) return;
   std::lock_guard<std::mutex> lock(g_resolve_mutex);
   if (g_resolved.load(std::memory_order_relaxed)) return;
-  DlsymFn real = RealDlsym();
-  if (!real) return;
-  // Never closed: NVML's functions stay where they are while this library may call them.
-  void* h = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_NOLOAD);
-  bool any = false;
-  for (int i = 0; i < kNvmlCount; ++i) {
-    void* p = h ? real(h, kNvmlNames[i]) : nullptr;
-    if (!p) p = real(RTLD_NEXT, kNvmlNames[i]);
-    g_real[i].store(p, std::memory_order_relaxed);
-    any = any || p;
-  }
-  if (any) g_resolved.store(true, std::memory_order_release);  // else tried again at the next call
+  // Kept open: NVML's functions stay where they are while this library may call them.
+  if (ResolveTable("libnvidia-ml.so.1", kNvmlNames, kNvmlCount, g_real, true))
+    g_resolved.store(true, std::memory_order_release);  // else tried again at the next call
 }
 
 template <NvmlFn f>
