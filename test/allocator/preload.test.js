@@ -26,6 +26,7 @@ const {
   budget,
   group,
   expectInUse,
+  preloadablePath,
 } = require('./preload/harness');
 
 useHarness();
