@@ -323,6 +323,7 @@ describeSlurm('a one-node cluster holds each job to the GPU memory Slurm gave it
   test('a job without GPU GRES is untouched', () => {
     const plain = { ...env };
     delete plain.LD_PRELOAD;
+    delete plain.CUDA_MEMORY_REQUIRE_SLURM; // the test run's own (.ci/run sets it), not a hook's
     const r = sh(['srun', 'env'], { env: plain });
     expect(r.stdout.split('\n').filter((l) => /^(CUDA_MEMORY_(?!SHM_DIR)|LD_PRELOAD=)/.test(l))).toEqual([]);
     expect(r.stdout).toMatch(/^SLURM_JOB_ID=\d+$/m);
