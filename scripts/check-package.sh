@@ -27,11 +27,13 @@ tgz="$work/$(tail -1 "$work/packed")"
 bytes=$(stat -c %s "$tgz")
 files=$(tar tzf "$tgz")
 echo "tarball $(basename "$tgz"): $bytes bytes ($((bytes / 1024)) KiB), $(echo "$files" | wc -l) files, $(tar xzOf "$tgz" | wc -c) bytes unpacked"
+# A listing is searched as a here-string, never piped: under pipefail, `echo | grep -q` fails at
+# random when grep exits on its match before echo has written the rest (SIGPIPE, exit 141).
 for must in package/prebuilds/linux-x64/cuda-memory.napi.glibc.node package/prebuilds/linux-x64/cuda_memory_preload.so package/dist/index.js package/dist/index.d.ts \
   package/dist/index.mjs package/dist/index.d.mts package/dist/bench/index.mjs package/dist/metrics/index.mjs package/dist/testing/index.mjs package/dist/cli.js package/binding.gyp package/scripts/build-addon.js package/scripts/cuda_memory_ipc.py package/scripts/pytorch-trace.py package/README.md \
   package/docs/install.md package/docs/troubleshooting.md package/docs/api/index.html package/examples/basics.js \
   package/LICENSE package/CHANGELOG.md; do
-  echo "$files" | grep -qxF "$must" || { echo "FAIL: the tarball lacks $must"; exit 1; }
+  grep -qxF "$must" <<<"$files" || { echo "FAIL: the tarball lacks $must"; exit 1; }
 done
 if echo "$files" | grep -E '^package/(test|build|build-cmake|build-nocuda|docs/screenshots|\.gpu|native/core/test|node_modules)/|\.tsbuildinfo$|\.o$'; then
   echo "FAIL: the tarball holds files a user does not need (above)"
@@ -40,7 +42,7 @@ fi
 
 # The API reference renders the guides as its own pages and links those, not the raw Markdown.
 for guide in $(echo "$files" | sed -n 's#^package/docs/\([a-z0-9-]*\)\.md$#\1#p' | grep -vx api-intro); do
-  echo "$files" | grep -qxF "package/docs/api/documents/$guide.html" || { echo "FAIL: the API reference does not render docs/$guide.md"; exit 1; }
+  grep -qxF "package/docs/api/documents/$guide.html" <<<"$files" || { echo "FAIL: the API reference does not render docs/$guide.md"; exit 1; }
 done
 if tar xzOf "$tgz" --wildcards 'package/docs/api/*.html' | grep -oE 'href="[^"]*media/[a-z0-9-]+\.md"' | grep -v 'media/README.md' | sort -u | grep .; then
   echo "FAIL: the API reference links the raw Markdown of the guides above"
@@ -98,7 +100,7 @@ echo "== the Python scripts the docs name, from the installed package (no CuPy o
 if command -v python3 >/dev/null; then
   PYTHONPATH="$pkg/scripts" python3 -c "import cuda_memory_ipc as cmi; assert 'cuda-ipc@1' in cmi.__doc__ and callable(cmi.open_descriptor), 'cuda_memory_ipc'" ||
     { echo "FAIL: scripts/cuda_memory_ipc.py does not import from the installed package"; exit 1; }
-  python3 "$pkg/scripts/pytorch-trace.py" --help | grep -q 'usage: pytorch-trace.py' ||
+  grep -q 'usage: pytorch-trace.py' <<<"$(python3 "$pkg/scripts/pytorch-trace.py" --help)" ||
     { echo "FAIL: scripts/pytorch-trace.py --help"; exit 1; }
   echo "python scripts: ok"
 else
@@ -113,9 +115,9 @@ esbuild="${ESBUILD:-$root/node_modules/.bin/esbuild}"
 if [ -x "$esbuild" ]; then
   echo "const cm = require('cuda-memory'); console.log(JSON.stringify(cm.status()));" >"$work/app/entry.js"
   "$esbuild" entry.js --bundle --platform=node --log-level=error --outfile=bundle-inlined.js
-  node bundle-inlined.js | grep -q 'it was bundled' || { echo "FAIL: an inlined bundle does not say it was bundled"; exit 1; }
+  grep -q 'it was bundled' <<<"$(node bundle-inlined.js)" || { echo "FAIL: an inlined bundle does not say it was bundled"; exit 1; }
   "$esbuild" entry.js --bundle --platform=node --log-level=error --external:cuda-memory --outfile=bundle-external.js
-  node bundle-external.js | grep -q '"binary":{"kind":"prebuilt"' || { echo "FAIL: an external bundle does not load the prebuilt binary"; exit 1; }
+  grep -q '"binary":{"kind":"prebuilt"' <<<"$(node bundle-external.js)" || { echo "FAIL: an external bundle does not load the prebuilt binary"; exit 1; }
   # The other entry points, inlined (they load the addon through the same loader) and external.
   echo "const { parseGate } = require('cuda-memory/bench'); const { metricsText } = require('cuda-memory/metrics');
     const { createLeakGate } = require('cuda-memory/testing'); const g = createLeakGate({ driver: 'off' }); g.begin();
