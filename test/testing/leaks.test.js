@@ -209,7 +209,7 @@ describe('worker threads', () => {
     });
 
   test("a live worker's buffers, raw allocations and allocators are this thread's test's leaks, with the worker named", async () => {
-    const gate = testing.createLeakGate({ driver: 'off' });
+    const gate = testing.createLeakGate({ driver: 'off', simulated: true });
     gate.begin();
     const w = start({});
     try {
@@ -235,7 +235,7 @@ describe('worker threads', () => {
   });
 
   test('a worker that exits gives back what it held; one that runs a leak gate of its own is left to it', async () => {
-    const gate = testing.createLeakGate({ driver: 'off' });
+    const gate = testing.createLeakGate({ driver: 'off', simulated: true });
     gate.begin();
     const w = start({});
     await next(w);
