@@ -68,7 +68,8 @@
         "native/core/allocator/policy.cc",
         "native/core/allocator/pool.cc",
         "native/core/allocator/uncharged.cc",
-        "native/core/allocator/upstream.cc"
+        "native/core/allocator/upstream.cc",
+        "native/core/allocator/upstream_contract.cc"
       ],
       "include_dirs": ["<!(node -p \"require('node-addon-api').include_dir\")", "native"],
       "defines": [

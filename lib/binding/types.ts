@@ -236,6 +236,8 @@ const surface = {
       ) => { address: number; size: number; blocks: { offset: number; size: number; requested: number; id: number; inUse: boolean }[] }[]
     >(),
   blockId: fn<(handle: BufferHandle) => number>(),
+  /** The upstream contract of native/core/allocator/upstream_contract.h over the CUDA device's upstream (managed: cudaMallocManaged's): the rules it found broken. For the test suite on a GPU. */
+  upstreamContract: fn<(device: number, managed: boolean, slackBytes: number) => string[]>(),
   timeCopy: fn<(dst: CopyTarget, src: CopyTarget, ...run: TimedRun) => Float64Array>(),
   timeBidirectional: fn<(a: CopyTarget, b: CopyTarget, c: CopyTarget, d: CopyTarget, ...run: TimedRun) => Float64Array>(),
   /** direction: 'h2d' or 'd2h'. */

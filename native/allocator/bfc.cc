@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <limits>
 #include <vector>
 
 #include "allocator/group.h"
@@ -11,6 +12,7 @@
 #include "core/allocator/compose.h"
 #include "core/allocator/footprint.h"
 #include "core/allocator/policy.h"
+#include "core/allocator/upstream_contract.h"
 #include "device/discovery.h"
 
 namespace cm {
@@ -340,10 +342,33 @@ Napi::Value BlockId(const Napi::CallbackInfo& info) {
   uint64_t id = b && b->block ? core::Pool::BlockId(b->block) : 0;
   return Napi::Number::New(env, static_cast<double>(id));
 }
+
+// upstreamContract(device, managed, slackBytes): the upstream contract
+// (core/allocator/upstream_contract.h) over the CUDA device's upstream, cudaMalloc's or, managed,
+// cudaMallocManaged's, limited by the device's free memory (managed memory may take more); the
+// rules it found broken, none when it keeps them. slackBytes: what the driver's own allocations
+// may move the free memory by between two readings. For the test suite on a GPU: it takes and
+// gives back a few regions and granules, and asks once for more than the device has free.
+Napi::Value UpstreamContract(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const int device = ReadInt(env, info[0], "device", 0, std::numeric_limits<int>::max());
+  CheckDevice(env, device);
+  const bool managed = info[1].ToBoolean();
+  CudaUpstream upstream(device, managed);
+  core::ContractOptions o;
+  o.slack = ReadSize(env, info[2], "slackBytes");
+  o.limit = managed ? 0 : upstream.GetMemInfo().free;
+  o.resident = !managed;
+  o.map_refusal = false;  // the whole device, granule by granule: the simulated legs check it
+  const std::vector<std::string> broken = core::CheckUpstreamContract(upstream, o);
+  Napi::Array out = Napi::Array::New(env, broken.size());
+  for (size_t i = 0; i < broken.size(); ++i) out.Set(i, broken[i]);
+  return out;
+}
 }  // namespace
 
 void InitBfc(Napi::Env env, Napi::Object exports) {
-  Register(env, exports, {{"blockId", BlockId}});
+  Register(env, exports, {{"blockId", BlockId}, {"upstreamContract", UpstreamContract}});
 }
 
 Napi::Array BfcBackend::Regions(Napi::Env env) {
