@@ -2,7 +2,7 @@
 'use strict';
 // Real servers sizing themselves to a group budget, shown in one call on a GPU machine:
 //
-//   node scripts/servers-run.js --out DIR [--python python3] [--only jax,vllm,cupy,numba,llama]
+//   node scripts/servers-run.js --out DIR [--python python3] [--only jax,vllm,cupy,numba,llama,slurm]
 //                               [--llama-bundle FILE | --llama-modules DIR] [--model FILE] [--seconds 20]
 //   node scripts/servers-run.js --dry-run [...]     the plan as JSON, without a GPU
 //
@@ -29,6 +29,11 @@
 //           12 GiB group. It needs node-llama-cpp: --llama-modules (a node_modules folder) or
 //           --llama-bundle (a .tar.xz of one, unpacked into DIR), and the CUDA 13 runtime and
 //           cuBLAS, found in the CUDA toolkit or the Python packages (nvidia/*/lib).
+//   slurm   Slurm's hook on a recorded job (no Slurm here: its scontrol answers as Slurm did for
+//           job 4242 given 2 of the GPU's 8 shards): `cuda-memory slurm task-prolog --shards 8`
+//           reads the GPU and prints the task's exports; PyTorch (scripts/servers/refuse.py --lib
+//           torch) runs in that environment, as Slurm starts a task, and is refused at 2/8 of the
+//           GPU with torch.OutOfMemoryError, caught; then `slurm epilog` removes the job's group.
 //
 // The summary (DIR/summary.json, also on stdout) holds every figure and the checks. Exit 1 if a
 // check failed, 2 for a usage error.
@@ -44,7 +49,17 @@ const servers = path.join(__dirname, 'servers');
 const torchChurn = path.join(__dirname, 'preload', 'torch-churn.py');
 const GiB = 2 ** 30;
 const MiB = 2 ** 20;
-const SECTIONS = ['jax', 'vllm', 'cupy', 'numba', 'llama'];
+const SECTIONS = ['jax', 'vllm', 'cupy', 'numba', 'llama', 'slurm'];
+// The recorded job of the slurm section: what `scontrol show job -d 4242` printed on a node whose
+// gres.conf cuts GPU 0 into 8 shards, for a job given 2 of them, and what its task saw.
+const SLURM_JOB = {
+  id: '4242',
+  node: 'gpu01',
+  shards: 2,
+  of: 8,
+  scontrol: ['JobId=4242 JobName=train', '   JOB_GRES=shard:2', '     Nodes=gpu01 CPU_IDs=0-3 Mem=0 GRES=shard:2(IDX:0)'].join('\n'),
+  env: { SLURM_JOB_ID: '4242', SLURMD_NODENAME: 'gpu01', SLURM_SHARDS_ON_NODE: '2', CUDA_VISIBLE_DEVICES: '0' },
+};
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 function args(argv) {
@@ -220,6 +235,43 @@ function checksOf(r) {
     );
     held(add, 'llama shared 12 GiB', sh);
   }
+  const sl = r.slurm;
+  if (sl) {
+    const x = sl.exports || {};
+    const want = Math.floor((r.gpu.totalMemory * SLURM_JOB.shards) / SLURM_JOB.of);
+    add(
+      `slurm: the task prolog turns ${SLURM_JOB.shards} of ${SLURM_JOB.of} shards into the job's group at ${SLURM_JOB.shards}/${SLURM_JOB.of} of the GPU, the interposer preloaded`,
+      sl.prologExit === 0 &&
+        x.CUDA_MEMORY_GROUP === `slurm-${SLURM_JOB.id}` &&
+        Number(x.CUDA_MEMORY_GROUP_BUDGET) === want &&
+        /cuda_memory_preload\.so/.test(x.LD_PRELOAD || ''),
+      sl.prologExit === 0
+        ? `group ${x.CUDA_MEMORY_GROUP}, budget ${x.CUDA_MEMORY_GROUP_BUDGET} (want ${want}), ${x.CUDA_MEMORY_GROUP_BUDGET_SOURCE}`
+        : `exit ${sl.prologExit}: ${sl.prologStderr}`,
+    );
+    const t = sl.task;
+    if (t) {
+      const res = t.result || {};
+      add(
+        'slurm: PyTorch in the task is refused at the budget with torch.OutOfMemoryError, caught, exit 0',
+        t.exitCode === 0 &&
+          res.refused &&
+          /^torch(\.cuda)?\.OutOfMemoryError$/.test(res.refusedAs || '') &&
+          res.allocatedBytes <= t.budgetBytes &&
+          res.allocatedBytes + 2 * res.chunkBytes > t.budgetBytes &&
+          res.recovered,
+        res.refused
+          ? `${res.chunks} blocks of ${gib(res.chunkBytes)} (${gib(res.allocatedBytes)} of ${gib(t.budgetBytes)}), then ${res.refusedAs}`
+          : `exit ${t.exitCode}, not refused`,
+      );
+      held(add, 'slurm 2 of 8 shards', t);
+    }
+    add(
+      "slurm: the epilog removes the job's group",
+      sl.epilogExit === 0 && sl.groupLeft === false,
+      `epilog exit ${sl.epilogExit}; group left after it: ${sl.groupLeft}`,
+    );
+  }
   return checks;
 }
 
@@ -348,6 +400,29 @@ function plan(o) {
       },
     };
   }
+  if (o.only.includes('slurm'))
+    p.slurm = {
+      job: SLURM_JOB,
+      scontrol: path.join(o.out || '<out>', 'scontrol'),
+      prolog: {
+        cmd: [
+          process.execPath,
+          cli,
+          'slurm',
+          'task-prolog',
+          '--shards',
+          String(SLURM_JOB.of),
+          '--scontrol',
+          path.join(o.out || '<out>', 'scontrol'),
+        ],
+        env: SLURM_JOB.env,
+      },
+      task: { cmd: [py, path.join(servers, 'refuse.py'), '--lib', 'torch', '--chunk-mib', '256'] },
+      epilog: {
+        cmd: [process.execPath, cli, 'slurm', 'epilog'],
+        env: { SLURM_JOB_ID: SLURM_JOB.id, SLURM_JOB_UID: String(process.getuid()) },
+      },
+    };
   return p;
 }
 
@@ -509,6 +584,39 @@ async function llamaSection(ctx, p, o) {
   return l;
 }
 
+/** The `export NAME=value` lines of a task prolog, as the environment Slurm gives the task. */
+function prologExports(text) {
+  const env = {};
+  for (const m of String(text).matchAll(/^export ([A-Za-z_][A-Za-z0-9_]*)=(.*)$/gm)) env[m[1]] = m[2];
+  return env;
+}
+
+/** The task prolog of the plan's slurm section, with its recorded scontrol written first; `extra` adds arguments. */
+function slurmProlog(p, extra = []) {
+  fs.writeFileSync(p.scontrol, `#!/bin/sh\ncat <<'EOF'\n${p.job.scontrol}\nEOF\n`, { mode: 0o755 });
+  const cmd = [...p.prolog.cmd, ...extra];
+  const r = spawnSync(cmd[0], cmd.slice(1), { env: { ...process.env, ...p.prolog.env }, encoding: 'utf8' });
+  return { prologExit: r.status, prologStderr: String(r.stderr).slice(-2000), exports: prologExports(r.stdout) };
+}
+
+async function slurmSection(ctx, p) {
+  const s = slurmProlog(p);
+  const x = s.exports;
+  if (s.prologExit === 0 && x.CUDA_MEMORY_GROUP) {
+    const budgetBytes = Number(x.CUDA_MEMORY_GROUP_BUDGET);
+    s.task = await step(
+      ctx,
+      { group: x.CUDA_MEMORY_GROUP, budgetBytes, cmd: p.task.cmd, env: { ...p.job.env, ...x } },
+      ctx.overheads.torch,
+    );
+  }
+  const e = spawnSync(p.epilog.cmd[0], p.epilog.cmd.slice(1), { env: { ...process.env, ...p.epilog.env }, encoding: 'utf8' });
+  s.epilogExit = e.status;
+  s.epilogOutput = `${e.stdout}${e.stderr}`.slice(-2000);
+  s.groupLeft = ctx.cm.listGroups().groups.some((g) => g.name === `slurm-${p.job.id}`);
+  return s;
+}
+
 async function runAll(o) {
   const { native } = require(path.join(root, 'dist', 'binding', 'native'));
   const cm = require(root);
@@ -538,17 +646,16 @@ async function runAll(o) {
   }
   for (const lib of ['cupy', 'numba'])
     if (p[lib]) r[lib] = await step(ctx, p[lib], (r.overheads[lib] = await overheadOf(ctx, p.overheads[lib])));
-  if (p.llama) {
-    ctx.overheads = r.overheads;
-    r.llama = await llamaSection(ctx, p.llama, o);
-  }
+  ctx.overheads = r.overheads;
+  if (p.llama) r.llama = await llamaSection(ctx, p.llama, o);
+  if (p.slurm) r.slurm = await slurmSection(ctx, p.slurm);
   r.checks = checksOf(r);
   r.ok = r.checks.every((c) => c.pass);
   return r;
 }
 
 const USAGE =
-  'usage: node scripts/servers-run.js --out DIR [--python python3] [--only jax,vllm,cupy,numba,llama] [--llama-bundle FILE | --llama-modules DIR] [--model FILE] [--seconds 20]\n';
+  'usage: node scripts/servers-run.js --out DIR [--python python3] [--only jax,vllm,cupy,numba,llama,slurm] [--llama-bundle FILE | --llama-modules DIR] [--model FILE] [--seconds 20]\n';
 
 async function main() {
   let a;
@@ -601,4 +708,4 @@ if (require.main === module)
     },
   );
 
-module.exports = { judgeSamples, checksOf, lastJson, findLibraries, plan, step, overheadOf };
+module.exports = { judgeSamples, checksOf, lastJson, findLibraries, plan, step, overheadOf, prologExports, slurmProlog };

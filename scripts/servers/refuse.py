@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
-"""CuPy's default memory pool or numba's device arrays meeting the budget, for scripts/servers-run.js:
-blocks of --chunk-mib allocated (and written, for CuPy) until the library refuses one with its own
-error, which is caught; then everything is freed and one block allocated again.
+"""CuPy's default memory pool, numba's device arrays or PyTorch's caching allocator meeting the
+budget, for scripts/servers-run.js: blocks of --chunk-mib allocated (and written, for CuPy and
+PyTorch) until the library refuses one with its own error, which is caught; then everything is
+freed and one block allocated again.
 
-  refuse.py --lib cupy|numba [--chunk-mib 512] [--max-chunks 4096] [--hold 1.0] [--idle]
+  refuse.py --lib cupy|numba|torch [--chunk-mib 512] [--max-chunks 4096] [--hold 1.0] [--idle]
 
 The refusal expected: cupy.cuda.memory.OutOfMemoryError (the pool frees its cached blocks and
 retries before it raises), numba's CudaAPIError with CUDA_ERROR_OUT_OF_MEMORY (its memory manager
-runs its pending frees and retries first). Any other error is not caught. `phase full` is printed
+runs its pending frees and retries first), torch.OutOfMemoryError (the caching allocator frees its
+cached blocks and retries first). Any other error is not caught. `phase full` is printed
 at the refusal, held --hold seconds. One JSON line at the end; exit 3 if nothing was refused.
 --idle: one small block made and freed (the library's context and kernels loaded), `phase ready`
 held, and nothing else: the context overhead.
@@ -20,9 +22,21 @@ import time
 MiB = 2**20
 
 
+def free_cache(lib):
+    """Gives the library's cached blocks back to the device."""
+    if lib == "cupy":
+        import cupy
+
+        cupy.get_default_memory_pool().free_all_blocks()
+    elif lib == "torch":
+        import torch
+
+        torch.cuda.empty_cache()
+
+
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--lib", choices=["cupy", "numba"], required=True)
+    p.add_argument("--lib", choices=["cupy", "numba", "torch"], required=True)
     p.add_argument("--chunk-mib", type=int, default=512)
     p.add_argument("--max-chunks", type=int, default=4096)
     p.add_argument("--hold", type=float, default=1.0)
@@ -44,6 +58,20 @@ def main():
         def pool_bytes():
             return int(cupy.get_default_memory_pool().total_bytes())
 
+    elif o.lib == "torch":
+        import torch
+
+        refusal = torch.cuda.OutOfMemoryError
+
+        def alloc():
+            a = torch.empty(chunk, dtype=torch.uint8, device="cuda")
+            a.fill_(1)
+            torch.cuda.synchronize()
+            return a
+
+        def pool_bytes():
+            return int(torch.cuda.memory_reserved())
+
     else:
         import numpy as np
         from numba import cuda
@@ -60,8 +88,7 @@ def main():
     out = {"pid": os.getpid(), "lib": o.lib, "chunkBytes": chunk, "chunks": 0, "refused": False}
     if o.idle:
         alloc()  # made and dropped at once
-        if o.lib == "cupy":
-            cupy.get_default_memory_pool().free_all_blocks()
+        free_cache(o.lib)
         print("phase ready", flush=True)
         time.sleep(o.hold)
         print(json.dumps(out), flush=True)
@@ -80,8 +107,7 @@ def main():
     print("phase full", flush=True)
     time.sleep(o.hold)
     live.clear()
-    if o.lib == "cupy":
-        cupy.get_default_memory_pool().free_all_blocks()
+    free_cache(o.lib)
     again = alloc()  # the share given back is had again
     out["recovered"] = again is not None
     del again

@@ -10,7 +10,7 @@ const { spawnSync } = require('child_process');
 const { root, expectEachFaultFailsItsCheck } = require('../helpers');
 
 const script = path.join(root, 'scripts', 'servers-run.js');
-const { judgeSamples, checksOf, lastJson, findLibraries, step, overheadOf } = require(script);
+const { judgeSamples, checksOf, lastJson, findLibraries, step, overheadOf, plan, prologExports, slurmProlog } = require(script);
 const gguf = require(path.join(root, 'scripts', 'servers', 'gguf.js'));
 const GiB = 2 ** 30;
 const MiB = 2 ** 20;
@@ -83,6 +83,7 @@ function passing() {
   });
   const refused = (name) => ({ loaded: false, error: { name, message: 'Not enough VRAM to fit the model with the specified settings' } });
   const B4 = 4 * GiB;
+  const shards = Math.floor((total * 2) / 8);
   return {
     gpu: { totalMemory: total },
     overheads: { jax: ctx, torch: ctx },
@@ -103,6 +104,25 @@ function passing() {
           torch: { exitCode: 0, result: { allocs: 100, refusals: 20 } },
         },
       },
+    },
+    slurm: {
+      prologExit: 0,
+      exports: {
+        CUDA_MEMORY_GROUP: 'slurm-4242',
+        CUDA_MEMORY_GROUP_BUDGET: String(shards),
+        LD_PRELOAD: '/p/prebuilds/linux-x64/cuda_memory_preload.so',
+      },
+      task: stepOf(shards, shards + ctx, [['full', 34 * GiB + ctx, 34 * GiB]], {
+        lib: 'torch',
+        refused: true,
+        refusedAs: 'torch.OutOfMemoryError',
+        chunks: 139,
+        chunkBytes: 256 * MiB,
+        allocatedBytes: 139 * 256 * MiB,
+        recovered: true,
+      }),
+      epilogExit: 0,
+      groupLeft: false,
     },
   };
 }
@@ -135,7 +155,7 @@ test('a step’s samples: the most of NVML and of the ledger, how many above, pe
 });
 
 test('a run that shows every point passes every check; each fault fails its own check only', () => {
-  expect(checksOf(passing())).toHaveLength(26);
+  expect(checksOf(passing())).toHaveLength(30);
   const cases = [
     [(r) => (r.jax.alone.result.prealloc.bytes_limit = 0.5 * r.gpu.totalMemory), /^jax alone/],
     // 75% of the card under a budget: what the budget is there to stop.
@@ -163,14 +183,44 @@ test('a run that shows every point passes every check; each fault fails its own 
     [(r) => (r.llama.forcedUnsafe.result.loaded = true), /its estimate skipped/],
     [(r) => (r.llama.shared.members.llama2.exitCode = null), /^llama shared 12 GiB: two/],
     [(r) => (r.llama.shared.judged.nvmlOver = 1), /^llama shared 12 GiB: the ledger/],
+    [(r) => (r.slurm.exports.CUDA_MEMORY_GROUP_BUDGET = String(r.gpu.totalMemory / 4 + 2 ** 20)), /^slurm: the task prolog/],
+    [(r) => delete r.slurm.exports.LD_PRELOAD, /^slurm: the task prolog/],
+    [(r) => (r.slurm.prologExit = 1), /^slurm: the task prolog/],
+    [(r) => (r.slurm.task.result.refusedAs = 'builtins.RuntimeError'), /^slurm: PyTorch in the task/],
+    [(r) => (r.slurm.task.result.allocatedBytes = r.slurm.task.budgetBytes + 1), /^slurm: PyTorch in the task/],
+    [(r) => (r.slurm.task.judged.nvmlOver = 2), /^slurm 2 of 8 shards: the ledger/],
+    [(r) => (r.slurm.groupLeft = true), /^slurm: the epilog/],
   ];
   expectEachFaultFailsItsCheck(passing, checksOf, cases);
   // A section left out has no checks; node-llama-cpp missing is one failed check that says why.
   const r = passing();
   delete r.vllm;
   r.llama = { error: 'node-llama-cpp’s CUDA prebuilt needs libcublas.so.13' };
-  expect(checksOf(r)).toHaveLength(26 - 6 - 9 + 1);
+  expect(checksOf(r)).toHaveLength(30 - 6 - 9 + 1);
   expect(failed(r)).toEqual(['llama: node-llama-cpp ran']);
+});
+
+test("the slurm section: the task prolog on the recorded job (2 of 8 shards) prints the job's group at 2/8 of the GPU", () => {
+  const out = fs.mkdtempSync(path.join(os.tmpdir(), 'cm-servers-slurm-'));
+  try {
+    const p = plan({ out, python: 'python3', only: ['slurm'], id: 1, seconds: 1 }).slurm;
+    expect(p.prolog.cmd.slice(1, 6)).toEqual([path.join(root, 'dist', 'cli.js'), 'slurm', 'task-prolog', '--shards', '8']);
+    expect(p.task.cmd.slice(1)).toEqual([path.join(root, 'scripts', 'servers', 'refuse.py'), '--lib', 'torch', '--chunk-mib', '256']);
+    // The GPU's memory given, as a node without a GPU here would: the rest is the hook as on the GPU.
+    const s = slurmProlog(p, ['--gpu-memory', '8GiB']);
+    expect(s.prologStderr).toBe('');
+    expect(s.prologExit).toBe(0);
+    expect(s.exports).toMatchObject({
+      CUDA_MEMORY_GROUP: 'slurm-4242',
+      CUDA_MEMORY_GROUP_BUDGET: String(2 * GiB),
+      CUDA_MEMORY_SLURM_SHARDS_PER_GPU: '8',
+    });
+    expect(s.exports.CUDA_MEMORY_GROUP_BUDGET_SOURCE).toMatch(/^slurm job 4242: 2 of 8 shards/);
+    expect(s.exports.LD_PRELOAD).toMatch(/cuda_memory_preload\.so/);
+    expect(prologExports('export A=1\nprint hello\nexport B=x y\n')).toEqual({ A: '1', B: 'x y' });
+  } finally {
+    fs.rmSync(out, { recursive: true, force: true });
+  }
 });
 
 test('the CUDA libraries are found in a toolkit folder or in the Python packages’ nvidia/*/lib', () => {
