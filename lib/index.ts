@@ -88,17 +88,16 @@ export {
 } from './transfer/safetensors';
 export type { SafetensorsHeader, LoadedSafetensors, TensorSource, SaveSafetensorsOptions } from './transfer/safetensors';
 export { Stream, Event } from './device/stream';
-export { Allocator, createAllocator } from './allocator/allocator';
+export { Allocator } from './allocator/allocator';
+export { createAllocator } from './allocator/create';
+export type { AllocatorOptions, SimulatedDevice, SimulatedPlatform } from './allocator/options';
 export type {
-  AllocatorOptions,
   AllocatorStats,
   Counter,
   AllocatorBackend,
   AsyncPoolStats,
   AllocOptions,
   RegionInfo,
-  SimulatedDevice,
-  SimulatedPlatform,
   Availability,
   AvailableTerm,
   RecordingOptions,

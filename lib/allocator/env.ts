@@ -1,5 +1,5 @@
 /** Allocator options from the environment, TensorFlow's variables included. */
-import type { AllocatorOptions } from './allocator';
+import type { AllocatorOptions } from './options';
 import { parseSize } from '../base/units';
 import { isAllocatorBackend, supports } from './backend';
 import { invalidArgument } from '../base/errors';

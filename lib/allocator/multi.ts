@@ -3,7 +3,9 @@
  * every device as TensorFlow applies its GPU options to every visible GPU (a `memoryFraction` is
  * a share of each GPU's own memory), with statistics and a summary over all of them.
  */
-import { Allocator, AllocatorOptions, AllocatorStats, AllocOptions, SimulatedDevice, createAllocator } from './allocator';
+import { Allocator, AllocatorStats, AllocOptions } from './allocator';
+import { createAllocator } from './create';
+import type { AllocatorOptions, SimulatedDevice } from './options';
 import { DeviceBuffer } from '../memory/buffers';
 import { checkBoolean, checkDeviceList, checkOptions, isArray } from '../base/validate';
 import { invalidArgument, argTypeError, argRangeError, CudaMemoryError, describe } from '../base/errors';

@@ -3,7 +3,9 @@
  * would the workload have survived, with what peak, pool and fragmentation, and what is the
  * smallest limit that it survives.
  */
-import { Allocator, AllocatorOptions, createAllocator } from './allocator';
+import { Allocator } from './allocator';
+import { createAllocator } from './create';
+import type { AllocatorOptions } from './options';
 import { DeviceBuffer } from '../memory/buffers';
 import { OutOfMemoryError, argTypeError, argRangeError, invalidArgument } from '../base/errors';
 import { checkObjects } from '../base/validate';

@@ -5,7 +5,8 @@
 import * as path from 'path';
 import { spawnSync } from 'child_process';
 import { native } from '../binding/native';
-import { Allocator, createAllocator } from '../allocator/allocator';
+import { Allocator } from '../allocator/allocator';
+import { createAllocator } from '../allocator/create';
 import { createPinnedPool } from '../allocator/pinned-pool';
 import { Stream } from '../device/stream';
 import { devices, knownDeviceCount } from '../device/discovery';

@@ -4,27 +4,21 @@ import * as os from 'os';
 import { runFilesBenchmark, filesGateSource } from '../bench/files';
 import type { FilesReport } from '../bench/files';
 import { formatFilesTable, formatFilesCsv, renderFilesHtml, filesJunit } from '../report/files';
-import { writeTextfile } from '../metrics/exposition';
 import { filesFamilies } from '../metrics/families';
-import { parseGate, evaluateGates, Gate } from '../bench/gates';
+import { parseGate, evaluateGates } from '../bench/gates';
 import { parseSize } from '../base/units';
-import { progressBar, gatesJson, writeOutput, Usage } from './common';
-import { collect, integer, outFile, wrap } from './options';
+import { progressBar, gatesJson, Usage } from './common';
+import { collect, integer, wrap } from './options';
+import { addReportOptions, printReport, writeReportFiles } from './reports';
+import type { ReportFlags } from './reports';
 
-interface BenchFilesOptions {
+interface BenchFilesOptions extends ReportFlags {
   dir: string;
   size?: number;
   iterations?: number;
   warmup?: number;
   device?: number;
   fsync: boolean;
-  json?: boolean;
-  csv?: boolean;
-  out?: string;
-  html?: string;
-  junit?: string;
-  prometheus?: string;
-  expect?: Gate[];
 }
 
 // A folder that cannot take the test file is a usage error naming it: the user picks another.
@@ -74,13 +68,17 @@ async function benchFiles(o: BenchFilesOptions): Promise<number> {
   }
   const gates = evaluateGates(o.expect ?? [], filesGateSource(report));
   const json = JSON.stringify({ ...report, gates: gatesJson(gates) }, null, 2);
-  if (o.json) process.stdout.write(json + '\n');
-  else if (o.csv) process.stdout.write(formatFilesCsv(report));
-  else process.stdout.write(formatFilesTable(report) + '\n');
-  if (o.out) writeOutput(o.out, json + '\n');
-  if (o.html) writeOutput(o.html, renderFilesHtml(report, gates));
-  if (o.junit) writeOutput(o.junit, filesJunit(report, gates));
-  if (o.prometheus) writeOutput(o.prometheus, (f) => writeTextfile(f, filesFamilies(report, gates)));
+  printReport(
+    o,
+    json,
+    () => formatFilesCsv(report),
+    () => formatFilesTable(report) + '\n',
+  );
+  writeReportFiles(o, json, {
+    html: () => renderFilesHtml(report, gates),
+    junit: () => filesJunit(report, gates),
+    families: () => filesFamilies(report, gates),
+  });
   for (const g of gates) process.stderr.write(g.message + '\n');
   const unverified = report.results.filter((r) => !r.verified);
   for (const r of unverified) process.stderr.write(`FAIL data check: ${r.direction} ${r.mode} did not arrive intact\n`);
@@ -98,7 +96,7 @@ function endBySignal(signal: NodeJS.Signals): number {
 }
 
 export function register(program: Command): void {
-  program
+  const command = program
     .command('bench-files')
     .description('file benchmark: a file into device memory and back, cold and warm, against fs.readFile + copy() and the storage alone')
     .requiredOption('--dir <folder>', 'the folder to write the test file in (on the storage to measure)')
@@ -106,13 +104,8 @@ export function register(program: Command): void {
     .option('--iterations <n>', 'timed passes per row (default 5)', integer(1))
     .option('--warmup <n>', 'untimed passes before warm rows (default 1)', integer(0))
     .addOption(new Option('--device <n>', 'device index').argParser(integer(0)))
-    .option('--no-fsync', 'time writes without fsync (the page cache, not the storage)')
-    .addOption(new Option('--json', 'the JSON report on stdout instead of the table').conflicts('csv'))
-    .option('--csv', 'CSV on stdout instead of the table')
-    .option('--out <file>', 'also write the JSON report here', outFile)
-    .option('--html <file>', 'a self-contained HTML report with SVG charts', outFile)
-    .option('--junit <file>', 'JUnit XML, one testcase per result and gate', outFile)
-    .option('--prometheus <file>', "the results in node_exporter's textfile format (name it *.prom)", outFile)
+    .option('--no-fsync', 'time writes without fsync (the page cache, not the storage)');
+  addReportOptions(command, 'the JSON report on stdout instead of the table')
     .option(
       '--expect <gate>',
       "a gate such as 'read.library-cold>=3GB/s' or 'read.library-warm/read.naive-warm>=2'; repeatable",

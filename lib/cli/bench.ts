@@ -26,7 +26,7 @@ import {
 } from '../bench/devices';
 import { runP2pBenchmark, p2pGateSource, P2pReport } from '../bench/p2p';
 import { Expectations, expectationGates, expectationsFor, readExpectations } from '../bench/expectations';
-import { parseGate, evaluateGates, combineSources, Gate, GateResult } from '../bench/gates';
+import { parseGate, evaluateGates, combineSources, GateResult } from '../bench/gates';
 import { formatTable, formatCsv, formatChart, renderHtml, benchmarkJunit, skippedProbeLine } from '../report/bench';
 import { formatDevicesTable, formatP2pTable, formatMultiCsv, renderMultiHtml, multiJunit } from '../report/devices';
 import { writeTextfile } from '../metrics/exposition';
@@ -35,10 +35,12 @@ import { unavailableJunit } from '../report/junit';
 import { unavailableHtml } from '../report/results';
 import { parseSizeList, parseSize, formatBytes } from '../base/units';
 import { Usage, gatesJson, progressBar, requireGpu, writeOutput } from './common';
-import { collect, deviceList, integer, list, outFile, wrap } from './options';
+import { collect, deviceList, integer, list, wrap } from './options';
+import { addReportOptions, printReport, writeReportFiles } from './reports';
+import type { ReportFlags } from './reports';
 
 // What commander hands the action: the benchmark's own options plus the output flags.
-interface BenchOptions extends Pick<TransferBenchmarkOptions, 'sizes' | 'directions' | 'iterations' | 'warmup' | 'device'> {
+interface BenchOptions extends ReportFlags, Pick<TransferBenchmarkOptions, 'sizes' | 'directions' | 'iterations' | 'warmup' | 'device'> {
   /** The one-GPU benchmark's modes, or with --devices those of several GPUs. */
   modes?: (TransferMode | DevicesMode)[];
   devices?: 'all' | number[];
@@ -48,15 +50,8 @@ interface BenchOptions extends Pick<TransferBenchmarkOptions, 'sizes' | 'directi
   lastChunk?: number;
   threads?: number;
   slots?: number;
-  json?: boolean;
-  csv?: boolean;
   chart?: boolean;
-  html?: string;
-  junit?: string;
-  out?: string;
-  prometheus?: string;
   expectations?: string;
-  expect?: Gate[];
   eventLoop: boolean;
 }
 
@@ -65,7 +60,7 @@ export const MAX_WARMUP = 1000;
 export const MAX_ITERATIONS = 100_000;
 
 export function register(program: Command): void {
-  program
+  const command = program
     .command('bench')
     .description('transfer benchmark: pageable against pinned memory and the other modes')
     .option('--sizes <list>', 'sizes or ranges, binary suffixes: 64MiB,256MiB or 4KiB..1GiB (the default)', wrap(parseSizeList))
@@ -96,14 +91,10 @@ export function register(program: Command): void {
       wrap(parseSize),
     )
     .option('--threads <n>', 'staged path: host copy threads', integer(1))
-    .option('--slots <n>', 'staged path: chunks in the ring', integer(2))
-    .addOption(new Option('--json', 'the JSON report on stdout instead of the table (also without CUDA, saying why)').conflicts('csv'))
-    .option('--csv', 'CSV on stdout instead of the table')
-    .addOption(new Option('--chart', 'a terminal chart of GB/s by size after the table').conflicts(['json', 'csv']))
-    .option('--html <file>', 'a self-contained HTML report with SVG charts', outFile)
-    .option('--junit <file>', 'JUnit XML, one testcase per result and gate', outFile)
-    .option('--out <file>', 'also write the JSON report here', outFile)
-    .option('--prometheus <file>', "the results in node_exporter's textfile format (name it *.prom)", outFile)
+    .option('--slots <n>', 'staged path: chunks in the ring', integer(2));
+  addReportOptions(command, 'the JSON report on stdout instead of the table (also without CUDA, saying why)', [
+    new Option('--chart', 'a terminal chart of GB/s by size after the table').conflicts(['json', 'csv']),
+  ])
     .option(
       '--expectations <file>',
       "gates from an expectation file (pinned h2d and d2h, d2d traffic at the headline size): a file, or 'auto' for the package's file for this GPU and link",
@@ -157,18 +148,19 @@ async function bench(o: BenchOptions): Promise<number> {
   const gates = [...(o.expect ?? []), ...(exp ? expectationGates(exp) : [])];
   const results = gateFaults(report, evaluateGates(gates, gateSource(report)), exp?.expect.maxCv ?? undefined);
   const json = JSON.stringify({ ...report, gates: gatesJson(results) }, null, 2);
-  if (o.json) process.stdout.write(json + '\n');
-  else if (o.csv) process.stdout.write(formatCsv(report));
-  else {
-    process.stdout.write(formatTable(report) + '\n');
-    if (o.chart) process.stdout.write('\n' + formatChart(report) + '\n');
-  }
+  printReport(
+    o,
+    json,
+    () => formatCsv(report),
+    () => formatTable(report) + '\n' + (o.chart ? '\n' + formatChart(report) + '\n' : ''),
+  );
   // The table says so itself; JSON and CSV on stdout leave the terminal a line.
   if (o.json || o.csv) for (const k of report.skippedProbes ?? []) process.stderr.write(`cuda-memory: ${skippedProbeLine(k)}\n`);
-  if (o.out) writeOutput(o.out, json + '\n');
-  if (o.html) writeOutput(o.html, renderHtml(report, results));
-  if (o.junit) writeOutput(o.junit, benchmarkJunit(report, results));
-  if (o.prometheus) writeOutput(o.prometheus, (f) => writeTextfile(f, benchFamilies(report, results)));
+  writeReportFiles(o, json, {
+    html: () => renderHtml(report, results),
+    junit: () => benchmarkJunit(report, results),
+    families: () => benchFamilies(report, results),
+  });
   return finish(results, unverifiedRows(report));
 }
 
@@ -244,16 +236,17 @@ async function benchDevices(o: BenchOptions): Promise<number> {
     combineSources(devicesReport && devicesGateSource(devicesReport), p2p && p2pGateSource(p2p)),
   );
   const json = JSON.stringify({ devices: devicesReport, p2p, gates: gatesJson(results) }, null, 2);
-  if (o.json) process.stdout.write(json + '\n');
-  else if (o.csv) process.stdout.write(formatMultiCsv(devicesReport, p2p));
-  else
-    process.stdout.write(
-      [devicesReport && formatDevicesTable(devicesReport), p2p && formatP2pTable(p2p)].filter(Boolean).join('\n\n') + '\n',
-    );
-  if (o.out) writeOutput(o.out, json + '\n');
-  if (o.html) writeOutput(o.html, renderMultiHtml(devicesReport, p2p, results));
-  if (o.junit) writeOutput(o.junit, multiJunit(devicesReport, p2p, results));
-  if (o.prometheus) writeOutput(o.prometheus, (f) => writeTextfile(f, multiBenchFamilies(devicesReport, p2p, results)));
+  printReport(
+    o,
+    json,
+    () => formatMultiCsv(devicesReport, p2p),
+    () => [devicesReport && formatDevicesTable(devicesReport), p2p && formatP2pTable(p2p)].filter(Boolean).join('\n\n') + '\n',
+  );
+  writeReportFiles(o, json, {
+    html: () => renderMultiHtml(devicesReport, p2p, results),
+    junit: () => multiJunit(devicesReport, p2p, results),
+    families: () => multiBenchFamilies(devicesReport, p2p, results),
+  });
   const unverified = [
     ...(devicesReport?.results ?? [])
       .filter((r) => !r.verified)

@@ -16,6 +16,9 @@ import { invalidArgument, argRangeError } from '../base/errors';
 import { bufferOf, checkHoldable, checkTakeable, takeMemory, viewLike } from '../memory/detach';
 import { ManagedBuffer } from '../memory/managed';
 
+/** @internal The names of {@link CopyStrategy}, in the order the error for any other names them. */
+export const COPY_STRATEGIES = ['auto', 'driver', 'staged', 'register', 'peer', 'host'] as const;
+
 /**
  * How a pageable (ordinary Node) buffer is moved to or from the device:
  * - `auto`: `staged` from a size per direction up (measured on the H100; see
@@ -33,8 +36,9 @@ import { ManagedBuffer } from '../memory/managed';
  * - `driver`: cudaMemcpy with cudaMemcpyDefault, as the driver chooses.
  *
  * @category Copies
+ * @useDeclaredType
  */
-export type CopyStrategy = 'auto' | 'driver' | 'staged' | 'register' | 'peer' | 'host';
+export type CopyStrategy = (typeof COPY_STRATEGIES)[number];
 
 /**
  * Options of {@link copy} and {@link copyAsync}.
@@ -93,7 +97,8 @@ export const DST_RANGE: RangeNames = {
 };
 const TARGET_RANGE: RangeNames = { option: 'options.offset', offset: 'offset', memory: 'target' };
 
-const STRATEGIES = new Set(['auto', 'driver', 'staged', 'register', 'peer', 'host']);
+const STRATEGIES: ReadonlySet<unknown> = new Set(COPY_STRATEGIES);
+const STRATEGIES_EXPECTED = `one of ${COPY_STRATEGIES.map((k) => `'${k}'`).join(', ')}`;
 
 function prepare(dst: unknown, src: unknown, options: unknown) {
   const d = resolveMemory('dst', dst);
@@ -110,8 +115,8 @@ function prepare(dst: unknown, src: unknown, options: unknown) {
     throw argRangeError(
       `the device-to-device ranges overlap: [${srcOffset}, ${srcOffset + n}) and [${dstOffset}, ${dstOffset + n}) of the same buffer; cudaMemcpy does not support overlapping copies`,
     );
-  if (o.strategy !== undefined && !STRATEGIES.has(o.strategy as string))
-    throw invalidArgument('options.strategy', "one of 'auto', 'driver', 'staged', 'register', 'peer', 'host'", o.strategy, RangeError);
+  if (o.strategy !== undefined && !STRATEGIES.has(o.strategy))
+    throw invalidArgument('options.strategy', STRATEGIES_EXPECTED, o.strategy, RangeError);
   // 'auto' is the addon's default: leaving it out spares reading a string on every call.
   const strategy = o.strategy === 'auto' ? undefined : o.strategy;
   return { d, s, dstOffset, srcOffset, n, strategy, stream: streamOption(o.stream) };
