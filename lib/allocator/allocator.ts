@@ -266,7 +266,6 @@ export interface AllocOptions {
   alignment?: number;
 }
 
-// The native calls of each backend.
 /**
  * A region the pool took from the device.
  *

@@ -12,11 +12,12 @@ import { CudaMemoryError, argRangeError } from '../base/errors';
  * limit, statistics and errors.
  *
  * @category Allocators
+ * @useDeclaredType
  */
-export type AllocatorBackend = 'bfc' | 'async';
+export type AllocatorBackend = (typeof ALLOCATOR_BACKENDS)[number];
 
-/** @internal Every backend, the default first. */
-export const ALLOCATOR_BACKENDS: readonly AllocatorBackend[] = ['bfc', 'async'];
+/** @internal Every backend, the default first: the one list that gives the type and the checks. */
+export const ALLOCATOR_BACKENDS = ['bfc', 'async'] as const;
 
 /** @internal Whether `name` names a backend. */
 export function isAllocatorBackend(name: unknown): name is AllocatorBackend {
