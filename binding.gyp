@@ -51,6 +51,7 @@
         "native/bench/managed.cc",
         "native/core/base/errno_name.cc",
         "native/core/base/shm.cc",
+        "native/core/base/file_replace.cc",
         "native/core/device/numa.cc",
         "native/core/device/peer_grants.cc",
         "native/core/device/platform_limits.cc",
