@@ -56,7 +56,7 @@ export function readBounded(file: string, maxBytes: number, head?: (first: Buffe
  * The codes of the library's file errors by errno name: the one table of them, for both languages.
  * fileError codes Node's fs errors from it, and the addon codes its own from it: the loader hands
  * it over at init ({@link fileCodeTable}, keyed by the errno values of this platform), and
- * native/transfer/files.cc keeps no codes of its own. The table lives here rather than in C++
+ * native/transfer/files/ keeps no codes of its own. The table lives here rather than in C++
  * because fileError must work where the addon does not load (readSafetensorsHeader and the
  * storage rows of bench-files need none), and a table in TypeScript needs no step at build time.
  */

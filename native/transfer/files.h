@@ -1,8 +1,10 @@
 // Files to device memory and back: readFile()/writeFile() and their asynchronous forms, and the
 // storage-only read the file benchmark measures against. The schedule (chunks, pieces, ordering,
-// failures) is core/transfer/file_pipeline.h; here are the file descriptors, O_DIRECT's choice,
-// the pinned ring and DMA stream per device, the temporary file a write goes through, and the
-// coded errors.
+// failures) is core/transfer/file_pipeline.h, the temporary file a write goes through
+// core/base/file_replace.h; files/ has the rest, a file a concern: opening (open.h), O_DIRECT's
+// choice (direct.h), the pinned ring and DMA stream per device (engine.h), the read and write
+// paths (read.h, write.h), the page cache (page_cache.h) and the coded errors (failure.h).
+// files.cc holds the calls Node makes.
 #pragma once
 
 #include <napi.h>

@@ -9,6 +9,7 @@
 #include "binding/exports.h"
 #include "core/transfer/file_pipeline.h"  // HostTransport
 #include "device/discovery.h"
+#include "transfer/cuda_ring.h"
 
 namespace cm {
 
@@ -46,45 +47,6 @@ size_t StagedThreshold(Instance& inst, bool to_host) {
   return to_host ? o.auto_d2h : o.auto_h2d;
 }
 
-// The DMA half of the pipeline on CUDA: chunk c moves on the engine's stream between its place in
-// the ring and the device, and the event of its slot marks when it is done. Issue runs on the
-// thread that asked for the copy or on a team thread (core::IssueMode), so it sets that thread's
-// device first.
-class CudaRing : public core::StagingTransport {
- public:
-  CudaRing(StagingEngine& e, char* device_ptr) : e_(e), device_ptr_(device_ptr) {}
-  char* ring() override { return e_.ring_; }
-  core::TransportStatus Issue(const core::StagingChunk& c) override {
-    cudaError_t r = UseDevice(e_.device_);
-    if (r != cudaSuccess) return Fail(r, "cudaSetDevice");
-    char* dev = device_ptr_ + c.offset;
-    char* ring = e_.ring_ + c.ring_offset;
-    r = e_.to_host_ ? cudaMemcpyAsync(ring, dev, c.length, cudaMemcpyDeviceToHost, e_.stream_)
-                    : cudaMemcpyAsync(dev, ring, c.length, cudaMemcpyHostToDevice, e_.stream_);
-    if (r != cudaSuccess)
-      return Fail(r, e_.to_host_ ? "cudaMemcpyAsync (staged device-to-host)"
-                                 : "cudaMemcpyAsync (staged host-to-device)");
-    r = cudaEventRecord(e_.done_[c.slot], e_.stream_);
-    return r == cudaSuccess ? core::TransportStatus{} : Fail(r, "cudaEventRecord");
-  }
-  core::TransportStatus Wait(int s) override {
-    cudaError_t r = cudaEventSynchronize(e_.done_[s]);
-    return r == cudaSuccess ? core::TransportStatus{} : Fail(r, "cudaEventSynchronize");
-  }
-  core::TransportStatus Finish() override {
-    cudaError_t r = cudaStreamSynchronize(e_.stream_);
-    return r == cudaSuccess ? core::TransportStatus{} : Fail(r, "cudaStreamSynchronize");
-  }
-
- private:
-  static core::TransportStatus Fail(cudaError_t r, const char* call) {
-    (void)cudaGetLastError();
-    return {static_cast<int>(r), call};
-  }
-  StagingEngine& e_;
-  char* device_ptr_;
-};
-
 StagingEngine::StagingEngine(int device, bool to_host, const StagingOptions& options,
                              std::shared_ptr<core::CopyTeam> team, int node)
     : device_(device), to_host_(to_host), options_(options), team_(std::move(team)) {
@@ -102,11 +64,7 @@ StagingEngine::StagingEngine(int device, bool to_host, const StagingOptions& opt
            "cudaHostAlloc (staging ring)");
     if (!error_) ring_ = static_cast<char*>(p);
   }
-  for (int i = 0; i < options_.slots && !error_; ++i) {
-    cudaEvent_t ev = nullptr;
-    CM_TRY(error_, cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreate");
-    if (!error_) done_.push_back(ev);
-  }
+  CreateSlotEvents(options_.slots, &done_, &error_);
   if (ring_) ring_node_ = core::NodeOfAddress(ring_);
 }
 
@@ -127,7 +85,10 @@ StagingEngine::~StagingEngine() {
 Error StagingEngine::Copy(char* device_ptr, char* host, size_t n) {
   std::lock_guard<std::mutex> lock(mutex_);
   Error err;
-  CudaRing ring(*this, device_ptr);  // its Issue sets the device on whichever thread issues
+  // Its Issue sets the device on whichever thread issues.
+  CudaEventRing ring(device_, ring_, stream_, done_, device_ptr, !to_host_,
+                     to_host_ ? "cudaMemcpyAsync (staged device-to-host)"
+                              : "cudaMemcpyAsync (staged host-to-device)");
   core::TransportStatus s =
       core::RunStaged(*team_, ring, Direction(), host, n, Shape(),
                       StreamingFor(options_.streaming, to_host_, n), &ring_pos_, kIssue);

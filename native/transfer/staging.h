@@ -115,7 +115,6 @@ class StagingEngine {
   void HostHalf(char* host, size_t n, char* ring, char* stand_in, size_t* ring_pos);
 
  private:
-  friend class CudaRing;
   int device_;
   bool to_host_;
   StagingOptions options_;

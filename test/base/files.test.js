@@ -1,6 +1,6 @@
 'use strict';
 // lib/base/files.ts: the one errno-to-code table of the file errors. Node's fs errors (fileError)
-// and the addon's (native/transfer/files.cc, given the table at init) take their codes from it,
+// and the addon's (native/transfer/files/failure.cc, given the table at init) take their codes from it,
 // so every errno gets the same code on both paths; and fileError needs no addon.
 const fs = require('fs');
 const os = require('os');
