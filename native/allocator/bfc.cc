@@ -212,12 +212,12 @@ BackendRef CreateBfcBackend(Napi::Env env, const AllocatorOptions& o) {
   auto binding = std::make_shared<BfcBackend>();
   core::PoolOptions po;
   try {
-    core::ComposedAllocator composed = core::ComposeAllocator(DeviceUpstream(env, o), o.spec);
-    binding->upstream = std::move(composed.upstream);
-    binding->group = composed.group;
-    po = std::move(composed.options);
-  } catch (const core::ShmError& e) {
-    ThrowInterprocess(env, e);
+    InterprocessCall(env, [&] {
+      core::ComposedAllocator composed = core::ComposeAllocator(DeviceUpstream(env, o), o.spec);
+      binding->upstream = std::move(composed.upstream);
+      binding->group = composed.group;
+      po = std::move(composed.options);
+    });
   } catch (const core::OversubscriptionRefused& e) {
     Napi::Error err = Napi::RangeError::New(env, e.what());
     err.Set("code", "ERR_OVERSUBSCRIPTION");
@@ -228,13 +228,12 @@ BackendRef CreateBfcBackend(Napi::Env env, const AllocatorOptions& o) {
     throw LibraryError(env, "ERR_NOT_SUPPORTED", e.what());
   }
   try {
-    binding->pool = std::make_unique<core::Pool>(binding->upstream.get(), po);
+    InterprocessCall(
+        env, [&] { binding->pool = std::make_unique<core::Pool>(binding->upstream.get(), po); });
   } catch (core::OomInfo& oom) {
     ThrowOom(env, binding.get(), &oom);
   } catch (const core::UpstreamError& e) {
     ThrowUpstream(env, e);
-  } catch (const core::ShmError& e) {
-    ThrowInterprocess(env, e);
   }
   return binding;
 }
@@ -246,11 +245,9 @@ Napi::Value BfcBackend::Alloc(Napi::Env env, const BackendRef& self, uint64_t by
   core::Pool::Chunk* block;
   if (group) group->ClearRefusal();
   try {
-    block = pool->Allocate(bytes, &oom, alignment);
+    block = InterprocessCall(env, [&] { return pool->Allocate(bytes, &oom, alignment); });
   } catch (const core::UpstreamError& e) {
     ThrowUpstream(env, e);
-  } catch (const core::ShmError& e) {
-    ThrowInterprocess(env, e);
   }
   if (!block) ThrowOom(env, this, &oom);
   PublishInUse();
@@ -380,25 +377,15 @@ Napi::Object BfcBackend::Info(Napi::Env env) {
   o.Set("computeCapability",
         std::to_string(upstream->ccMajor()) + "." + std::to_string(upstream->ccMinor()));
   o.Set("liveBlocks", static_cast<double>(pool->live_blocks()));
-  if (group) {
-    try {
-      o.Set("group", GroupObject(env, group->ledger().Snapshot()));
-    } catch (const core::ShmError& e) {
-      ThrowInterprocess(env, e);
-    }
-  }
+  if (group)
+    o.Set("group",
+          InterprocessCall(env, [&] { return GroupObject(env, group->ledger().Snapshot()); }));
   return o;
 }
 
 uint64_t BfcBackend::SetFraction(Napi::Env env, Napi::Value fraction) {
   core::ResolvedLimit limit = ReadFractionLimit(env, fraction, upstream->GetMemInfo().total);
-  if (group) {
-    try {
-      group->ledger().SetLimit(limit.bytes);
-    } catch (const core::ShmError& e) {
-      ThrowInterprocess(env, e);
-    }
-  }
+  if (group) InterprocessCall(env, [&] { group->ledger().SetLimit(limit.bytes); });
   pool->SetLimit(limit.bytes, limit.source);
   return limit.bytes;
 }
