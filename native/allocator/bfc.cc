@@ -271,7 +271,7 @@ void BfcBackend::Record(Napi::Env env, Napi::Value max_events) {
     return;
   }
   uint64_t max = ReadSize(env, max_events, "maxEvents");
-  if (max == 0) ThrowRange(env, "maxEvents must be at least 1");
+  CheckRange(env, "maxEvents", max, uint64_t{1}, UINT64_MAX, "at least 1", Got::kLeftOut);
   recorder = std::make_unique<core::Recorder>(max);
   pool->SetRecorder(recorder.get());
 }

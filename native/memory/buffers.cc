@@ -104,7 +104,7 @@ Napi::Value DeviceAlloc(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   uint64_t bytes = ReadSize(env, info[0], "bytes");
   int device = ReadInt(env, info[1], "device", 0, 1 << 20);
-  if (bytes == 0) ThrowRange(env, "bytes must be at least 1, got 0");
+  CheckRange(env, "bytes", bytes, uint64_t{1}, UINT64_MAX, "at least 1");
   void* ptr = DeviceMalloc(env, bytes, device);
   Allocation* a = new Allocation(&kDeviceOps);
   a->device = device;
@@ -171,7 +171,7 @@ Napi::Value PinnedAlloc(const Napi::CallbackInfo& info) {
   uint64_t bytes = ReadSize(env, info[0], "bytes");
   unsigned flags = static_cast<unsigned>(ReadInt(env, info[1], "flags", 0, 7));
   int device = ReadInt(env, info[2], "device", 0, 1 << 20);
-  if (bytes == 0) ThrowRange(env, "bytes must be at least 1, got 0");
+  CheckRange(env, "bytes", bytes, uint64_t{1}, UINT64_MAX, "at least 1");
   CheckDevice(env, device);
   void* ptr = nullptr;
   cudaError_t err = cudaSetDevice(device);
@@ -370,7 +370,7 @@ Napi::Value RawDeviceAlloc(const Napi::CallbackInfo& info) {
   bool simulated = info[2].ToBoolean();
   std::string where = info[3].IsString() ? info[3].As<Napi::String>().Utf8Value() : "";
   bool listed = info[4].IsUndefined() || info[4].ToBoolean();
-  if (bytes == 0) ThrowRange(env, "bytes must be at least 1, got 0");
+  CheckRange(env, "bytes", bytes, uint64_t{1}, UINT64_MAX, "at least 1");
   RawAllocations& raw = GetInstance(env).State<RawAllocations>();
   uint64_t address = 0;
   if (simulated) {

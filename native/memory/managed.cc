@@ -90,7 +90,7 @@ Napi::Value ManagedAlloc(const Napi::CallbackInfo& info) {
   uint64_t bytes = ReadSize(env, info[0], "bytes");
   int device = ReadInt(env, info[1], "device", 0, 1 << 20);
   unsigned flags = info[2].ToBoolean() ? cudaMemAttachHost : cudaMemAttachGlobal;
-  if (bytes == 0) ThrowRange(env, "bytes must be at least 1, got 0");
+  CheckRange(env, "bytes", bytes, uint64_t{1}, UINT64_MAX, "at least 1");
   CheckDevice(env, device);
   int supported = 0;
   cudaError_t err = cudaSetDevice(device);
@@ -217,7 +217,8 @@ Napi::Value ManagedAttributes(const Napi::CallbackInfo& info) {
   Allocation* a = UnwrapManaged(env, info[0]);
   size_t n = 0;
   char* p = ReadRange(env, a, info[1], info[2], &n);
-  if (n == 0) ThrowRange(env, "byteLength must be at least 1 to read a range's attributes");
+  CheckRange(env, "byteLength", n, size_t{1}, SIZE_MAX, "at least 1 to read a range's attributes",
+             Got::kLeftOut);
   cudaError_t err = cudaSetDevice(a->device);
   auto get = [&](cudaMemRangeAttribute attr, void* data, size_t size) {
     if (err == cudaSuccess) err = cudaMemRangeGetAttribute(data, size, attr, p, n);

@@ -84,7 +84,7 @@ Napi::Value SharedHostCreate(const Napi::CallbackInfo& info) {
   std::string path = ReadString(env, info[0], "path");
   uint64_t bytes = ReadSize(env, info[1], "bytes");
   int device = ReadInt(env, info[2], "device", 0, 1 << 20);
-  if (bytes == 0) ThrowRange(env, "bytes must be at least 1, got 0");
+  CheckRange(env, "bytes", bytes, uint64_t{1}, UINT64_MAX, "at least 1");
   CheckDevice(env, device);
   // Space is reserved now, so a full /dev/shm is an error here and not a SIGBUS later.
   int fd = InterprocessCall(
