@@ -1,7 +1,7 @@
 /**
  * The data shapes the addon returns and the errors carry: staging settings and placement, the
- * peer matrix, a group's ledger. They sit at the bottom so that every layer may name them; this
- * file imports nothing.
+ * peer matrix, a group's ledger, an IPC handle, a managed range's attributes. They sit at the
+ * bottom so that every layer may name them; this file imports nothing.
  */
 
 /**
@@ -278,4 +278,45 @@ export interface FileCodeTable {
   byErrno: [errno: number, code: string][];
   /** The code of any other errno. */
   otherwise: string;
+}
+
+/**
+ * An exported device buffer, as a plain object of strings and numbers: it survives
+ * `process.send`, `worker.postMessage`, and `JSON.stringify`/`JSON.parse` unchanged, and
+ * importIpc() takes it as an object or as its JSON text.
+ *
+ * - `handle`: the 64 bytes of `cudaIpcMemHandle_t`, in hex, for the allocation holding the
+ *   buffer (for a block of an allocator, the region it was carved from);
+ * - `offset`, `byteLength`: where the buffer lies in that allocation;
+ * - `device`: the GPU's uuid (the importer opens it on the device with that uuid);
+ * - `record`, `token`, `pid`: the export's record in shared memory and its random token; the
+ *   importer checks the handle against the record, so a forged or altered handle is refused
+ *   before it reaches the driver, and the exporter counts its importers there.
+ *
+ * @category Processes
+ */
+export interface IpcHandle {
+  type: 'cuda-memory/ipc@1';
+  record: string;
+  token: string;
+  handle: string;
+  device: string;
+  offset: number;
+  byteLength: number;
+  pid: number;
+}
+
+/** Where managed memory can be: a device index, or the host's RAM. */
+export type ManagedLocation = number | 'host';
+
+/** What the driver holds for a range (cudaMemRangeGetAttribute). */
+export interface ManagedAttributes {
+  /** Every page of the range is advised read-mostly. */
+  readMostly: boolean;
+  /** The preferred location of every page of the range, or null (none, or not the same for all). */
+  preferredLocation: ManagedLocation | null;
+  /** Where the whole range was last prefetched, or null (never, or not all to one place). */
+  lastPrefetchLocation: ManagedLocation | null;
+  /** The locations advised to access the whole range. */
+  accessedBy: ManagedLocation[];
 }

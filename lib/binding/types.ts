@@ -5,10 +5,13 @@
  * (native/binding/exports.h: each concern's Register table). Imports only base types, so the
  * bottom of the graph knows nothing of the top. The loader, beside this file, loads the addon.
  */
+import type { CudaError, CudaMemoryError, CudaUnavailableError, InterprocessError, OutOfMemoryError } from '../base/errors';
 import type {
   FileCodeTable,
   GroupStats,
+  IpcHandle,
   LiveBufferRow,
+  ManagedAttributes,
   NvmlDeviceState,
   PeerLink,
   StagingPlacement,
@@ -122,6 +125,67 @@ export interface NativeAllocatorInfo {
   defaultPool?: boolean;
 }
 
+/** One counter of allocatorStats(), as RMM and PyTorch keep it. */
+export interface NativeCounter {
+  current: number;
+  peak: number;
+  total: number;
+  freed: number;
+}
+
+/**
+ * What allocatorStats() reports (native/allocator/backend.cc, StatsObject); lib/allocator adds
+ * the backend's name.
+ */
+export interface NativeAllocatorStats {
+  bytesInUse: number;
+  peakBytesInUse: number;
+  requestedBytesInUse: number;
+  poolBytes: number;
+  peakPoolBytes: number;
+  limitBytes: number;
+  numAllocs: number;
+  numFrees: number;
+  numOoms: number;
+  numAllocRetries: number;
+  largestAllocSize: number;
+  largestFreeBlock: number;
+  regions: number;
+  fragmentation: number;
+  numRegionAllocs: number;
+  gcReleasedBytes: number;
+  requestedBytes: NativeCounter;
+  allocatedBytes: NativeCounter;
+  allocations: NativeCounter;
+  reservedBytes: NativeCounter;
+  segments: NativeCounter;
+  /** async: the CUDA memory pool's attributes. */
+  cudaMemPool?: {
+    reservedBytes: number;
+    reservedPeakBytes: number;
+    usedBytes: number;
+    usedPeakBytes: number;
+    releaseThreshold: number;
+  };
+}
+
+/** One region of allocatorRegions() (a bfc pool's; the async backend has none). */
+export interface NativeRegion {
+  address: number;
+  size: number;
+  bytesInUse: number;
+  blocks: number;
+}
+
+/** The error classes init() takes, which native code constructs (native/binding/errors.cc). */
+export interface NativeErrorClasses {
+  CudaMemoryError: typeof CudaMemoryError;
+  CudaError: typeof CudaError;
+  OutOfMemoryError: typeof OutOfMemoryError;
+  CudaUnavailableError: typeof CudaUnavailableError;
+  InterprocessError: typeof InterprocessError;
+}
+
 // Declares one export's type. The value is only a placeholder: the table's keys are the names.
 function fn<F extends (...args: never[]) => unknown>(): F {
   return undefined as unknown as F;
@@ -132,7 +196,7 @@ const surface = {
    * The error classes native code constructs, the codes of its file errors (lib/base/files.ts),
    * and this environment's thread id (worker_threads.threadId).
    */
-  init: fn<(classes: object, fileCodes: FileCodeTable, threadId: number) => void>(),
+  init: fn<(classes: NativeErrorClasses, fileCodes: FileCodeTable, threadId: number) => void>(),
   status: fn<
     () => {
       available: boolean;
@@ -208,8 +272,8 @@ const surface = {
   allocatorId: fn<(a: AllocatorHandle) => number>(),
   /** `a`: an allocator handle or its number (allocatorId). `stream`: the async backend's; a bfc block is usable on any stream at once. */
   allocatorAlloc: fn<(a: AllocatorHandle | number, bytes: number, alignment?: number, stream?: StreamHandle) => BufferHandle>(),
-  allocatorStats: fn<(a: AllocatorHandle) => object>(),
-  allocatorRegions: fn<(a: AllocatorHandle) => object[]>(),
+  allocatorStats: fn<(a: AllocatorHandle) => NativeAllocatorStats>(),
+  allocatorRegions: fn<(a: AllocatorHandle) => NativeRegion[]>(),
   allocatorInfo: fn<(a: AllocatorHandle) => NativeAllocatorInfo>(),
   allocatorResetPeak: fn<(a: AllocatorHandle) => void>(),
   allocatorResetAccumulated: fn<(a: AllocatorHandle) => void>(),
@@ -274,9 +338,9 @@ const surface = {
   /** Throws the InterprocessError that making a ledger at path would now (folder, room); else nothing. */
   groupProbe: fn<(path: string) => void>(),
   groupUncharged: fn<(dir: string, name: string, device: string) => UnchargedProcess[]>(),
-  ipcExport: fn<(handle: BufferHandle, dir: string, lockTimeoutMs: number) => object>(),
+  ipcExport: fn<(handle: BufferHandle, dir: string, lockTimeoutMs: number) => IpcHandle>(),
   /** device: -1 for the one the descriptor names; returns [handle, device]. */
-  ipcImport: fn<(descriptor: object, dir: string, device: number, lockTimeoutMs: number) => [number, number]>(),
+  ipcImport: fn<(descriptor: IpcHandle, dir: string, device: number, lockTimeoutMs: number) => [number, number]>(),
   ipcImporters: fn<(handle: BufferHandle) => number[]>(),
   ipcWithdraw: fn<(handle: BufferHandle, force: boolean) => number[]>(),
   /** handle: 128 hex digits; wanted: a device or -1; allocationBytes: -1 when unknown; returns [handle, device, allocation bytes]. */
@@ -336,7 +400,7 @@ const surface = {
   managedPrefetch: fn<(handle: BufferHandle, offset: number, n: number, location: number, stream?: StreamHandle) => Promise<void>>(),
   /** advice: a cudaMemoryAdvise value, 1 to 6. */
   managedAdvise: fn<(handle: BufferHandle, offset: number, n: number, advice: number, location: number) => void>(),
-  managedAttributes: fn<(handle: BufferHandle, offset: number, n: number) => object>(),
+  managedAttributes: fn<(handle: BufferHandle, offset: number, n: number) => ManagedAttributes>(),
   managedConcurrent: fn<(device: number) => boolean>(),
   managedSynchronize: fn<(device: number) => void>(),
   /**

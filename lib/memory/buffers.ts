@@ -261,7 +261,7 @@ export class DeviceBuffer {
     const o = checkOptions<ExportIpcOptions>('options', options);
     const timeout = lockTimeoutMs('options.lockTimeoutMs', o.lockTimeoutMs);
     requireCuda();
-    const h = native.ipcExport(this._h, shmDir(), timeout) as IpcHandle;
+    const h = native.ipcExport(this._h, shmDir(), timeout);
     exported.add(this);
     return h;
   }

@@ -4,32 +4,9 @@
  */
 import { InterprocessError, jsonText } from '../base/errors';
 import { isReadable } from '../base/validate';
+import type { IpcHandle } from '../base/types';
 
-/**
- * An exported device buffer, as a plain object of strings and numbers: it survives
- * `process.send`, `worker.postMessage`, and `JSON.stringify`/`JSON.parse` unchanged, and
- * importIpc() takes it as an object or as its JSON text.
- *
- * - `handle`: the 64 bytes of `cudaIpcMemHandle_t`, in hex, for the allocation holding the
- *   buffer (for a block of an allocator, the region it was carved from);
- * - `offset`, `byteLength`: where the buffer lies in that allocation;
- * - `device`: the GPU's uuid (the importer opens it on the device with that uuid);
- * - `record`, `token`, `pid`: the export's record in shared memory and its random token; the
- *   importer checks the handle against the record, so a forged or altered handle is refused
- *   before it reaches the driver, and the exporter counts its importers there.
- *
- * @category Processes
- */
-export interface IpcHandle {
-  type: 'cuda-memory/ipc@1';
-  record: string;
-  token: string;
-  handle: string;
-  device: string;
-  offset: number;
-  byteLength: number;
-  pid: number;
-}
+export type { IpcHandle } from '../base/types';
 
 function invalid(why: string): InterprocessError {
   return new InterprocessError(`the IPC handle is not valid: ${why}`, { code: 'ERR_IPC_HANDLE_INVALID' });

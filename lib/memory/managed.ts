@@ -11,9 +11,9 @@ import { checkDevice, checkOptions, checkRange, checkSize } from '../base/valida
 import { knownDeviceCount, requireCuda } from '../device/discovery';
 import { checkInternal, guardReceivers, kInternal, notCloneable } from '../base/internal';
 import { freedError, kHandleMemory } from './handle';
+import type { ManagedAttributes, ManagedLocation } from '../base/types';
 
-/** Where managed memory can be: a device index, or the host's RAM. */
-export type ManagedLocation = number | 'host';
+export type { ManagedAttributes, ManagedLocation } from '../base/types';
 
 /** Options of {@link ManagedBuffer.alloc}. */
 export interface ManagedAllocOptions {
@@ -58,18 +58,6 @@ const ADVICE: Record<ManagedAdvice, number> = {
   accessedBy: 5,
   unsetAccessedBy: 6,
 };
-
-/** What the driver holds for a range (cudaMemRangeGetAttribute). */
-export interface ManagedAttributes {
-  /** Every page of the range is advised read-mostly. */
-  readMostly: boolean;
-  /** The preferred location of every page of the range, or null (none, or not the same for all). */
-  preferredLocation: ManagedLocation | null;
-  /** Where the whole range was last prefetched, or null (never, or not all to one place). */
-  lastPrefetchLocation: ManagedLocation | null;
-  /** The locations advised to access the whole range. */
-  accessedBy: ManagedLocation[];
-}
 
 // Test and diagnosis knob: behave as on a device without concurrent managed access (where the
 // host must not touch managed memory while the GPU works), on any device.
@@ -229,7 +217,7 @@ export class ManagedBuffer {
     if (this._freed) throw freedError('buffer');
     const [offset, n] = this.range('range', range);
     if (n === 0) throw argRangeError('Expected a range of at least 1 byte but received 0 bytes');
-    return native.managedAttributes(this._h, offset, n) as ManagedAttributes;
+    return native.managedAttributes(this._h, offset, n);
   }
 
   /** Frees the memory (cudaFree); every view over it becomes empty. A prefetch or copyAsync in flight finishes first. Idempotent. */

@@ -329,7 +329,7 @@ Napi::Value Alloc(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   const BackendRef& b = UnwrapNumbered(env, info[0]);
   uint64_t bytes = ReadSize(env, info[1], "bytes");
-  if (bytes == 0) ThrowRange(env, "bytes must be at least 1, got 0");
+  CheckRange(env, "bytes", bytes, uint64_t{1}, UINT64_MAX, "at least 1");
   size_t alignment = info.Length() > 2 ? ReadAlignment(env, info[2]) : core::kMinBlock;
   return b->Alloc(env, b, bytes, alignment, info.Length() > 3 ? info[3] : env.Undefined());
 }

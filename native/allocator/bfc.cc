@@ -214,12 +214,12 @@ BackendRef CreateBfcBackend(Napi::Env env, const AllocatorOptions& o) {
   auto binding = std::make_shared<BfcBackend>();
   core::PoolOptions po;
   try {
-    core::ComposedAllocator composed = core::ComposeAllocator(DeviceUpstream(env, o), o.spec);
-    binding->upstream = std::move(composed.upstream);
-    binding->group = composed.group;
-    po = std::move(composed.options);
-  } catch (const core::ShmError& e) {
-    ThrowInterprocess(env, e);
+    InterprocessCall(env, [&] {
+      core::ComposedAllocator composed = core::ComposeAllocator(DeviceUpstream(env, o), o.spec);
+      binding->upstream = std::move(composed.upstream);
+      binding->group = composed.group;
+      po = std::move(composed.options);
+    });
   } catch (const core::OversubscriptionRefused& e) {
     Napi::Error err = Napi::RangeError::New(env, e.what());
     err.Set("code", "ERR_OVERSUBSCRIPTION");
@@ -230,13 +230,12 @@ BackendRef CreateBfcBackend(Napi::Env env, const AllocatorOptions& o) {
     throw LibraryError(env, "ERR_NOT_SUPPORTED", e.what());
   }
   try {
-    binding->pool = std::make_unique<core::Pool>(binding->upstream.get(), po);
+    InterprocessCall(
+        env, [&] { binding->pool = std::make_unique<core::Pool>(binding->upstream.get(), po); });
   } catch (core::OomInfo& oom) {
     ThrowOom(env, binding.get(), &oom);
   } catch (const core::UpstreamError& e) {
     ThrowUpstream(env, e);
-  } catch (const core::ShmError& e) {
-    ThrowInterprocess(env, e);
   }
   return binding;
 }
@@ -248,11 +247,9 @@ Napi::Value BfcBackend::Alloc(Napi::Env env, const BackendRef& self, uint64_t by
   core::Pool::Chunk* block;
   if (group) group->ClearRefusal();
   try {
-    block = pool->Allocate(bytes, &oom, alignment);
+    block = InterprocessCall(env, [&] { return pool->Allocate(bytes, &oom, alignment); });
   } catch (const core::UpstreamError& e) {
     ThrowUpstream(env, e);
-  } catch (const core::ShmError& e) {
-    ThrowInterprocess(env, e);
   }
   if (!block) ThrowOom(env, this, &oom);
   PublishInUse();
@@ -276,7 +273,7 @@ void BfcBackend::Record(Napi::Env env, Napi::Value max_events) {
     return;
   }
   uint64_t max = ReadSize(env, max_events, "maxEvents");
-  if (max == 0) ThrowRange(env, "maxEvents must be at least 1");
+  CheckRange(env, "maxEvents", max, uint64_t{1}, UINT64_MAX, "at least 1", Got::kLeftOut);
   recorder = std::make_unique<core::Recorder>(max);
   pool->SetRecorder(recorder.get());
 }
@@ -405,25 +402,15 @@ Napi::Object BfcBackend::Info(Napi::Env env) {
   o.Set("computeCapability",
         std::to_string(upstream->ccMajor()) + "." + std::to_string(upstream->ccMinor()));
   o.Set("liveBlocks", static_cast<double>(pool->live_blocks()));
-  if (group) {
-    try {
-      o.Set("group", GroupObject(env, group->ledger().Snapshot()));
-    } catch (const core::ShmError& e) {
-      ThrowInterprocess(env, e);
-    }
-  }
+  if (group)
+    o.Set("group",
+          InterprocessCall(env, [&] { return GroupObject(env, group->ledger().Snapshot()); }));
   return o;
 }
 
 uint64_t BfcBackend::SetFraction(Napi::Env env, Napi::Value fraction) {
   core::ResolvedLimit limit = ReadFractionLimit(env, fraction, upstream->GetMemInfo().total);
-  if (group) {
-    try {
-      group->ledger().SetLimit(limit.bytes);
-    } catch (const core::ShmError& e) {
-      ThrowInterprocess(env, e);
-    }
-  }
+  if (group) InterprocessCall(env, [&] { group->ledger().SetLimit(limit.bytes); });
   pool->SetLimit(limit.bytes, limit.source);
   return limit.bytes;
 }

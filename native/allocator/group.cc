@@ -120,11 +120,7 @@ Napi::Value GroupRead(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   std::string path = ReadString(env, info[0], "path");
   int timeout = ReadInt(env, info[1], "lockTimeoutMs", 0, 86400000);
-  try {
-    return GroupObject(env, core::Ledger::Read(path, timeout));
-  } catch (const core::ShmError& e) {
-    ThrowInterprocess(env, e);
-  }
+  return InterprocessCall(env, [&] { return GroupObject(env, core::Ledger::Read(path, timeout)); });
 }
 
 // groupFormat: the ledger's slot count (the most members a group has) and its file's size
@@ -141,11 +137,7 @@ Napi::Value GroupFormat(const Napi::CallbackInfo& info) {
 Napi::Value GroupProbe(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   std::string path = ReadString(env, info[0], "path");
-  try {
-    core::shm::ProbeRoom(path, core::Ledger::FileBytes());
-  } catch (const core::ShmError& e) {
-    ThrowInterprocess(env, e);
-  }
+  InterprocessCall(env, [&] { core::shm::ProbeRoom(path, core::Ledger::FileBytes()); });
   return env.Undefined();
 }
 
@@ -155,13 +147,8 @@ Napi::Value GroupUncharged(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   std::string dir = ReadString(env, info[0], "dir"), name = ReadString(env, info[1], "name"),
               device = ReadString(env, info[2], "device");
-  std::vector<core::UnchargedProcess> list;
-  try {
-    list = core::UnchargedRecord::Read(dir, name, device);
-  } catch (const core::ShmError& e) {
-    ThrowInterprocess(env, e);
-  }
-  return UnchargedArray(env, list);
+  return UnchargedArray(
+      env, InterprocessCall(env, [&] { return core::UnchargedRecord::Read(dir, name, device); }));
 }
 
 }  // namespace

@@ -105,7 +105,7 @@ Napi::Value TimeRawManaged(const Napi::CallbackInfo& info) {
     ThrowRange(env,
                "what must be 'prefetch-h2d', 'prefetch-d2h', 'copy-h2d', 'copy-d2h', "
                "'prefetch-h2d-handoff' or 'prefetch-d2h-handoff'");
-  if (n == 0) ThrowRange(env, "bytes must be at least 1");
+  CheckRange(env, "bytes", n, size_t{1}, SIZE_MAX, "at least 1", Got::kLeftOut);
   bool prefetch = what.rfind("prefetch", 0) == 0;
   bool start_on_device = what.rfind("prefetch-d2h", 0) == 0;
   bool handoff = what.size() > 8 && what.compare(what.size() - 8, 8, "-handoff") == 0;

@@ -245,7 +245,7 @@ Napi::Value TimeStagedDma(const Napi::CallbackInfo& info) {
   if (pinned.where != Endpoint::kPinned) ThrowType(env, "pinned must be a PinnedBuffer");
   if (direction != "h2d" && direction != "d2h")
     ThrowRange(env, "direction must be 'h2d' or 'd2h', got '" + direction + "'");
-  if (n == 0) ThrowRange(env, "bytes must be at least 1");
+  CheckRange(env, "bytes", n, size_t{1}, SIZE_MAX, "at least 1", Got::kLeftOut);
   if (n > dev.length || n > pinned.length) ThrowRange(env, "bytes runs past a buffer");
   const bool to_host = direction == "d2h";
   Error err;
@@ -329,7 +329,8 @@ Napi::Value PinnedCallFloorSetup(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   CallFloorState& st = GetInstance(env).State<CallFloorState>();
   uint64_t bytes = ReadSize(env, info[0], "bytes");
-  if (bytes > kCallFloorMaxBytes) ThrowRange(env, "bytes must be at most 1 MiB (1048576)");
+  CheckRange(env, "bytes", bytes, uint64_t{0}, kCallFloorMaxBytes, "at most 1 MiB (1048576)",
+             Got::kLeftOut);
   if (bytes == 0) {
     st.Release();
     return env.Undefined();

@@ -37,19 +37,21 @@ uint64_t ReadSize(Napi::Env env, Napi::Value v, const char* what) {
   double d = 0;
   napi_status s = napi_get_value_double(env, v, &d);
   if (s != napi_ok) ThrowType(env, std::string(what) + " must be a number");
-  if (!IsSafeSize(d))
-    ThrowRange(
-        env, std::string(what) + " must be a non-negative safe integer, got " + std::to_string(d));
+  CheckRange(env, what, d, 0.0, 9007199254740991.0, "a non-negative safe integer");
   return static_cast<uint64_t>(d);
 }
 
 int ReadInt(Napi::Env env, Napi::Value v, const char* what, int lo, int hi) {
   if (!v.IsNumber()) ThrowType(env, std::string(what) + " must be a number");
   double d = v.As<Napi::Number>().DoubleValue();
-  if (!std::isfinite(d) || d != std::floor(d) || d < lo || d > hi)
-    ThrowRange(env, std::string(what) + " must be an integer from " + std::to_string(lo) + " to " +
-                        std::to_string(hi) + ", got " + std::to_string(d));
+  CheckRange(env, what, d, lo, hi);
   return static_cast<int>(d);
+}
+
+void ThrowOutOfRange(Napi::Env env, const char* what, const std::string& expected,
+                     const std::string& value) {
+  ThrowRange(env,
+             std::string(what) + " must be " + expected + (value.empty() ? "" : ", got " + value));
 }
 
 std::string ReadString(Napi::Env env, Napi::Value v, const char* what) {

@@ -1,5 +1,5 @@
-// Reading arguments from JavaScript: sizes, bounded integers, and the bytes of a view. Each
-// throws a TypeError or RangeError naming the argument.
+// Reading arguments from JavaScript: sizes, bounded integers, and the bytes of a view; and the one
+// range check of a number argument. Each throws a TypeError or RangeError naming the argument.
 #pragma once
 
 #include <napi.h>
@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "core/base/safe_size.h"
 
@@ -25,5 +26,31 @@ using core::IsSafeSize;
 uint64_t ReadSize(Napi::Env env, Napi::Value v, const char* what);
 int ReadInt(Napi::Env env, Napi::Value v, const char* what, int lo, int hi);
 std::string ReadString(Napi::Env env, Napi::Value v, const char* what);
+
+// Whether a range error's message ends with ", got <value>" (a few never have).
+enum class Got { kShown, kLeftOut };
+
+// The RangeError (ERR_OUT_OF_RANGE) "<what> must be <expected>", then ", got <value>" unless
+// `value` is empty.
+[[noreturn]] void ThrowOutOfRange(Napi::Env env, const char* what, const std::string& expected,
+                                  const std::string& value);
+
+// The range check of a number argument, which every hand-written one goes through: `value` from
+// `lo` to `hi`, else the RangeError "<what> must be <expected>, got <value>"; `expected` left out
+// is "an integer from <lo> to <hi>". Each number prints as its type does (0 for an integer,
+// 0.500000 for a double). A double also fails when it is not a whole, finite number. Inline:
+// every copy checks its sizes through it.
+template <class V, class B>
+inline void CheckRange(Napi::Env env, const char* what, V value, B lo, B hi,
+                       const char* expected = nullptr, Got got = Got::kShown) {
+  bool in = value >= lo && value <= hi;
+  if constexpr (std::is_floating_point_v<V>)
+    in = in && std::isfinite(value) && value == std::floor(value);
+  if (in) return;
+  ThrowOutOfRange(env, what,
+                  expected ? std::string(expected)
+                           : "an integer from " + std::to_string(lo) + " to " + std::to_string(hi),
+                  got == Got::kShown ? std::to_string(value) : std::string());
+}
 
 }  // namespace cm

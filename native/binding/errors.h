@@ -27,6 +27,17 @@ Napi::Value MakeUnavailableError(Napi::Env env, const std::string& reason,
 // and file.
 Napi::Value MakeInterprocessError(Napi::Env env, const core::ShmError& e);
 [[noreturn]] void ThrowInterprocess(Napi::Env env, const core::ShmError& e);
+// Runs `step`, a call into core's shared-file code (group ledgers, IPC records, shared host
+// memory), and returns what it returns; a core::ShmError it throws becomes that InterprocessError.
+// Any other exception passes through unchanged, so a caller's own catches still see it.
+template <class Step>
+decltype(auto) InterprocessCall(Napi::Env env, Step&& step) {
+  try {
+    return step();
+  } catch (const core::ShmError& e) {
+    ThrowInterprocess(env, e);
+  }
+}
 [[noreturn]] void ThrowValue(Napi::Env env, Napi::Value error);
 // An OutOfMemoryError from its details (requested, rounded, device, limit, ...; the class's
 // constructor argument).

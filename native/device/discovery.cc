@@ -128,10 +128,10 @@ void RequireCuda(Napi::Env env) {
 void CheckDevice(Napi::Env env, int device) {
   RequireCuda(env);
   int count = GetStatus(env).device_count;
-  if (device < 0 || device >= count)
-    ThrowRange(env, "device must be an integer from 0 to " + std::to_string(count - 1) +
-                        " (this machine has " + std::to_string(count) + " CUDA device" +
-                        (count == 1 ? "" : "s") + "), got " + std::to_string(device));
+  const std::string expected = "an integer from 0 to " + std::to_string(count - 1) +
+                               " (this machine has " + std::to_string(count) + " CUDA device" +
+                               (count == 1 ? "" : "s") + ")";
+  CheckRange(env, "device", device, 0, count - 1, expected.c_str());
 }
 
 namespace {

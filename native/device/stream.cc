@@ -72,15 +72,20 @@ Napi::Value StreamSynchronize(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
-Napi::Value StreamQuery(const Napi::CallbackInfo& info) {
-  StreamRec* s = Unwrap<StreamRec>(info.Env(), info[0], &kStreamTag, "stream");
-  cudaError_t err = cudaStreamQuery(s->stream);
+// What a query (cudaStreamQuery, cudaEventQuery, named `call`) answered: true when the work is
+// done, false (the error cleared) while it is not; any other error is its CudaError.
+Napi::Value QueryResult(Napi::Env env, cudaError_t err, const char* call) {
   if (err == cudaErrorNotReady) {
     (void)cudaGetLastError();
-    return Napi::Boolean::New(info.Env(), false);
+    return Napi::Boolean::New(env, false);
   }
-  if (err != cudaSuccess) ThrowCuda(info.Env(), err, "cudaStreamQuery");
-  return Napi::Boolean::New(info.Env(), true);
+  if (err != cudaSuccess) ThrowCuda(env, err, call);
+  return Napi::Boolean::New(env, true);
+}
+
+Napi::Value StreamQuery(const Napi::CallbackInfo& info) {
+  StreamRec* s = Unwrap<StreamRec>(info.Env(), info[0], &kStreamTag, "stream");
+  return QueryResult(info.Env(), cudaStreamQuery(s->stream), "cudaStreamQuery");
 }
 
 Napi::Value StreamDestroy(const Napi::CallbackInfo& info) {
@@ -136,13 +141,7 @@ Napi::Value EventSynchronize(const Napi::CallbackInfo& info) {
 
 Napi::Value EventQuery(const Napi::CallbackInfo& info) {
   EventRec* e = Unwrap<EventRec>(info.Env(), info[0], &kEventTag, "event");
-  cudaError_t err = cudaEventQuery(e->event);
-  if (err == cudaErrorNotReady) {
-    (void)cudaGetLastError();
-    return Napi::Boolean::New(info.Env(), false);
-  }
-  if (err != cudaSuccess) ThrowCuda(info.Env(), err, "cudaEventQuery");
-  return Napi::Boolean::New(info.Env(), true);
+  return QueryResult(info.Env(), cudaEventQuery(e->event), "cudaEventQuery");
 }
 
 // eventElapsed: returns milliseconds

@@ -104,7 +104,7 @@ Napi::Value DeviceAlloc(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   uint64_t bytes = ReadSize(env, info[0], "bytes");
   int device = ReadInt(env, info[1], "device", 0, 1 << 20);
-  if (bytes == 0) ThrowRange(env, "bytes must be at least 1, got 0");
+  CheckRange(env, "bytes", bytes, uint64_t{1}, UINT64_MAX, "at least 1");
   void* ptr = DeviceMalloc(env, bytes, device);
   Allocation* a = new Allocation(&kDeviceOps);
   a->device = device;
@@ -165,35 +165,55 @@ Napi::Value ExposeHostMemory(Napi::Env env, Allocation* a) {
 
 namespace {
 
+// What a mapped host allocation does when the driver gives it no device pointer: a PinnedBuffer
+// asked for mapped memory, so its allocation fails (the memory given back with cudaFreeHost, the
+// only kind that requires it); a registered view goes on with devicePointer null.
+enum class DevicePointer { kRequired, kOptional };
+
+// The setup both kinds of page-locked host memory share: `lock` (cudaHostAlloc or cudaHostRegister,
+// named `call`, which sets the pointer) runs on `device`, and its failure is the CudaError with
+// `detail`; then the allocation of `ops` over those bytes, with its device pointer where `mapped`.
+template <class Lock>
+Allocation* PageLockHost(Napi::Env env, const BufferOps* ops, int device, size_t bytes,
+                         unsigned flags, bool mapped, DevicePointer device_pointer,
+                         const char* call, const std::string& detail, Lock lock) {
+  void* ptr = nullptr;
+  cudaError_t err = cudaSetDevice(device);
+  if (err == cudaSuccess) err = lock(&ptr);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    ThrowCuda(env, err, call, detail);
+  }
+  Allocation* a = new Allocation(ops);
+  a->device = device;
+  a->ptr = ptr;
+  a->bytes = bytes;
+  a->flags = flags;
+  if (mapped) {
+    err = cudaHostGetDevicePointer(&a->device_ptr, ptr, 0);
+    if (device_pointer == DevicePointer::kOptional) {
+      (void)cudaGetLastError();
+    } else if (err != cudaSuccess) {
+      cudaFreeHost(ptr);
+      delete a;
+      ThrowCuda(env, err, "cudaHostGetDevicePointer");
+    }
+  }
+  return a;
+}
+
 // pinnedAlloc: returns [handle, arrayBuffer]
 Napi::Value PinnedAlloc(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   uint64_t bytes = ReadSize(env, info[0], "bytes");
   unsigned flags = static_cast<unsigned>(ReadInt(env, info[1], "flags", 0, 7));
   int device = ReadInt(env, info[2], "device", 0, 1 << 20);
-  if (bytes == 0) ThrowRange(env, "bytes must be at least 1, got 0");
+  CheckRange(env, "bytes", bytes, uint64_t{1}, UINT64_MAX, "at least 1");
   CheckDevice(env, device);
-  void* ptr = nullptr;
-  cudaError_t err = cudaSetDevice(device);
-  if (err == cudaSuccess) err = cudaHostAlloc(&ptr, bytes, flags);
-  if (err != cudaSuccess) {
-    (void)cudaGetLastError();
-    ThrowCuda(env, err, "cudaHostAlloc",
-              "could not pin " + std::to_string(bytes) + " bytes of host memory");
-  }
-  Allocation* a = new Allocation(&kPinnedOps);
-  a->device = device;
-  a->ptr = ptr;
-  a->bytes = bytes;
-  a->flags = flags;
-  if (flags & cudaHostAllocMapped) {
-    err = cudaHostGetDevicePointer(&a->device_ptr, ptr, 0);
-    if (err != cudaSuccess) {
-      cudaFreeHost(ptr);
-      delete a;
-      ThrowCuda(env, err, "cudaHostGetDevicePointer");
-    }
-  }
+  Allocation* a = PageLockHost(env, &kPinnedOps, device, bytes, flags, flags & cudaHostAllocMapped,
+                               DevicePointer::kRequired, "cudaHostAlloc",
+                               "could not pin " + std::to_string(bytes) + " bytes of host memory",
+                               [&](void** ptr) { return cudaHostAlloc(ptr, bytes, flags); });
   return ExposeHostMemory(env, a);
 }
 
@@ -208,22 +228,13 @@ Napi::Value RegisterHost(const Napi::CallbackInfo& info) {
   int device = ReadInt(env, info[2], "device", 0, 1 << 20);
   CheckDevice(env, device);
   if (length == 0) ThrowRange(env, "view must not be empty");
-  cudaError_t err = cudaSetDevice(device);
-  if (err == cudaSuccess) err = cudaHostRegister(data, length, flags);
-  if (err != cudaSuccess) {
-    (void)cudaGetLastError();
-    ThrowCuda(env, err, "cudaHostRegister",
-              "could not page-lock " + std::to_string(length) + " bytes");
-  }
-  Allocation* a = new Allocation(&kRegisteredOps);
-  a->device = device;
-  a->ptr = data;
-  a->bytes = length;
-  a->flags = flags;
-  if (flags & cudaHostRegisterMapped) {
-    cudaHostGetDevicePointer(&a->device_ptr, data, 0);
-    (void)cudaGetLastError();
-  }
+  Allocation* a =
+      PageLockHost(env, &kRegisteredOps, device, length, flags, flags & cudaHostRegisterMapped,
+                   DevicePointer::kOptional, "cudaHostRegister",
+                   "could not page-lock " + std::to_string(length) + " bytes", [&](void** ptr) {
+                     *ptr = data;
+                     return cudaHostRegister(data, length, flags);
+                   });
   napi_create_reference(env, info[0], 1, &a->host_ref);
   return WrapAllocation(env, a);
 }
@@ -370,7 +381,7 @@ Napi::Value RawDeviceAlloc(const Napi::CallbackInfo& info) {
   bool simulated = info[2].ToBoolean();
   std::string where = info[3].IsString() ? info[3].As<Napi::String>().Utf8Value() : "";
   bool listed = info[4].IsUndefined() || info[4].ToBoolean();
-  if (bytes == 0) ThrowRange(env, "bytes must be at least 1, got 0");
+  CheckRange(env, "bytes", bytes, uint64_t{1}, UINT64_MAX, "at least 1");
   RawAllocations& raw = GetInstance(env).State<RawAllocations>();
   uint64_t address = 0;
   if (simulated) {

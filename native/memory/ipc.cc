@@ -138,11 +138,8 @@ Napi::Value IpcExport(const Napi::CallbackInfo& info) {
   d.offset = offset;
   d.bytes = a->bytes;
   auto exported = std::make_unique<IpcExportState>();
-  try {
-    exported->record.reset(core::IpcExportRecord::Create(dir, &d, timeout));
-  } catch (const core::ShmError& e) {
-    ThrowInterprocess(env, e);
-  }
+  InterprocessCall(
+      env, [&] { exported->record.reset(core::IpcExportRecord::Create(dir, &d, timeout)); });
   a->exported = std::move(exported);
   return DescriptorObject(env, d);
 }
@@ -213,12 +210,8 @@ Napi::Value IpcImport(const Napi::CallbackInfo& info) {
   core::IpcOpening opening{d.handle, d.offset, d.bytes, d.record};
   RefuseIfOpen(env, opening);
   // The record first: a forged, stale or foreign handle never reaches the driver.
-  std::unique_ptr<core::IpcImportRecord> rec;
-  try {
-    rec.reset(core::IpcImportRecord::Open(dir, d, timeout));
-  } catch (const core::ShmError& e) {
-    ThrowInterprocess(env, e);
-  }
+  std::unique_ptr<core::IpcImportRecord> rec(
+      InterprocessCall(env, [&] { return core::IpcImportRecord::Open(dir, d, timeout); }));
   RequireCuda(env);
   int device = -1;
   int count = GetStatus(env).device_count;
@@ -266,11 +259,7 @@ Napi::Value IpcImportersJs(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Allocation* a = UnwrapAllocation(env, info[0], "buffer");
   std::vector<int64_t> pids;
-  try {
-    if (a->exported) pids = ExportOf(a)->record->Importers();
-  } catch (const core::ShmError& e) {
-    ThrowInterprocess(env, e);
-  }
+  if (a->exported) pids = InterprocessCall(env, [&] { return ExportOf(a)->record->Importers(); });
   Napi::Array out = Napi::Array::New(env, pids.size());
   for (size_t i = 0; i < pids.size(); ++i) out.Set(i, static_cast<double>(pids[i]));
   return out;
@@ -284,11 +273,8 @@ Napi::Value IpcWithdraw(const Napi::CallbackInfo& info) {
   Allocation* a = UnwrapAllocation(env, info[0], "buffer");
   bool force = info[1].ToBoolean().Value();
   std::vector<int64_t> pids;
-  try {
-    if (a->exported) pids = ExportOf(a)->record->Withdraw(force);
-  } catch (const core::ShmError& e) {
-    ThrowInterprocess(env, e);
-  }
+  if (a->exported)
+    pids = InterprocessCall(env, [&] { return ExportOf(a)->record->Withdraw(force); });
   Napi::Array out = Napi::Array::New(env, pids.size());
   for (size_t i = 0; i < pids.size(); ++i) out.Set(i, static_cast<double>(pids[i]));
   return out;

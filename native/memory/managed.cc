@@ -72,10 +72,15 @@ Allocation* UnwrapManaged(Napi::Env env, Napi::Value v) {
   return a;
 }
 
-// The range [offset, offset + byteLength) of a managed buffer, checked against its length.
-char* ReadRange(Napi::Env env, Allocation* a, Napi::Value off, Napi::Value len, size_t* n) {
-  uint64_t offset = ReadSize(env, off, "offset");
-  uint64_t bytes = ReadSize(env, len, "byteLength");
+// The arguments every range call opens with, (buffer, offset, byteLength), once CUDA is there:
+// the range [offset, offset + byteLength) of the managed buffer they name (set in *out), checked
+// against its length. Returns where the range starts, and its length in *n.
+char* ReadManagedRange(const Napi::CallbackInfo& info, Allocation** out, size_t* n) {
+  Napi::Env env = info.Env();
+  RequireCuda(env);
+  Allocation* a = *out = UnwrapManaged(env, info[0]);
+  uint64_t offset = ReadSize(env, info[1], "offset");
+  uint64_t bytes = ReadSize(env, info[2], "byteLength");
   if (offset > a->bytes || bytes > a->bytes - offset)
     ThrowRange(env, "offset + byteLength (" + std::to_string(offset) + " + " +
                         std::to_string(bytes) + ") runs past the end of the buffer (" +
@@ -90,7 +95,7 @@ Napi::Value ManagedAlloc(const Napi::CallbackInfo& info) {
   uint64_t bytes = ReadSize(env, info[0], "bytes");
   int device = ReadInt(env, info[1], "device", 0, 1 << 20);
   unsigned flags = info[2].ToBoolean() ? cudaMemAttachHost : cudaMemAttachGlobal;
-  if (bytes == 0) ThrowRange(env, "bytes must be at least 1, got 0");
+  CheckRange(env, "bytes", bytes, uint64_t{1}, UINT64_MAX, "at least 1");
   CheckDevice(env, device);
   int supported = 0;
   cudaError_t err = cudaSetDevice(device);
@@ -177,10 +182,9 @@ class PrefetchWorker : public PromiseWorker {
 // managedPrefetch: returns Promise<void>
 Napi::Value ManagedPrefetch(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  RequireCuda(env);
-  Allocation* a = UnwrapManaged(env, info[0]);
+  Allocation* a = nullptr;
   size_t n = 0;
-  char* p = ReadRange(env, a, info[1], info[2], &n);
+  char* p = ReadManagedRange(info, &a, &n);
   int where = ReadLocation(env, info[3], "location");
   StreamRec* rec = info.Length() > 4 && !Absent(info[4]) ? UnwrapStreamRec(env, info[4]) : nullptr;
   auto* w =
@@ -192,10 +196,9 @@ Napi::Value ManagedPrefetch(const Napi::CallbackInfo& info) {
 
 Napi::Value ManagedAdvise(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  RequireCuda(env);
-  Allocation* a = UnwrapManaged(env, info[0]);
+  Allocation* a = nullptr;
   size_t n = 0;
-  char* p = ReadRange(env, a, info[1], info[2], &n);
+  char* p = ReadManagedRange(info, &a, &n);
   int advice =
       ReadInt(env, info[3], "advice", cudaMemAdviseSetReadMostly, cudaMemAdviseUnsetAccessedBy);
   int where = ReadLocation(env, info[4], "location");
@@ -213,11 +216,11 @@ Napi::Value ManagedAdvise(const Napi::CallbackInfo& info) {
 // cudaMemRangeGetAttribute reports them for the range.
 Napi::Value ManagedAttributes(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  RequireCuda(env);
-  Allocation* a = UnwrapManaged(env, info[0]);
+  Allocation* a = nullptr;
   size_t n = 0;
-  char* p = ReadRange(env, a, info[1], info[2], &n);
-  if (n == 0) ThrowRange(env, "byteLength must be at least 1 to read a range's attributes");
+  char* p = ReadManagedRange(info, &a, &n);
+  CheckRange(env, "byteLength", n, size_t{1}, SIZE_MAX, "at least 1 to read a range's attributes",
+             Got::kLeftOut);
   cudaError_t err = cudaSetDevice(a->device);
   auto get = [&](cudaMemRangeAttribute attr, void* data, size_t size) {
     if (err == cudaSuccess) err = cudaMemRangeGetAttribute(data, size, attr, p, n);

@@ -84,15 +84,11 @@ Napi::Value SharedHostCreate(const Napi::CallbackInfo& info) {
   std::string path = ReadString(env, info[0], "path");
   uint64_t bytes = ReadSize(env, info[1], "bytes");
   int device = ReadInt(env, info[2], "device", 0, 1 << 20);
-  if (bytes == 0) ThrowRange(env, "bytes must be at least 1, got 0");
+  CheckRange(env, "bytes", bytes, uint64_t{1}, UINT64_MAX, "at least 1");
   CheckDevice(env, device);
-  int fd;
-  try {
-    // Space is reserved now, so a full /dev/shm is an error here and not a SIGBUS later.
-    fd = core::shm::CreateComplete(path, bytes, nullptr, 0, 0600);
-  } catch (const core::ShmError& e) {
-    ThrowInterprocess(env, e);
-  }
+  // Space is reserved now, so a full /dev/shm is an error here and not a SIGBUS later.
+  int fd = InterprocessCall(
+      env, [&] { return core::shm::CreateComplete(path, bytes, nullptr, 0, 0600); });
   if (fd < 0)
     ThrowInterprocess(env,
                       core::ShmError("ERR_SHM_EXISTS",
@@ -109,13 +105,8 @@ Napi::Value SharedHostOpen(const Napi::CallbackInfo& info) {
   std::string path = ReadString(env, info[0], "path");
   int device = ReadInt(env, info[1], "device", 0, 1 << 20);
   CheckDevice(env, device);
-  int fd;
-  try {
-    // Another user's file, a link or a file others may write is refused before it is mapped.
-    fd = core::shm::OpenTrusted(path, 0, "ERR_SHM_OPEN");
-  } catch (const core::ShmError& e) {
-    ThrowInterprocess(env, e);
-  }
+  // Another user's file, a link or a file others may write is refused before it is mapped.
+  int fd = InterprocessCall(env, [&] { return core::shm::OpenTrusted(path, 0, "ERR_SHM_OPEN"); });
   if (fd < 0)
     ThrowInterprocess(
         env, core::ShmError("ERR_SHM_NOT_FOUND",
@@ -132,13 +123,10 @@ Napi::Value SharedHostOpen(const Napi::CallbackInfo& info) {
 Napi::Value SharedHostUnlink(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   std::string path = ReadString(env, info[0], "path");
-  try {
-    // Only in this user's own folder: never a name in a folder another user controls.
-    if (!core::shm::CheckFolder(core::shm::DirName(path), false))
-      return Napi::Boolean::New(env, false);
-  } catch (const core::ShmError& e) {
-    ThrowInterprocess(env, e);
-  }
+  // Only in this user's own folder: never a name in a folder another user controls.
+  if (!InterprocessCall(env,
+                        [&] { return core::shm::CheckFolder(core::shm::DirName(path), false); }))
+    return Napi::Boolean::New(env, false);
   if (unlink(path.c_str()) == 0) return Napi::Boolean::New(env, true);
   if (errno == ENOENT) return Napi::Boolean::New(env, false);
   ThrowInterprocess(env,
