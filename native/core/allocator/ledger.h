@@ -29,11 +29,23 @@
 
 namespace cm::core {
 
+// What a member asks of its group beyond a share of the budget (elastic sharing,
+// core/allocator/elastic.h): a guaranteed request, a limit of its own, and how long an allocation
+// past what it may take waits for room before it is refused.
+struct MemberTerms {
+  uint64_t request = 0;       // bytes it can always have (reserved from the moment it joins)
+  uint64_t member_limit = 0;  // the most it may hold (0: the budget)
+  int64_t wait_ms = 0;        // 0: refused at once, as a hard cap
+};
+
 struct GroupMember {
   int64_t pid = 0;
   uint64_t pool_bytes = 0, bytes_in_use = 0, peak_pool_bytes = 0, limit = 0;
   uint64_t joined_unix_ms = 0;
-  bool self = false;  // this ledger handle's own slot
+  uint64_t request = 0, member_limit = 0;
+  uint64_t waiting_bytes = 0;     // an allocation waiting for room (0: none)
+  uint64_t waiting_since_ms = 0;  // when it began to wait (unix ms)
+  bool self = false;              // this ledger handle's own slot
 };
 
 struct GroupSnapshot {
@@ -41,20 +53,32 @@ struct GroupSnapshot {
   uint64_t budget = 0;
   std::string budget_source;  // how the budget was set ("limit 8.00 GiB", "fraction 0.5 of ...")
   uint64_t charged = 0;       // sum of the members' pool bytes
+  uint64_t reserved = 0;      // the members' requests, summed
   uint64_t reaped = 0;        // slots of dead members cleared by this call
+  // Waits, since the group was made: how many began, how many ended with room, and how long
+  // they waited in all (ms).
+  uint64_t waits = 0, waits_granted = 0, wait_ms_total = 0;
   std::vector<GroupMember> members;
 };
 
 // Why a charge was refused: the group's state at that moment.
 struct GroupRefusal {
+  enum Reason {
+    kBudget,       // past the budget (or the part of it that others' requests leave)
+    kMemberLimit,  // past the member's own limit
+    kNeverFits,    // more than the member could ever have beside the others' requests
+    kDeadlock,     // waiting, and every member that holds memory waits too: the newest refused
+    kTimeout,      // waited its wait_ms without room
+  } reason = kBudget;
   uint64_t requested = 0;
+  uint64_t waited_ms = 0;
   GroupSnapshot group;
   std::string Sentence() const;
 };
 
 class Ledger {
  public:
-  static constexpr uint32_t kVersion = 1;
+  static constexpr uint32_t kVersion = 2;
   static constexpr uint32_t kSlots = 128;
 
   // The file of group `name` on `device` (a GPU uuid, or "simulated") in `dir`.
@@ -66,22 +90,56 @@ class Ledger {
   // budget == 0 joins whatever budget the group has (ERR_GROUP_NOT_FOUND if none). `limit` is
   // the member's own limit, for display. Throws ShmError.
   // Waits for the lock at most lock_timeout_ms, then and at every later operation.
+  // `terms`: the member's request, own limit and wait; a request that does not fit beside the
+  // others' is refused (ERR_GROUP_REQUEST_TOO_LARGE, naming the requests that hold the budget).
   static Ledger* Join(const std::string& dir, const std::string& name, const std::string& device,
                       uint64_t budget, const std::string& budget_source, uint64_t limit,
-                      int lock_timeout_ms = shm::kDefaultLockTimeoutMs);
+                      int lock_timeout_ms = shm::kDefaultLockTimeoutMs,
+                      const MemberTerms& terms = {});
   // Reads a ledger (clearing dead members' slots). Throws ShmError (ERR_GROUP_NOT_FOUND if absent).
   static GroupSnapshot Read(const std::string& path,
                             int lock_timeout_ms = shm::kDefaultLockTimeoutMs);
   // The size of a ledger file, header and kSlots slots: what Join reserves when it makes one.
   static size_t FileBytes();
+  // Changes a live group's budget (ERR_GROUP_NOT_FOUND if absent): raising takes effect at once
+  // and wakes waiters; lowering below the charge refuses new charges past it until the charge
+  // falls under it. Never below the members' requests summed (ERR_GROUP_BUDGET_BELOW_REQUESTS).
+  // Returns the group after the change.
+  static GroupSnapshot SetBudget(const std::string& path, uint64_t budget,
+                                 const std::string& budget_source,
+                                 int lock_timeout_ms = shm::kDefaultLockTimeoutMs);
+  // Changes member `pid`'s request: never below what it holds (ERR_GROUP_REQUEST_BELOW_HELD),
+  // and only as far as the budget less the others' requests (ERR_GROUP_REQUEST_TOO_LARGE);
+  // ERR_GROUP_MEMBER_NOT_FOUND for a pid that is no member.
+  static GroupSnapshot SetRequest(const std::string& path, int64_t pid, uint64_t request,
+                                  int lock_timeout_ms = shm::kDefaultLockTimeoutMs);
 
   ~Ledger();  // leaves the group (see Leave)
   Ledger(const Ledger&) = delete;
   Ledger& operator=(const Ledger&) = delete;
 
-  // Charges `bytes` to this member if the group stays within its budget. Otherwise returns false
-  // and fills *refusal. Throws ShmError if the ledger is found damaged.
+  // Charges `bytes` to this member if elastic sharing's rules allow it now (core/allocator/elastic.h:
+  // within the budget and the member's limit, beside the others' requests, behind older waiters
+  // unless within its own request). Otherwise returns false and fills *refusal. Never waits.
+  // Throws ShmError if the ledger is found damaged.
   bool Charge(uint64_t bytes, GroupRefusal* refusal);
+  // As Charge, and where the charge does not fit now but may later (kBudget), waits for room up
+  // to the member's wait_ms: in arrival order among waiters, woken within a few milliseconds of
+  // the change that makes room, and refused at once (kDeadlock) when it is the newest waiter and
+  // every member that holds memory waits too. For a handle no other thread uses meanwhile (the
+  // library's allocators); a process whose other threads must free while one waits uses
+  // BeginWait / Charge / WaitForChange / EndWait with its own lock released in between.
+  bool ChargeWaiting(uint64_t bytes, GroupRefusal* refusal);
+  // Marks this member as waiting for `bytes` (its place in the queue is taken now).
+  void BeginWait(uint64_t bytes);
+  // Ends the wait (granted or not), counting it in the group's figures.
+  void EndWait(bool granted, uint64_t waited_ms) noexcept;
+  // The ledger's change counter, read without the lock: it moves at every release, leave, budget
+  // or request change and wait that begins or ends. Thread-safe.
+  uint64_t Generation() const noexcept;
+  // Waits until Generation() differs from `seen` or `ms` pass; true if it changed. Thread-safe.
+  bool WaitForChange(uint64_t seen, int ms) const noexcept;
+  const MemberTerms& terms() const { return terms_; }
   // Gives back a charge. Never throws: if the lock cannot be had in time, the charge is given back
   // at this member's next operation that gets it (or when it leaves).
   void Release(uint64_t bytes) noexcept;
@@ -150,6 +208,11 @@ class Ledger {
   uint64_t pending_release_ = 0;  // released while the lock could not be had
   // Set once the file was found damaged: it is no longer written, only closed.
   bool broken_ = false;
+  MemberTerms terms_;
+  // With the mutex held after CheckAndReap: the verdict of elastic sharing's rules on `bytes`.
+  GroupRefusal::Reason Decide(uint64_t bytes, bool* ok);
+  // With the mutex held: moves the change counter on.
+  void Bump();
 };
 
 }  // namespace cm::core
