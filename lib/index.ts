@@ -116,7 +116,7 @@ export { loadTrace, saveTrace, checkTrace, fromPyTorchSnapshot, TraceError } fro
 export type { Trace, TraceEvent } from './allocator/trace';
 export { replayTrace, parsePolicy, formatReplay, smallestBudget, DIRECT_POLICY } from './allocator/replay';
 export type { ReplayPolicy, ReplayOptions, ReplayResult, SmallestBudget } from './allocator/replay';
-export { groupStats, listGroups, formatGroups } from './allocator/group';
+export { groupStats, listGroups, formatGroups, setGroupBudget, setGroupRequest } from './allocator/group';
 export type {
   SharedBudgetOptions,
   GroupStats,

@@ -12,7 +12,7 @@ import { InterprocessError, invalidArgument, argTypeError, argRangeError, jsonTe
 import { checkObjects, checkOptions, checkSize } from '../base/validate';
 import { checkShmName, lockTimeoutMs, shmDir } from '../base/shm';
 import { formatBytes } from '../base/units';
-import type { GroupJob, GroupStats, UnchargedProcess } from '../base/types';
+import type { GroupJob, GroupMember, GroupStats, UnchargedProcess } from '../base/types';
 
 export type { GroupJob, GroupMember, GroupStats, UnchargedProcess } from '../base/types';
 import { printable } from '../base/printable';
@@ -35,6 +35,21 @@ export interface SharedBudgetOptions {
    * InterprocessError ERR_SHM_LOCK_TIMEOUT naming the file.
    */
   lockTimeoutMs?: number;
+  /**
+   * This member's guaranteed request in bytes: it can always take up to this much, whatever the
+   * others hold, and the ledger reserves it from the moment it joins. A join whose request does
+   * not fit beside the others' is refused (InterprocessError ERR_GROUP_REQUEST_TOO_LARGE). Default 0.
+   */
+  request?: number;
+  /** The most this member may hold, in bytes, at least its request; default: the group budget. */
+  memberLimit?: number;
+  /**
+   * How long an allocation past what the group can give now waits for room, in milliseconds
+   * (0 to 86400000); default 0, refused at once. Waiters are served in arrival order; an
+   * allocation waits on the thread that asked, so give a waiting member a worker or a process
+   * of its own. See docs/processes.md, "Waiting, guarantees and live budgets".
+   */
+  waitMs?: number;
 }
 
 /**
@@ -140,9 +155,10 @@ export function startedBudget(name: string, key: string): { budget: number; budg
 export function resolveShared(value: unknown, device: number, totalBytes: number | null): object {
   const s = checkOptions<SharedBudgetOptions>('shared', value);
   for (const k of Object.keys(s))
-    if (!['name', 'memoryLimit', 'memoryFraction', 'lockTimeoutMs'].includes(k))
-      throw argTypeError(`Unknown shared option ${JSON.stringify(k)}; expected name, memoryLimit, memoryFraction or lockTimeoutMs`);
+    if (!SHARED_OPTIONS.includes(k))
+      throw argTypeError(`Unknown shared option ${JSON.stringify(k)}; expected ${SHARED_OPTIONS.slice(0, -1).join(', ')} or waitMs`);
   const timeout = lockTimeoutMs('shared.lockTimeoutMs', s.lockTimeoutMs);
+  const terms = memberTerms({ request: 'shared.request', memberLimit: 'shared.memberLimit', waitMs: 'shared.waitMs' }, s);
   const name = checkShmName('shared.name', s.name);
   // A GPU's properties, read once (a simulated device has its total given).
   const info = totalBytes === null ? (native.devices()[device] as { uuid?: string; totalMemory: number } | undefined) : undefined;
@@ -158,7 +174,49 @@ export function resolveShared(value: unknown, device: number, totalBytes: number
           () => totalBytes ?? (info as { totalMemory: number }).totalMemory,
           ['memoryLimit', 'memoryFraction'],
         );
-  return { dir: shmDir(), name, device: key, budget, budgetSource, lockTimeoutMs: timeout };
+  return { dir: shmDir(), name, device: key, budget, budgetSource, lockTimeoutMs: timeout, ...terms };
+}
+
+const SHARED_OPTIONS = ['name', 'memoryLimit', 'memoryFraction', 'lockTimeoutMs', 'request', 'memberLimit', 'waitMs'];
+
+/** @internal The longest wait for room, in milliseconds: a day, as the lock's. */
+export const MOST_WAIT_MS = 86400000;
+
+/** @internal A member's terms of elastic sharing, as the ledger takes them (0: none). */
+export interface MemberTerms {
+  request: number;
+  memberLimit: number;
+  waitMs: number;
+}
+
+/**
+ * @internal A member's terms, checked: request and memberLimit sizes (request ≤ memberLimit when
+ * both), waitMs whole milliseconds up to a day; absent ones are 0. `names` are the arguments'
+ * names in refusals.
+ */
+export function memberTerms(names: Record<keyof MemberTerms, string>, s: Partial<Record<keyof MemberTerms, unknown>>): MemberTerms {
+  const request = s.request === undefined ? 0 : checkSize(names.request, s.request);
+  const memberLimit = s.memberLimit === undefined ? 0 : checkSize(names.memberLimit, s.memberLimit, LEAST_BUDGET);
+  if (memberLimit && request > memberLimit)
+    throw argRangeError(
+      `${names.request} (${formatBytes(request)}) is above ${names.memberLimit} (${formatBytes(memberLimit)}); a member's request must fit under its limit`,
+    );
+  const waitMs = s.waitMs === undefined ? 0 : checkSize(names.waitMs, s.waitMs);
+  if (waitMs > MOST_WAIT_MS) throw invalidArgument(names.waitMs, `an integer from 0 to ${MOST_WAIT_MS}`, waitMs, RangeError);
+  return { request, memberLimit, waitMs };
+}
+
+/**
+ * @internal Why a member asking for `request` bytes could not join `live` (a group of `budget`
+ * bytes) beside its members' requests, or null when it fits: the sentence names the requests
+ * that hold the budget.
+ */
+export function requestMisfit(request: number, budget: number, live: GroupStats | null): string | null {
+  const holders = (live?.members ?? []).filter((m) => m.requestBytes > 0);
+  const reserved = holders.reduce((t, m) => t + m.requestBytes, 0);
+  if (request <= budget - Math.min(budget, reserved)) return null;
+  const named = holders.map((m) => `pid ${m.pid} ${formatBytes(m.requestBytes)}`).join(', ');
+  return `a request of ${formatBytes(request)} does not fit in the budget of ${formatBytes(budget)}${holders.length ? ` beside the requests that hold ${formatBytes(reserved)} of it (${named}), which leave ${formatBytes(Math.max(0, budget - reserved))}` : ''}`;
 }
 
 /**
@@ -168,11 +226,50 @@ export function resolveShared(value: unknown, device: number, totalBytes: number
  * @category Processes
  */
 export function groupStats(name: string, options?: GroupStatsOptions): GroupStats {
+  const { file, timeout } = groupFile(name, options);
+  return withJob(native.groupRead(file, timeout));
+}
+
+// The ledger file of group `name` as options name its device, and the wait for its lock.
+function groupFile(name: string, options: GroupStatsOptions | undefined): { file: string; timeout: number } {
   checkShmName('name', name);
   const o = checkOptions<GroupStatsOptions>('options', options);
   const device = o.device === undefined ? 0 : checkSize('options.device', o.device);
   const timeout = lockTimeoutMs('options.lockTimeoutMs', o.lockTimeoutMs);
-  return withJob(native.groupRead(native.groupPath(shmDir(), name, deviceKey(device, o.simulated === true)), timeout) as GroupStats);
+  return { file: native.groupPath(shmDir(), name, deviceKey(device, o.simulated === true)), timeout };
+}
+
+/**
+ * Changes the budget of live group `name` to `size` bytes while its members run, and returns
+ * the group after the change. Raising takes effect at once and wakes the members that wait for
+ * room; lowering below what the members hold refuses their new charges until the charge falls
+ * under it (nothing already held is taken back). Never below the members' requests summed
+ * (InterprocessError ERR_GROUP_BUDGET_BELOW_REQUESTS); ERR_GROUP_NOT_FOUND for a group with
+ * no member.
+ *
+ * @category Processes
+ */
+export function setGroupBudget(name: string, size: number, options?: GroupStatsOptions): GroupStats {
+  const budget = checkSize('size', size, LEAST_BUDGET);
+  const { file, timeout } = groupFile(name, options);
+  return withJob(native.setGroupBudget(file, budget, `limit ${formatBytes(budget)}, set while running`, timeout));
+}
+
+/**
+ * Changes the guaranteed request of member `pid` of live group `name` to `size` bytes, and
+ * returns the group after the change. Never below what the member holds
+ * (InterprocessError ERR_GROUP_REQUEST_BELOW_HELD), and only as far as the budget less the
+ * other members' requests (ERR_GROUP_REQUEST_TOO_LARGE); ERR_GROUP_MEMBER_NOT_FOUND for a pid
+ * that is no member.
+ *
+ * @category Processes
+ */
+export function setGroupRequest(name: string, pid: number, size: number, options?: GroupStatsOptions): GroupStats {
+  if (typeof pid !== 'number' || !Number.isInteger(pid) || pid < 1 || pid > 0x7fffffff)
+    throw invalidArgument('pid', 'a process id, an integer from 1 to 2^31-1', pid, typeof pid === 'number' ? RangeError : TypeError);
+  const request = checkSize('size', size);
+  const { file, timeout } = groupFile(name, options);
+  return withJob(native.setGroupRequest(file, pid, request, timeout));
 }
 
 /** The Slurm job of a group by its name (`slurm-<job id>`, as the task prolog names it), or null. */
@@ -345,6 +442,31 @@ function unchargedLines(processes: UnchargedProcess[]): string[] {
   );
 }
 
+// What the group line adds for elastic sharing: the budget its members' requests reserve, the
+// burst pool the rest leaves, and the waits so far.
+function elasticSummary(g: GroupStats): string {
+  const reserved = g.reservedBytes ?? 0;
+  const terms = reserved
+    ? `; requests reserve ${formatBytes(reserved)}, burst pool ${formatBytes(Math.max(0, g.budgetBytes - reserved))}`
+    : '';
+  const waits = g.waits
+    ? `; ${g.waits} wait${g.waits === 1 ? '' : 's'} (${g.waitsGranted} granted, ${(g.waitMsTotal / 1000).toFixed(1)} s in all)`
+    : '';
+  return terms + waits;
+}
+
+// The line under a member with terms of elastic sharing (a request, a limit of its own) or a wait:
+// request, limit, charge, and what it waits for since when.
+function memberTermsLine(m: GroupMember): string[] {
+  if (!m.requestBytes && !m.memberLimitBytes && !m.waitingBytes) return [];
+  const waiting = m.waitingBytes
+    ? `, waiting ${formatBytes(m.waitingBytes)} since ${(Math.max(0, Date.now() - (m.waitingSince ?? Date.now())) / 1000).toFixed(1)}s`
+    : '';
+  return [
+    `  ${''.padStart(8)}  request ${formatBytes(m.requestBytes)}, limit ${m.memberLimitBytes ? formatBytes(m.memberLimitBytes) : 'the budget'}, charged ${formatBytes(m.poolBytes)}${waiting}`,
+  ];
+}
+
 // A command line as the table shows it: its first 80 characters.
 function shortCommand(command: string): string {
   return command.length > 80 ? `${command.slice(0, 79)}…` : command;
@@ -370,7 +492,7 @@ export function formatGroups(list: { groups: GroupStats[]; unreadable: Unreadabl
       ? `, ${g.job.scheduler} job ${g.job.id} of ${g.job.user ?? (g.job.uid === null ? 'an unknown user' : `uid ${g.job.uid}`)}`
       : '';
     lines.push(
-      `group ${g.name} on ${g.device}${job}: budget ${formatBytes(g.budgetBytes)} (${g.budgetSource}), charged ${formatBytes(g.chargedBytes)} (${used}%), free ${formatBytes(g.freeBytes)}, ${g.members.length} member${g.members.length === 1 ? '' : 's'}`,
+      `group ${g.name} on ${g.device}${job}: budget ${formatBytes(g.budgetBytes)} (${g.budgetSource}), charged ${formatBytes(g.chargedBytes)} (${used}%), free ${formatBytes(g.freeBytes)}, ${g.members.length} member${g.members.length === 1 ? '' : 's'}${elasticSummary(g)}`,
     );
     const seen = g.members.filter((m) => m.nvmlUsedBytes !== null);
     if (seen.length)
@@ -383,6 +505,7 @@ export function formatGroups(list: { groups: GroupStats[]; unreadable: Unreadabl
     for (const m of g.members)
       lines.push(
         `  ${String(m.pid).padStart(8)}  ${formatBytes(m.poolBytes).padStart(12)}  ${formatBytes(m.bytesInUse).padStart(12)}  ${(m.nvmlUsedBytes === null ? '-' : formatBytes(m.nvmlUsedBytes)).padStart(12)}  ${formatBytes(m.peakPoolBytes).padStart(12)}  ${(m.limitBytes ? formatBytes(m.limitBytes) : '-').padStart(12)}  ${new Date(m.joinedAt).toISOString().padEnd(24)}  ${m.command === null ? '-' : shortCommand(m.command)}`,
+        ...memberTermsLine(m),
       );
     lines.push(...unchargedLines(g.uncharged ?? []));
   }

@@ -10,7 +10,8 @@ import * as fs from 'fs';
 import * as path from 'path';
 import { packageRoot } from '../binding/native';
 import { CudaMemoryError, argRangeError, invalidArgument } from '../base/errors';
-import { groupBudget } from './group';
+import { groupBudget, memberTerms } from './group';
+import type { MemberTerms } from './group';
 import { checkShmName, shmDir } from '../base/shm';
 import { checkBoolean, checkFilePath, checkOptions, checkSize } from '../base/validate';
 
@@ -104,6 +105,12 @@ export interface MemberEnvironmentOptions {
   preload?: string | null;
   /** A file the interposer records the process's allocations in (CUDA_MEMORY_TRACE). */
   trace?: string;
+  /** The member's guaranteed request in bytes (CUDA_MEMORY_GROUP_REQUEST), as createAllocator's `shared.request`. */
+  request?: number;
+  /** The most the member may hold, in bytes (CUDA_MEMORY_GROUP_MEMBER_LIMIT), at least its request. */
+  memberLimit?: number;
+  /** How long an allocation waits for room, in milliseconds (CUDA_MEMORY_GROUP_WAIT_MS), up to a day. */
+  waitMs?: number;
   /** The environment to start from; default process.env. */
   env?: Environment;
 }
@@ -122,6 +129,9 @@ export interface MemberEnvironmentOptions {
  * | CUDA_MEMORY_GROUP_BUDGET | the budget in bytes (decimal), 0 to join the group's |
  * | CUDA_MEMORY_GROUP_BUDGET_SOURCE | how it was set: "limit 20 GiB", "fraction 0.25 of 79.19 GiB" |
  * | CUDA_MEMORY_GROUP_STRICT | 1: refuse what cannot be charged (`strict`) |
+ * | CUDA_MEMORY_GROUP_REQUEST | the member's guaranteed request in bytes (decimal), with `request` |
+ * | CUDA_MEMORY_GROUP_MEMBER_LIMIT | the most it may hold in bytes (decimal), with `memberLimit` |
+ * | CUDA_MEMORY_GROUP_WAIT_MS | how long an allocation waits for room (ms), with `waitMs` |
  * | CUDA_MEMORY_TRACE | where the interposer records, when asked |
  * | LD_PRELOAD | the interposer, then what was there |
  *
@@ -150,6 +160,7 @@ export function memberEnvironment(options: MemberEnvironmentOptions): {
   const base = o.env === undefined ? process.env : checkOptions<Environment>('options.env', o.env);
   const trace = o.trace === undefined ? undefined : checkFilePath('options.trace', o.trace);
   const preload = o.preload === undefined || o.preload === null ? undefined : checkFilePath('options.preload', o.preload);
+  const terms = memberTerms({ request: 'request', memberLimit: 'memberLimit', waitMs: 'waitMs' }, o);
   const env: Environment = {};
   for (const [k, v] of Object.entries(base)) if (typeof v === 'string') env[k] = v;
   env.CUDA_MEMORY_GROUP = group;
@@ -162,8 +173,20 @@ export function memberEnvironment(options: MemberEnvironmentOptions): {
   else if (strict === false) delete env.CUDA_MEMORY_GROUP_STRICT;
   if (trace !== undefined) env.CUDA_MEMORY_TRACE = path.resolve(trace);
   if (preload) env.LD_PRELOAD = withPreload(preload, env.LD_PRELOAD);
+  // The terms are this member's own: none given, none inherited from the environment.
+  for (const [variable, value] of Object.entries(TERM_VARIABLES)) {
+    if (terms[value]) env[variable] = String(terms[value]);
+    else delete env[variable];
+  }
   return { env, budgetBytes, budgetSource: source };
 }
+
+/** The variables of a member's terms, which the interposer reads. */
+const TERM_VARIABLES: Record<string, keyof MemberTerms> = {
+  CUDA_MEMORY_GROUP_REQUEST: 'request',
+  CUDA_MEMORY_GROUP_MEMBER_LIMIT: 'memberLimit',
+  CUDA_MEMORY_GROUP_WAIT_MS: 'waitMs',
+};
 
 /**
  * @internal LD_PRELOAD with the interposer first and what was there after it, once. The loader

@@ -138,6 +138,17 @@ export interface GroupMember {
   limitBytes: number;
   /** When it joined (ms since the epoch). */
   joinedAt: number;
+  /**
+   * Its guaranteed request: bytes it can always have, reserved from the moment it joined (0:
+   * none). Beyond it, a member takes only from the burst pool, the budget less every request.
+   */
+  requestBytes: number;
+  /** The most it may hold, as it joined with (`shared.memberLimit`, `run --member-limit`); 0: the budget. */
+  memberLimitBytes: number;
+  /** The bytes of an allocation it waits room for (0: it does not wait). */
+  waitingBytes: number;
+  /** When that wait began (ms since the epoch), or null when it does not wait. */
+  waitingSince: number | null;
   /** True for the allocator asking. */
   self: boolean;
   /**
@@ -201,6 +212,14 @@ export interface GroupStats {
   freeBytes: number;
   /** Slots of dead members this read cleared. */
   reapedMembers: number;
+  /** The members' requests, summed: the part of the budget no other member may borrow. */
+  reservedBytes: number;
+  /** Waits for room since the group's ledger was made: how many began. */
+  waits: number;
+  /** How many of those waits ended with the room they waited for. */
+  waitsGranted: number;
+  /** How long those waits lasted in all, in milliseconds. */
+  waitMsTotal: number;
   members: GroupMember[];
   /** The processes of the group that its budget does not hold (see {@link UnchargedProcess}). */
   uncharged: UnchargedProcess[];

@@ -333,6 +333,10 @@ const surface = {
   timeHostRegister: fn<(view: ArrayBufferView, iterations: number) => Float64Array>(),
   groupPath: fn<(dir: string, name: string, device: string) => string>(),
   groupRead: fn<(path: string, lockTimeoutMs: number) => GroupStats>(),
+  /** Changes a live group's budget; returns the group after the change. */
+  setGroupBudget: fn<(path: string, bytes: number, source: string, lockTimeoutMs: number) => GroupStats>(),
+  /** Changes member pid's request; returns the group after the change. */
+  setGroupRequest: fn<(path: string, pid: number, bytes: number, lockTimeoutMs: number) => GroupStats>(),
   /** The ledger's slot count (the most members a group has) and the size of its file. */
   groupFormat: fn<() => { slots: number; fileBytes: number }>(),
   /** Throws the InterprocessError that making a ledger at path would now (folder, room); else nothing. */

@@ -323,6 +323,23 @@ export const GROUP_METRICS = [
     help: "1 for a group that is a scheduler job's budget (a Slurm job's group is slurm-<job id>): the job and its user, to join on group and device for memory per job.",
     type: 'gauge' as const,
   },
+  {
+    name: 'cuda_memory_group_member_request_bytes',
+    help: "A member's guaranteed request: bytes it can always have, reserved from the budget (0: none).",
+    type: 'gauge' as const,
+  },
+  {
+    name: 'cuda_memory_group_member_waiting_bytes',
+    help: 'The bytes of the allocation a member waits room for (0: it does not wait).',
+    type: 'gauge' as const,
+  },
+  { name: 'cuda_memory_group_waits_total', help: 'Waits for room that began since the group was made.', type: 'counter' as const },
+  {
+    name: 'cuda_memory_group_waits_granted_total',
+    help: 'Waits for room that ended with the room they waited for.',
+    type: 'counter' as const,
+  },
+  { name: 'cuda_memory_group_wait_seconds_total', help: 'How long the waits for room lasted in all.', type: 'counter' as const },
 ];
 
 /** @internal The label names of the group gauges, per group and per member. */
@@ -341,11 +358,16 @@ export const GROUP_METRIC_LABELS = [
   GROUP_UNCHARGED_LABELS,
   GROUP_UNCHARGED_PROCESS_LABELS,
   GROUP_JOB_LABELS,
+  GROUP_MEMBER_LABELS,
+  GROUP_MEMBER_LABELS,
+  GROUP_LABELS,
+  GROUP_LABELS,
+  GROUP_LABELS,
 ];
 
 /**
- * @internal Each selected group's budget and charge, and each member's charge, bytes in use and
- * NVML's used memory (where known). Ledgers that cannot be read are left out (`cuda-memory top`
+ * @internal Each selected group's budget, charge and waits, and each member's charge, bytes in
+ * use, NVML's used memory (where known), request and waiting bytes. Ledgers that cannot be read are left out (`cuda-memory top`
  * lists them).
  */
 export function groupFamilies(src: MetricsSources['groups']): MetricFamily[] {
@@ -357,6 +379,9 @@ export function groupFamilies(src: MetricsSources['groups']): MetricFamily[] {
     const labels = { group: g.name, device: g.device };
     out[0].samples.push({ labels, value: g.budgetBytes });
     out[1].samples.push({ labels, value: g.chargedBytes });
+    out[10].samples.push({ labels, value: g.waits });
+    out[11].samples.push({ labels, value: g.waitsGranted });
+    out[12].samples.push({ labels, value: g.waitMsTotal / 1000 });
     if (g.job)
       out[7].samples.push({
         labels: { ...labels, scheduler: g.job.scheduler, job: g.job.id, user: g.job.user ?? (g.job.uid === null ? '' : String(g.job.uid)) },
@@ -367,6 +392,8 @@ export function groupFamilies(src: MetricsSources['groups']): MetricFamily[] {
       out[2].samples.push({ labels: ml, value: m.poolBytes });
       out[3].samples.push({ labels: ml, value: m.bytesInUse });
       if (m.nvmlUsedBytes !== null) out[4].samples.push({ labels: ml, value: m.nvmlUsedBytes });
+      out[8].samples.push({ labels: ml, value: m.requestBytes });
+      out[9].samples.push({ labels: ml, value: m.waitingBytes });
     }
   }
   // The processes no budget holds, under their group, whether or not its ledger could be read.

@@ -150,14 +150,23 @@ SimulatedDevice ReadSimulatedDevice(Napi::Env env, Napi::Object s) {
 }
 
 // shared: { dir, name, device (uuid or "simulated"), budget (0: the group's), budgetSource,
-// lockTimeoutMs }
+// lockTimeoutMs, and the member's terms: request, memberLimit (bytes; absent: 0), waitMs }
 core::GroupJoin ReadGroupJoin(Napi::Env env, Napi::Object g) {
-  return core::GroupJoin{ReadString(env, g.Get("dir"), "shared.dir"),
-                         ReadString(env, g.Get("name"), "shared.name"),
-                         ReadString(env, g.Get("device"), "shared.device"),
-                         ReadSize(env, g.Get("budget"), "shared.budget"),
-                         ReadString(env, g.Get("budgetSource"), "shared.budgetSource"),
-                         ReadInt(env, g.Get("lockTimeoutMs"), "shared.lockTimeoutMs", 0, 86400000)};
+  core::GroupJoin join{ReadString(env, g.Get("dir"), "shared.dir"),
+                       ReadString(env, g.Get("name"), "shared.name"),
+                       ReadString(env, g.Get("device"), "shared.device"),
+                       ReadSize(env, g.Get("budget"), "shared.budget"),
+                       ReadString(env, g.Get("budgetSource"), "shared.budgetSource"),
+                       ReadInt(env, g.Get("lockTimeoutMs"), "shared.lockTimeoutMs", 0, 86400000)};
+  if (!Absent(g.Get("request")))
+    join.terms.request = ReadSize(env, g.Get("request"), "shared.request");
+  if (!Absent(g.Get("memberLimit")))
+    join.terms.member_limit = ReadSize(env, g.Get("memberLimit"), "shared.memberLimit");
+  if (!Absent(g.Get("waitMs")))
+    join.terms.wait_ms = ReadInt(env, g.Get("waitMs"), "shared.waitMs", 0, 86400000);
+  if (join.terms.member_limit && join.terms.request > join.terms.member_limit)
+    ThrowRange(env, "shared.request must not exceed shared.memberLimit");
+  return join;
 }
 
 }  // namespace

@@ -218,6 +218,8 @@ BackendRef CreateBfcBackend(Napi::Env env, const AllocatorOptions& o) {
       core::ComposedAllocator composed = core::ComposeAllocator(DeviceUpstream(env, o), o.spec);
       binding->upstream = std::move(composed.upstream);
       binding->group = composed.group;
+      binding->limit_is_budget =
+          composed.group && composed.options.limit_source.rfind("the budget of group", 0) == 0;
       po = std::move(composed.options);
     });
   } catch (const core::OversubscriptionRefused& e) {
@@ -240,17 +242,30 @@ BackendRef CreateBfcBackend(Napi::Env env, const AllocatorOptions& o) {
   return binding;
 }
 
+uint64_t BfcBackend::LeastRegion(uint64_t bytes, size_t alignment) const {
+  uint64_t need = core::RoundBytes(bytes);
+  if (alignment > core::kMinBlock) need += alignment - core::kMinBlock;
+  uint64_t granule = upstream->Granularity();
+  if (pool->options().expandable && granule) return (need + granule - 1) / granule * granule;
+  return upstream->Footprint(need);
+}
+
 // A BFC block is usable on any stream at once: `stream` orders nothing here.
 Napi::Value BfcBackend::Alloc(Napi::Env env, const BackendRef& self, uint64_t bytes,
                               size_t alignment, Napi::Value) {
   core::OomInfo oom;
   core::Pool::Chunk* block;
-  if (group) group->ClearRefusal();
-  try {
-    block = InterprocessCall(env, [&] { return pool->Allocate(bytes, &oom, alignment); });
-  } catch (const core::UpstreamError& e) {
-    ThrowUpstream(env, e);
-  }
+  auto allocate = [&] {
+    if (group) group->ClearRefusal(LeastRegion(bytes, alignment));
+    try {
+      return InterprocessCall(env, [&] { return pool->Allocate(bytes, &oom, alignment); });
+    } catch (const core::UpstreamError& e) {
+      ThrowUpstream(env, e);
+    }
+  };
+  block = allocate();
+  // A budget raised since the pool's limit was set: once more under the new one.
+  if (!block && InterprocessCall(env, [&] { return FollowBudget(); })) block = allocate();
   if (!block) ThrowOom(env, this, &oom);
   PublishInUse();
   uint64_t address = core::Pool::Address(block);
@@ -408,7 +423,19 @@ Napi::Object BfcBackend::Info(Napi::Env env) {
   return o;
 }
 
+bool BfcBackend::FollowBudget() {
+  if (!limit_is_budget) return false;
+  uint64_t budget =
+      std::min<uint64_t>(group->ledger().Snapshot().budget, upstream->GetMemInfo().total) /
+      core::kMinBlock * core::kMinBlock;
+  if (budget == pool->options().limit) return false;
+  pool->SetLimit(budget, pool->options().limit_source);
+  group->ledger().SetLimit(budget);
+  return true;
+}
+
 uint64_t BfcBackend::SetFraction(Napi::Env env, Napi::Value fraction) {
+  limit_is_budget = false;  // a limit of its own from now on
   core::ResolvedLimit limit = ReadFractionLimit(env, fraction, upstream->GetMemInfo().total);
   if (group) InterprocessCall(env, [&] { group->ledger().SetLimit(limit.bytes); });
   pool->SetLimit(limit.bytes, limit.source);

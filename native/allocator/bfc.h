@@ -66,6 +66,10 @@ class BfcBackend final : public Backend {
   Napi::Value Trace(Napi::Env env) override;
   Napi::Value Snapshot(Napi::Env env) override;
   void CountLive(std::vector<LiveRow>* rows) override;
+  // The least the pool takes from the upstream for an allocation: a region that holds the block
+  // wherever its start falls, as the device takes it (whole pages, or whole granules of a
+  // segment). A group member with a wait waits for room for this much, and no more.
+  uint64_t LeastRegion(uint64_t bytes, size_t alignment) const;
   // The pool's regions go back when the last block lets go of it too.
   void Collected() noexcept override {
     if (!closed) {
@@ -83,6 +87,12 @@ class BfcBackend final : public Backend {
   // regions until the last of them is released, since the copy may still touch their memory.
   uint64_t deferred = 0;
   core::GroupUpstream* group = nullptr;  // the upstream, when the pool charges a group budget
+  // Whether the pool's limit is the group's budget (no limit of its own): it follows the budget
+  // when that changes while the group runs (cuda-memory group set, setGroupBudget).
+  bool limit_is_budget = false;
+  // With limit_is_budget: sets the pool's limit to the group's budget as the ledger has it now;
+  // true if that changed it. Called when an allocation fails, so that a raised budget is used.
+  bool FollowBudget();
   // Publishes the bytes in use to the group ledger, if there is one.
   void PublishInUse() noexcept {
     if (group && pool) group->ledger().PublishInUse(pool->bytes_in_use());

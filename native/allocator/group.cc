@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <limits>
 #include <map>
 #include <vector>
 
@@ -75,6 +76,10 @@ Napi::Object GroupObject(Napi::Env env, const core::GroupSnapshot& g) {
   o.Set("chargedBytes", static_cast<double>(g.charged));
   o.Set("freeBytes", static_cast<double>(g.budget - std::min(g.budget, g.charged)));
   o.Set("reapedMembers", static_cast<double>(g.reaped));
+  o.Set("reservedBytes", static_cast<double>(g.reserved));
+  o.Set("waits", static_cast<double>(g.waits));
+  o.Set("waitsGranted", static_cast<double>(g.waits_granted));
+  o.Set("waitMsTotal", static_cast<double>(g.wait_ms_total));
   Napi::Array members = Napi::Array::New(env, g.members.size());
   for (size_t i = 0; i < g.members.size(); ++i) {
     const core::GroupMember& m = g.members[i];
@@ -85,6 +90,12 @@ Napi::Object GroupObject(Napi::Env env, const core::GroupSnapshot& g) {
     mo.Set("peakPoolBytes", static_cast<double>(m.peak_pool_bytes));
     mo.Set("limitBytes", static_cast<double>(m.limit));
     mo.Set("joinedAt", static_cast<double>(m.joined_unix_ms));
+    mo.Set("requestBytes", static_cast<double>(m.request));
+    mo.Set("memberLimitBytes", static_cast<double>(m.member_limit));
+    mo.Set("waitingBytes", static_cast<double>(m.waiting_bytes));
+    mo.Set("waitingSince", m.waiting_bytes
+                               ? Napi::Number::New(env, static_cast<double>(m.waiting_since_ms))
+                               : env.Null());
     mo.Set("self", m.self);
     std::string command = CommandOf(m.pid);
     mo.Set("command", command.empty() ? env.Null() : Napi::String::New(env, command));
@@ -123,6 +134,29 @@ Napi::Value GroupRead(const Napi::CallbackInfo& info) {
   return InterprocessCall(env, [&] { return GroupObject(env, core::Ledger::Read(path, timeout)); });
 }
 
+// setGroupBudget: changes a live group's budget (Ledger::SetBudget); returns the group after it
+Napi::Value SetGroupBudget(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  std::string path = ReadString(env, info[0], "path");
+  uint64_t budget = ReadSize(env, info[1], "bytes");
+  std::string source = ReadString(env, info[2], "source");
+  int timeout = ReadInt(env, info[3], "lockTimeoutMs", 0, 86400000);
+  return InterprocessCall(env, [&] {
+    return GroupObject(env, core::Ledger::SetBudget(path, budget, source, timeout));
+  });
+}
+
+// setGroupRequest: changes member pid's request (Ledger::SetRequest); returns the group after it
+Napi::Value SetGroupRequest(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  std::string path = ReadString(env, info[0], "path");
+  int pid = ReadInt(env, info[1], "pid", 1, std::numeric_limits<int>::max());
+  uint64_t request = ReadSize(env, info[2], "bytes");
+  int timeout = ReadInt(env, info[3], "lockTimeoutMs", 0, 86400000);
+  return InterprocessCall(
+      env, [&] { return GroupObject(env, core::Ledger::SetRequest(path, pid, request, timeout)); });
+}
+
 // groupFormat: the ledger's slot count (the most members a group has) and its file's size
 Napi::Value GroupFormat(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
@@ -158,6 +192,8 @@ void InitGroup(Napi::Env env, Napi::Object exports) {
            {
                {"groupPath", GroupPath},
                {"groupRead", GroupRead},
+               {"setGroupBudget", SetGroupBudget},
+               {"setGroupRequest", SetGroupRequest},
                {"groupFormat", GroupFormat},
                {"groupProbe", GroupProbe},
                {"groupUncharged", GroupUncharged},

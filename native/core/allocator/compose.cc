@@ -48,8 +48,8 @@ ComposedAllocator ComposeAllocator(std::unique_ptr<Upstream> device, const Alloc
   out.upstream = std::move(device);
   if (spec.group) {
     const GroupJoin& g = *spec.group;
-    std::unique_ptr<Ledger> ledger(
-        Ledger::Join(g.dir, g.name, g.device, g.budget, g.budget_source, 0, g.lock_timeout_ms));
+    std::unique_ptr<Ledger> ledger(Ledger::Join(g.dir, g.name, g.device, g.budget, g.budget_source,
+                                                0, g.lock_timeout_ms, g.terms));
     auto up = std::make_unique<GroupUpstream>(std::move(out.upstream), std::move(ledger));
     out.group = up.get();
     out.upstream = std::move(up);

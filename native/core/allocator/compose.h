@@ -12,6 +12,7 @@
 #include <string>
 
 #include "core/allocator/group_upstream.h"
+#include "core/allocator/ledger.h"
 #include "core/allocator/policy.h"
 #include "core/allocator/pool.h"
 #include "core/allocator/upstream.h"
@@ -19,12 +20,14 @@
 namespace cm::core {
 
 // The group an allocator joins (createAllocator's `shared`): its ledger's folder and name, the
-// device it is for (a uuid, or "simulated"), the budget (0: the group's) and where it came from.
+// device it is for (a uuid, or "simulated"), the budget (0: the group's) and where it came from,
+// and the member's terms (request, own limit, wait: core/allocator/elastic.h).
 struct GroupJoin {
   std::string dir, name, device;
   uint64_t budget = 0;
   std::string budget_source;
   int lock_timeout_ms = 0;
+  MemberTerms terms;
 };
 
 struct AllocatorSpec {

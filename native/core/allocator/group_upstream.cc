@@ -24,7 +24,11 @@ namespace cm::core {
 template <typename Take>
 UpstreamStatus GroupUpstream::Charged(uint64_t bytes, Take take) {
   // A pool backs off in 0.9x steps after an out-of-memory answer; only the last refusal is kept.
-  if (!ledger_->Charge(bytes, &refusal_)) {
+  // Only the least region the allocation can use waits for room, once: the larger ones the pool
+  // tries first are refused at once, so that it backs off to that one instead of waiting for them.
+  bool wait = bytes <= wait_bytes_ && ledger_->terms().wait_ms > 0;
+  if (wait) wait_bytes_ = 0;
+  if (!(wait ? ledger_->ChargeWaiting(bytes, &refusal_) : ledger_->Charge(bytes, &refusal_))) {
     refused_ = true;
     return {UpstreamStatus::kOutOfMemory, 2, "group budget"};
   }

@@ -47,8 +47,13 @@ class GroupUpstream final : public Upstream {
 
   Ledger& ledger() { return *ledger_; }
   Upstream& inner() { return *inner_; }
-  // Forgets the last refusal (call before an allocation).
-  void ClearRefusal() { refused_ = false; }
+  // Forgets the last refusal (call before an allocation). A member with a wait (its terms'
+  // wait_ms) waits for room for one charge of at most `wait_bytes` in this allocation: the least
+  // the pool can take for it; 0, none waits.
+  void ClearRefusal(uint64_t wait_bytes = 0) {
+    refused_ = false;
+    wait_bytes_ = wait_bytes;
+  }
   // The refusal of the last region the group could not afford since ClearRefusal, if any.
   bool refused() const { return refused_; }
   const GroupRefusal& refusal() const { return refusal_; }
@@ -62,6 +67,7 @@ class GroupUpstream final : public Upstream {
   std::unique_ptr<Upstream> inner_;
   std::unique_ptr<Ledger> ledger_;
   bool refused_ = false;
+  uint64_t wait_bytes_ = 0;
   GroupRefusal refusal_;
 };
 
