@@ -94,3 +94,16 @@ export const seconds = (v: string): number => {
   if (v.trim() === '' || !Number.isFinite(n) || n < 0.1) throw new InvalidArgumentError('Expected a number of seconds of at least 0.1.');
   return n;
 };
+
+const DURATION_UNITS: Record<string, number> = { ms: 1, s: 1000, m: 60000, h: 3600000 };
+
+/** A duration with its unit (500ms, 60s, 2m, 1h), in whole milliseconds, up to `max`. */
+export const duration =
+  (max: number) =>
+  (v: string): number => {
+    const m = /^(\d+(?:\.\d+)?)(ms|s|m|h)$/.exec(v.trim());
+    const ms = m ? Math.round(Number(m[1]) * DURATION_UNITS[m[2]]) : NaN;
+    if (!(ms >= 0 && ms <= max))
+      throw new InvalidArgumentError(`Expected a duration with its unit, such as 500ms, 60s or 2m, of at most ${max / 3600000} h.`);
+    return ms;
+  };

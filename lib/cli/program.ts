@@ -12,6 +12,7 @@ import * as doctor from './doctor';
 import * as replay from './replay';
 import * as memoryHtml from './memory-html';
 import * as top from './top';
+import * as group from './group';
 import * as run from './run';
 import * as slurm from './slurm';
 import * as help from './help';
@@ -32,7 +33,7 @@ export function program(): Command {
     // An argument a command does not take is refused, not ignored (every command inherits this).
     .allowExcessArguments(false)
     .exitOverride();
-  for (const command of [info, bench, benchAlloc, benchFiles, doctor, replay, memoryHtml, top, run, slurm, build, help])
+  for (const command of [info, bench, benchAlloc, benchFiles, doctor, replay, memoryHtml, top, group, run, slurm, build, help])
     command.register(p);
   return p;
 }

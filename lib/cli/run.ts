@@ -1,5 +1,6 @@
 /**
- * `cuda-memory run --group NAME [--limit SIZE | --fraction F] [--device N] [--strict] -- COMMAND ...`:
+ * `cuda-memory run --group NAME [--limit SIZE | --fraction F] [--device N] [--strict]
+ * [--wait DURATION] [--request SIZE] [--member-limit SIZE] -- COMMAND ...`:
  * starts any program as a member of a group budget, the interposer preloaded into it, and ends
  * with the program's exit code (128 + the signal's number if a signal ended it). Everything that
  * would keep the program from joining is a usage error before it starts.
@@ -10,7 +11,7 @@ import * as os from 'os';
 import * as tty from 'tty';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { devices } from '../device/discovery';
-import { groupBudget, groupPreflight } from '../allocator/group';
+import { MOST_WAIT_MS, groupBudget, groupPreflight, requestMisfit } from '../allocator/group';
 import type { GroupStats } from '../allocator/group';
 import { preloadObstacle } from '../allocator/loader';
 import { memberEnvironment, preloadLibraryPath } from '../allocator/member';
@@ -19,7 +20,7 @@ import { checkShmName } from '../base/shm';
 import { printable } from '../base/printable';
 import { formatBytes, parseSize } from '../base/units';
 import { Usage, requireGpu } from './common';
-import { integer, outFile, wrap } from './options';
+import { duration, integer, outFile, wrap } from './options';
 
 interface RunOptions {
   group: string;
@@ -29,6 +30,9 @@ interface RunOptions {
   simulate?: number;
   trace?: string;
   strict?: boolean;
+  wait?: number;
+  request?: number;
+  memberLimit?: number;
 }
 
 const fraction = (v: string): number => {
@@ -52,6 +56,24 @@ export function register(program: Command): void {
     )
     .addOption(
       new Option(
+        '--wait <duration>',
+        'an allocation past what the group can give now waits this long for room (e.g. 60s, 500ms, 2m), in arrival order, before it fails (CUDA_MEMORY_GROUP_WAIT_MS)',
+      ).argParser(duration(MOST_WAIT_MS)),
+    )
+    .addOption(
+      new Option(
+        '--request <size>',
+        "the program's guaranteed share, e.g. 8GiB: it can always have this much, reserved from the budget as it joins (CUDA_MEMORY_GROUP_REQUEST)",
+      ).argParser(wrap(parseSize)),
+    )
+    .addOption(
+      new Option(
+        '--member-limit <size>',
+        'the most the program may hold, at least its request (CUDA_MEMORY_GROUP_MEMBER_LIMIT); beyond its request it borrows from what no request reserves',
+      ).argParser(wrap(parseSize)),
+    )
+    .addOption(
+      new Option(
         '--simulate <size>',
         'the group on a simulated device of this size: no GPU and no interposer; for programs of this library that join the group themselves (tests, demos)',
       ).argParser(wrap(parseSize)),
@@ -70,6 +92,8 @@ export function register(program: Command): void {
         'above the device’s total memory. A program the interposer cannot be preloaded into (set-user-ID\n' +
         'or set-group-ID, with file capabilities, or linked statically; for a script, its interpreter) is\n' +
         'named in a warning before it starts, and not started with --strict.\n' +
+        'A --request that does not fit beside the requests of the live members is a usage error before\n' +
+        'it starts, naming those requests.\n' +
         'The exit code is the program’s, 128 + the signal’s number if a signal ended it, 127 if it could\n' +
         'not be found, 126 if it could not be run, 2 for a usage error or no CUDA.\n' +
         'Example: cuda-memory run --group shared --limit 20GiB -- python3 train.py',
@@ -88,6 +112,8 @@ async function run(command: string[], o: RunOptions): Promise<number> {
   const target = theDevice(o);
   const asked = askedBudget(o, target);
   const live = joinableGroup(o.group, target.key, asked);
+  const misfit = requestMisfit(o.request ?? 0, asked.budget || live!.budgetBytes, live);
+  if (misfit) throw new Usage(`run: the program could not join group ${o.group} on ${target.key}: --request: ${misfit}`);
   let preload: string | null = null;
   if (!target.simulated) {
     try {
@@ -111,6 +137,9 @@ async function run(command: string[], o: RunOptions): Promise<number> {
     preload,
     trace: o.trace,
     strict: o.strict ? true : undefined,
+    request: o.request,
+    memberLimit: o.memberLimit,
+    waitMs: o.wait,
   });
   if (preload) warnUnbound(command[0], member.env, o);
   if (o.trace !== undefined) freshTrace(member.env.CUDA_MEMORY_TRACE as string);
@@ -146,6 +175,12 @@ function freshTrace(file: string): void {
 function checkRunOptions(o: RunOptions): void {
   if (o.limit !== undefined && o.fraction !== undefined) throw new Usage('run: --limit and --fraction were both given; choose one');
   if (o.limit !== undefined && o.limit < 256) throw new Usage(`run: --limit ${o.limit} is below the least budget, 256 bytes`);
+  if (o.memberLimit !== undefined && o.memberLimit < 256)
+    throw new Usage(`run: --member-limit ${o.memberLimit} is below the least limit, 256 bytes`);
+  if (o.request !== undefined && o.memberLimit !== undefined && o.request > o.memberLimit)
+    throw new Usage(
+      `run: --request ${formatBytes(o.request)} is above --member-limit ${formatBytes(o.memberLimit)}; a member's request must fit under its limit`,
+    );
   if (o.simulate === undefined) return;
   if (o.device !== undefined) throw new Usage('run: --device names a GPU; --simulate has none');
   if (o.simulate < 1) throw new Usage('run: --simulate needs a size of at least 1 byte');

@@ -57,10 +57,10 @@ function build() {
 }
 
 /** A program under the interposer: send(line) resolves with its one-line answer. `kind` is a
- * program of bin/, or [program, ...arguments]. */
+ * program of bin/, or [program, ...arguments] (a program of bin/, or an absolute path). */
 function start(kind, env = {}, preloads = [preload]) {
   const [file, ...args] = Array.isArray(kind) ? kind : [kind];
-  const child = spawn(path.join(bin, file), args, {
+  const child = spawn(path.isAbsolute(file) ? file : path.join(bin, file), args, {
     env: { ...process.env, LD_LIBRARY_PATH: bin, LD_PRELOAD: preloads.map(preloadablePath).join(':'), ...env },
     stdio: ['pipe', 'pipe', 'pipe'],
   });
