@@ -13,7 +13,7 @@
  */
 import './base/disposable';
 export { CudaMemoryError, CudaError, OutOfMemoryError, CudaUnavailableError, InterprocessError } from './base/errors';
-export type { UnavailableReason, OutOfMemoryDetails } from './base/errors';
+export type { UnavailableReason, OutOfMemoryDetails, GroupRefusalReason } from './base/errors';
 export { status, devices, formatCudaVersion, cudaVisibleDevices } from './device/discovery';
 export type { CudaStatus, DeviceInfo, PcieLink, AddonBinary, PlatformStatus } from './device/discovery';
 export { memGetInfo } from './allocator/tenant';

@@ -76,7 +76,22 @@ export interface OutOfMemoryDetails {
   call?: string;
   /** The group budget that refused the region, when that is why (see `shared` in createAllocator). */
   group?: GroupStats;
+  /** Why the group refused it, with the group. */
+  groupReason?: GroupRefusalReason;
+  /** How long the allocation waited for room in the group, in milliseconds (0: it did not wait). */
+  groupWaitedMs?: number;
 }
+
+/**
+ * Why a group budget refused memory (docs/processes.md, "Waiting, guarantees and live budgets"):
+ * past the budget or the part of it the others' requests leave (`budget`), past the member's own
+ * limit (`memberLimit`), more than the member could ever have beside the others' requests
+ * (`neverFits`), every member that holds memory waiting (`deadlock`: the newest waiter is
+ * refused), or a wait for room that ran out (`timeout`).
+ *
+ * @category Errors
+ */
+export type GroupRefusalReason = 'budget' | 'memberLimit' | 'neverFits' | 'deadlock' | 'timeout';
 
 /**
  * @internal Sizes as PyTorch's out-of-memory sentence writes them (format_size in its CUDA caching
@@ -125,6 +140,10 @@ export class OutOfMemoryError extends CudaError {
   deviceTotal: number;
   /** Set when a group budget refused the memory: the group at that moment, members listed. */
   group?: GroupStats;
+  /** Set with `group`: why the group refused it. */
+  groupReason?: GroupRefusalReason;
+  /** Set with `group`: how long the allocation waited for room first, in milliseconds (0: it did not wait). */
+  groupWaitedMs?: number;
   /** Made by the library from what was asked for and the state of the allocator and device at the time. */
   constructor(details: OutOfMemoryDetails) {
     details = fieldsOf(details) as OutOfMemoryDetails;
@@ -147,6 +166,8 @@ export class OutOfMemoryError extends CudaError {
     this.deviceFree = details.deviceFree;
     this.deviceTotal = details.deviceTotal;
     if (details.group) this.group = details.group;
+    if (details.groupReason) this.groupReason = details.groupReason;
+    if (details.groupWaitedMs !== undefined) this.groupWaitedMs = details.groupWaitedMs;
   }
 }
 

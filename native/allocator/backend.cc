@@ -42,7 +42,26 @@ void ThrowAllocatorBusy(Napi::Env env, uint64_t live, uint64_t bytes_in_use) {
   throw e;
 }
 
-Napi::Value OomError(Napi::Env env, const core::OomInfo& oom, const core::GroupSnapshot* group) {
+namespace {
+// GroupRefusalReason of lib/base/errors.ts.
+const char* ReasonName(core::GroupRefusal::Reason r) {
+  switch (r) {
+    case core::GroupRefusal::kMemberLimit:
+      return "memberLimit";
+    case core::GroupRefusal::kNeverFits:
+      return "neverFits";
+    case core::GroupRefusal::kDeadlock:
+      return "deadlock";
+    case core::GroupRefusal::kTimeout:
+      return "timeout";
+    case core::GroupRefusal::kBudget:
+      break;
+  }
+  return "budget";
+}
+}  // namespace
+
+Napi::Value OomError(Napi::Env env, const core::OomInfo& oom, const core::GroupRefusal* refusal) {
   Napi::Object d = Napi::Object::New(env);
   d.Set("message", oom.Message());
   d.Set("requestedBytes", static_cast<double>(oom.requested));
@@ -58,7 +77,11 @@ Napi::Value OomError(Napi::Env env, const core::OomInfo& oom, const core::GroupS
   d.Set("deviceTotal", static_cast<double>(oom.device_total));
   d.Set("simulated", oom.simulated);
   d.Set("call", "allocator.alloc");
-  if (group) d.Set("group", GroupObject(env, *group));
+  if (refusal) {
+    d.Set("group", GroupObject(env, refusal->group));
+    d.Set("groupReason", ReasonName(refusal->reason));
+    d.Set("groupWaitedMs", static_cast<double>(refusal->waited_ms));
+  }
   return MakeOutOfMemoryError(env, d);
 }
 

@@ -109,9 +109,10 @@ core::MemInfo DeviceMemInfo(int device);
 [[noreturn]] void ThrowAllocatorClosed(Napi::Env env);
 [[noreturn]] void ThrowAllocatorBusy(Napi::Env env, uint64_t live, uint64_t bytes_in_use);
 // The OutOfMemoryError for an allocator's report, shared by both backends.
-// With `group`, the error carries the group that refused the region.
+// With `refusal`, the error carries the group that refused the region, why, and how long the
+// allocation waited (groupReason, groupWaitedMs).
 Napi::Value OomError(Napi::Env env, const core::OomInfo& oom,
-                     const core::GroupSnapshot* group = nullptr);
+                     const core::GroupRefusal* refusal = nullptr);
 
 // The statistics both backends report: the named figures and the counters (RMM's and PyTorch's
 // current, peak, allocated/total and freed).

@@ -185,7 +185,7 @@ namespace {
 [[noreturn]] void ThrowOom(Napi::Env env, BfcBackend* p, core::OomInfo* oom) {
   if (p->group && p->group->refused()) {
     oom->group_sentence = p->group->refusal().Sentence();
-    ThrowValue(env, OomError(env, *oom, &p->group->refusal().group));
+    ThrowValue(env, OomError(env, *oom, &p->group->refusal()));
   }
   ThrowValue(env, OomError(env, *oom));
 }

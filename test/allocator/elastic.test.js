@@ -91,6 +91,7 @@ describe('guaranteed requests and the burst pool', () => {
       }
     }
     expect(err).toBeInstanceOf(cm.OutOfMemoryError);
+    expect([err.groupReason, err.groupWaitedMs]).toEqual(['budget', 0]);
     expect(borrower.stats().poolBytes).toBeLessThanOrEqual(32 * MiB);
     expect(borrowed.length).toBeGreaterThanOrEqual(24);
     // The guaranteed member gets its whole request, 1 MiB at a time, with the borrower still full.
@@ -220,6 +221,8 @@ describe('allocations that wait for room', () => {
     expect(got.waitedMs).toBeGreaterThanOrEqual(290);
     expect(got.waitedMs).toBeLessThan(3000);
     expect(got.message).toMatch(/waited \d+ ms/);
+    expect(got.groupReason).toBe('timeout');
+    expect(got.groupWaitedMs).toBeGreaterThanOrEqual(290);
     w.c.kill('SIGKILL');
     x.free();
     holder.close();
@@ -240,6 +243,7 @@ describe('allocations that wait for room', () => {
     expect(Date.now() - t0).toBeLessThan(1000);
     expect(e).toBeInstanceOf(cm.OutOfMemoryError);
     expect(e.message).toContain('every member that holds memory is waiting');
+    expect(e.groupReason).toBe('deadlock');
     // The older waiter gets the room the holder gives back.
     x.free();
     holder.emptyCache();
