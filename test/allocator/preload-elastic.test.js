@@ -48,6 +48,8 @@ describe('the interposer waits for room, keeps requests and member limits', () =
     const first = await owner.send(`alloc malloc ${MiB}`); // joins, reserving 32 MiB
     expect(first).toMatch(/^ok/);
     const borrower = start('dynamic', budget(name, 64 * MiB));
+    // cudaMemGetInfo leaves out what the owner's request reserves: 64 less its 32 MiB.
+    expect(await borrower.send('meminfo')).toBe(`ok ${32 * MiB} ${64 * MiB}`);
     expect(await borrower.send(`alloc malloc ${40 * MiB}`)).toBe('err 2');
     expect(await stderrOf(borrower, /could never hold/)).toMatch(/could never hold that much beside the others' requests/);
     expect(await borrower.send(`alloc malloc ${30 * MiB}`)).toMatch(/^ok/);
@@ -56,6 +58,10 @@ describe('the interposer waits for room, keeps requests and member limits', () =
     const g = group(name);
     expect(g.chargedBytes).toBeLessThanOrEqual(64 * MiB);
     const capped = start('dynamic', { ...budget(name, 64 * MiB), CUDA_MEMORY_GROUP_MEMBER_LIMIT: String(2 * MiB) });
+    // Its limit is its total; its free, the least of that and what the group has left.
+    const [, free, total] = (await capped.send('meminfo')).split(' ').map(Number);
+    expect(total).toBe(2 * MiB);
+    expect(free).toBe(Math.min(2 * MiB, 64 * MiB - 32 * MiB - group(name).members.find((m) => m.pid === borrower.pid).poolBytes));
     expect(await capped.send(`alloc malloc ${3 * MiB}`)).toBe('err 2');
     expect(await stderrOf(capped, /own limit/)).toMatch(/would pass this process's own limit/);
     // A request that does not fit beside the others' cannot join: its allocations go on

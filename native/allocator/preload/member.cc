@@ -9,6 +9,7 @@
 #include <cstring>
 #include <new>
 
+#include "core/allocator/elastic.h"
 #include "core/allocator/pool.h"  // FormatBytes
 #include "core/base/shm.h"
 
@@ -371,6 +372,15 @@ bool Member::LockBackoffLocked() const {
   return lock_retry_at_ms_ && core::shm::NowUnixMs() < lock_retry_at_ms_;
 }
 
+void Member::LimitedLocked(core::MemInfo* info) const noexcept {
+  const uint64_t limit = terms_.member_limit;
+  if (!limit) return;
+  const uint64_t held = grants_ ? grants_->held() : 0, spare = grants_ ? grants_->spare() : 0;
+  const uint64_t room = held >= limit ? spare : limit - held + spare;
+  info->total = std::min(info->total, limit);
+  info->free = std::min({info->free, room, info->total});
+}
+
 bool Member::MemInfo(const std::string& device, core::MemInfo* info) noexcept {
   if (group_.empty()) return false;
   Lock lock(mutex_);
@@ -409,8 +419,9 @@ bool Member::MemInfo(const std::string& device, core::MemInfo* info) noexcept {
       }
     }
     last_budget_ = g.budget;
-    last_charged_ = g.charged;
-    *info = core::GroupMemInfo(*info, g.budget, g.charged, spare);
+    last_charged_ = core::ChargeSeenBy(g);  // the others' unused requests are theirs
+    *info = core::GroupMemInfo(*info, g.budget, last_charged_, spare);
+    LimitedLocked(info);
     return true;
   } catch (const core::ShmError& e) {
     if (e.code != "ERR_SHM_LOCK_TIMEOUT") return false;  // the next allocation says what is wrong
@@ -429,6 +440,7 @@ bool Member::MemInfo(const std::string& device, core::MemInfo* info) noexcept {
 bool Member::LastFiguresLocked(core::MemInfo* info) const {
   if (!last_budget_) return false;
   *info = core::GroupMemInfo(*info, last_budget_, last_charged_, grants_ ? grants_->spare() : 0);
+  LimitedLocked(info);
   return true;
 }
 

@@ -87,6 +87,8 @@ class Member {
   // An allocation refused for the budget, with a wait set: waits for room with the member's lock
   // let go, then charges (kCharged) or gives the refusal (kRefused: timeout, deadlock).
   Verdict WaitLocked(Lock& lock, uint64_t bytes, core::GroupRefusal* refusal);
+  // cudaMemGetInfo's figures held to the member's own limit (CUDA_MEMORY_GROUP_MEMBER_LIMIT).
+  void LimitedLocked(core::MemInfo* info) const noexcept;
   Verdict FailOpenLocked(const std::string& code, const std::string& detail, uint64_t bytes,
                          bool lasting) noexcept;
   // Charged again after a back-off: the record of failing open goes.

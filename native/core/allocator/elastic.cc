@@ -62,4 +62,13 @@ GroupRefusal::Reason WaitVerdict(const std::vector<ElasticMember>& members, size
   return GroupRefusal::kBudget;
 }
 
+uint64_t ChargeSeenBy(const GroupSnapshot& g) {
+  uint64_t seen = 0;
+  for (const GroupMember& m : g.members) {
+    const uint64_t c = m.self ? m.pool_bytes : Claim(m.pool_bytes, m.request);
+    if (__builtin_add_overflow(seen, c, &seen)) return UINT64_MAX;
+  }
+  return seen;
+}
+
 }  // namespace cm::core

@@ -46,4 +46,9 @@ ElasticVerdict DecideCharge(const std::vector<ElasticMember>& members, size_t se
 GroupRefusal::Reason WaitVerdict(const std::vector<ElasticMember>& members, size_t self,
                                  uint64_t bytes, uint64_t budget, bool waiting);
 
+// The charge a member sees when it asks what it may still take (cudaMemGetInfo under `run`): what
+// every member holds, and what the others' requests reserve beyond what they hold (its own request
+// is its own to take). `self` marks the member in g.members; without one, every request counts.
+uint64_t ChargeSeenBy(const GroupSnapshot& g);
+
 }  // namespace cm::core

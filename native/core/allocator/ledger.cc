@@ -60,6 +60,8 @@ struct Ledger::Slot {
 namespace {
 
 constexpr size_t kFileSize = sizeof(Ledger::Header) + Ledger::kSlots * sizeof(Ledger::Slot);
+// The layout other tools and tests write by hand (native/core/test/allocator/ledger_shm_test.cc).
+static_assert(sizeof(Ledger::Header) == 336 && sizeof(Ledger::Slot) == 104, "ledger layout");
 
 uint64_t HeaderSum(const Ledger::Header& h) {
   return shm::Fnv1a(&h, offsetof(Ledger::Header, checksum));
