@@ -9,6 +9,7 @@
 #include <cstring>
 #include <new>
 
+#include "core/allocator/elastic.h"
 #include "core/allocator/pool.h"  // FormatBytes
 #include "core/base/shm.h"
 
@@ -52,6 +53,15 @@ class Member::Lock {
     t_holding = false;
     m_.unlock();
   }
+  // Lets the member go for a wait, and takes it again.
+  template <typename Wait>
+  void Released(Wait wait) {
+    t_holding = false;
+    m_.unlock();
+    wait();
+    m_.lock();
+    t_holding = true;
+  }
   Lock(const Lock&) = delete;
   Lock& operator=(const Lock&) = delete;
 
@@ -84,6 +94,23 @@ Member::Member() {
     problem_ = "CUDA_MEMORY_GROUP_BUDGET is " + core::shm::Printable(budget) +
                ", not a number of bytes (decimal digits)";
   if (budget_ && budget_source_.empty()) budget_source_ = "limit " + core::FormatBytes(budget_);
+  // Elastic sharing's terms (run --request, --member-limit, --wait).
+  const struct {
+    const char* name;
+    uint64_t most;
+    uint64_t* into;
+    const char* what;
+  } terms[] = {
+      {"CUDA_MEMORY_GROUP_REQUEST", UINT64_MAX, &terms_.request, "a number of bytes"},
+      {"CUDA_MEMORY_GROUP_MEMBER_LIMIT", UINT64_MAX, &terms_.member_limit, "a number of bytes"},
+      {"CUDA_MEMORY_GROUP_WAIT_MS", 86400000, &wait_ms_, "an integer from 0 to 86400000 (ms)"},
+  };
+  for (const auto& t : terms) {
+    std::string v = Env(t.name);
+    if (!v.empty() && !ParseUnsigned(v.c_str(), 0, t.most, t.into) && problem_.empty())
+      problem_ = std::string(t.name) + " is " + core::shm::Printable(v) + ", not " + t.what;
+  }
+  terms_.wait_ms = static_cast<int64_t>(wait_ms_);
   std::string timeout = Env("CUDA_MEMORY_LOCK_TIMEOUT_MS");
   uint64_t ms = 0;
   if (!timeout.empty()) {
@@ -154,7 +181,7 @@ bool Member::JoinLocked(const std::string& device) noexcept {
     // A preloaded process has no limit of its own: the group's budget is its limit, as for an
     // allocator of the library that joins without one.
     ledger_.reset(core::Ledger::Join(dir_, group_, device, budget_, budget_source_, budget_,
-                                     lock_timeout_ms_));
+                                     lock_timeout_ms_, terms_));
     if (!budget_) ledger_->SetLimit(ledger_->budget());
     grants_.reset(new core::GrantedCharge(core::GrantedCharge::GrantFor(ledger_->budget())));
     return true;
@@ -214,6 +241,10 @@ Member::Verdict Member::Take(uint64_t bytes, const char* api, const std::string&
       RecoveredLocked();
       return Verdict::kCharged;
     }
+    if (terms_.wait_ms > 0 && refusal.reason == core::GroupRefusal::kBudget) {
+      Verdict v = WaitLocked(lock, bytes, &refusal);
+      if (v != Verdict::kRefused) return v;
+    }
     RefusedLocked(bytes, api, refusal);
     return Verdict::kRefused;
   } catch (const core::ShmError& e) {
@@ -244,6 +275,74 @@ Member::Verdict Member::Take(uint64_t bytes, const char* api, const std::string&
   }
 }
 
+Member::Verdict Member::WaitLocked(Lock& lock, uint64_t bytes, core::GroupRefusal* refusal) {
+  // One place in the queue for the process: a second thread that waits meanwhile shares it.
+  if (waiters_ == 0) ledger_->BeginWait(bytes);
+  ++waiters_;
+  const auto start = std::chrono::steady_clock::now();
+  auto waited = [&] {
+    return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                     std::chrono::steady_clock::now() - start)
+                                     .count());
+  };
+  auto end = [&](bool granted) {
+    if (--waiters_ == 0 && ledger_) ledger_->EndWait(granted, waited());
+  };
+  for (;;) {
+    const int64_t left = terms_.wait_ms - static_cast<int64_t>(waited());
+    if (left <= 0) {
+      refusal->reason = core::GroupRefusal::kTimeout;
+      refusal->waited_ms = waited();
+      end(false);
+      return Verdict::kRefused;
+    }
+    const core::Ledger* l = ledger_.get();
+    const uint64_t seen = l->Generation();
+    // The member's lock is let go while it waits: the process's other threads free meanwhile.
+    // At most 50 ms between looks under the ledger's lock, which clears members that died.
+    lock.Released([&] { l->WaitForChange(seen, static_cast<int>(std::min<int64_t>(left, 50))); });
+    if (left_ || !ledger_) return Verdict::kUncharged;  // left at exit meanwhile
+    try {
+      if (grants_->Take(*ledger_, bytes, refusal)) {
+        end(true);
+        RecoveredLocked();
+        return Verdict::kCharged;
+      }
+    } catch (...) {
+      end(false);
+      throw;
+    }
+    if (refusal->reason != core::GroupRefusal::kBudget) {
+      refusal->waited_ms = waited();
+      end(false);
+      return Verdict::kRefused;
+    }
+  }
+}
+
+namespace {
+// What a refusal adds to the line beyond the budget's figures.
+std::string WhyRefused(const core::GroupRefusal& r) {
+  switch (r.reason) {
+    case core::GroupRefusal::kBudget:
+      return r.group.reserved
+                 ? ", of which its members request " + core::FormatBytes(r.group.reserved)
+                 : "";
+    case core::GroupRefusal::kMemberLimit:
+      return ", and the allocation would pass this process's own limit "
+             "(CUDA_MEMORY_GROUP_MEMBER_LIMIT)";
+    case core::GroupRefusal::kNeverFits:
+      return ", and this process could never hold that much beside the others' requests";
+    case core::GroupRefusal::kDeadlock:
+      return ", and it waited while every member that holds memory waits too (the newest waiter "
+             "is refused)";
+    case core::GroupRefusal::kTimeout:
+      return ", after waiting " + std::to_string(r.waited_ms) + " ms for room";
+  }
+  return "";
+}
+}  // namespace
+
 void Member::RefusedLocked(uint64_t bytes, const char* api,
                            const core::GroupRefusal& refusal) noexcept {
   ++refusals_;
@@ -256,8 +355,8 @@ void Member::RefusedLocked(uint64_t bytes, const char* api,
         core::FormatBytes(bytes) + ": its budget is " + core::FormatBytes(g.budget) + " (" +
         core::shm::Printable(g.budget_source) + ") and its " + std::to_string(g.members.size()) +
         " member" + (g.members.size() == 1 ? " holds " : "s hold ") + core::FormatBytes(g.charged) +
-        " (this process " + core::FormatBytes(grants_->held()) +
-        "); the call returns its out-of-memory error" +
+        " (this process " + core::FormatBytes(grants_->held()) + ")" + WhyRefused(refusal) +
+        "; the call returns its out-of-memory error" +
         (unsaid ? " (" + std::to_string(unsaid) + " more refusals since the last line)" : ""));
   } catch (...) {
   }
@@ -271,6 +370,15 @@ uint64_t Member::BackoffEndMs() const {
 
 bool Member::LockBackoffLocked() const {
   return lock_retry_at_ms_ && core::shm::NowUnixMs() < lock_retry_at_ms_;
+}
+
+void Member::LimitedLocked(core::MemInfo* info) const noexcept {
+  const uint64_t limit = terms_.member_limit;
+  if (!limit) return;
+  const uint64_t held = grants_ ? grants_->held() : 0, spare = grants_ ? grants_->spare() : 0;
+  const uint64_t room = held >= limit ? spare : limit - held + spare;
+  info->total = std::min(info->total, limit);
+  info->free = std::min({info->free, room, info->total});
 }
 
 bool Member::MemInfo(const std::string& device, core::MemInfo* info) noexcept {
@@ -311,8 +419,9 @@ bool Member::MemInfo(const std::string& device, core::MemInfo* info) noexcept {
       }
     }
     last_budget_ = g.budget;
-    last_charged_ = g.charged;
-    *info = core::GroupMemInfo(*info, g.budget, g.charged, spare);
+    last_charged_ = core::ChargeSeenBy(g);  // the others' unused requests are theirs
+    *info = core::GroupMemInfo(*info, g.budget, last_charged_, spare);
+    LimitedLocked(info);
     return true;
   } catch (const core::ShmError& e) {
     if (e.code != "ERR_SHM_LOCK_TIMEOUT") return false;  // the next allocation says what is wrong
@@ -331,6 +440,7 @@ bool Member::MemInfo(const std::string& device, core::MemInfo* info) noexcept {
 bool Member::LastFiguresLocked(core::MemInfo* info) const {
   if (!last_budget_) return false;
   *info = core::GroupMemInfo(*info, last_budget_, last_charged_, grants_ ? grants_->spare() : 0);
+  LimitedLocked(info);
   return true;
 }
 

@@ -84,6 +84,11 @@ class Member {
   class Lock;
   bool JoinLocked(const std::string& device) noexcept;
   void RefusedLocked(uint64_t bytes, const char* api, const core::GroupRefusal& refusal) noexcept;
+  // An allocation refused for the budget, with a wait set: waits for room with the member's lock
+  // let go, then charges (kCharged) or gives the refusal (kRefused: timeout, deadlock).
+  Verdict WaitLocked(Lock& lock, uint64_t bytes, core::GroupRefusal* refusal);
+  // cudaMemGetInfo's figures held to the member's own limit (CUDA_MEMORY_GROUP_MEMBER_LIMIT).
+  void LimitedLocked(core::MemInfo* info) const noexcept;
   Verdict FailOpenLocked(const std::string& code, const std::string& detail, uint64_t bytes,
                          bool lasting) noexcept;
   // Charged again after a back-off: the record of failing open goes.
@@ -97,6 +102,9 @@ class Member {
   uint64_t budget_ = 0;
   bool strict_ = false;
   int lock_timeout_ms_ = core::shm::kDefaultLockTimeoutMs;
+  core::MemberTerms terms_;  // CUDA_MEMORY_GROUP_REQUEST, _MEMBER_LIMIT, _WAIT_MS
+  uint64_t wait_ms_ = 0;
+  int waiters_ = 0;      // this process's threads waiting for room now
   std::string problem_;  // a setting that could not be read: said once, then failed open
   std::unique_ptr<core::Ledger> ledger_;
   std::unique_ptr<core::GrantedCharge> grants_;

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <condition_variable>
 #include <cstring>
@@ -13,12 +14,17 @@
 #include <set>
 #include <thread>
 
+#include "core/allocator/elastic.h"
 #include "core/allocator/pool.h"  // FormatBytes
 
 namespace cm::core {
 
 namespace {
 constexpr char kMagic[16] = "cuda-memory/grp";
+uint64_t SaturatingAdd(uint64_t a, uint64_t b) {
+  uint64_t s;
+  return __builtin_add_overflow(a, b, &s) ? UINT64_MAX : s;
+}
 constexpr uint64_t kMember = 0x4d454d4245523031ull;  // "MEMBER01": a live slot
 }  // namespace
 
@@ -31,7 +37,11 @@ struct Ledger::Header {
   char name[72];
   char device[72];
   char budget_source[96];
-  uint64_t checksum;  // of everything above
+  uint64_t next_ticket;  // the next waiter's place in the queue
+  uint64_t waits, waits_granted, wait_ms_total;
+  uint64_t charge_ceiling;  // after a budget was lowered: the most the charge may still sum to
+  uint64_t checksum;        // of everything above
+  uint64_t generation;      // moved on at every change a waiter may wait for; read without the lock
 };
 
 struct Ledger::Slot {
@@ -41,13 +51,17 @@ struct Ledger::Slot {
   uint64_t peak_pool_bytes;
   uint64_t limit;
   uint64_t joined_unix_ms;
+  uint64_t request, member_limit;
+  uint64_t waiting_bytes, waiting_ticket, waiting_since_ms;
   uint64_t bytes_in_use;  // written by its member without the lock (atomically)
-  uint64_t checksum;      // of state, pid, pool_bytes, peak, limit, joined
+  uint64_t checksum;      // of every field before bytes_in_use
 };
 
 namespace {
 
 constexpr size_t kFileSize = sizeof(Ledger::Header) + Ledger::kSlots * sizeof(Ledger::Slot);
+// The layout other tools and tests write by hand (native/core/test/allocator/ledger_shm_test.cc).
+static_assert(sizeof(Ledger::Header) == 336 && sizeof(Ledger::Slot) == 104, "ledger layout");
 
 uint64_t HeaderSum(const Ledger::Header& h) {
   return shm::Fnv1a(&h, offsetof(Ledger::Header, checksum));
@@ -158,12 +172,35 @@ std::string GroupRefusal::Sentence() const {
   std::string m = "The group '" + group.name + "' has a budget of " + FormatBytes(group.budget) +
                   " (" + group.budget_source + ") and its " + std::to_string(group.members.size()) +
                   " member" + (group.members.size() == 1 ? "" : "s") + " hold " +
-                  FormatBytes(group.charged) + ", so a region of " + FormatBytes(requested) +
-                  " (the smallest this allocation could use) could not be charged. Members:";
+                  FormatBytes(group.charged);
+  if (group.reserved) m += " and request " + FormatBytes(group.reserved);
+  m += ", so a region of " + FormatBytes(requested) +
+       " (the smallest this allocation could use) could not be charged";
+  switch (reason) {
+    case kBudget:
+      break;
+    case kMemberLimit:
+      m += ": it would pass this member's own limit";
+      break;
+    case kNeverFits:
+      m += ": this member could never hold that much beside the others' requests";
+      break;
+    case kDeadlock:
+      m += ": it waited, and every member that holds memory is waiting too (the newest waiter is "
+           "refused so that the others can go on)";
+      break;
+    case kTimeout:
+      m += ": it waited " + std::to_string(waited_ms) + " ms for room";
+      break;
+  }
+  m += ". Members:";
   for (size_t i = 0; i < group.members.size(); ++i) {
     const GroupMember& g = group.members[i];
     m += (i ? "; pid " : " pid ") + std::to_string(g.pid) + (g.self ? " (this allocator)" : "") +
          " pool " + FormatBytes(g.pool_bytes) + ", in use " + FormatBytes(g.bytes_in_use);
+    if (g.request) m += ", request " + FormatBytes(g.request);
+    if (g.member_limit) m += ", limit " + FormatBytes(g.member_limit);
+    if (g.waiting_bytes) m += ", waiting for " + FormatBytes(g.waiting_bytes);
   }
   return m + ".";
 }
@@ -248,8 +285,12 @@ void AddToPublisher(Ledger* member) {
 
 Ledger* Ledger::Join(const std::string& dir, const std::string& name, const std::string& device,
                      uint64_t budget, const std::string& budget_source, uint64_t limit,
-                     int lock_timeout_ms) {
+                     int lock_timeout_ms, const MemberTerms& terms) {
   CheckGroupName(name);
+  if (terms.member_limit && terms.request > terms.member_limit)
+    throw ShmError("ERR_GROUP_TERMS", "a member's request (" + FormatBytes(terms.request) +
+                                          ") is above its own limit (" +
+                                          FormatBytes(terms.member_limit) + ")");
   std::string path = PathFor(dir, name, device);
   std::string waiting = "joining group '" + name + "'";
   for (int attempt = 0; attempt < 100; ++attempt) {
@@ -262,12 +303,14 @@ Ledger* Ledger::Join(const std::string& dir, const std::string& name, const std:
     l->name_ = name;
     l->timeout_ms_ = lock_timeout_ms;
     l->fd_ = fd.release();
+    l->terms_ = terms;
     shm::MutexGuard lock(l->fd_, path, waiting.c_str(), lock_timeout_ms);
     if (Unlinked(l->fd_)) continue;  // removed by its last member
     uint64_t reaped = 0;
     l->CheckAndReap(&reaped);
     CheckSameGroup(path, *l->header_, name, device);
     l->AdoptBudget(budget, budget_source);
+    l->CheckRequestFits(terms.request, -1);
     if (!l->TakeFreeSlot(limit))
       throw ShmError("ERR_GROUP_FULL",
                      "group '" + name + "' already has " + std::to_string(kSlots) + " members",
@@ -306,6 +349,8 @@ bool Ledger::TakeFreeSlot(uint64_t limit) {
     std::memset(&s, 0, sizeof s);
     s.pid = getpid();
     s.limit = limit;
+    s.request = terms_.request;
+    s.member_limit = terms_.member_limit;
     s.joined_unix_ms = shm::NowUnixMs();
     s.state = kMember;
     s.checksum = SlotSum(s);
@@ -403,9 +448,10 @@ uint64_t Ledger::CheckAndReap(uint64_t* reaped) {
     if (__builtin_add_overflow(sum, s.pool_bytes, &sum))
       Corrupt(path_, "its members' charges overflow");
   }
-  if (sum > header_->budget)
+  if (sum > std::max(header_->budget, header_->charge_ceiling))
     Corrupt(path_, "its members hold " + FormatBytes(sum) + ", more than the budget");
   broken_ = false;
+  if (*reaped) Bump();                   // a dead member's share came back: waiters look again
   if (slot_ >= 0 && pending_release_) {  // releases that could not get the lock before
     Slot& own = slots_[slot_];
     uint64_t back = std::min(pending_release_, own.pool_bytes);
@@ -414,6 +460,7 @@ uint64_t Ledger::CheckAndReap(uint64_t* reaped) {
     sum -= back;
     pending_release_ = 0;
     WriteSlot(static_cast<uint32_t>(slot_));
+    if (back) Bump();
   }
   return sum;
 }
@@ -437,30 +484,257 @@ GroupSnapshot Ledger::SnapshotLocked(uint64_t reaped) {
         static_cast<int>(i) == slot_ ? in_use_.load(std::memory_order_relaxed) : s.bytes_in_use;
     m.limit = s.limit;
     m.joined_unix_ms = s.joined_unix_ms;
+    m.request = s.request;
+    m.member_limit = s.member_limit;
+    m.waiting_bytes = s.waiting_bytes;
+    m.waiting_since_ms = s.waiting_bytes ? s.waiting_since_ms : 0;
     m.self = static_cast<int>(i) == slot_;
     g.charged += s.pool_bytes;  // no overflow: CheckAndReap summed the same values
+    g.reserved = SaturatingAdd(g.reserved, s.request);
     g.members.push_back(m);
   }
+  g.waits = header_->waits;
+  g.waits_granted = header_->waits_granted;
+  g.wait_ms_total = header_->wait_ms_total;
   return g;
+}
+
+std::vector<ElasticMember> Ledger::Members(size_t* self) const {
+  std::vector<ElasticMember> out;
+  for (uint32_t i = 0; i < kSlots; ++i) {
+    const Slot& s = slots_[i];
+    if (s.state != kMember) continue;
+    if (static_cast<int>(i) == slot_) *self = out.size();
+    out.push_back({s.pool_bytes, s.request, s.member_limit, s.waiting_bytes, s.waiting_ticket});
+  }
+  return out;
 }
 
 bool Ledger::Charge(uint64_t bytes, GroupRefusal* refusal) {
   shm::MutexGuard lock(fd_, path_, "charging a region to the group", timeout_ms_);
   uint64_t reaped = 0;
-  uint64_t sum = CheckAndReap(&reaped);  // the budget and the sum come from one read
-  if (bytes <= header_->budget - sum) {
+  uint64_t sum = CheckAndReap(&reaped);  // the budget and the figures come from one read
+  size_t self = 0;
+  std::vector<ElasticMember> members = Members(&self);
+  ElasticVerdict v = DecideCharge(members, self, bytes, header_->budget);
+  if (v.ok) {
     Slot& s = slots_[slot_];
     s.pool_bytes += bytes;  // within the budget: no overflow
     if (s.pool_bytes > s.peak_pool_bytes) s.peak_pool_bytes = s.pool_bytes;
     s.checksum = SlotSum(s);
     WriteSlot(static_cast<uint32_t>(slot_));
+    if (header_->charge_ceiling && sum + bytes <= header_->budget) {
+      header_->charge_ceiling = 0;  // back under a lowered budget
+      header_->checksum = HeaderSum(*header_);
+      WriteHeader();
+    }
     return true;
   }
+  if (v.reason == GroupRefusal::kBudget)
+    v.reason = WaitVerdict(members, self, bytes, header_->budget, members[self].waiting != 0);
   if (refusal) {
+    refusal->reason = v.reason;
     refusal->requested = bytes;
     refusal->group = SnapshotLocked(reaped);
   }
   return false;
+}
+
+bool Ledger::ChargeWaiting(uint64_t bytes, GroupRefusal* refusal) {
+  GroupRefusal local;
+  GroupRefusal* r = refusal ? refusal : &local;
+  if (Charge(bytes, r)) return true;
+  if (terms_.wait_ms <= 0 || r->reason != GroupRefusal::kBudget) return false;
+  const auto start = std::chrono::steady_clock::now();
+  auto waited = [&] {
+    return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                     std::chrono::steady_clock::now() - start)
+                                     .count());
+  };
+  BeginWait(bytes);
+  for (;;) {
+    const uint64_t seen = Generation();
+    bool granted = false;
+    try {
+      granted = Charge(bytes, r);
+    } catch (...) {
+      EndWait(false, waited());
+      throw;
+    }
+    if (granted || r->reason != GroupRefusal::kBudget) {
+      EndWait(granted, waited());
+      r->waited_ms = waited();
+      return granted;
+    }
+    const int64_t left = terms_.wait_ms - static_cast<int64_t>(waited());
+    if (left <= 0) {
+      r->reason = GroupRefusal::kTimeout;
+      r->waited_ms = waited();
+      EndWait(false, r->waited_ms);
+      return false;
+    }
+    // At most 50 ms between looks under the lock: a member that died holding memory is cleared
+    // only by a process that takes the lock, and no release moves the counter for it.
+    WaitForChange(seen, static_cast<int>(std::min<int64_t>(left, 50)));
+  }
+}
+
+void Ledger::BeginWait(uint64_t bytes) {
+  shm::MutexGuard lock(fd_, path_, "waiting for room in the group", timeout_ms_);
+  uint64_t reaped = 0;
+  CheckAndReap(&reaped);
+  Slot& s = slots_[slot_];
+  s.waiting_bytes = bytes ? bytes : 1;
+  s.waiting_ticket = header_->next_ticket++;
+  s.waiting_since_ms = shm::NowUnixMs();
+  s.checksum = SlotSum(s);
+  ++header_->waits;
+  header_->checksum = HeaderSum(*header_);
+  WriteHeader();
+  WriteSlot(static_cast<uint32_t>(slot_));
+  Bump();
+}
+
+void Ledger::EndWait(bool granted, uint64_t waited_ms) noexcept {
+  if (slot_ < 0 || broken_) return;
+  try {
+    shm::MutexGuard lock(fd_, path_, "ending a wait for room in the group", timeout_ms_);
+    uint64_t reaped = 0;
+    CheckAndReap(&reaped);
+    Slot& s = slots_[slot_];
+    s.waiting_bytes = s.waiting_ticket = s.waiting_since_ms = 0;
+    s.checksum = SlotSum(s);
+    header_->waits_granted += granted;
+    header_->wait_ms_total = SaturatingAdd(header_->wait_ms_total, waited_ms);
+    header_->checksum = HeaderSum(*header_);
+    WriteHeader();
+    WriteSlot(static_cast<uint32_t>(slot_));
+    Bump();
+  } catch (...) {
+    // Not had in time: the slot says it waits until the member's next wait or its leaving; the
+    // others' verdicts count it as a waiter meanwhile, which only holds younger borrowers back.
+  }
+}
+
+void Ledger::Bump() {
+  ++header_->generation;
+  (void)!pwrite(fd_, &header_->generation, sizeof header_->generation,
+                offsetof(Header, generation));
+}
+
+uint64_t Ledger::Generation() const noexcept {
+  uint64_t g = 0;
+  if (pread(fd_, &g, sizeof g, offsetof(Header, generation)) != static_cast<ssize_t>(sizeof g))
+    return UINT64_MAX;  // gone or closed: a change, so that the waiter looks under the lock
+  return g;
+}
+
+bool Ledger::WaitForChange(uint64_t seen, int ms) const noexcept {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+  for (;;) {
+    if (Generation() != seen) return true;
+    if (std::chrono::steady_clock::now() >= end) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+void Ledger::CheckRequestFits(uint64_t request, int except_slot) {
+  if (request == 0) return;
+  uint64_t others = 0;
+  std::string whose;
+  for (uint32_t i = 0; i < kSlots; ++i) {
+    const Slot& s = slots_[i];
+    if (s.state != kMember || static_cast<int>(i) == except_slot || !s.request) continue;
+    others = SaturatingAdd(others, s.request);
+    whose += (whose.empty() ? "pid " : ", pid ") + std::to_string(s.pid) + " requests " +
+             FormatBytes(s.request);
+  }
+  if (SaturatingAdd(others, request) > header_->budget)
+    throw ShmError("ERR_GROUP_REQUEST_TOO_LARGE",
+                   "group '" + shm::Text(header_->name, sizeof header_->name) +
+                       "' has a budget of " + FormatBytes(header_->budget) +
+                       (whose.empty() ? std::string()
+                                      : ", of which its members request " + FormatBytes(others) +
+                                            " (" + whose + ")") +
+                       "; a request of " + FormatBytes(request) + " does not fit beside them",
+                   path_);
+}
+
+// A reader's handle on the ledger at `path`, with its mutex held for `what`; the caller reads or
+// changes the file and returns the snapshot.
+template <typename Change>
+GroupSnapshot Ledger::Changed(const std::string& path, int lock_timeout_ms, const char* what,
+                              Change change) {
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    std::unique_ptr<Ledger> l(new Ledger());
+    l->path_ = path;
+    l->timeout_ms_ = lock_timeout_ms;
+    l->fd_ = shm::OpenTrusted(path, 0, "ERR_GROUP_LEDGER");
+    if (l->fd_ < 0) throw ShmError("ERR_GROUP_NOT_FOUND", "there is no group ledger " + path, path);
+    shm::TryLockShared(l->fd_, shm::kOpenerByte);
+    shm::MutexGuard lock(l->fd_, path, what, lock_timeout_ms);
+    if (Unlinked(l->fd_)) continue;
+    uint64_t reaped = 0;
+    uint64_t sum = l->CheckAndReap(&reaped);
+    change(*l, sum);
+    l->Bump();
+    return l->SnapshotLocked(reaped);
+  }
+  throw ShmError("ERR_GROUP_LEDGER", "the group ledger " + path + " kept changing", path);
+}
+
+GroupSnapshot Ledger::SetBudget(const std::string& path, uint64_t budget,
+                                const std::string& budget_source, int lock_timeout_ms) {
+  return Changed(
+      path, lock_timeout_ms, "changing the group's budget", [&](Ledger& l, uint64_t sum) {
+        Header* h = l.header_.get();
+        uint64_t requests = 0;
+        for (uint32_t i = 0; i < kSlots; ++i)
+          if (l.slots_[i].state == kMember) requests = SaturatingAdd(requests, l.slots_[i].request);
+        if (budget == 0 || budget < requests)
+          throw ShmError("ERR_GROUP_BUDGET_BELOW_REQUESTS",
+                         "group '" + shm::Text(h->name, sizeof h->name) + "': a budget of " +
+                             FormatBytes(budget) + " is below what its members request, " +
+                             FormatBytes(requests) + "; lower their requests first",
+                         path);
+        // Lowered below the charge: what is charged stays (nothing is taken back), and no charge
+        // passes the new budget until the sum has fallen under it.
+        if (sum > budget) h->charge_ceiling = std::max({h->charge_ceiling, sum, h->budget});
+        h->budget = budget;
+        shm::CopyText(h->budget_source, sizeof h->budget_source, budget_source);
+        h->checksum = HeaderSum(*h);
+        l.WriteHeader();
+      });
+}
+
+GroupSnapshot Ledger::SetRequest(const std::string& path, int64_t pid, uint64_t request,
+                                 int lock_timeout_ms) {
+  return Changed(path, lock_timeout_ms, "changing a member's request", [&](Ledger& l, uint64_t) {
+    int found = -1;
+    for (uint32_t i = 0; i < kSlots && found < 0; ++i)
+      if (l.slots_[i].state == kMember && l.slots_[i].pid == pid) found = static_cast<int>(i);
+    if (found < 0)
+      throw ShmError("ERR_GROUP_MEMBER_NOT_FOUND",
+                     "pid " + std::to_string(pid) + " is no member of group '" +
+                         shm::Text(l.header_->name, sizeof l.header_->name) + "'",
+                     path);
+    Slot& s = l.slots_[found];
+    if (request < s.pool_bytes)
+      throw ShmError("ERR_GROUP_REQUEST_BELOW_HELD",
+                     "pid " + std::to_string(pid) + " holds " + FormatBytes(s.pool_bytes) +
+                         "; its request cannot be lowered below that (to " + FormatBytes(request) +
+                         ")",
+                     path);
+    if (s.member_limit && request > s.member_limit)
+      throw ShmError("ERR_GROUP_TERMS",
+                     "pid " + std::to_string(pid) + "'s limit is " + FormatBytes(s.member_limit) +
+                         ", below a request of " + FormatBytes(request),
+                     path);
+    l.CheckRequestFits(request, found);
+    s.request = request;
+    s.checksum = SlotSum(s);
+    l.WriteSlot(static_cast<uint32_t>(found));
+  });
 }
 
 void Ledger::Release(uint64_t bytes) noexcept {
@@ -542,6 +816,7 @@ void Ledger::Leave() noexcept {
       std::memset(&slots_[slot_], 0, sizeof(Slot));
       in_use_.store(0, std::memory_order_relaxed);
       WriteSlot(static_cast<uint32_t>(slot_));
+      Bump();  // its share came back: waiters look again
       // The slot's lock goes before the mutex: a process that joins next finds the slot free in
       // both senses, and never finds it cleared but still held (which would look like damage).
       shm::Unlock(fd_, shm::kSlotBytes + slot_);

@@ -76,6 +76,8 @@ struct GroupRefusal {
   std::string Sentence() const;
 };
 
+struct ElasticMember;
+
 class Ledger {
  public:
   static constexpr uint32_t kVersion = 2;
@@ -118,10 +120,10 @@ class Ledger {
   Ledger(const Ledger&) = delete;
   Ledger& operator=(const Ledger&) = delete;
 
-  // Charges `bytes` to this member if elastic sharing's rules allow it now (core/allocator/elastic.h:
-  // within the budget and the member's limit, beside the others' requests, behind older waiters
-  // unless within its own request). Otherwise returns false and fills *refusal. Never waits.
-  // Throws ShmError if the ledger is found damaged.
+  // Charges `bytes` to this member if elastic sharing's rules allow it now
+  // (core/allocator/elastic.h: within the budget and the member's limit, beside the others'
+  // requests, behind older waiters unless within its own request). Otherwise returns false and
+  // fills *refusal. Never waits. Throws ShmError if the ledger is found damaged.
   bool Charge(uint64_t bytes, GroupRefusal* refusal);
   // As Charge, and where the charge does not fit now but may later (kBudget), waits for room up
   // to the member's wait_ms: in arrival order among waiters, woken within a few milliseconds of
@@ -209,10 +211,19 @@ class Ledger {
   // Set once the file was found damaged: it is no longer written, only closed.
   bool broken_ = false;
   MemberTerms terms_;
-  // With the mutex held after CheckAndReap: the verdict of elastic sharing's rules on `bytes`.
-  GroupRefusal::Reason Decide(uint64_t bytes, bool* ok);
+  // With the mutex held after CheckAndReap: the live members' figures for elastic sharing's
+  // rules (core/allocator/elastic.h), and which of them is this handle's (*self).
+  std::vector<ElasticMember> Members(size_t* self) const;
   // With the mutex held: moves the change counter on.
   void Bump();
+  // With the mutex held: a request of `request` fits beside the other members' (all but slot
+  // `except_slot`), or ERR_GROUP_REQUEST_TOO_LARGE naming them.
+  void CheckRequestFits(uint64_t request, int except_slot);
+  // SetBudget and SetRequest: opens the ledger as a reader, holds its mutex, runs `change` after
+  // CheckAndReap, moves the change counter on and returns the group.
+  template <typename Change>
+  static GroupSnapshot Changed(const std::string& path, int lock_timeout_ms, const char* what,
+                               Change change);
 };
 
 }  // namespace cm::core

@@ -28,7 +28,7 @@ constexpr uid_t kOtherUid = 2001;
 static std::string dir;
 
 // The ledger's layout, as a process that writes it by hand sees it (core/allocator/ledger.cc).
-constexpr off_t kHeaderBytes = 288, kSlotSize = 64;
+constexpr off_t kHeaderBytes = 336, kSlotSize = 104;
 constexpr off_t SlotAt(int i) { return kHeaderBytes + i * kSlotSize; }
 
 static double MsSince(std::chrono::steady_clock::time_point t0) {
@@ -258,8 +258,10 @@ static void TestChargesOverflow() {
   std::string path = Ledger::PathFor(dir, "overflow", "simulated");
   int fd = open(path.c_str(), O_RDWR);
   for (int i : {5, 6}) {
-    uint64_t slot[8] = {0x4d454d4245523031ull, 4242, 1ull << 63, 1ull << 63, 0, 0, 0, 0};
-    slot[7] = shm::Fnv1a(slot, 48);
+    // state, pid, pool, peak, limit, joined, request, member limit, the three of a wait, in use,
+    // and the checksum of all before in use.
+    uint64_t slot[13] = {0x4d454d4245523031ull, 4242, 1ull << 63, 1ull << 63};
+    slot[12] = shm::Fnv1a(slot, 88);
     CHECK(pwrite(fd, slot, sizeof slot, SlotAt(i)) == static_cast<ssize_t>(sizeof slot));
     CHECK(shm::TryLock(fd, shm::kSlotBytes + i) == 0);  // held, as a live member holds its slot
   }

@@ -1,0 +1,54 @@
+// Elastic sharing's rules: who in a group may charge how much, now, and whether one that may not
+// waits or is refused at once. Pure functions over the members' figures, which the ledger
+// (core/allocator/ledger.h) applies under its lock.
+//
+// - A member's request is guaranteed: it can always charge up to it, whatever others do, because
+//   no other member may take the part of the budget that requests reserve and do not use.
+// - Beyond its request a member borrows from the burst pool, the budget less every member's
+//   request (less, for a member at or past its request, what it already holds of it), up to its
+//   own limit.
+// - Borrowing is in arrival order: while an older member waits to borrow, a younger one that
+//   would borrow is held back, so a large wait is not starved by small ones. A charge within the
+//   member's own request is never held back.
+// - The budget is a hard cap: nothing is charged past it, also after it was lowered.
+// - A waiter that could never fit (more than the budget less the others' requests) is refused at
+//   once; so is the newest waiter when every member that holds memory waits (none of them will
+//   free what another waits for).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/allocator/ledger.h"  // GroupRefusal::Reason
+
+namespace cm::core {
+
+struct ElasticMember {
+  uint64_t pool = 0;          // what it holds charged
+  uint64_t request = 0;       // its guaranteed share
+  uint64_t member_limit = 0;  // the most it may hold (0: the budget)
+  uint64_t waiting = 0;       // bytes an allocation of it waits for (0: not waiting)
+  uint64_t ticket = 0;        // its place among waiters (smaller: older), when waiting
+};
+
+struct ElasticVerdict {
+  bool ok = false;
+  GroupRefusal::Reason reason = GroupRefusal::kBudget;  // when not ok
+};
+
+// Whether member `self` may charge `bytes` now, under `budget`.
+ElasticVerdict DecideCharge(const std::vector<ElasticMember>& members, size_t self, uint64_t bytes,
+                            uint64_t budget);
+
+// For a charge DecideCharge refused with kBudget: kBudget if the member may wait for room,
+// kNeverFits or kDeadlock if it is to be refused at once. `waiting`: whether the member waits
+// (its entry's waiting and ticket are then set).
+GroupRefusal::Reason WaitVerdict(const std::vector<ElasticMember>& members, size_t self,
+                                 uint64_t bytes, uint64_t budget, bool waiting);
+
+// The charge a member sees when it asks what it may still take (cudaMemGetInfo under `run`): what
+// every member holds, and what the others' requests reserve beyond what they hold (its own request
+// is its own to take). `self` marks the member in g.members; without one, every request counts.
+uint64_t ChargeSeenBy(const GroupSnapshot& g);
+
+}  // namespace cm::core
