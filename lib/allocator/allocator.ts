@@ -320,6 +320,9 @@ export class Allocator {
   readonly granularity: number;
   private _limitBytes: number;
   private _limitSource: string;
+  // A group member without a limit of its own: its limit is the group's budget, and follows it
+  // when the budget changes while the group runs (setGroupBudget).
+  private _followsBudget: boolean;
   private _fraction: number | null;
   private readonly _deviceTotal: number;
   /** @internal */ _closed = false;
@@ -346,6 +349,7 @@ export class Allocator {
     this.granularity = info.granularity ?? 0;
     this._limitBytes = info.limitBytes;
     this._limitSource = info.limitSource;
+    this._followsBudget = info.group !== undefined && info.limitSource.startsWith('the budget of group');
     this._deviceTotal = info.deviceTotal;
     this._fraction = fraction ?? null;
     liveAllocators.add(new WeakRef(this));
@@ -406,6 +410,7 @@ export class Allocator {
 
   /** The byte limit in force: new regions (and, for `async`, new blocks) are held to it. */
   get limitBytes(): number {
+    if (this._followsBudget && !this._closed) this._limitBytes = (native.allocatorStats(this._a) as AllocatorStats).limitBytes;
     return this._limitBytes;
   }
 
@@ -440,6 +445,7 @@ export class Allocator {
       );
     }
     this._limitBytes = native.allocatorSetFraction(this._a, fraction);
+    this._followsBudget = false;
     this._limitSource = native.allocatorInfo(this._a).limitSource;
     this._fraction = fraction;
     return this._limitBytes;

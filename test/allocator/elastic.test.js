@@ -91,13 +91,13 @@ describe('guaranteed requests and the burst pool', () => {
       }
     }
     expect(err).toBeInstanceOf(cm.OutOfMemoryError);
-    expect([err.groupReason, err.groupWaitedMs]).toEqual(['budget', 0]);
+    expect([err.groupReason, err.groupWaitedMs]).toEqual(['neverFits', 0]); // it holds all it could ever have
     expect(borrower.stats().poolBytes).toBeLessThanOrEqual(32 * MiB);
     expect(borrowed.length).toBeGreaterThanOrEqual(24);
     // The guaranteed member gets its whole request, 1 MiB at a time, with the borrower still full.
     const mine = [];
     for (let i = 0; i < 32; i++) mine.push(guaranteed.alloc(MiB));
-    expect(guaranteed.stats().bytesInUse).toBe(32 * MiB);
+    expect(guaranteed.stats().requestedBytesInUse).toBe(32 * MiB);
     expect(cm.groupStats('guaranteed', { simulated: true }).chargedBytes).toBeLessThanOrEqual(64 * MiB);
     // Past its request it borrows from the burst pool too, which the borrower holds.
     expect(() => guaranteed.alloc(MiB)).toThrow(cm.OutOfMemoryError);
@@ -135,7 +135,7 @@ describe('guaranteed requests and the burst pool', () => {
       /shared\.request \(32 MiB\) is above shared\.memberLimit \(16 MiB\)/,
     );
     expect(make({ waitMs: 1.5 })).toThrow(/shared\.waitMs/);
-    expect(make({ waitMs: 86400001 })).toThrow(/shared\.waitMs.*86400000/);
+    expect(make({ waitMs: 86400001 })).toThrow(/0 to 86400000 for shared\.waitMs/);
     expect(make({ wait: 10 })).toThrow(/Unknown shared option "wait"/);
     const a = make({ request: 8 * MiB, memberLimit: 16 * MiB, waitMs: 86400000 })();
     expect(member('terms', process.pid)).toMatchObject({ requestBytes: 8 * MiB, memberLimitBytes: 16 * MiB });
@@ -197,7 +197,7 @@ describe('allocations that wait for room', () => {
     expect(m.waitingBytes).toBe(40 * MiB);
     expect(m.waitingSince).toBeGreaterThan(Date.now() - 5000);
     expect(cm.formatGroups(cm.listGroups())).toMatch(
-      new RegExp(`request 0 bytes, limit the budget, charged 0 bytes, waiting 40 MiB since \\d+\\.\\ds`),
+      new RegExp(`request 0 B, limit the budget, charged 0 B, waiting 40 MiB since \\d+\\.\\ds`),
     );
     x.free();
     const freedAt = Date.now();

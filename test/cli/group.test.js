@@ -12,8 +12,7 @@ harness.useHarness();
 const MiB = 2 ** 20;
 const cli = path.join(root, 'dist', 'cli.js');
 const sim = { totalBytes: 80 * 2 ** 30 };
-// The stand-in's GPU seen by the CLI itself (its CUDA runtime loads the stand-in's libcuda).
-const standIn = { LD_LIBRARY_PATH: harness.bin, FAKE_CUDA_TOTAL: String(1024 * MiB) };
+const standIn = { FAKE_CUDA_TOTAL: String(1024 * MiB) };
 const cuda = (args, env = {}) =>
   spawnSync(process.execPath, [cli, ...args], { encoding: 'utf8', timeout: 60000, env: { ...process.env, ...env } });
 
@@ -70,7 +69,7 @@ describe('cuda-memory group set', () => {
     const usage = [
       [['set-bad'], /give --limit SIZE, --request PID=SIZE, or both/],
       [['set-bad', '--request', 'x=1MiB'], /--request <pid=size>' argument 'x=1MiB' is invalid\. Expected PID=SIZE/],
-      [['set-bad', '--limit', '100'], /Expected an integer from 256 to 2\^53-1 for size but received 100/],
+      [['set-bad', '--limit', '100'], /Expected an integer from 256 to 2\^53-1 for size but received number 100/],
     ];
     for (const [args, message] of usage) {
       const r = cuda(['group', 'set', ...args, '--simulated']);
@@ -91,11 +90,14 @@ function thrown(fn) {
   throw new Error('expected an error');
 }
 
-// A stand-in program (test/allocator/preload/program.c) under `cuda-memory run`, which preloads
-// the interposer itself: send(line) resolves with its answer.
-const runProgram = (args) => harness.start([process.execPath, cli, 'run', ...args, '--', path.join(harness.bin, 'dynamic')], standIn, []);
+// A stand-in program (test/allocator/preload/program.c) under `cuda-memory run --simulate`, the
+// interposer preloaded as LD_PRELOAD had it (run keeps it): under CUDA_MEMORY_GROUP_DEVICE
+// "simulated" it charges the stand-in's device 0 to the group of simulated devices. send(line)
+// resolves with its answer.
+const runProgram = (args) =>
+  harness.start([process.execPath, cli, 'run', '--simulate', '1GiB', ...args, '--', path.join(harness.bin, 'dynamic')], standIn);
 
-describe('cuda-memory run with elastic sharing, against the stand-in driver', () => {
+describe('cuda-memory run with elastic sharing: programs under the interposer against the stand-in driver', () => {
   test('--wait: a second program waits for the first one’s memory instead of failing', async () => {
     const first = runProgram(['--group', 'waits', '--limit', '64MiB']);
     const held = await first.send(`alloc malloc ${48 * MiB}`);
@@ -124,10 +126,22 @@ describe('cuda-memory run with elastic sharing, against the stand-in driver', ()
     expect(await first.send(`alloc malloc ${MiB}`)).toMatch(/^ok 0x/);
     const g = harness.group('requests');
     expect(g.members.map((m) => [m.requestBytes, m.memberLimitBytes])).toEqual([[48 * MiB, 64 * MiB]]);
-    const r = cuda(['run', '--group', 'requests', '--request', '32MiB', '--', process.execPath, '-e', 'console.log("started")'], standIn);
+    const r = cuda([
+      'run',
+      '--simulate',
+      '1GiB',
+      '--group',
+      'requests',
+      '--request',
+      '32MiB',
+      '--',
+      process.execPath,
+      '-e',
+      'console.log("started")',
+    ]);
     expect({ status: r.status, stdout: r.stdout }).toEqual({ status: 2, stdout: '' });
     expect(r.stderr).toContain(
-      `run: the program could not join group requests on ${harness.DEV0}: --request: a request of 32 MiB does not fit in the budget of 64 MiB beside the requests that hold 48 MiB of it (pid ${g.members[0].pid} 48 MiB), which leave 16 MiB`,
+      `run: the program could not join group requests on simulated: --request: a request of 32 MiB does not fit in the budget of 64 MiB beside the requests that hold 48 MiB of it (pid ${g.members[0].pid} 48 MiB), which leave 16 MiB`,
     );
     expect(await first.exit()).toEqual({ code: 0, signal: null });
   }, 60000);

@@ -435,12 +435,12 @@ describe('cuda-memory run: a group the program could not join is a usage error b
 
     const other = ledgerBytes('version');
     const v = Buffer.from(other.bytes);
-    v.writeUInt32LE(2, 16);
+    v.writeUInt32LE(3, 16);
     fs.writeFileSync(other.file, v, { mode: 0o600 });
     refused(
       'version',
       'ERR_GROUP_LEDGER_VERSION',
-      `the group ledger ${other.file} has format version 2 and this cuda-memory reads version 1`,
+      `the group ledger ${other.file} has format version 3 and this cuda-memory reads version 2`,
     );
     for (const f of [damaged.file, foreign, other.file]) fs.rmSync(f);
   });
