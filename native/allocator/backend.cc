@@ -180,7 +180,8 @@ core::GroupJoin ReadGroupJoin(Napi::Env env, Napi::Object g) {
                        ReadString(env, g.Get("device"), "shared.device"),
                        ReadSize(env, g.Get("budget"), "shared.budget"),
                        ReadString(env, g.Get("budgetSource"), "shared.budgetSource"),
-                       ReadInt(env, g.Get("lockTimeoutMs"), "shared.lockTimeoutMs", 0, 86400000)};
+                       ReadInt(env, g.Get("lockTimeoutMs"), "shared.lockTimeoutMs", 0, 86400000),
+                       {}};
   if (!Absent(g.Get("request")))
     join.terms.request = ReadSize(env, g.Get("request"), "shared.request");
   if (!Absent(g.Get("memberLimit")))

@@ -99,7 +99,7 @@ void TestExpandable() {
 
 void TestGroup(const std::string& dir) {
   AllocatorSpec spec;
-  spec.group = GroupJoin{dir, "compose", "simulated", 3 * GiB, "budget 3.00 GiB", 1000};
+  spec.group = GroupJoin{dir, "compose", "simulated", 3 * GiB, "budget 3.00 GiB", 1000, {}};
   // A member's default is the group budget, even with less free on the device now.
   ComposedAllocator a = ComposeAllocator(Device(8 * GiB, GiB), spec);
   CHECK(a.group != nullptr && a.upstream.get() == a.group);
