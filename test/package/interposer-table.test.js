@@ -31,7 +31,7 @@ function table(text, heading) {
 const spans = (cell) => [...cell.matchAll(/`([^`]+)`/g)].map((m) => m[1]);
 
 // The titles of the interposer's tests (test.each's %s left out: a row names the rest).
-const titles = ['preload.test.js', 'preload-routes.test.js', 'preload-failopen.test.js', 'preload-nvml.test.js']
+const titles = ['preload.test.js', 'preload-routes.test.js', 'preload-failopen.test.js', 'preload-nvml.test.js', 'preload-elastic.test.js']
   .map((f) => read(path.join('test', 'allocator', f)))
   .flatMap((t) =>
     [...t.matchAll(/(?:test|describe|describeGpu)(?:\.each\([\s\S]*?\))?\(\s*(['"`])((?:\\.|(?!\1).)*)\1/g)].map((m) => m[2]),

@@ -9,7 +9,6 @@
 #include <cstring>
 #include <new>
 
-#include "core/allocator/elastic.h"
 #include "core/allocator/pool.h"  // FormatBytes
 #include "core/base/shm.h"
 

@@ -13,8 +13,8 @@ ElasticVerdict DecideCharge(const std::vector<ElasticMember>& members, size_t se
                             uint64_t budget) {
   const ElasticMember& me = members[self];
   uint64_t after = 0;
-  if (__builtin_add_overflow(me.pool, bytes, &after)) return {false, GroupRefusal::kNeverFits};
-  if (me.member_limit && after > me.member_limit) return {false, GroupRefusal::kMemberLimit};
+  if (__builtin_add_overflow(me.pool, bytes, &after)) return {false, RefusalReasons::kNeverFits};
+  if (me.member_limit && after > me.member_limit) return {false, RefusalReasons::kMemberLimit};
   // Sums with the others' figures, each checked against overflow (a ledger's figures are checked
   // to sum within the budget, but a request may be anything a member joined with).
   uint64_t charged = after, claimed = Claim(after, me.request);
@@ -22,31 +22,31 @@ ElasticVerdict DecideCharge(const std::vector<ElasticMember>& members, size_t se
     if (j == self) continue;
     if (__builtin_add_overflow(charged, members[j].pool, &charged) ||
         __builtin_add_overflow(claimed, Claim(members[j].pool, members[j].request), &claimed))
-      return {false, GroupRefusal::kBudget};
+      return {false, RefusalReasons::kBudget};
   }
-  if (charged > budget) return {false, GroupRefusal::kBudget};
-  if (after <= me.request) return {true, GroupRefusal::kBudget};  // its own share
-  if (claimed > budget) return {false, GroupRefusal::kBudget};    // others' requests hold the rest
+  if (charged > budget) return {false, RefusalReasons::kBudget};
+  if (after <= me.request) return {true, RefusalReasons::kBudget};  // its own share
+  if (claimed > budget) return {false, RefusalReasons::kBudget};  // others' requests hold the rest
   const uint64_t mine = me.waiting ? me.ticket : UINT64_MAX;
   for (size_t j = 0; j < members.size(); ++j) {
     const ElasticMember& m = members[j];
     // An older waiter that would borrow goes first.
     if (j != self && m.waiting && m.ticket < mine && m.pool + m.waiting > m.request)
-      return {false, GroupRefusal::kBudget};
+      return {false, RefusalReasons::kBudget};
   }
-  return {true, GroupRefusal::kBudget};
+  return {true, RefusalReasons::kBudget};
 }
 
-GroupRefusal::Reason WaitVerdict(const std::vector<ElasticMember>& members, size_t self,
-                                 uint64_t bytes, uint64_t budget, bool waiting) {
+RefusalReasons::Reason WaitVerdict(const std::vector<ElasticMember>& members, size_t self,
+                                   uint64_t bytes, uint64_t budget, bool waiting) {
   const ElasticMember& me = members[self];
   uint64_t others = 0;
   for (size_t j = 0; j < members.size(); ++j)
     if (j != self && __builtin_add_overflow(others, members[j].request, &others))
-      return GroupRefusal::kNeverFits;
+      return RefusalReasons::kNeverFits;
   const uint64_t most = budget > others ? budget - others : 0;
-  if (me.pool > most || bytes > most - me.pool) return GroupRefusal::kNeverFits;
-  if (!waiting) return GroupRefusal::kBudget;
+  if (me.pool > most || bytes > most - me.pool) return RefusalReasons::kNeverFits;
+  if (!waiting) return RefusalReasons::kBudget;
   // Every member that holds memory waits: the newest waiter is refused.
   bool anyone_holds = false, a_holder_runs = false;
   uint64_t newest = 0;
@@ -58,17 +58,8 @@ GroupRefusal::Reason WaitVerdict(const std::vector<ElasticMember>& members, size
     }
     if (m.waiting) newest = std::max(newest, m.ticket);
   }
-  if (anyone_holds && !a_holder_runs && me.ticket == newest) return GroupRefusal::kDeadlock;
-  return GroupRefusal::kBudget;
-}
-
-uint64_t ChargeSeenBy(const GroupSnapshot& g) {
-  uint64_t seen = 0;
-  for (const GroupMember& m : g.members) {
-    const uint64_t c = m.self ? m.pool_bytes : Claim(m.pool_bytes, m.request);
-    if (__builtin_add_overflow(seen, c, &seen)) return UINT64_MAX;
-  }
-  return seen;
+  if (anyone_holds && !a_holder_runs && me.ticket == newest) return RefusalReasons::kDeadlock;
+  return RefusalReasons::kBudget;
 }
 
 }  // namespace cm::core

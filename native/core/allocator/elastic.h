@@ -16,12 +16,22 @@
 //   free what another waits for).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
-#include "core/allocator/ledger.h"  // GroupRefusal::Reason
-
 namespace cm::core {
+
+// Why a charge is refused (GroupRefusal, core/allocator/ledger.h, carries one).
+struct RefusalReasons {
+  enum Reason {
+    kBudget,       // past the budget (or the part of it that others' requests leave)
+    kMemberLimit,  // past the member's own limit
+    kNeverFits,    // more than the member could ever have beside the others' requests
+    kDeadlock,     // waiting, and every member that holds memory waits too: the newest refused
+    kTimeout,      // waited its wait_ms without room
+  };
+};
 
 struct ElasticMember {
   uint64_t pool = 0;          // what it holds charged
@@ -33,7 +43,7 @@ struct ElasticMember {
 
 struct ElasticVerdict {
   bool ok = false;
-  GroupRefusal::Reason reason = GroupRefusal::kBudget;  // when not ok
+  RefusalReasons::Reason reason = RefusalReasons::kBudget;  // when not ok
 };
 
 // Whether member `self` may charge `bytes` now, under `budget`.
@@ -43,12 +53,7 @@ ElasticVerdict DecideCharge(const std::vector<ElasticMember>& members, size_t se
 // For a charge DecideCharge refused with kBudget: kBudget if the member may wait for room,
 // kNeverFits or kDeadlock if it is to be refused at once. `waiting`: whether the member waits
 // (its entry's waiting and ticket are then set).
-GroupRefusal::Reason WaitVerdict(const std::vector<ElasticMember>& members, size_t self,
-                                 uint64_t bytes, uint64_t budget, bool waiting);
-
-// The charge a member sees when it asks what it may still take (cudaMemGetInfo under `run`): what
-// every member holds, and what the others' requests reserve beyond what they hold (its own request
-// is its own to take). `self` marks the member in g.members; without one, every request counts.
-uint64_t ChargeSeenBy(const GroupSnapshot& g);
+RefusalReasons::Reason WaitVerdict(const std::vector<ElasticMember>& members, size_t self,
+                                   uint64_t bytes, uint64_t budget, bool waiting);
 
 }  // namespace cm::core

@@ -14,7 +14,6 @@
 #include <set>
 #include <thread>
 
-#include "core/allocator/elastic.h"
 #include "core/allocator/pool.h"  // FormatBytes
 
 namespace cm::core {
@@ -497,6 +496,15 @@ GroupSnapshot Ledger::SnapshotLocked(uint64_t reaped) {
   g.waits_granted = header_->waits_granted;
   g.wait_ms_total = header_->wait_ms_total;
   return g;
+}
+
+uint64_t ChargeSeenBy(const GroupSnapshot& g) {
+  uint64_t seen = 0;
+  for (const GroupMember& m : g.members) {
+    const uint64_t c = m.self ? m.pool_bytes : std::max(m.pool_bytes, m.request);
+    if (__builtin_add_overflow(seen, c, &seen)) return UINT64_MAX;
+  }
+  return seen;
 }
 
 std::vector<ElasticMember> Ledger::Members(size_t* self) const {

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "core/allocator/elastic.h"
 #include "core/base/shm.h"
 
 namespace cm::core {
@@ -62,21 +63,18 @@ struct GroupSnapshot {
 };
 
 // Why a charge was refused: the group's state at that moment.
-struct GroupRefusal {
-  enum Reason {
-    kBudget,       // past the budget (or the part of it that others' requests leave)
-    kMemberLimit,  // past the member's own limit
-    kNeverFits,    // more than the member could ever have beside the others' requests
-    kDeadlock,     // waiting, and every member that holds memory waits too: the newest refused
-    kTimeout,      // waited its wait_ms without room
-  } reason = kBudget;
+struct GroupRefusal : RefusalReasons {
+  Reason reason = kBudget;
   uint64_t requested = 0;
   uint64_t waited_ms = 0;
   GroupSnapshot group;
   std::string Sentence() const;
 };
 
-struct ElasticMember;
+// The charge a member sees when it asks what it may still take (cudaMemGetInfo under `run`): what
+// every member holds, and what the others' requests reserve beyond what they hold (its own request
+// is its own to take). `self` marks the member in g.members; without one, every request counts.
+uint64_t ChargeSeenBy(const GroupSnapshot& g);
 
 class Ledger {
  public:

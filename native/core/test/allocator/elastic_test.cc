@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/allocator/ledger.h"
 #include "core/test/check.h"
 #include "core/test/shared_dir.h"
 
