@@ -244,7 +244,7 @@ function checksOf(r) {
       sl.prologExit === 0 &&
         x.CUDA_MEMORY_GROUP === `slurm-${SLURM_JOB.id}` &&
         Number(x.CUDA_MEMORY_GROUP_BUDGET) === want &&
-        /cuda_memory_preload\.so/.test(x.LD_PRELOAD || ''),
+        /cuda_memory_preload(\.[0-9a-f]+)?\.so/.test(x.LD_PRELOAD || ''),
       sl.prologExit === 0
         ? `group ${x.CUDA_MEMORY_GROUP}, budget ${x.CUDA_MEMORY_GROUP_BUDGET} (want ${want}), ${x.CUDA_MEMORY_GROUP_BUDGET_SOURCE}`
         : `exit ${sl.prologExit}: ${sl.prologStderr}`,
