@@ -1,6 +1,8 @@
 #include "binding/args.h"
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "binding/errors.h"
@@ -57,6 +59,22 @@ void ThrowOutOfRange(Napi::Env env, const char* what, const std::string& expecte
 std::string ReadString(Napi::Env env, Napi::Value v, const char* what) {
   if (!v.IsString()) ThrowType(env, std::string(what) + " must be a string");
   return v.As<Napi::String>().Utf8Value();
+}
+
+std::string NumberText(double v) {
+  if (std::isnan(v)) return "NaN";
+  if (std::isinf(v)) return v > 0 ? "Infinity" : "-Infinity";
+  char buf[32];
+  if (v == std::floor(v) && std::fabs(v) < 1e21) {
+    std::snprintf(buf, sizeof buf, "%.0f", v);
+    return buf;
+  }
+  // The fewest digits that read back as the same double, as JavaScript prints it.
+  for (int digits = 15; digits <= 17; ++digits) {
+    std::snprintf(buf, sizeof buf, "%.*g", digits, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
+  return buf;
 }
 
 }  // namespace cm

@@ -27,6 +27,9 @@ uint64_t ReadSize(Napi::Env env, Napi::Value v, const char* what);
 int ReadInt(Napi::Env env, Napi::Value v, const char* what, int lo, int hi);
 std::string ReadString(Napi::Env env, Napi::Value v, const char* what);
 
+// A number as JavaScript prints it (-1, 0.5, NaN, Infinity), for messages.
+std::string NumberText(double v);
+
 // Whether a range error's message ends with ", got <value>" (a few never have).
 enum class Got { kShown, kLeftOut };
 
@@ -37,8 +40,8 @@ enum class Got { kShown, kLeftOut };
 
 // The range check of a number argument, which every hand-written one goes through: `value` from
 // `lo` to `hi`, else the RangeError "<what> must be <expected>, got <value>"; `expected` left out
-// is "an integer from <lo> to <hi>". Each number prints as its type does (0 for an integer,
-// 0.500000 for a double). A double also fails when it is not a whole, finite number. Inline:
+// is "an integer from <lo> to <hi>". A number prints as JavaScript prints it (NumberText). A double
+// also fails when it is not a whole, finite number. Inline:
 // every copy checks its sizes through it.
 template <class V, class B>
 inline void CheckRange(Napi::Env env, const char* what, V value, B lo, B hi,
@@ -50,7 +53,9 @@ inline void CheckRange(Napi::Env env, const char* what, V value, B lo, B hi,
   ThrowOutOfRange(env, what,
                   expected ? std::string(expected)
                            : "an integer from " + std::to_string(lo) + " to " + std::to_string(hi),
-                  got == Got::kShown ? std::to_string(value) : std::string());
+                  got == Got::kLeftOut          ? std::string()
+                  : std::is_floating_point_v<V> ? NumberText(static_cast<double>(value))
+                                                : std::to_string(value));
 }
 
 }  // namespace cm

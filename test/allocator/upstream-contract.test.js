@@ -20,6 +20,10 @@ describeGpu('the CUDA upstream keeps the contract every upstream keeps', () => {
 
 test('the device is checked before anything is taken', () => {
   expect(() => native.upstreamContract(-1, false, 0)).toThrow(expect.objectContaining({ code: 'ERR_OUT_OF_RANGE' }));
+  // The value as JavaScript prints it.
+  expect(() => native.upstreamContract(-1, false, 0)).toThrow(/^device must be an integer from 0 to \d+, got -1$/);
+  expect(() => native.upstreamContract(0.5, false, 0)).toThrow(/, got 0\.5$/);
+  expect(() => native.upstreamContract(NaN, false, 0)).toThrow(/, got NaN$/);
   if (gpu) expect(() => native.upstreamContract(gpuCount, false, 0)).toThrow(expect.objectContaining({ code: 'ERR_OUT_OF_RANGE' }));
   else expect(() => native.upstreamContract(0, false, 0)).toThrow(expect.objectContaining({ code: 'ERR_CUDA_UNAVAILABLE' }));
 });
