@@ -40,8 +40,9 @@
 const fs = require('fs');
 const os = require('os');
 const path = require('path');
-const { spawn, spawnSync } = require('child_process');
+const { spawnSync } = require('child_process');
 const { parseArgs } = require('util');
+const { lastJson, start, finished, sampler, judgeSamples, overheadOf } = require('./lib/gpu-steps');
 
 const root = path.join(__dirname, '..');
 const cli = path.join(root, 'dist', 'cli.js');
@@ -60,7 +61,6 @@ const SLURM_JOB = {
   scontrol: ['JobId=4242 JobName=train', '   JOB_GRES=shard:2', '     Nodes=gpu01 CPU_IDs=0-3 Mem=0 GRES=shard:2(IDX:0)'].join('\n'),
   env: { SLURM_JOB_ID: '4242', SLURMD_NODENAME: 'gpu01', SLURM_SHARDS_ON_NODE: '2', CUDA_VISIBLE_DEVICES: '0' },
 };
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 function args(argv) {
   const text = ['out', 'python', 'only', 'llama-bundle', 'llama-modules', 'model', 'seconds'];
@@ -69,27 +69,6 @@ function args(argv) {
 }
 
 // ---- what is judged (no GPU needed: test/bench/servers-run.test.js) --------------------------
-
-/**
- * A step's samples judged against its NVML threshold: the most NVML's per-process figures summed
- * to, the ledger's most, how many samples went above each, and the same for each phase.
- */
-function judgeSamples(samples, thresholdBytes, budgetBytes) {
-  const j = { samples: samples.length, maxNvmlBytes: 0, maxChargedBytes: 0, nvmlOver: 0, chargedOver: 0, phases: {} };
-  for (const s of samples) {
-    j.maxNvmlBytes = Math.max(j.maxNvmlBytes, s.nvmlBytes);
-    if (s.nvmlBytes > thresholdBytes) j.nvmlOver++;
-    if (s.chargedBytes !== null) {
-      j.maxChargedBytes = Math.max(j.maxChargedBytes, s.chargedBytes);
-      if (budgetBytes !== null && s.chargedBytes > budgetBytes) j.chargedOver++;
-    }
-    const p = (j.phases[s.phase || 'start'] ??= { samples: 0, maxNvmlBytes: 0, maxChargedBytes: 0 });
-    p.samples++;
-    p.maxNvmlBytes = Math.max(p.maxNvmlBytes, s.nvmlBytes);
-    p.maxChargedBytes = Math.max(p.maxChargedBytes, s.chargedBytes || 0);
-  }
-  return j;
-}
 
 /** Whether `x` is within `tolerance` (a fraction of `of`) of `want`. */
 const near = (x, want, of, tolerance) => typeof x === 'number' && Math.abs(x - want) <= tolerance * of;
@@ -275,19 +254,6 @@ function checksOf(r) {
   return checks;
 }
 
-/** The last JSON line a program printed, or null. */
-function lastJson(text) {
-  for (const l of String(text).trim().split('\n').reverse()) {
-    try {
-      const v = JSON.parse(l);
-      if (v && typeof v === 'object') return v;
-    } catch {
-      // not a JSON line
-    }
-  }
-  return null;
-}
-
 /** The folders that hold the given libraries, looked for under `roots` (two levels of nvidia/x/lib). */
 function findLibraries(names, roots) {
   const found = {};
@@ -428,65 +394,6 @@ function plan(o) {
 
 // ---- the run ----------------------------------------------------------------------------------
 
-// A child with its output kept; `phase` is the last `phase NAME` it printed; `reached(name)`
-// resolves when it prints that phase (or exits).
-function start(cmd, env = {}) {
-  const c = spawn(cmd[0], cmd.slice(1), { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
-  const p = { child: c, pid: c.pid, stdout: '', stderr: '', exitCode: null, signal: null, phase: null, waits: [] };
-  p.exited = new Promise((resolve) =>
-    c.on('exit', (code, signal) => {
-      p.exitCode = code;
-      p.signal = signal;
-      for (const w of p.waits) w.resolve();
-      resolve();
-    }),
-  );
-  c.on('error', (e) => (p.stderr += `${e.message}\n`));
-  c.stdout.on('data', (d) => {
-    p.stdout += d;
-    const m = String(p.stdout).match(/^phase (\S+)$/gm);
-    if (m) p.phase = m[m.length - 1].slice(6);
-    for (const w of p.waits) if (m && m.includes(`phase ${w.name}`)) w.resolve();
-  });
-  c.stderr.on('data', (d) => (p.stderr += d));
-  p.reached = (name) => new Promise((resolve) => (p.exitCode !== null || p.signal ? resolve() : p.waits.push({ name, resolve })));
-  return p;
-}
-
-function finished(p, timedOut = false) {
-  return { exitCode: p.exitCode, signal: p.signal, timedOut, result: lastJson(p.stdout), stderr: p.stderr.slice(-3000) };
-}
-
-// Every 100 ms: NVML's used memory of the processes that were not on the GPU before the step,
-// summed, and the group's ledger.
-function sampler(ctx, group, procsOf) {
-  const before = new Set(ctx.processes().map((q) => q.pid));
-  const samples = [];
-  const t0 = Date.now();
-  const timer = setInterval(() => {
-    const procs = ctx.processes().filter((q) => !before.has(q.pid));
-    let g = null;
-    if (group)
-      try {
-        g = ctx.cm.groupStats(group);
-      } catch {
-        // no member yet, or between members
-      }
-    samples.push({
-      t: Date.now() - t0,
-      phase:
-        procsOf()
-          .map((p) => p.phase)
-          .filter(Boolean)
-          .join('+') || null,
-      nvmlBytes: procs.reduce((s, q) => s + (q.usedBytes || 0), 0),
-      chargedBytes: g ? g.chargedBytes : null,
-      members: g ? g.members.map((m) => ({ pid: m.pid, poolBytes: m.poolBytes, nvmlUsedBytes: m.nvmlUsedBytes })) : null,
-    });
-  }, 100);
-  return { samples, stop: () => clearInterval(timer) };
-}
-
 // One program to its end (killed after timeoutMs), sampled; NVML threshold = budget + overhead + 2 MiB.
 async function step(ctx, s, overheadBytes, timeoutMs = 300000) {
   const p = start(s.cmd, s.env);
@@ -503,15 +410,6 @@ async function step(ctx, s, overheadBytes, timeoutMs = 300000) {
   // What NVML saw above the ledger's charge, sample by sample (the contexts, which no allocation takes).
   r.maxUnchargedBytes = Math.max(0, ...smp.samples.filter((x) => x.chargedBytes !== null).map((x) => x.nvmlBytes - x.chargedBytes));
   return r;
-}
-
-// The most NVML lists for a program once it says `phase ready`/`prealloc` or ends its idle wait.
-async function overheadOf(ctx, s) {
-  const p = start(s.cmd, s.env);
-  const smp = sampler(ctx, null, () => [p]);
-  await p.exited;
-  smp.stop();
-  return Math.max(0, ...smp.samples.map((x) => x.nvmlBytes));
 }
 
 function unpackBundle(bundle, into, python) {
