@@ -11,9 +11,14 @@
 // allocating while it holds less than --max-live-bytes (no cap by default) and frees a random live
 // allocation with probability one half otherwise. Each allocation is written once (cudaMemset), so
 // the memory is really in use. A refusal (cudaErrorMemoryAllocation) is counted and the program
-// goes on, freeing one allocation; any other error ends it with exit status 1. At the end, one
-// JSON line on stdout: {"allocs","frees","refusals","peakBytes","seconds","api","pid"}.
+// goes on, freeing one allocation; any other error ends it with exit status 1. SIGTERM ends the
+// loop early, as its time running out does (the summary is still printed). At the end, one
+// JSON line on stdout: {"allocs","frees","refusals","peakBytes","leastRefusedBytes","seconds",
+// "api","pid"}: leastRefusedBytes is the smallest footprint the program would have held had a
+// refused allocation been granted (what it held plus what it asked, each rounded as the device
+// rounds it: whole 2 MiB pages above 1 MiB), null without a refusal.
 #include <cuda_runtime.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -33,6 +38,9 @@ using preload_program::ArgText;
 using preload_program::Fail;
 
 namespace {
+
+volatile sig_atomic_t stop = 0;
+void Stop(int) { stop = 1; }
 
 struct Block {
   void* p;
@@ -65,6 +73,10 @@ int main(int argc, char** argv) {
                                                  std::log2(static_cast<double>(max_bytes)));
   std::vector<Block> live;
   uint64_t allocs = 0, frees = 0, refusals = 0, live_bytes = 0, peak = 0;
+  // The device's footprint of what is live, and the least it would have been at a refusal.
+  constexpr uint64_t kPage = 2ull << 20;
+  auto footprint = [](uint64_t n) { return n <= kPage / 2 ? n : (n + kPage - 1) / kPage * kPage; };
+  uint64_t live_footprint = 0, least_refused = UINT64_MAX;
 
   auto free_one = [&]() {
     if (live.empty()) return;
@@ -75,11 +87,13 @@ int main(int argc, char** argv) {
     cudaError_t r = api == "async" ? cudaFreeAsync(b.p, stream) : cudaFree(b.p);
     if (r != cudaSuccess) Fail("cudaFree", r);
     live_bytes -= b.bytes;
+    live_footprint -= footprint(b.bytes);
     ++frees;
   };
 
+  signal(SIGTERM, Stop);
   auto start = std::chrono::steady_clock::now();
-  while (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() <
+  while (!stop && std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() <
          seconds) {
     bool grow = live.empty() || (live_bytes < max_live && (rng() & 1));
     if (!grow) {
@@ -94,6 +108,8 @@ int main(int argc, char** argv) {
     if (r == cudaErrorMemoryAllocation) {
       (void)cudaGetLastError();  // not sticky; cleared so that later calls report their own
       ++refusals;
+      if (live_footprint + footprint(bytes) < least_refused)
+        least_refused = live_footprint + footprint(bytes);
       free_one();
       continue;
     }
@@ -101,6 +117,7 @@ int main(int argc, char** argv) {
     if ((r = cudaMemsetAsync(p, 0, bytes, stream)) != cudaSuccess) Fail("cudaMemsetAsync", r);
     live.push_back({p, bytes});
     live_bytes += bytes;
+    live_footprint += footprint(bytes);
     if (live_bytes > peak) peak = live_bytes;
     ++allocs;
   }
@@ -108,11 +125,14 @@ int main(int argc, char** argv) {
   while (!live.empty()) free_one();
   if ((e = cudaStreamSynchronize(stream)) != cudaSuccess) Fail("cudaStreamSynchronize", e);
   double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  char least[32] = "null";
+  if (least_refused != UINT64_MAX)
+    std::snprintf(least, sizeof least, "%llu", static_cast<unsigned long long>(least_refused));
   std::printf(
-      "{\"allocs\":%llu,\"frees\":%llu,\"refusals\":%llu,\"peakBytes\":%llu,\"seconds\":%.3f,"
-      "\"api\":\"%s\",\"pid\":%d}\n",
+      "{\"allocs\":%llu,\"frees\":%llu,\"refusals\":%llu,\"peakBytes\":%llu,"
+      "\"leastRefusedBytes\":%s,\"seconds\":%.3f,\"api\":\"%s\",\"pid\":%d}\n",
       static_cast<unsigned long long>(allocs), static_cast<unsigned long long>(frees),
-      static_cast<unsigned long long>(refusals), static_cast<unsigned long long>(peak), took,
+      static_cast<unsigned long long>(refusals), static_cast<unsigned long long>(peak), least, took,
       api.c_str(), static_cast<int>(getpid()));
   return 0;
 }
