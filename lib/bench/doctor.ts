@@ -166,7 +166,7 @@ export function platformCheck(device: number): Omit<DoctorCheck, 'name' | 'secon
   if (!d?.limit)
     return {
       status: 'pass',
-      detail: `no platform limit: not a MIG instance, no MPS pinned-memory limit, no dmem.max in cgroup ${p.cgroup.path ?? '(no cgroup v2)'}, no HAMi limit, no scheduler's (Slurm shards or gpumem, KAI's GPU_MEMORY_LIMIT, NVIDIA_GPU_MEMORY_LIMIT)${group}${mps}${warn}`,
+      detail: `no platform limit: not a MIG instance, no MPS pinned-memory limit, no dmem.max in cgroup ${p.cgroup.path ?? '(no cgroup v2)'}, no HAMi limit, no scheduler's (Slurm shards or gpumem, KAI's GPU_PORTION, NVIDIA_GPU_MEMORY_LIMIT)${group}${mps}${warn}`,
       ...(tenant.group ? { value: tenant.group.budgetBytes } : {}),
     };
   return {

@@ -6,8 +6,9 @@
  * memory controller (`dmem.max` and `dmem.current` of the process's cgroup and its ancestors),
  * HAMi's CUDA_DEVICE_MEMORY_LIMIT(_<n>), and what cluster schedulers tell a job: Slurm's shards
  * (SLURM_SHARDS_ON_NODE of CUDA_MEMORY_SLURM_SHARDS_PER_GPU, the count per GPU the job's task
- * prolog exports) and gpumem (CUDA_MEMORY_SLURM_GPUMEM), KAI scheduler's GPU_MEMORY_LIMIT and the
- * NVIDIA container toolkit's NVIDIA_GPU_MEMORY_LIMIT (both MiB, or a size with its unit). The
+ * prolog exports) and gpumem (CUDA_MEMORY_SLURM_GPUMEM), KAI scheduler's GPU_PORTION (its share of
+ * each GPU, "0.50") and the NVIDIA container toolkit's NVIDIA_GPU_MEMORY_LIMIT (MiB, or a size
+ * with its unit). The
  * readers are pure (native/core/device): files are
  * read under a root and variables from a map, both injectable, so a fixture tree stands in for
  * a platform that is not here.
@@ -128,7 +129,7 @@ export interface PlatformInfo {
     dir: string | null;
     dmem: DmemRegion[];
   };
-  /** The platform's variables present (CUDA_MPS_*, CUDA_DEVICE_MEMORY_*, CUDA_DEVICE_SM_LIMIT, NVIDIA_VISIBLE_DEVICES, a libvgpu LD_PRELOAD, SLURM_SHARDS_ON_NODE, CUDA_MEMORY_SLURM_*, GPU_MEMORY_LIMIT, NVIDIA_GPU_MEMORY_LIMIT). */
+  /** The platform's variables present (CUDA_MPS_*, CUDA_DEVICE_MEMORY_*, CUDA_DEVICE_SM_LIMIT, NVIDIA_VISIBLE_DEVICES, a libvgpu LD_PRELOAD, SLURM_SHARDS_ON_NODE, CUDA_MEMORY_SLURM_*, GPU_PORTION, NVIDIA_GPU_MEMORY_LIMIT). */
   variables: Record<string, string>;
   /** Values present but unreadable (each is ignored, and says so). */
   warnings: string[];

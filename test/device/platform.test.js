@@ -110,7 +110,7 @@ describe('platformInfo() reads each platform as it presents itself', () => {
     expect(bad.warnings).toHaveLength(2);
   });
 
-  test("the schedulers' variables: Slurm's shards and gpumem, KAI's and the NVIDIA toolkit's MiB", () => {
+  test("the schedulers' variables: Slurm's shards and gpumem, KAI's share of the GPU and the NVIDIA toolkit's MiB", () => {
     const d = { ...dev0, totalMemory: 8 * GiB };
     const slurm = { SLURM_SHARDS_ON_NODE: '2', CUDA_MEMORY_SLURM_SHARDS_PER_GPU: '8' };
     const p = cm.platformInfo({ root: path.join(F, 'none'), env: slurm, devices: [d] });
@@ -121,18 +121,18 @@ describe('platformInfo() reads each platform as it presents itself', () => {
       headroomBytes: null,
     });
     expect(p.variables).toMatchObject(slurm);
-    const env = { CUDA_MEMORY_SLURM_GPUMEM: String(3 * GiB), GPU_MEMORY_LIMIT: '1024', NVIDIA_GPU_MEMORY_LIMIT: '1536' };
+    const env = { CUDA_MEMORY_SLURM_GPUMEM: String(3 * GiB), GPU_PORTION: '0.125', NVIDIA_GPU_MEMORY_LIMIT: '1536' };
     const q = cm.platformInfo({ root: path.join(F, 'none'), env, devices: [d] });
     expect(q.devices[0].limits.map((l) => [l.kind, l.bytes, l.source])).toEqual([
       ['slurm', 3 * GiB, `CUDA_MEMORY_SLURM_GPUMEM=${3 * GiB} bytes (Slurm gpumem)`],
-      ['kai', GiB, 'GPU_MEMORY_LIMIT=1024 (KAI scheduler)'],
+      ['kai', GiB, 'GPU_PORTION=0.125 of the GPU (KAI scheduler)'],
       ['nvidia', 1536 * MiB, 'NVIDIA_GPU_MEMORY_LIMIT=1536 (NVIDIA container toolkit)'],
     ]);
     expect(q.devices[0].limit.kind).toBe('kai');
     // Hostile values are warnings, and bind nothing.
     const bad = cm.platformInfo({
       root: path.join(F, 'none'),
-      env: { SLURM_SHARDS_ON_NODE: '9', CUDA_MEMORY_SLURM_SHARDS_PER_GPU: '8', GPU_MEMORY_LIMIT: '-5', NVIDIA_GPU_MEMORY_LIMIT: '0' },
+      env: { SLURM_SHARDS_ON_NODE: '9', CUDA_MEMORY_SLURM_SHARDS_PER_GPU: '8', GPU_PORTION: '1.5', NVIDIA_GPU_MEMORY_LIMIT: '0' },
       devices: [d],
     });
     expect(bad.devices[0].limit).toBeNull();

@@ -292,7 +292,7 @@ void CollectVariables(const EnvMap& env, PlatformReport* r) {
                     key == "CUDA_DEVICE_SM_LIMIT" || key == "CUDA_OVERSUBSCRIBE" ||
                     key == "NVIDIA_VISIBLE_DEVICES" || key == "NVIDIA_MIG_CONFIG_DEVICES" ||
                     key == "GPU_CORE_UTILIZATION_POLICY" || key == "SLURM_SHARDS_ON_NODE" ||
-                    key.rfind("CUDA_MEMORY_SLURM_", 0) == 0 || key == "GPU_MEMORY_LIMIT" ||
+                    key.rfind("CUDA_MEMORY_SLURM_", 0) == 0 || key == "GPU_PORTION" ||
                     key == "NVIDIA_GPU_MEMORY_LIMIT" ||
                     (key == "LD_PRELOAD" && value.find("libvgpu") != std::string::npos);
     if (platform) r->variables[key] = value;
@@ -410,7 +410,36 @@ void AddHamiLimit(const DeviceRef& d, const EnvMap& env, std::vector<PlatformLim
                           "' is not a size (1073741824, 1024m, 1g); ignored");
 }
 
-// A limit in MiB as KAI and the NVIDIA container toolkit write them ("20480"), or a size with its
+// KAI scheduler's GPU_PORTION: the share of each GPU it gave the container, written "%.2f"
+// ("0.50"; a `gpu-memory` request becomes that memory over the node's GPU memory label, so
+// rounded to a hundredth), read exactly as a decimal from 0 (excluded) to 1, times the device's
+// memory. KAI sets no variable in bytes (KAI-Scheduler pkg/binder/common: GPU_PORTION, and its
+// deprecated twin RUNAI_NUM_OF_GPUS).
+void AddKaiLimit(const DeviceRef& d, const EnvMap& env, std::vector<PlatformLimit>* found,
+                 PlatformReport* r) {
+  const char* v = Get(env, "GPU_PORTION");
+  if (!v || !*v) return;
+  std::string t = Trim(v);
+  std::string given = std::string("GPU_PORTION=") + v;
+  size_t dot = t.find('.');
+  std::string whole = t.substr(0, dot), frac = dot == std::string::npos ? "" : t.substr(dot + 1);
+  uint64_t w = 0, f = 0, scale = 1;
+  bool ok = !whole.empty() && whole.size() <= 2 && ParseUint(whole, &w) && frac.size() <= 9 &&
+            (frac.empty() || ParseUint(frac, &f)) && (dot == std::string::npos || !frac.empty());
+  for (size_t i = 0; ok && i < frac.size(); ++i) scale *= 10;
+  // portion = (w * scale + f) / scale, in (0, 1]
+  uint64_t num = ok ? w * scale + f : 0;
+  if (!ok || num == 0 || num > scale)
+    r->warnings.push_back(given + " is not a share of a GPU (above 0, at most 1); ignored");
+  else if (!d.total_bytes)
+    r->warnings.push_back(given + ": the device's memory is not known; ignored");
+  else
+    found->push_back(
+        {"kai", static_cast<uint64_t>(static_cast<unsigned __int128>(d.total_bytes) * num / scale),
+         given + " of the GPU (KAI scheduler)"});
+}
+
+// A limit in MiB as the NVIDIA container toolkit writes it ("20480"), or a size with its
 // unit ("20G"): kind `kind`, from variable `name`, for every device the process sees.
 void AddMibLimit(const char* kind, const char* name, const char* who, const EnvMap& env,
                  std::vector<PlatformLimit>* found, PlatformReport* r) {
@@ -488,7 +517,7 @@ DevicePlatformLimits LimitsOf(const DeviceRef& d, const EnvMap& env, const MpsPi
   AddDmemLimits(d, r->dmem, &found);
   AddHamiLimit(d, env, &found, r);
   AddSlurmLimits(d, env, devices, &found, r);
-  AddMibLimit("kai", "GPU_MEMORY_LIMIT", "KAI scheduler", env, &found, r);
+  AddKaiLimit(d, env, &found, r);
   AddMibLimit("nvidia", "NVIDIA_GPU_MEMORY_LIMIT", "NVIDIA container toolkit", env, &found, r);
   DevicePlatformLimits out;
   out.index = d.index;

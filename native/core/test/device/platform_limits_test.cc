@@ -148,9 +148,10 @@ void TestHamiAndSmallest() {
 }
 
 // The schedulers' variables: Slurm's shards and gpumem (as the task prolog exports them), KAI's
-// and the NVIDIA container toolkit's MiB; each hostile value a warning, and ignored.
+// share of the GPU and the NVIDIA container toolkit's MiB; each hostile value a warning, and
+// ignored.
 void TestSchedulers() {
-  const uint64_t GiB = 1ull << 30, MiB = 1ull << 20;
+  const uint64_t GiB = 1ull << 30;
   DeviceRef d = kDev0;
   d.total_bytes = 8 * GiB;
   EnvMap env{{"SLURM_SHARDS_ON_NODE", "2"}, {"CUDA_MEMORY_SLURM_SHARDS_PER_GPU", "8"}};
@@ -167,13 +168,22 @@ void TestSchedulers() {
       {h200});
   CHECK(h.devices[0].limits.size() == 1 && h.devices[0].limits[0].bytes == 150110011392ull * 3 / 7);
   EnvMap all{{"CUDA_MEMORY_SLURM_GPUMEM", "3221225472"},
-             {"GPU_MEMORY_LIMIT", "4096"},
+             {"GPU_PORTION", "0.50"},
              {"NVIDIA_GPU_MEMORY_LIMIT", "5G"}};
   PlatformReport a = DetectPlatform(Fixture("none"), all, {d});
   CHECK(a.warnings.empty() && a.devices[0].limits.size() == 3);
   CHECK(a.devices[0].limits[0].kind == "slurm" && a.devices[0].limits[0].bytes == 3 * GiB);
-  CHECK(a.devices[0].limits[1].kind == "kai" && a.devices[0].limits[1].bytes == 4096 * MiB &&
-        a.devices[0].limits[1].source == "GPU_MEMORY_LIMIT=4096 (KAI scheduler)");
+  CHECK(a.devices[0].limits[1].kind == "kai" && a.devices[0].limits[1].bytes == 4 * GiB &&
+        a.devices[0].limits[1].source == "GPU_PORTION=0.50 of the GPU (KAI scheduler)");
+  CHECK(a.variables.count("GPU_PORTION") == 1);
+  // KAI's share read exactly, rounded down: 0.33 of an H200; a whole GPU (1, 1.00) binds nothing.
+  PlatformReport k = DetectPlatform(Fixture("none"), {{"GPU_PORTION", " 0.33 "}}, {h200});
+  CHECK(k.warnings.empty() && k.devices[0].limits.size() == 1 &&
+        k.devices[0].limits[0].bytes == 150110011392ull * 33 / 100);
+  for (const char* whole : {"1", "1.00"})
+    CHECK(DetectPlatform(Fixture("none"), {{"GPU_PORTION", whole}}, {d}).devices[0].limits.empty());
+  // Its share needs the device's memory.
+  CHECK(DetectPlatform(Fixture("none"), {{"GPU_PORTION", "0.5"}}, {kDev0}).warnings.size() == 1);
   CHECK(a.devices[0].limits[2].kind == "nvidia" && a.devices[0].limits[2].bytes == 5 * GiB);
   CHECK(SmallestLimit(a.devices[0].limits)->kind == "slurm");
   // At or beyond the device: binds nothing, as every platform's limit.
@@ -191,8 +201,13 @@ void TestSchedulers() {
            EnvMap{{"SLURM_SHARDS_ON_NODE", "99999999999999999999999"},
                   {"CUDA_MEMORY_SLURM_SHARDS_PER_GPU", "8"}},
            EnvMap{{"CUDA_MEMORY_SLURM_GPUMEM", "3G"}}, EnvMap{{"CUDA_MEMORY_SLURM_GPUMEM", "0"}},
-           EnvMap{{"GPU_MEMORY_LIMIT", "-1"}}, EnvMap{{"GPU_MEMORY_LIMIT", "0"}},
-           EnvMap{{"GPU_MEMORY_LIMIT", "1.5"}}, EnvMap{{"NVIDIA_GPU_MEMORY_LIMIT", "lots"}},
+           EnvMap{{"GPU_PORTION", "-0.5"}}, EnvMap{{"GPU_PORTION", "0"}},
+           EnvMap{{"GPU_PORTION", "0.00"}}, EnvMap{{"GPU_PORTION", "1.5"}},
+           EnvMap{{"GPU_PORTION", "2"}}, EnvMap{{"GPU_PORTION", "NaN"}},
+           EnvMap{{"GPU_PORTION", ".5"}}, EnvMap{{"GPU_PORTION", "0."}},
+           EnvMap{{"GPU_PORTION", "0.5.1"}}, EnvMap{{"GPU_PORTION", "1e-1"}},
+           EnvMap{{"GPU_PORTION", "0.0000000001"}}, EnvMap{{"GPU_PORTION", "999999999999999999999"}},
+           EnvMap{{"NVIDIA_GPU_MEMORY_LIMIT", "lots"}},
            EnvMap{{"NVIDIA_GPU_MEMORY_LIMIT", "18446744073709551615"}},  // MiB past 2^64 bytes
        }) {
     PlatformReport b = DetectPlatform(Fixture("none"), e, {d});
