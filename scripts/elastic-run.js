@@ -25,7 +25,8 @@
 // Every 100 ms NVML's per-process used memory of the section's processes is summed and the group's
 // ledger read (scripts/lib/gpu-steps.js); the ledger is never above the budget in force and NVML's
 // sum never above it plus each process's context overhead (measured alone first) and 2 MiB each.
-// DIR/summary.json (also on stdout) holds every figure and the checks. Exit 1 if a check failed,
+// DIR/summary.json (also on stdout) holds every figure and the checks; DIR/live-samples.json the
+// live section's samples, each member's charge beside its NVML figure. Exit 1 if a check failed,
 // 2 for a usage error.
 const fs = require('fs');
 const os = require('os');
@@ -87,9 +88,12 @@ function handoversOf(events) {
  * NVML's most, the budgets the ledger held once the change was made, and after a lowering, when
  * the charge first came under the new budget, whether it rose before that, and its most after.
  * While `group set` runs either budget may be in force; until the charge is under a lowered
- * budget, the earlier one bounds what is held.
+ * budget, the earlier one bounds what is held. `probes` ([{fromMs, toMs}]) are the windows in
+ * which the cudaMemGetInfo probe ran, a process of the group with a context of its own: NVML's
+ * bound holds `probeBytes` more within them (and one sampling interval either side).
  */
-function livePhases(samples, marks, overheadBytes) {
+function livePhases(samples, marks, overheadBytes, probes = [], probeBytes = 0) {
+  const probing = (x) => probes.some((q) => x.t >= q.fromMs - 100 && x.t <= q.toMs + 100);
   return marks.map((m, i) => {
     const end = i + 1 < marks.length ? marks[i + 1].fromMs : Infinity;
     const s = samples.filter((x) => x.t >= m.fromMs && x.t < end && x.chargedBytes !== null);
@@ -105,7 +109,7 @@ function livePhases(samples, marks, overheadBytes) {
     };
     const under = lowered ? s.findIndex((x) => x.t >= m.atMs && x.chargedBytes <= m.budgetBytes) : 0;
     const bound = (x, k) => (x.t < m.atMs || (lowered && (under < 0 || k < under)) ? Math.max(prev, m.budgetBytes) : m.budgetBytes);
-    p.nvmlOver = s.filter((x, k) => x.nvmlBytes > bound(x, k) + overheadBytes).length;
+    p.nvmlOver = s.filter((x, k) => x.nvmlBytes > bound(x, k) + overheadBytes + (probing(x) ? probeBytes : 0)).length;
     p.chargedOver = s.filter((x, k) => x.chargedBytes > bound(x, k)).length;
     if (lowered) {
       const after = s.filter((x) => x.t >= m.atMs);
@@ -361,7 +365,7 @@ async function until(p, re) {
   while (!re.test(p.stdout) && p.exitCode === null && !p.signal) await sleep(20);
 }
 
-async function liveSection(ctx, s) {
+async function liveSection(ctx, s, out) {
   const before = onGpu(ctx);
   const names = Object.keys(s.members);
   const node = start(s.members.node);
@@ -369,6 +373,7 @@ async function liveSection(ctx, s) {
   const members = [node, ...names.slice(1).map((k) => start(s.members[k]))];
   const marks = [];
   const memInfo = [];
+  const probes = [];
   const samples = await together(ctx, before, s.group, members, 120000, async () => {
     const t0 = Date.now(); // the sampler's start, within a millisecond
     for (const [i, b] of s.budgets.entries()) {
@@ -379,18 +384,27 @@ async function liveSection(ctx, s) {
       }
       marks.push({ fromMs: i === 0 ? 0 : fromMs, atMs: i === 0 ? 0 : Date.now() - t0, budgetBytes: b });
       await sleep(s.phaseMs / 2);
+      const probe = { fromMs: Date.now() - t0 };
       const q = await runTo(s.memInfo);
+      probe.toMs = Date.now() - t0;
+      probes.push(probe);
       memInfo.push({ budgetBytes: b, exitCode: q.exitCode, ...((lastJson(q.stdout) || {}).before || {}), stderr: q.stderr.slice(-1000) });
       await sleep(s.phaseMs / 2);
     }
   });
   const overheadBytes = ctx.overheads.node + ctx.overheads.torch + ctx.overheads.cpp + 3 * 2 * MiB;
+  // The probe is a static-runtime C++ program too: its context is the C++ member's.
+  const probeBytes = ctx.overheads.cpp + 2 * MiB;
+  // Every sample, with each member's charge beside its NVML figure: what a context holds above it.
+  fs.writeFileSync(path.join(out, 'live-samples.json'), JSON.stringify({ names, pids: members.map((m) => m.pid), marks, probes, samples }));
   return {
     group: s.group,
     overheadBytes,
+    probeBytes,
     marks,
+    probes,
     memInfo,
-    phases: livePhases(samples, marks, overheadBytes),
+    phases: livePhases(samples, marks, overheadBytes, probes, probeBytes),
     members: members.map((m, i) => ({ name: names[i], ...finished(m) })),
   };
 }
@@ -421,7 +435,7 @@ async function runAll(o) {
   ctx.overheads = r.overheads;
   if (p.turns) r.turns = await turnsSection(ctx, p.turns);
   if (p.guaranteed) r.guaranteed = await guaranteedSection(ctx, p.guaranteed);
-  if (p.live) r.live = await liveSection(ctx, p.live);
+  if (p.live) r.live = await liveSection(ctx, p.live, o.out);
   fs.rmSync(tmp, { recursive: true, force: true });
   r.checks = checksOf(r);
   r.ok = r.checks.every((c) => c.pass);

@@ -330,8 +330,10 @@ function plan(o) {
     p.llama = {
       model: { file: o.model, layers: 20, embd: 4096, ff: 11008, heads: 32, vocab: 32000 },
       overhead: { cmd: [...m, '--idle', '--hold', '1.5'], env },
-      // Alone: a group whose budget is the whole device, so that its charge is known beside NVML;
-      // what NVML shows above the charge at the most is its context overhead for the steps below.
+      // A context grows as kernels load on first use (CUDA's lazy module loading): with every
+      // kernel of the library loaded at once, idle, it is as large as it gets.
+      overheadEager: { cmd: [...m, '--idle', '--hold', '1.5'], env: { ...env, CUDA_MODULE_LOADING: 'EAGER' } },
+      // Alone: a group whose budget is the whole device, so that its charge is known beside NVML.
       alone: { group: g('llama-alone'), budgetBytes: 'DEVICE', cmd: run(g('llama-alone'), 'DEVICE', ...m, '--gpu-layers', 'auto'), env },
       auto: { group: g('llama'), budgetBytes: 4 * GiB, cmd: run(g('llama'), 4 * GiB, ...m, '--gpu-layers', 'auto'), env },
       forced: { group: g('llama-max'), budgetBytes: 4 * GiB, cmd: run(g('llama-max'), 4 * GiB, ...m, '--gpu-layers', 'max'), env },
@@ -452,10 +454,12 @@ async function llamaSection(ctx, p, o) {
   }
   l.modelBytes = fs.statSync(o.model).size;
   l.idleOverheadBytes = await overheadOf(ctx, p.overhead);
+  l.eagerOverheadBytes = await overheadOf(ctx, p.overheadEager);
+  // Its context once loaded and generating holds the kernels it ran (cuBLAS's, llama.cpp's), more
+  // than idle; never more than with all of them loaded.
+  l.overheadBytes = Math.max(l.idleOverheadBytes, l.eagerOverheadBytes);
   const alone = { ...p.alone, budgetBytes: ctx.totalMemory, cmd: p.alone.cmd.map((a) => (a === 'DEVICE' ? String(ctx.totalMemory) : a)) };
-  l.alone = await step(ctx, alone, l.idleOverheadBytes);
-  // Its context once loaded and generating (cuBLAS's kernels, llama.cpp's own) is more than idle.
-  l.overheadBytes = Math.max(l.idleOverheadBytes, l.alone.maxUnchargedBytes);
+  l.alone = await step(ctx, alone, l.overheadBytes);
   const ov = l.overheadBytes;
   l.auto = await step(ctx, p.auto, ov);
   l.forced = await step(ctx, p.forced, ov, 120000);

@@ -85,7 +85,12 @@ core::UpstreamStatus FromVmm(const vmm::Result& r) {
 }  // namespace
 
 core::UpstreamStatus CudaUpstream::Reserve(uint64_t bytes, uint64_t* address) {
-  if (!space_) space_ = std::make_unique<vmm::Space>(device_, Granularity());
+  // Without granules (managed regions, a driver without VMM) there is nothing to map: refuse as
+  // the driver refuses what it does not support (CUDA_ERROR_NOT_SUPPORTED), before any address
+  // space is taken. Why() says why.
+  const uint64_t g = Granularity();
+  if (g == 0) return {core::UpstreamStatus::kError, 801, "cuMemAddressReserve"};
+  if (!space_) space_ = std::make_unique<vmm::Space>(device_, g);
   return FromVmm(space_->Reserve(bytes, address));
 }
 

@@ -98,6 +98,16 @@ test('live phases: cut at the changes, the old budget bounding a lowered one unt
   const nvml = liveSamples();
   nvml[1].nvmlBytes = B8 + ov + 1;
   expect(livePhases(nvml, marks, ov)[0].nvmlOver).toBe(1);
+  // While the cudaMemGetInfo probe runs (and one interval either side), its context is allowed
+  // for, and only then.
+  const probe = 512 * 2 ** 20;
+  nvml[1].nvmlBytes = B8 + ov + probe;
+  expect(livePhases(nvml, marks, ov, [{ fromMs: 550, toMs: 580 }], probe)[0].nvmlOver).toBe(0);
+  expect(livePhases(nvml, marks, ov, [{ fromMs: 300, toMs: 400 }], probe)[0].nvmlOver).toBe(0);
+  expect(livePhases(nvml, marks, ov, [{ fromMs: 300, toMs: 399 }], probe)[0].nvmlOver).toBe(1);
+  expect(livePhases(nvml, marks, ov, [{ fromMs: 700, toMs: 900 }], probe)[0].nvmlOver).toBe(1);
+  nvml[1].nvmlBytes = B8 + ov + probe + 1;
+  expect(livePhases(nvml, marks, ov, [{ fromMs: 550, toMs: 580 }], probe)[0].nvmlOver).toBe(1);
 });
 
 function judged(budgetBytes, rows) {

@@ -272,6 +272,10 @@ test('--dry-run: every step in a group of its own, under its budget; usage error
   under(p.cupy, 4 * GiB);
   under(p.numba, 4 * GiB);
   for (const k of ['auto', 'forced', 'forcedUnsafe']) under(p.llama[k], 4 * GiB);
+  // The context overhead measured twice, idle: as kernels load (lazily) and with all of them loaded.
+  expect(p.llama.overhead.cmd).toEqual(expect.arrayContaining(['--idle']));
+  expect(p.llama.overhead.env.CUDA_MODULE_LOADING).toBeUndefined();
+  expect(p.llama.overheadEager).toEqual({ cmd: p.llama.overhead.cmd, env: { ...p.llama.overhead.env, CUDA_MODULE_LOADING: 'EAGER' } });
   expect(p.llama.forced.cmd).toEqual(expect.arrayContaining(['--gpu-layers', 'max']));
   expect(p.llama.forcedUnsafe.cmd).toEqual(expect.arrayContaining(['--gpu-layers', 'max', '--ignore-safety']));
   for (const m of Object.values(p.llama.shared.members))
