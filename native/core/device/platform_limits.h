@@ -5,9 +5,9 @@
 // HAMi's CUDA_DEVICE_MEMORY_LIMIT(_<n>), and the schedulers' variables: Slurm's shards
 // (SLURM_SHARDS_ON_NODE of CUDA_MEMORY_SLURM_SHARDS_PER_GPU) and gpumem (CUDA_MEMORY_SLURM_GPUMEM),
 // KAI scheduler's GPU_PORTION (its share of each GPU) and the NVIDIA container toolkit's
-// NVIDIA_GPU_MEMORY_LIMIT (MiB, or a size with its unit). MIG needs NVML and is read by the binding. Pure: files
-// are read under a root the caller gives ("/" but for tests) and variables from a map, so the
-// same code runs on fixture trees.
+// NVIDIA_GPU_MEMORY_LIMIT (MiB, or a size with its unit). MIG needs NVML and is read by the
+// binding. Pure: files are read under a root the caller gives ("/" but for tests) and variables
+// from a map, so the same code runs on fixture trees.
 #pragma once
 
 #include <cstdint>
