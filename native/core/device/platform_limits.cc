@@ -410,33 +410,50 @@ void AddHamiLimit(const DeviceRef& d, const EnvMap& env, std::vector<PlatformLim
                           "' is not a size (1073741824, 1024m, 1g); ignored");
 }
 
+// A share n/of (0 < n <= of) of the device's memory as a limit of `kind`, from `source`; a
+// warning naming `given` where the device's memory is not known.
+void AddShareLimit(const char* kind, const DeviceRef& d, uint64_t n, uint64_t of,
+                   const std::string& given, const std::string& source,
+                   std::vector<PlatformLimit>* found, PlatformReport* r) {
+  if (!d.total_bytes) {
+    r->warnings.push_back(given + ": the device's memory is not known; ignored");
+    return;
+  }
+  found->push_back({kind,
+                    static_cast<uint64_t>(static_cast<unsigned __int128>(d.total_bytes) * n / of),
+                    source});
+}
+
+// A decimal share of a whole ("0.50", "1", at most two whole digits and nine after the point) as
+// n/of exactly, in (0, 1]; else false.
+bool ParseDecimalShare(const std::string& t, uint64_t* n, uint64_t* of) {
+  const size_t dot = t.find('.');
+  const std::string whole = t.substr(0, dot);
+  const std::string frac = dot == std::string::npos ? "" : t.substr(dot + 1);
+  uint64_t w = 0, f = 0;
+  if (whole.empty() || whole.size() > 2 || !ParseUint(whole, &w)) return false;
+  if (dot != std::string::npos && (frac.empty() || frac.size() > 9 || !ParseUint(frac, &f)))
+    return false;
+  *of = 1;
+  for (size_t i = 0; i < frac.size(); ++i) *of *= 10;
+  *n = w * *of + f;
+  return *n > 0 && *n <= *of;
+}
+
 // KAI scheduler's GPU_PORTION: the share of each GPU it gave the container, written "%.2f"
 // ("0.50"; a `gpu-memory` request becomes that memory over the node's GPU memory label, so
-// rounded to a hundredth), read exactly as a decimal from 0 (excluded) to 1, times the device's
-// memory. KAI sets no variable in bytes (KAI-Scheduler pkg/binder/common: GPU_PORTION, and its
-// deprecated twin RUNAI_NUM_OF_GPUS).
+// rounded to a hundredth), read exactly, times the device's memory. KAI sets no variable in
+// bytes (KAI-Scheduler pkg/binder/common: GPU_PORTION, and its deprecated twin RUNAI_NUM_OF_GPUS).
 void AddKaiLimit(const DeviceRef& d, const EnvMap& env, std::vector<PlatformLimit>* found,
                  PlatformReport* r) {
   const char* v = Get(env, "GPU_PORTION");
   if (!v || !*v) return;
-  std::string t = Trim(v);
-  std::string given = std::string("GPU_PORTION=") + v;
-  size_t dot = t.find('.');
-  std::string whole = t.substr(0, dot), frac = dot == std::string::npos ? "" : t.substr(dot + 1);
-  uint64_t w = 0, f = 0, scale = 1;
-  bool ok = !whole.empty() && whole.size() <= 2 && ParseUint(whole, &w) && frac.size() <= 9 &&
-            (frac.empty() || ParseUint(frac, &f)) && (dot == std::string::npos || !frac.empty());
-  for (size_t i = 0; ok && i < frac.size(); ++i) scale *= 10;
-  // portion = (w * scale + f) / scale, in (0, 1]
-  uint64_t num = ok ? w * scale + f : 0;
-  if (!ok || num == 0 || num > scale)
+  const std::string given = std::string("GPU_PORTION=") + v;
+  uint64_t n = 0, of = 0;
+  if (!ParseDecimalShare(Trim(v), &n, &of))
     r->warnings.push_back(given + " is not a share of a GPU (above 0, at most 1); ignored");
-  else if (!d.total_bytes)
-    r->warnings.push_back(given + ": the device's memory is not known; ignored");
   else
-    found->push_back(
-        {"kai", static_cast<uint64_t>(static_cast<unsigned __int128>(d.total_bytes) * num / scale),
-         given + " of the GPU (KAI scheduler)"});
+    AddShareLimit("kai", d, n, of, given, given + " of the GPU (KAI scheduler)", found, r);
 }
 
 // A limit in MiB as the NVIDIA container toolkit writes it ("20480"), or a size with its
@@ -490,12 +507,9 @@ void AddSlurmLimits(const DeviceRef& d, const EnvMap& env, size_t devices,
     else if (devices != 1)
       r->warnings.push_back(given + ": the shards may be spread over the " +
                             std::to_string(devices) + " GPUs this process sees; ignored");
-    else if (!d.total_bytes)
-      r->warnings.push_back(given + ": the device's memory is not known; ignored");
     else
-      found->push_back(
-          {"slurm", static_cast<uint64_t>(static_cast<unsigned __int128>(d.total_bytes) * n / of),
-           given + " of " + std::to_string(of) + " shards per GPU (Slurm)"});
+      AddShareLimit("slurm", d, n, of, given,
+                    given + " of " + std::to_string(of) + " shards per GPU (Slurm)", found, r);
   }
   if (const char* g = Get(env, "CUDA_MEMORY_SLURM_GPUMEM")) {
     uint64_t bytes = 0;
