@@ -33,7 +33,7 @@ const os = require('os');
 const path = require('path');
 const { spawnSync } = require('child_process');
 const { parseArgs } = require('util');
-const { lastJson, start, finished, sampler, judgeSamples, overheadOf } = require('./lib/gpu-steps');
+const { SAMPLE_MS, lastJson, start, finished, sampler, judgeSamples, overheadOf } = require('./lib/gpu-steps');
 
 const root = path.join(__dirname, '..');
 const cli = path.join(root, 'dist', 'cli.js');
@@ -93,7 +93,7 @@ function handoversOf(events) {
  * bound holds `probeBytes` more within them (and one sampling interval either side).
  */
 function livePhases(samples, marks, overheadBytes, probes = [], probeBytes = 0) {
-  const probing = (x) => probes.some((q) => x.t >= q.fromMs - 100 && x.t <= q.toMs + 100);
+  const probing = (x) => probes.some((q) => x.t >= q.fromMs - SAMPLE_MS && x.t <= q.toMs + SAMPLE_MS);
   return marks.map((m, i) => {
     const end = i + 1 < marks.length ? marks[i + 1].fromMs : Infinity;
     const s = samples.filter((x) => x.t >= m.fromMs && x.t < end && x.chargedBytes !== null);

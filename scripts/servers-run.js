@@ -327,12 +327,13 @@ function plan(o) {
   if (o.only.includes('llama')) {
     const m = [process.execPath, path.join(servers, 'llama-member.js'), '--modules', o.llamaModules, '--model', o.model];
     const env = { LD_LIBRARY_PATH: o.ldLibraryPath };
+    const idle = [...m, '--idle', '--hold', '1.5'];
     p.llama = {
       model: { file: o.model, layers: 20, embd: 4096, ff: 11008, heads: 32, vocab: 32000 },
-      overhead: { cmd: [...m, '--idle', '--hold', '1.5'], env },
+      overhead: { cmd: idle, env },
       // A context grows as kernels load on first use (CUDA's lazy module loading): with every
       // kernel of the library loaded at once, idle, it is as large as it gets.
-      overheadEager: { cmd: [...m, '--idle', '--hold', '1.5'], env: { ...env, CUDA_MODULE_LOADING: 'EAGER' } },
+      overheadEager: { cmd: idle, env: { ...env, CUDA_MODULE_LOADING: 'EAGER' } },
       // Alone: a group whose budget is the whole device, so that its charge is known beside NVML.
       alone: { group: g('llama-alone'), budgetBytes: 'DEVICE', cmd: run(g('llama-alone'), 'DEVICE', ...m, '--gpu-layers', 'auto'), env },
       auto: { group: g('llama'), budgetBytes: 4 * GiB, cmd: run(g('llama'), 4 * GiB, ...m, '--gpu-layers', 'auto'), env },

@@ -46,7 +46,10 @@ function finished(p, timedOut = false) {
   return { exitCode: p.exitCode, signal: p.signal, timedOut, result: lastJson(p.stdout), stderr: p.stderr.slice(-3000) };
 }
 
-// Every 100 ms: NVML's used memory of the processes that were not on the GPU before the step,
+/** How often a sampler reads NVML and the ledger, in milliseconds. */
+const SAMPLE_MS = 100;
+
+// Every SAMPLE_MS: NVML's used memory of the processes that were not on the GPU before the step,
 // summed, and the group's ledger. `before`: the pids to leave out, taken before the step's programs
 // started (by default, those on the GPU now).
 function sampler(ctx, group, procsOf, before = new Set(ctx.processes().map((q) => q.pid))) {
@@ -75,7 +78,7 @@ function sampler(ctx, group, procsOf, before = new Set(ctx.processes().map((q) =
         ? g.members.map((m) => ({ pid: m.pid, poolBytes: m.poolBytes, nvmlUsedBytes: m.nvmlUsedBytes, waitingBytes: m.waitingBytes }))
         : null,
     });
-  }, 100);
+  }, SAMPLE_MS);
   return { samples, stop: () => clearInterval(timer) };
 }
 
@@ -109,4 +112,4 @@ async function overheadOf(ctx, s) {
   return Math.max(0, ...smp.samples.map((x) => x.nvmlBytes));
 }
 
-module.exports = { lastJson, start, finished, sampler, judgeSamples, overheadOf };
+module.exports = { SAMPLE_MS, lastJson, start, finished, sampler, judgeSamples, overheadOf };
