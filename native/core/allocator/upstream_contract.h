@@ -23,8 +23,8 @@ struct ContractOptions {
   // The sizes allocated (a small one that is not a whole page, a large one).
   uint64_t small = (2ull << 20) + 1, large = 64ull << 20;
   // The most the upstream gives at once: the device's free memory, or less under a budget. A
-  // request past it must be refused as out of memory (left unchecked when 0, for managed memory,
-  // which may take more than the device has).
+  // request past it by more than the slack must be refused as out of memory (left unchecked when 0,
+  // for managed memory, which may take more than the device has).
   uint64_t limit = 0;
   // What else may move the device's free memory between two readings: 0 on a simulated device,
   // whose accounting is exact; on a GPU, the driver's own allocations.
