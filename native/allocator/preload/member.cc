@@ -278,45 +278,38 @@ Member::Verdict Member::WaitLocked(Lock& lock, uint64_t bytes, core::GroupRefusa
   // One place in the queue for the process: a second thread that waits meanwhile shares it.
   if (waiters_ == 0) ledger_->BeginWait(bytes);
   ++waiters_;
-  const auto start = std::chrono::steady_clock::now();
-  auto waited = [&] {
-    return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                     std::chrono::steady_clock::now() - start)
-                                     .count());
+  core::RoomWaitSteps steps;
+  steps.gone = [this] { return left_ || !ledger_; };  // left at exit meanwhile
+  steps.generation = [this] { return ledger_->Generation(); };
+  steps.attempt = [&](core::RefusalReasons::Reason* why) {
+    const bool granted = grants_->Take(*ledger_, bytes, refusal);
+    *why = refusal->reason;
+    return granted;
+  };
+  // The member's lock is let go while it waits: the process's other threads free meanwhile.
+  steps.pause = [&](uint64_t seen, int ms) {
+    const core::Ledger* l = ledger_.get();
+    lock.Released([&] { l->WaitForChange(seen, ms); });
   };
   auto end = [&](bool granted) {
-    if (--waiters_ == 0 && ledger_) ledger_->EndWait(granted, waited());
+    if (--waiters_ == 0 && ledger_) ledger_->EndWait(granted, refusal->waited_ms);
   };
-  for (;;) {
-    const int64_t left = terms_.wait_ms - static_cast<int64_t>(waited());
-    if (left <= 0) {
-      refusal->reason = core::GroupRefusal::kTimeout;
-      refusal->waited_ms = waited();
-      end(false);
-      return Verdict::kRefused;
-    }
-    const core::Ledger* l = ledger_.get();
-    const uint64_t seen = l->Generation();
-    // The member's lock is let go while it waits: the process's other threads free meanwhile.
-    // At most 50 ms between looks under the ledger's lock, which clears members that died.
-    lock.Released([&] { l->WaitForChange(seen, static_cast<int>(std::min<int64_t>(left, 50))); });
-    if (left_ || !ledger_) return Verdict::kUncharged;  // left at exit meanwhile
-    try {
-      if (grants_->Take(*ledger_, bytes, refusal)) {
-        end(true);
-        RecoveredLocked();
-        return Verdict::kCharged;
-      }
-    } catch (...) {
-      end(false);
-      throw;
-    }
-    if (refusal->reason != core::GroupRefusal::kBudget) {
-      refusal->waited_ms = waited();
-      end(false);
-      return Verdict::kRefused;
-    }
+  core::RoomWaitResult w;
+  try {
+    w = core::WaitForRoom(terms_.wait_ms, steps, &refusal->waited_ms);
+  } catch (...) {
+    end(false);
+    throw;
   }
+  if (w.gone) {
+    --waiters_;
+    return Verdict::kUncharged;
+  }
+  refusal->reason = w.reason;
+  end(w.granted);
+  if (!w.granted) return Verdict::kRefused;
+  RecoveredLocked();
+  return Verdict::kCharged;
 }
 
 namespace {

@@ -1,6 +1,7 @@
 #include "core/allocator/elastic.h"
 
 #include <algorithm>
+#include <chrono>
 
 namespace cm::core {
 
@@ -60,6 +61,48 @@ RefusalReasons::Reason WaitVerdict(const std::vector<ElasticMember>& members, si
   }
   if (anyone_holds && !a_holder_runs && me.ticket == newest) return RefusalReasons::kDeadlock;
   return RefusalReasons::kBudget;
+}
+
+RoomWaitResult WaitForRoom(int64_t wait_ms, const RoomWaitSteps& steps, uint64_t* waited_ms) {
+  const auto start = std::chrono::steady_clock::now();
+  RoomWaitResult r;
+  auto waited = [&] {
+    r.waited_ms = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                            std::chrono::steady_clock::now() - start)
+                                            .count());
+    if (waited_ms) *waited_ms = r.waited_ms;
+    return r.waited_ms;
+  };
+  for (;;) {
+    if (steps.gone && steps.gone()) {
+      r.gone = true;
+      waited();
+      return r;
+    }
+    const uint64_t seen = steps.generation();
+    r.granted = false;
+    try {
+      r.granted = steps.attempt(&r.reason);
+    } catch (...) {
+      waited();
+      throw;
+    }
+    if (r.granted || r.reason != RefusalReasons::kBudget) {
+      waited();
+      return r;
+    }
+    const int64_t left = wait_ms - static_cast<int64_t>(waited());
+    if (left <= 0) {
+      r.reason = RefusalReasons::kTimeout;
+      return r;
+    }
+    try {
+      steps.pause(seen, static_cast<int>(std::min<int64_t>(left, kRoomLookMs)));
+    } catch (...) {
+      waited();
+      throw;
+    }
+  }
 }
 
 }  // namespace cm::core

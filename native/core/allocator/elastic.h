@@ -1,6 +1,7 @@
 // Elastic sharing's rules: who in a group may charge how much, now, and whether one that may not
 // waits or is refused at once. Pure functions over the members' figures, which the ledger
-// (core/allocator/ledger.h) applies under its lock.
+// (core/allocator/ledger.h) applies under its lock; and the wait for room (WaitForRoom), the one
+// loop that the library's allocators and the interposer's members run over time.
 //
 // - A member's request is guaranteed: it can always charge up to it, whatever others do, because
 //   no other member may take the part of the budget that requests reserve and do not use.
@@ -18,6 +19,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 namespace cm::core {
@@ -55,5 +57,41 @@ ElasticVerdict DecideCharge(const std::vector<ElasticMember>& members, size_t se
 // (its entry's waiting and ticket are then set).
 RefusalReasons::Reason WaitVerdict(const std::vector<ElasticMember>& members, size_t self,
                                    uint64_t bytes, uint64_t budget, bool waiting);
+
+// At most this long between two looks at the group while waiting: a member that died holding
+// memory is cleared only by a process that takes the ledger's lock, and no release moves the
+// ledger's counter for it.
+constexpr int kRoomLookMs = 50;
+
+// What a wait for room does, given by its caller (the ledger's own handle, or the interposer's
+// member, which lets its lock go while it pauses). The caller marks the wait in the ledger before
+// and after (Ledger::BeginWait, EndWait).
+struct RoomWaitSteps {
+  // True when there is nothing to wait on any more (the process left its group meanwhile); may be
+  // left empty.
+  std::function<bool()> gone;
+  // The ledger's change counter (Ledger::Generation).
+  std::function<uint64_t()> generation;
+  // One charge under the ledger's lock: true when granted; otherwise *why says why not.
+  std::function<bool(RefusalReasons::Reason* why)> attempt;
+  // Returns once the counter differs from `seen` or `ms` have passed (Ledger::WaitForChange).
+  std::function<void(uint64_t seen, int ms)> pause;
+};
+
+struct RoomWaitResult {
+  bool granted = false;
+  bool gone = false;                                        // steps.gone() said so
+  RefusalReasons::Reason reason = RefusalReasons::kBudget;  // when neither granted nor gone
+  uint64_t waited_ms = 0;
+};
+
+// Tries the charge, and while it is refused for the budget alone pauses until the ledger changes
+// (at most kRoomLookMs) and tries again, for up to wait_ms: granted; refused for another reason
+// (kDeadlock once this waiter is the newest of a group that only waits, kNeverFits, ...); kTimeout
+// when wait_ms passed without room; or gone. The counter is read before each try, so that a
+// release between a try and the pause wakes the pause at once. If a step throws, the exception
+// passes through and *waited_ms (when given) holds the time waited until then.
+RoomWaitResult WaitForRoom(int64_t wait_ms, const RoomWaitSteps& steps,
+                           uint64_t* waited_ms = nullptr);
 
 }  // namespace cm::core

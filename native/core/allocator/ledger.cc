@@ -553,38 +553,25 @@ bool Ledger::ChargeWaiting(uint64_t bytes, GroupRefusal* refusal) {
   GroupRefusal* r = refusal ? refusal : &local;
   if (Charge(bytes, r)) return true;
   if (terms_.wait_ms <= 0 || r->reason != GroupRefusal::kBudget) return false;
-  const auto start = std::chrono::steady_clock::now();
-  auto waited = [&] {
-    return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                     std::chrono::steady_clock::now() - start)
-                                     .count());
+  RoomWaitSteps steps;
+  steps.generation = [this] { return Generation(); };
+  steps.attempt = [&](RefusalReasons::Reason* why) {
+    const bool granted = Charge(bytes, r);
+    *why = r->reason;
+    return granted;
   };
+  steps.pause = [this](uint64_t seen, int ms) { WaitForChange(seen, ms); };
   BeginWait(bytes);
-  for (;;) {
-    const uint64_t seen = Generation();
-    bool granted = false;
-    try {
-      granted = Charge(bytes, r);
-    } catch (...) {
-      EndWait(false, waited());
-      throw;
-    }
-    if (granted || r->reason != GroupRefusal::kBudget) {
-      EndWait(granted, waited());
-      r->waited_ms = waited();
-      return granted;
-    }
-    const int64_t left = terms_.wait_ms - static_cast<int64_t>(waited());
-    if (left <= 0) {
-      r->reason = GroupRefusal::kTimeout;
-      r->waited_ms = waited();
-      EndWait(false, r->waited_ms);
-      return false;
-    }
-    // At most 50 ms between looks under the lock: a member that died holding memory is cleared
-    // only by a process that takes the lock, and no release moves the counter for it.
-    WaitForChange(seen, static_cast<int>(std::min<int64_t>(left, 50)));
+  RoomWaitResult w;
+  try {
+    w = WaitForRoom(terms_.wait_ms, steps, &r->waited_ms);
+  } catch (...) {
+    EndWait(false, r->waited_ms);
+    throw;
   }
+  r->reason = w.reason;
+  EndWait(w.granted, w.waited_ms);
+  return w.granted;
 }
 
 void Ledger::BeginWait(uint64_t bytes) {

@@ -1,5 +1,6 @@
 // Elastic sharing: the rules (core/allocator/elastic.h) on given figures, then the ledger's waits,
-// requests and live budgets with real processes (fork): arrival order with mixed sizes, the
+// requests and live budgets with real processes (fork); the wait loop itself (WaitForRoom) over
+// scripted steps; then, with real processes: arrival order with mixed sizes, the
 // deadlock rule, a holder SIGKILLed while others wait, requests that do not fit, a budget raised
 // and lowered while members hold memory, 64 waiters at once, and no lost wake-up over 10,000
 // hand-overs. No Node, no GPU.
@@ -13,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -200,6 +202,100 @@ static char Verdict(int fd, int64_t* at) {
   return line[0];
 }
 
+// WaitForRoom over scripted steps: what it tries, when it pauses and for how long, and how it ends.
+static void TestWaitForRoom() {
+  struct Script {
+    uint64_t counter = 7;
+    int attempts = 0, pauses = 0, grant_at = 0;  // grant_at: the try that is granted (0: none)
+    RefusalReasons::Reason then = RefusalReasons::kBudget;
+    int reason_at = 0;  // the try refused for `then` instead of the budget (0: none)
+    bool bump_in_attempt = false, gone = false, throw_in_attempt = false;
+    std::vector<uint64_t> seen;
+    std::vector<int> ms;
+    RoomWaitSteps Steps() {
+      RoomWaitSteps st;
+      st.gone = [this] { return gone; };
+      st.generation = [this] { return counter; };
+      st.attempt = [this](RefusalReasons::Reason* why) {
+        ++attempts;
+        if (throw_in_attempt) throw std::runtime_error("damaged");
+        if (bump_in_attempt) ++counter;  // a release right after the counter was read
+        *why = attempts == reason_at ? then : RefusalReasons::kBudget;
+        return attempts == grant_at;
+      };
+      st.pause = [this](uint64_t s, int m) {
+        ++pauses;
+        seen.push_back(s);
+        ms.push_back(m);
+        std::this_thread::sleep_for(std::chrono::milliseconds(m));
+      };
+      return st;
+    }
+  };
+  {  // Granted at the third try: two pauses, each at most kRoomLookMs, first try before any pause.
+    Script sc;
+    sc.grant_at = 3;
+    RoomWaitResult r = WaitForRoom(10000, sc.Steps());
+    CHECK(r.granted && !r.gone);
+    CHECK(sc.attempts == 3 && sc.pauses == 2);
+    for (int m : sc.ms) CHECK(m > 0 && m <= kRoomLookMs);
+  }
+  {  // Granted at once: no pause at all.
+    Script sc;
+    sc.grant_at = 1;
+    CHECK(WaitForRoom(10000, sc.Steps()).granted && sc.pauses == 0);
+  }
+  {  // The counter is read before each try: a release during the try wakes the pause at once.
+    Script sc;
+    sc.grant_at = 2;
+    sc.bump_in_attempt = true;
+    CHECK(WaitForRoom(10000, sc.Steps()).granted);
+    CHECK(sc.seen.size() == 1 && sc.seen[0] == 7 && sc.counter == 9);
+  }
+  {  // Never room: kTimeout after wait_ms, no pause past the time left.
+    Script sc;
+    uint64_t waited = 0;
+    const int64_t t0 = NowMs();
+    RoomWaitResult r = WaitForRoom(120, sc.Steps(), &waited);
+    CHECK(!r.granted && r.reason == RefusalReasons::kTimeout);
+    CHECK(r.waited_ms >= 120 && waited == r.waited_ms);
+    CHECK(NowMs() - t0 < 1000);
+    CHECK(sc.pauses >= 3);
+    for (int m : sc.ms) CHECK(m > 0 && m <= kRoomLookMs);
+  }
+  {  // No wait time: one try, then kTimeout without a pause.
+    Script sc;
+    RoomWaitResult r = WaitForRoom(0, sc.Steps());
+    CHECK(r.reason == RefusalReasons::kTimeout && sc.attempts == 1 && sc.pauses == 0);
+  }
+  {  // Another reason mid-wait (the group now only waits): refused at once with it.
+    Script sc;
+    sc.reason_at = 2;
+    sc.then = RefusalReasons::kDeadlock;
+    RoomWaitResult r = WaitForRoom(10000, sc.Steps());
+    CHECK(!r.granted && r.reason == RefusalReasons::kDeadlock);
+    CHECK(sc.attempts == 2 && sc.pauses == 1);
+  }
+  {  // Gone (left its group at exit): no try at all.
+    Script sc;
+    sc.gone = true;
+    RoomWaitResult r = WaitForRoom(10000, sc.Steps());
+    CHECK(r.gone && !r.granted && sc.attempts == 0);
+  }
+  {  // A try that throws: the exception passes, with the time waited until then.
+    Script sc;
+    sc.throw_in_attempt = true;
+    uint64_t waited = 99;
+    bool threw = false;
+    try {
+      WaitForRoom(10000, sc.Steps(), &waited);
+    } catch (const std::runtime_error&) {
+      threw = true;
+    }
+    CHECK(threw && waited < 99);
+  }
+}
+
 static void Reap(pid_t p) {
   kill(p, SIGKILL);
   waitpid(p, nullptr, 0);
@@ -380,6 +476,7 @@ int main() {
   dir = MakeSharedDir("cm-elastic");
   TestRules();
   TestRequestsAndLiveBudgets();
+  TestWaitForRoom();
   TestWaitsAcrossProcesses();
   TestManyWaiters();
   TestNoLostWakeups();
