@@ -16,6 +16,8 @@
 # full paths), CUDA_MEMORY_SLURM_HOOK_ARGS (options of the task prolog, e.g. --gpu-memory 8GiB for
 # stand-in GPUs) and CUDA_MEMORY_SLURM_HOOK_ENV (NAME=value words both hooks run with).
 # Ports: SLURM_TEST_PORT (slurmctld) and the one after it (slurmd), default 16817.
+# SLURM_TEST_JOB_UID: a uid (and gid of the same number) that jobs will also run as; start gives
+# it a passwd and a group entry where it has none, and stop removes only the entries start made.
 set -euo pipefail
 
 die() {
@@ -30,6 +32,37 @@ install_packages() {
   fi
   apt-get update -qq >/dev/null
   apt-get install -y -qq --no-install-recommends slurmctld slurmd slurm-client munge >/dev/null
+}
+
+# slurmd starts a job only for a user it can look up (getpwuid, for the job's name, home and
+# groups), and a fresh machine has no user of the second uid the tests submit jobs as: an entry is
+# made where there is none (useradd, groupadd), and DIR/run/made-user and made-group record it,
+# so that stop removes what start made and nothing a machine had before.
+JOB_USER=cuda-memory-job
+make_job_user() {
+  local dir=$1 uid=$2
+  case "$uid" in '' | *[!0-9]*) die "SLURM_TEST_JOB_UID is '$uid', not a uid" ;; esac
+  if ! getent group "$uid" >/dev/null; then
+    groupadd -g "$uid" "$JOB_USER"
+    echo "$JOB_USER" >"$dir/run/made-group"
+  fi
+  if ! getent passwd "$uid" >/dev/null; then
+    useradd -u "$uid" -g "$uid" -M -N -d /nonexistent -s /usr/sbin/nologin "$JOB_USER"
+    echo "$JOB_USER" >"$dir/run/made-user"
+  fi
+}
+
+remove_job_user() {
+  local dir=$1
+  if [ -f "$dir/run/made-user" ]; then
+    userdel "$(cat "$dir/run/made-user")" 2>/dev/null || true
+    rm -f "$dir/run/made-user"
+  fi
+  if [ -f "$dir/run/made-group" ]; then
+    # userdel removes a group of the user's name itself, where the login.defs say so.
+    if getent group "$(cat "$dir/run/made-group")" >/dev/null; then groupdel "$(cat "$dir/run/made-group")" || true; fi
+    rm -f "$dir/run/made-group"
+  fi
 }
 
 # The pids start recorded, newest first; each is stopped only while it is still the daemon it was.
@@ -48,6 +81,7 @@ stop_cluster() {
     fi
     rm -f "$dir/run/$name.pid"
   done
+  remove_job_user "$dir"
 }
 
 start_cluster() {
@@ -64,6 +98,7 @@ start_cluster() {
   [ -f "$dir/munge/munge.key" ] || { dd if=/dev/urandom of="$dir/munge/munge.key" bs=1024 count=1 status=none; }
   chmod 0400 "$dir/munge/munge.key"
   for i in 0 1; do [ -c "$dir/dev/gpu$i" ] || mknod "$dir/dev/gpu$i" c 1 3; done
+  [ -z "${SLURM_TEST_JOB_UID:-}" ] || make_job_user "$dir" "$SLURM_TEST_JOB_UID"
   chmod 0666 "$dir"/dev/gpu*
   cat >"$dir/etc/slurm.conf" <<EOF
 ClusterName=cmtest

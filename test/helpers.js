@@ -84,6 +84,67 @@ function tempDir(prefix) {
   return dir;
 }
 
+// A new temporary folder that every user can enter, for what another user must reach (a process
+// run with setpriv, a Slurm job of another uid), removed as tempDir's are. It goes under the first
+// of os.tmpdir() and /tmp that every user can enter: the run's TMPDIR (test/reporters/tmpdir.js)
+// and a CI clone sit in folders only this user can enter, since `mktemp -d` makes them 0700.
+const everyoneEnters = (d) => {
+  for (let p = path.resolve(d); ; p = path.dirname(p)) {
+    if ((fs.statSync(p).mode & 0o001) === 0) return false;
+    if (p === path.dirname(p)) return true;
+  }
+};
+function openTempDir(prefix) {
+  const open = [os.tmpdir(), '/tmp'].find((d) => fs.existsSync(d) && everyoneEnters(d));
+  if (!open) throw new Error(`no temporary folder every user can enter (${os.tmpdir()}, /tmp) for what another user runs`);
+  const dir = fs.mkdtempSync(path.join(open, prefix));
+  tempDirs.push(dir);
+  return dir;
+}
+
+// Makes `p` and everything under it readable by every user, and its folders enterable, whatever
+// the umask made them.
+function readableByAll(p) {
+  const st = fs.statSync(p);
+  fs.chmodSync(p, st.isDirectory() ? 0o755 : (st.mode & 0o777) | 0o444);
+  if (st.isDirectory()) for (const e of fs.readdirSync(p)) readableByAll(path.join(p, e));
+}
+
+// What another user runs of the package, made once per test file in an openTempDir: dist/,
+// package.json, the addon this suite loaded and the interposer it would preload (where they are
+// built) in build/Release/, and the package's dependencies (node-gyp-build, which the loader
+// asks for the prebuilt binary; commander, for the CLI). `env` points CUDA_MEMORY_ADDON and
+// CUDA_MEMORY_PRELOAD, which may name files in the checkout, at the copy's.
+let forOtherUsers;
+function packageForOtherUsers() {
+  if (forOtherUsers) return forOtherUsers;
+  const copy = openTempDir('cuda-memory-other-user-');
+  fs.cpSync(path.join(root, 'dist'), path.join(copy, 'dist'), { recursive: true });
+  fs.copyFileSync(path.join(root, 'package.json'), path.join(copy, 'package.json'));
+  const release = path.join(copy, 'build', 'Release');
+  fs.mkdirSync(release, { recursive: true });
+  const env = {
+    CUDA_MEMORY_ADDON: path.join(release, 'cuda_memory.node'),
+    CUDA_MEMORY_PRELOAD: path.join(release, 'cuda_memory_preload.so'),
+  };
+  const { addonPath } = require(path.join(root, 'dist', 'binding', 'native'));
+  if (addonPath) fs.copyFileSync(addonPath, env.CUDA_MEMORY_ADDON);
+  try {
+    fs.copyFileSync(require(path.join(root, 'dist', 'allocator', 'member')).findPreloadLibrary(root, process.env), env.CUDA_MEMORY_PRELOAD);
+  } catch {
+    // not built: the copy has none either, and the copy's processes say so (ERR_PRELOAD_NOT_FOUND)
+  }
+  // Each dependency where Node finds it from the package (an installed package's may be hoisted).
+  for (const dep of Object.keys(require(path.join(root, 'package.json')).dependencies ?? {})) {
+    let from = root;
+    while (!fs.existsSync(path.join(from, 'node_modules', dep, 'package.json')) && from !== path.dirname(from)) from = path.dirname(from);
+    fs.cpSync(path.join(from, 'node_modules', dep), path.join(copy, 'node_modules', dep), { recursive: true });
+  }
+  readableByAll(copy);
+  forOtherUsers = { root: copy, env };
+  return forOtherUsers;
+}
+
 // Byte-for-byte equality of two views.
 function same(a, b) {
   return Buffer.compare(Buffer.from(a.buffer, a.byteOffset, a.byteLength), Buffer.from(b.buffer, b.byteOffset, b.byteLength)) === 0;
@@ -280,6 +341,9 @@ module.exports = {
   inPrivateMounts,
   privateMountsWork,
   tempDir,
+  openTempDir,
+  readableByAll,
+  packageForOtherUsers,
   expectNotCloneable,
   thrown,
 };

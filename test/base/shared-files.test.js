@@ -7,7 +7,7 @@ const fs = require('fs');
 const os = require('os');
 const path = require('path');
 const { spawnSync, spawn } = require('child_process');
-const { cm, root } = require('../helpers');
+const { cm, packageForOtherUsers, root } = require('../helpers');
 
 const MiB = 2 ** 20;
 const sim = { totalBytes: 80 * 2 ** 30 };
@@ -29,53 +29,10 @@ const canSwitchUser = process.getuid?.() === 0 && spawnSync('setpriv', ['--versi
 const asOther = (name, fn) =>
   canSwitchUser ? test(name, fn) : test.skip(`${name} — skipped: needs root and setpriv to act as a second user`, fn);
 
-// What the second user runs: the package (dist/, package.json, the addon this suite loaded, and
-// node-gyp-build, which the loader asks for the prebuilt binary) copied where that user can read
-// it. The checkout itself may sit in a folder only this user can enter (`mktemp -d` makes them
-// 0700, as does the run's own TMPDIR), so the copy goes under the first temporary folder that
-// every user can enter, and is removed when the file ends.
-const everyoneEnters = (d) => {
-  for (let p = path.resolve(d); ; p = path.dirname(p)) {
-    if ((fs.statSync(p).mode & 0o001) === 0) return false;
-    if (p === path.dirname(p)) return true;
-  }
-};
-let otherRoot;
-function packageForOther() {
-  if (otherRoot) return otherRoot;
-  const open = [os.tmpdir(), '/tmp'].find((d) => fs.existsSync(d) && everyoneEnters(d));
-  if (!open) throw new Error(`no temporary folder every user can enter (${os.tmpdir()}, /tmp) for the second user's copy of the package`);
-  otherRoot = fs.mkdtempSync(path.join(open, 'cuda-memory-other-user-'));
-  fs.cpSync(path.join(root, 'dist'), path.join(otherRoot, 'dist'), { recursive: true });
-  fs.copyFileSync(path.join(root, 'package.json'), path.join(otherRoot, 'package.json'));
-  const { addonPath } = require(path.join(root, 'dist', 'binding', 'native'));
-  fs.mkdirSync(path.join(otherRoot, 'build', 'Release'), { recursive: true });
-  if (addonPath) fs.copyFileSync(addonPath, path.join(otherRoot, 'build', 'Release', 'cuda_memory.node'));
-  fs.cpSync(
-    path.dirname(require.resolve('node-gyp-build/package.json', { paths: [root] })),
-    path.join(otherRoot, 'node_modules', 'node-gyp-build'),
-    {
-      recursive: true,
-    },
-  );
-  // Readable and enterable by everyone, whatever the umask made them.
-  const readable = (p) => {
-    const st = fs.statSync(p);
-    fs.chmodSync(p, st.isDirectory() ? 0o755 : (st.mode & 0o777) | 0o444);
-    if (st.isDirectory()) for (const e of fs.readdirSync(p)) readable(path.join(p, e));
-  };
-  readable(otherRoot);
-  return otherRoot;
-}
-afterAll(() => otherRoot && fs.rmSync(otherRoot, { recursive: true, force: true }));
-
-// The second user's environment: this suite's folder, and the copy's addon (CUDA_MEMORY_ADDON may
-// name one in the checkout).
-const otherEnv = () => ({
-  ...process.env,
-  CUDA_MEMORY_SHM_DIR: dir,
-  CUDA_MEMORY_ADDON: path.join(packageForOther(), 'build', 'Release', 'cuda_memory.node'),
-});
+// What the second user runs: a copy of the package that user can read (test/helpers.js), in this
+// suite's folder.
+const otherEnv = () => ({ ...process.env, CUDA_MEMORY_SHM_DIR: dir, ...packageForOtherUsers().env });
+const packageForOther = () => packageForOtherUsers().root;
 
 // Runs a snippet as the second user (setpriv), in the copy of the package, with this suite's folder.
 function runAsOther(code) {

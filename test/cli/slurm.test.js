@@ -3,13 +3,15 @@
 // (scontrol's GRES, hostlists, the node's schemes), then against real Slurm daemons, a one-node
 // cluster on 127.0.0.1 (scripts/slurm-cluster.sh) whose two GPUs are stand-in devices: GPU 0 in 8
 // shards, GPU 1 counted as 8 GiB of gpumem. The jobs run the interposer's stand-in CUDA driver
-// (test/allocator/preload) as root, with 8 GiB per device. Without the daemons (not installed, not
-// root) the cluster's tests skip saying why; under CUDA_MEMORY_REQUIRE_SLURM=1 (CI) that fails.
+// (test/allocator/preload), with 8 GiB per device, as root, and one as a second user (uid and gid
+// 2001, by setpriv), whose task prolog runs as that user and whose group lives in that user's
+// folder. Without the daemons (not installed, not root) the cluster's tests skip saying why; under
+// CUDA_MEMORY_REQUIRE_SLURM=1 (CI) that fails.
 const fs = require('fs');
 const os = require('os');
 const path = require('path');
 const { spawnSync } = require('child_process');
-const { cm, metrics, root } = require('../helpers');
+const { cm, metrics, openTempDir, packageForOtherUsers, readableByAll, root } = require('../helpers');
 
 const GiB = 2 ** 30;
 const MiB = 2 ** 20;
@@ -154,8 +156,8 @@ describe("a job's group, without the daemons (simulated device)", () => {
 
 // ---- against the daemons ----------------------------------------------------------------------
 
-const have = (cmd) => spawnSync('sh', ['-c', `command -v ${cmd}`], { encoding: 'utf8' }).status === 0;
-const missing = ['slurmctld', 'slurmd', 'srun', 'sbatch', 'scontrol', 'munged', 'mknod'].filter((c) => !have(c));
+const which = (cmd) => spawnSync('sh', ['-c', `command -v ${cmd}`], { encoding: 'utf8' }).stdout.trim();
+const missing = ['slurmctld', 'slurmd', 'srun', 'sbatch', 'scontrol', 'munged', 'mknod', 'setpriv'].filter((c) => !which(c));
 const why =
   missing.length > 0
     ? `${missing.join(', ')} not installed (scripts/slurm-cluster.sh install installs Debian's slurmctld, slurmd, slurm-client and munge)`
@@ -178,7 +180,16 @@ describeSlurm('a one-node cluster holds each job to the GPU memory Slurm gave it
   const harness = require('../allocator/preload/harness');
   harness.useHarness();
   const prog = path.join(harness.bin, 'dynamic');
-  const cluster = fs.mkdtempSync(path.join(os.tmpdir(), 'cuda-memory-slurm-'));
+  // The second user's jobs: the cluster's folder (slurm.conf, munge's socket) where that user can
+  // reach it, and the hooks and that user's tasks run readable copies of the package and of the
+  // stand-in driver and program (the checkout and the harness's folders may be where only root
+  // can enter). slurm-cluster.sh gives the uid a passwd entry where it has none.
+  const JOB_UID = 2001;
+  const asJobUser = ['--reuid', String(JOB_UID), '--regid', String(JOB_UID), '--clear-groups'];
+  const cluster = openTempDir('cuda-memory-slurm-');
+  const pkg = packageForOtherUsers();
+  const userBin = openTempDir('cuda-memory-slurm-bin-');
+  const userProg = path.join(userBin, 'dynamic');
   const quote = (s) => `'${s.replace(/'/g, `'\\''`)}'`;
   const env = {
     ...process.env,
@@ -187,14 +198,20 @@ describeSlurm('a one-node cluster holds each job to the GPU memory Slurm gave it
     FAKE_CUDA_TOTAL: String(8 * GiB),
   };
   const sh = (args, opts = {}) => spawnSync(args[0], args.slice(1), { encoding: 'utf8', env, timeout: 120000, ...opts });
+  const userEnv = () => ({ ...env, ...pkg.env, LD_LIBRARY_PATH: userBin });
   const script = path.join(root, 'scripts', 'slurm-cluster.sh');
 
   beforeAll(() => {
+    for (const f of ['dynamic', 'libcudart.so.13', 'libcuda.so.1']) fs.copyFileSync(path.join(harness.bin, f), path.join(userBin, f));
+    readableByAll(userBin);
+    // The jobs' shared folder, where each user makes a folder of its own, as in /dev/shm.
+    fs.chmodSync(harness.dir, 0o1777);
     const r = sh(['bash', script, 'start', cluster], {
       env: {
         ...env,
         SLURM_TEST_PORT: String(20000 + (process.pid % 10000) * 2),
-        CUDA_MEMORY_SLURM_CLI: `${quote(process.execPath)} ${quote(cli)}`,
+        SLURM_TEST_JOB_UID: String(JOB_UID),
+        CUDA_MEMORY_SLURM_CLI: `${quote(process.execPath)} ${quote(path.join(pkg.root, 'dist', 'cli.js'))}`,
         CUDA_MEMORY_SLURM_HOOK_ARGS: '--gpu-memory 8GiB --shards 8@0 --gpumem-gpu 1',
         CUDA_MEMORY_SLURM_HOOK_ENV: `CUDA_MEMORY_SHM_DIR=${quote(harness.dir)}`,
       },
@@ -203,8 +220,8 @@ describeSlurm('a one-node cluster holds each job to the GPU memory Slurm gave it
   }, 120000);
   afterAll(() => {
     sh(['scancel', '--user=root']);
+    sh(['scancel', `--user=${JOB_UID}`]);
     sh(['bash', script, 'stop', cluster]);
-    fs.rmSync(cluster, { recursive: true, force: true });
   }, 60000);
 
   const ledgers = (job) => (fs.existsSync(harness.files) ? fs.readdirSync(harness.files).filter((f) => f.includes(`.slurm-${job}.`)) : []);
@@ -227,11 +244,9 @@ describeSlurm('a one-node cluster holds each job to the GPU memory Slurm gave it
     return { ...r, answers: r.stdout.trim().split('\n') };
   };
 
-  test('--gres=shard:2 of 8: the program is refused at exactly 2/8 of the GPU, and sees 2/8 as its total', async () => {
-    const r = srun(
-      ['--gres=shard:2'],
-      [`alloc malloc ${2 * GiB + 2 * MiB}`, `alloc malloc ${2 * GiB}`, `alloc malloc ${2 * MiB}`, 'meminfo'],
-    );
+  // A shard:2 task's lines and what its answers must be: refused at exactly 2/8 of the GPU.
+  const twoOfEight = [`alloc malloc ${2 * GiB + 2 * MiB}`, `alloc malloc ${2 * GiB}`, `alloc malloc ${2 * MiB}`, 'meminfo'];
+  const expectTwoOfEight = (r) => {
     expect(r.answers[0]).toBe('err 2');
     expect(r.answers[1]).toMatch(/^ok 0x/);
     expect(r.answers[2]).toBe('err 2');
@@ -239,8 +254,85 @@ describeSlurm('a one-node cluster holds each job to the GPU memory Slurm gave it
     expect(r.stderr).toMatch(
       /group 'slurm-\d+' refused cuMemAlloc of 2\.00 GiB: its budget is 2\.00 GiB \(slurm job \d+: 2 of 8 shards of 8 GiB/,
     );
+  };
+  // A job left running, driven line by line (harness.start): srun and its arguments, or setpriv's
+  // for a second user's; and the one job of a user, asked once its task answered.
+  const live = (args, env) => harness.start(args, env, []);
+  const onlyJobOf = (user) => {
+    const ids = sh(['squeue', '-h', '-u', String(user), '-o', '%A'])
+      .stdout.trim()
+      .split('\n');
+    expect(ids).toEqual([expect.stringMatching(/^\d+$/)]);
+    return ids[0];
+  };
+
+  test('--gres=shard:2 of 8: the program is refused at exactly 2/8 of the GPU, and sees 2/8 as its total', async () => {
+    const r = srun(['--gres=shard:2'], twoOfEight);
+    expectTwoOfEight(r);
     expect(r.status).toBe(0);
   });
+
+  test(`a job of uid ${JOB_UID}: its task prolog holds it to its 2 of 8 shards; its ledger is in that user's folder; the epilog (root) removes it`, async () => {
+    // The task prolog runs as the job's user, and its exports, LD_PRELOAD included, reach the task.
+    const p = live([which('setpriv'), ...asJobUser, 'srun', `--chdir=${userBin}`, '--gres=shard:2', userProg], userEnv());
+    try {
+      const answers = [];
+      for (const line of twoOfEight) answers.push(await p.send(line));
+      expectTwoOfEight({ answers, stderr: await harness.stderrOf(p, /refused cuMemAlloc/) });
+      const job = onlyJobOf(JOB_UID);
+      // The group's ledger is in the job user's own folder (SLURM_JOB_UID's), none in root's.
+      const folder = path.join(harness.dir, `cuda-memory-${JOB_UID}`);
+      const ledger = `cuda-memory-group.slurm-${job}.${harness.DEV0}`;
+      expect(fs.readdirSync(folder)).toEqual([ledger]);
+      const [d, l] = [fs.statSync(folder), fs.statSync(path.join(folder, ledger))];
+      expect([d.uid, d.gid, d.mode & 0o777, l.uid, l.gid]).toEqual([JOB_UID, JOB_UID, 0o700, JOB_UID, JOB_UID]);
+      expect(ledgers(job)).toEqual([]);
+      expect(harness.group(`slurm-${job}`)).toBeNull();
+      // scancel: the task dies without leaving its group (SIGTERM), so its ledger outlives it, and
+      // only the epilog, run as root, removes it from that user's folder.
+      sh(['scancel', job]);
+      await gone(job);
+      expect(fs.readdirSync(folder)).toEqual([]);
+      await p.exited;
+    } finally {
+      p.kill();
+    }
+  }, 60000);
+
+  test(`uid ${JOB_UID} can neither remove a root job's group nor join it`, async () => {
+    const p = live([which('srun'), '--gres=shard:2', prog], env);
+    let job;
+    try {
+      expect(await p.send(`alloc malloc ${GiB}`)).toMatch(/^ok 0x/);
+      job = onlyJobOf('root');
+      const group = `slurm-${job}`;
+      const before = harness.group(group);
+      expect(before).toMatchObject({ budgetBytes: 2 * GiB, members: [expect.anything()] });
+      const asUser = (args, opts) => sh([which('setpriv'), ...asJobUser, ...args], { cwd: pkg.root, ...opts });
+      // The epilog run by that user for root's job cannot become root, and removes nothing.
+      const e = asUser([process.execPath, path.join(pkg.root, 'dist', 'cli.js'), 'slurm', 'epilog'], {
+        env: { ...userEnv(), SLURM_JOB_ID: job, SLURM_JOB_UID: '0', SLURM_JOB_GID: '0' },
+      });
+      expect(e.stderr).toMatch(/cannot become user 0 \(.*\); nothing removed/);
+      expect(e.status).toBe(0);
+      // A process of that user's naming root's job's group, at 4 GiB, is a member of a group of its
+      // own (in its own folder): its 3 GiB fit there, not in root's job's 2 GiB, and it sees 4 GiB.
+      const m = asUser([userProg], {
+        env: { ...userEnv(), ...harness.budget(group, 4 * GiB), LD_PRELOAD: pkg.env.CUDA_MEMORY_PRELOAD },
+        input: `alloc malloc ${3 * GiB}\nmeminfo\nexit\n`,
+      });
+      expect(m.stdout.split('\n').slice(0, 2)).toEqual([expect.stringMatching(/^ok 0x/), `ok ${GiB} ${4 * GiB}`]);
+      // Root's job's group as it was: its budget, its charge, its one member, and still held to them.
+      expect(ledgers(job)).toEqual([`cuda-memory-group.${group}.${harness.DEV0}`]);
+      expect(harness.group(group)).toEqual(before);
+      expect(await p.send(`alloc malloc ${GiB + 2 * MiB}`)).toBe('err 2');
+      await p.exit();
+    } finally {
+      p.kill();
+    }
+    await gone(job);
+    expect(ledgers(job)).toEqual([]);
+  }, 60000);
 
   test("a step's child processes are members: the parent's 1 GiB and its child's 512 MiB leave no room for 768 MiB", () => {
     // Without the child's charge the parent's 1.75 GiB would fit the 2 GiB.
