@@ -364,13 +364,23 @@ Napi::Value BlockId(const Napi::CallbackInfo& info) {
 // (core/allocator/upstream_contract.h) over the CUDA device's upstream, cudaMalloc's or, managed,
 // cudaMallocManaged's, limited by the device's free memory (managed memory may take more); the
 // rules it found broken, none when it keeps them. slackBytes: what the driver's own allocations
-// may move the free memory by between two readings. For the test suite on a GPU: it takes and
-// gives back a few regions and granules, and asks once for more than the device has free.
+// may move the free memory by between two readings. It synchronizes the device before it reads the
+// free memory. For the test suite on a GPU: it takes and gives back a few regions and granules,
+// and asks once for more than the device has free.
 Napi::Value UpstreamContract(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   const int device = ReadInt(env, info[0], "device", 0, std::numeric_limits<int>::max());
   CheckDevice(env, device);
   const bool managed = info[1].ToBoolean();
+  // The device's queued work first: a stream-ordered pool gives back what was freed in stream
+  // order at the next synchronize, and the contract's own cudaFree synchronizes, so this process's
+  // pending frees would raise the free memory midway.
+  int current = 0;
+  if (cudaGetDevice(&current) == cudaSuccess && cudaSetDevice(device) == cudaSuccess) {
+    cudaDeviceSynchronize();
+    cudaSetDevice(current);
+  }
+  (void)cudaGetLastError();
   CudaUpstream upstream(device, managed);
   core::ContractOptions o;
   o.slack = ReadSize(env, info[2], "slackBytes");
