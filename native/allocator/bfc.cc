@@ -362,11 +362,12 @@ Napi::Value BlockId(const Napi::CallbackInfo& info) {
 
 // upstreamContract(device, managed, slackBytes): the upstream contract
 // (core/allocator/upstream_contract.h) over the CUDA device's upstream, cudaMalloc's or, managed,
-// cudaMallocManaged's, limited by the device's free memory (managed memory may take more); the
+// cudaMallocManaged's, limited by the device's whole memory (managed memory may take more); the
 // rules it found broken, none when it keeps them. slackBytes: what the driver's own allocations
 // may move the free memory by between two readings. It synchronizes the device before it reads the
 // free memory. For the test suite on a GPU: it takes and gives back a few regions and granules,
-// and asks once for more than the device has free.
+// and asks once for more than the device has. Not for more than it has free: the driver gives
+// back memory it held for this process to try such a request, which may then succeed.
 Napi::Value UpstreamContract(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   const int device = ReadInt(env, info[0], "device", 0, std::numeric_limits<int>::max());
@@ -384,7 +385,8 @@ Napi::Value UpstreamContract(const Napi::CallbackInfo& info) {
   CudaUpstream upstream(device, managed);
   core::ContractOptions o;
   o.slack = ReadSize(env, info[2], "slackBytes");
-  o.limit = managed ? 0 : upstream.GetMemInfo().free;
+  o.limit = managed ? 0 : upstream.GetMemInfo().total;
+  o.refusal_reclaims = true;
   o.resident = !managed;
   o.map_refusal = false;  // the whole device, granule by granule: the simulated legs check it
   const std::vector<std::string> broken = core::CheckUpstreamContract(upstream, o);

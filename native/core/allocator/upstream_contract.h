@@ -29,6 +29,12 @@ struct ContractOptions {
   // What else may move the device's free memory between two readings: 0 on a simulated device,
   // whose accounting is exact; on a GPU, the driver's own allocations.
   uint64_t slack = 0;
+  // Whether a refused allocation may make the device give back memory it held for this process,
+  // to try the request: a GPU's driver does (on an H200, after the whole test suite, free memory
+  // rose by 14 MiB at each refusal past the free memory, and the request past it then succeeded).
+  // Free memory may then rise at the refusal (never fall), and the later steps come back to the
+  // risen figure. False on a simulated device, whose accounting is exact.
+  bool refusal_reclaims = false;
   // Whether a region takes device memory when it is made; false for managed memory on a GPU, which
   // the driver places when it is first touched, so free memory is only checked to come back.
   bool resident = true;

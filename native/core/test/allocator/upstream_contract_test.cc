@@ -48,11 +48,22 @@ class Broken final : public Upstream {
     kErrorWhenFull,
     kMapsHalf,
     kGrowsFootprint,
-    kTooFree
+    kTooFree,
+    kReclaims,  // not a fault: holds 14 MiB for the process and gives it back to try a request
+    kHoldsAtRefusal,
   };
-  explicit Broken(Fault f) : fault_(f), inner_(8 * GiB, 8 * GiB, 9, 0) {}
+  explicit Broken(Fault f) : fault_(f), inner_(8 * GiB, 8 * GiB, 9, 0) {
+    if (fault_ == kReclaims) (void)inner_.Allocate(held_, &held_at_);
+  }
   UpstreamStatus Allocate(size_t bytes, uint64_t* address) override {
     UpstreamStatus s = inner_.Allocate(bytes, address);
+    if (fault_ == kReclaims && s.kind == UpstreamStatus::kOutOfMemory && held_at_) {
+      inner_.Deallocate(held_at_, held_);
+      held_at_ = 0;
+      s = inner_.Allocate(bytes, address);
+    }
+    if (fault_ == kHoldsAtRefusal && s.kind == UpstreamStatus::kOutOfMemory && !leak_at_)
+      (void)inner_.Allocate(16 * MiB, &leak_at_);
     if (fault_ == kErrorWhenFull && s.kind == UpstreamStatus::kOutOfMemory)
       return {UpstreamStatus::kError, 999, "broken cudaMalloc"};
     if (fault_ == kOverlaps && s.kind == UpstreamStatus::kOk) {
@@ -111,7 +122,8 @@ class Broken final : public Upstream {
   Fault fault_;
   SimulatedUpstream inner_;
   uint64_t first_ = 0;
-  std::map<uint64_t, uint64_t> overlapped_;  // real address -> the address handed out
+  std::map<uint64_t, uint64_t> overlapped_;
+  uint64_t held_ = 14 * MiB, held_at_ = 0, leak_at_ = 0;  // real address -> the address handed out
 };
 
 int main() {
@@ -179,6 +191,28 @@ int main() {
     // A limit the upstream does not keep: the device gives more than the caller says it may.
     SimulatedUpstream roomy(8 * GiB, 8 * GiB, 9, 0);
     CHECK(Catches(roomy, Limit(GiB), "past the limit of 1073741824 bytes, succeeded"));
+  }
+
+  // A device that gives back memory it held for the process to try a request that does not fit,
+  // as a GPU's driver does. Asked past its free memory, the request then succeeds; asked past its
+  // whole memory, as the addon asks a GPU, it is refused, free memory rises, and the contract holds
+  // only where refusal_reclaims allows the rise.
+  {
+    Broken reclaims(Broken::kReclaims);
+    CHECK(Catches(reclaims, Limit(8 * GiB - 14 * MiB), "succeeded"));
+    Broken again(Broken::kReclaims);
+    CHECK(Catches(again, Limit(8 * GiB), "after a refused allocation, free memory is"));
+    Broken allowed(Broken::kReclaims);
+    ContractOptions o = Limit(8 * GiB);
+    o.refusal_reclaims = true;
+    CHECK(Keeps(allowed, o, "reclaims, allowed"));
+    CHECK(allowed.inner().GetMemInfo().free == 8 * GiB);
+    // The rise allowed, a refusal that leaves memory held is still caught, and so are regions not
+    // given back.
+    Broken holds(Broken::kHoldsAtRefusal);
+    CHECK(Catches(holds, o, "after a refused allocation, free memory is"));
+    Broken keeps(Broken::kKeepsFreed);
+    CHECK(Catches(keeps, o, "after the regions were given back"));
   }
 
   std::string cmd = "rm -rf " + dir;
