@@ -129,6 +129,7 @@ export type {
   UnchargedProcess,
   GroupList,
 } from './allocator/group';
+export type { GroupPressureEvent } from './allocator/pressure';
 export { preloadLibraryPath, memberEnvironment } from './allocator/member';
 export type { MemberEnvironmentOptions, Environment } from './allocator/member';
 export { budgetFromAllocation } from './allocator/allocation';

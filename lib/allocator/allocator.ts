@@ -16,6 +16,8 @@ import { invalidArgument, argRangeError } from '../base/errors';
 import { formatBytes } from '../base/units';
 import { Trace, TraceEvent, saveTrace as writeTrace } from './trace';
 import type { GroupStats } from './group';
+import { watchPressure } from './pressure';
+import type { GroupPressureEvent, PressureWatch } from './pressure';
 import { requireFeature } from './backend';
 import type { AllocatorBackend } from './backend';
 import type { PlatformRead } from './options';
@@ -331,6 +333,7 @@ export class Allocator {
   private _platformDevice: PlatformDevice | null = null;
   private _platformRead: PlatformRead = {};
   private _platformCap: number | null = null;
+  private _pressure: PressureWatch | null = null;
 
   /** @internal Use {@link createAllocator}. */
   constructor(token: symbol, handle: AllocatorHandle, backend: AllocatorBackend = 'bfc', fraction?: number) {
@@ -353,6 +356,38 @@ export class Allocator {
     this._deviceTotal = info.deviceTotal;
     this._fraction = fraction ?? null;
     liveAllocators.add(new WeakRef(this));
+  }
+
+  /** @internal A group member's allocator: looks at its group for pressure from now on (set by createAllocator). */
+  _watchPressure(w: PressureWatch): void {
+    this._pressure = w;
+    watchPressure(this);
+  }
+
+  /**
+   * @internal One look at the group for pressure (the poller's): where pressure begins or goes on,
+   * gives back the wholly free regions (where releaseOnPressure and, for `request`, it borrows),
+   * and tells onPressure when it begins or its reason changes.
+   */
+  _pollPressure(): void {
+    const w = this._pressure;
+    if (!w || this._closed) return;
+    const p = native.allocatorGroupPressure(this._a);
+    if (p === undefined) return; // the ledger did not change
+    if (p === null) {
+      w.current = null;
+      return;
+    }
+    const releasedBytes = w.release && (p.reason === 'budget' || p.borrowing) ? this.emptyCache() : 0;
+    const began = w.current !== p.reason;
+    w.current = p.reason;
+    const tell = w.onPressure;
+    if (began && tell) {
+      const event: GroupPressureEvent = { reason: p.reason, bytes: p.bytes, pids: p.pids, group: w.group, releasedBytes };
+      // Its own turn: a listener that throws is the process's uncaught exception, as an event
+      // listener's is, and the other allocators' looks go on.
+      queueMicrotask(() => tell(event));
+    }
   }
 
   /** @internal Where the platform's limits on this allocator's device are read (set by createAllocator). */

@@ -8,6 +8,8 @@ import { requireCuda } from '../device/discovery';
 import { kInternal } from '../base/internal';
 import { platformInfo, allocatorPlatformOption } from '../device/platform';
 import { resolveShared } from './group';
+import type { SharedBudgetOptions } from './group';
+import { pressureWatch } from './pressure';
 import { supports } from './backend';
 import { Allocator } from './allocator';
 import { allocatorPlan, checkAllocatorOptions, checkAllocatorPlan } from './options';
@@ -30,6 +32,10 @@ export function createAllocator(options?: AllocatorOptions): Allocator {
   // Wrap the handle, with where its platform's limits are read again.
   const a = new Allocator(kInternal, handle, plan.backend, plan.memoryFraction);
   a._setPlatform(plan.platformDevice, plan.platformRead, platform ? platform.capBytes : null);
+  if (shared !== undefined) {
+    const s = plan.given.shared as SharedBudgetOptions;
+    a._watchPressure(pressureWatch(s.name as string, s.onPressure, s.releaseOnPressure));
+  }
   return a;
 }
 

@@ -13,6 +13,8 @@ import { checkObjects, checkOptions, checkSize } from '../base/validate';
 import { checkShmName, lockTimeoutMs, shmDir } from '../base/shm';
 import { formatBytes } from '../base/units';
 import type { GroupJob, GroupMember, GroupStats, UnchargedProcess } from '../base/types';
+import { pressureWatch } from './pressure';
+import type { GroupPressureEvent } from './pressure';
 
 export type { GroupJob, GroupMember, GroupStats, UnchargedProcess } from '../base/types';
 import { printable } from '../base/printable';
@@ -50,6 +52,20 @@ export interface SharedBudgetOptions {
    * of its own. See docs/processes.md, "Waiting, guarantees and live budgets".
    */
   waitMs?: number;
+  /**
+   * Called when pressure on the group begins (see {@link GroupPressureEvent}): the group's charge
+   * is above a budget lowered while it runs, or other members wait for room within their
+   * guaranteed requests. Called once each time it begins, after this allocator gave back what it
+   * could, from a timer of this thread that looks at the ledger every 50 ms and does not keep the
+   * process alive; never while this thread waits in an allocation.
+   */
+  onPressure?: (event: GroupPressureEvent) => void;
+  /**
+   * Whether the allocator gives back its wholly free regions (emptyCache) on pressure: for
+   * `budget` always, for `request` where it holds more than its own request. Default true; false
+   * leaves what to free to onPressure.
+   */
+  releaseOnPressure?: boolean;
 }
 
 /**
@@ -156,10 +172,13 @@ export function resolveShared(value: unknown, device: number, totalBytes: number
   const s = checkOptions<SharedBudgetOptions>('shared', value);
   for (const k of Object.keys(s))
     if (!SHARED_OPTIONS.includes(k))
-      throw argTypeError(`Unknown shared option ${JSON.stringify(k)}; expected ${SHARED_OPTIONS.slice(0, -1).join(', ')} or waitMs`);
+      throw argTypeError(
+        `Unknown shared option ${JSON.stringify(k)}; expected ${SHARED_OPTIONS.slice(0, -1).join(', ')} or ${SHARED_OPTIONS[SHARED_OPTIONS.length - 1]}`,
+      );
   const timeout = lockTimeoutMs('shared.lockTimeoutMs', s.lockTimeoutMs);
   const terms = memberTerms({ request: 'shared.request', memberLimit: 'shared.memberLimit', waitMs: 'shared.waitMs' }, s);
   const name = checkShmName('shared.name', s.name);
+  pressureWatch(name, s.onPressure, s.releaseOnPressure); // checked before anything is taken
   // A GPU's properties, read once (a simulated device has its total given).
   const info = totalBytes === null ? (native.devices()[device] as { uuid?: string; totalMemory: number } | undefined) : undefined;
   const key = totalBytes !== null ? 'simulated' : uuidOf(info, device);
@@ -177,7 +196,17 @@ export function resolveShared(value: unknown, device: number, totalBytes: number
   return { dir: shmDir(), name, device: key, budget, budgetSource, lockTimeoutMs: timeout, ...terms };
 }
 
-const SHARED_OPTIONS = ['name', 'memoryLimit', 'memoryFraction', 'lockTimeoutMs', 'request', 'memberLimit', 'waitMs'];
+const SHARED_OPTIONS = [
+  'name',
+  'memoryLimit',
+  'memoryFraction',
+  'lockTimeoutMs',
+  'request',
+  'memberLimit',
+  'waitMs',
+  'onPressure',
+  'releaseOnPressure',
+];
 
 /** @internal The longest wait for room, in milliseconds: a day, as the lock's. */
 export const MOST_WAIT_MS = 86400000;

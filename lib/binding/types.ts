@@ -279,6 +279,12 @@ const surface = {
   allocatorResetAccumulated: fn<(a: AllocatorHandle) => void>(),
   allocatorSetFraction: fn<(a: AllocatorHandle, fraction: number) => number>(),
   allocatorEmptyCache: fn<(a: AllocatorHandle) => number>(),
+  /**
+   * The pressure on a bfc member's group where its ledger changed since the last call (null:
+   * none, or no group; undefined: unchanged). `borrowing`: it holds more than its own request.
+   */
+  allocatorGroupPressure:
+    fn<(a: AllocatorHandle) => { reason: 'budget' | 'request'; bytes: number; pids: number[]; borrowing: boolean } | null | undefined>(),
   allocatorClose: fn<(a: AllocatorHandle, force: boolean) => number>(),
   allocatorRecord: fn<(a: AllocatorHandle, maxEvents: number | null) => void>(),
   allocatorTrace: fn<

@@ -410,6 +410,8 @@ void InitAllocator(Napi::Env env, Napi::Object exports) {
            [](Info i) -> Napi::Value { return Number(i, Open(i)->SetFraction(i.Env(), i[1])); }},
           {"allocatorEmptyCache",
            [](Info i) -> Napi::Value { return Number(i, Open(i)->EmptyCache()); }},
+          {"allocatorGroupPressure",
+           [](Info i) -> Napi::Value { return Open(i)->Pressure(i.Env()); }},
           {"allocatorClose", Close},
           {"allocatorRecord", Record},
           {"allocatorTrace", [](Info i) -> Napi::Value { return Open(i)->Trace(i.Env()); }},

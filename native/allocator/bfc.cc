@@ -440,6 +440,26 @@ Napi::Object BfcBackend::Info(Napi::Env env) {
   return o;
 }
 
+Napi::Value BfcBackend::Pressure(Napi::Env env) {
+  if (!group) return env.Null();
+  const uint64_t seen = group->ledger().Generation();
+  // UINT64_MAX: the counter could not be read; looked at under the lock, as a change.
+  if (pressure_looked && seen == pressure_seen && seen != UINT64_MAX) return env.Undefined();
+  pressure_looked = true;
+  pressure_seen = seen;
+  const core::GroupPressure p =
+      InterprocessCall(env, [&] { return core::PressureOn(group->ledger().Snapshot()); });
+  if (p.reason == core::GroupPressure::kNone) return env.Null();
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("reason", p.reason == core::GroupPressure::kBudget ? "budget" : "request");
+  o.Set("bytes", static_cast<double>(p.bytes));
+  Napi::Array pids = Napi::Array::New(env, p.pids.size());
+  for (size_t i = 0; i < p.pids.size(); ++i) pids.Set(i, static_cast<double>(p.pids[i]));
+  o.Set("pids", pids);
+  o.Set("borrowing", p.self_borrows);
+  return o;
+}
+
 bool BfcBackend::FollowBudget() {
   if (!limit_is_budget) return false;
   uint64_t budget =

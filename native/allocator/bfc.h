@@ -61,6 +61,7 @@ class BfcBackend final : public Backend {
   void ResetAccumulated() override { pool->ResetAccumulatedStats(); }
   uint64_t SetFraction(Napi::Env env, Napi::Value fraction) override;
   uint64_t EmptyCache() override { return pool->EmptyCache(); }
+  Napi::Value Pressure(Napi::Env env) override;
   uint64_t Close(Napi::Env env, bool force) override;
   void Record(Napi::Env env, Napi::Value max_events) override;
   Napi::Value Trace(Napi::Env env) override;
@@ -90,6 +91,9 @@ class BfcBackend final : public Backend {
   // Whether the pool's limit is the group's budget (no limit of its own): it follows the budget
   // when that changes while the group runs (cuda-memory group set, setGroupBudget).
   bool limit_is_budget = false;
+  // The group ledger's change counter at the last Pressure() (looked: there was one).
+  bool pressure_looked = false;
+  uint64_t pressure_seen = 0;
   // With limit_is_budget: sets the pool's limit to the group's budget as the ledger has it now;
   // true if that changed it. Called when an allocation fails, so that a raised budget is used.
   bool FollowBudget();

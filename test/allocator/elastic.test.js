@@ -1,8 +1,9 @@
 'use strict';
 // Elastic sharing of a group budget by the library's allocators, on simulated devices with real
 // child processes: guaranteed requests and the burst pool, requests that do not fit, budgets
-// changed while members run, and allocations that wait for room (granted when a holder frees,
-// refused on timeout and when every holder waits).
+// changed while members run, allocations that wait for room (granted when a holder frees,
+// refused on timeout and when every holder waits), and pressure: a member's cache given back when
+// another waits within its request or the budget is lowered below the charge.
 const fs = require('fs');
 const os = require('os');
 const path = require('path');
@@ -25,8 +26,8 @@ afterAll(() => {
 const member = (group, pid) => cm.groupStats(group, { simulated: true }).members.find((m) => m.pid === pid);
 
 // A waiter process (test/fixtures/group-waiter.js) once it holds what it was asked to take.
-async function startWaiter(group, waitMs, holdMiB) {
-  const c = fork(waiter, [root, group, String(waitMs), String(holdMiB)], { env: process.env });
+async function startWaiter(group, waitMs, holdMiB, requestMiB = 0) {
+  const c = fork(waiter, [root, group, String(waitMs), String(holdMiB), String(requestMiB)], { env: process.env });
   children.add(c);
   c.on('exit', () => children.delete(c));
   await new Promise((r) => c.once('message', r));
@@ -251,4 +252,95 @@ describe('allocations that wait for room', () => {
     w.c.kill('SIGKILL');
     holder.close();
   }, 30000);
+});
+
+describe('pressure: a member that holds cache gives it back, and is told', () => {
+  // A holder in this process with 40 MiB of freed cache still charged (its pool keeps the region),
+  // and 8 MiB in use in a region of its own.
+  function cachedHolder(group, options = {}) {
+    const events = [];
+    const holder = cm.createAllocator({
+      simulate: sim,
+      allowGrowth: true,
+      shared: { name: group, memoryLimit: 64 * MiB, onPressure: (e) => events.push(e), ...options },
+    });
+    const live = holder.alloc(8 * MiB);
+    holder.alloc(40 * MiB).free();
+    expect(cm.groupStats(group, { simulated: true }).chargedBytes).toBeGreaterThanOrEqual(48 * MiB);
+    return { holder, live, events };
+  }
+  const until = async (what, fn) => {
+    for (let i = 0; i < 300; i++) {
+      if (fn()) return;
+      await new Promise((r) => setTimeout(r, 10));
+    }
+    throw new Error(`${what} within 3 s`);
+  };
+
+  test('a member waiting within its request: the holder that borrows gives its free regions back, and the waiter is granted', async () => {
+    const { holder, live, events } = cachedHolder('pressure-request');
+    // It joins with a request of 32 MiB (the requests fit); only 16 MiB are free beside the cache.
+    const w = await startWaiter('pressure-request', 5000, 0, 32);
+    const answer = await w.alloc(32);
+    expect(answer).toMatchObject({ granted: true });
+    expect(events).toEqual([
+      { reason: 'request', bytes: expect.any(Number), pids: [w.c.pid], group: 'pressure-request', releasedBytes: expect.any(Number) },
+    ]);
+    expect(events[0].bytes).toBeGreaterThanOrEqual(32 * MiB);
+    expect(events[0].releasedBytes).toBeGreaterThanOrEqual(40 * MiB);
+    expect(holder.stats().poolBytes).toBeLessThan(16 * MiB); // the live 8 MiB region stays
+    w.c.kill();
+    live.free();
+    holder.close();
+  });
+
+  test('releaseOnPressure false: told, nothing given back, and the waiter runs out of time', async () => {
+    const { holder, live, events } = cachedHolder('pressure-kept', { releaseOnPressure: false });
+    const w = await startWaiter('pressure-kept', 600, 0, 32);
+    const answer = await w.alloc(32);
+    expect(answer).toMatchObject({ granted: false, groupReason: 'timeout' });
+    expect(events).toEqual([expect.objectContaining({ reason: 'request', pids: [w.c.pid], releasedBytes: 0 })]);
+    expect(holder.stats().poolBytes).toBeGreaterThanOrEqual(48 * MiB);
+    w.c.kill();
+    live.free();
+    holder.close();
+  });
+
+  test('a budget lowered below the charge: the holder gives its free regions back, is told once, and the group is under the budget again', async () => {
+    const { holder, live, events } = cachedHolder('pressure-budget');
+    const charged = cm.groupStats('pressure-budget', { simulated: true }).chargedBytes;
+    cm.setGroupBudget('pressure-budget', 32 * MiB, { simulated: true });
+    await until('a pressure event', () => events.length > 0);
+    expect(events).toEqual([
+      { reason: 'budget', bytes: charged - 32 * MiB, pids: [], group: 'pressure-budget', releasedBytes: expect.any(Number) },
+    ]);
+    expect(events[0].releasedBytes).toBeGreaterThanOrEqual(40 * MiB);
+    expect(cm.groupStats('pressure-budget', { simulated: true }).chargedBytes).toBeLessThanOrEqual(32 * MiB);
+    // Over: no second event while nothing begins again.
+    await new Promise((r) => setTimeout(r, 200));
+    expect(events).toHaveLength(1);
+    live.free();
+    holder.close();
+  });
+
+  test('no pressure, no release: a waiter beyond its request waits for what others free', async () => {
+    const { holder, live, events } = cachedHolder('pressure-none');
+    const w = await startWaiter('pressure-none', 400, 0, 0);
+    expect(await w.alloc(32)).toMatchObject({ granted: false, groupReason: 'timeout' });
+    expect(events).toEqual([]);
+    expect(holder.stats().poolBytes).toBeGreaterThanOrEqual(48 * MiB);
+    w.c.kill();
+    live.free();
+    holder.close();
+  });
+
+  test('the options are checked', () => {
+    const make = (shared) => () =>
+      cm.createAllocator({ simulate: sim, allowGrowth: true, shared: { name: 'pressure-options', ...shared } });
+    expect(make({ onPressure: 1 })).toThrow(/^Expected a function or undefined for shared.onPressure, but received number$/);
+    expect(make({ releaseOnPressure: 'yes' })).toThrow(
+      /^Expected a boolean or undefined for shared.releaseOnPressure, but received string$/,
+    );
+    expect(make({ onPresure: () => {} })).toThrow(/Unknown shared option "onPresure"; expected .*, onPressure or releaseOnPressure$/);
+  });
 });

@@ -167,6 +167,32 @@ void FlushAll() {
 
 }  // namespace
 
+GroupPressure PressureOn(const GroupSnapshot& g) {
+  GroupPressure p;
+  for (const GroupMember& m : g.members)
+    if (m.self) p.self_borrows = m.pool_bytes > m.request;
+  if (g.charged > g.budget) {
+    p.reason = GroupPressure::kBudget;
+    p.bytes = g.charged - g.budget;
+    return p;
+  }
+  std::vector<const GroupMember*> within;
+  for (const GroupMember& m : g.members)
+    if (!m.self && m.waiting_bytes && m.pool_bytes <= m.request &&
+        m.waiting_bytes <= m.request - m.pool_bytes)
+      within.push_back(&m);
+  if (within.empty()) return p;
+  std::stable_sort(within.begin(), within.end(), [](const GroupMember* a, const GroupMember* b) {
+    return a->waiting_since_ms < b->waiting_since_ms;
+  });
+  p.reason = GroupPressure::kRequest;
+  for (const GroupMember* m : within) {
+    p.bytes = SaturatingAdd(p.bytes, m->waiting_bytes);
+    p.pids.push_back(m->pid);
+  }
+  return p;
+}
+
 std::string GroupRefusal::Sentence() const {
   std::string m = "The group '" + group.name + "' has a budget of " + FormatBytes(group.budget) +
                   " (" + group.budget_source + ") and its " + std::to_string(group.members.size()) +

@@ -62,6 +62,23 @@ struct GroupSnapshot {
   std::vector<GroupMember> members;
 };
 
+// What a group needs back from the members that hold cache (freed blocks their pools keep
+// charged): kBudget, the charge above a budget lowered while the group runs, which refuses every
+// new allocation until it falls under it; kRequest, other members waiting for room within their
+// own requests, which only what the rest borrowed can give them. kNone otherwise, waiters beyond
+// their requests included: they wait for what others free, in arrival order.
+struct GroupPressure {
+  enum Reason { kNone, kBudget, kRequest };
+  Reason reason = kNone;
+  uint64_t bytes = 0;         // the charge above the budget, or what those members wait for
+  std::vector<int64_t> pids;  // kRequest: the members waiting within their requests, oldest first
+  // Whether the member that looks holds more than its own request: what it frees of that is what
+  // the waiters within their requests wait for (its cache up to its request is its own).
+  bool self_borrows = false;
+};
+// The pressure on `g`, as seen by its member marked self (who is left out of the waiters).
+GroupPressure PressureOn(const GroupSnapshot& g);
+
 // Why a charge was refused: the group's state at that moment.
 struct GroupRefusal : RefusalReasons {
   Reason reason = kBudget;

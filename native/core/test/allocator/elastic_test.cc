@@ -1,9 +1,9 @@
 // Elastic sharing: the rules (core/allocator/elastic.h) on given figures, then the ledger's waits,
-// requests and live budgets with real processes (fork); the wait loop itself (WaitForRoom) over
-// scripted steps; then, with real processes: arrival order with mixed sizes, the
-// deadlock rule, a holder SIGKILLed while others wait, requests that do not fit, a budget raised
-// and lowered while members hold memory, 64 waiters at once, and no lost wake-up over 10,000
-// hand-overs. No Node, no GPU.
+// requests and live budgets with real processes (fork); the pressure a member sees; the wait loop
+// itself (WaitForRoom) over scripted steps; then, with real processes: arrival order with mixed
+// sizes, the deadlock rule, a holder SIGKILLed while others wait, requests that do not fit, a
+// budget raised and lowered while members hold memory, 64 waiters at once, and no lost wake-up over
+// 10,000 hand-overs. No Node, no GPU.
 #include "core/allocator/elastic.h"
 
 #include <signal.h>
@@ -200,6 +200,71 @@ static char Verdict(int fd, int64_t* at) {
   if (line.empty()) return 0;
   *at = std::atoll(line.c_str() + 1);
   return line[0];
+}
+
+// The pressure a member sees (PressureOn): on given figures, then live, two handles on one ledger
+// with a thread waiting within its request while the other borrowed it, and a budget lowered below
+// the charge.
+static void TestPressure() {
+  GroupSnapshot g;
+  g.budget = 8 * MiB;
+  g.charged = 10 * MiB;
+  CHECK(PressureOn(g).reason == GroupPressure::kBudget && PressureOn(g).bytes == 2 * MiB);
+  g.charged = 8 * MiB;
+  auto member = [](int64_t pid, uint64_t pool, uint64_t request, uint64_t waiting, uint64_t since) {
+    GroupMember m;
+    m.pid = pid;
+    m.pool_bytes = pool;
+    m.request = request;
+    m.waiting_bytes = waiting;
+    m.waiting_since_ms = since;
+    return m;
+  };
+  GroupMember self = member(1, 0, 4 * MiB, MiB, 5);
+  self.self = true;
+  // Its own wait and a wait beyond the waiter's request are no pressure.
+  g.members = {self, member(2, 2 * MiB, 2 * MiB, MiB, 1)};
+  CHECK(PressureOn(g).reason == GroupPressure::kNone);
+  // Waits within their requests: the oldest first, their bytes summed.
+  g.members.push_back(member(3, MiB, 4 * MiB, 3 * MiB, 9));
+  g.members.push_back(member(4, 0, 2 * MiB, 2 * MiB, 2));
+  GroupPressure p = PressureOn(g);
+  CHECK(p.reason == GroupPressure::kRequest && p.bytes == 5 * MiB);
+  CHECK((p.pids == std::vector<int64_t>{4, 3}));
+  CHECK(!p.self_borrows);  // it holds nothing beyond its request of 4 MiB
+  g.members[0].pool_bytes = 4 * MiB + 1;
+  CHECK(PressureOn(g).self_borrows);
+  g.members = {self, member(3, MiB, 4 * MiB, 3 * MiB + 1, 9)};  // one byte past its request
+  CHECK(PressureOn(g).reason == GroupPressure::kNone);
+
+  // Live: A borrows 12 of 16 MiB; B joins with a request of 8 (requests fit) and waits for 6.
+  std::unique_ptr<Ledger> a(Join("press", 16 * MiB, Terms(0, 0)));
+  GroupRefusal r;
+  CHECK(a->Charge(12 * MiB, &r));
+  std::unique_ptr<Ledger> b(Join("press", 0, Terms(8 * MiB, 10000)));
+  CHECK(PressureOn(a->Snapshot()).reason == GroupPressure::kNone);
+  bool granted = false;
+  std::thread waiter([&] {
+    GroupRefusal rb;
+    granted = b->ChargeWaiting(6 * MiB, &rb);
+  });
+  const int64_t until = NowMs() + 5000;
+  while (PressureOn(a->Snapshot()).reason == GroupPressure::kNone && NowMs() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  p = PressureOn(a->Snapshot());
+  CHECK(p.reason == GroupPressure::kRequest && p.bytes == 6 * MiB && p.self_borrows);
+  CHECK((p.pids == std::vector<int64_t>{getpid()}));
+  a->Release(4 * MiB);  // what A's pool would give back on pressure
+  waiter.join();
+  CHECK(granted);
+  CHECK(PressureOn(a->Snapshot()).reason == GroupPressure::kNone);
+  // A budget lowered below the charge (8 + 6 MiB): the charge above it.
+  Ledger::SetBudget(Ledger::PathFor(dir, "press", "simulated"), 10 * MiB, "limit 10.00 MiB");
+  p = PressureOn(a->Snapshot());
+  CHECK(p.reason == GroupPressure::kBudget && p.bytes == 4 * MiB);
+  a->Release(8 * MiB);
+  CHECK(PressureOn(b->Snapshot()).reason == GroupPressure::kNone);
+  b->Release(6 * MiB);
 }
 
 // WaitForRoom over scripted steps: what it tries, when it pauses and for how long, and how it ends.
@@ -477,6 +542,7 @@ int main() {
   TestRules();
   TestRequestsAndLiveBudgets();
   TestWaitForRoom();
+  TestPressure();
   TestWaitsAcrossProcesses();
   TestManyWaiters();
   TestNoLostWakeups();
