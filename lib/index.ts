@@ -113,7 +113,7 @@ export type { EnvAllocatorOptions } from './allocator/env';
 export { PinnedPool, PooledPinnedBuffer, createPinnedPool } from './allocator/pinned-pool';
 export type { PinnedPoolOptions, PinnedPoolStats } from './allocator/pinned-pool';
 export { loadTrace, saveTrace, checkTrace, fromPyTorchSnapshot, TraceError } from './allocator/trace';
-export type { Trace, TraceEvent } from './allocator/trace';
+export type { Trace, TraceEvent, TraceGroup, TraceGroupMember } from './allocator/trace';
 export { replayTrace, parsePolicy, formatReplay, smallestBudget, DIRECT_POLICY } from './allocator/replay';
 export type { ReplayPolicy, ReplayOptions, ReplayResult, SmallestBudget } from './allocator/replay';
 export { groupStats, listGroups, formatGroups, setGroupBudget, setGroupRequest } from './allocator/group';

@@ -14,7 +14,7 @@ import { Stream, streamOption } from '../device/stream';
 import { checkBoolean, checkOptions, checkSize } from '../base/validate';
 import { invalidArgument, argRangeError } from '../base/errors';
 import { formatBytes } from '../base/units';
-import { Trace, TraceEvent, saveTrace as writeTrace } from './trace';
+import { Trace, TraceEvent, saveTrace as writeTrace, traceGroup } from './trace';
 import type { GroupStats } from './group';
 import { watchPressure } from './pressure';
 import type { GroupPressureEvent, PressureWatch } from './pressure';
@@ -588,6 +588,7 @@ export class Allocator {
         ...(this.expandableSegments ? { expandableSegments: true } : {}),
       },
       droppedEvents: c.dropped,
+      ...(info.group ? { group: traceGroup(info.group as GroupStats) } : {}),
       events,
     };
   }

@@ -8,6 +8,7 @@ import { CudaMemoryError, jsonText } from '../base/errors';
 import { BoundedRead, fileProblem, readBounded } from '../base/files';
 import { formatBytes } from '../base/units';
 import { checkDevice, checkFilePath, isArray, isReadable } from '../base/validate';
+import type { GroupStats } from '../base/types';
 
 /**
  * The largest trace file {@link loadTrace} reads: 512 MiB, about the longest string JavaScript
@@ -66,6 +67,50 @@ export interface Trace {
   droppedEvents?: number;
   /** What the trace was read from, for a PyTorch file ("pytorch _snapshot(), device 0"). */
   source?: string;
+  /** The group budget the recording allocator charges, as it was when the trace was taken. */
+  group?: TraceGroup;
+}
+
+/**
+ * A group as a trace keeps it ({@link Trace.group}): its budget and, for each member, what it is
+ * guaranteed, may hold, holds, and waits for.
+ *
+ * @category Allocators
+ */
+export interface TraceGroup {
+  name: string;
+  /** When the trace was taken (ms since the epoch): what the members' waits are measured to. */
+  at: number;
+  budgetBytes: number;
+  budgetSource: string;
+  chargedBytes: number;
+  /** The members' requests, summed. */
+  reservedBytes: number;
+  /** Waits since the group was made: begun, granted, and their total length in ms. */
+  waits: number;
+  waitsGranted: number;
+  waitMsTotal: number;
+  members: TraceGroupMember[];
+}
+
+/**
+ * One member of a {@link TraceGroup}.
+ *
+ * @category Allocators
+ */
+export interface TraceGroupMember {
+  pid: number;
+  /** The recording allocator. */
+  self: boolean;
+  requestBytes: number;
+  /** Its own limit as it joined with (0: the budget). */
+  memberLimitBytes: number;
+  /** What it holds charged (its regions). */
+  poolBytes: number;
+  bytesInUse: number;
+  /** The allocation it waits room for (0: none), and since when (ms since the epoch). */
+  waitingBytes: number;
+  waitingSince: number | null;
 }
 
 /**
@@ -125,7 +170,53 @@ export function checkTrace(t: unknown): Trace {
     if (ev.time !== undefined && (typeof ev.time !== 'number' || !Number.isFinite(ev.time) || ev.time < 0))
       throw at(`time must be a non-negative number of microseconds; got ${jsonText(ev.time)}`);
   });
+  if (o.group !== undefined) checkTraceGroup(o.group);
   return o as unknown as Trace;
+}
+
+/** @internal A group's stats as a trace keeps them, taken now. */
+export function traceGroup(g: GroupStats): TraceGroup {
+  return {
+    name: g.name,
+    at: Date.now(),
+    budgetBytes: g.budgetBytes,
+    budgetSource: g.budgetSource,
+    chargedBytes: g.chargedBytes,
+    reservedBytes: g.reservedBytes,
+    waits: g.waits,
+    waitsGranted: g.waitsGranted,
+    waitMsTotal: g.waitMsTotal,
+    members: g.members.map((m) => ({
+      pid: m.pid,
+      self: m.self,
+      requestBytes: m.requestBytes,
+      memberLimitBytes: m.memberLimitBytes,
+      poolBytes: m.poolBytes,
+      bytesInUse: m.bytesInUse,
+      waitingBytes: m.waitingBytes,
+      waitingSince: m.waitingSince,
+    })),
+  };
+}
+
+// A trace's group: the figures the memory page prints, each a non-negative safe integer.
+function checkTraceGroup(g: unknown): void {
+  const bad = (msg: string) => new TraceError(`group: ${msg}`);
+  if (typeof g !== 'object' || g === null || Array.isArray(g)) throw bad('not an object');
+  const o = g as Record<string, unknown>;
+  if (typeof o.name !== 'string' || typeof o.budgetSource !== 'string') throw bad('needs a name and a budgetSource, strings');
+  for (const k of ['at', 'budgetBytes', 'chargedBytes', 'reservedBytes', 'waits', 'waitsGranted', 'waitMsTotal'])
+    if (!isSize(o[k], 0)) throw bad(`${k} must be a non-negative safe integer; got ${jsonText(o[k])}`);
+  if (!Array.isArray(o.members)) throw bad('needs a members array');
+  o.members.forEach((m: unknown, i: number) => {
+    if (typeof m !== 'object' || m === null) throw bad(`member ${i}: not an object`);
+    const r = m as Record<string, unknown>;
+    for (const k of ['pid', 'requestBytes', 'memberLimitBytes', 'poolBytes', 'bytesInUse', 'waitingBytes'])
+      if (!isSize(r[k], 0)) throw bad(`member ${i}: ${k} must be a non-negative safe integer; got ${jsonText(r[k])}`);
+    if (r.waitingSince !== null && !isSize(r.waitingSince, 0))
+      throw bad(`member ${i}: waitingSince must be null or ms since the epoch; got ${jsonText(r.waitingSince)}`);
+    if (typeof r.self !== 'boolean') throw bad(`member ${i}: self must be a boolean`);
+  });
 }
 
 interface TorchTraceEntry {

@@ -2,12 +2,14 @@
  * The memory page: one self-contained HTML file (no network) that draws a trace: the active
  * memory timeline (each allocation a band, stacked in allocation order, coloured by size, with
  * its details on hover), the pool's size, the bytes in use and the limit over the same events,
- * and the map of the pool's regions at the end (blocks in place, free space visible).
+ * and the map of the pool's regions at the end (blocks in place, free space visible); for a group
+ * member's trace, the group's members, requests and waits (./memory-group.ts).
  */
 import { axisBytes, byteTicks, esc } from './chart';
 import { formatBytes } from '../base/units';
 import { Trace, TraceEvent, loadTrace } from '../allocator/trace';
 import { ReplayPolicy, replayRecorded } from '../allocator/replay';
+import { groupSection } from './memory-group';
 
 /**
  * Options of {@link renderMemoryHtml}.
@@ -179,12 +181,13 @@ export function renderMemoryHtml(input: Trace | object | string, options: Memory
   const header = headerLines(trace, peakInUse, replayNote);
   return `<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>${esc(options.title ?? 'cuda-memory: memory timeline')}</title>
-<style>body{font-family:sans-serif;margin:2em;max-width:1160px}svg{display:block;margin:1em 0}p{margin:.2em 0}</style></head>
+<style>body{font-family:sans-serif;margin:2em;max-width:1160px}svg{display:block;margin:1em 0}p{margin:.2em 0}table.group{border-collapse:collapse;margin:.5em 0}table.group td,table.group th{border:1px solid #ccc;padding:.2em .6em}td.n{text-align:right}tr.self{font-weight:bold}</style></head>
 <body><h1>${esc(options.title ?? 'cuda-memory: memory timeline')}</h1>
 ${header.map((h) => `<p>${esc(h)}</p>`).join('\n')}
 ${t1.join('\n')}
 ${t2.join('\n')}
 ${t3.join('\n')}
+${groupSection(trace.group)}
 </body></html>
 `;
 }

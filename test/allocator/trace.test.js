@@ -2,8 +2,8 @@
 // Recording, snapshots, replay and the memory page, on simulated devices (no GPU needed).
 const fs = require('fs');
 const path = require('path');
-const { spawnSync } = require('child_process');
-const { cm, rng, tempDir } = require('../helpers');
+const { spawnSync, fork } = require('child_process');
+const { cm, rng, root, tempDir } = require('../helpers');
 
 const MiB = 2 ** 20;
 const GiB = 2 ** 30;
@@ -493,6 +493,108 @@ describe('the command line', () => {
     const missing = spawnSync(process.execPath, [cli, 'memory-html', file], { encoding: 'utf8' });
     expect(missing.status).toBe(2);
     expect(missing.stderr).toMatch(/required option '--out <file>'/);
+  });
+});
+
+describe("a group member's trace", () => {
+  test('keeps the group as it was, and the memory page shows its members: requests, limits, charges and a wait', async () => {
+    const before = process.env.CUDA_MEMORY_SHM_DIR;
+    process.env.CUDA_MEMORY_SHM_DIR = tmp();
+    const group = { name: 'traced', simulated: true };
+    const a = sim({ allowGrowth: true, shared: { name: 'traced', memoryLimit: 64 * MiB, request: 16 * MiB } }, 80 * GiB);
+    const b = sim({ allowGrowth: true, shared: { name: 'traced', memberLimit: 32 * MiB } }, 80 * GiB);
+    const waiter = path.join(__dirname, '..', 'fixtures', 'group-waiter.js');
+    const w = fork(waiter, [root, 'traced', '5000', '0'], { env: process.env });
+    try {
+      await new Promise((r) => w.once('message', r));
+      a.startRecording();
+      const x = a.alloc(24 * MiB);
+      const y = b.alloc(8 * MiB);
+      // The waiter asks for 40 MiB: 32 are charged, so it waits.
+      const answered = new Promise((r) => w.once('message', r));
+      w.send({ alloc: 40 });
+      for (let i = 0; i < 500 && !cm.groupStats('traced', group).members.some((m) => m.waitingBytes > 0); i++)
+        await new Promise((r) => setTimeout(r, 10));
+      await new Promise((r) => setTimeout(r, 150));
+      const t = a.stopRecording();
+      expect(t.group).toMatchObject({ name: 'traced', budgetBytes: 64 * MiB, reservedBytes: 16 * MiB, waits: 1, waitsGranted: 0 });
+      expect(t.group.chargedBytes).toBeGreaterThanOrEqual(32 * MiB);
+      const [self, other, waiting] = [true, false, false].map((isSelf, i) => t.group.members[i]);
+      expect(self).toMatchObject({ pid: process.pid, self: true, requestBytes: 16 * MiB, memberLimitBytes: 0 });
+      expect(other).toMatchObject({ pid: process.pid, self: false, requestBytes: 0, memberLimitBytes: 32 * MiB });
+      expect(waiting).toMatchObject({ pid: w.pid, self: false, poolBytes: 0 });
+      expect(waiting.waitingBytes).toBeGreaterThanOrEqual(40 * MiB);
+      expect(t.group.at - waiting.waitingSince).toBeGreaterThanOrEqual(100);
+      // Through a file, the same; the page has the group's section.
+      const file = path.join(tmp(), 'group.json');
+      cm.saveTrace(file, t);
+      expect(cm.loadTrace(file).group).toEqual(t.group);
+      const html = cm.renderMemoryHtml(file);
+      const section = html.slice(html.indexOf('<h2>Group traced'));
+      expect(section).toMatch(/budget 64(\.00)? MiB \(memoryLimit 64(\.00)? MiB\), \d+(\.\d\d)? MiB charged; /);
+      expect(section).toMatch(/requests reserve 16(\.00)? MiB, the burst pool is 48(\.00)? MiB; 1 wait so far \(0 granted/);
+      const rows = [...section.matchAll(/<tr( class="self")?><td>([^<]*)<\/td>((?:<td class="n">[^<]*<\/td>)+)<\/tr>/g)].map((m) => [
+        m[2],
+        ...[...m[3].matchAll(/<td class="n">([^<]*)</g)].map((c) => c[1]),
+      ]);
+      expect(rows).toEqual([
+        [
+          `${process.pid} (this allocator)`,
+          expect.stringMatching(/^16(\.00)? MiB$/),
+          'the budget',
+          expect.stringMatching(/MiB$/),
+          expect.stringMatching(/MiB$/), // a block of the pool, at least the 24 MiB asked
+          'no',
+        ],
+        [
+          `${process.pid}`,
+          'none',
+          expect.stringMatching(/^32(\.00)? MiB$/),
+          expect.stringMatching(/MiB$/),
+          expect.stringMatching(/^8(\.00)? MiB$/),
+          'no',
+        ],
+        [`${w.pid}`, 'none', 'the budget', '0 B', '0 B', expect.stringMatching(/^4\d(\.\d\d)? MiB for \d+\.\d s$/)],
+      ]);
+      x.free();
+      y.free();
+      a.emptyCache();
+      b.emptyCache();
+      expect(await answered).toMatchObject({ granted: true });
+    } finally {
+      w.kill();
+      a.close({ force: true });
+      b.close({ force: true });
+      if (before === undefined) delete process.env.CUDA_MEMORY_SHM_DIR;
+      else process.env.CUDA_MEMORY_SHM_DIR = before;
+    }
+  });
+
+  test.each([
+    ['not an object', 7, /^group: not an object$/],
+    [
+      'a member without self',
+      {
+        name: 'g',
+        budgetSource: 's',
+        at: 1,
+        budgetBytes: 1,
+        chargedBytes: 0,
+        reservedBytes: 0,
+        waits: 0,
+        waitsGranted: 0,
+        waitMsTotal: 0,
+        members: [{ pid: 1, requestBytes: 0, memberLimitBytes: 0, poolBytes: 0, bytesInUse: 0, waitingBytes: 0, waitingSince: null }],
+      },
+      /^group: member 0: self must be a boolean$/,
+    ],
+    [
+      'a negative budget',
+      { name: 'g', budgetSource: 's', at: 1, budgetBytes: -1 },
+      /^group: budgetBytes must be a non-negative safe integer; got -1$/,
+    ],
+  ])('a trace whose group is %s is a TraceError', (_, group, message) => {
+    expect(() => cm.checkTrace({ ...minimal([]), group })).toThrow(message);
   });
 });
 
