@@ -57,12 +57,14 @@ export interface SharedBudgetOptions {
    * is above a budget lowered while it runs, or other members wait for room within their
    * guaranteed requests. Called once each time it begins, after this allocator gave back what it
    * could, from a timer of this thread that looks at the ledger every 50 ms and does not keep the
-   * process alive; never while this thread waits in an allocation.
+   * process alive; never while this thread waits in an allocation. It runs as an event listener
+   * does: an exception it throws is the process's uncaught exception.
    */
   onPressure?: (event: GroupPressureEvent) => void;
   /**
-   * Whether the allocator gives back its wholly free regions (emptyCache) on pressure: for
-   * `budget` always, for `request` where it holds more than its own request. Default true; false
+   * Whether the allocator gives back its wholly free regions (emptyCache) on pressure, at each
+   * look while it lasts: for `budget` always, for `request` where it holds more than its own
+   * request (then every wholly free region, those within its request too). Default true; false
    * leaves what to free to onPressure.
    */
   releaseOnPressure?: boolean;

@@ -280,8 +280,9 @@ const surface = {
   allocatorSetFraction: fn<(a: AllocatorHandle, fraction: number) => number>(),
   allocatorEmptyCache: fn<(a: AllocatorHandle) => number>(),
   /**
-   * The pressure on a bfc member's group where its ledger changed since the last call (null:
-   * none, or no group; undefined: unchanged). `borrowing`: it holds more than its own request.
+   * The pressure on a bfc member's group where its ledger changed since the last call, or while
+   * under pressure (null: none, or no group; undefined: unchanged). `borrowing`: it holds more
+   * than its own request.
    */
   allocatorGroupPressure:
     fn<(a: AllocatorHandle) => { reason: 'budget' | 'request'; bytes: number; pids: number[]; borrowing: boolean } | null | undefined>(),

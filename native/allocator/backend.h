@@ -80,8 +80,9 @@ class Backend {
   virtual Napi::Value Trace(Napi::Env env);
   virtual Napi::Value Snapshot(Napi::Env env);
   // The pressure on its group (core::PressureOn) where the group's ledger changed since the last
-  // call: null for none (also without a group), an object { reason, bytes, pids } for some, and
-  // undefined where nothing changed, which is the cheap answer a poller mostly gets.
+  // call, or under pressure: null for none (also without a group), an object { reason, bytes,
+  // pids, borrowing } for some, and undefined where nothing changed, which is the cheap answer a
+  // poller mostly gets.
   virtual Napi::Value Pressure(Napi::Env env) { return env.Null(); }
   // The allocator's handle was collected (its blocks may still hold the backend). Never throws.
   virtual void Collected() noexcept {}

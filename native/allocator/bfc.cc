@@ -443,13 +443,17 @@ Napi::Object BfcBackend::Info(Napi::Env env) {
 Napi::Value BfcBackend::Pressure(Napi::Env env) {
   if (!group) return env.Null();
   const uint64_t seen = group->ledger().Generation();
-  // UINT64_MAX: the counter could not be read; looked at under the lock, as a change.
-  if (pressure_looked && seen == pressure_seen && seen != UINT64_MAX) return env.Undefined();
-  pressure_looked = true;
-  pressure_seen = seen;
+  // UINT64_MAX: the counter could not be read; looked at under the lock, as a change. Under
+  // pressure every look takes the lock: blocks freed into the pool meanwhile move no counter, and
+  // a release that could not have the lock is applied only by a look that has it.
+  if (pressure_looked && !pressure_on && seen == pressure_seen && seen != UINT64_MAX)
+    return env.Undefined();
   const core::GroupPressure p =
       InterprocessCall(env, [&] { return core::PressureOn(group->ledger().Snapshot()); });
-  if (p.reason == core::GroupPressure::kNone) return env.Null();
+  pressure_looked = true;  // only once the ledger was read: a look that threw is looked again
+  pressure_seen = seen;
+  pressure_on = p.reason != core::GroupPressure::kNone;
+  if (!pressure_on) return env.Null();
   Napi::Object o = Napi::Object::New(env);
   o.Set("reason", p.reason == core::GroupPressure::kBudget ? "budget" : "request");
   o.Set("bytes", static_cast<double>(p.bytes));

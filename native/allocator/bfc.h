@@ -92,7 +92,7 @@ class BfcBackend final : public Backend {
   // when that changes while the group runs (cuda-memory group set, setGroupBudget).
   bool limit_is_budget = false;
   // The group ledger's change counter at the last Pressure() (looked: there was one).
-  bool pressure_looked = false;
+  bool pressure_looked = false, pressure_on = false;
   uint64_t pressure_seen = 0;
   // With limit_is_budget: sets the pool's limit to the group's budget as the ledger has it now;
   // true if that changed it. Called when an allocation fails, so that a raised budget is used.

@@ -294,6 +294,27 @@ describe('pressure: a member that holds cache gives it back, and is told', () =>
     holder.close();
   });
 
+  test('blocks freed after the pressure began go back at the next look while it lasts', async () => {
+    const events = [];
+    const holder = cm.createAllocator({
+      simulate: sim,
+      allowGrowth: true,
+      shared: { name: 'pressure-later', memoryLimit: 64 * MiB, onPressure: (e) => events.push(e) },
+    });
+    const big = holder.alloc(40 * MiB);
+    const w = await startWaiter('pressure-later', 5000, 0, 32);
+    const answer = w.alloc(32);
+    await until('a pressure event', () => events.length > 0);
+    expect(events).toEqual([expect.objectContaining({ reason: 'request', pids: [w.c.pid], releasedBytes: 0 })]);
+    // Freed into the pool: no counter moves, and the next look gives it back.
+    big.free();
+    expect(await answer).toMatchObject({ granted: true });
+    expect(holder.stats().poolBytes).toBe(0);
+    expect(events).toHaveLength(1);
+    w.c.kill();
+    holder.close();
+  });
+
   test('releaseOnPressure false: told, nothing given back, and the waiter runs out of time', async () => {
     const { holder, live, events } = cachedHolder('pressure-kept', { releaseOnPressure: false });
     const w = await startWaiter('pressure-kept', 600, 0, 32);
