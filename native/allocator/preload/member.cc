@@ -463,6 +463,7 @@ void Member::AfterForkChild() noexcept {
   detached_code_.clear();
   said_codes_.clear();
   refusals_ = refusals_said_ = 0;
+  waiters_ = 0;  // a thread of the parent that waited is not in the child
   query_timeouts_ = 0;
   lock_retry_at_ms_ = query_retry_at_ms_ = 0;
   last_budget_ = last_charged_ = 0;
