@@ -54,14 +54,16 @@ make_job_user() {
 
 remove_job_user() {
   local dir=$1
-  if [ -f "$dir/run/made-user" ]; then
-    userdel "$(cat "$dir/run/made-user")" 2>/dev/null || true
+  # -f: a job's process still alive would make userdel refuse, and the entry would outlive the
+  # cluster (the next start would take it for the machine's own). Forgotten only once removed.
+  if [ -f "$dir/run/made-user" ] && userdel -f "$(cat "$dir/run/made-user")" 2>/dev/null; then
     rm -f "$dir/run/made-user"
   fi
   if [ -f "$dir/run/made-group" ]; then
     # userdel removes a group of the user's name itself, where the login.defs say so.
-    if getent group "$(cat "$dir/run/made-group")" >/dev/null; then groupdel "$(cat "$dir/run/made-group")" || true; fi
-    rm -f "$dir/run/made-group"
+    if ! getent group "$(cat "$dir/run/made-group")" >/dev/null || groupdel "$(cat "$dir/run/made-group")"; then
+      rm -f "$dir/run/made-group"
+    fi
   fi
 }
 

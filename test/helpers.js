@@ -103,10 +103,12 @@ function openTempDir(prefix) {
 }
 
 // Makes `p` and everything under it readable by every user, and its folders enterable, whatever
-// the umask made them.
+// the umask made them; writable by its owner only. A link is left as it is: what it points to is
+// not the copy's.
 function readableByAll(p) {
-  const st = fs.statSync(p);
-  fs.chmodSync(p, st.isDirectory() ? 0o755 : (st.mode & 0o777) | 0o444);
+  const st = fs.lstatSync(p);
+  if (st.isSymbolicLink()) return;
+  fs.chmodSync(p, st.isDirectory() ? 0o755 : ((st.mode & 0o777) | 0o444) & ~0o022);
   if (st.isDirectory()) for (const e of fs.readdirSync(p)) readableByAll(path.join(p, e));
 }
 
@@ -119,7 +121,7 @@ let forOtherUsers;
 function packageForOtherUsers() {
   if (forOtherUsers) return forOtherUsers;
   const copy = openTempDir('cuda-memory-other-user-');
-  fs.cpSync(path.join(root, 'dist'), path.join(copy, 'dist'), { recursive: true });
+  fs.cpSync(path.join(root, 'dist'), path.join(copy, 'dist'), { recursive: true, dereference: true });
   fs.copyFileSync(path.join(root, 'package.json'), path.join(copy, 'package.json'));
   const release = path.join(copy, 'build', 'Release');
   fs.mkdirSync(release, { recursive: true });
@@ -138,7 +140,7 @@ function packageForOtherUsers() {
   for (const dep of Object.keys(require(path.join(root, 'package.json')).dependencies ?? {})) {
     let from = root;
     while (!fs.existsSync(path.join(from, 'node_modules', dep, 'package.json')) && from !== path.dirname(from)) from = path.dirname(from);
-    fs.cpSync(path.join(from, 'node_modules', dep), path.join(copy, 'node_modules', dep), { recursive: true });
+    fs.cpSync(path.join(from, 'node_modules', dep), path.join(copy, 'node_modules', dep), { recursive: true, dereference: true });
   }
   readableByAll(copy);
   forOtherUsers = { root: copy, env };

@@ -22,9 +22,10 @@ namespace cm::core {
 struct ContractOptions {
   // The sizes allocated (a small one that is not a whole page, a large one).
   uint64_t small = (2ull << 20) + 1, large = 64ull << 20;
-  // The most the upstream gives at once: the device's free memory, or less under a budget. A
-  // request past it by more than the slack must be refused as out of memory (left unchecked when 0,
-  // for managed memory, which may take more than the device has).
+  // The most the upstream gives at once: the device's free memory (the CUDA upstream's: its total,
+  // see refusal_reclaims), or less under a budget. A request past it by more than the slack must be
+  // refused as out of memory (left unchecked when 0, for managed memory, which may take more than
+  // the device has).
   uint64_t limit = 0;
   // What else may move the device's free memory between two readings: 0 on a simulated device,
   // whose accounting is exact; on a GPU, the driver's own allocations.
@@ -32,8 +33,9 @@ struct ContractOptions {
   // Whether a refused allocation may make the device give back memory it held for this process,
   // to try the request: a GPU's driver does (on an H200, after the whole test suite, free memory
   // rose by 14 MiB at each refusal past the free memory, and the request past it then succeeded).
-  // Free memory may then rise at the refusal (never fall), and the later steps come back to the
-  // risen figure. False on a simulated device, whose accounting is exact.
+  // Free memory may then rise at the refusal (never fall by more than the slack), and the later
+  // steps come back to the risen figure: a refusal that leaves memory held is caught only where it
+  // holds more than the device gave back. False on a simulated device, whose accounting is exact.
   bool refusal_reclaims = false;
   // Whether a region takes device memory when it is made; false for managed memory on a GPU, which
   // the driver places when it is first touched, so free memory is only checked to come back.
