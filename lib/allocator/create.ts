@@ -8,8 +8,6 @@ import { requireCuda } from '../device/discovery';
 import { kInternal } from '../base/internal';
 import { platformInfo, allocatorPlatformOption } from '../device/platform';
 import { resolveShared } from './group';
-import type { SharedBudgetOptions } from './group';
-import { pressureWatch } from './pressure';
 import { supports } from './backend';
 import { Allocator } from './allocator';
 import { allocatorPlan, checkAllocatorOptions, checkAllocatorPlan } from './options';
@@ -28,23 +26,23 @@ export function createAllocator(options?: AllocatorOptions): Allocator {
   checkAllocatorPlan(plan);
   // Create: read what the device tells, then call the addon once.
   const { platform, shared } = deviceLimits(plan);
-  const handle = native.createAllocator(nativeAllocatorOptions(plan, platform, shared));
+  const handle = native.createAllocator(nativeAllocatorOptions(plan, platform, shared?.native));
   // Wrap the handle, with where its platform's limits are read again.
   const a = new Allocator(kInternal, handle, plan.backend, plan.memoryFraction);
   a._setPlatform(plan.platformDevice, plan.platformRead, platform ? platform.capBytes : null);
-  if (shared !== undefined) {
-    const s = plan.given.shared as SharedBudgetOptions;
-    a._watchPressure(pressureWatch(s.name as string, s.onPressure, s.releaseOnPressure));
-  }
+  if (shared !== undefined) a._watchPressure(shared.pressure);
   return a;
 }
 
 // What the device tells: the platform's limits, and the group's budget.
-function deviceLimits(plan: AllocatorPlan): { platform: ReturnType<typeof allocatorPlatformOption>; shared: object | undefined } {
+function deviceLimits(plan: AllocatorPlan): {
+  platform: ReturnType<typeof allocatorPlatformOption>;
+  shared: ReturnType<typeof resolveShared> | undefined;
+} {
   const { platformDevice, simulate, device } = plan;
   const platformLimits = platformDevice ? platformInfo({ ...plan.platformRead, devices: [platformDevice] }).devices[0] : undefined;
   const platform = allocatorPlatformOption(platformLimits);
-  let shared: object | undefined;
+  let shared: ReturnType<typeof resolveShared> | undefined;
   if (plan.given.shared !== undefined) {
     if (simulate === undefined) requireCuda();
     shared = resolveShared(plan.given.shared, device, simulate === undefined ? null : simulate.totalBytes);

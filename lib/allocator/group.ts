@@ -14,7 +14,7 @@ import { checkShmName, lockTimeoutMs, shmDir } from '../base/shm';
 import { formatBytes } from '../base/units';
 import type { GroupJob, GroupMember, GroupStats, UnchargedProcess } from '../base/types';
 import { pressureWatch } from './pressure';
-import type { GroupPressureEvent } from './pressure';
+import type { GroupPressureEvent, PressureWatch } from './pressure';
 
 export type { GroupJob, GroupMember, GroupStats, UnchargedProcess } from '../base/types';
 import { printable } from '../base/printable';
@@ -169,8 +169,11 @@ export function startedBudget(name: string, key: string): { budget: number; budg
   return { budget, budgetSource: env.CUDA_MEMORY_GROUP_BUDGET_SOURCE || `limit ${formatBytes(budget)}` };
 }
 
-/** @internal What createAllocator passes to the addon for `shared`. */
-export function resolveShared(value: unknown, device: number, totalBytes: number | null): object {
+/**
+ * @internal What createAllocator passes to the addon for `shared` (`native`), and what the
+ * allocator does on pressure (`pressure`), both checked before anything is taken.
+ */
+export function resolveShared(value: unknown, device: number, totalBytes: number | null): { native: object; pressure: PressureWatch } {
   const s = checkOptions<SharedBudgetOptions>('shared', value);
   for (const k of Object.keys(s))
     if (!SHARED_OPTIONS.includes(k))
@@ -180,7 +183,7 @@ export function resolveShared(value: unknown, device: number, totalBytes: number
   const timeout = lockTimeoutMs('shared.lockTimeoutMs', s.lockTimeoutMs);
   const terms = memberTerms({ request: 'shared.request', memberLimit: 'shared.memberLimit', waitMs: 'shared.waitMs' }, s);
   const name = checkShmName('shared.name', s.name);
-  pressureWatch(name, s.onPressure, s.releaseOnPressure); // checked before anything is taken
+  const pressure = pressureWatch(name, s.onPressure, s.releaseOnPressure);
   // A GPU's properties, read once (a simulated device has its total given).
   const info = totalBytes === null ? (native.devices()[device] as { uuid?: string; totalMemory: number } | undefined) : undefined;
   const key = totalBytes !== null ? 'simulated' : uuidOf(info, device);
@@ -195,7 +198,7 @@ export function resolveShared(value: unknown, device: number, totalBytes: number
           () => totalBytes ?? (info as { totalMemory: number }).totalMemory,
           ['memoryLimit', 'memoryFraction'],
         );
-  return { dir: shmDir(), name, device: key, budget, budgetSource, lockTimeoutMs: timeout, ...terms };
+  return { native: { dir: shmDir(), name, device: key, budget, budgetSource, lockTimeoutMs: timeout, ...terms }, pressure };
 }
 
 const SHARED_OPTIONS = [

@@ -8,7 +8,7 @@ import { CudaMemoryError, jsonText } from '../base/errors';
 import { BoundedRead, fileProblem, readBounded } from '../base/files';
 import { formatBytes } from '../base/units';
 import { checkDevice, checkFilePath, isArray, isReadable } from '../base/validate';
-import type { GroupStats } from '../base/types';
+import type { GroupMember, GroupStats } from '../base/types';
 
 /**
  * The largest trace file {@link loadTrace} reads: 512 MiB, about the longest string JavaScript
@@ -72,46 +72,30 @@ export interface Trace {
 }
 
 /**
- * A group as a trace keeps it ({@link Trace.group}): its budget and, for each member, what it is
- * guaranteed, may hold, holds, and waits for.
+ * A group as a trace keeps it ({@link Trace.group}): the figures of {@link GroupStats} that say its
+ * budget and waits, taken when the trace was, and for each member what it is guaranteed, may hold,
+ * holds, and waits for.
  *
  * @category Allocators
  */
-export interface TraceGroup {
-  name: string;
+export interface TraceGroup extends Pick<
+  GroupStats,
+  'name' | 'budgetBytes' | 'budgetSource' | 'chargedBytes' | 'reservedBytes' | 'waits' | 'waitsGranted' | 'waitMsTotal'
+> {
   /** When the trace was taken (ms since the epoch): what the members' waits are measured to. */
   at: number;
-  budgetBytes: number;
-  budgetSource: string;
-  chargedBytes: number;
-  /** The members' requests, summed. */
-  reservedBytes: number;
-  /** Waits since the group was made: begun, granted, and their total length in ms. */
-  waits: number;
-  waitsGranted: number;
-  waitMsTotal: number;
   members: TraceGroupMember[];
 }
 
 /**
- * One member of a {@link TraceGroup}.
+ * One member of a {@link TraceGroup}: the figures of {@link GroupMember} the memory page shows.
  *
  * @category Allocators
  */
-export interface TraceGroupMember {
-  pid: number;
-  /** The recording allocator. */
-  self: boolean;
-  requestBytes: number;
-  /** Its own limit as it joined with (0: the budget). */
-  memberLimitBytes: number;
-  /** What it holds charged (its regions). */
-  poolBytes: number;
-  bytesInUse: number;
-  /** The allocation it waits room for (0: none), and since when (ms since the epoch). */
-  waitingBytes: number;
-  waitingSince: number | null;
-}
+export type TraceGroupMember = Pick<
+  GroupMember,
+  'pid' | 'self' | 'requestBytes' | 'memberLimitBytes' | 'poolBytes' | 'bytesInUse' | 'waitingBytes' | 'waitingSince'
+>;
 
 /**
  * A trace file or object that cannot be read; `eventIndex` says where, when it is one event.

@@ -443,15 +443,14 @@ Napi::Object BfcBackend::Info(Napi::Env env) {
 Napi::Value BfcBackend::Pressure(Napi::Env env) {
   if (!group) return env.Null();
   const uint64_t seen = group->ledger().Generation();
-  // UINT64_MAX: the counter could not be read; looked at under the lock, as a change. Under
-  // pressure every look takes the lock: blocks freed into the pool meanwhile move no counter, and
-  // a release that could not have the lock is applied only by a look that has it.
-  if (pressure_looked && !pressure_on && seen == pressure_seen && seen != UINT64_MAX)
-    return env.Undefined();
+  // UINT64_MAX: the counter could not be read (or the ledger was never read); looked at under the
+  // lock, as a change. Under pressure every look takes the lock: blocks freed into the pool
+  // meanwhile move no counter, and a release that could not have the lock is applied only by a
+  // look that has it.
+  if (!pressure_on && seen == pressure_seen && seen != UINT64_MAX) return env.Undefined();
   const core::GroupPressure p =
       InterprocessCall(env, [&] { return core::PressureOn(group->ledger().Snapshot()); });
-  pressure_looked = true;  // only once the ledger was read: a look that threw is looked again
-  pressure_seen = seen;
+  pressure_seen = seen;  // only once the ledger was read: a look that threw is looked again
   pressure_on = p.reason != core::GroupPressure::kNone;
   if (!pressure_on) return env.Null();
   Napi::Object o = Napi::Object::New(env);

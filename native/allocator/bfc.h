@@ -91,9 +91,10 @@ class BfcBackend final : public Backend {
   // Whether the pool's limit is the group's budget (no limit of its own): it follows the budget
   // when that changes while the group runs (cuda-memory group set, setGroupBudget).
   bool limit_is_budget = false;
-  // The group ledger's change counter at the last Pressure() (looked: there was one).
-  bool pressure_looked = false, pressure_on = false;
-  uint64_t pressure_seen = 0;
+  // The group ledger's change counter at the last Pressure() that read the ledger (UINT64_MAX:
+  // none yet), and whether that read found pressure.
+  uint64_t pressure_seen = UINT64_MAX;
+  bool pressure_on = false;
   // With limit_is_budget: sets the pool's limit to the group's budget as the ledger has it now;
   // true if that changed it. Called when an allocation fails, so that a raised budget is used.
   bool FollowBudget();

@@ -519,7 +519,7 @@ describe("a group member's trace", () => {
       const t = a.stopRecording();
       expect(t.group).toMatchObject({ name: 'traced', budgetBytes: 64 * MiB, reservedBytes: 16 * MiB, waits: 1, waitsGranted: 0 });
       expect(t.group.chargedBytes).toBeGreaterThanOrEqual(32 * MiB);
-      const [self, other, waiting] = [true, false, false].map((isSelf, i) => t.group.members[i]);
+      const [self, other, waiting] = t.group.members;
       expect(self).toMatchObject({ pid: process.pid, self: true, requestBytes: 16 * MiB, memberLimitBytes: 0 });
       expect(other).toMatchObject({ pid: process.pid, self: false, requestBytes: 0, memberLimitBytes: 32 * MiB });
       expect(waiting).toMatchObject({ pid: w.pid, self: false, poolBytes: 0 });
