@@ -8,7 +8,7 @@ const fs = require('fs');
 const os = require('os');
 const path = require('path');
 const { fork } = require('child_process');
-const { cm, root } = require('../helpers');
+const { cm, describeGpu, root } = require('../helpers');
 
 const MiB = 2 ** 20;
 const sim = { totalBytes: 80 * 2 ** 30 };
@@ -26,8 +26,8 @@ afterAll(() => {
 const member = (group, pid) => cm.groupStats(group, { simulated: true }).members.find((m) => m.pid === pid);
 
 // A waiter process (test/fixtures/group-waiter.js) once it holds what it was asked to take.
-async function startWaiter(group, waitMs, holdMiB, requestMiB = 0) {
-  const c = fork(waiter, [root, group, String(waitMs), String(holdMiB), String(requestMiB)], { env: process.env });
+async function startWaiter(group, waitMs, holdMiB, requestMiB = 0, where = 'simulated') {
+  const c = fork(waiter, [root, group, String(waitMs), String(holdMiB), String(requestMiB), where], { env: process.env });
   children.add(c);
   c.on('exit', () => children.delete(c));
   await new Promise((r) => c.once('message', r));
@@ -363,5 +363,32 @@ describe('pressure: a member that holds cache gives it back, and is told', () =>
       /^Expected a boolean or undefined for shared.releaseOnPressure, but received string$/,
     );
     expect(make({ onPresure: () => {} })).toThrow(/Unknown shared option "onPresure"; expected .*, onPressure or releaseOnPressure$/);
+  });
+});
+
+describeGpu('pressure on the device: freed cudaMalloc regions go back to the driver', () => {
+  test('a member waiting within its request is granted once the holder has freed its cached regions', async () => {
+    const events = [];
+    const holder = cm.createAllocator({
+      device: 0,
+      allowGrowth: true,
+      shared: { name: 'pressure-device', memoryLimit: 256 * MiB, onPressure: (e) => events.push(e) },
+    });
+    const live = holder.alloc(8 * MiB);
+    holder.alloc(160 * MiB).free();
+    const cached = holder.stats();
+    expect(cached.poolBytes).toBeGreaterThanOrEqual(168 * MiB);
+    // 88 MiB are free beside the cache: a request of 128 MiB waits for the holder's cache.
+    const w = await startWaiter('pressure-device', 10000, 0, 128, 'device');
+    expect(await w.alloc(128)).toMatchObject({ granted: true });
+    expect(events).toEqual([expect.objectContaining({ reason: 'request', pids: [w.c.pid], group: 'pressure-device' })]);
+    expect(events[0].releasedBytes).toBeGreaterThanOrEqual(160 * MiB);
+    const after = holder.stats();
+    expect(after.regions).toBeLessThan(cached.regions);
+    expect(after.poolBytes).toBeLessThan(cached.poolBytes - 150 * MiB);
+    expect(cm.groupStats('pressure-device').chargedBytes).toBeLessThanOrEqual(256 * MiB);
+    w.c.kill();
+    live.free();
+    holder.close();
   });
 });
