@@ -90,6 +90,12 @@ describe('a budget that cannot be kept: said, recorded beside the ledger, and un
     expect(await stderrOf(bad, /\n/)).toMatch(/CUDA_MEMORY_LOCK_TIMEOUT_MS is 0, not an integer from 1 to 86400000/);
     expect(uncharged('strict-setting')).toEqual([expect.objectContaining({ pid: bad.pid, code: 'ERR_PRELOAD_SETTING' })]);
     await bad.exit();
+    for (const chunk of ['0', '32MiB', String(2 ** 30 + 1)]) {
+      const p = start('static', { ...budget('chunk-setting', 64 * MiB), CUDA_MEMORY_POOL_CHUNK: chunk });
+      expect(await p.send(`alloc async ${MiB}`)).toMatch(/^ok/);
+      expect(await stderrOf(p, /\n/)).toContain(`CUDA_MEMORY_POOL_CHUNK is ${chunk}, not a number of bytes from 1 to 1073741824`);
+      await p.exit();
+    }
     const strict = start('static', { ...member('strict-setting'), CUDA_MEMORY_GROUP_BUDGET: '20GiB', CUDA_MEMORY_GROUP_STRICT: 'yes' });
     expect(await strict.send(`alloc malloc ${MiB}`)).toBe('err 2'); // any value but 0 is strict
     expect(await stderrOf(strict, /\n/)).toMatch(/CUDA_MEMORY_GROUP_BUDGET is 20GiB, not a number of bytes/);

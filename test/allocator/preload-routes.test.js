@@ -79,10 +79,16 @@ describe("stream-ordered pools: the pool's reserve is charged, on the pool's dev
       expect(await p.send(`pool reserved ${pool}`)).toBe(`ok ${40 * MiB}`);
       await expectInUse(name, p.pid, 40 * MiB); // freed, synchronised, still reserved: still charged
       expect(await p.send(`alloc malloc ${30 * MiB}`)).toBe('err 2');
-      // Taken from the reserve again: nothing more is charged.
-      const b = answer(await p.send(`alloc pool ${30 * MiB}`));
+      // Taken from the reserve again: once the driver has answered, nothing more is charged.
+      const b = answer(await p.send(`alloc pool ${16 * MiB}`));
       await expectInUse(name, p.pid, 40 * MiB);
+      // 30 more might grow the pool to 70 (what it holds free may be in pieces): the pool is
+      // trimmed to its 16 live first, then grows by 30.
+      const c = answer(await p.send(`alloc pool ${30 * MiB}`));
+      expect(await p.send(`pool reserved ${pool}`)).toBe(`ok ${46 * MiB}`);
+      await expectInUse(name, p.pid, 46 * MiB);
       expect(await p.send(`free async ${b}`)).toBe('ok');
+      expect(await p.send(`free async ${c}`)).toBe('ok');
       expect(await p.send(`pool trim ${pool} 0`)).toBe('ok');
       await expectInUse(name, p.pid, 0);
       expect(await p.send(`alloc malloc ${30 * MiB}`)).toMatch(/^ok 0x/);
@@ -170,6 +176,35 @@ describe("stream-ordered pools: the pool's reserve is charged, on the pool's dev
     expect(await p.send(`alloc async ${30 * MiB}`)).toMatch(/^ok 0x/);
     expect(await p.send(`pool reserved ${keeper}`)).toBe('ok 0');
     await expectInUse(name, p.pid, 30 * MiB);
+    await p.exit();
+  });
+
+  test('a pool whose free reserve is in pieces grows by the whole allocation: charged for that first, it never holds more than the budget', async () => {
+    // The device has exactly the budget (a neighbour holds the rest): a pool that outgrew its
+    // charge would be refused by the device itself.
+    const name = 'pool-pieces';
+    const env = { ...budget(name, 64 * MiB), FAKE_CUDA_TOTAL: String(64 * MiB), FAKE_CUDA_POOL_PIECES: '1' };
+    const p = start('driver', env);
+    const pool = answer(await p.send('pool create device 0'));
+    expect(await p.send(`pool threshold ${pool} 18446744073709551615`)).toBe('ok');
+    expect(await p.send(`pool use ${pool}`)).toBe('ok');
+    const a = answer(await p.send(`alloc pool ${20 * MiB}`));
+    expect(await p.send(`free async ${a}`)).toBe('ok');
+    expect(await p.send('sync')).toBe('ok');
+    expect(await p.send(`alloc pool ${30 * MiB}`)).toMatch(/^ok 0x/); // 20 free in pieces: grows to 50
+    expect(await p.send('used 0')).toBe(`ok ${50 * MiB}`);
+    await expectInUse(name, p.pid, 50 * MiB);
+    // 20 more would grow it to 70: the pool is trimmed first, then grows from 30 to 50, and no
+    // refusal is said for it.
+    expect(await p.send(`alloc pool ${20 * MiB}`)).toMatch(/^ok 0x/);
+    expect(await p.send('used 0')).toBe(`ok ${50 * MiB}`);
+    await new Promise((r) => setTimeout(r, 50));
+    expect(p.stderr()).not.toMatch(/refused/);
+    await expectInUse(name, p.pid, 50 * MiB);
+    // 20 more cannot fit beside 50 live: refused by the group, before the device is asked.
+    expect(await p.send(`alloc pool ${20 * MiB}`)).toBe('err 2');
+    expect(await stderrOf(p, /refused/)).toMatch(/group 'pool-pieces' refused cuMemAllocFromPoolAsync of /);
+    expect(await p.send('used 0')).toBe(`ok ${50 * MiB}`);
     await p.exit();
   });
 });

@@ -145,7 +145,7 @@ CUresult Launch(CUgraphExec exec, const char* api, Forward forward) {
   // allocation of the reserve: its charge is all reserve).
   auto prepare = [&] {
     uint64_t c = g_reserve.charged(), b = it->second.bound;
-    return g_reserve.Prepare(c > UINT64_MAX - b ? UINT64_MAX : c + b, 1, ops);
+    return g_reserve.Prepare(c > UINT64_MAX - b ? UINT64_MAX : c + b, 1, 0, ops);
   };
   if (known && !prepare()) {
     // The reserve may have been trimmed since it was read.

@@ -120,6 +120,13 @@ Member::Member() {
       problem_ = "CUDA_MEMORY_LOCK_TIMEOUT_MS is " + core::shm::Printable(timeout) +
                  ", not an integer from 1 to 86400000 (milliseconds)";
   }
+  // What a stream-ordered pool may take from the device at a time (core::kPoolChunk by default,
+  // an H200's): a driver that grows its pools in other units can be told so.
+  std::string chunk = Env("CUDA_MEMORY_POOL_CHUNK");
+  if (!chunk.empty() && !ParseUnsigned(chunk.c_str(), 1, 1ull << 30, &pool_chunk_) &&
+      problem_.empty())
+    problem_ = "CUDA_MEMORY_POOL_CHUNK is " + core::shm::Printable(chunk) +
+               ", not a number of bytes from 1 to 1073741824";
   // As the library's shmDir(): this user's own folder, by effective uid.
   std::string base = Env("CUDA_MEMORY_SHM_DIR");
   dir_ =
@@ -207,7 +214,7 @@ bool Member::JoinLocked(const std::string& device) noexcept {
 }
 
 Member::Verdict Member::Take(uint64_t bytes, const char* api, const std::string& device,
-                             const char* library_ledger) noexcept {
+                             const char* library_ledger, bool quiet) noexcept {
   if (group_.empty()) return Verdict::kUncharged;
   Lock lock(mutex_);
   try {
@@ -240,6 +247,7 @@ Member::Verdict Member::Take(uint64_t bytes, const char* api, const std::string&
       RecoveredLocked();
       return Verdict::kCharged;
     }
+    if (quiet) return Verdict::kRefused;
     if (terms_.wait_ms > 0 && refusal.reason == core::GroupRefusal::kBudget) {
       Verdict v = WaitLocked(lock, bytes, &refusal);
       if (v != Verdict::kRefused) return v;

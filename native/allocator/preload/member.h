@@ -32,6 +32,7 @@
 
 #include "core/allocator/grants.h"
 #include "core/allocator/ledger.h"
+#include "core/allocator/reserve_charge.h"
 #include "core/allocator/uncharged.h"
 
 namespace cm::preload {
@@ -49,9 +50,10 @@ class Member {
   // used when joining). kUncharged: no group, the group cannot be used (failed open), or
   // `library_ledger` names this group's ledger file: the cuda-memory addon is taking a region its
   // own group allocator has charged already. kRefused: past the budget, or failed open under
-  // strict.
+  // strict. `quiet`: a first try that the caller follows with another once it has made room of
+  // its own (a trim): a refusal neither waits nor is counted or said.
   Verdict Take(uint64_t bytes, const char* api, const std::string& device,
-               const char* library_ledger = nullptr) noexcept;
+               const char* library_ledger = nullptr, bool quiet = false) noexcept;
   // What cuMemGetInfo tells the process about the group's device (`device`, its key): *info holds
   // the device's figures and becomes the group's view of them (core::GroupMemInfo), from this
   // member's ledger, or before it has joined from the group's ledger as it stands (the budget from
@@ -73,6 +75,8 @@ class Member {
   // CUDA_MEMORY_GROUP is set.
   bool enabled() const { return !group_.empty(); }
   bool strict() const { return strict_; }
+  // What a stream-ordered pool may take from the device at a time (CUDA_MEMORY_POOL_CHUNK).
+  uint64_t pool_chunk() const { return pool_chunk_; }
 
   // Around fork: held in the parent, so that the child gets a consistent state.
   void BeforeFork() { mutex_.lock(); }
@@ -102,6 +106,7 @@ class Member {
   uint64_t budget_ = 0;
   bool strict_ = false;
   int lock_timeout_ms_ = core::shm::kDefaultLockTimeoutMs;
+  uint64_t pool_chunk_ = core::kPoolChunk;
   core::MemberTerms terms_;  // CUDA_MEMORY_GROUP_REQUEST, _MEMBER_LIMIT, _WAIT_MS
   uint64_t wait_ms_ = 0;
   int waiters_ = 0;      // this process's threads waiting for room now

@@ -1,11 +1,12 @@
 // Stream-ordered allocations (cuMemAllocAsync, cuMemAllocFromPoolAsync, cuMemFreeAsync) and their
 // pools. What a pool costs the device is its reserve, which holds more than its live allocations
 // (core/allocator/reserve_charge.h): a pool on the group's device is charged its reserve, before an
-// allocation for what that allocation needs and after it trued to what the driver reports, and
-// given back as synchronisations and trims shrink it. The device is the pool's: an explicit pool's
-// location (cuMemPoolCreate), or the current pool of the stream's device for cuMemAllocAsync, not
-// the calling thread's current device. A pool located in host memory is not device memory and is
-// not charged.
+// allocation for the reserve plus what the pool may grow by for it (the whole allocation in
+// chunks: what the reserve holds free may be in pieces), after it trued to what the driver reports,
+// and given back as synchronisations and trims shrink it. The device is the pool's: an explicit
+// pool's location (cuMemPoolCreate), or the current pool of the stream's device for
+// cuMemAllocAsync, not the calling thread's current device. A pool located in host memory is not
+// device memory and is not charged.
 #include <atomic>
 #include <mutex>
 #include <unordered_map>
@@ -40,11 +41,13 @@ auto& g_blocks = *new std::unordered_map<uint64_t, Block>;
 // Some pool holds a charge beyond its live allocations that a synchronisation may let go.
 std::atomic<bool> g_excess{false};
 
-// What a charge of `pool` asks of the group and the driver (`api` names the call in a refusal).
-cm::core::ReserveOps OpsFor(CUmemoryPool handle, Pool& pool, const char* library, const char* api) {
+// What a charge of `pool` asks of the group and the driver (`api` names the call in a refusal;
+// `quiet`: a first try, whose refusal is neither waited on nor said).
+cm::core::ReserveOps OpsFor(CUmemoryPool handle, Pool& pool, const char* library, const char* api,
+                            bool quiet = false) {
   cm::core::ReserveOps ops;
-  ops.take = [&pool, library, api](uint64_t n) {
-    Member::Verdict v = Member::Get().Take(n, api, GroupDevice(), library);
+  ops.take = [&pool, library, api, quiet](uint64_t n) {
+    Member::Verdict v = Member::Get().Take(n, api, GroupDevice(), library, quiet);
     if (v == Member::Verdict::kRefused) return false;
     if (v == Member::Verdict::kUncharged) pool.uncharged += n;
     return true;
@@ -104,6 +107,9 @@ Pool* PoolOf(CUmemoryPool handle, CUdevice hint) {
 }
 
 uint64_t Page(CUdevice dev) { return GroupDevice() == "simulated" ? 1 : DevicePage(dev); }
+// What the pool may take from the device for one allocation beyond its reserve: the allocation
+// rounded up to this (core::ReserveCharge::Prepare).
+uint64_t Chunk() { return GroupDevice() == "simulated" ? 1 : Member::Get().pool_chunk(); }
 
 // With g_mutex held: every pool's charge trued to its reserve; `trim`: trimmed first.
 bool RefreshLocked(bool trim) {
@@ -133,19 +139,24 @@ CUresult PoolAllocate(void* caller, CUdeviceptr* dptr, size_t bytes, CUmemoryPoo
   std::lock_guard<std::mutex> lock(g_mutex);
   Pool* pool = PoolOf(handle, stream_device);
   if (!pool || !pool->tracked) return forward();
-  cm::core::ReserveOps ops = OpsFor(handle, *pool, LibraryCharging(caller), api);
-  uint64_t page = Page(pool->device);
-  // Refused: what other pools keep unused may be what is missing.
-  if (!pool->charge.Prepare(bytes, page, ops) &&
-      !(RefreshLocked(true) && pool->charge.Prepare(bytes, page, ops))) {
-    Recorder::Get().Oom(bytes);
-    return kCudaErrorOutOfMemory;
+  const char* library = LibraryCharging(caller);
+  cm::core::ReserveOps ops = OpsFor(handle, *pool, library, api);
+  uint64_t page = Page(pool->device), chunk = Chunk();
+  // Not there at the first try: what the pools keep unused (this one's too) may be what is
+  // missing, and the try that may wait and is said comes after the trim.
+  if (!pool->charge.Prepare(bytes, page, chunk, OpsFor(handle, *pool, library, api, true))) {
+    RefreshLocked(true);
+    if (!pool->charge.Prepare(bytes, page, chunk, ops)) {
+      Recorder::Get().Oom(bytes);
+      return kCudaErrorOutOfMemory;
+    }
   }
   CUresult r = forward();
   bool ok = r == kCudaSuccess;
   if (!pool->charge.Done(ok, bytes, ops)) {
-    // The reserve grew past what the group affords (a new chunk): freed at once, the stream
-    // waited for so that the trim can release it, and refused.
+    // The reserve grew past its charge and what the group affords (by more than the allocation
+    // in chunks): freed at once, the stream waited for so that the trim can release it, and
+    // refused.
     Call<kMemFreeAsync>(*dptr, stream);
     Call<kStreamSynchronize>(stream);
     Call<kMemPoolTrimTo>(handle, size_t{0});

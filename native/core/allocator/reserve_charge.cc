@@ -36,13 +36,14 @@ bool ReserveCharge::Refresh(const ReserveOps& ops) {
   return TakeUpTo(target, ops);
 }
 
-bool ReserveCharge::Prepare(uint64_t bytes, uint64_t page, const ReserveOps& ops) {
+bool ReserveCharge::Prepare(uint64_t bytes, uint64_t page, uint64_t chunk, const ReserveOps& ops) {
   // At least the reserve as it is now: a reserve that grew past what the group could afford (a
-  // pool grows where what it holds free is in pieces or not yet reusable in stream order, and a
-  // trim cannot always give that back) is charged before the pool may take more.
+  // trim cannot always give back what is free in pieces) is charged before the pool may take more.
   uint64_t reserved = 0;
   if (!ops.reserved(&reserved)) reserved = live_;
-  return TakeUpTo(std::max(RoundUp(Add(live_, bytes), page), reserved), ops);
+  uint64_t target = std::max(RoundUp(Add(live_, bytes), page), reserved);
+  if (chunk) target = std::max(target, Add(reserved, RoundUp(bytes, std::max(chunk, page))));
+  return TakeUpTo(target, ops);
 }
 
 bool ReserveCharge::Done(bool ok, uint64_t bytes, const ReserveOps& ops) {

@@ -15,6 +15,11 @@
 
 namespace cm::core {
 
+// What a stream-ordered pool takes from the device at a time: an H200 with driver 580 reserved
+// 32 MiB for a 4 KiB allocation, and grew a pool by 416 MiB for one of 394 MiB while its reserve
+// held 373 MiB free.
+constexpr uint64_t kPoolChunk = 32ull << 20;
+
 // What a ReserveCharge needs from the group and the driver.
 struct ReserveOps {
   std::function<bool(uint64_t)> take;       // charges bytes to the group; false: refused
@@ -27,9 +32,14 @@ class ReserveCharge {
   // Before an allocation of `bytes`: charges what the charge lacks for the live allocations with
   // this one (rounded up to `page`), and for the reserve as it is now, whichever is more, so that
   // a reserve the group could not afford is charged before the pool may take more; false when the
-  // group refuses (nothing more is charged then). Trimming the process's other pools may make
-  // room, and is the caller's to try before it refuses.
-  bool Prepare(uint64_t bytes, uint64_t page, const ReserveOps& ops);
+  // group refuses (nothing more is charged then). Trimming the process's pools may make room, and
+  // is the caller's to try before it refuses.
+  // `chunk` > 0: a stream-ordered pool, which may grow by the whole allocation rounded up to
+  // `chunk` although its reserve holds that much free (the free part is in pieces, or not yet
+  // reusable in stream order): the reserve plus that growth is charged too, so that the pool
+  // never holds more than its charge, not even until Done. 0: the reserve grows only by what the
+  // live allocations with this one lack beyond it (the graph reserve's bound).
+  bool Prepare(uint64_t bytes, uint64_t page, uint64_t chunk, const ReserveOps& ops);
   // After the driver's answer to that allocation: counted live if `ok`, and the charge trued to the
   // reserve. False when the reserve grew past what the group affords: the caller frees the
   // allocation (Freed) and refuses it.

@@ -19,6 +19,8 @@
  *   memory) reserve device memory in whole 2 MiB pages, at least FAKE_CUDA_POOL_CHUNK bytes at a
  *   time (default 0; an H200 reserves 32 MiB for a small allocation), keep freed memory reserved
  *   until a synchronisation trims them to their release threshold (default 0), or cuMemPoolTrimTo.
+ *   FAKE_CUDA_POOL_PIECES=1: the free reserve is in pieces, and every allocation grows the pool by
+ *   itself (as an H200's pool grew by 416 MiB for 394 while it held 373 MiB free).
  * - A graph's memory nodes reserve device memory at its upload or first launch, kept until
  *   cuDeviceGraphMemTrim.
  * - The v1 entry points (32-bit pointers) answer CUDA_ERROR_INVALID_CONTEXT, as the H200's did,
@@ -447,8 +449,10 @@ static CUresult pool_take(CUdeviceptr* out, uint64_t size, struct pool* p) {
   if (!out || !p || p->destroyed) return INVALID_VALUE;
   pthread_mutex_lock(&pools_mutex);
   p->in_use += size;
-  if (p->in_use > p->reserved) {
-    uint64_t grow = pages(p->in_use - p->reserved);
+  /* FAKE_CUDA_POOL_PIECES=1: what the reserve holds free is in pieces no allocation can use. */
+  int pieces = env_u64("FAKE_CUDA_POOL_PIECES", 0) != 0;
+  if (pieces || p->in_use > p->reserved) {
+    uint64_t grow = pages(pieces ? size : p->in_use - p->reserved);
     uint64_t chunk = env_u64("FAKE_CUDA_POOL_CHUNK", 0);
     if (grow < chunk) grow = chunk;
     if (p->device >= 0 && !take_device(p->device, grow)) {

@@ -120,7 +120,8 @@ function damage(file) {
   return file;
 }
 
-const member = (name) => ({ CUDA_MEMORY_GROUP: name, CUDA_MEMORY_GROUP_DEVICE: DEV0 });
+// The stand-in's pools grow in 2 MiB pages (an H200's in chunks of 32 MiB, the interposer's default).
+const member = (name) => ({ CUDA_MEMORY_GROUP: name, CUDA_MEMORY_GROUP_DEVICE: DEV0, CUDA_MEMORY_POOL_CHUNK: String(2 * MiB) });
 const budget = (name, bytes) => ({ ...member(name), CUDA_MEMORY_GROUP_BUDGET: String(bytes) });
 
 function group(name) {
