@@ -111,6 +111,12 @@ test('--dry-run: the plan, every member under cuda-memory run with the budget, t
   expect(p.shared.killVictimAfterSeconds).toBe(60);
   expect(p.replay.record).toEqual(expect.arrayContaining(['--trace', '--mode', 'replay', '--seed', '7']));
   expect(p.replay.smallest).toEqual(expect.arrayContaining(['replay', '--smallest-budget', '--json']));
+  // PyTorch's context is measured with the allocator settings it runs with.
+  const conf = spawnSync(process.execPath, [script, '--dry-run', '--torch-alloc-conf', 'backend:cudaMallocAsync'], { encoding: 'utf8' });
+  const withConf = JSON.parse(conf.stdout);
+  expect(withConf.overhead.torchEnv).toEqual({ PYTORCH_CUDA_ALLOC_CONF: 'backend:cudaMallocAsync' });
+  expect(withConf.shared.torchEnv).toEqual(withConf.overhead.torchEnv);
+  expect(p.overhead.torchEnv).toEqual({});
   const usage = spawnSync(process.execPath, [script], { encoding: 'utf8' });
   expect(usage.status).toBe(2);
   expect(usage.stderr).toMatch(/^usage: node scripts\/shared-budget-run.js --out DIR/);
