@@ -127,6 +127,7 @@
         "native/allocator/preload/nvml.cc",
         "native/allocator/preload/pools.cc",
         "native/allocator/preload/recorder.cc",
+        "native/allocator/preload/streams.cc",
         "native/allocator/preload/vmm.cc",
         "native/core/base/shm.cc",
         "native/core/allocator/footprint.cc",

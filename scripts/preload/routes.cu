@@ -170,6 +170,13 @@ int main(int argc, char** argv) {
   R(D(cuDeviceGraphMemTrim)(dev));
   Step("graph memory trimmed");
 
+  // Streams: each takes memory of the driver's beside the context.
+  std::vector<CUstream> streams(64);
+  for (CUstream& s : streams) R(D(cuStreamCreate)(&s, CU_STREAM_NON_BLOCKING));
+  Step("64 streams");
+  for (CUstream s : streams) R(D(cuStreamDestroy)(s));
+  Step("streams destroyed");
+
   // A green context's allocation (its memory goes with the primary context).
   CUdevResource sm, part, rest;
   unsigned groups = 1;

@@ -9,6 +9,7 @@ const { MiB, useHarness, start, stderrOf, budget, group, expectInUse } = require
 useHarness();
 
 const kinds = ['dynamic', 'static', 'driver'];
+const STREAM = 576 * 1024; // what the interposer charges for a stream (core::kStreamBytes)
 const answer = (line) => line.split(' ')[1];
 const plus = (address, bytes) => `0x${(BigInt(address) + BigInt(bytes)).toString(16)}`;
 
@@ -60,6 +61,39 @@ describe('CUDA virtual memory: a handle is charged while it is referenced or map
     expect(await p.send(`free create ${h3}`)).toBe('ok');
     await expectInUse(name, p.pid, 0);
     expect(await p.send('used 0')).toBe('ok 0');
+    await p.exit();
+  });
+});
+
+describe("streams: each is charged from its creation to its destroy or its context's end", () => {
+  test.each(kinds)("%s: a stream on the group's device is charged what one takes, and given back", async (kind) => {
+    const name = `stream-${kind}`;
+    const p = start(kind, budget(name, 64 * MiB));
+    expect(await p.send(`alloc malloc ${10 * MiB}`)).toMatch(/^ok 0x/);
+    expect(await p.send('stream')).toMatch(/^ok 0x/);
+    await expectInUse(name, p.pid, 10 * MiB + STREAM);
+    expect(await p.send('stream destroy')).toMatch(/^ok/);
+    await expectInUse(name, p.pid, 10 * MiB);
+    // Two streams, then the context reset: they go with it, as its allocations do.
+    expect(await p.send('stream')).toMatch(/^ok 0x/);
+    expect(await p.send('stream')).toMatch(/^ok 0x/);
+    await expectInUse(name, p.pid, 10 * MiB + 2 * STREAM);
+    expect(await p.send('reset')).toBe('ok');
+    await expectInUse(name, p.pid, 0);
+    // Another device's stream is not the group's.
+    expect(await p.send('device 1')).toBe('ok');
+    expect(await p.send('stream')).toMatch(/^ok 0x/);
+    await expectInUse(name, p.pid, 0);
+    await p.exit();
+  });
+
+  test('a stream the budget cannot afford is not created: CUDA_ERROR_OUT_OF_MEMORY, nothing charged', async () => {
+    const name = 'stream-full';
+    const p = start('static', budget(name, 64 * MiB));
+    expect(await p.send(`alloc malloc ${63 * MiB + 1}`)).toMatch(/^ok 0x/); // 64 MiB in pages
+    await expectInUse(name, p.pid, 64 * MiB);
+    expect(await p.send('stream')).toBe('err 2');
+    await expectInUse(name, p.pid, 64 * MiB);
     await p.exit();
   });
 });
@@ -132,13 +166,13 @@ describe("stream-ordered pools: the pool's reserve is charged, on the pool's dev
     expect(await p.send('device 1')).toBe('ok');
     expect(await p.send(`alloc async ${100 * MiB}`)).toBe('err 2');
     expect(await p.send(`alloc async ${10 * MiB}`)).toMatch(/^ok 0x/);
-    await expectInUse(name, p.pid, 10 * MiB);
+    await expectInUse(name, p.pid, 10 * MiB + STREAM); // and the stream itself
     // The reverse: a stream of device 1 used while device 0 is current charges nothing.
     expect(await p.send('stream')).toMatch(/^ok 0x/);
     expect(await p.send('device 0')).toBe('ok');
     expect(await p.send(`alloc async ${100 * MiB}`)).toMatch(/^ok 0x/);
     expect(await p.send('used 1')).toBe(`ok ${100 * MiB}`);
-    await expectInUse(name, p.pid, 10 * MiB);
+    await expectInUse(name, p.pid, 10 * MiB + STREAM);
     await p.exit();
   });
 

@@ -69,7 +69,11 @@
   X(CtxDestroyV2, cuCtxDestroy_v2, (CUcontext))                                               \
   X(DevicePrimaryCtxRelease, cuDevicePrimaryCtxRelease, (CUdevice))                           \
   X(DevicePrimaryCtxReleaseV2, cuDevicePrimaryCtxRelease_v2, (CUdevice))                      \
-  X(CtxFromGreenCtx, cuCtxFromGreenCtx, (CUcontext*, CUgreenCtx))
+  X(CtxFromGreenCtx, cuCtxFromGreenCtx, (CUcontext*, CUgreenCtx))                             \
+  X(StreamCreate, cuStreamCreate, (CUstream*, unsigned int))                                  \
+  X(StreamCreateWithPriority, cuStreamCreateWithPriority, (CUstream*, unsigned int, int))     \
+  X(StreamDestroy, cuStreamDestroy, (CUstream))                                               \
+  X(StreamDestroyV2, cuStreamDestroy_v2, (CUstream))
 
 // NVML's (libnvidia-ml.so.1), wrapped: reached by name (linked with -lnvidia-ml, as nvidia-smi
 // may be) or by dlsym on NVML's handle (pynvml, the addon), answered by nvml.cc.

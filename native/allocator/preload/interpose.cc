@@ -93,9 +93,10 @@ void* Substitute(void* p) {
 // The wrapper for what cuGetProcAddress answered for `symbol`: by the address first, as for dlsym;
 // if the driver handed out an address of its own that no exported symbol has, by the name and
 // version, as the driver picks them (a base name at version 3020 or later is the _v2 entry point,
-// below it the 32-bit v1 one; cuCtxDestroy from 4000 and cuDevicePrimaryCtxReset and Release from
-// 11000; the per-thread default stream flag picks the _ptsz form; cuGetProcAddress itself is _v2
-// from 12000 on). Anything else is left as the driver answered.
+// below it the 32-bit v1 one; cuCtxDestroy and cuStreamDestroy from 4000 and
+// cuDevicePrimaryCtxReset and Release from 11000; the per-thread default stream flag picks the
+// _ptsz form; cuGetProcAddress itself is _v2 from 12000 on). Anything else is left as the driver
+// answered.
 void* SubstituteProc(const char* symbol, int version, uint64_t flags, void* p) {
   void* w = Substitute(p);
   if (w != p || !p || !symbol || !Active()) return w;
@@ -146,6 +147,10 @@ void* SubstituteProc(const char* symbol, int version, uint64_t flags, void* p) {
        kDevicePrimaryCtxRelease},
       {"cuCtxDestroy", 4000, kCtxDestroyV2, kCtxDestroyV2, kCtxDestroy},
       {"cuCtxFromGreenCtx", 0, kCtxFromGreenCtx, kCtxFromGreenCtx, kCount},
+      {"cuStreamCreate", 0, kStreamCreate, kStreamCreate, kCount},
+      {"cuStreamCreateWithPriority", 0, kStreamCreateWithPriority, kStreamCreateWithPriority,
+       kCount},
+      {"cuStreamDestroy", 4000, kStreamDestroyV2, kStreamDestroyV2, kStreamDestroy},
       {"cuGetProcAddress", 12000, kGetProcAddressV2, kGetProcAddressV2, kGetProcAddress},
   };
   for (const auto& e : kByName) {

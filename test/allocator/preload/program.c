@@ -17,7 +17,7 @@
  *   ctx retain|release cuDevicePrimaryCtxRetain / cuDevicePrimaryCtxRelease of the current device
  *   ctx create|destroy cuCtxCreate (a context of the program's own, made current) / cuCtxDestroy
  *   stream             a stream on the current device, the program's from now on (stream none:
- *                      the NULL stream again)
+ *                      the NULL stream again; stream destroy: the program's destroyed, then NULL)
  *   sync [ctx]         cuStreamSynchronize of the program's stream (cuCtxSynchronize)
  *   pool create device N | host    cuMemPoolCreate; prints the pool
  *   pool use P | default           the pool "alloc pool" takes from
@@ -68,7 +68,7 @@ static void* pool;    /* the program's pool (NULL: the current device's default 
 /* A driver entry point: by its symbol where the program is linked with the driver, else through
  * the runtime (cuGetProcAddress), as real programs get them. */
 #ifdef DIRECT_DRIVER
-int cuStreamCreate(), cuStreamSynchronize(), cuCtxSynchronize(), cuMemPoolCreate(),
+int cuStreamCreate(), cuStreamDestroy_v2(), cuStreamSynchronize(), cuCtxSynchronize(), cuMemPoolCreate(),
     cuMemPoolSetAttribute(), cuMemPoolGetAttribute(), cuMemPoolTrimTo(), cuMemPoolDestroy(),
     cuDeviceGetDefaultMemPool(), cuMemAddressReserve(), cuMemMap(), cuMemUnmap(),
     cuMemRetainAllocationHandle(), cuMemCreate(), cuMemRelease(), cuArrayCreate_v2(),
@@ -278,9 +278,12 @@ int main(void) {
         printf("ok\n");
     } else if (!strncmp(line, "stream", 6)) {
       int r = 0;
-      if (strstr(line, "none"))
+      if (strstr(line, "none")) {
         stream = NULL;
-      else
+      } else if (strstr(line, "destroy")) {
+        r = CALL(cuStreamDestroy_v2, "cuStreamDestroy", v_s, stream);
+        stream = NULL;
+      } else
         r = CALL(cuStreamCreate, "cuStreamCreate", v_pu, &stream, 0);
       if (r)
         printf("err %d\n", r);
