@@ -176,6 +176,10 @@ int main(int argc, char** argv) {
   Step("64 streams");
   for (CUstream s : streams) R(D(cuStreamDestroy)(s));
   Step("streams destroyed");
+  for (CUstream& s : streams) R(D(cuStreamCreate)(&s, CU_STREAM_NON_BLOCKING));
+  Step("64 streams again");
+  for (CUstream s : streams) R(D(cuStreamDestroy)(s));
+  Step("destroyed again");
 
   // A green context's allocation (its memory goes with the primary context).
   CUdevResource sm, part, rest;

@@ -1,5 +1,6 @@
 // What the wrappers of one API area offer the others and the process's life (interpose.cc): the
-// stream-ordered pools' and the graph reserve's charges, trued to the driver's reserves.
+// stream-ordered pools' and the graph reserve's charges, trued to the driver's reserves, and the
+// memory a context's streams keep.
 #pragma once
 
 namespace cm::preload {
@@ -23,5 +24,11 @@ void GraphsAfterForkChild();
 
 // A context's end (reset, release, destroy) on `dev`: the graph reserve may have gone with it.
 void GraphsAfterContextEnd(int dev) noexcept;
+// The end of `context`: the memory its streams kept goes with it.
+void StreamsAfterContextEnd(void* context) noexcept;
+
+void StreamsBeforeFork();
+void StreamsAfterForkParent();
+void StreamsAfterForkChild();
 
 }  // namespace cm::preload

@@ -11,7 +11,6 @@ namespace cm::preload {
 
 Allocations& g_pointers = *new Allocations;
 Allocations& g_arrays = *new Allocations;
-Allocations& g_streams = *new Allocations;
 
 namespace {
 
@@ -98,20 +97,17 @@ void GiveBack(const std::vector<std::pair<uint64_t, Allocation>>& gone, const ch
 void ChargeBeforeFork() {
   g_pointers.BeforeFork();
   g_arrays.BeforeFork();
-  g_streams.BeforeFork();
   g_green_mutex.lock();
 }
 void ChargeAfterForkParent() {
   g_green_mutex.unlock();
   g_arrays.AfterForkParent();
-  g_streams.AfterForkParent();
   g_pointers.AfterForkParent();
 }
 void ChargeAfterForkChild() {
   g_green.clear();
   g_green_mutex.unlock();
   g_arrays.AfterForkChild();
-  g_streams.AfterForkChild();
   g_pointers.AfterForkChild();
 }
 

@@ -17,9 +17,8 @@ namespace cm::preload {
 // Never destroyed: a runtime may free, release or reset from an exit handler that runs after the
 // static destructors of this library.
 extern Allocations&
-    g_pointers;                 // cuMemAlloc (both), cuMemAllocPitch, cuMemAllocManaged, by address
-extern Allocations& g_arrays;   // CUDA arrays and mipmapped arrays, by handle
-extern Allocations& g_streams;  // streams, by handle
+    g_pointers;                // cuMemAlloc (both), cuMemAllocPitch, cuMemAllocManaged, by address
+extern Allocations& g_arrays;  // CUDA arrays and mipmapped arrays, by handle
 
 // Where an allocation lives: in the context current when it was made, freed when that context is
 // reset or destroyed (cuMemAlloc, cuMemAllocPitch, cuMemAllocManaged, arrays), or outside any

@@ -1,11 +1,12 @@
 // A context's end frees its memory with no free call for each allocation: cudaDeviceReset
 // (cuDevicePrimaryCtxReset, or its _v2), the last cuDevicePrimaryCtxRelease and cuCtxDestroy give
-// back what was charged for every cuMemAlloc, cuMemAllocPitch, cuMemAllocManaged, array and stream
-// made in that context (the interposer records the context current at each, charge.h's
-// LivingContext). Stream-ordered allocations and cuMemCreate's handles outlive contexts, and stay
-// charged until their own free. A green context frees nothing when destroyed: its allocations go
-// with its device's primary context (an H200 showed a green context's 256 MiB still held after
-// cuGreenCtxDestroy and gone after cudaDeviceReset), so they are recorded as the primary's.
+// back what was charged for every cuMemAlloc, cuMemAllocPitch, cuMemAllocManaged and array made in
+// that context, and the memory its streams kept (the interposer records the context current at
+// each, charge.h's LivingContext). Stream-ordered allocations and cuMemCreate's handles outlive
+// contexts, and stay charged until their own free. A green context frees nothing when destroyed:
+// its allocations go with its device's primary context (an H200 showed a green context's 256 MiB
+// still held after cuGreenCtxDestroy and gone after cudaDeviceReset), so they are recorded as the
+// primary's.
 #include "allocator/preload/areas.h"
 #include "allocator/preload/charge.h"
 
@@ -19,20 +20,18 @@ namespace {
 template <typename End>
 CUresult EndContext(CUcontext context, CUdevice dev, End end) {
   if (!Active() || !context) return end();
-  std::vector<std::pair<uint64_t, Allocation>> pointers, arrays, streams;
+  std::vector<std::pair<uint64_t, Allocation>> pointers, arrays;
   g_pointers.RemoveContext(context, &pointers);
   g_arrays.RemoveContext(context, &arrays);
-  g_streams.RemoveContext(context, &streams);
   CUresult r = end();
   if (r != kCudaSuccess) {
     for (const auto& [key, a] : pointers) g_pointers.Insert(key, a);
     for (const auto& [key, a] : arrays) g_arrays.Insert(key, a);
-    for (const auto& [key, a] : streams) g_streams.Insert(key, a);
     return r;
   }
   GiveBack(pointers, "");
   GiveBack(arrays, "array");
-  GiveBack(streams, "stream");
+  StreamsAfterContextEnd(context);
   GraphsAfterContextEnd(dev);
   return r;
 }
@@ -45,13 +44,12 @@ CUresult ReleasePrimary(CUdevice dev, Release release) {
   CUcontext context = Active() ? PrimaryContext(dev) : nullptr;
   CUresult r = release();
   if (r != kCudaSuccess || !context || PrimaryActive(dev)) return r;
-  std::vector<std::pair<uint64_t, Allocation>> pointers, arrays, streams;
+  std::vector<std::pair<uint64_t, Allocation>> pointers, arrays;
   g_pointers.RemoveContext(context, &pointers);
   g_arrays.RemoveContext(context, &arrays);
-  g_streams.RemoveContext(context, &streams);
   GiveBack(pointers, "");
   GiveBack(arrays, "array");
-  GiveBack(streams, "stream");
+  StreamsAfterContextEnd(context);
   GraphsAfterContextEnd(dev);
   return r;
 }

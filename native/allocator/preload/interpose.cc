@@ -196,10 +196,11 @@ CM_WRAPPER CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int vers
 namespace {
 
 // The locks of this library are taken before the ledger's, in the order a charge takes them: the
-// area's (pools, graphs, VMM), then the member's, then the tables'.
+// area's (pools, graphs, streams, VMM), then the member's, then the tables'.
 void BeforeFork() {
   PoolsBeforeFork();
   GraphsBeforeFork();
+  StreamsBeforeFork();
   VmmBeforeFork();
   Member::Get().BeforeFork();
   Recorder::Get().BeforeFork();
@@ -210,6 +211,7 @@ void AfterForkParent() {
   Recorder::Get().AfterForkParent();
   Member::Get().AfterForkParent();
   VmmAfterForkParent();
+  StreamsAfterForkParent();
   GraphsAfterForkParent();
   PoolsAfterForkParent();
 }
@@ -218,6 +220,7 @@ void AfterForkChild() {
   Recorder::Get().AfterForkChild();
   Member::Get().AfterForkChild();
   VmmAfterForkChild();
+  StreamsAfterForkChild();
   GraphsAfterForkChild();
   PoolsAfterForkChild();
 }

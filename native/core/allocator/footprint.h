@@ -13,9 +13,6 @@ namespace cm::core {
 // The driver's page for device memory where it cannot be asked (cuMemGetAllocationGranularity
 // answers 2 MiB on every GPU since Pascal).
 constexpr uint64_t kDevicePage = 2ull << 20;
-// What one stream takes on the device, beside its context: on an H200 with driver 580, 16 streams
-// took 8 MiB, 64 took 34 and 256 took 140 (NVML's per-process figure, above the context).
-constexpr uint64_t kStreamBytes = 576ull << 10;
 
 // The bytes an allocation of `bytes` takes on a device whose page is `page`: above half a page,
 // rounded up to whole pages; up to half a page, as asked (such allocations share pages, so at most
