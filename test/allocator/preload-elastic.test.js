@@ -42,6 +42,43 @@ describe('the interposer waits for room, keeps requests and member limits', () =
     for (const p of [holder, waiter, short]) expect(await p.exit()).toEqual({ code: 0, signal: null });
   });
 
+  test("a stream waiting for room holds up none of the process's other threads: their stream calls go on, and a free elsewhere grants it", async () => {
+    const name = 'elastic-stream';
+    const holder = start('dynamic', budget(name, 64 * MiB));
+    const a = await holder.send(`alloc malloc ${64 * MiB}`);
+    expect(a).toMatch(/^ok 0x/);
+    const waiter = start('dynamic', { ...budget(name, 64 * MiB), CUDA_MEMORY_GROUP_WAIT_MS: '60000' });
+    // The whole budget in use: a stream's 576 KiB does not fit, and its thread waits.
+    expect(await waiter.send('bg stream')).toBe('ok');
+    await sleep(300);
+    // Another thread's stream destroy (and a context's end) takes the streams' lock: it answers
+    // while the wait goes on (it waited the whole minute when the wait held that lock).
+    expect(await waiter.send('stream destroy')).toBe('ok (nil)');
+    expect(await waiter.send('ctx create')).toBe('ok');
+    expect(await waiter.send('ctx destroy')).toBe('ok');
+    expect(await holder.send(`free malloc ${a.split(' ')[1]}`)).toBe('ok');
+    expect(await waiter.send('join')).toMatch(/^ok 0x/);
+    for (const p of [holder, waiter]) expect(await p.exit()).toEqual({ code: 0, signal: null });
+  }, 30000);
+
+  test("a stream-ordered allocation waiting for room holds up none of the process's other threads: their frees into the pool go on", async () => {
+    const name = 'elastic-pool';
+    const holder = start('dynamic', budget(name, 64 * MiB));
+    const a = await holder.send(`alloc malloc ${48 * MiB}`);
+    expect(a).toMatch(/^ok 0x/);
+    const waiter = start('dynamic', { ...budget(name, 64 * MiB), CUDA_MEMORY_GROUP_WAIT_MS: '60000' });
+    const b = (await waiter.send(`alloc async ${14 * MiB}`)).split(' ')[1];
+    // 62 MiB in use: 32 MiB more waits, in another thread of the waiter.
+    expect(await waiter.send(`bg alloc async ${32 * MiB}`)).toBe('ok');
+    await sleep(300);
+    // The waiter's own free into its pool answers meanwhile (it waited the whole minute when the
+    // wait held the pools' lock); once the holder frees, the wait is granted.
+    expect(await waiter.send(`free async ${b}`)).toBe('ok');
+    expect(await holder.send(`free malloc ${a.split(' ')[1]}`)).toBe('ok');
+    expect(await waiter.send('join')).toMatch(/^ok 0x/);
+    for (const p of [holder, waiter]) expect(await p.exit()).toEqual({ code: 0, signal: null });
+  }, 30000);
+
   test("a guaranteed request holds against a borrower, which borrows only what no request reserves; a member's own limit caps it", async () => {
     const name = 'elastic-request';
     const owner = start('dynamic', { ...budget(name, 64 * MiB), CUDA_MEMORY_GROUP_REQUEST: String(32 * MiB) });

@@ -93,6 +93,22 @@ describe('streams: a context is charged for the most streams it has had live at 
     },
   );
 
+  test.each(kinds)(
+    "%s: a green context's stream (cuGreenCtxStreamCreate) is charged, and goes with its device's primary context",
+    async (kind) => {
+      const name = `stream-green-${kind}`;
+      const p = start(kind, budget(name, 64 * MiB));
+      expect(await p.send(`alloc malloc ${10 * MiB}`)).toMatch(/^ok 0x/); // the primary context is active
+      expect(await p.send('stream green')).toMatch(/^ok 0x/);
+      await expectInUse(name, p.pid, 10 * MiB + STREAM);
+      expect(await p.send('stream green')).toMatch(/^ok 0x/);
+      await expectInUse(name, p.pid, 10 * MiB + 2 * STREAM);
+      expect(await p.send('reset')).toBe('ok');
+      await expectInUse(name, p.pid, 0);
+      await p.exit();
+    },
+  );
+
   test('a stream the budget cannot afford is not created: CUDA_ERROR_OUT_OF_MEMORY, nothing charged', async () => {
     const name = 'stream-full';
     const p = start('static', budget(name, 64 * MiB));
@@ -118,7 +134,6 @@ describe("stream-ordered pools: the pool's reserve is charged, on the pool's dev
       expect(await p.send('sync')).toBe('ok');
       expect(await p.send(`pool reserved ${pool}`)).toBe(`ok ${40 * MiB}`);
       await expectInUse(name, p.pid, 40 * MiB); // freed, synchronised, still reserved: still charged
-      expect(await p.send(`alloc malloc ${30 * MiB}`)).toBe('err 2');
       // Taken from the reserve again: once the driver has answered, nothing more is charged.
       const b = answer(await p.send(`alloc pool ${16 * MiB}`));
       await expectInUse(name, p.pid, 40 * MiB);
@@ -127,6 +142,8 @@ describe("stream-ordered pools: the pool's reserve is charged, on the pool's dev
       const c = answer(await p.send(`alloc pool ${30 * MiB}`));
       expect(await p.send(`pool reserved ${pool}`)).toBe(`ok ${46 * MiB}`);
       await expectInUse(name, p.pid, 46 * MiB);
+      // All of the reserve is live: a trim frees nothing, and a plain allocation past it is refused.
+      expect(await p.send(`alloc malloc ${30 * MiB}`)).toBe('err 2');
       expect(await p.send(`free async ${b}`)).toBe('ok');
       expect(await p.send(`free async ${c}`)).toBe('ok');
       expect(await p.send(`pool trim ${pool} 0`)).toBe('ok');
@@ -202,22 +219,38 @@ describe("stream-ordered pools: the pool's reserve is charged, on the pool's dev
     await p.exit();
   });
 
-  test("a refusal first trims the process's pools: what they keep unused is given back, then the charge is tried again", async () => {
-    const name = 'pool-trim-on-refusal';
-    const p = start('static', budget(name, 64 * MiB));
-    const keeper = answer(await p.send('pool create device 0'));
-    expect(await p.send(`pool threshold ${keeper} 18446744073709551615`)).toBe('ok');
-    expect(await p.send(`pool use ${keeper}`)).toBe('ok');
-    const a = answer(await p.send(`alloc pool ${40 * MiB}`));
-    expect(await p.send(`free async ${a}`)).toBe('ok');
-    expect(await p.send('sync')).toBe('ok');
-    await expectInUse(name, p.pid, 40 * MiB);
-    // 30 MiB more from the default pool does not fit beside the reserve: the keeper is trimmed.
-    expect(await p.send(`alloc async ${30 * MiB}`)).toMatch(/^ok 0x/);
-    expect(await p.send(`pool reserved ${keeper}`)).toBe('ok 0');
-    await expectInUse(name, p.pid, 30 * MiB);
-    await p.exit();
-  });
+  test.each(kinds)(
+    "%s: a refusal first trims the process's pools: what they keep unused is given back, then the charge (stream-ordered, plain, a stream) is tried again",
+    async (kind) => {
+      const name = `pool-trim-on-refusal-${kind}`;
+      const p = start(kind, budget(name, 64 * MiB));
+      const keeper = answer(await p.send('pool create device 0'));
+      expect(await p.send(`pool threshold ${keeper} 18446744073709551615`)).toBe('ok');
+      expect(await p.send(`pool use ${keeper}`)).toBe('ok');
+      const keep = async (bytes) => {
+        const a = answer(await p.send(`alloc pool ${bytes}`));
+        expect(await p.send(`free async ${a}`)).toBe('ok');
+        expect(await p.send('sync')).toBe('ok');
+      };
+      await keep(40 * MiB);
+      await expectInUse(name, p.pid, 40 * MiB);
+      // 30 MiB more from the default pool does not fit beside the reserve: the keeper is trimmed.
+      expect(await p.send(`alloc async ${30 * MiB}`)).toMatch(/^ok 0x/);
+      expect(await p.send(`pool reserved ${keeper}`)).toBe('ok 0');
+      await expectInUse(name, p.pid, 30 * MiB);
+      // The same for a plain allocation, and for a stream.
+      await keep(34 * MiB);
+      await expectInUse(name, p.pid, 64 * MiB);
+      expect(await p.send(`alloc malloc ${30 * MiB}`)).toMatch(/^ok 0x/);
+      expect(await p.send(`pool reserved ${keeper}`)).toBe('ok 0');
+      await keep(4 * MiB);
+      await expectInUse(name, p.pid, 64 * MiB);
+      expect(await p.send('stream')).toMatch(/^ok 0x/);
+      expect(await p.send(`pool reserved ${keeper}`)).toBe('ok 0');
+      await expectInUse(name, p.pid, 60 * MiB + STREAM);
+      await p.exit();
+    },
+  );
 
   test('a pool whose free reserve is in pieces grows by the whole allocation: charged for that first, it never holds more than the budget', async () => {
     // The device has exactly the budget (a neighbour holds the rest): a pool that outgrew its

@@ -24,7 +24,17 @@ void GraphsAfterForkChild();
 
 // A context's end (reset, release, destroy) on `dev`: the graph reserve may have gone with it.
 void GraphsAfterContextEnd(int dev) noexcept;
-// The end of `context`: the memory its streams kept goes with it.
+// Held across a context's end (reset, last release, destroy), from before the driver's call until
+// StreamsAfterContextEnd, so that no stream is counted meanwhile in a context handle that the end
+// may hand out again. Taken before the tables' locks and the member's, let go before the graphs'.
+class StreamsHeld {
+ public:
+  StreamsHeld();
+  ~StreamsHeld();
+  StreamsHeld(const StreamsHeld&) = delete;
+  StreamsHeld& operator=(const StreamsHeld&) = delete;
+};
+// With StreamsHeld, after the end of `context`: the memory its streams kept goes with it.
 void StreamsAfterContextEnd(void* context) noexcept;
 
 void StreamsBeforeFork();

@@ -7,6 +7,8 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "allocator/preload/areas.h"
+
 namespace cm::preload {
 
 Allocations& g_pointers = *new Allocations;
@@ -83,6 +85,16 @@ CUcontext LivingContext() {
     dev = it->second;
   }
   return PrimaryContext(dev);
+}
+
+Member::Verdict TakeAfterTrim(uint64_t bytes, const char* api, const char* library) {
+  TrimPools();
+  return Member::Get().Take(bytes, api, GroupDevice(), library);
+}
+
+Member::Verdict TakeOrTrim(uint64_t bytes, const char* api, const char* library) {
+  Member::Verdict v = Member::Get().Take(bytes, api, GroupDevice(), library, /*quiet=*/true);
+  return v == Member::Verdict::kNoRoom ? TakeAfterTrim(bytes, api, library) : v;
 }
 
 void GiveBack(const std::vector<std::pair<uint64_t, Allocation>>& gone, const char* kind) {

@@ -41,6 +41,14 @@ CUcontext LivingContext();
 // cuCtxFromGreenCtx answered `context` for a green context.
 void NoteGreenContext(CUcontext context);
 
+// A charge of `bytes` through `api`: a quiet first try; where it does not fit, the process's
+// stream-ordered pools are trimmed of what no allocation uses (their reserve is charged to the same
+// group) and the try that may wait and is said comes after. Called with none of the interposer's
+// locks held (the pools' comes first of them).
+Member::Verdict TakeOrTrim(uint64_t bytes, const char* api, const char* library);
+// The trim and the try that may wait, after a quiet try that found no room (kNoRoom).
+Member::Verdict TakeAfterTrim(uint64_t bytes, const char* api, const char* library);
+
 // An allocation charged `bytes` (what the device takes for it) on `dev` through `api`: charged
 // before alloc() runs, given back if it fails, then remembered under key() for its free. `kind`
 // names it in a trace ("" for an address).
@@ -49,7 +57,7 @@ CUresult Allocate(void* caller, Allocations& table, const char* kind, Lives live
                   uint64_t bytes, const char* api, Alloc alloc, Key key) {
   if (!Active() || !Tracked(dev)) return alloc();
   Member& m = Member::Get();
-  Member::Verdict v = m.Take(bytes, api, GroupDevice(), LibraryCharging(caller));
+  Member::Verdict v = TakeOrTrim(bytes, api, LibraryCharging(caller));
   if (v == Member::Verdict::kRefused) {
     Recorder::Get().Oom(bytes);
     return kCudaErrorOutOfMemory;

@@ -17,23 +17,27 @@ namespace {
 // A context destroyed or reset by `end()`: the allocations made in it are taken out of their
 // tables before, as a free takes its one out (the context's addresses may be handed out again the
 // moment it is gone), and put back if it fails; their charges come back once it has succeeded.
+// The streams' lock is held throughout: its handle may be handed out again the moment it is gone.
 template <typename End>
 CUresult EndContext(CUcontext context, CUdevice dev, End end) {
   if (!Active() || !context) return end();
-  std::vector<std::pair<uint64_t, Allocation>> pointers, arrays;
-  g_pointers.RemoveContext(context, &pointers);
-  g_arrays.RemoveContext(context, &arrays);
-  CUresult r = end();
-  if (r != kCudaSuccess) {
-    for (const auto& [key, a] : pointers) g_pointers.Insert(key, a);
-    for (const auto& [key, a] : arrays) g_arrays.Insert(key, a);
-    return r;
+  {
+    StreamsHeld streams;
+    std::vector<std::pair<uint64_t, Allocation>> pointers, arrays;
+    g_pointers.RemoveContext(context, &pointers);
+    g_arrays.RemoveContext(context, &arrays);
+    CUresult r = end();
+    if (r != kCudaSuccess) {
+      for (const auto& [key, a] : pointers) g_pointers.Insert(key, a);
+      for (const auto& [key, a] : arrays) g_arrays.Insert(key, a);
+      return r;
+    }
+    GiveBack(pointers, "");
+    GiveBack(arrays, "array");
+    StreamsAfterContextEnd(context);
   }
-  GiveBack(pointers, "");
-  GiveBack(arrays, "array");
-  StreamsAfterContextEnd(context);
   GraphsAfterContextEnd(dev);
-  return r;
+  return kCudaSuccess;
 }
 
 // A release of the primary context of `dev` by `release()`: the last one resets it, which frees
@@ -41,17 +45,21 @@ CUresult EndContext(CUcontext context, CUdevice dev, End end) {
 // context no longer being active.
 template <typename Release>
 CUresult ReleasePrimary(CUdevice dev, Release release) {
-  CUcontext context = Active() ? PrimaryContext(dev) : nullptr;
-  CUresult r = release();
-  if (r != kCudaSuccess || !context || PrimaryActive(dev)) return r;
-  std::vector<std::pair<uint64_t, Allocation>> pointers, arrays;
-  g_pointers.RemoveContext(context, &pointers);
-  g_arrays.RemoveContext(context, &arrays);
-  GiveBack(pointers, "");
-  GiveBack(arrays, "array");
-  StreamsAfterContextEnd(context);
+  if (!Active()) return release();
+  {
+    StreamsHeld streams;
+    CUcontext context = PrimaryContext(dev);
+    CUresult r = release();
+    if (r != kCudaSuccess || !context || PrimaryActive(dev)) return r;
+    std::vector<std::pair<uint64_t, Allocation>> pointers, arrays;
+    g_pointers.RemoveContext(context, &pointers);
+    g_arrays.RemoveContext(context, &arrays);
+    GiveBack(pointers, "");
+    GiveBack(arrays, "array");
+    StreamsAfterContextEnd(context);
+  }
   GraphsAfterContextEnd(dev);
-  return r;
+  return kCudaSuccess;
 }
 
 }  // namespace

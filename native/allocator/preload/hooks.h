@@ -73,7 +73,8 @@
   X(StreamCreate, cuStreamCreate, (CUstream*, unsigned int))                                  \
   X(StreamCreateWithPriority, cuStreamCreateWithPriority, (CUstream*, unsigned int, int))     \
   X(StreamDestroy, cuStreamDestroy, (CUstream))                                               \
-  X(StreamDestroyV2, cuStreamDestroy_v2, (CUstream))
+  X(StreamDestroyV2, cuStreamDestroy_v2, (CUstream))                                          \
+  X(GreenCtxStreamCreate, cuGreenCtxStreamCreate, (CUstream*, CUgreenCtx, unsigned int, int))
 
 // NVML's (libnvidia-ml.so.1), wrapped: reached by name (linked with -lnvidia-ml, as nvidia-smi
 // may be) or by dlsym on NVML's handle (pynvml, the addon), answered by nvml.cc.

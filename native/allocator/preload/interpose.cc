@@ -151,6 +151,7 @@ void* SubstituteProc(const char* symbol, int version, uint64_t flags, void* p) {
       {"cuStreamCreateWithPriority", 0, kStreamCreateWithPriority, kStreamCreateWithPriority,
        kCount},
       {"cuStreamDestroy", 4000, kStreamDestroyV2, kStreamDestroyV2, kStreamDestroy},
+      {"cuGreenCtxStreamCreate", 0, kGreenCtxStreamCreate, kGreenCtxStreamCreate, kCount},
       {"cuGetProcAddress", 12000, kGetProcAddressV2, kGetProcAddressV2, kGetProcAddress},
   };
   for (const auto& e : kByName) {

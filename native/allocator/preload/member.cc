@@ -247,7 +247,7 @@ Member::Verdict Member::Take(uint64_t bytes, const char* api, const std::string&
       RecoveredLocked();
       return Verdict::kCharged;
     }
-    if (quiet) return Verdict::kRefused;
+    if (quiet) return Verdict::kNoRoom;
     if (terms_.wait_ms > 0 && refusal.reason == core::GroupRefusal::kBudget) {
       Verdict v = WaitLocked(lock, bytes, &refusal);
       if (v != Verdict::kRefused) return v;

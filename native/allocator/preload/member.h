@@ -45,13 +45,14 @@ class Member {
   // The process's member (never destroyed: threads of the host program may allocate during exit).
   static Member& Get();
 
-  enum class Verdict { kUncharged, kCharged, kRefused };
+  enum class Verdict { kUncharged, kCharged, kRefused, kNoRoom };
   // Charges `bytes` for an allocation through `api` on the group's device (`device` is its key,
   // used when joining). kUncharged: no group, the group cannot be used (failed open), or
   // `library_ledger` names this group's ledger file: the cuda-memory addon is taking a region its
   // own group allocator has charged already. kRefused: past the budget, or failed open under
   // strict. `quiet`: a first try that the caller follows with another once it has made room of
-  // its own (a trim): a refusal neither waits nor is counted or said.
+  // its own (a trim): where the group has no room, kNoRoom, neither waited for, counted nor said
+  // (anything else, a strict refusal of failing open among them, is final and said as ever).
   Verdict Take(uint64_t bytes, const char* api, const std::string& device,
                const char* library_ledger = nullptr, bool quiet = false) noexcept;
   // What cuMemGetInfo tells the process about the group's device (`device`, its key): *info holds

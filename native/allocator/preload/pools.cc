@@ -43,12 +43,14 @@ std::atomic<bool> g_excess{false};
 
 // What a charge of `pool` asks of the group and the driver (`api` names the call in a refusal;
 // `quiet`: a first try, whose refusal is neither waited on nor said).
+// `quiet`: its charges are quiet tries (Member::Take), each verdict kept there.
 cm::core::ReserveOps OpsFor(CUmemoryPool handle, Pool& pool, const char* library, const char* api,
-                            bool quiet = false) {
+                            Member::Verdict* quiet = nullptr) {
   cm::core::ReserveOps ops;
   ops.take = [&pool, library, api, quiet](uint64_t n) {
-    Member::Verdict v = Member::Get().Take(n, api, GroupDevice(), library, quiet);
-    if (v == Member::Verdict::kRefused) return false;
+    Member::Verdict v = Member::Get().Take(n, api, GroupDevice(), library, quiet != nullptr);
+    if (quiet) *quiet = v;
+    if (v == Member::Verdict::kRefused || v == Member::Verdict::kNoRoom) return false;
     if (v == Member::Verdict::kUncharged) pool.uncharged += n;
     return true;
   };
@@ -136,21 +138,58 @@ CUresult PoolAllocate(void* caller, CUdeviceptr* dptr, size_t bytes, CUmemoryPoo
   CUmemoryPool handle = explicit_pool;
   if (!handle && Call<kDeviceGetMemPool>(&handle, stream_device) != kCudaSuccess) handle = nullptr;
   if (!handle) return forward();
-  std::lock_guard<std::mutex> lock(g_mutex);
+  std::unique_lock<std::mutex> lock(g_mutex);
   Pool* pool = PoolOf(handle, stream_device);
   if (!pool || !pool->tracked) return forward();
   const char* library = LibraryCharging(caller);
-  cm::core::ReserveOps ops = OpsFor(handle, *pool, library, api);
   uint64_t page = Page(pool->device), chunk = Chunk();
   // Not there at the first try: what the pools keep unused (this one's too) may be what is
   // missing, and the try that may wait and is said comes after the trim.
-  if (!pool->charge.Prepare(bytes, page, chunk, OpsFor(handle, *pool, library, api, true))) {
-    RefreshLocked(true);
-    if (!pool->charge.Prepare(bytes, page, chunk, ops)) {
-      Recorder::Get().Oom(bytes);
-      return kCudaErrorOutOfMemory;
+  Member::Verdict verdict = Member::Verdict::kUncharged;
+  uint64_t lacked = 0;  // what the last quiet try found no room for
+  cm::core::ReserveOps quiet = OpsFor(handle, *pool, library, api, &verdict);
+  quiet.take = [&lacked, take = quiet.take](uint64_t n) { return take(n) || (lacked = n, false); };
+  // A quiet try refused for good (failing open under strict) is not tried again.
+  auto refused = [&] { return verdict == Member::Verdict::kRefused; };
+  if (!pool->charge.Prepare(bytes, page, chunk, quiet)) {
+    if (!refused()) RefreshLocked(true);
+    if (refused() || !pool->charge.Prepare(bytes, page, chunk, quiet)) {
+      if (refused()) {
+        Recorder::Get().Oom(bytes);
+        return kCudaErrorOutOfMemory;
+      }
+      // The try that may wait runs without the lock, so that the process's other threads free
+      // into their pools (and synchronise, fork) meanwhile; what it charged is drawn on once the
+      // lock is had again.
+      lock.unlock();
+      Member::Verdict v = Member::Get().Take(lacked, api, GroupDevice(), library);
+      if (v == Member::Verdict::kRefused) {
+        Recorder::Get().Oom(bytes);
+        return kCudaErrorOutOfMemory;
+      }
+      lock.lock();
+      uint64_t credit = v == Member::Verdict::kCharged ? lacked : 0;
+      pool = PoolOf(handle, stream_device);
+      bool ready = false;
+      if (pool && pool->tracked) {
+        cm::core::ReserveOps prepaid = OpsFor(handle, *pool, library, api);
+        prepaid.take = [&credit, take = prepaid.take](uint64_t n) {
+          if (n <= credit) return credit -= n, true;
+          if (!take(n - credit)) return false;
+          credit = 0;
+          return true;
+        };
+        ready = pool->charge.Prepare(bytes, page, chunk, prepaid);
+      }
+      if (credit) Member::Get().Give(credit);  // what the pool no longer lacks
+      if (!pool || !pool->tracked) return forward();
+      if (!ready) {
+        Recorder::Get().Oom(bytes);
+        return kCudaErrorOutOfMemory;
+      }
     }
   }
+  cm::core::ReserveOps ops = OpsFor(handle, *pool, library, api);
   CUresult r = forward();
   bool ok = r == kCudaSuccess;
   if (!pool->charge.Done(ok, bytes, ops)) {

@@ -3,7 +3,8 @@
 // device is charged for the most streams it has had live at once, each as it is created, and
 // gives that back at its end (reset, last release, destroy). A stream the budget cannot afford is
 // not created: the call answers CUDA_ERROR_OUT_OF_MEMORY, as the driver does when it has no memory
-// left for one.
+// left for one. A stream that waits for room waits without the lock; a green context's streams
+// (cuGreenCtxStreamCreate) are counted as its device's primary context's.
 #include <mutex>
 #include <unordered_map>
 
@@ -15,7 +16,8 @@ using namespace cm::preload;
 
 namespace {
 
-// One lock for the contexts' slots and the streams, held across the driver's call.
+// One lock for the contexts' slots and the streams, held across the driver's call, and across a
+// context's end (StreamsHeld) until its streams' charge is given back.
 std::mutex g_mutex;
 auto& g_slots = *new std::unordered_map<CUcontext, cm::core::StreamSlots>;
 auto& g_streams = *new std::unordered_map<CUstream, CUcontext>;  // each counted stream's context
@@ -28,35 +30,93 @@ void Trace(CUcontext context, uint64_t before, uint64_t after) {
   if (after) Recorder::Get().Alloc("stream", id, after);
 }
 
-template <typename Forward>
-CUresult Create(void* caller, CUstream* stream, const char* api, Forward forward) {
-  if (!stream || !Active() || !Tracked(CurrentDevice())) return forward();
-  std::lock_guard<std::mutex> lock(g_mutex);
-  CUcontext context = LivingContext();
-  cm::core::StreamSlots& slots = g_slots[context];
-  uint64_t charge = slots.ToCharge(), charged = 0;
+// Where a stream is made: its device, and the context whose end its memory goes with.
+struct Place {
+  CUdevice device = -1;
+  CUcontext context = nullptr;
+};
+
+// A stream on the current context (a green one's memory goes with its device's primary).
+Place Current() { return {CurrentDevice(), LivingContext()}; }
+
+// A stream on a green context, made current or not. Where its device's primary context is not
+// active, the stream is counted under no context, and its charge stays until the process ends.
+Place OfGreen(CUgreenCtx green) {
+  CUcontext c = nullptr;
+  if (Call<kCtxFromGreenCtx>(&c, green) != kCudaSuccess || !c) return {};
+  NoteGreenContext(c);
+  CUdevice dev = DeviceOfContext(c);
+  return {dev, PrimaryContext(dev)};
+}
+
+// `where` is asked with the lock held, and again after a wait without it (the context may have
+// ended meanwhile).
+template <typename Where, typename Forward>
+CUresult Create(void* caller, CUstream* stream, const char* api, Where where, Forward forward) {
+  if (!stream || !Active()) return forward();
+  std::unique_lock<std::mutex> lock(g_mutex);
+  Place at = where();
+  if (!Tracked(at.device)) {
+    lock.unlock();
+    return forward();
+  }
+  const char* library = LibraryCharging(caller);
   Member& m = Member::Get();
-  if (charge) {
-    Member::Verdict v = m.Take(charge, api, GroupDevice(), LibraryCharging(caller));
+  cm::core::StreamSlots* slots = nullptr;
+  uint64_t charge = 0;
+  Member::Verdict v = Member::Verdict::kUncharged;
+  bool waited = false;
+  for (;;) {
+    try {
+      slots = &g_slots[at.context];
+    } catch (...) {
+      if (waited && v == Member::Verdict::kCharged) m.Give(charge);
+      return forward();  // not counted: its destroy passes
+    }
+    if (waited) {
+      // Charged without the lock: kept if this stream still takes a slot of its own.
+      if (!slots->ToCharge() && v == Member::Verdict::kCharged) m.Give(charge);
+      charge = slots->ToCharge();
+      if (!charge) v = Member::Verdict::kUncharged;
+      break;
+    }
+    charge = slots->ToCharge();
+    if (!charge) break;
+    v = m.Take(charge, api, GroupDevice(), library, /*quiet=*/true);
     if (v == Member::Verdict::kRefused) {
       Recorder::Get().Oom(charge);
       return kCudaErrorOutOfMemory;
     }
-    if (v == Member::Verdict::kCharged) charged = charge;
+    if (v != Member::Verdict::kNoRoom) break;
+    // No room now. The trim of the process's pools and the try that may wait and is said run
+    // without this lock, so that the process's other threads destroy streams, end contexts and
+    // fork meanwhile.
+    lock.unlock();
+    v = TakeAfterTrim(charge, api, library);
+    if (v == Member::Verdict::kRefused) {
+      Recorder::Get().Oom(charge);
+      return kCudaErrorOutOfMemory;
+    }
+    lock.lock();
+    waited = true;
+    at = where();
   }
+  const uint64_t charged = v == Member::Verdict::kCharged ? charge : 0;
   CUresult r = forward();
   if (r != kCudaSuccess) {
     if (charged) m.Give(charged);
+    if (r == kCudaErrorOutOfMemory) Recorder::Get().Oom(charge);
     return r;
   }
   try {
-    g_streams[*stream] = context;
+    g_streams[*stream] = at.context;
   } catch (...) {
     // Not counted live: its destroy passes, and its slot stays charged until the context ends.
   }
-  uint64_t before = slots.charged();
-  slots.Created(charge, charged);
-  Trace(context, before, slots.charged());
+  uint64_t before = slots->charged();
+  // A slot is kept only where it is charged: one that failed open is not the next stream's.
+  slots->Created(charged, charged);
+  Trace(at.context, before, slots->charged());
   return r;
 }
 
@@ -78,9 +138,11 @@ CUresult Destroy(CUstream stream, Forward forward) {
 
 namespace cm::preload {
 
+StreamsHeld::StreamsHeld() { g_mutex.lock(); }
+StreamsHeld::~StreamsHeld() { g_mutex.unlock(); }
+
 void StreamsAfterContextEnd(void* context) noexcept {
   try {
-    std::lock_guard<std::mutex> lock(g_mutex);
     CUcontext c = static_cast<CUcontext>(context);
     auto it = g_slots.find(c);
     if (it == g_slots.end()) return;
@@ -105,13 +167,20 @@ void StreamsAfterForkChild() {
 }  // namespace cm::preload
 
 CM_WRAPPER CUresult cuStreamCreate(CUstream* stream, unsigned int flags) {
-  return Create(__builtin_return_address(0), stream, "cuStreamCreate",
+  return Create(__builtin_return_address(0), stream, "cuStreamCreate", Current,
                 [&] { return Call<kStreamCreate>(stream, flags); });
 }
 
 CM_WRAPPER CUresult cuStreamCreateWithPriority(CUstream* stream, unsigned int flags, int priority) {
-  return Create(__builtin_return_address(0), stream, "cuStreamCreateWithPriority",
+  return Create(__builtin_return_address(0), stream, "cuStreamCreateWithPriority", Current,
                 [&] { return Call<kStreamCreateWithPriority>(stream, flags, priority); });
+}
+
+CM_WRAPPER CUresult cuGreenCtxStreamCreate(CUstream* stream, CUgreenCtx green, unsigned int flags,
+                                           int priority) {
+  return Create(
+      __builtin_return_address(0), stream, "cuGreenCtxStreamCreate", [&] { return OfGreen(green); },
+      [&] { return Call<kGreenCtxStreamCreate>(stream, green, flags, priority); });
 }
 
 CM_WRAPPER CUresult cuStreamDestroy_v2(CUstream stream) {

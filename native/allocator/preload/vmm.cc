@@ -46,7 +46,7 @@ CM_WRAPPER CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t byt
       cm::core::DeviceFootprint(bytes, GroupDevice() == "simulated" ? 1 : DevicePage(dev));
   Member& m = Member::Get();
   Member::Verdict v =
-      m.Take(charge, "cuMemCreate", GroupDevice(), LibraryCharging(__builtin_return_address(0)));
+      TakeOrTrim(charge, "cuMemCreate", LibraryCharging(__builtin_return_address(0)));
   if (v == Member::Verdict::kRefused) {
     Recorder::Get().Oom(charge);
     return kCudaErrorOutOfMemory;

@@ -353,6 +353,14 @@ EXPORT CUresult cuStreamCreate(void** s, unsigned flags) {
   *s = st;
   return OK;
 }
+EXPORT CUresult cuGreenCtxStreamCreate(void** s, void* green, unsigned flags, int priority) {
+  if (!green) return INVALID_VALUE;
+  struct stream* st = malloc(sizeof *st);
+  if (!st) return OUT_OF_MEMORY;
+  st->device = ((struct green*)green)->device;
+  *s = st;
+  return OK;
+}
 EXPORT CUresult cuStreamDestroy_v2(void* s) {
   free(s);
   return OK;
@@ -877,6 +885,7 @@ EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version,
        (void*)i_free_async_ptsz},
       {"cuStreamCreate", (void*)cuStreamCreate},
       {"cuStreamDestroy", (void*)cuStreamDestroy_v2},
+      {"cuGreenCtxStreamCreate", (void*)cuGreenCtxStreamCreate},
       {"cuStreamGetCtx", (void*)cuStreamGetCtx},
       {"cuStreamSynchronize", (void*)cuStreamSynchronize, (void*)cuStreamSynchronize_ptsz},
       {"cuCtxSynchronize", (void*)cuCtxSynchronize},

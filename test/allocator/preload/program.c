@@ -17,7 +17,8 @@
  *   ctx retain|release cuDevicePrimaryCtxRetain / cuDevicePrimaryCtxRelease of the current device
  *   ctx create|destroy cuCtxCreate (a context of the program's own, made current) / cuCtxDestroy
  *   stream             a stream on the current device, the program's from now on (stream none:
- *                      the NULL stream again; stream destroy: the program's destroyed, then NULL)
+ *                      the NULL stream again; stream destroy: the program's destroyed, then NULL;
+ *                      stream green: cuGreenCtxStreamCreate on a new green context of the device)
  *   sync [ctx]         cuStreamSynchronize of the program's stream (cuCtxSynchronize)
  *   pool create device N | host    cuMemPoolCreate; prints the pool
  *   pool use P | default           the pool "alloc pool" takes from
@@ -31,6 +32,9 @@
  *   green on|off       a green context of the current device made current / popped again
  *   alarm-exit MS      in MS milliseconds a signal handler calls exit(0)
  *   threads T N BYTES  T threads, each N cudaMalloc+cudaFree pairs; prints the errors seen
+ *   bg stream | bg alloc API BYTES   a thread creates a stream on the current device, or
+ *                      allocates as "alloc" does (the program's other commands go on meanwhile);
+ *                      join: waits for it, and answers as "stream" or "alloc" does
  *   pairs N BYTES      N cudaMalloc+cudaFree pairs, timed; prints nanoseconds per pair
  *   fork BYTES         a child allocates BYTES and answers "child PID ok|err CODE" through the
  *                      parent; it holds them until "release", then exits
@@ -77,7 +81,7 @@ int cuStreamCreate(), cuStreamDestroy_v2(), cuStreamSynchronize(), cuCtxSynchron
     cuGraphInstantiateWithFlags(), cuGraphLaunch(), cuGraphUpload(), cuGraphExecDestroy(),
     cuDeviceGraphMemTrim(), cuDeviceGetGraphMemAttribute(), cuCtxFromGreenCtx(),
     cuCtxPushCurrent_v2(), cuCtxPopCurrent_v2(), cuMemAlloc(), cuMemFree(),
-    cuDevicePrimaryCtxRetain(), cuDevicePrimaryCtxRelease_v2(), cuCtxCreate_v2(),
+    cuDevicePrimaryCtxRetain(), cuDevicePrimaryCtxRelease_v2(), cuCtxCreate_v2(), cuGreenCtxStreamCreate(),
     cuCtxDestroy_v2(), cuDeviceTotalMem_v2(), cuDeviceTotalMem();
 #define DRV(symbol, base) ((void*)&symbol)
 #else
@@ -179,6 +183,21 @@ static void* pairs(void* errors) {
     if (cudaMalloc(&p, pair_bytes) != 0 || cudaFree(p) != 0) ++*(int*)errors;
   }
   return NULL;
+}
+
+static pthread_t bg_thread;
+static void* bg_stream;
+static int bg_result;
+static char bg_api[32];
+static unsigned long long bg_bytes, bg_address;
+static void* create_stream(void* unused) {
+  bg_result = CALL(cuStreamCreate, "cuStreamCreate", v_pu, &bg_stream, 0);
+  return unused;
+}
+static void* allocate(void* unused) {
+  size_t pitch = 0;
+  bg_result = alloc(bg_api, bg_bytes, &bg_address, &pitch);
+  return unused;
 }
 
 int main(void) {
@@ -283,6 +302,9 @@ int main(void) {
       } else if (strstr(line, "destroy")) {
         r = CALL(cuStreamDestroy_v2, "cuStreamDestroy", v_s, stream);
         stream = NULL;
+      } else if (strstr(line, "green")) {
+        r = CALL(cuGreenCtxStreamCreate, "cuGreenCtxStreamCreate", int (*)(void**, void*, unsigned, int),
+                 &stream, green_context(device), 0, 0);
       } else
         r = CALL(cuStreamCreate, "cuStreamCreate", v_pu, &stream, 0);
       if (r)
@@ -424,6 +446,23 @@ int main(void) {
       printf("ok\n");
     } else if (sscanf(line, "used %llu", &a) == 1) {
       printf("ok %llu\n", fakeDeviceUsed((int)a));
+    } else if (!strncmp(line, "bg ", 3)) {
+      int stream_ = !strncmp(line, "bg stream", 9);
+      bg_stream = NULL;
+      if (!stream_ && sscanf(line, "bg alloc %31s %llu", bg_api, &bg_bytes) != 2)
+        printf("err unknown command\n");
+      else
+        printf(pthread_create(&bg_thread, NULL, stream_ ? create_stream : allocate, NULL)
+                   ? "err thread\n"
+                   : "ok\n");
+    } else if (!strncmp(line, "join", 4)) {
+      pthread_join(bg_thread, NULL);
+      if (bg_result)
+        printf("err %d\n", bg_result);
+      else if (bg_stream)
+        printf("ok %p\n", bg_stream);
+      else
+        printf("ok 0x%llx\n", bg_address);
     } else if (sscanf(line, "threads %llu %llu %llu", &a, &b, &c) == 3) {
       pthread_t t[64];
       int errors[64] = {0}, sum = 0;
