@@ -14,7 +14,8 @@
 // 2. The shared run: a Node process (an allocator of this library in the group), a PyTorch process
 //    (scripts/preload/torch-churn.py) and the C++ program scripts/preload/alloc-churn.cu (built
 //    here with nvcc's default, the static runtime), the last two under `cuda-memory run`, share
-//    one budget for --seconds; a second C++ member is SIGKILLed halfway. Every 100 ms NVML's
+//    one budget for --seconds, once each has set itself up (--go: its context and streams made
+//    while the budget is free); a second C++ member is SIGKILLed halfway. Every 100 ms NVML's
 //    per-process used memory of the run's processes is summed, and the ledger read.
 //    --torch-alloc-conf runs the PyTorch member with that PYTORCH_CUDA_ALLOC_CONF
 //    (backend:cudaMallocAsync, expandable_segments:True): its allocator's other routes to the
@@ -45,7 +46,7 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 // The options, and the words between them (`member`).
 function args(argv) {
-  const text = ['out', 'budget', 'seconds', 'python', 'nvcc', 'group', 'seed', 'simulate', 'torch-alloc-conf'];
+  const text = ['out', 'budget', 'seconds', 'python', 'nvcc', 'group', 'seed', 'simulate', 'torch-alloc-conf', 'go'];
   const flags = ['dry-run', 'no-replay'];
   const options = Object.fromEntries([...text.map((k) => [k, { type: 'string' }]), ...flags.map((k) => [k, { type: 'boolean' }])]);
   const { values, positionals } = parseArgs({ args: argv, options, allowPositionals: true });
@@ -154,12 +155,16 @@ function lastJson(text) {
 // live blocks freed. Its pool gives its free regions back to the group now and then (emptyCache,
 // as the PyTorch member empties its cache): a pool that only grows would take its peak once and
 // never ask the group again. One JSON line at the end.
+const sleepSync = (ms) => Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
+
 function nodeMember(o) {
   const cm = require(root);
   // --simulate SIZE: on a simulated device (to try the member without a GPU).
   const simulate = o.simulate ? { simulate: { totalBytes: cm.parseSize(o.simulate) } } : {};
   const a = cm.createAllocator({ ...simulate, allowGrowth: true, shared: { name: o.group, memoryLimit: Number(o.budget) } });
   process.stdout.write('joined\n');
+  // --go FILE: the time starts once FILE exists (every member has set itself up).
+  for (const until = Date.now() + 120000; o.go && !fs.existsSync(o.go) && Date.now() < until;) sleepSync(1);
   let seed = Number(o.seed) >>> 0 || 1;
   const rand = () => {
     seed ^= seed << 13;
@@ -265,12 +270,28 @@ function plan(o) {
         String(o.seconds),
         '--seed',
         '1',
+        '--go',
+        o.goFile,
       ],
-      torch: run(o.group, budget, [], o.python, torchScript, '--mode', 'shared', '--seconds', String(o.seconds), '--seed', '2'),
+      torch: run(
+        o.group,
+        budget,
+        [],
+        o.python,
+        torchScript,
+        '--mode',
+        'shared',
+        '--seconds',
+        String(o.seconds),
+        '--seed',
+        '2',
+        '--go',
+        o.goFile,
+      ),
       // PyTorch reads its allocator's settings from the environment (run passes it on).
       torchEnv: torchEnv(o),
-      cpp: run(o.group, budget, [], churn, '--seconds', String(o.seconds), '--seed', '3'),
-      victim: run(o.group, budget, [], churn, '--seconds', String(o.seconds), '--seed', '4'),
+      cpp: run(o.group, budget, [], churn, '--seconds', String(o.seconds), '--seed', '3', '--go', o.goFile),
+      victim: run(o.group, budget, [], churn, '--seconds', String(o.seconds), '--seed', '4', '--go', o.goFile),
       killVictimAfterSeconds: half,
     },
     replay:
@@ -331,6 +352,7 @@ async function runAll(o) {
   const uuid = dev.uuid;
   const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'shared-budget-'));
   o.churnBinary = path.join(tmp, 'alloc-churn');
+  o.goFile = path.join(tmp, 'go');
   o.trace = path.join(o.out, 'torch-trace.json');
   const build = spawnSync(o.nvcc, ['-O2', '-o', o.churnBinary, churnSource], { encoding: 'utf8' });
   if (build.status !== 0) throw new Error(`nvcc could not build ${churnSource}: ${build.stderr}`);
@@ -354,6 +376,11 @@ async function runAll(o) {
   await members.node.ready; // the first member sets the budget
   for (const k of ['torch', 'cpp', 'victim'])
     members[k] = start(p.shared[k][0], p.shared[k].slice(1), k === 'torch' ? { ...process.env, ...p.shared.torchEnv } : process.env);
+  // Each sets itself up (its context, its streams) while the budget is free, then all start
+  // together: a member that came late would find the budget taken by the first, and its streams
+  // (charged under run) refused before it could churn.
+  await Promise.all(Object.values(members).map((m) => m.ready));
+  fs.writeFileSync(o.goFile, '');
   const samples = [];
   const ledger = { samples: 0, maxChargedBytes: 0 };
   const t0 = Date.now();
@@ -463,6 +490,7 @@ async function main() {
   };
   if (o['dry-run']) {
     opts.churnBinary = '<tmp>/alloc-churn';
+    opts.goFile = '<tmp>/go';
     opts.trace = path.join(opts.out || '<out>', 'torch-trace.json');
     process.stdout.write(JSON.stringify(plan(opts), null, 2) + '\n');
     return 0;

@@ -5,7 +5,7 @@
 //
 //   nvcc -O2 -o alloc-churn scripts/preload/alloc-churn.cu
 //   alloc-churn [--seconds S] [--min-bytes N] [--max-bytes N] [--max-live-bytes N] [--seed N]
-//               [--api malloc|async|managed] [--device N]
+//               [--api malloc|async|managed] [--device N] [--go FILE]
 //
 // Sizes are log-uniform from --min-bytes (1 MiB) to --max-bytes (1 GiB); the program keeps
 // allocating while it holds less than --max-live-bytes (no cap by default) and frees a random live
@@ -16,7 +16,10 @@
 // JSON line on stdout: {"allocs","frees","refusals","peakBytes","leastRefusedBytes","seconds",
 // "api","pid"}: leastRefusedBytes is the smallest footprint the program would have held had a
 // refused allocation been granted (what it held plus what it asked, each rounded as the device
-// rounds it: whole 2 MiB pages above 1 MiB), null without a refusal.
+// rounds it: whole 2 MiB pages above 1 MiB), null without a refusal. --go FILE: once its context
+// and stream are made, the program prints "ready" and waits (two minutes at most) for FILE to
+// exist before its time starts, so that the members of one run set themselves up before any of
+// them churns.
 #include <cuda_runtime.h>
 #include <signal.h>
 #include <unistd.h>
@@ -67,6 +70,11 @@ int main(int argc, char** argv) {
   if (e != cudaSuccess) Fail("cudaSetDevice", e);
   cudaStream_t stream;
   if ((e = cudaStreamCreate(&stream)) != cudaSuccess) Fail("cudaStreamCreate", e);
+  if (const char* go = ArgText(argc, argv, "--go", nullptr)) {
+    std::printf("ready\n");
+    std::fflush(stdout);
+    for (int i = 0; i < 120000 && access(go, F_OK) != 0; ++i) usleep(1000);
+  }
 
   std::mt19937_64 rng(Arg(argc, argv, "--seed", 1));
   std::uniform_real_distribution<double> logsize(std::log2(static_cast<double>(min_bytes)),

@@ -48,6 +48,9 @@ def main():
     p.add_argument("--min-bytes", type=int, default=MiB)
     p.add_argument("--max-bytes", type=int, default=1024 * MiB)
     p.add_argument("--max-live", type=int, default=32)
+    # Set up (the context, the allocator's streams, the fill kernel), print "ready", then wait for
+    # this file before the time starts: the members of one run set themselves up before any churns.
+    p.add_argument("--go")
     o = p.parse_args()
     rng = random.Random(o.seed)
     out = {"mode": o.mode, "pid": os.getpid(), "allocs": 0, "frees": 0, "refusals": 0, "refusedAs": None, "survived": True}
@@ -59,6 +62,14 @@ def main():
         print("ready", flush=True)
         time.sleep(o.seconds)
     else:
+        if o.go:
+            tensor(MiB)
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+            print("ready", flush=True)
+            waited = time.monotonic() + 120
+            while not os.path.exists(o.go) and time.monotonic() < waited:
+                time.sleep(0.001)
         live = []
         deadline = time.monotonic() + o.seconds
         step = 0
