@@ -7,6 +7,7 @@
 // pool's location (cuMemPoolCreate), or the current pool of the stream's device for
 // cuMemAllocAsync, not the calling thread's current device. A pool located in host memory is not
 // device memory and is not charged.
+#include <algorithm>
 #include <atomic>
 #include <mutex>
 #include <unordered_map>
@@ -113,15 +114,18 @@ uint64_t Page(CUdevice dev) { return GroupDevice() == "simulated" ? 1 : DevicePa
 // rounded up to this (core::ReserveCharge::Prepare).
 uint64_t Chunk() { return GroupDevice() == "simulated" ? 1 : Member::Get().pool_chunk(); }
 
-// With g_mutex held: every pool's charge trued to its reserve; `trim`: trimmed first.
+// With g_mutex held: every pool's charge trued to its reserve; `trim`: trimmed first. A charge
+// the reserve grew past is caught up only where the group has room now (a quiet try: nothing
+// waits with the lock held).
 bool RefreshLocked(bool trim) {
   bool gave = false;
   bool excess = false;
+  Member::Verdict quiet = Member::Verdict::kUncharged;
   for (auto& [handle, pool] : g_pools) {
     if (!pool.tracked) continue;
     uint64_t before = pool.charge.charged();
     if (trim) Call<kMemPoolTrimTo>(handle, size_t{0});
-    pool.charge.Refresh(OpsFor(handle, pool, nullptr, "cuMemAllocAsync"));
+    pool.charge.Refresh(OpsFor(handle, pool, nullptr, "cuMemAllocAsync", &quiet));
     gave = gave || pool.charge.charged() < before;
     TraceExcess(handle, pool);
     excess = excess || pool.charge.charged() > pool.charge.live();
@@ -168,20 +172,25 @@ CUresult PoolAllocate(void* caller, CUdeviceptr* dptr, size_t bytes, CUmemoryPoo
         return kCudaErrorOutOfMemory;
       }
       lock.lock();
-      uint64_t credit = v == Member::Verdict::kCharged ? lacked : 0;
+      // What was taken: charged, or let through uncharged (failing open), drawn on first; more
+      // than that (the reserve grew meanwhile) only where there is room now.
+      uint64_t credit = lacked;
+      const bool charged = v == Member::Verdict::kCharged;
       pool = PoolOf(handle, stream_device);
       bool ready = false;
       if (pool && pool->tracked) {
-        cm::core::ReserveOps prepaid = OpsFor(handle, *pool, library, api);
-        prepaid.take = [&credit, take = prepaid.take](uint64_t n) {
-          if (n <= credit) return credit -= n, true;
-          if (!take(n - credit)) return false;
-          credit = 0;
+        Member::Verdict again = Member::Verdict::kUncharged;
+        cm::core::ReserveOps prepaid = OpsFor(handle, *pool, library, api, &again);
+        prepaid.take = [&credit, charged, pool, take = prepaid.take](uint64_t n) {
+          uint64_t use = std::min(n, credit);
+          if (n > use && !take(n - use)) return false;
+          credit -= use;
+          if (!charged) pool->uncharged += use;
           return true;
         };
         ready = pool->charge.Prepare(bytes, page, chunk, prepaid);
       }
-      if (credit) Member::Get().Give(credit);  // what the pool no longer lacks
+      if (credit && charged) Member::Get().Give(credit);  // what the pool no longer lacks
       if (!pool || !pool->tracked) return forward();
       if (!ready) {
         Recorder::Get().Oom(bytes);
@@ -341,7 +350,8 @@ CM_WRAPPER CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t keep) {
     std::lock_guard<std::mutex> lock(g_mutex);
     auto it = g_pools.find(pool);
     if (it != g_pools.end() && it->second.tracked) {
-      it->second.charge.Refresh(OpsFor(pool, it->second, nullptr, "cuMemPoolTrimTo"));
+      Member::Verdict quiet = Member::Verdict::kUncharged;
+      it->second.charge.Refresh(OpsFor(pool, it->second, nullptr, "cuMemPoolTrimTo", &quiet));
       TraceExcess(pool, it->second);
     }
   }

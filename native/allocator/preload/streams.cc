@@ -105,7 +105,7 @@ CUresult Create(void* caller, CUstream* stream, const char* api, Where where, Fo
   CUresult r = forward();
   if (r != kCudaSuccess) {
     if (charged) m.Give(charged);
-    if (r == kCudaErrorOutOfMemory) Recorder::Get().Oom(charge);
+    if (r == kCudaErrorOutOfMemory) Recorder::Get().Oom(cm::core::kStreamBytes);
     return r;
   }
   try {

@@ -185,17 +185,21 @@ static void* pairs(void* errors) {
   return NULL;
 }
 
+/* "bg": one thread at a time, on the program's current device; its globals are read by the main
+ * thread only after "join". */
 static pthread_t bg_thread;
+static int bg_running, bg_device, bg_result;
 static void* bg_stream;
-static int bg_result;
 static char bg_api[32];
 static unsigned long long bg_bytes, bg_address;
 static void* create_stream(void* unused) {
+  cudaSetDevice(bg_device);
   bg_result = CALL(cuStreamCreate, "cuStreamCreate", v_pu, &bg_stream, 0);
   return unused;
 }
 static void* allocate(void* unused) {
   size_t pitch = 0;
+  cudaSetDevice(bg_device);
   bg_result = alloc(bg_api, bg_bytes, &bg_address, &pitch);
   return unused;
 }
@@ -449,14 +453,22 @@ int main(void) {
     } else if (!strncmp(line, "bg ", 3)) {
       int stream_ = !strncmp(line, "bg stream", 9);
       bg_stream = NULL;
-      if (!stream_ && sscanf(line, "bg alloc %31s %llu", bg_api, &bg_bytes) != 2)
+      bg_device = device;
+      if (bg_running)
+        printf("err running\n");
+      else if (!stream_ && sscanf(line, "bg alloc %31s %llu", bg_api, &bg_bytes) != 2)
         printf("err unknown command\n");
+      else if (pthread_create(&bg_thread, NULL, stream_ ? create_stream : allocate, NULL))
+        printf("err thread\n");
       else
-        printf(pthread_create(&bg_thread, NULL, stream_ ? create_stream : allocate, NULL)
-                   ? "err thread\n"
-                   : "ok\n");
+        bg_running = 1, printf("ok\n");
     } else if (!strncmp(line, "join", 4)) {
+      if (!bg_running) {
+        printf("err not running\n");
+        continue;
+      }
       pthread_join(bg_thread, NULL);
+      bg_running = 0;
       if (bg_result)
         printf("err %d\n", bg_result);
       else if (bg_stream)
