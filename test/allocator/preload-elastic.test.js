@@ -79,6 +79,25 @@ describe('the interposer waits for room, keeps requests and member limits', () =
     for (const p of [holder, waiter]) expect(await p.exit()).toEqual({ code: 0, signal: null });
   }, 30000);
 
+  test("a graph's launch waiting for room holds up none of the process's other threads: their graph calls go on", async () => {
+    const name = 'elastic-graph';
+    const holder = start('dynamic', budget(name, 64 * MiB));
+    const a = await holder.send(`alloc malloc ${48 * MiB}`);
+    expect(a).toMatch(/^ok 0x/);
+    const waiter = start('dynamic', { ...budget(name, 64 * MiB), CUDA_MEMORY_GROUP_WAIT_MS: '60000' });
+    const graph = (await waiter.send(`graph ${32 * MiB}`)).split(' ')[1];
+    // 48 MiB in use: the launch's 32 MiB of memory nodes waits, in another thread of the waiter.
+    expect(await waiter.send(`bg launch ${graph}`)).toBe('ok');
+    await sleep(300);
+    // The waiter's own trim of graph memory answers meanwhile (it waited the whole minute when the
+    // wait held the graphs' lock); once the holder frees, the launch is granted.
+    expect(await waiter.send('graph trim')).toBe('ok');
+    expect(await holder.send(`free malloc ${a.split(' ')[1]}`)).toBe('ok');
+    expect(await waiter.send('join')).toBe('ok');
+    expect(await waiter.send('graph reserved')).toBe(`ok ${32 * MiB}`);
+    for (const p of [holder, waiter]) expect(await p.exit()).toEqual({ code: 0, signal: null });
+  }, 30000);
+
   test("a guaranteed request holds against a borrower, which borrows only what no request reserves; a member's own limit caps it", async () => {
     const name = 'elastic-request';
     const owner = start('dynamic', { ...budget(name, 64 * MiB), CUDA_MEMORY_GROUP_REQUEST: String(32 * MiB) });

@@ -220,7 +220,7 @@ describe("stream-ordered pools: the pool's reserve is charged, on the pool's dev
   });
 
   test.each(kinds)(
-    "%s: a refusal first trims the process's pools: what they keep unused is given back, then the charge (stream-ordered, plain, a stream) is tried again",
+    "%s: a refusal first trims the process's pools: what they keep unused is given back, then the charge (stream-ordered, plain, a stream, a graph's launch) is tried again",
     async (kind) => {
       const name = `pool-trim-on-refusal-${kind}`;
       const p = start(kind, budget(name, 64 * MiB));
@@ -241,13 +241,24 @@ describe("stream-ordered pools: the pool's reserve is charged, on the pool's dev
       // The same for a plain allocation, and for a stream.
       await keep(34 * MiB);
       await expectInUse(name, p.pid, 64 * MiB);
-      expect(await p.send(`alloc malloc ${30 * MiB}`)).toMatch(/^ok 0x/);
+      const plainAt = answer(await p.send(`alloc malloc ${30 * MiB}`));
+      expect(plainAt).toMatch(/^0x/);
       expect(await p.send(`pool reserved ${keeper}`)).toBe('ok 0');
       await keep(4 * MiB);
       await expectInUse(name, p.pid, 64 * MiB);
       expect(await p.send('stream')).toMatch(/^ok 0x/);
       expect(await p.send(`pool reserved ${keeper}`)).toBe('ok 0');
       await expectInUse(name, p.pid, 60 * MiB + STREAM);
+      // And for a graph's first launch: 26 MiB of memory nodes beside the keeper's 2.
+      const graph = answer(await p.send(`graph ${26 * MiB}`));
+      await keep(2 * MiB);
+      expect(await p.send(`graph launch ${graph}`)).toBe('err 2'); // 62 + 26 in use: no trim helps
+      expect(await p.send(`free malloc ${plainAt}`)).toBe('ok');
+      await keep(32 * MiB);
+      await expectInUse(name, p.pid, 62 * MiB + STREAM);
+      expect(await p.send(`graph launch ${graph}`)).toBe('ok');
+      expect(await p.send(`pool reserved ${keeper}`)).toBe('ok 0');
+      await expectInUse(name, p.pid, 56 * MiB + STREAM);
       await p.exit();
     },
   );

@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <mutex>
@@ -95,6 +96,18 @@ Member::Verdict TakeAfterTrim(uint64_t bytes, const char* api, const char* libra
 Member::Verdict TakeOrTrim(uint64_t bytes, const char* api, const char* library) {
   Member::Verdict v = Member::Get().Take(bytes, api, GroupDevice(), library, /*quiet=*/true);
   return v == Member::Verdict::kNoRoom ? TakeAfterTrim(bytes, api, library) : v;
+}
+
+cm::core::ReserveOps DrawingOn(cm::core::ReserveOps ops, uint64_t* credit, bool charged,
+                               uint64_t* uncharged) {
+  ops.take = [credit, charged, uncharged, take = ops.take](uint64_t n) {
+    uint64_t use = std::min(n, *credit);
+    if (n > use && !take(n - use)) return false;
+    *credit -= use;
+    if (!charged) *uncharged += use;
+    return true;
+  };
+  return ops;
 }
 
 void GiveBack(const std::vector<std::pair<uint64_t, Allocation>>& gone, const char* kind) {

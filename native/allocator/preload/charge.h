@@ -11,6 +11,7 @@
 #include "allocator/preload/driver.h"
 #include "allocator/preload/member.h"
 #include "allocator/preload/recorder.h"
+#include "core/allocator/reserve_charge.h"
 
 namespace cm::preload {
 
@@ -48,6 +49,29 @@ void NoteGreenContext(CUcontext context);
 Member::Verdict TakeOrTrim(uint64_t bytes, const char* api, const char* library);
 // The trim and the try that may wait, after a quiet try that found no room (kNoRoom).
 Member::Verdict TakeAfterTrim(uint64_t bytes, const char* api, const char* library);
+
+// What a quiet try under `lock` found no room for, `lacked`, taken with the lock let go (the
+// process's pools trimmed, then the try that may wait and is said) and the lock had again. False:
+// refused (the lock is not had again). Else *credit is what was taken and *charged whether it was
+// charged rather than let through uncharged, for DrawingOn.
+template <typename Lock>
+bool TakeUnlocked(Lock& lock, uint64_t lacked, const char* api, const char* library,
+                  uint64_t* credit, bool* charged) {
+  lock.unlock();
+  Member::Verdict v = TakeAfterTrim(lacked, api, library);
+  if (v == Member::Verdict::kRefused) return false;
+  lock.lock();
+  *credit = lacked;
+  *charged = v == Member::Verdict::kCharged;
+  return true;
+}
+
+// `ops` whose takes draw first on `*credit`: bytes taken for them without the caller's lock (a try
+// that waited), charged to the group (`charged`) or let through uncharged, and then counted in
+// `*uncharged` as the ops' own uncharged takes are. Beyond the credit, `ops`' own take (a quiet
+// one: the caller holds its lock).
+cm::core::ReserveOps DrawingOn(cm::core::ReserveOps ops, uint64_t* credit, bool charged,
+                               uint64_t* uncharged);
 
 // An allocation charged `bytes` (what the device takes for it) on `dev` through `api`: charged
 // before alloc() runs, given back if it fails, then remembered under key() for its free. `kind`

@@ -51,11 +51,14 @@ CUdevice GroupOrdinal() {
   return -1;
 }
 
-cm::core::ReserveOps Ops(const char* api) {
+// With g_mutex held: every take is a quiet try (nothing waits with the lock held), its verdict
+// kept in *verdict.
+cm::core::ReserveOps Ops(const char* api, Member::Verdict* verdict) {
   cm::core::ReserveOps ops;
-  ops.take = [api](uint64_t n) {
-    Member::Verdict v = Member::Get().Take(n, api, GroupDevice());
-    if (v == Member::Verdict::kRefused) return false;
+  ops.take = [api, verdict](uint64_t n) {
+    Member::Verdict v = Member::Get().Take(n, api, GroupDevice(), nullptr, /*quiet=*/true);
+    *verdict = v;
+    if (v == Member::Verdict::kRefused || v == Member::Verdict::kNoRoom) return false;
     if (v == Member::Verdict::kUncharged) g_uncharged += n;
     return true;
   };
@@ -136,26 +139,50 @@ CUresult Instantiate(CUgraphExec* exec, CUgraph graph, Forward forward) {
 template <typename Forward>
 CUresult Launch(CUgraphExec exec, const char* api, Forward forward) {
   if (!Active()) return forward();
-  std::lock_guard<std::mutex> lock(g_mutex);
+  std::unique_lock<std::mutex> lock(g_mutex);
   auto it = g_execs.find(exec);
   bool known = it != g_execs.end();
   if (known && (it->second.resident || it->second.bound == 0)) return forward();
-  cm::core::ReserveOps ops = Ops(api);
+  const uint64_t bound = known ? it->second.bound : 0;
+  Member::Verdict verdict = Member::Verdict::kUncharged;
+  uint64_t lacked = 0;  // what the last quiet try found no room for
+  cm::core::ReserveOps quiet = Ops(api, &verdict);
+  quiet.take = [&lacked, take = quiet.take](uint64_t n) { return take(n) || (lacked = n, false); };
   // The most the launch can add, on top of the reserve as it is (a memory node is no live
   // allocation of the reserve: its charge is all reserve).
-  auto prepare = [&] {
-    uint64_t c = g_reserve.charged(), b = it->second.bound;
-    return g_reserve.Prepare(c > UINT64_MAX - b ? UINT64_MAX : c + b, 1, 0, ops);
+  auto prepare = [&](const cm::core::ReserveOps& ops) {
+    uint64_t c = g_reserve.charged();
+    return g_reserve.Prepare(c > UINT64_MAX - bound ? UINT64_MAX : c + bound, 1, 0, ops);
   };
-  if (known && !prepare()) {
+  auto refused = [&] { return verdict == Member::Verdict::kRefused; };
+  if (known && !prepare(quiet)) {
     // The reserve may have been trimmed since it was read.
-    g_reserve.Refresh(ops);
-    if (!prepare()) {
-      Recorder::Get().Oom(it->second.bound);
-      return kCudaErrorOutOfMemory;
+    if (!refused()) g_reserve.Refresh(quiet);
+    if (refused() || !prepare(quiet)) {
+      if (refused()) {
+        Recorder::Get().Oom(bound);
+        return kCudaErrorOutOfMemory;
+      }
+      // The trim of the process's pools and the try that may wait run without the lock; what it
+      // took is drawn on once the lock is had again.
+      uint64_t credit = 0;
+      bool charged = false;
+      if (!TakeUnlocked(lock, lacked, api, nullptr, &credit, &charged)) {
+        Recorder::Get().Oom(bound);
+        return kCudaErrorOutOfMemory;
+      }
+      Member::Verdict again = Member::Verdict::kUncharged;
+      bool ready = prepare(DrawingOn(Ops(api, &again), &credit, charged, &g_uncharged));
+      if (credit && charged) Member::Get().Give(credit);  // what the reserve no longer lacks
+      if (!ready) {
+        Recorder::Get().Oom(bound);
+        return kCudaErrorOutOfMemory;
+      }
     }
   }
   CUresult r = forward();
+  Member::Verdict after = Member::Verdict::kUncharged;
+  cm::core::ReserveOps ops = Ops(api, &after);
   if (!g_reserve.Done(r == kCudaSuccess, 0, ops)) {
     uint64_t reserved = 0;
     ops.reserved(&reserved);
@@ -179,7 +206,8 @@ CUresult Launch(CUgraphExec exec, const char* api, Forward forward) {
 // After the reserve may have shrunk (a trim, a context's end): every graph must reserve again.
 void Shrunk() {
   std::lock_guard<std::mutex> lock(g_mutex);
-  g_reserve.Refresh(Ops("cuDeviceGraphMemTrim"));
+  Member::Verdict quiet = Member::Verdict::kUncharged;
+  g_reserve.Refresh(Ops("cuDeviceGraphMemTrim", &quiet));
   Trace();
   for (auto& [exec, e] : g_execs) e.resident = false;
 }

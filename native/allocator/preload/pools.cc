@@ -165,30 +165,19 @@ CUresult PoolAllocate(void* caller, CUdeviceptr* dptr, size_t bytes, CUmemoryPoo
       // The try that may wait runs without the lock, so that the process's other threads free
       // into their pools (and synchronise, fork) meanwhile; what it charged is drawn on once the
       // lock is had again.
-      lock.unlock();
-      Member::Verdict v = Member::Get().Take(lacked, api, GroupDevice(), library);
-      if (v == Member::Verdict::kRefused) {
+      uint64_t credit = 0;
+      bool charged = false;
+      if (!TakeUnlocked(lock, lacked, api, library, &credit, &charged)) {
         Recorder::Get().Oom(bytes);
         return kCudaErrorOutOfMemory;
       }
-      lock.lock();
-      // What was taken: charged, or let through uncharged (failing open), drawn on first; more
-      // than that (the reserve grew meanwhile) only where there is room now.
-      uint64_t credit = lacked;
-      const bool charged = v == Member::Verdict::kCharged;
       pool = PoolOf(handle, stream_device);
       bool ready = false;
       if (pool && pool->tracked) {
         Member::Verdict again = Member::Verdict::kUncharged;
-        cm::core::ReserveOps prepaid = OpsFor(handle, *pool, library, api, &again);
-        prepaid.take = [&credit, charged, pool, take = prepaid.take](uint64_t n) {
-          uint64_t use = std::min(n, credit);
-          if (n > use && !take(n - use)) return false;
-          credit -= use;
-          if (!charged) pool->uncharged += use;
-          return true;
-        };
-        ready = pool->charge.Prepare(bytes, page, chunk, prepaid);
+        ready = pool->charge.Prepare(bytes, page, chunk,
+                                     DrawingOn(OpsFor(handle, *pool, library, api, &again), &credit,
+                                               charged, &pool->uncharged));
       }
       if (credit && charged) Member::Get().Give(credit);  // what the pool no longer lacks
       if (!pool || !pool->tracked) return forward();

@@ -91,13 +91,13 @@ CUresult Create(void* caller, CUstream* stream, const char* api, Where where, Fo
     // No room now. The trim of the process's pools and the try that may wait and is said run
     // without this lock, so that the process's other threads destroy streams, end contexts and
     // fork meanwhile.
-    lock.unlock();
-    v = TakeAfterTrim(charge, api, library);
-    if (v == Member::Verdict::kRefused) {
+    uint64_t taken = 0;
+    bool charged = false;
+    if (!TakeUnlocked(lock, charge, api, library, &taken, &charged)) {
       Recorder::Get().Oom(charge);
       return kCudaErrorOutOfMemory;
     }
-    lock.lock();
+    v = charged ? Member::Verdict::kCharged : Member::Verdict::kUncharged;
     waited = true;
     at = where();
   }

@@ -32,9 +32,10 @@
  *   green on|off       a green context of the current device made current / popped again
  *   alarm-exit MS      in MS milliseconds a signal handler calls exit(0)
  *   threads T N BYTES  T threads, each N cudaMalloc+cudaFree pairs; prints the errors seen
- *   bg stream | bg alloc API BYTES   a thread creates a stream on the current device, or
- *                      allocates as "alloc" does (the program's other commands go on meanwhile);
- *                      join: waits for it, and answers as "stream" or "alloc" does
+ *   bg stream | bg alloc API BYTES | bg launch EXEC   a thread creates a stream on the current
+ *                      device, allocates as "alloc" does, or launches a graph (the program's other
+ *                      commands go on meanwhile); join: waits for it, and answers as "stream",
+ *                      "alloc" or "graph launch" does
  *   pairs N BYTES      N cudaMalloc+cudaFree pairs, timed; prints nanoseconds per pair
  *   fork BYTES         a child allocates BYTES and answers "child PID ok|err CODE" through the
  *                      parent; it holds them until "release", then exits
@@ -195,6 +196,12 @@ static unsigned long long bg_bytes, bg_address;
 static void* create_stream(void* unused) {
   cudaSetDevice(bg_device);
   bg_result = CALL(cuStreamCreate, "cuStreamCreate", v_pu, &bg_stream, 0);
+  return unused;
+}
+static void* bg_exec;
+static void* launch(void* unused) {
+  cudaSetDevice(bg_device);
+  bg_result = CALL(cuGraphLaunch, "cuGraphLaunch", int (*)(void*, void*), bg_exec, NULL);
   return unused;
 }
 static void* allocate(void* unused) {
@@ -452,13 +459,16 @@ int main(void) {
       printf("ok %llu\n", fakeDeviceUsed((int)a));
     } else if (!strncmp(line, "bg ", 3)) {
       int stream_ = !strncmp(line, "bg stream", 9);
+      int launch_ = sscanf(line, "bg launch %p", &bg_exec) == 1;
       bg_stream = NULL;
+      bg_address = 0;
       bg_device = device;
       if (bg_running)
         printf("err running\n");
-      else if (!stream_ && sscanf(line, "bg alloc %31s %llu", bg_api, &bg_bytes) != 2)
+      else if (!stream_ && !launch_ && sscanf(line, "bg alloc %31s %llu", bg_api, &bg_bytes) != 2)
         printf("err unknown command\n");
-      else if (pthread_create(&bg_thread, NULL, stream_ ? create_stream : allocate, NULL))
+      else if (pthread_create(&bg_thread, NULL,
+                              stream_ ? create_stream : launch_ ? launch : allocate, NULL))
         printf("err thread\n");
       else
         bg_running = 1, printf("ok\n");
@@ -473,8 +483,10 @@ int main(void) {
         printf("err %d\n", bg_result);
       else if (bg_stream)
         printf("ok %p\n", bg_stream);
-      else
+      else if (bg_address)
         printf("ok 0x%llx\n", bg_address);
+      else
+        printf("ok\n");
     } else if (sscanf(line, "threads %llu %llu %llu", &a, &b, &c) == 3) {
       pthread_t t[64];
       int errors[64] = {0}, sum = 0;
