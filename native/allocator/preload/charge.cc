@@ -98,13 +98,12 @@ Member::Verdict TakeOrTrim(uint64_t bytes, const char* api, const char* library)
   return v == Member::Verdict::kNoRoom ? TakeAfterTrim(bytes, api, library) : v;
 }
 
-cm::core::ReserveOps DrawingOn(cm::core::ReserveOps ops, uint64_t* credit, bool charged,
-                               uint64_t* uncharged) {
-  ops.take = [credit, charged, uncharged, take = ops.take](uint64_t n) {
-    uint64_t use = std::min(n, *credit);
+cm::core::ReserveOps Prepaid::Drawing(cm::core::ReserveOps ops, uint64_t* uncharged) {
+  ops.take = [this, uncharged, take = ops.take](uint64_t n) {
+    uint64_t use = std::min(n, left_);
     if (n > use && !take(n - use)) return false;
-    *credit -= use;
-    if (!charged) *uncharged += use;
+    left_ -= use;
+    if (!charged_) *uncharged += use;
     return true;
   };
   return ops;

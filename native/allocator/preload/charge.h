@@ -50,28 +50,43 @@ Member::Verdict TakeOrTrim(uint64_t bytes, const char* api, const char* library)
 // The trim and the try that may wait, after a quiet try that found no room (kNoRoom).
 Member::Verdict TakeAfterTrim(uint64_t bytes, const char* api, const char* library);
 
-// What a quiet try under `lock` found no room for, `lacked`, taken with the lock let go (the
-// process's pools trimmed, then the try that may wait and is said) and the lock had again. False:
-// refused (the lock is not had again). Else *credit is what was taken and *charged whether it was
-// charged rather than let through uncharged, for DrawingOn.
-template <typename Lock>
-bool TakeUnlocked(Lock& lock, uint64_t lacked, const char* api, const char* library,
-                  uint64_t* credit, bool* charged) {
-  lock.unlock();
-  Member::Verdict v = TakeAfterTrim(lacked, api, library);
-  if (v == Member::Verdict::kRefused) return false;
-  lock.lock();
-  *credit = lacked;
-  *charged = v == Member::Verdict::kCharged;
-  return true;
-}
+// Bytes a quiet try under the caller's lock found no room for, taken with the lock let go (the
+// process's pools trimmed, then the try that may wait and is said), for the charge made once the
+// lock is had again to draw on. What is left of them is given back when this goes.
+class Prepaid {
+ public:
+  Prepaid() = default;
+  Prepaid(const Prepaid&) = delete;
+  Prepaid& operator=(const Prepaid&) = delete;
+  ~Prepaid() {
+    if (charged_ && left_) Member::Get().Give(left_);
+  }
 
-// `ops` whose takes draw first on `*credit`: bytes taken for them without the caller's lock (a try
-// that waited), charged to the group (`charged`) or let through uncharged, and then counted in
-// `*uncharged` as the ops' own uncharged takes are. Beyond the credit, `ops`' own take (a quiet
-// one: the caller holds its lock).
-cm::core::ReserveOps DrawingOn(cm::core::ReserveOps ops, uint64_t* credit, bool charged,
-                               uint64_t* uncharged);
+  // False where refused (the lock is not had again then).
+  template <typename Lock>
+  bool Take(Lock& lock, uint64_t bytes, const char* api, const char* library) {
+    lock.unlock();
+    Member::Verdict v = TakeAfterTrim(bytes, api, library);
+    if (v == Member::Verdict::kRefused) return false;
+    lock.lock();
+    left_ = bytes;
+    charged_ = v == Member::Verdict::kCharged;
+    return true;
+  }
+  // `ops` whose takes draw on what is left first, counting what was let through uncharged
+  // (failing open) in `*uncharged` as the ops' own uncharged takes are; beyond it, `ops`' own
+  // take (a quiet one: the caller holds its lock).
+  cm::core::ReserveOps Drawing(cm::core::ReserveOps ops, uint64_t* uncharged);
+  // All of it kept by the caller, not given back: whether it was charged.
+  bool Keep() {
+    left_ = 0;
+    return charged_;
+  }
+
+ private:
+  uint64_t left_ = 0;
+  bool charged_ = false;
+};
 
 // An allocation charged `bytes` (what the device takes for it) on `dev` through `api`: charged
 // before alloc() runs, given back if it fails, then remembered under key() for its free. `kind`

@@ -52,12 +52,12 @@ CUdevice GroupOrdinal() {
 }
 
 // With g_mutex held: every take is a quiet try (nothing waits with the lock held), its verdict
-// kept in *verdict.
-cm::core::ReserveOps Ops(const char* api, Member::Verdict* verdict) {
+// kept in *verdict where given.
+cm::core::ReserveOps Ops(const char* api, Member::Verdict* verdict = nullptr) {
   cm::core::ReserveOps ops;
   ops.take = [api, verdict](uint64_t n) {
     Member::Verdict v = Member::Get().Take(n, api, GroupDevice(), nullptr, /*quiet=*/true);
-    *verdict = v;
+    if (verdict) *verdict = v;
     if (v == Member::Verdict::kRefused || v == Member::Verdict::kNoRoom) return false;
     if (v == Member::Verdict::kUncharged) g_uncharged += n;
     return true;
@@ -155,34 +155,27 @@ CUresult Launch(CUgraphExec exec, const char* api, Forward forward) {
     return g_reserve.Prepare(c > UINT64_MAX - bound ? UINT64_MAX : c + bound, 1, 0, ops);
   };
   auto refused = [&] { return verdict == Member::Verdict::kRefused; };
-  if (known && !prepare(quiet)) {
-    // The reserve may have been trimmed since it was read.
-    if (!refused()) g_reserve.Refresh(quiet);
-    if (refused() || !prepare(quiet)) {
-      if (refused()) {
-        Recorder::Get().Oom(bound);
-        return kCudaErrorOutOfMemory;
-      }
-      // The trim of the process's pools and the try that may wait run without the lock; what it
-      // took is drawn on once the lock is had again.
-      uint64_t credit = 0;
-      bool charged = false;
-      if (!TakeUnlocked(lock, lacked, api, nullptr, &credit, &charged)) {
-        Recorder::Get().Oom(bound);
-        return kCudaErrorOutOfMemory;
-      }
-      Member::Verdict again = Member::Verdict::kUncharged;
-      bool ready = prepare(DrawingOn(Ops(api, &again), &credit, charged, &g_uncharged));
-      if (credit && charged) Member::Get().Give(credit);  // what the reserve no longer lacks
-      if (!ready) {
-        Recorder::Get().Oom(bound);
-        return kCudaErrorOutOfMemory;
-      }
+  bool ready = !known || prepare(quiet);
+  if (!ready && !refused()) {
+    g_reserve.Refresh(quiet);  // the reserve may have been trimmed since it was read
+    ready = prepare(quiet);
+  }
+  if (!ready && refused()) {
+    Recorder::Get().Oom(bound);
+    return kCudaErrorOutOfMemory;
+  }
+  if (!ready) {
+    Prepaid prepaid;  // what it leaves is given back at the end of this block
+    // The trim of the process's pools and the try that may wait run without the lock; what it
+    // took is drawn on once the lock is had again.
+    if (!prepaid.Take(lock, lacked, api, nullptr) ||
+        !prepare(prepaid.Drawing(Ops(api), &g_uncharged))) {
+      Recorder::Get().Oom(bound);
+      return kCudaErrorOutOfMemory;
     }
   }
   CUresult r = forward();
-  Member::Verdict after = Member::Verdict::kUncharged;
-  cm::core::ReserveOps ops = Ops(api, &after);
+  cm::core::ReserveOps ops = Ops(api);
   if (!g_reserve.Done(r == kCudaSuccess, 0, ops)) {
     uint64_t reserved = 0;
     ops.reserved(&reserved);
@@ -206,8 +199,7 @@ CUresult Launch(CUgraphExec exec, const char* api, Forward forward) {
 // After the reserve may have shrunk (a trim, a context's end): every graph must reserve again.
 void Shrunk() {
   std::lock_guard<std::mutex> lock(g_mutex);
-  Member::Verdict quiet = Member::Verdict::kUncharged;
-  g_reserve.Refresh(Ops("cuDeviceGraphMemTrim", &quiet));
+  g_reserve.Refresh(Ops("cuDeviceGraphMemTrim"));
   Trace();
   for (auto& [exec, e] : g_execs) e.resident = false;
 }

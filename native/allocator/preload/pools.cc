@@ -43,14 +43,14 @@ auto& g_blocks = *new std::unordered_map<uint64_t, Block>;
 std::atomic<bool> g_excess{false};
 
 // What a charge of `pool` asks of the group and the driver (`api` names the call in a refusal;
-// `quiet`: a first try, whose refusal is neither waited on nor said).
-// `quiet`: its charges are quiet tries (Member::Take), each verdict kept there.
+// `quiet`: its charges are quiet tries, Member::Take's, neither waited for nor said where there is
+// no room; `verdict`: where each take's verdict is kept).
 cm::core::ReserveOps OpsFor(CUmemoryPool handle, Pool& pool, const char* library, const char* api,
-                            Member::Verdict* quiet = nullptr) {
+                            bool quiet = false, Member::Verdict* verdict = nullptr) {
   cm::core::ReserveOps ops;
-  ops.take = [&pool, library, api, quiet](uint64_t n) {
-    Member::Verdict v = Member::Get().Take(n, api, GroupDevice(), library, quiet != nullptr);
-    if (quiet) *quiet = v;
+  ops.take = [&pool, library, api, quiet, verdict](uint64_t n) {
+    Member::Verdict v = Member::Get().Take(n, api, GroupDevice(), library, quiet);
+    if (verdict) *verdict = v;
     if (v == Member::Verdict::kRefused || v == Member::Verdict::kNoRoom) return false;
     if (v == Member::Verdict::kUncharged) pool.uncharged += n;
     return true;
@@ -120,12 +120,11 @@ uint64_t Chunk() { return GroupDevice() == "simulated" ? 1 : Member::Get().pool_
 bool RefreshLocked(bool trim) {
   bool gave = false;
   bool excess = false;
-  Member::Verdict quiet = Member::Verdict::kUncharged;
   for (auto& [handle, pool] : g_pools) {
     if (!pool.tracked) continue;
     uint64_t before = pool.charge.charged();
     if (trim) Call<kMemPoolTrimTo>(handle, size_t{0});
-    pool.charge.Refresh(OpsFor(handle, pool, nullptr, "cuMemAllocAsync", &quiet));
+    pool.charge.Refresh(OpsFor(handle, pool, nullptr, "cuMemAllocAsync", true));
     gave = gave || pool.charge.charged() < before;
     TraceExcess(handle, pool);
     excess = excess || pool.charge.charged() > pool.charge.live();
@@ -151,40 +150,35 @@ CUresult PoolAllocate(void* caller, CUdeviceptr* dptr, size_t bytes, CUmemoryPoo
   // missing, and the try that may wait and is said comes after the trim.
   Member::Verdict verdict = Member::Verdict::kUncharged;
   uint64_t lacked = 0;  // what the last quiet try found no room for
-  cm::core::ReserveOps quiet = OpsFor(handle, *pool, library, api, &verdict);
+  cm::core::ReserveOps quiet = OpsFor(handle, *pool, library, api, true, &verdict);
   quiet.take = [&lacked, take = quiet.take](uint64_t n) { return take(n) || (lacked = n, false); };
   // A quiet try refused for good (failing open under strict) is not tried again.
   auto refused = [&] { return verdict == Member::Verdict::kRefused; };
-  if (!pool->charge.Prepare(bytes, page, chunk, quiet)) {
-    if (!refused()) RefreshLocked(true);
-    if (refused() || !pool->charge.Prepare(bytes, page, chunk, quiet)) {
-      if (refused()) {
-        Recorder::Get().Oom(bytes);
-        return kCudaErrorOutOfMemory;
-      }
-      // The try that may wait runs without the lock, so that the process's other threads free
-      // into their pools (and synchronise, fork) meanwhile; what it charged is drawn on once the
-      // lock is had again.
-      uint64_t credit = 0;
-      bool charged = false;
-      if (!TakeUnlocked(lock, lacked, api, library, &credit, &charged)) {
-        Recorder::Get().Oom(bytes);
-        return kCudaErrorOutOfMemory;
-      }
-      pool = PoolOf(handle, stream_device);
-      bool ready = false;
-      if (pool && pool->tracked) {
-        Member::Verdict again = Member::Verdict::kUncharged;
-        ready = pool->charge.Prepare(bytes, page, chunk,
-                                     DrawingOn(OpsFor(handle, *pool, library, api, &again), &credit,
-                                               charged, &pool->uncharged));
-      }
-      if (credit && charged) Member::Get().Give(credit);  // what the pool no longer lacks
-      if (!pool || !pool->tracked) return forward();
-      if (!ready) {
-        Recorder::Get().Oom(bytes);
-        return kCudaErrorOutOfMemory;
-      }
+  bool ready = pool->charge.Prepare(bytes, page, chunk, quiet);
+  if (!ready && !refused()) {
+    RefreshLocked(true);
+    ready = pool->charge.Prepare(bytes, page, chunk, quiet);
+  }
+  if (!ready && refused()) {
+    Recorder::Get().Oom(bytes);
+    return kCudaErrorOutOfMemory;
+  }
+  if (!ready) {
+    Prepaid prepaid;  // what it leaves is given back at the end of this block
+    // The try that may wait runs without the lock, so that the process's other threads free
+    // into their pools (and synchronise, fork) meanwhile; what it took is drawn on once the
+    // lock is had again.
+    if (!prepaid.Take(lock, lacked, api, library)) {
+      Recorder::Get().Oom(bytes);
+      return kCudaErrorOutOfMemory;
+    }
+    pool = PoolOf(handle, stream_device);
+    if (!pool || !pool->tracked) return forward();
+    if (!pool->charge.Prepare(
+            bytes, page, chunk,
+            prepaid.Drawing(OpsFor(handle, *pool, library, api, true), &pool->uncharged))) {
+      Recorder::Get().Oom(bytes);
+      return kCudaErrorOutOfMemory;
     }
   }
   cm::core::ReserveOps ops = OpsFor(handle, *pool, library, api);
@@ -339,8 +333,7 @@ CM_WRAPPER CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t keep) {
     std::lock_guard<std::mutex> lock(g_mutex);
     auto it = g_pools.find(pool);
     if (it != g_pools.end() && it->second.tracked) {
-      Member::Verdict quiet = Member::Verdict::kUncharged;
-      it->second.charge.Refresh(OpsFor(pool, it->second, nullptr, "cuMemPoolTrimTo", &quiet));
+      it->second.charge.Refresh(OpsFor(pool, it->second, nullptr, "cuMemPoolTrimTo", true));
       TraceExcess(pool, it->second);
     }
   }

@@ -49,6 +49,15 @@ Place OfGreen(CUgreenCtx green) {
   return {dev, PrimaryContext(dev)};
 }
 
+// With g_mutex held: the slots of `context` (null where memory ran out for them).
+cm::core::StreamSlots* SlotsOf(CUcontext context) {
+  try {
+    return &g_slots[context];
+  } catch (...) {
+    return nullptr;
+  }
+}
+
 // `where` is asked with the lock held, and again after a wait without it (the context may have
 // ended meanwhile).
 template <typename Where, typename Forward>
@@ -62,44 +71,29 @@ CUresult Create(void* caller, CUstream* stream, const char* api, Where where, Fo
   }
   const char* library = LibraryCharging(caller);
   Member& m = Member::Get();
-  cm::core::StreamSlots* slots = nullptr;
-  uint64_t charge = 0;
+  cm::core::StreamSlots* slots = SlotsOf(at.context);
+  if (!slots) return forward();  // not counted: its destroy passes
+  uint64_t charge = slots->ToCharge();
   Member::Verdict v = Member::Verdict::kUncharged;
-  bool waited = false;
-  for (;;) {
-    try {
-      slots = &g_slots[at.context];
-    } catch (...) {
-      if (waited && v == Member::Verdict::kCharged) m.Give(charge);
-      return forward();  // not counted: its destroy passes
-    }
-    if (waited) {
-      // Charged without the lock: kept if this stream still takes a slot of its own.
-      if (!slots->ToCharge() && v == Member::Verdict::kCharged) m.Give(charge);
-      charge = slots->ToCharge();
-      if (!charge) v = Member::Verdict::kUncharged;
-      break;
-    }
-    charge = slots->ToCharge();
-    if (!charge) break;
-    v = m.Take(charge, api, GroupDevice(), library, /*quiet=*/true);
-    if (v == Member::Verdict::kRefused) {
-      Recorder::Get().Oom(charge);
-      return kCudaErrorOutOfMemory;
-    }
-    if (v != Member::Verdict::kNoRoom) break;
+  if (charge) v = m.Take(charge, api, GroupDevice(), library, /*quiet=*/true);
+  if (v == Member::Verdict::kRefused) {
+    Recorder::Get().Oom(charge);
+    return kCudaErrorOutOfMemory;
+  }
+  if (v == Member::Verdict::kNoRoom) {
     // No room now. The trim of the process's pools and the try that may wait and is said run
     // without this lock, so that the process's other threads destroy streams, end contexts and
     // fork meanwhile.
-    uint64_t taken = 0;
-    bool charged = false;
-    if (!TakeUnlocked(lock, charge, api, library, &taken, &charged)) {
+    Prepaid prepaid;  // given back unless this stream still takes a slot of its own
+    if (!prepaid.Take(lock, charge, api, library)) {
       Recorder::Get().Oom(charge);
       return kCudaErrorOutOfMemory;
     }
-    v = charged ? Member::Verdict::kCharged : Member::Verdict::kUncharged;
-    waited = true;
-    at = where();
+    at = where();  // the context may have ended meanwhile
+    slots = SlotsOf(at.context);
+    if (!slots) return forward();
+    charge = slots->ToCharge();
+    v = charge && prepaid.Keep() ? Member::Verdict::kCharged : Member::Verdict::kUncharged;
   }
   const uint64_t charged = v == Member::Verdict::kCharged ? charge : 0;
   CUresult r = forward();
