@@ -148,6 +148,8 @@ function lastJson(text) {
   return null;
 }
 
+const sleepSync = (ms) => Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
+
 // ---- the Node member ------------------------------------------------------------------------
 
 // An allocator of this library in the group: log-uniform sizes from 1 MiB to 1 GiB, a random live
@@ -155,8 +157,6 @@ function lastJson(text) {
 // live blocks freed. Its pool gives its free regions back to the group now and then (emptyCache,
 // as the PyTorch member empties its cache): a pool that only grows would take its peak once and
 // never ask the group again. One JSON line at the end.
-const sleepSync = (ms) => Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
-
 function nodeMember(o) {
   const cm = require(root);
   // --simulate SIZE: on a simulated device (to try the member without a GPU).

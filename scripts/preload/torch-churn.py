@@ -55,18 +55,18 @@ def main():
     rng = random.Random(o.seed)
     out = {"mode": o.mode, "pid": os.getpid(), "allocs": 0, "frees": 0, "refusals": 0, "refusedAs": None, "survived": True}
 
-    if o.mode == "idle":
+    def set_up():
         tensor(MiB)  # loads the fill kernel's module, as the other modes do
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
         print("ready", flush=True)
+
+    if o.mode == "idle":
+        set_up()
         time.sleep(o.seconds)
     else:
         if o.go:
-            tensor(MiB)
-            torch.cuda.synchronize()
-            torch.cuda.empty_cache()
-            print("ready", flush=True)
+            set_up()
             waited = time.monotonic() + 120
             while not os.path.exists(o.go) and time.monotonic() < waited:
                 time.sleep(0.001)

@@ -42,60 +42,62 @@ describe('the interposer waits for room, keeps requests and member limits', () =
     for (const p of [holder, waiter, short]) expect(await p.exit()).toEqual({ code: 0, signal: null });
   });
 
-  test("a stream waiting for room holds up none of the process's other threads: their stream calls go on, and a free elsewhere grants it", async () => {
-    const name = 'elastic-stream';
+  // A holder of `held` bytes and a waiter in group `name` (a minute's wait for room). The waiter
+  // runs `setup`, whose answer is a "bg" command that waits for room in another of its threads,
+  // then `meanwhile`, which answers while the wait goes on (each waited the whole minute when the
+  // wait held one of the interposer's locks); the holder's free then grants the wait, whose "join"
+  // answers as `joined` matches, and `after` checks what the grant left.
+  async function waitWhileOthersGoOn(name, held, { setup, meanwhile, joined, after = async () => {} }) {
     const holder = start('dynamic', budget(name, 64 * MiB));
-    const a = await holder.send(`alloc malloc ${64 * MiB}`);
+    const a = await holder.send(`alloc malloc ${held}`);
     expect(a).toMatch(/^ok 0x/);
     const waiter = start('dynamic', { ...budget(name, 64 * MiB), CUDA_MEMORY_GROUP_WAIT_MS: '60000' });
-    // The whole budget in use: a stream's 576 KiB does not fit, and its thread waits.
-    expect(await waiter.send('bg stream')).toBe('ok');
+    expect(await waiter.send(await setup(waiter))).toBe('ok');
     await sleep(300);
-    // Another thread's stream destroy (and a context's end) takes the streams' lock: it answers
-    // while the wait goes on (it waited the whole minute when the wait held that lock).
-    expect(await waiter.send('stream destroy')).toBe('ok (nil)');
-    expect(await waiter.send('ctx create')).toBe('ok');
-    expect(await waiter.send('ctx destroy')).toBe('ok');
+    await meanwhile(waiter);
     expect(await holder.send(`free malloc ${a.split(' ')[1]}`)).toBe('ok');
-    expect(await waiter.send('join')).toMatch(/^ok 0x/);
+    expect(await waiter.send('join')).toMatch(joined);
+    await after(waiter);
     for (const p of [holder, waiter]) expect(await p.exit()).toEqual({ code: 0, signal: null });
+  }
+
+  test("a stream waiting for room holds up none of the process's other threads: their stream calls go on, and a free elsewhere grants it", async () => {
+    // The whole budget in use: a stream's 576 KiB does not fit, and its thread waits. Another
+    // thread's stream destroy and a context's end take the streams' lock.
+    await waitWhileOthersGoOn('elastic-stream', 64 * MiB, {
+      setup: async () => 'bg stream',
+      meanwhile: async (waiter) => {
+        expect(await waiter.send('stream destroy')).toBe('ok (nil)');
+        expect(await waiter.send('ctx create')).toBe('ok');
+        expect(await waiter.send('ctx destroy')).toBe('ok');
+      },
+      joined: /^ok 0x/,
+    });
   }, 30000);
 
   test("a stream-ordered allocation waiting for room holds up none of the process's other threads: their frees into the pool go on", async () => {
-    const name = 'elastic-pool';
-    const holder = start('dynamic', budget(name, 64 * MiB));
-    const a = await holder.send(`alloc malloc ${48 * MiB}`);
-    expect(a).toMatch(/^ok 0x/);
-    const waiter = start('dynamic', { ...budget(name, 64 * MiB), CUDA_MEMORY_GROUP_WAIT_MS: '60000' });
-    const b = (await waiter.send(`alloc async ${14 * MiB}`)).split(' ')[1];
-    // 62 MiB in use: 32 MiB more waits, in another thread of the waiter.
-    expect(await waiter.send(`bg alloc async ${32 * MiB}`)).toBe('ok');
-    await sleep(300);
-    // The waiter's own free into its pool answers meanwhile (it waited the whole minute when the
-    // wait held the pools' lock); once the holder frees, the wait is granted.
-    expect(await waiter.send(`free async ${b}`)).toBe('ok');
-    expect(await holder.send(`free malloc ${a.split(' ')[1]}`)).toBe('ok');
-    expect(await waiter.send('join')).toMatch(/^ok 0x/);
-    for (const p of [holder, waiter]) expect(await p.exit()).toEqual({ code: 0, signal: null });
+    // 62 MiB in use: 32 MiB more waits, in another thread of the waiter, and the waiter's own free
+    // into its pool (the pools' lock) answers meanwhile.
+    let b;
+    await waitWhileOthersGoOn('elastic-pool', 48 * MiB, {
+      setup: async (waiter) => {
+        b = (await waiter.send(`alloc async ${14 * MiB}`)).split(' ')[1];
+        return `bg alloc async ${32 * MiB}`;
+      },
+      meanwhile: async (waiter) => expect(await waiter.send(`free async ${b}`)).toBe('ok'),
+      joined: /^ok 0x/,
+    });
   }, 30000);
 
   test("a graph's launch waiting for room holds up none of the process's other threads: their graph calls go on", async () => {
-    const name = 'elastic-graph';
-    const holder = start('dynamic', budget(name, 64 * MiB));
-    const a = await holder.send(`alloc malloc ${48 * MiB}`);
-    expect(a).toMatch(/^ok 0x/);
-    const waiter = start('dynamic', { ...budget(name, 64 * MiB), CUDA_MEMORY_GROUP_WAIT_MS: '60000' });
-    const graph = (await waiter.send(`graph ${32 * MiB}`)).split(' ')[1];
-    // 48 MiB in use: the launch's 32 MiB of memory nodes waits, in another thread of the waiter.
-    expect(await waiter.send(`bg launch ${graph}`)).toBe('ok');
-    await sleep(300);
-    // The waiter's own trim of graph memory answers meanwhile (it waited the whole minute when the
-    // wait held the graphs' lock); once the holder frees, the launch is granted.
-    expect(await waiter.send('graph trim')).toBe('ok');
-    expect(await holder.send(`free malloc ${a.split(' ')[1]}`)).toBe('ok');
-    expect(await waiter.send('join')).toBe('ok');
-    expect(await waiter.send('graph reserved')).toBe(`ok ${32 * MiB}`);
-    for (const p of [holder, waiter]) expect(await p.exit()).toEqual({ code: 0, signal: null });
+    // 48 MiB in use: the launch's 32 MiB of memory nodes waits, in another thread of the waiter,
+    // and the waiter's own trim of graph memory (the graphs' lock) answers meanwhile.
+    await waitWhileOthersGoOn('elastic-graph', 48 * MiB, {
+      setup: async (waiter) => `bg launch ${(await waiter.send(`graph ${32 * MiB}`)).split(' ')[1]}`,
+      meanwhile: async (waiter) => expect(await waiter.send('graph trim')).toBe('ok'),
+      joined: /^ok$/,
+      after: async (waiter) => expect(await waiter.send('graph reserved')).toBe(`ok ${32 * MiB}`),
+    });
   }, 30000);
 
   test("a guaranteed request holds against a borrower, which borrows only what no request reserves; a member's own limit caps it", async () => {

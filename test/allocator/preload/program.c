@@ -189,25 +189,19 @@ static void* pairs(void* errors) {
 /* "bg": one thread at a time, on the program's current device; its globals are read by the main
  * thread only after "join". */
 static pthread_t bg_thread;
-static int bg_running, bg_device, bg_result;
-static void* bg_stream;
+static int bg_running, bg_kind, bg_device, bg_result; /* bg_kind: 's'tream, 'a'lloc, 'l'aunch */
+static void *bg_stream, *bg_exec;
 static char bg_api[32];
 static unsigned long long bg_bytes, bg_address;
-static void* create_stream(void* unused) {
-  cudaSetDevice(bg_device);
-  bg_result = CALL(cuStreamCreate, "cuStreamCreate", v_pu, &bg_stream, 0);
-  return unused;
-}
-static void* bg_exec;
-static void* launch(void* unused) {
-  cudaSetDevice(bg_device);
-  bg_result = CALL(cuGraphLaunch, "cuGraphLaunch", int (*)(void*, void*), bg_exec, NULL);
-  return unused;
-}
-static void* allocate(void* unused) {
+static void* background(void* unused) {
   size_t pitch = 0;
   cudaSetDevice(bg_device);
-  bg_result = alloc(bg_api, bg_bytes, &bg_address, &pitch);
+  if (bg_kind == 's')
+    bg_result = CALL(cuStreamCreate, "cuStreamCreate", v_pu, &bg_stream, 0);
+  else if (bg_kind == 'l')
+    bg_result = CALL(cuGraphLaunch, "cuGraphLaunch", int (*)(void*, void*), bg_exec, NULL);
+  else
+    bg_result = alloc(bg_api, bg_bytes, &bg_address, &pitch);
   return unused;
 }
 
@@ -458,17 +452,24 @@ int main(void) {
     } else if (sscanf(line, "used %llu", &a) == 1) {
       printf("ok %llu\n", fakeDeviceUsed((int)a));
     } else if (!strncmp(line, "bg ", 3)) {
-      int stream_ = !strncmp(line, "bg stream", 9);
-      int launch_ = sscanf(line, "bg launch %p", &bg_exec) == 1;
+      if (bg_running) {
+        printf("err running\n");
+        continue;
+      }
       bg_stream = NULL;
       bg_address = 0;
       bg_device = device;
-      if (bg_running)
-        printf("err running\n");
-      else if (!stream_ && !launch_ && sscanf(line, "bg alloc %31s %llu", bg_api, &bg_bytes) != 2)
+      if (!strncmp(line, "bg stream", 9))
+        bg_kind = 's';
+      else if (sscanf(line, "bg launch %p", &bg_exec) == 1)
+        bg_kind = 'l';
+      else if (sscanf(line, "bg alloc %31s %llu", bg_api, &bg_bytes) == 2)
+        bg_kind = 'a';
+      else
+        bg_kind = 0;
+      if (!bg_kind)
         printf("err unknown command\n");
-      else if (pthread_create(&bg_thread, NULL,
-                              stream_ ? create_stream : launch_ ? launch : allocate, NULL))
+      else if (pthread_create(&bg_thread, NULL, background, NULL))
         printf("err thread\n");
       else
         bg_running = 1, printf("ok\n");
